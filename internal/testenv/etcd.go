@@ -1,0 +1,655 @@
+package testenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/pkg/v3/proxy"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Bounds for waiting on etcd. They are generous on purpose: they only decide
+// how long a broken environment takes to report itself, never whether a
+// healthy one passes.
+const (
+	etcdReadyTimeout   = 60 * time.Second // StartEtcd/Restart until every started member is ready
+	etcdLeaderTimeout  = 30 * time.Second // LeaderIndex until the running members agree
+	etcdPollInterval   = 10 * time.Millisecond
+	etcdDialTimeout    = 5 * time.Second // clientv3.Config.DialTimeout of Client
+	etcdStartAttempts  = 3               // fresh ports when a reserved port was taken meanwhile
+	etcdProxyCloseWait = 2 * time.Second // Proxy cleanup until its open connections end
+)
+
+// EtcdCluster is a cluster of real etcd members running in the test process.
+// Member i is named "m<i>"; its client and peer URLs, data directory and raft
+// member ID stay the same across Stop and Restart.
+type EtcdCluster struct {
+	mu      sync.Mutex // guards members[*].etcd; held during Stop and Restart
+	members []*etcdMember
+}
+
+type etcdMember struct {
+	name      string
+	dir       string
+	clientURL url.URL
+	peerURL   url.URL
+	etcd      *embed.Etcd   // nil while stopped
+	stopping  chan struct{} // closed to cut the running etcd's client streams
+}
+
+// StartEtcd starts an n-member etcd cluster (n is 1 or 3) and waits until
+// every member is ready and the cluster has a leader. Each member has its own
+// data directory under t.TempDir() and listens on free 127.0.0.1 ports.
+// The members are stopped at t.Cleanup.
+//
+// The members use etcd's default timing (100 ms heartbeat, 1 s election
+// timeout) and skip fsync (UnsafeNoFsync): they stop, or are killed, inside
+// the test process, whose writes the kernel keeps, so nothing depends on
+// durability across a machine crash.
+func StartEtcd(t testing.TB, n int) *EtcdCluster {
+	t.Helper()
+	if n != 1 && n != 3 {
+		t.Fatalf("testenv: StartEtcd: n = %d, want 1 or 3", n)
+	}
+	// One base directory, created before the Cleanup below is registered,
+	// so that it is removed only after the members have stopped (Cleanup
+	// runs last-registered first).
+	base := t.TempDir()
+	c := &EtcdCluster{}
+	t.Cleanup(c.stopAll)
+
+	var lastErr error
+	for attempt := 1; attempt <= etcdStartAttempts; attempt++ {
+		err := c.start(base, attempt, n)
+		if err == nil {
+			c.LeaderIndex(t)
+			return c
+		}
+		lastErr = err
+		if !etcdAddrInUse(err) {
+			break
+		}
+		t.Logf("testenv: StartEtcd attempt %d: %v; retrying on fresh ports", attempt, err)
+	}
+	t.Fatalf("testenv: StartEtcd(%d): %v", n, lastErr)
+	return nil
+}
+
+// start reserves ports, starts the n members one after the other and waits
+// until each is ready. On failure it stops what it started.
+func (c *EtcdCluster) start(base string, attempt, n int) error {
+	ports, release, err := etcdReservePorts(2 * n)
+	if err != nil {
+		return err
+	}
+	members := make([]*etcdMember, n)
+	peers := make([]string, n)
+	for i := range members {
+		m := &etcdMember{
+			name:      fmt.Sprintf("m%d", i),
+			dir:       filepath.Join(base, fmt.Sprintf("try%d-m%d", attempt, i)),
+			clientURL: etcdLoopbackURL(ports[2*i]),
+			peerURL:   etcdLoopbackURL(ports[2*i+1]),
+		}
+		members[i] = m
+		peers[i] = m.name + "=" + m.peerURL.String()
+	}
+	initialCluster := strings.Join(peers, ",")
+
+	// A new member first asks the other members' peer URLs whether it was
+	// bootstrapped already (etcdserver/bootstrap.go), with a 1 s timeout. A
+	// port that accepts connections but does not answer costs that second:
+	// a port still held by the reservation, or a member started concurrently
+	// whose peer listener is open but not served yet. So: release every
+	// port first, then start the members one after the other; embed.StartEtcd
+	// returns without waiting for the peers (ReadyNotify does), and a member
+	// it returns serves its peer URL, so every peer asked either answers or
+	// refuses the connection.
+	release()
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for _, m := range members {
+		if err = m.start(initialCluster, embed.ClusterStateFlagNew); err != nil {
+			break
+		}
+	}
+	if err == nil {
+		for i, m := range members {
+			wg.Go(func() { errs[i] = m.waitReady() })
+		}
+		wg.Wait()
+		err = errors.Join(errs...)
+	}
+	if err != nil {
+		for _, m := range members {
+			wg.Go(func() { m.stop(true) })
+		}
+		wg.Wait()
+		return err
+	}
+	c.mu.Lock()
+	c.members = members
+	c.mu.Unlock()
+	return nil
+}
+
+// start starts the member's etcd (m.etcd is nil) without waiting for it to
+// be ready.
+func (m *etcdMember) start(initialCluster, state string) error {
+	stopping := make(chan struct{})
+	e, err := embed.StartEtcd(m.config(initialCluster, state, stopping))
+	if err != nil {
+		return fmt.Errorf("start etcd member %s (client %s, peer %s, dir %s): %w",
+			m.name, m.clientURL.Host, m.peerURL.Host, m.dir, err)
+	}
+	m.etcd, m.stopping = e, stopping
+	return nil
+}
+
+// stop stops the member's etcd, if it runs. A clean stop (kill false) is
+// etcd's own graceful shutdown, which hands raft leadership to another
+// member first. kill stops raft at once (EtcdServer.HardStop), so the other
+// members notice only when heartbeats stop, as after a crash.
+//
+// Either way the member's client streams (watches, lease keep-alives) are
+// cut at once: embed's Close otherwise waits up to etcd's request timeout
+// (7 s) for them to end before it cuts them itself.
+func (m *etcdMember) stop(kill bool) {
+	e := m.etcd
+	if e == nil {
+		return
+	}
+	m.etcd = nil
+	close(m.stopping)
+	if kill {
+		e.Server.HardStop()
+	}
+	e.Close()
+}
+
+// config returns a fresh embed.Config for the member; embed.StartEtcd keeps
+// state (the logger) in the Config it is given, so every start gets its own.
+func (m *etcdMember) config(initialCluster, state string, stopping <-chan struct{}) *embed.Config {
+	cfg := embed.NewConfig()
+	cfg.Name = m.name
+	cfg.Dir = m.dir
+	cfg.ListenClientUrls = []url.URL{m.clientURL}
+	cfg.AdvertiseClientUrls = []url.URL{m.clientURL}
+	cfg.ListenPeerUrls = []url.URL{m.peerURL}
+	cfg.AdvertisePeerUrls = []url.URL{m.peerURL}
+	cfg.ListenMetricsUrls = nil
+	cfg.InitialCluster = initialCluster
+	cfg.InitialClusterToken = "testenv"
+	cfg.ClusterState = state
+	cfg.LogLevel = "error"
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(etcdLogger(m.name))
+	cfg.UnsafeNoFsync = true
+	cfg.GRPCAdditionalServerOptions = []grpc.ServerOption{
+		grpc.ChainStreamInterceptor(etcdCutStreams(stopping)),
+	}
+	return cfg
+}
+
+// etcdCutStreams returns a gRPC stream interceptor that ends the member's
+// streams when stopping is closed, with codes.Unavailable, which clientv3
+// treats as "try another endpoint" (as it does when a connection drops).
+// It runs innermost, after etcd's own interceptors.
+func etcdCutStreams(stopping <-chan struct{}) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		ctx, cancel := context.WithCancel(ss.Context())
+		defer cancel()
+		go func() {
+			select {
+			case <-stopping:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		err := handler(srv, etcdServerStream{ServerStream: ss, ctx: ctx})
+		select {
+		case <-stopping:
+			if ss.Context().Err() == nil {
+				return status.Error(codes.Unavailable, "testenv: etcd member is stopping")
+			}
+		default:
+		}
+		return err
+	}
+}
+
+type etcdServerStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s etcdServerStream) Context() context.Context { return s.ctx }
+
+// etcdLogger is the members' zap logger: errors only, to stderr, without the
+// errors embed logs for every listener and server it closes on shutdown
+// ("setting up serving from embedded etcd failed." with "http: Server
+// closed", "mux: server closed", "use of closed network connection"), which
+// would otherwise bury real errors.
+func etcdLogger(name string) *zap.Logger {
+	enc := zap.NewProductionEncoderConfig()
+	enc.EncodeTime = zapcore.ISO8601TimeEncoder
+	core := zapcore.NewCore(zapcore.NewConsoleEncoder(enc), zapcore.Lock(os.Stderr), zapcore.ErrorLevel)
+	return zap.New(etcdQuietClose{core}).Named("testenv.etcd." + name)
+}
+
+type etcdQuietClose struct{ zapcore.Core }
+
+func (c etcdQuietClose) With(fields []zapcore.Field) zapcore.Core {
+	return etcdQuietClose{c.Core.With(fields)}
+}
+
+func (c etcdQuietClose) Check(ent zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if c.Enabled(ent.Level) {
+		return ce.AddCore(ent, c)
+	}
+	return ce
+}
+
+func (c etcdQuietClose) Write(ent zapcore.Entry, fields []zapcore.Field) error {
+	if ent.Message == "setting up serving from embedded etcd failed." {
+		for _, f := range fields {
+			if err, ok := f.Interface.(error); ok && f.Type == zapcore.ErrorType && etcdClosedErr(err) {
+				return nil
+			}
+		}
+	}
+	return c.Core.Write(ent, fields)
+}
+
+func etcdClosedErr(err error) bool {
+	return errors.Is(err, net.ErrClosed) || errors.Is(err, http.ErrServerClosed) ||
+		errors.Is(err, grpc.ErrServerStopped) || strings.Contains(err.Error(), "mux: server closed")
+}
+
+// waitReady waits until the member serves client requests: it has joined
+// the cluster and published itself, which takes a quorum.
+func (m *etcdMember) waitReady() error {
+	timer := time.NewTimer(etcdReadyTimeout)
+	defer timer.Stop()
+	select {
+	case <-m.etcd.Server.ReadyNotify():
+		return nil
+	case err, ok := <-m.etcd.Err():
+		if !ok {
+			err = errors.New("stopped")
+		}
+		return fmt.Errorf("member %s (client %s) failed before it was ready: %v", m.name, m.clientURL.Host, err)
+	case <-m.etcd.Server.StopNotify():
+		return fmt.Errorf("member %s (client %s) stopped before it was ready", m.name, m.clientURL.Host)
+	case <-timer.C:
+		return fmt.Errorf("member %s (client %s) not ready after %v (a member becomes ready only once a quorum of the cluster runs)",
+			m.name, m.clientURL.Host, etcdReadyTimeout)
+	}
+}
+
+func (c *EtcdCluster) stopAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	// Kill rather than stop cleanly: a clean stop of the leader waits up to
+	// 7 s to hand leadership to a member that is stopping too.
+	var wg sync.WaitGroup
+	for _, m := range c.members {
+		wg.Go(func() { m.stop(true) })
+	}
+	wg.Wait()
+}
+
+// Endpoints returns the client URLs of all members, running or not, in
+// index order.
+func (c *EtcdCluster) Endpoints() []string {
+	eps := make([]string, len(c.members))
+	for i := range c.members {
+		eps[i] = c.Endpoint(i)
+	}
+	return eps
+}
+
+// Endpoint returns the client URL of member i ("http://127.0.0.1:port").
+func (c *EtcdCluster) Endpoint(i int) string {
+	return c.member(i).clientURL.String()
+}
+
+// Size returns the number of members.
+func (c *EtcdCluster) Size() int { return len(c.members) }
+
+func (c *EtcdCluster) member(i int) *etcdMember {
+	if i < 0 || i >= len(c.members) {
+		panic(fmt.Sprintf("testenv: etcd member %d does not exist (the cluster has %d)", i, len(c.members)))
+	}
+	return c.members[i]
+}
+
+// Client returns a clientv3 client on the given endpoints, or on all
+// members' client URLs when none are given. It is closed at t.Cleanup;
+// closing it earlier (to simulate a crashed process) is harmless.
+func (c *EtcdCluster) Client(t testing.TB, endpoints ...string) *clientv3.Client {
+	t.Helper()
+	if len(endpoints) == 0 {
+		endpoints = c.Endpoints()
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   endpoints,
+		DialTimeout: etcdDialTimeout,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		t.Fatalf("testenv: etcd client on %v: %v", endpoints, err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	return cli
+}
+
+// Stop stops member i cleanly, as a real etcd process does on SIGTERM
+// (embed's Etcd.Close); its data directory and ports are kept for Restart.
+// Stopping the raft leader makes it hand leadership to another member first,
+// so the cluster has a leader again at once. In-flight unary requests are
+// let finish; client streams (watches, lease keep-alives) are cut at once
+// with codes.Unavailable, and clients move to another endpoint.
+func (c *EtcdCluster) Stop(t testing.TB, i int) {
+	t.Helper()
+	c.stop(t, "Stop", i, false)
+}
+
+// Kill stops member i like a crash: raft stops at once, without handing
+// leadership over, so when it was the leader the other members elect a new
+// one only after the election timeout (1 s). Connections to it are closed,
+// as the kernel does for a killed process. Restart brings it back.
+func (c *EtcdCluster) Kill(t testing.TB, i int) {
+	t.Helper()
+	c.stop(t, "Kill", i, true)
+}
+
+func (c *EtcdCluster) stop(t testing.TB, op string, i int, kill bool) {
+	t.Helper()
+	m := c.member(i)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if m.etcd == nil {
+		t.Fatalf("testenv: %s: etcd member %s is not running", op, m.name)
+	}
+	m.stop(kill)
+}
+
+// Restart starts the stopped member i again with the same name, data
+// directory and ports, and waits until it is ready. The member rejoins with
+// the identity stored in its data directory. Ready means it has published
+// itself through raft, so a quorum must be running with it: restarting one
+// member of a 3-member cluster whose other two are stopped fails after a
+// bound.
+func (c *EtcdCluster) Restart(t testing.TB, i int) {
+	t.Helper()
+	m := c.member(i)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if m.etcd != nil {
+		t.Fatalf("testenv: Restart: etcd member %s is running", m.name)
+	}
+	peers := make([]string, len(c.members))
+	for j, o := range c.members {
+		peers[j] = o.name + "=" + o.peerURL.String()
+	}
+	// With a data directory the member boots from its WAL and ignores
+	// InitialCluster and ClusterState; "existing" says what this is.
+	if err := m.start(strings.Join(peers, ","), embed.ClusterStateFlagExisting); err != nil {
+		t.Fatalf("testenv: Restart: %v", err)
+	}
+	if err := m.waitReady(); err != nil {
+		m.stop(true)
+		t.Fatalf("testenv: Restart: %v", err)
+	}
+}
+
+// Running reports whether member i is running (started and not stopped).
+func (c *EtcdCluster) Running(i int) bool {
+	m := c.member(i)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return m.etcd != nil
+}
+
+// LeaderIndex waits until every running member names the same raft leader
+// and that leader is a running member, and returns the leader's index. It
+// fails the test when that does not happen within a bound, for instance
+// because no quorum is running.
+func (c *EtcdCluster) LeaderIndex(t testing.TB) int {
+	t.Helper()
+	deadline := time.Now().Add(etcdLeaderTimeout)
+	for {
+		idx, state := c.leader()
+		if idx >= 0 {
+			return idx
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("testenv: LeaderIndex: the running etcd members do not agree on a leader after %v; last seen: %s",
+				etcdLeaderTimeout, state)
+		}
+		time.Sleep(etcdPollInterval)
+	}
+}
+
+// leader returns the index of the leader all running members agree on, or
+// -1 and a description of what each member sees.
+func (c *EtcdCluster) leader() (int, string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var (
+		seen   []string
+		lead   uint64
+		agreed = true
+		byID   = map[uint64]int{}
+	)
+	for i, m := range c.members {
+		if m.etcd == nil {
+			seen = append(seen, m.name+": stopped")
+			continue
+		}
+		s := m.etcd.Server
+		byID[uint64(s.MemberID())] = i
+		l := s.Lead()
+		seen = append(seen, fmt.Sprintf("%s (id %s): leader %x", m.name, s.MemberID(), l))
+		if l == 0 || (lead != 0 && l != lead) {
+			agreed = false
+		}
+		lead = l
+	}
+	idx, ok := byID[lead]
+	if !agreed || !ok {
+		return -1, strings.Join(seen, "; ")
+	}
+	return idx, ""
+}
+
+// Proxy is etcd's fault-injecting TCP proxy (go.etcd.io/etcd/pkg/v3/proxy)
+// in front of one member's client URL. It forwards raw bytes per connection,
+// so its faults apply to connections that are already open as well as to
+// new ones.
+type Proxy struct {
+	srv      proxy.Server
+	endpoint string
+	drained  chan struct{}
+}
+
+// Proxy starts a fault proxy on a free port that forwards to member i's
+// client URL, and closes it at t.Cleanup. The member does not have to be
+// running; while it is stopped, connections through the proxy are accepted
+// and then left hanging (the proxy does not close a connection it cannot
+// forward).
+//
+// etcd's proxy listens on all interfaces (":port"), not only on loopback;
+// Endpoint names its loopback address.
+func (c *EtcdCluster) Proxy(t testing.TB, i int) *Proxy {
+	t.Helper()
+	to := c.member(i).clientURL
+	var lastErr error
+	for attempt := 1; attempt <= etcdStartAttempts; attempt++ {
+		p, err := etcdStartProxy(to)
+		if err == nil {
+			t.Cleanup(func() { p.close(t) })
+			return p
+		}
+		lastErr = err
+		if !etcdAddrInUse(err) {
+			break
+		}
+	}
+	t.Fatalf("testenv: Proxy to etcd member %d (%s): %v", i, to.Host, lastErr)
+	return nil
+}
+
+func etcdStartProxy(to url.URL) (*Proxy, error) {
+	ports, release, err := etcdReservePorts(1)
+	if err != nil {
+		return nil, err
+	}
+	from := etcdLoopbackURL(ports[0])
+	release()
+	srv := proxy.NewServer(proxy.ServerConfig{
+		Logger: zap.NewNop(), // required: the proxy logs through it unconditionally
+		From:   from,
+		To:     to,
+	})
+	// A listen failure shows as Done (NewServer closes itself) with the
+	// error queued on Error; success as Ready.
+	select {
+	case <-srv.Ready():
+	case <-srv.Done():
+		select {
+		case err := <-srv.Error():
+			return nil, fmt.Errorf("listen on %s: %w", from.Host, err)
+		default:
+			return nil, fmt.Errorf("listen on %s failed", from.Host)
+		}
+	}
+	p := &Proxy{srv: srv, endpoint: from.String(), drained: make(chan struct{})}
+	// The proxy reports every failed dial, read and write on Error, a
+	// channel with room for 16; once it is full, the accept loop and the
+	// copying goroutines block until Close. Drain it for the proxy's life.
+	go func() {
+		defer close(p.drained)
+		for {
+			select {
+			case <-srv.Error():
+			case <-srv.Done():
+				return
+			}
+		}
+	}()
+	return p, nil
+}
+
+// close closes the proxy's listener and waits, bounded, for its connections
+// to end. The proxy's Close waits for the goroutines that copy each open
+// connection, and those end only when the client or the member closes its
+// side; a client that outlives the proxy (its Cleanup registered before the
+// proxy's) would hold it. The member's Cleanup, which runs later, ends any
+// connection left.
+func (p *Proxy) close(t testing.TB) {
+	closed := make(chan struct{})
+	go func() {
+		_ = p.srv.Close()
+		<-p.drained
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(etcdProxyCloseWait):
+		t.Logf("testenv: etcd proxy %s: connections still open %v after close; they end when the member stops",
+			p.endpoint, etcdProxyCloseWait)
+	}
+}
+
+// Endpoint returns the proxy's URL ("http://127.0.0.1:port"), usable as a
+// clientv3 endpoint.
+func (p *Proxy) Endpoint() string { return p.endpoint }
+
+// Blackhole drops all traffic in both directions, on open connections as
+// well as new ones, until Unblackhole. Bytes dropped are lost, not delayed:
+// a connection that carried traffic while blackholed is usually broken
+// afterwards (its HTTP/2 stream state is out of sync) and the client has to
+// reconnect.
+func (p *Proxy) Blackhole() {
+	p.srv.BlackholeTx()
+	p.srv.BlackholeRx()
+}
+
+// Unblackhole stops dropping traffic.
+func (p *Proxy) Unblackhole() {
+	p.srv.UnblackholeTx()
+	p.srv.UnblackholeRx()
+}
+
+// Delay holds every chunk of data d before forwarding it, in each
+// direction, so a request/response round trip takes at least 2d longer.
+// A d of zero or less removes the delay.
+func (p *Proxy) Delay(d time.Duration) {
+	if d <= 0 { // the proxy ignores a non-positive latency rather than resetting it
+		p.Undelay()
+		return
+	}
+	p.srv.DelayTx(d, 0)
+	p.srv.DelayRx(d, 0)
+}
+
+// Undelay removes the delay.
+func (p *Proxy) Undelay() {
+	p.srv.UndelayTx()
+	p.srv.UndelayRx()
+}
+
+// Server returns the underlying etcd proxy for the faults this type does not
+// wrap (PauseAccept, PauseTx/PauseRx, ModifyTx/ModifyRx, one-way blackholes).
+func (p *Proxy) Server() proxy.Server { return p.srv }
+
+// etcdReservePorts finds n distinct free TCP ports on 127.0.0.1 by listening
+// on port 0. The listeners stay open, so the ports stay taken, until release
+// is called; the caller releases them as late as possible.
+func etcdReservePorts(n int) (ports []int, release func(), err error) {
+	lns := make([]net.Listener, 0, n)
+	release = func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			release()
+			return nil, nil, fmt.Errorf("reserve a free port on 127.0.0.1: %w", err)
+		}
+		lns = append(lns, ln)
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, release, nil
+}
+
+func etcdLoopbackURL(port int) url.URL {
+	return url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
+}
+
+// etcdAddrInUse reports whether err comes from binding a port that another
+// socket took between the reservation and the bind.
+func etcdAddrInUse(err error) bool {
+	return errors.Is(err, syscall.EADDRINUSE) || strings.Contains(err.Error(), "address already in use")
+}

@@ -1,0 +1,120 @@
+package leadership
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Defaults for Config. A 10 s lease with a 3 s margin lets a leader act until 7 s
+// after the send time of its newest acknowledged keep-alive; keep-alives go out
+// every TTL/3, so two can be lost before the deadline passes.
+const (
+	DefaultPrefix = "/snip-jobs"
+	DefaultTTL    = 10 * time.Second
+	// MinTTL is etcd's practical minimum lease TTL with its default heartbeat
+	// (100 ms) and election timeout (1 s); shorter requests are raised by etcd.
+	MinTTL = 2 * time.Second
+)
+
+// Config configures a Session. Zero fields take the defaults noted on each.
+type Config struct {
+	// Client is the etcd client. Required. The session does not close it.
+	Client *clientv3.Client
+	// Prefix is the key prefix shared by all instances (default "/snip-jobs").
+	// Leader keys live under <Prefix>/leaders/, registrations under <Prefix>/instances/.
+	Prefix string
+	// Instance names this process among its peers (e.g. the server's name). Required.
+	Instance string
+	// Host is the machine's name, used to tell a restarted process of this instance
+	// (same host, predecessor dead: its lease is revoked at once) from a second live
+	// process or another server using the same name (startup fails). Default os.Hostname().
+	Host string
+	// TTL of the lease, whole seconds, at least MinTTL (default 10 s).
+	TTL time.Duration
+	// Margin is how long before the lease could expire the session stops treating
+	// its terms as valid (default 3/10 of TTL: 3 s of 10 s). 0 < Margin < TTL.
+	Margin time.Duration
+	// RenewInterval is the time between keep-alives (default TTL/3). It must leave
+	// room for at least two keep-alives before the deadline: 2×RenewInterval < TTL − Margin.
+	RenewInterval time.Duration
+	// Logger receives the session's logs; every line about a term carries job,
+	// instance and token. Default: discard.
+	Logger *slog.Logger
+}
+
+// withDefaults returns a copy of c with defaults filled in and every problem found
+// reported at once.
+func (c Config) withDefaults() (Config, error) {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+
+	if c.Client == nil {
+		bad("leadership: Client is required")
+	}
+	if c.Prefix == "" {
+		c.Prefix = DefaultPrefix
+	}
+	c.Prefix = strings.TrimSuffix(c.Prefix, "/")
+	if c.Instance == "" {
+		bad("leadership: Instance is required (a name unique among the servers, e.g. the host name)")
+	} else if err := checkName("instance", c.Instance); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Host == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			bad("leadership: Host not set and the host name is unknown: %w", err)
+		}
+		c.Host = h
+	}
+	if c.TTL == 0 {
+		c.TTL = DefaultTTL
+	}
+	if c.Margin == 0 {
+		c.Margin = c.TTL * 3 / 10
+	}
+	if c.RenewInterval == 0 {
+		c.RenewInterval = c.TTL / 3
+	}
+	switch {
+	case c.TTL < MinTTL:
+		bad("leadership: TTL %v is below etcd's minimum lease TTL %v", c.TTL, MinTTL)
+	case c.TTL%time.Second != 0:
+		bad("leadership: TTL %v is not a whole number of seconds (etcd grants leases in seconds)", c.TTL)
+	}
+	switch {
+	case c.Margin < 0:
+		bad("leadership: stop-early margin %v is negative", c.Margin)
+	case c.Margin >= c.TTL:
+		bad("leadership: stop-early margin %v must be less than the TTL %v", c.Margin, c.TTL)
+	}
+	if c.RenewInterval <= 0 {
+		bad("leadership: renew interval %v must be positive", c.RenewInterval)
+	} else if c.Margin < c.TTL && 2*c.RenewInterval >= c.TTL-c.Margin {
+		bad("leadership: renew interval %v leaves room for fewer than two keep-alives before the deadline "+
+			"(TTL %v − margin %v = %v); use less than %v", c.RenewInterval, c.TTL, c.Margin, c.TTL-c.Margin, (c.TTL-c.Margin)/2)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c, errors.Join(errs...)
+}
+
+// checkName rejects names that would break the key layout or read badly in logs.
+func checkName(what, name string) error {
+	if name == "" {
+		return fmt.Errorf("leadership: empty %s name", what)
+	}
+	for _, r := range name {
+		if r == '/' || r <= ' ' || r == 0x7f {
+			return fmt.Errorf("leadership: %s name %q: use letters, digits, '-', '_' or '.' (no '/', spaces or control characters)", what, name)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,58 @@
+package leadership
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+func TestConfigDefaults(t *testing.T) {
+	c, err := Config{Client: &clientv3.Client{}, Instance: "a"}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.TTL != 10*time.Second || c.Margin != 3*time.Second || c.RenewInterval != 10*time.Second/3 || c.Prefix != "/snip-jobs" || c.Host == "" {
+		t.Fatalf("defaults: TTL %v margin %v renew %v prefix %q host %q", c.TTL, c.Margin, c.RenewInterval, c.Prefix, c.Host)
+	}
+}
+
+func TestConfigRejectsWithAPlainMessage(t *testing.T) {
+	cli := &clientv3.Client{}
+	cases := []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"no client", Config{Instance: "a"}, "Client is required"},
+		{"no instance", Config{Client: cli}, "Instance is required"},
+		{"slash in instance", Config{Client: cli, Instance: "a/b"}, `instance name "a/b"`},
+		{"ttl too short", Config{Client: cli, Instance: "a", TTL: time.Second}, "below etcd's minimum"},
+		{"ttl fraction", Config{Client: cli, Instance: "a", TTL: 2500 * time.Millisecond}, "whole number of seconds"},
+		{"margin = ttl", Config{Client: cli, Instance: "a", TTL: 5 * time.Second, Margin: 5 * time.Second}, "must be less than the TTL"},
+		{"negative margin", Config{Client: cli, Instance: "a", Margin: -time.Second}, "negative"},
+		{"renew too slow", Config{Client: cli, Instance: "a", TTL: 10 * time.Second, Margin: 3 * time.Second, RenewInterval: 4 * time.Second},
+			"fewer than two keep-alives"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := tc.cfg.withDefaults()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want it to mention %q", err, tc.want)
+			}
+			if _, err := NewSession(tc.cfg); err == nil {
+				t.Fatal("NewSession accepted the config")
+			}
+		})
+	}
+}
+
+func TestConfigReportsEveryProblemAtOnce(t *testing.T) {
+	_, err := Config{TTL: time.Second}.withDefaults()
+	for _, want := range []string{"Client is required", "Instance is required", "below etcd's minimum"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("err = %v, want it to mention %q", err, want)
+		}
+	}
+}

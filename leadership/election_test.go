@@ -1,0 +1,409 @@
+package leadership_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/snip/snip-jobs/internal/testenv"
+	"github.com/snip/snip-jobs/leadership"
+)
+
+// 1. Several candidates, many rounds: at most one valid term per job at any
+// instant, and tokens strictly increase.
+func TestAtMostOneTermPerJobOverManyRounds(t *testing.T) {
+	etcd := testenv.StartEtcd(t, 1)
+	jobs := []string{"cert-renewer", "aggregator"}
+	const rounds = 40
+	book := newLedger()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range 3 {
+		s := startSession(t, etcd.Client(t), fmt.Sprintf("server-%d", i))
+		for _, job := range jobs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for ctx.Err() == nil && book.count(job) < rounds {
+					term, err := s.Campaign(ctx, job)
+					if err != nil {
+						return
+					}
+					book.granted(t, term)
+					time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond) // "work"
+					if !term.Valid() {
+						t.Errorf("term %s/%d ended during its work: %v", job, term.Token(), term.Err())
+					}
+					rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
+					if err := term.Resign(rctx); err != nil {
+						t.Errorf("resign: %v", err)
+					}
+					rcancel()
+				}
+			}()
+		}
+	}
+	eventually(t, "every job to pass through enough terms", func() bool {
+		for _, job := range jobs {
+			if book.count(job) < rounds {
+				return false
+			}
+		}
+		return true
+	})
+	cancel()
+	wg.Wait()
+	book.checkNoOverlap(t)
+	if t.Failed() {
+		t.Log(book)
+	}
+}
+
+// 2. Crash: keep-alives stop and nothing is revoked. The successor's term
+// starts only after the old term's context ended and after etcd expired the old
+// lease.
+func TestCrashedLeaderIsReplacedAfterItsLeaseExpires(t *testing.T) {
+	etcd := testenv.StartEtcd(t, 1)
+	observer := etcd.Client(t)
+	crashing := etcd.Client(t)
+	a := startSession(t, crashing, "server-a")
+	b := startSession(t, etcd.Client(t), "server-b")
+	book := newLedger()
+
+	old := mustWin(t, a, "cert-renewer")
+	book.granted(t, old)
+	next := campaign(context.Background(), b, "cert-renewer")
+
+	_ = crashing.Close() // the process "dies": no keep-alive, no revoke
+	successor := await(t, next, "server-b")
+	book.granted(t, successor)
+
+	if leaseAlive(t, observer, old.Lease()) {
+		t.Fatal("successor won while the crashed leader's lease still existed")
+	}
+	if old.Context().Err() == nil {
+		t.Fatal("successor won while the crashed leader's term context was still live")
+	}
+	if got := old.Reason(); got != leadership.ReasonExpired {
+		t.Fatalf("old term ended with %q, want %q", got, leadership.ReasonExpired)
+	}
+	if !old.EndedAt().Before(successor.Started()) {
+		t.Fatalf("old term ended at %v, not before the successor started (%v)", old.EndedAt(), successor.Started())
+	}
+	if successor.Token() <= old.Token() {
+		t.Fatalf("successor token %d not above %d", successor.Token(), old.Token())
+	}
+	book.checkNoOverlap(t)
+}
+
+// 3. A leader cut off from etcd (partition or pause) for longer than the TTL:
+// its term ends at its deadline while etcd still holds the lease; the successor
+// starts after; when traffic returns the old term stays dead.
+func TestPartitionedLeaderStopsBeforeEtcdExpiresItsLease(t *testing.T) {
+	etcd := testenv.StartEtcd(t, 1)
+	observer := etcd.Client(t)
+	link := etcd.Proxy(t, 0)
+	// etcd reports a lease's time left in whole seconds, truncated: a margin of
+	// 1.5 s makes "at least a second left at etcd" observable.
+	opts := []option{withTTL(4*time.Second, 1500*time.Millisecond), withRenew(time.Second)}
+	a := startSession(t, etcd.Client(t, link.Endpoint()), "server-a", opts...)
+	b := startSession(t, etcd.Client(t), "server-b", opts...)
+	book := newLedger()
+
+	old := mustWin(t, a, "aggregator")
+	book.granted(t, old)
+	next := campaign(context.Background(), b, "aggregator")
+
+	// At the moment the old term ends, ask etcd how long the lease has left.
+	leftAtEnd := make(chan int64, 1)
+	context.AfterFunc(old.Context(), func() { leftAtEnd <- leaseTTL(t, observer, old.Lease()) })
+
+	link.Blackhole()
+	successor := await(t, next, "server-b")
+	book.granted(t, successor)
+
+	if got := waitEnded(t, old); got != leadership.ReasonExpired {
+		t.Fatalf("old term ended with %q, want %q", got, leadership.ReasonExpired)
+	}
+	if left := <-leftAtEnd; left < 1 {
+		t.Fatalf("when the old term ended etcd gave its lease %ds: the stop-early margin did not act first", left)
+	}
+	if !old.EndedAt().Before(successor.Started()) {
+		t.Fatal("successor started before the old term ended")
+	}
+
+	link.Unblackhole()
+	eventually(t, "the partitioned session to get a new lease", func() bool {
+		st := a.Stats()
+		return st.Lease != 0 && st.Lease != old.Lease()
+	})
+	if old.Valid() || old.Context().Err() == nil {
+		t.Fatal("the old term came back to life after the partition healed")
+	}
+	again := campaign(context.Background(), a, "aggregator")
+	select {
+	case w := <-again:
+		t.Fatalf("the healed instance won while the successor leads: %+v", w)
+	case <-time.After(2 * testTTL):
+	}
+	if l, ok, err := leadership.Observe(context.Background(), observer, prefix(t), "aggregator"); err != nil || !ok || l.Token != successor.Token() || l.Instance != "server-b" {
+		t.Fatalf("leader after healing = %+v, %v, %v; want server-b with token %d", l, ok, err, successor.Token())
+	}
+	book.checkNoOverlap(t)
+}
+
+// 4. Resign and shutdown hand over at once: the successor wins while the old
+// lease still has time left, so it did not wait for expiry.
+func TestResignAndShutdownHandOverWithoutWaitingForExpiry(t *testing.T) {
+	etcd := testenv.StartEtcd(t, 1)
+	observer := etcd.Client(t)
+	slow := withTTL(10*time.Second, 3*time.Second) // expiry would take ~10 s
+	a := startSession(t, etcd.Client(t), "server-a", slow)
+	b := startSession(t, etcd.Client(t), "server-b", slow)
+	c := startSession(t, etcd.Client(t), "server-c", slow)
+	book := newLedger()
+
+	first := mustWin(t, a, "weekly-report")
+	book.granted(t, first)
+	nextB := campaign(context.Background(), b, "weekly-report")
+	if err := first.Resign(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	second := await(t, nextB, "server-b")
+	book.granted(t, second)
+	if !leaseAlive(t, observer, first.Lease()) {
+		t.Fatal("resign: the successor won only after the resigned leader's lease was gone")
+	}
+	if first.Reason() != leadership.ReasonResigned {
+		t.Fatalf("resigned term reason %q", first.Reason())
+	}
+
+	nextC := campaign(context.Background(), c, "weekly-report")
+	closeCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ttl, err := observer.TimeToLive(closeCtx, second.Lease())
+	if err != nil {
+		t.Fatal(err)
+	}
+	expiresBy := time.Now().Add(time.Duration(ttl.TTL) * time.Second) // had it not been revoked
+	if err := b.Close(closeCtx); err != nil {
+		t.Fatal(err)
+	}
+	if second.Reason() != leadership.ReasonShutdown {
+		t.Fatalf("closed session's term reason %q", second.Reason())
+	}
+	third := await(t, nextC, "server-c")
+	book.granted(t, third)
+	if leaseAlive(t, observer, second.Lease()) {
+		t.Fatal("shutdown did not revoke the lease")
+	}
+	if !third.Started().Before(expiresBy) {
+		t.Fatal("shutdown: the successor won only when the closed session's lease would have expired")
+	}
+	book.checkNoOverlap(t)
+}
+
+// 5. Losing an etcd member, then the etcd leader: terms never overlap; a term
+// that survives keeps its token, which is still the key's create revision.
+func TestEtcdMemberAndLeaderLoss(t *testing.T) {
+	etcd := testenv.StartEtcd(t, 3)
+	observer := etcd.Client(t)
+	opts := withTTL(5*time.Second, 1500*time.Millisecond)
+	a := startSession(t, etcd.Client(t), "server-a", opts)
+	b := startSession(t, etcd.Client(t), "server-b", opts)
+	book := newLedger()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	// Both sessions keep campaigning; every win is booked.
+	var wg sync.WaitGroup
+	for _, s := range []*leadership.Session{a, b} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				term, err := s.Campaign(ctx, "aggregator")
+				if err != nil {
+					return
+				}
+				book.granted(t, term)
+				select {
+				case <-term.Context().Done():
+				case <-ctx.Done():
+					_ = term.Resign(context.Background())
+				}
+			}
+		}()
+	}
+	eventually(t, "a first leader", func() bool { return book.count("aggregator") >= 1 })
+
+	renewals := func(s *leadership.Session, n int64) {
+		start := s.Stats().KeepAlivesSent
+		eventually(t, "keep-alives to continue", func() bool { return s.Stats().KeepAlivesSent >= start+n })
+	}
+	follower := (etcd.LeaderIndex(t) + 1) % 3
+	etcd.Stop(t, follower)
+	renewals(a, 3)
+	renewals(b, 3)
+	checkLeaderKeyMatches(t, observer, book)
+	etcd.Restart(t, follower)
+
+	etcd.Kill(t, etcd.LeaderIndex(t))
+	etcd.LeaderIndex(t) // a new etcd leader among the two left
+	renewals(a, 3)
+	renewals(b, 3)
+	checkLeaderKeyMatches(t, observer, book)
+
+	cancel()
+	wg.Wait()
+	book.checkNoOverlap(t)
+	t.Logf("terms: %s", book)
+}
+
+// checkLeaderKeyMatches: if the newest booked term is still valid, the leader key
+// in etcd still carries its token.
+func checkLeaderKeyMatches(t *testing.T, observer *clientv3.Client, book *ledger) {
+	t.Helper()
+	book.mu.Lock()
+	terms := book.terms["aggregator"]
+	last := terms[len(terms)-1]
+	book.mu.Unlock()
+	l, ok, err := leadership.Observe(context.Background(), observer, prefix(t), "aggregator")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last.Valid() && (!ok || l.Token != last.Token()) {
+		t.Fatalf("term %d survived but the leader key says %+v (present %v)", last.Token(), l, ok)
+	}
+}
+
+// 6. Quorum loss: no new term anywhere while 2 of 3 members are down; the
+// current term ends by its deadline; after quorum returns a leader is elected.
+func TestQuorumLossEndsTermsAndElectsNobodyUntilItReturns(t *testing.T) {
+	etcd := testenv.StartEtcd(t, 3)
+	a := startSession(t, etcd.Client(t), "server-a")
+	b := startSession(t, etcd.Client(t), "server-b")
+	c := startSession(t, etcd.Client(t), "server-c")
+	book := newLedger()
+
+	old := mustWin(t, a, "cert-renewer")
+	book.granted(t, old)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	wins := make(chan won, 3)
+	for _, s := range []*leadership.Session{b, c} {
+		go func() {
+			term, err := s.Campaign(ctx, "cert-renewer")
+			wins <- won{term, err}
+		}()
+	}
+
+	lead := etcd.LeaderIndex(t)
+	down := []int{lead, (lead + 1) % 3}
+	for _, i := range down {
+		etcd.Kill(t, i)
+	}
+	if got := waitEnded(t, old); got != leadership.ReasonExpired {
+		t.Fatalf("term ended with %q during quorum loss, want %q", got, leadership.ReasonExpired)
+	}
+	// Give the other candidates several TTLs of chance to (wrongly) win.
+	select {
+	case w := <-wins:
+		t.Fatalf("a term was granted without quorum: %+v", w)
+	case <-time.After(3 * testTTL):
+	}
+	again := campaign(ctx, a, "cert-renewer")
+
+	for _, i := range down {
+		go etcd.Restart(t, i) // each waits for quorum, which needs both
+	}
+	var w won
+	select {
+	case w = <-wins:
+	case w = <-again:
+	case <-time.After(patience):
+		t.Fatal("no leader after quorum returned")
+	}
+	if w.err != nil {
+		t.Fatal(w.err)
+	}
+	book.granted(t, w.term)
+	if w.term.Token() <= old.Token() {
+		t.Fatalf("new token %d not above %d", w.term.Token(), old.Token())
+	}
+	book.checkNoOverlap(t)
+}
+
+// 7. A campaign that waits while its own lease expires returns no term on that
+// lease: it goes on with a fresh lease, and the term it returns is attached to a
+// live lease that holds the leader key (etcd issues #19597 and #11456 are about
+// concurrency.Election returning a "phantom" win here).
+func TestCampaignThatWaitedThroughItsLeaseExpiryGetsNoTermOnIt(t *testing.T) {
+	etcd := testenv.StartEtcd(t, 1)
+	observer := etcd.Client(t)
+	link := etcd.Proxy(t, 0)
+	a := startSession(t, etcd.Client(t), "server-a")
+	b := startSession(t, etcd.Client(t, link.Endpoint()), "server-b")
+
+	holder := mustWin(t, a, "weekly-report")
+	waiting := campaign(context.Background(), b, "weekly-report")
+	first := b.Stats().Lease
+
+	link.Blackhole()
+	eventually(t, "etcd to expire the waiting candidate's lease", func() bool { return !leaseAlive(t, observer, first) })
+	if err := holder.Resign(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	link.Unblackhole()
+
+	term := await(t, waiting, "server-b")
+	if term.Lease() == first {
+		t.Fatalf("campaign returned a term on lease %x, which expired while it waited", int64(first))
+	}
+	if !term.Valid() || !leaseAlive(t, observer, term.Lease()) {
+		t.Fatal("the term's lease is not alive")
+	}
+	l, ok, err := leadership.Observe(context.Background(), observer, prefix(t), "weekly-report")
+	if err != nil || !ok || l.Lease != term.Lease() || l.Token != term.Token() || l.Instance != "server-b" {
+		t.Fatalf("leader key = %+v (present %v, err %v); want server-b, lease %x, token %d", l, ok, err, int64(term.Lease()), term.Token())
+	}
+}
+
+func TestCampaignForAJobAlreadyHeldIsRefused(t *testing.T) {
+	etcd := testenv.StartEtcd(t, 1)
+	a := startSession(t, etcd.Client(t), "server-a")
+	term := mustWin(t, a, "aggregator")
+	if _, err := a.Campaign(context.Background(), "aggregator"); !errors.Is(err, leadership.ErrBusy) {
+		t.Fatalf("second campaign: %v, want ErrBusy", err)
+	}
+	if err := term.Resign(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if again := mustWin(t, a, "aggregator"); again.Token() <= term.Token() {
+		t.Fatalf("re-won with token %d, not above %d", again.Token(), term.Token())
+	}
+}
+
+func TestKeyDeletedUnderATermEndsIt(t *testing.T) {
+	etcd := testenv.StartEtcd(t, 1)
+	cli := etcd.Client(t)
+	a := startSession(t, cli, "server-a")
+	term := mustWin(t, a, "aggregator")
+	if _, err := cli.Delete(context.Background(), leadership.LeaderKey(prefix(t), "aggregator")); err != nil {
+		t.Fatal(err)
+	}
+	if got := waitEnded(t, term); got != leadership.ReasonKeyLost {
+		t.Fatalf("reason %q, want %q", got, leadership.ReasonKeyLost)
+	}
+	if term.Valid() {
+		t.Fatal("term valid after its key was deleted")
+	}
+}

@@ -1,0 +1,97 @@
+package leadership
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Leader describes the current holder of a job's leader key, as etcd sees it.
+type Leader struct {
+	Job      string
+	Instance string
+	Host     string
+	PID      int
+	Token    int64
+	Since    time.Time // wall clock of the winner's host when it won
+	Lease    clientv3.LeaseID
+	// LeaseTTL is the time etcd says is left on the leader's lease (its TTL while
+	// the leader keeps renewing; counts down once it stops).
+	LeaseTTL time.Duration
+}
+
+// Observe returns the current leader of job, or ok=false when there is none.
+// It needs only an etcd client: `snip-jobs status` uses it from any machine.
+func Observe(ctx context.Context, cli *clientv3.Client, prefix, job string) (l Leader, ok bool, err error) {
+	resp, err := cli.Get(ctx, LeaderKey(prefix, job))
+	if err != nil {
+		return Leader{}, false, fmt.Errorf("leadership: observe %s: %w", job, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return Leader{}, false, nil
+	}
+	ls, err := leadersFrom(ctx, cli, prefix, resp)
+	if err != nil {
+		return Leader{}, false, err
+	}
+	return ls[0], true, nil
+}
+
+// Leaders returns the current leader of every job that has one, by job name.
+func Leaders(ctx context.Context, cli *clientv3.Client, prefix string) ([]Leader, error) {
+	resp, err := cli.Get(ctx, LeaderKey(prefix, ""), clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("leadership: list leaders: %w", err)
+	}
+	return leadersFrom(ctx, cli, prefix, resp)
+}
+
+func leadersFrom(ctx context.Context, cli *clientv3.Client, prefix string, resp *clientv3.GetResponse) ([]Leader, error) {
+	ttls := map[int64]time.Duration{}
+	var out []Leader
+	for _, kv := range resp.Kvs {
+		var rec LeaderRecord
+		_ = json.Unmarshal(kv.Value, &rec) // an unreadable value still names a token and a lease
+		l := Leader{
+			Job:      strings.TrimPrefix(string(kv.Key), LeaderKey(prefix, "")),
+			Instance: rec.Instance, Host: rec.Host, PID: rec.PID, Since: rec.Since,
+			Token: kv.CreateRevision, Lease: clientv3.LeaseID(kv.Lease),
+		}
+		ttl, seen := ttls[kv.Lease]
+		if !seen && kv.Lease != 0 {
+			r, err := cli.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))
+			if err != nil {
+				return nil, fmt.Errorf("leadership: lease of %s: %w", l.Job, err)
+			}
+			ttl = time.Duration(max(r.TTL, 0)) * time.Second
+			ttls[kv.Lease] = ttl
+		}
+		l.LeaseTTL = ttl
+		out = append(out, l)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Job < out[j].Job })
+	return out, nil
+}
+
+// Instances returns the registrations of the instances that are up, by name.
+func Instances(ctx context.Context, cli *clientv3.Client, prefix string) ([]Registration, error) {
+	resp, err := cli.Get(ctx, InstanceKey(prefix, ""), clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("leadership: list instances: %w", err)
+	}
+	out := make([]Registration, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		var r Registration
+		if err := json.Unmarshal(kv.Value, &r); err != nil {
+			r.Instance = strings.TrimPrefix(string(kv.Key), InstanceKey(prefix, ""))
+		}
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Instance < out[j].Instance })
+	return out, nil
+}

@@ -1,0 +1,158 @@
+package leadership_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/snip/snip-jobs/internal/testenv"
+	"github.com/snip/snip-jobs/leadership"
+)
+
+// The test binary doubles as a child process that leads a job until killed.
+const childEnv = "LEADERSHIP_TEST_CHILD"
+
+func childMain() int {
+	var endpoints, prefix, instance, job string
+	fmt.Sscan(os.Getenv(childEnv), &endpoints, &prefix, &instance, &job)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(endpoints, ","), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	s, err := leadership.NewSession(leadership.Config{
+		Client: cli, Prefix: prefix, Instance: instance, TTL: 30 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, nil)),
+	})
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	term, err := s.Campaign(context.Background(), job)
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	fmt.Println("leading", term.Token(), int64(term.Lease()))
+	select {} // until killed
+}
+
+// startChild starts a child process leading job as instance, and waits until it leads.
+func startChild(t *testing.T, endpoints []string, instance, job string) (*exec.Cmd, int64, clientv3.LeaseID) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"="+strings.Join([]string{strings.Join(endpoints, ","), prefix(t), instance, job}, " "))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	var token, lease int64
+	if _, serr := fmt.Sscanf(line, "leading %d %d", &token, &lease); err != nil || serr != nil {
+		t.Fatalf("child: %q, %v", line, err)
+	}
+	return cmd, token, clientv3.LeaseID(lease)
+}
+
+// 9. A restarted process of the same instance on the same host, whose
+// predecessor is dead, revokes the predecessor's lease: its singletons move at
+// once instead of after the predecessor's 30 s lease expires.
+func TestRestartedInstanceReclaimsItsDeadPredecessorsLease(t *testing.T) {
+	etcd := testenv.StartEtcd(t, 1)
+	observer := etcd.Client(t)
+	child, oldToken, oldLease := startChild(t, etcd.Endpoints(), "server-a", "cert-renewer")
+
+	// Kill it like a crash, and reap it (a zombie still answers kill(pid, 0)).
+	ttl, err := observer.TimeToLive(context.Background(), oldLease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expiresBy := time.Now().Add(time.Duration(ttl.TTL) * time.Second) // had nobody revoked it
+	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = child.Wait()
+
+	// Another instance was already waiting; the restarted one also campaigns.
+	other := startSession(t, etcd.Client(t), "server-b", withTTL(30*time.Second, 9*time.Second))
+	next := campaign(context.Background(), other, "cert-renewer")
+	restarted := startSession(t, etcd.Client(t), "server-a", withTTL(30*time.Second, 9*time.Second))
+	if got := restarted.Stats().Reclaimed; got != 1 {
+		t.Fatalf("reclaimed %d predecessor leases, want 1", got)
+	}
+	term := await(t, next, "server-b")
+	if !term.Started().Before(expiresBy) {
+		t.Fatal("the job moved only when the dead predecessor's lease would have expired")
+	}
+	if leaseAlive(t, observer, oldLease) {
+		t.Fatal("the predecessor's lease is still alive")
+	}
+	if term.Token() <= oldToken {
+		t.Fatalf("token %d not above the predecessor's %d", term.Token(), oldToken)
+	}
+}
+
+func TestSecondLiveProcessWithTheSameInstanceNameIsRefused(t *testing.T) {
+	etcd := testenv.StartEtcd(t, 1)
+	child, _, lease := startChild(t, etcd.Endpoints(), "server-a", "aggregator")
+	_ = child
+
+	s, err := leadership.NewSession(config(t, etcd.Client(t), "server-a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	err = s.WaitReady(ctx)
+	var dup *leadership.DuplicateInstanceError
+	if !errors.As(err, &dup) || !dup.SameHost || dup.Existing.PID != child.Process.Pid {
+		t.Fatalf("WaitReady = %v; want a DuplicateInstanceError naming pid %d on this host", err, child.Process.Pid)
+	}
+	if !strings.Contains(err.Error(), fmt.Sprint(child.Process.Pid)) {
+		t.Fatalf("error does not name the running pid: %v", err)
+	}
+	if !leaseAlive(t, etcd.Client(t), lease) {
+		t.Fatal("the refused process revoked the live process's lease")
+	}
+	if _, err := s.Campaign(ctx, "aggregator"); !errors.As(err, &dup) {
+		t.Fatalf("Campaign on a refused session: %v", err)
+	}
+}
+
+func TestSameInstanceNameFromAnotherHostIsRefused(t *testing.T) {
+	etcd := testenv.StartEtcd(t, 1)
+	startSession(t, etcd.Client(t), "server-a", withHost("host-1"))
+
+	s, err := leadership.NewSession(config(t, etcd.Client(t), "server-a", withHost("host-2")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	err = s.WaitReady(ctx)
+	var dup *leadership.DuplicateInstanceError
+	if !errors.As(err, &dup) || dup.SameHost || dup.Existing.Host != "host-1" {
+		t.Fatalf("WaitReady = %v; want a DuplicateInstanceError naming host-1", err)
+	}
+	if !strings.Contains(err.Error(), `"host-1"`) {
+		t.Fatalf("error does not name the other host: %v", err)
+	}
+}
