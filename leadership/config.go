@@ -73,37 +73,55 @@ func (c Config) withDefaults() (Config, error) {
 		}
 		c.Host = h
 	}
-	if c.TTL == 0 {
-		c.TTL = DefaultTTL
-	}
-	if c.Margin == 0 {
-		c.Margin = c.TTL * 3 / 10
-	}
-	if c.RenewInterval == 0 {
-		c.RenewInterval = c.TTL / 3
-	}
-	switch {
-	case c.TTL < MinTTL:
-		bad("leadership: TTL %v is below etcd's minimum lease TTL %v", c.TTL, MinTTL)
-	case c.TTL%time.Second != 0:
-		bad("leadership: TTL %v is not a whole number of seconds (etcd grants leases in seconds)", c.TTL)
-	}
-	switch {
-	case c.Margin < 0:
-		bad("leadership: stop-early margin %v is negative", c.Margin)
-	case c.Margin >= c.TTL:
-		bad("leadership: stop-early margin %v must be less than the TTL %v", c.Margin, c.TTL)
-	}
-	if c.RenewInterval <= 0 {
-		bad("leadership: renew interval %v must be positive", c.RenewInterval)
-	} else if c.Margin < c.TTL && 2*c.RenewInterval >= c.TTL-c.Margin {
-		bad("leadership: renew interval %v leaves room for fewer than two keep-alives before the deadline "+
-			"(TTL %v − margin %v = %v); use less than %v", c.RenewInterval, c.TTL, c.Margin, c.TTL-c.Margin, (c.TTL-c.Margin)/2)
+	c.TTL, c.Margin, c.RenewInterval = TimingDefaults(c.TTL, c.Margin, c.RenewInterval)
+	if err := CheckTiming(c.TTL, c.Margin, c.RenewInterval); err != nil {
+		errs = append(errs, err)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	return c, errors.Join(errs...)
+}
+
+// TimingDefaults fills zero TTL (10 s), margin (3/10 of TTL) and renew interval
+// (TTL/3).
+func TimingDefaults(ttl, margin, renew time.Duration) (time.Duration, time.Duration, time.Duration) {
+	if ttl == 0 {
+		ttl = DefaultTTL
+	}
+	if margin == 0 {
+		margin = ttl * 3 / 10
+	}
+	if renew == 0 {
+		renew = ttl / 3
+	}
+	return ttl, margin, renew
+}
+
+// CheckTiming reports every problem with a lease TTL, stop-early margin and renew
+// interval (after TimingDefaults), in words an operator can act on.
+func CheckTiming(ttl, margin, renew time.Duration) error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	switch {
+	case ttl < MinTTL:
+		bad("leadership: TTL %v is below etcd's minimum lease TTL %v", ttl, MinTTL)
+	case ttl%time.Second != 0:
+		bad("leadership: TTL %v is not a whole number of seconds (etcd grants leases in seconds)", ttl)
+	}
+	switch {
+	case margin < 0:
+		bad("leadership: stop-early margin %v is negative", margin)
+	case margin >= ttl:
+		bad("leadership: stop-early margin %v must be less than the TTL %v", margin, ttl)
+	}
+	if renew <= 0 {
+		bad("leadership: renew interval %v must be positive", renew)
+	} else if margin < ttl && 2*renew >= ttl-margin {
+		bad("leadership: renew interval %v leaves room for fewer than two keep-alives before the deadline "+
+			"(TTL %v − margin %v = %v); use less than %v", renew, ttl, margin, ttl-margin, (ttl-margin)/2)
+	}
+	return errors.Join(errs...)
 }
 
 // checkName rejects names that would break the key layout or read badly in logs.
