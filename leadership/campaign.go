@@ -128,6 +128,9 @@ func (s *Session) tryAcquire(ctx context.Context, l *lease, job, key string) (*T
 
 	token := resp.Header.Revision
 	tlog := s.log.With("job", job, "token", token)
+	if s.afterWinTxn != nil {
+		s.afterWinTxn()
+	}
 	if !l.dl.valid(s.now()) {
 		// etcd accepted the key, but the answer came after the lease's deadline. The
 		// key goes when the lease is revoked or expires; this win is void.
@@ -150,6 +153,8 @@ func (s *Session) tryAcquire(ctx context.Context, l *lease, job, key string) (*T
 func (s *Session) waitForDelete(ctx context.Context, key string, rev int64) {
 	wctx, cancel := context.WithTimeout(ctx, 3*s.cfg.TTL)
 	defer cancel()
+	s.stats.waiting.Add(1)
+	defer s.stats.waiting.Add(-1)
 	for resp := range s.cfg.Client.Watch(clientv3.WithRequireLeader(wctx), key, clientv3.WithRev(rev+1)) {
 		if resp.Err() != nil {
 			return

@@ -53,6 +53,9 @@ func config(t testing.TB, cli *clientv3.Client, instance string, opts ...option)
 		TTL: testTTL, Margin: testMargin,
 		Logger: testenv.Logger(t),
 	}
+	if _, bench := t.(*testing.B); bench {
+		c.Logger = nil // benchmark output stays readable
+	}
 	for _, o := range opts {
 		o(&c)
 	}

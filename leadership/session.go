@@ -37,6 +37,10 @@ type Session struct {
 	busyJobs map[string]bool // jobs with a campaign in progress or a live term
 
 	stats stats
+
+	// afterWinTxn, when set by a test in this package, runs between etcd's answer
+	// to a winning campaign and the deadline check: a pause at the worst moment.
+	afterWinTxn func()
 }
 
 // lease is one etcd lease of the session and the terms hanging on it.
@@ -66,6 +70,7 @@ type stats struct {
 	keepAlivesSent    atomic.Int64
 	keepAliveFailures atomic.Int64
 	reclaimed         atomic.Int64
+	waiting           atomic.Int64
 	leaseEnds         [5]atomic.Int64 // by reasonIndex
 }
 
@@ -73,13 +78,18 @@ var reasonIndex = map[Reason]int{ReasonExpired: 0, ReasonLeaseLost: 1, ReasonKey
 
 // Stats is a snapshot of the session's counters, for metrics.
 type Stats struct {
-	Lease             clientv3.LeaseID // 0 while between leases
-	Headroom          time.Duration    // time left until the current lease's deadline; 0 without a lease
+	Lease    clientv3.LeaseID // 0 while between leases
+	Headroom time.Duration    // time left until the current lease's deadline; 0 without a lease
+	// LastRenewal is the send time of the newest acknowledged keep-alive (or of
+	// the grant) of the current lease; zero without a lease.
+	LastRenewal       time.Time
 	LeasesGranted     int64
 	KeepAlivesSent    int64
 	KeepAliveFailures int64
 	// Reclaimed counts predecessors' leases revoked at start because their process was gone.
 	Reclaimed int64
+	// Waiting is the number of campaigns waiting for another holder to go.
+	Waiting int64
 	// LeaseEnds counts ended leases by reason.
 	LeaseEnds map[Reason]int64
 }
@@ -161,6 +171,7 @@ func (s *Session) Stats() Stats {
 		KeepAlivesSent:    s.stats.keepAlivesSent.Load(),
 		KeepAliveFailures: s.stats.keepAliveFailures.Load(),
 		Reclaimed:         s.stats.reclaimed.Load(),
+		Waiting:           s.stats.waiting.Load(),
 		LeaseEnds:         map[Reason]int64{},
 	}
 	for r, i := range reasonIndex {
@@ -174,6 +185,7 @@ func (s *Session) Stats() Stats {
 		if v := l.dl.load(); v != deadNs {
 			st.Headroom = max(0, time.Duration(v-s.now()))
 		}
+		st.LastRenewal = s.at(l.lastDeadline.Load() - int64(l.ttl-s.cfg.Margin))
 	}
 	return st
 }
@@ -254,7 +266,11 @@ func (s *Session) run() {
 		l.timer.Stop()
 		s.setCurrent(nil)
 		s.stats.leaseEnds[reasonIndex[cause.Reason]].Add(1)
-		s.log.Warn("lease ended", "lease", int64(l.id), "reason", cause.Reason, "detail", cause.Detail)
+		level := slog.LevelWarn
+		if cause.Reason == ReasonShutdown {
+			level = slog.LevelInfo
+		}
+		s.log.Log(context.Background(), level, "lease ended", "lease", int64(l.id), "reason", cause.Reason, "detail", cause.Detail)
 		switch cause.Reason {
 		case ReasonLeaseLost:
 			// Nothing to revoke.

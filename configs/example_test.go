@@ -1,0 +1,25 @@
+package configs_test
+
+import (
+	"testing"
+
+	"github.com/snip/snip-jobs/configs"
+)
+
+func TestTheExampleFileParsesCleanly(t *testing.T) {
+	f, err := configs.Load("snip-jobs.example.yaml", fakeTypes{})
+	if err != nil {
+		t.Fatalf("the example file must parse cleanly:\n%v", err)
+	}
+	var names []string
+	for _, j := range f.Jobs {
+		names = append(names, j.Name)
+	}
+	if len(names) != 3 || names[0] != "cert-renewer" || names[1] != "aggregator" || names[2] != "weekly-report" {
+		t.Errorf("jobs: got %v, want cert-renewer, aggregator, weekly-report", names)
+	}
+	report := f.Jobs[2].Schedule
+	if report.Kind != configs.Cron || report.Location.String() != "Europe/Paris" {
+		t.Errorf("weekly-report: got %v in %v, want cron in Europe/Paris", report.Kind, report.Location)
+	}
+}

@@ -1,0 +1,214 @@
+package configs
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/robfig/cron/v3"
+)
+
+// Defaults applied by Parse to settings that are absent (or 0 where noted in the
+// example file).
+const (
+	DefaultEtcdEmbeddedDir = "/var/lib/snip-jobs/etcd"
+	DefaultEtcdDialTimeout = 5 * time.Second
+	DefaultDatabaseURLEnv  = "SNIP_JOBS_DATABASE_URL"
+	DefaultHTTPListen      = "127.0.0.1:9469"
+	DefaultShutdownTimeout = 15 * time.Second
+	DefaultGrace           = 10 * time.Second
+	DefaultCatchUpWindow   = 24 * time.Hour
+)
+
+// File is a parsed, checked configuration file with every default filled in.
+type File struct {
+	// Path is the file it was read from (the name given to Parse).
+	Path string
+	// Instance names this server among its peers (default: the host name).
+	Instance        string
+	Etcd            Etcd
+	Postgres        Postgres
+	Leadership      Leadership
+	HTTP            HTTP
+	Log             Log
+	ShutdownTimeout time.Duration
+	// Jobs in file order; names are unique.
+	Jobs []Job
+}
+
+// Etcd says how to reach etcd.
+type Etcd struct {
+	// Endpoints of an external cluster; empty means run starts an embedded
+	// single-member etcd in EmbeddedDir.
+	Endpoints   []string
+	EmbeddedDir string
+	Prefix      string
+	DialTimeout time.Duration
+	TLS         TLS
+	Auth        Auth
+}
+
+// Embedded reports whether run should start its own single-member etcd.
+func (e Etcd) Embedded() bool { return len(e.Endpoints) == 0 }
+
+// TLS names PEM files for the etcd client. All empty means plain TLS settings
+// (system roots for https endpoints); Cert and Key are set together.
+type TLS struct {
+	CA, Cert, Key string
+}
+
+// Auth is etcd user authentication. User empty means none. The password is read by
+// File.EtcdPassword from PasswordFile or PasswordEnv (exactly one is set when User is).
+type Auth struct {
+	User         string
+	PasswordFile string
+	PasswordEnv  string
+}
+
+// Postgres says where the database URL is found (exactly one of URLEnv, URLFile is
+// set); File.DatabaseURL reads it.
+type Postgres struct {
+	URLEnv         string
+	URLFile        string
+	MigrateOnStart bool
+}
+
+// Leadership holds lease timing, with leadership.TimingDefaults applied and checked
+// by leadership.CheckTiming.
+type Leadership struct {
+	TTL, Margin, RenewInterval time.Duration
+}
+
+// HTTP is the listener for /metrics, /healthz, /readyz and /status.
+type HTTP struct {
+	Listen string // host:port
+}
+
+// LogFormat is how log lines are written.
+type LogFormat string
+
+// Log formats.
+const (
+	LogAuto LogFormat = "auto" // text on a terminal, JSON otherwise
+	LogText LogFormat = "text"
+	LogJSON LogFormat = "json"
+)
+
+// Log configures logging.
+type Log struct {
+	Format LogFormat
+	Level  slog.Level
+}
+
+// Job is one entry of the jobs list.
+type Job struct {
+	Name string
+	Type string
+	// Singleton jobs run only on the instance holding the job's leadership.
+	Singleton bool
+	Schedule  Schedule
+	// Grace is how long the job may take to stop after its term (or the process)
+	// ends.
+	Grace time.Duration
+	// ProgressTimeout is the watchdog for singletons; 0 = off.
+	ProgressTimeout time.Duration
+	// Options is the value Types.Options returned for Type (a pointer), decoded
+	// from the job's options; nil when the type is unknown.
+	Options any
+	// Pos is where the job's entry starts in the file.
+	Pos Pos
+}
+
+// ScheduleKind says when a job runs. The zero value is not a valid kind.
+type ScheduleKind int
+
+// Schedule kinds.
+const (
+	Continuous ScheduleKind = iota + 1 // runs until its term (or the process) ends
+	Interval                           // every Every, plus up to Jitter
+	Cron                               // at the times of a cron spec
+)
+
+func (k ScheduleKind) String() string {
+	switch k {
+	case Continuous:
+		return "continuous"
+	case Interval:
+		return "every"
+	case Cron:
+		return "cron"
+	}
+	return fmt.Sprintf("ScheduleKind(%d)", int(k))
+}
+
+// Coordination says how a singleton cron job's instances agree on who runs a slot.
+type Coordination int
+
+// Coordination modes.
+const (
+	// Leader: only the job's etcd leader fires the schedule (default).
+	Leader Coordination = iota
+	// Database: every instance fires; a unique (job, slot) row in PostgreSQL
+	// decides which one runs it.
+	Database
+)
+
+func (c Coordination) String() string {
+	switch c {
+	case Leader:
+		return "leader"
+	case Database:
+		return "database"
+	}
+	return fmt.Sprintf("Coordination(%d)", int(c))
+}
+
+// CatchUpPolicy says what a cron job does with slots missed while nobody ran it.
+type CatchUpPolicy int
+
+// Catch-up policies.
+const (
+	Latest CatchUpPolicy = iota // run the most recent missed slot only (default)
+	All                         // run every missed slot, oldest first
+	None                        // skip missed slots
+)
+
+func (c CatchUpPolicy) String() string {
+	switch c {
+	case Latest:
+		return "latest"
+	case All:
+		return "all"
+	case None:
+		return "none"
+	}
+	return fmt.Sprintf("CatchUpPolicy(%d)", int(c))
+}
+
+// Schedule is when a job runs. Fields that do not apply to Kind are zero.
+type Schedule struct {
+	Kind ScheduleKind
+	// Interval jobs.
+	Every, Jitter time.Duration
+	// Cron jobs. Cron is the spec as written; Spec is it parsed, computing its
+	// times in Location whatever the location of the time passed to Next.
+	Cron          string
+	Spec          cron.Schedule
+	Location      *time.Location
+	Coordination  Coordination
+	CatchUp       CatchUpPolicy
+	CatchUpWindow time.Duration
+}
+
+// Types tells Parse which job types exist and what options each takes.
+//
+// Option values must not hold secrets themselves (name a file or an environment
+// variable instead, as the rest of the file does): File.Redacted prints them.
+type Types interface {
+	// Options returns a pointer to a fresh options value (with defaults set) for a
+	// job type, or ok=false if the type is unknown. If the value has a
+	// Validate() error method, Parse calls it after decoding.
+	Options(jobType string) (opts any, ok bool)
+	// Names lists the known types, for "unknown type" messages.
+	Names() []string
+}

@@ -1,0 +1,467 @@
+package configs
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/goccy/go-yaml"
+	"github.com/goccy/go-yaml/ast"
+	"github.com/goccy/go-yaml/token"
+)
+
+// options decodes the job's options strictly into a fresh value from Types and
+// validates it. The YAML library stops at the first problem (and picks an unknown
+// key at random among several), so decoding is repeated without the offending key
+// until it succeeds: every problem is reported.
+func (p *parser) options(m *mapping, j Job, typeKnown bool) any {
+	e, node, present := m.get("options")
+	if !typeKnown {
+		return nil
+	}
+	fresh := func() any {
+		v, _ := p.types.Options(j.Type)
+		return v
+	}
+	opts := fresh()
+	if opts == nil {
+		if present {
+			m.errorf(e.keyPos, "job type %q takes no options", j.Type)
+		}
+		return nil
+	}
+	if reflect.TypeOf(opts).Kind() != reflect.Pointer {
+		m.errorf(j.Pos, "job type %q: its options value is a %T, not a pointer (a bug in snip-jobs)", j.Type, opts)
+		return nil
+	}
+	pos := j.Pos
+	if present {
+		pos = p.pos(node)
+		if _, isMap := mappingValues(node); !isMap {
+			m.errorf(pos, "options must be a mapping of option names to values, not %s", describe(node))
+			return opts
+		}
+		p.checkDuplicates(e.value, "options", m.job)
+		expanded := p.expand(e.value, m.job)
+		whole := p.checkWholeNumbers(m, expanded, reflect.TypeOf(opts), "options")
+		decoded, ok := p.decodeOptions(m, expanded, fresh, pos)
+		if !ok || !whole {
+			return opts
+		}
+		opts = decoded
+	}
+	if v, ok := opts.(interface{ Validate() error }); ok {
+		if err := v.Validate(); err != nil {
+			for _, msg := range splitErrors(err) {
+				m.errorf(pos, "options: %s", msg)
+			}
+		}
+	}
+	return opts
+}
+
+// checkWholeNumbers reports numbers with a fraction written where t has an
+// integer: go-yaml v1.19.2 truncates them silently (batch_size: 1.5 decodes as 1).
+// ok is false if there was any.
+func (p *parser) checkWholeNumbers(m *mapping, n ast.Node, t reflect.Type, where string) (ok bool) {
+	ok = true
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		fields := fieldsByKey(t)
+		values, _ := mappingValues(n)
+		for _, mv := range values {
+			if mv.Key.IsMergeKey() {
+				ok = p.checkWholeNumbers(m, mv.Value, t, where) && ok
+				continue
+			}
+			key, _ := keyText(mv.Key)
+			if f, known := fields[key]; known {
+				ok = p.checkWholeNumbers(m, mv.Value, f.Type, where+"."+key) && ok
+			}
+		}
+	case reflect.Map:
+		values, _ := mappingValues(n)
+		for _, mv := range values {
+			key, _ := keyText(mv.Key)
+			ok = p.checkWholeNumbers(m, mv.Value, t.Elem(), where+"."+key) && ok
+		}
+	case reflect.Slice, reflect.Array:
+		if seq, isSeq := n.(*ast.SequenceNode); isSeq {
+			for _, e := range seq.Values {
+				ok = p.checkWholeNumbers(m, e, t.Elem(), where) && ok
+			}
+		}
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		if f, isFloat := n.(*ast.FloatNode); isFloat && f.Value != math.Trunc(f.Value) {
+			m.errorf(p.pos(n), "%s must be a whole number, not %s", where, f.GetToken().Value)
+			return false
+		}
+	}
+	return ok
+}
+
+// fieldsByKey maps the keys of a struct to its fields, by the YAML library's rule
+// (the yaml tag's name, else the field name in lower case).
+func fieldsByKey(t reflect.Type) map[string]reflect.StructField {
+	fields := map[string]reflect.StructField{}
+	for f := range t.Fields() {
+		if !f.IsExported() {
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		switch name {
+		case "-":
+			continue
+		case "":
+			name = strings.ToLower(f.Name)
+		}
+		fields[name] = f
+	}
+	return fields
+}
+
+// maxDecodeAttempts bounds the decode-report-remove loop (each round removes one
+// key, so a file would need this many bad options to reach it).
+const maxDecodeAttempts = 1000
+
+// decodeOptions decodes node into a fresh value, reporting every problem. ok is
+// false if there was any.
+func (p *parser) decodeOptions(m *mapping, node ast.Node, fresh func() any, pos Pos) (decoded any, ok bool) {
+	ok = true
+	for range maxDecodeAttempts {
+		v := fresh()
+		err := decodeStrict(node, v)
+		if err == nil {
+			return v, ok
+		}
+		ok = false
+		var ye yaml.Error
+		if errors.As(err, &ye) && ye.GetToken() != nil {
+			rest, removed, path := without(node, ye.GetToken())
+			if removed == nil {
+				m.errorf(tokenPos(p.file, ye.GetToken(), pos), "options: %s", ye.GetMessage())
+				return nil, false
+			}
+			p.reportOption(m, err, ye.GetToken(), removed, path, v)
+			node = rest
+			continue
+		}
+		// No position (a failed time.ParseDuration, a custom unmarshaler): find the
+		// top-level option that fails on its own.
+		culprit, culpritErr := isolate(node, fresh)
+		if culprit == nil {
+			m.errorf(pos, "options: %v", err)
+			return nil, false
+		}
+		key, _ := keyText(culprit.Key)
+		if s, isStr := culprit.Value.(*ast.StringNode); isStr && strings.HasPrefix(culpritErr.Error(), "time: ") {
+			m.errorf(p.pos(culprit.Value), "options.%s: %q is not a duration (write e.g. 10s, 5m, 1h30m; units ms, s, m, h)", key, s.Value)
+		} else {
+			m.errorf(p.pos(culprit.Value), "options.%s: %v", key, culpritErr)
+		}
+		node, _, _ = without(node, culprit.Key.GetToken())
+	}
+	return nil, false
+}
+
+// decodeStrict decodes node into into, rejecting unknown keys. Duplicate keys are
+// let through: checkDuplicates reports them, with the job's name.
+func decodeStrict(node ast.Node, into any) (err error) {
+	defer func() {
+		// go-yaml v1.19.2 panics on some values, e.g. a !!binary-tagged scalar
+		// where a list is expected (TagNode.ArrayRange returns nil, decodeSlice
+		// calls Len on it): a bad config file must not crash validate.
+		if r := recover(); r != nil {
+			err = fmt.Errorf("this value cannot be decoded (go-yaml: %v)", r)
+		}
+	}()
+	return yaml.NodeToValue(node, into, yaml.Strict(), yaml.AllowDuplicateMapKey())
+}
+
+// isolate returns the first entry of the mapping node that fails to decode on its
+// own, and its error.
+func isolate(node ast.Node, fresh func() any) (*ast.MappingValueNode, error) {
+	values, _ := mappingValues(node)
+	for _, mv := range values {
+		one := &ast.MappingNode{BaseNode: &ast.BaseNode{}, Start: mv.GetToken(), Values: []*ast.MappingValueNode{mv}}
+		if err := decodeStrict(one, fresh()); err != nil {
+			return mv, err
+		}
+	}
+	return nil, nil
+}
+
+func tokenPos(file string, tk *token.Token, fallback Pos) Pos {
+	if tk == nil || tk.Position == nil {
+		return fallback
+	}
+	return Pos{File: file, Line: tk.Position.Line, Col: tk.Position.Column}
+}
+
+// reportOption words a decode error about one option (the entry mv, found under
+// path, holding the error's token tk) for an operator.
+func (p *parser) reportOption(m *mapping, err error, tk *token.Token, mv *ast.MappingValueNode, path []string, into any) {
+	key, _ := keyText(mv.Key)
+	where := strings.Join(append([]string{"options"}, path...), ".")
+	// The value at fault: mv's value, or an item inside it.
+	bad := find(mv.Value, tk)
+	if bad == nil {
+		bad = mv.Value
+	}
+	subject := fmt.Sprintf("%s.%s", where, key)
+	if bad != mv.Value {
+		subject += ": an item"
+	}
+	var unknown *yaml.UnknownFieldError
+	var typeErr *yaml.TypeError
+	var nodeErr *yaml.UnexpectedNodeTypeError
+	var ye yaml.Error
+	switch {
+	case errors.As(err, &unknown):
+		msg := fmt.Sprintf("unknown key %q in %s", key, where)
+		if len(path) == 0 {
+			if s := suggest(key, optionKeys(into)); s != "" {
+				msg += fmt.Sprintf(" (did you mean %q?)", s)
+			}
+		}
+		m.errorf(p.pos(mv.Key), "%s", msg)
+	case errors.As(err, &typeErr):
+		m.errorf(p.pos(bad), "%s must be %s, not %s", subject, describeType(typeErr.DstType), describe(bad))
+	case errors.As(err, &nodeErr):
+		m.errorf(p.pos(bad), "%s must be %s, not %s", subject, describeNodeType(nodeErr.Expected), describe(bad))
+	case errors.As(err, &ye):
+		m.errorf(p.pos(bad), "%s: %s", subject, ye.GetMessage())
+	}
+}
+
+// find returns the node under n (n included) whose token is tk.
+func find(n ast.Node, tk *token.Token) ast.Node {
+	if n == nil {
+		return nil
+	}
+	if n.GetToken() == tk {
+		return n
+	}
+	switch v := n.(type) {
+	case *ast.MappingNode:
+		for _, mv := range v.Values {
+			if f := find(mv, tk); f != nil {
+				return f
+			}
+		}
+	case *ast.MappingValueNode:
+		if f := find(v.Key, tk); f != nil {
+			return f
+		}
+		return find(v.Value, tk)
+	case *ast.SequenceNode:
+		for _, e := range v.Values {
+			if f := find(e, tk); f != nil {
+				return f
+			}
+		}
+	case *ast.TagNode:
+		return find(v.Value, tk)
+	case *ast.AnchorNode:
+		return find(v.Value, tk)
+	}
+	return nil
+}
+
+// describeNodeType names a YAML node type in an operator's words.
+func describeNodeType(t ast.NodeType) string {
+	switch t {
+	case ast.MappingType:
+		return "a mapping"
+	case ast.SequenceType:
+		return "a list"
+	}
+	return "a " + t.YAMLName()
+}
+
+// describeType names a Go type in an operator's words.
+func describeType(t reflect.Type) string {
+	if t == nil {
+		return "another kind of value"
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == reflect.TypeFor[time.Duration]() {
+		return "a duration such as 10s or 5m"
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a whole number"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "a list"
+	case reflect.Map, reflect.Struct:
+		return "a mapping"
+	}
+	return "a " + t.String()
+}
+
+// optionKeys lists the keys an options struct takes; used for suggestions.
+func optionKeys(v any) []string {
+	t := reflect.TypeOf(v)
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil || t.Kind() != reflect.Struct {
+		return nil
+	}
+	return slices.Collect(maps.Keys(fieldsByKey(t)))
+}
+
+// without returns n without the mapping entry that tk belongs to (the innermost
+// one whose key is tk or whose value contains it), copying only the containers on
+// the way so that n itself is unchanged. path is the keys leading to the entry's
+// mapping. removed is nil if no entry holds tk.
+func without(n ast.Node, tk *token.Token) (rest ast.Node, removed *ast.MappingValueNode, path []string) {
+	switch v := n.(type) {
+	case *ast.MappingNode:
+		for i, mv := range v.Values {
+			if mv.Key.GetToken() == tk {
+				return withValues(v, i, nil), mv, nil
+			}
+			if !contains(mv.Value, tk) {
+				continue
+			}
+			if inner, rm, sub := without(mv.Value, tk); rm != nil {
+				c := *mv
+				c.Value = inner
+				key, _ := keyText(mv.Key)
+				return withValues(v, i, &c), rm, append([]string{key}, sub...)
+			}
+			return withValues(v, i, nil), mv, nil
+		}
+	case *ast.MappingValueNode:
+		m := &ast.MappingNode{BaseNode: v.BaseNode, Start: v.Start, Values: []*ast.MappingValueNode{v}}
+		return without(m, tk)
+	case *ast.SequenceNode:
+		for i, e := range v.Values {
+			if !contains(e, tk) {
+				continue
+			}
+			if inner, rm, sub := without(e, tk); rm != nil {
+				c := *v
+				c.Values = append([]ast.Node(nil), v.Values...)
+				c.Values[i] = inner
+				return &c, rm, sub
+			}
+		}
+	case *ast.TagNode:
+		if inner, rm, sub := without(v.Value, tk); rm != nil {
+			c := *v
+			c.Value = inner
+			return &c, rm, sub
+		}
+	}
+	return n, nil, nil
+}
+
+// withValues copies m with entry i replaced by mv, or removed if mv is nil.
+func withValues(m *ast.MappingNode, i int, mv *ast.MappingValueNode) *ast.MappingNode {
+	c := *m
+	c.Values = append([]*ast.MappingValueNode(nil), m.Values[:i]...)
+	if mv != nil {
+		c.Values = append(c.Values, mv)
+	}
+	c.Values = append(c.Values, m.Values[i+1:]...)
+	return &c
+}
+
+// contains reports whether tk is the token of n or of a node inside it.
+func contains(n ast.Node, tk *token.Token) bool { return find(n, tk) != nil }
+
+// expand returns n with anchors dropped and aliases replaced by the values they
+// name, so that the YAML library can decode a subtree without the rest of the file
+// (its own alias handling needs the anchors it has decoded itself). Containers are
+// copied; n is unchanged.
+func (p *parser) expand(n ast.Node, job string) ast.Node {
+	switch v := n.(type) {
+	case *ast.AnchorNode:
+		return p.expand(v.Value, job)
+	case *ast.AliasNode:
+		target := p.resolve(v, job)
+		if target == nil {
+			return ast.Null(v.GetToken())
+		}
+		return p.expand(target, job)
+	case *ast.MappingNode:
+		c := *v
+		c.Values = make([]*ast.MappingValueNode, len(v.Values))
+		for i, mv := range v.Values {
+			mvc := *mv
+			mvc.Value = p.expand(mv.Value, job)
+			c.Values[i] = &mvc
+		}
+		return &c
+	case *ast.MappingValueNode:
+		c := *v
+		c.Value = p.expand(v.Value, job)
+		return &c
+	case *ast.SequenceNode:
+		c := *v
+		c.Values = make([]ast.Node, len(v.Values))
+		for i, e := range v.Values {
+			c.Values[i] = p.expand(e, job)
+		}
+		return &c
+	case *ast.TagNode:
+		c := *v
+		c.Value = p.expand(v.Value, job)
+		return &c
+	}
+	return n
+}
+
+// checkDuplicates reports duplicate keys anywhere under n (written as where).
+func (p *parser) checkDuplicates(n ast.Node, where, job string) {
+	switch v := n.(type) {
+	case *ast.AnchorNode:
+		p.checkDuplicates(v.Value, where, job)
+	case *ast.TagNode:
+		p.checkDuplicates(v.Value, where, job)
+	case *ast.SequenceNode:
+		for _, e := range v.Values {
+			p.checkDuplicates(e, where, job)
+		}
+	case *ast.MappingValueNode:
+		p.checkDuplicates(&ast.MappingNode{BaseNode: v.BaseNode, Start: v.Start, Values: []*ast.MappingValueNode{v}}, where, job)
+	case *ast.MappingNode:
+		first := map[string]Pos{}
+		for _, mv := range v.Values {
+			if mv.Key.IsMergeKey() {
+				continue
+			}
+			key, ok := keyText(mv.Key)
+			if !ok {
+				continue
+			}
+			kp := p.pos(mv.Key)
+			if f, dup := first[key]; dup {
+				p.errorf(kp, job, "duplicate key %q (first at line %d)", where+"."+key, f.Line)
+			} else {
+				first[key] = kp
+			}
+			p.checkDuplicates(mv.Value, where+"."+key, job)
+		}
+	}
+}

@@ -1,0 +1,378 @@
+package configs
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/goccy/go-yaml"
+	"github.com/goccy/go-yaml/ast"
+	yamlparser "github.com/goccy/go-yaml/parser"
+
+	"github.com/snip/snip-jobs/leadership"
+)
+
+// Load reads and parses the configuration file at path. A file that cannot be read
+// gives an error naming path (errors.Is(err, fs.ErrNotExist) for a missing one);
+// problems in the file give Errors.
+func Load(path string, types Types) (*File, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%s: config file not found: %w", path, err)
+		}
+		return nil, fmt.Errorf("%s: cannot read config file: %w", path, err)
+	}
+	return Parse(path, data, types)
+}
+
+// Parse checks the configuration in data, read from filename (used in positions),
+// and returns it with every default filled in. If anything is wrong it returns a
+// nil File and Errors listing every problem found, sorted by position.
+func Parse(filename string, data []byte, types Types) (*File, error) {
+	p := &parser{file: filename, data: data, types: types, aliases: map[*ast.AliasNode]ast.Node{}}
+	f := p.parse()
+	if len(p.errs) > 0 {
+		sortErrors(p.errs)
+		return nil, dedupe(p.errs)
+	}
+	return f, nil
+}
+
+func (p *parser) parse() *File {
+	// Duplicate keys are found by the checks below, which report them all and go
+	// on; the library's own check stops at the first.
+	tree, err := yamlparser.ParseBytes(p.data, 0, yamlparser.AllowDuplicateMapKey())
+	if err != nil {
+		p.syntaxError(err)
+		return nil
+	}
+	var body ast.Node
+	for i, doc := range tree.Docs {
+		if doc == nil || doc.Body == nil {
+			continue
+		}
+		if i > 0 && body != nil {
+			p.errorf(p.pos(doc.Body), "", "only one YAML document is allowed in the file (this one follows a ---)")
+			continue
+		}
+		body = doc.Body
+		p.linkAliases(doc, map[string]ast.Node{})
+	}
+
+	top := p.mapping(body, "", "")
+	f := &File{Path: p.file}
+	f.Instance = p.instance(top)
+	f.Etcd = p.etcd(top.sub("etcd"))
+	f.Postgres = p.postgres(top.sub("postgres"))
+	f.Leadership = p.leadership(top.sub("leadership"))
+	f.HTTP = p.http(top.sub("http"))
+	f.Log = p.log(top.sub("log"))
+	f.ShutdownTimeout = DefaultShutdownTimeout
+	if d, ok := top.duration("shutdown_timeout", zeroOrPositive); ok && d > 0 {
+		f.ShutdownTimeout = d
+	}
+	f.Jobs = p.jobs(top)
+	top.finish()
+	return f
+}
+
+// syntaxHints add advice to the YAML library's messages that puzzle people.
+var syntaxHints = []struct{ contains, hint string }{
+	{"'\t' that cannot start any token", "indent with spaces, not tabs"},
+	{"'@' is a reserved character", `quote values that start with @, e.g. cron: "@weekly"`},
+	{"'`' is a reserved character", "quote values that start with `"},
+}
+
+func (p *parser) syntaxError(err error) {
+	var ye yaml.Error
+	if !errors.As(err, &ye) {
+		p.errorf(Pos{File: p.file}, "", "YAML syntax error: %v", err)
+		return
+	}
+	pos := Pos{File: p.file}
+	if tk := ye.GetToken(); tk != nil && tk.Position != nil {
+		pos.Line, pos.Col = tk.Position.Line, tk.Position.Column
+	}
+	msg := ye.GetMessage()
+	for _, h := range syntaxHints {
+		if strings.Contains(msg, h.contains) {
+			msg += " (" + h.hint + ")"
+		}
+	}
+	p.errorf(pos, "", "YAML syntax error: %s", msg)
+}
+
+func (p *parser) instance(top *mapping) string {
+	if name, ok := top.str("instance"); ok {
+		if err := checkInstance(name); err != "" {
+			top.errorf(top.valuePos("instance"), "instance %q: %s", name, err)
+		}
+		return name
+	}
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		top.errorf(top.keyPos("instance"), "instance is not set and the host name is unknown (%v): set instance", err)
+		return ""
+	}
+	if msg := checkInstance(host); msg != "" {
+		top.errorf(top.keyPos("instance"), "instance is not set and the host name %q cannot be used: %s; set instance", host, msg)
+	}
+	return host
+}
+
+// checkInstance applies the rule of package leadership, which puts the name in
+// etcd keys.
+func checkInstance(name string) string {
+	if name == "" {
+		return "must not be empty (leave instance out to use the host name)"
+	}
+	for _, r := range name {
+		if r == '/' || r <= ' ' || r == 0x7f {
+			return "use letters, digits, '-', '_' or '.' (no '/', spaces or control characters)"
+		}
+	}
+	return ""
+}
+
+func (p *parser) etcd(m *mapping) Etcd {
+	e := Etcd{EmbeddedDir: DefaultEtcdEmbeddedDir, Prefix: leadership.DefaultPrefix, DialTimeout: DefaultEtcdDialTimeout}
+	endpoints, _ := m.strings("endpoints")
+	seen := map[string]Pos{}
+	for _, ep := range endpoints {
+		if msg := checkEndpoint(ep.s); msg != "" {
+			m.errorf(ep.pos, "etcd.endpoints: %q %s", ep.s, msg)
+			continue
+		}
+		if first, dup := seen[ep.s]; dup {
+			m.errorf(ep.pos, "etcd.endpoints: %q is listed twice (first at line %d)", ep.s, first.Line)
+			continue
+		}
+		seen[ep.s] = ep.pos
+		e.Endpoints = append(e.Endpoints, ep.s)
+	}
+	external := len(endpoints) > 0
+	externalOnly := func(key string) {
+		if !external {
+			m.errorf(m.keyPos(key), "etcd.%s applies only to an external etcd cluster; set etcd.endpoints or remove it", key)
+		}
+	}
+
+	if dir, ok := m.str("embedded_dir"); ok {
+		if external {
+			m.errorf(m.keyPos("embedded_dir"), "etcd.embedded_dir applies only to the embedded etcd, which is not used when etcd.endpoints is set")
+		}
+		if p.absPath(m, "embedded_dir", dir) {
+			e.EmbeddedDir = dir
+		}
+	}
+	if prefix, ok := m.str("prefix"); ok {
+		trimmed := strings.TrimRight(prefix, "/")
+		switch {
+		case !strings.HasPrefix(prefix, "/") || trimmed == "":
+			m.errorf(m.valuePos("prefix"), "etcd.prefix %q must start with / and name a key prefix, e.g. /snip-jobs", prefix)
+		case strings.ContainsFunc(prefix, func(r rune) bool { return r <= ' ' || r == 0x7f }):
+			m.errorf(m.valuePos("prefix"), "etcd.prefix %q must not contain spaces or control characters", prefix)
+		default:
+			e.Prefix = trimmed
+		}
+	}
+	if d, ok := m.duration("dial_timeout", zeroOrPositive); ok && d > 0 {
+		e.DialTimeout = d
+	}
+
+	if m.has("tls") {
+		externalOnly("tls")
+	}
+	tls := m.sub("tls")
+	if ca, ok := tls.str("ca"); ok && p.absPath(tls, "ca", ca) {
+		e.TLS.CA = ca
+	}
+	if cert, ok := tls.str("cert"); ok && p.absPath(tls, "cert", cert) {
+		e.TLS.Cert = cert
+	}
+	if key, ok := tls.str("key"); ok && p.absPath(tls, "key", key) {
+		e.TLS.Key = key
+	}
+	switch {
+	case tls.has("cert") && !tls.has("key"):
+		tls.errorf(tls.keyPos("cert"), "etcd.tls: cert is set without key; a client certificate needs both")
+	case tls.has("key") && !tls.has("cert"):
+		tls.errorf(tls.keyPos("key"), "etcd.tls: key is set without cert; a client certificate needs both")
+	}
+	tls.finish()
+
+	if m.has("auth") {
+		externalOnly("auth")
+	}
+	auth := m.sub("auth")
+	if user, ok := auth.str("user"); ok {
+		if user == "" {
+			auth.errorf(auth.valuePos("user"), "etcd.auth.user must not be empty")
+		}
+		e.Auth.User = user
+	}
+	e.Auth.PasswordFile, e.Auth.PasswordEnv = p.secretSource(auth, "password_file", "password_env")
+	hasPassword := auth.has("password_file") || auth.has("password_env")
+	switch {
+	case auth.has("user") && !hasPassword:
+		auth.errorf(auth.keyPos("user"), "etcd.auth.user is set without a password: set password_file or password_env")
+	case !auth.has("user") && hasPassword:
+		auth.errorf(auth.at, "etcd.auth has a password but no user: set user")
+	}
+	auth.finish()
+	m.finish()
+	return e
+}
+
+// checkEndpoint returns what is wrong with an etcd endpoint URL, or "".
+func checkEndpoint(ep string) string {
+	u, err := url.Parse(ep)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "must be a URL such as https://10.0.0.1:2379"
+	}
+	if u.Port() == "" {
+		return "needs a port, e.g. :2379"
+	}
+	if (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
+		return "must be just scheme://host:port"
+	}
+	return ""
+}
+
+// absPath reports whether path (the value of key) is absolute, reporting it if not:
+// the service's working directory is not the place to resolve paths against.
+func (p *parser) absPath(m *mapping, key, path string) bool {
+	if path == "" || !filepath.IsAbs(path) {
+		m.errorf(m.valuePos(key), "%s %q must be an absolute path", m.path(key), path)
+		return false
+	}
+	return true
+}
+
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// secretSource reads a pair of keys naming where a secret is: a file or an
+// environment variable, not both. A bad value is not repeated in the message: it
+// may be the secret itself, pasted in the wrong place.
+func (p *parser) secretSource(m *mapping, fileKey, envKey string) (file, env string) {
+	if f, ok := m.str(fileKey); ok {
+		if filepath.IsAbs(f) {
+			file = f
+		} else {
+			m.errorf(m.valuePos(fileKey), "%s must be the absolute path of a file holding the secret", m.path(fileKey))
+		}
+	}
+	if e, ok := m.str(envKey); ok {
+		if envName.MatchString(e) {
+			env = e
+		} else {
+			m.errorf(m.valuePos(envKey), "%s must be the name of an environment variable holding the secret (letters, digits, _)", m.path(envKey))
+		}
+	}
+	if m.has(fileKey) && m.has(envKey) {
+		first, second := fileKey, envKey
+		if comparePos(m.keyPos(second), m.keyPos(first)) < 0 {
+			first, second = second, first
+		}
+		m.errorf(m.keyPos(second), "%s (line %d) and %s are both set: choose one",
+			m.path(first), m.keyPos(first).Line, m.path(second))
+	}
+	return file, env
+}
+
+func (p *parser) postgres(m *mapping) Postgres {
+	var pg Postgres
+	pg.URLFile, pg.URLEnv = p.secretSource(m, "url_file", "url_env")
+	if !m.has("url_file") && !m.has("url_env") {
+		pg.URLEnv = DefaultDatabaseURLEnv
+	}
+	pg.MigrateOnStart, _ = m.boolean("migrate_on_start")
+	m.finish()
+	return pg
+}
+
+func (p *parser) leadership(m *mapping) Leadership {
+	ttl, _ := m.duration("ttl", zeroOrPositive)
+	margin, _ := m.duration("margin", zeroOrPositive)
+	renew, _ := m.duration("renew_interval", zeroOrPositive)
+	ttl, margin, renew = leadership.TimingDefaults(ttl, margin, renew)
+	if err := leadership.CheckTiming(ttl, margin, renew); err != nil {
+		for _, e := range splitErrors(err) {
+			m.errorf(m.at, "%s", e)
+		}
+	}
+	m.finish()
+	return Leadership{TTL: ttl, Margin: margin, RenewInterval: renew}
+}
+
+// splitErrors returns the messages of a joined error one by one.
+func splitErrors(err error) []string {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []string
+		for _, e := range j.Unwrap() {
+			out = append(out, splitErrors(e)...)
+		}
+		return out
+	}
+	return []string{err.Error()}
+}
+
+func (p *parser) http(m *mapping) HTTP {
+	h := HTTP{Listen: DefaultHTTPListen}
+	if listen, ok := m.str("listen"); ok {
+		if msg := checkListen(listen); msg != "" {
+			m.errorf(m.valuePos("listen"), "http.listen %q %s", listen, msg)
+		} else {
+			h.Listen = listen
+		}
+	}
+	m.finish()
+	return h
+}
+
+func checkListen(addr string) string {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "must be host:port, e.g. 127.0.0.1:9469 (or :9469 for every interface)"
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return "has a bad port: use a number from 0 to 65535"
+	}
+	return ""
+}
+
+var logLevels = map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.LevelInfo, "warn": slog.LevelWarn, "error": slog.LevelError}
+
+func (p *parser) log(m *mapping) Log {
+	l := Log{Format: LogAuto, Level: slog.LevelInfo}
+	if format, ok := m.str("format"); ok {
+		switch f := LogFormat(format); f {
+		case LogAuto, LogText, LogJSON:
+			l.Format = f
+		default:
+			m.errorf(m.valuePos("format"), "log.format %q must be auto, text or json", format)
+		}
+	}
+	if level, ok := m.str("level"); ok {
+		if lv, known := logLevels[level]; known {
+			l.Level = lv
+		} else {
+			m.errorf(m.valuePos("level"), "log.level %q must be debug, info, warn or error", level)
+		}
+	}
+	m.finish()
+	return l
+}

@@ -1,0 +1,156 @@
+package configs_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/snip/snip-jobs/configs"
+)
+
+const secretURL = "postgres://snip:hunter2@db.internal/snip"
+
+func TestDatabaseURLFromTheEnvironment(t *testing.T) {
+	t.Setenv("SNIP_JOBS_DATABASE_URL", "  "+secretURL+"\n")
+	f := mustParse(t, lines("instance: a"))
+	got, err := f.DatabaseURL()
+	if err != nil || got != secretURL {
+		t.Errorf("DatabaseURL() = %q, %v; want the variable's value, trimmed", got, err)
+	}
+}
+
+func TestDatabaseURLFromAFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "database-url")
+	if err := os.WriteFile(path, []byte(secretURL+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f := mustParse(t, lines("instance: a", "postgres: {url_file: "+path+"}"))
+	got, err := f.DatabaseURL()
+	if err != nil || got != secretURL {
+		t.Errorf("DatabaseURL() = %q, %v; want the file's content, trimmed", got, err)
+	}
+}
+
+func TestMissingSecretsSayWhereTheyWereLookedFor(t *testing.T) {
+	dir := t.TempDir()
+	blank := filepath.Join(dir, "blank")
+	if err := os.WriteFile(blank, []byte(" \n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "missing")
+	t.Setenv("SNIP_EMPTY", "")
+
+	for _, c := range []struct {
+		name string
+		file []byte
+		read func(*configs.File) (string, error)
+		want string
+	}{
+		{"unset variable", lines("postgres: {url_env: SNIP_UNSET_FOR_TEST}"),
+			(*configs.File).DatabaseURL, "environment variable SNIP_UNSET_FOR_TEST (postgres.url_env) is not set"},
+		{"empty variable", lines("postgres: {url_env: SNIP_EMPTY}"),
+			(*configs.File).DatabaseURL, "environment variable SNIP_EMPTY (postgres.url_env) is empty"},
+		{"blank file", lines("postgres: {url_file: " + blank + "}"),
+			(*configs.File).DatabaseURL, "postgres.url_file " + blank + " is empty"},
+		{"missing file", lines("postgres: {url_file: " + missing + "}"),
+			(*configs.File).DatabaseURL, "cannot read postgres.url_file " + missing + ": no such file or directory"},
+		{"etcd password file missing", lines(
+			"etcd:",
+			"  endpoints: [https://10.0.0.1:2379]",
+			"  auth: {user: snip, password_file: "+missing+"}"),
+			(*configs.File).EtcdPassword, "cannot read etcd.auth.password_file " + missing},
+		{"etcd password variable unset", lines(
+			"etcd:",
+			"  endpoints: [https://10.0.0.1:2379]",
+			"  auth: {user: snip, password_env: SNIP_UNSET_FOR_TEST}"),
+			(*configs.File).EtcdPassword, "environment variable SNIP_UNSET_FOR_TEST (etcd.auth.password_env) is not set"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := mustParse(t, append(lines("instance: a"), c.file...))
+			_, err := c.read(f)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("got %v, want an error containing %q", err, c.want)
+			}
+		})
+	}
+}
+
+func TestEtcdPasswordWithoutAuthIsEmpty(t *testing.T) {
+	f := mustParse(t, lines("instance: a"))
+	if pw, err := f.EtcdPassword(); pw != "" || err != nil {
+		t.Errorf("EtcdPassword() = %q, %v; want \"\", nil", pw, err)
+	}
+}
+
+func TestEtcdPasswordFromTheEnvironment(t *testing.T) {
+	t.Setenv("SNIP_ETCD_PW", "s3cret")
+	f := mustParse(t, lines(
+		"etcd:",
+		"  endpoints: [https://10.0.0.1:2379]",
+		"  auth: {user: snip, password_env: SNIP_ETCD_PW}",
+	))
+	if pw, err := f.EtcdPassword(); pw != "s3cret" || err != nil {
+		t.Errorf("EtcdPassword() = %q, %v", pw, err)
+	}
+}
+
+func TestASecretPastedInTheWrongPlaceIsNotRepeated(t *testing.T) {
+	errs := problems(t, lines(
+		"postgres:",
+		"  url_env: "+secretURL,
+		"etcd:",
+		"  endpoints: [https://10.0.0.1:2379]",
+		"  auth: {user: snip, password_file: hunter2}",
+	))
+	if strings.Contains(errs.Error(), "hunter2") {
+		t.Errorf("a problem repeats the secret:\n%v", errs)
+	}
+	if len(errs) != 2 {
+		t.Errorf("got %d problems, want 2 (url_env, password_file):%s", len(errs), dump(errs))
+	}
+}
+
+func TestRedactedNamesWhereSecretsAreButNeverTheSecrets(t *testing.T) {
+	t.Setenv("SNIP_JOBS_DATABASE_URL", secretURL)
+	t.Setenv("SNIP_ETCD_PW", "s3cret")
+	f := mustParse(t, lines(
+		"instance: a",
+		"etcd:",
+		"  endpoints: [https://10.0.0.1:2379]",
+		"  auth: {user: snip, password_env: SNIP_ETCD_PW}",
+	))
+	out := f.Redacted()
+	for _, secret := range []string{secretURL, "hunter2", "s3cret"} {
+		if strings.Contains(out, secret) {
+			t.Errorf("Redacted() contains a secret %q:\n%s", secret, out)
+		}
+	}
+	for _, source := range []string{"url_env: SNIP_JOBS_DATABASE_URL", "password_env: SNIP_ETCD_PW"} {
+		if !strings.Contains(out, source) {
+			t.Errorf("Redacted() does not name the source %q:\n%s", source, out)
+		}
+	}
+}
+
+func TestRedactedIsAConfigFileMeaningTheSame(t *testing.T) {
+	f, err := configs.Load("snip-jobs.example.yaml", fakeTypes{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	printed := f.Redacted()
+	again, err := configs.Parse("printed.yaml", []byte(printed), fakeTypes{})
+	if err != nil {
+		t.Fatalf("Redacted output does not parse:\n%v\n\n%s", err, printed)
+	}
+	if got := again.Redacted(); got != strings.Replace(printed, "snip-jobs.example.yaml", "printed.yaml", 1) {
+		t.Errorf("printing the printed file gives something else:\n%s\n\nfirst print:\n%s", got, printed)
+	}
+	for i := range f.Jobs {
+		// (%+v: an absent list and an empty one mean the same here)
+		if fmt.Sprintf("%+v", f.Jobs[i].Options) != fmt.Sprintf("%+v", again.Jobs[i].Options) {
+			t.Errorf("job %s options: printed and parsed back %#v, want %#v", f.Jobs[i].Name, again.Jobs[i].Options, f.Jobs[i].Options)
+		}
+	}
+}

@@ -1,0 +1,36 @@
+// Package fencing makes PostgreSQL refuse writes from a leader whose term has
+// been superseded: the only complete answer to a leader that was paused (GC,
+// SIGSTOP, a suspended VM) between checking its term and writing.
+//
+// Each write goes through Fence.Do with a resource name (what is written, e.g.
+// "report:weekly") and the term's token (package leadership: the leader key's
+// etcd CreateRevision, which grows with every term of a job). Do runs the
+// caller's function in one transaction that first advances the row
+// (resource → highest token seen) of table fencing_tokens (migrations
+// 0001_fencing.sql), and only if the stored token is not higher:
+//
+//	INSERT ... ON CONFLICT (resource) DO UPDATE ... WHERE stored token <= token
+//
+// What is guaranteed: once a transaction fenced with token T has committed on a
+// resource, no transaction fenced with a lower token commits on that resource:
+// it gets a *StaleTokenError (errors.Is ErrStaleToken) before the caller's
+// function runs, and nothing it did is kept. Writes with the stored token
+// itself (the same term writing again) or a higher one go through, and a higher
+// one advances the row. The upsert locks the resource's row until the
+// transaction ends, so fenced writers of one resource run one after the other:
+// a writer that arrives while another holds the row waits, then is checked
+// against what the first committed. The caller's error, a panic, or a
+// cancelled context rolls everything back, the token advance included.
+//
+// What is NOT guaranteed: anything about writes that do not go through Do on
+// the same resource name with the same database, or about effects outside the
+// transaction (HTTP calls, files): those need idempotence or a lock-delay.
+// The check is only as good as the tokens: they must come from one job's terms
+// (one etcd key), so that a later term always has a higher token. A commit
+// whose outcome is unknown (the connection broke during COMMIT) is reported as
+// an error, although the write may have committed. Holding the row for the
+// whole function serialises the resource's writers: keep the function short
+// and do slow work (network calls) before Do. Transactions run at READ
+// COMMITTED, which the check relies on: at a stricter level a waiting writer
+// would get a serialization failure instead of a *StaleTokenError.
+package fencing
