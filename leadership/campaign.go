@@ -16,6 +16,21 @@ import (
 // leads, the job: a process holds at most one term per job.
 var ErrBusy = errors.New("leadership: this session already campaigns for or leads the job")
 
+// CampaignOption adjusts one Campaign.
+type CampaignOption func(*campaignOptions)
+
+type campaignOptions struct {
+	holdback func() time.Duration
+}
+
+// WithHoldback makes the campaign wait f() before every attempt to create the
+// key (the first, and each after the holder goes). A scheduler spreading
+// singletons over instances returns a short delay while this instance already
+// leads its fair share, so that instances with fewer terms win first.
+func WithHoldback(f func() time.Duration) CampaignOption {
+	return func(o *campaignOptions) { o.holdback = f }
+}
+
 // LeaderRecord is the value of a leader key.
 type LeaderRecord struct {
 	Instance string    `json:"instance"`
@@ -33,9 +48,13 @@ type LeaderRecord struct {
 // created, and was checked to be before that lease's deadline after etcd
 // answered: a campaign that waited through a lease's end continues on the next
 // lease and never returns a term of the old one.
-func (s *Session) Campaign(ctx context.Context, job string) (*Term, error) {
+func (s *Session) Campaign(ctx context.Context, job string, opts ...CampaignOption) (*Term, error) {
 	if err := checkName("job", job); err != nil {
 		return nil, err
+	}
+	var o campaignOptions
+	for _, opt := range opts {
+		opt(&o)
 	}
 	s.mu.Lock()
 	if s.busyJobs[job] {
@@ -45,7 +64,7 @@ func (s *Session) Campaign(ctx context.Context, job string) (*Term, error) {
 	s.busyJobs[job] = true
 	s.mu.Unlock()
 
-	t, err := s.campaign(ctx, job)
+	t, err := s.campaign(ctx, job, o)
 	if err != nil {
 		s.release(job)
 		return nil, err
@@ -60,10 +79,18 @@ func (s *Session) release(job string) {
 	s.mu.Unlock()
 }
 
-func (s *Session) campaign(ctx context.Context, job string) (*Term, error) {
+func (s *Session) campaign(ctx context.Context, job string, o campaignOptions) (*Term, error) {
 	key := s.leaderKey(job)
 	log := s.log.With("job", job)
 	for {
+		if o.holdback != nil {
+			if d := o.holdback(); d > 0 {
+				s.pause(ctx, d)
+				if ctx.Err() != nil {
+					return nil, ctx.Err()
+				}
+			}
+		}
 		l, err := s.waitLease(ctx)
 		if err != nil {
 			return nil, err

@@ -407,3 +407,49 @@ func TestKeyDeletedUnderATermEndsIt(t *testing.T) {
 		t.Fatal("term valid after its key was deleted")
 	}
 }
+
+// Resign is guarded by the term's token: an old term resigning late (here after
+// its key was removed and a successor won) leaves the successor's key alone.
+func TestLateResignOfAnOldTermLeavesTheSuccessorInPlace(t *testing.T) {
+	etcd := testenv.StartEtcd(t, 1)
+	cli := etcd.Client(t)
+	a := startSession(t, etcd.Client(t), "server-a")
+	b := startSession(t, etcd.Client(t), "server-b")
+	old := mustWin(t, a, "cert-renewer")
+	next := campaign(context.Background(), b, "cert-renewer")
+	if _, err := cli.Delete(context.Background(), leadership.LeaderKey(prefix(t), "cert-renewer")); err != nil {
+		t.Fatal(err)
+	}
+	successor := await(t, next, "server-b")
+	if err := old.Resign(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	l, ok, err := leadership.Observe(context.Background(), cli, prefix(t), "cert-renewer")
+	if err != nil || !ok || l.Token != successor.Token() {
+		t.Fatalf("after the old term resigned the leader is %+v (present %v, err %v); want token %d", l, ok, err, successor.Token())
+	}
+	if !successor.Valid() {
+		t.Fatal("the successor's term ended")
+	}
+}
+
+// Keep-alives run on the session's own goroutine: a job stuck in a call longer
+// than the TTL (the seed's CA call) does not let its lease lapse.
+func TestAJobBlockedLongerThanTheTTLDoesNotStopKeepAlives(t *testing.T) {
+	etcd := testenv.StartEtcd(t, 1)
+	a := startSession(t, etcd.Client(t), "server-a")
+	term := mustWin(t, a, "cert-renewer")
+	sent := a.Stats().KeepAlivesSent
+	caCall := make(chan struct{})
+	go func() { // the job, blocked in a slow call on the term's behalf
+		time.Sleep(2 * testTTL)
+		close(caCall)
+	}()
+	<-caCall
+	if !term.Valid() {
+		t.Fatalf("term ended while its job was blocked: %v", term.Err())
+	}
+	if got := a.Stats().KeepAlivesSent; got < sent+3 {
+		t.Fatalf("only %d keep-alives sent during two TTLs", got-sent)
+	}
+}

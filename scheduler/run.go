@@ -1,0 +1,134 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/snip/snip-jobs/fencing"
+)
+
+// ErrNotFenced is returned by Run.Fenced for a run without a fencing token: a
+// job that is not a singleton runs on every instance and has nothing to fence by.
+var ErrNotFenced = errors.New("scheduler: this run has no fencing token (the job is not a singleton)")
+
+// ErrTermEnded is returned by Run.Fenced when the run's term has already ended:
+// the write is not attempted.
+var ErrTermEnded = errors.New("scheduler: the run's term has ended")
+
+// ErrNoSlot is returned by Run.CompleteSlot for a run that is not a cron slot.
+var ErrNoSlot = errors.New("scheduler: this run is not a cron slot")
+
+// Run is one execution of a job, handed to Job.Run. Its methods are safe for
+// concurrent use.
+type Run struct {
+	// Job is the job's name from the config.
+	Job string
+	// Instance is this server's instance name.
+	Instance string
+	// Token is the fencing token: the term's (leader mode) or the slot claim's
+	// (database mode). 0 for jobs that are not singletons.
+	Token int64
+	// Slot is the scheduled instant a cron run is for; zero for other schedules.
+	Slot time.Time
+	// Log carries job, instance and token.
+	Log *slog.Logger
+
+	resource string
+	fence    *fencing.Fence
+	valid    func() bool
+	progress atomic.Int64 // unix nanos of the last Progress call
+}
+
+// RunConfig builds a Run outside the scheduler: for tests of job types, which
+// need real tokens and a real database but not the whole scheduler.
+type RunConfig struct {
+	Job, Instance string
+	Token         int64
+	Slot          time.Time
+	Fence         *fencing.Fence // nil: Fenced returns ErrNotFenced
+	// Resource is what Fenced fences by; default the job's name.
+	Resource string
+	// Valid reports whether the term still holds; nil means always.
+	Valid func() bool
+	Log   *slog.Logger
+}
+
+// NewRun builds a Run.
+func NewRun(c RunConfig) *Run {
+	if c.Resource == "" {
+		c.Resource = c.Job
+	}
+	if c.Valid == nil {
+		c.Valid = func() bool { return true }
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	r := &Run{
+		Job: c.Job, Instance: c.Instance, Token: c.Token, Slot: c.Slot,
+		Log:      c.Log.With("job", c.Job, "instance", c.Instance, "token", c.Token),
+		resource: c.Resource, fence: c.Fence, valid: c.Valid,
+	}
+	if !c.Slot.IsZero() {
+		r.Log = r.Log.With("slot", c.Slot)
+	}
+	r.Progress()
+	return r
+}
+
+// Valid reports, without I/O, whether the run's term still holds (always true
+// for jobs that are not singletons). A false answer is final.
+func (r *Run) Valid() bool { return r.valid() }
+
+// Progress tells the watchdog the job is alive. Call it whenever the job has
+// done a unit of work; a singleton with progress_timeout that stays silent
+// longer resigns its term so another instance takes over.
+func (r *Run) Progress() { r.progress.Store(time.Now().UnixNano()) }
+
+func (r *Run) lastProgress() time.Time { return time.Unix(0, r.progress.Load()) }
+
+// Fenced runs fn in one transaction fenced by the run's token on the job's
+// resource (its name, or "<name>#db" in database mode): a newer term's write to
+// it makes this one fail with *fencing.StaleTokenError before fn runs. Every
+// write a singleton makes to PostgreSQL goes through here.
+func (r *Run) Fenced(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	return r.FencedOn(ctx, r.resource, fn)
+}
+
+// FencedOn is Fenced on another resource name (e.g. one per customer domain).
+func (r *Run) FencedOn(ctx context.Context, resource string, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	if r.fence == nil || r.Token <= 0 {
+		return ErrNotFenced
+	}
+	if !r.valid() {
+		return ErrTermEnded
+	}
+	return r.fence.Do(ctx, resource, r.Token, fn)
+}
+
+// CompleteSlot marks the run's cron slot done inside the caller's transaction,
+// so that the job's output and the slot's completion commit together: a slot
+// completed this way is never run again, whatever fails afterwards. A job that
+// does not call it gets its slot marked done after it returns nil, which
+// leaves a window (crash after the job's commit) in which the slot runs twice:
+// such jobs must be idempotent per slot.
+func (r *Run) CompleteSlot(ctx context.Context, tx pgx.Tx) error {
+	if r.Slot.IsZero() {
+		return ErrNoSlot
+	}
+	tag, err := tx.Exec(ctx, `UPDATE cron_slots SET state = 'done', finished_at = now(), error = NULL
+		WHERE job = $1 AND slot = $2 AND token = $3`, r.Job, r.Slot, r.Token)
+	if err != nil {
+		return fmt.Errorf("complete slot %s of %s: %w", r.Slot.Format(time.RFC3339), r.Job, err)
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("complete slot %s of %s: the slot is not claimed with token %d", r.Slot.Format(time.RFC3339), r.Job, r.Token)
+	}
+	return nil
+}
