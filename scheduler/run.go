@@ -42,7 +42,7 @@ type Run struct {
 	resource string
 	fence    *fencing.Fence
 	valid    func() bool
-	progress atomic.Int64 // unix nanos of the last Progress call
+	progress *atomic.Int64 // unix nanos of the last Progress call; shared with the scheduler's watchdog
 }
 
 // RunConfig builds a Run outside the scheduler: for tests of job types, which
@@ -74,6 +74,7 @@ func NewRun(c RunConfig) *Run {
 		Job: c.Job, Instance: c.Instance, Token: c.Token, Slot: c.Slot,
 		Log:      c.Log.With("job", c.Job, "instance", c.Instance, "token", c.Token),
 		resource: c.Resource, fence: c.Fence, valid: c.Valid,
+		progress: new(atomic.Int64),
 	}
 	if !c.Slot.IsZero() {
 		r.Log = r.Log.With("slot", c.Slot)
@@ -90,8 +91,6 @@ func (r *Run) Valid() bool { return r.valid() }
 // done a unit of work; a singleton with progress_timeout that stays silent
 // longer resigns its term so another instance takes over.
 func (r *Run) Progress() { r.progress.Store(time.Now().UnixNano()) }
-
-func (r *Run) lastProgress() time.Time { return time.Unix(0, r.progress.Load()) }
 
 // Fenced runs fn in one transaction fenced by the run's token on the job's
 // resource (its name, or "<name>#db" in database mode): a newer term's write to

@@ -1,0 +1,40 @@
+// Package scheduler runs the jobs of a config file: every job on every instance,
+// or — for a singleton — only while this instance holds the job's term.
+//
+// Data flows one way: config → scheduler → term → job → fenced write. For each
+// singleton in leader mode the scheduler campaigns (package leadership); while
+// it holds the term it runs the job's schedule under the term's context and
+// hands each execution a Run carrying the term's fencing token; when the term
+// ends it cancels the job, waits up to the job's grace period (counting and
+// logging an overrun), resigns so a successor starts at once, and campaigns
+// again. A panic in a job is recovered and ends the term by resignation, as does
+// a watchdog that saw no Run.Progress for progress_timeout.
+//
+// Schedules: continuous (Run until the term ends, restarted with back-off if it
+// returns), interval (every + jitter, counted from the last run of any instance,
+// as recorded in PostgreSQL) and cron (robfig/cron v3 spec in a time zone).
+//
+// Durable cron: each scheduled instant is a slot row in cron_slots, unique per
+// (job, slot), claimed with a fencing token before the job runs and marked done
+// after it (or inside the job's own transaction, Run.CompleteSlot). A new
+// leader first sweeps the catch-up window: slots that fell due within the last
+// minute (or 3×TTL) run whatever the policy, so a failover at the slot instant
+// neither skips nor doubles it; older missed slots run or are marked skipped by
+// the policy (latest, all, none). In database mode every instance sweeps and
+// the unique slot row decides who runs, with a claim token from a PostgreSQL
+// sequence; it needs no etcd. A claim is taken over after ten minutes without
+// completion.
+//
+// Spread: an instance that already leads its fair share of the singletons
+// (ceil(singletons / live instances)) holds back before campaigning, and one
+// that leads more hands one term over every few seconds, so three instances
+// with six singletons settle at two each.
+//
+// What is NOT guaranteed: that a job stops when its term ends. Go cannot stop
+// a goroutine; a job that ignores its context keeps running after the grace
+// period (counted as an overrun). Its writes through Run.Fenced are refused
+// once a successor has written, which is what makes that safe. Effects outside
+// PostgreSQL need their own defences. A cron job that does not complete its
+// slot in its own transaction may run a slot twice if the process dies between
+// the job's commit and the slot's; such jobs must be idempotent per slot.
+package scheduler

@@ -1,0 +1,92 @@
+package scheduler
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/snip/snip-jobs/leadership"
+)
+
+// metrics are the scheduler's Prometheus series. With a nil Registerer they are
+// still counted (status reads some of them) but not exported.
+type metrics struct {
+	leader        *prometheus.GaugeVec   // job
+	token         *prometheus.GaugeVec   // job
+	termStarts    *prometheus.CounterVec // job
+	termEnds      *prometheus.CounterVec // job, reason
+	runs          *prometheus.CounterVec // job, result
+	rejections    *prometheus.CounterVec // resource
+	slotsMissed   *prometheus.CounterVec // job
+	slotsCaughtUp *prometheus.CounterVec // job
+	overruns      *prometheus.CounterVec // job
+	watchdog      *prometheus.CounterVec // job
+}
+
+func newMetrics(reg prometheus.Registerer, session *leadership.Session) *metrics {
+	m := &metrics{
+		leader: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "snip_jobs_leader", Help: "1 while this instance holds the job's term."}, []string{"job"}),
+		token: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "snip_jobs_term_token", Help: "Fencing token of this instance's current term of the job (0 when not leading)."}, []string{"job"}),
+		termStarts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "snip_jobs_term_starts_total", Help: "Terms won by this instance."}, []string{"job"}),
+		termEnds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "snip_jobs_term_ends_total", Help: "Terms of this instance that ended, by reason."}, []string{"job", "reason"}),
+		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "snip_jobs_runs_total", Help: "Job runs by result (ok, error, panic, stale, cancelled)."}, []string{"job", "result"}),
+		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "snip_jobs_fenced_rejections_total", Help: "Writes refused because a newer term had written to the resource."}, []string{"resource"}),
+		slotsMissed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "snip_jobs_cron_slots_skipped_total", Help: "Cron slots missed while nobody ran the job and skipped by the catch-up policy."}, []string{"job"}),
+		slotsCaughtUp: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "snip_jobs_cron_slots_caught_up_total", Help: "Cron slots run late, after being missed."}, []string{"job"}),
+		overruns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "snip_jobs_overruns_total", Help: "Runs still going after the grace period that followed the end of their term."}, []string{"job"}),
+		watchdog: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "snip_jobs_watchdog_resignations_total", Help: "Terms resigned because the job reported no progress within progress_timeout."}, []string{"job"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.leader, m.token, m.termStarts, m.termEnds, m.runs, m.rejections,
+			m.slotsMissed, m.slotsCaughtUp, m.overruns, m.watchdog)
+		if session != nil {
+			reg.MustRegister(sessionCollector{session})
+		}
+	}
+	return m
+}
+
+// sessionCollector exports the leadership session's counters at scrape time.
+type sessionCollector struct{ s *leadership.Session }
+
+var (
+	descHeadroom = prometheus.NewDesc("snip_jobs_lease_headroom_seconds",
+		"Time left until the lease's deadline (TTL − margin after the last acknowledged keep-alive); 0 without a lease.", nil, nil)
+	descLeaseUp = prometheus.NewDesc("snip_jobs_lease_up", "1 while the instance holds a live etcd lease.", nil, nil)
+	descGranted = prometheus.NewDesc("snip_jobs_leases_granted_total", "etcd leases granted to this instance.", nil, nil)
+	descKASent  = prometheus.NewDesc("snip_jobs_keepalives_sent_total", "Keep-alives sent.", nil, nil)
+	descKAFail  = prometheus.NewDesc("snip_jobs_keepalive_failures_total", "Keep-alives that failed or timed out.", nil, nil)
+	descEnds    = prometheus.NewDesc("snip_jobs_lease_ends_total", "Leases of this instance that ended, by reason.", []string{"reason"}, nil)
+	descReclaim = prometheus.NewDesc("snip_jobs_predecessor_leases_reclaimed_total", "Leases of a dead predecessor process revoked at start.", nil, nil)
+)
+
+func (c sessionCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descHeadroom, descLeaseUp, descGranted, descKASent, descKAFail, descEnds, descReclaim} {
+		ch <- d
+	}
+}
+
+func (c sessionCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.s.Stats()
+	up := 0.0
+	if st.Lease != 0 {
+		up = 1
+	}
+	ch <- prometheus.MustNewConstMetric(descHeadroom, prometheus.GaugeValue, st.Headroom.Seconds())
+	ch <- prometheus.MustNewConstMetric(descLeaseUp, prometheus.GaugeValue, up)
+	ch <- prometheus.MustNewConstMetric(descGranted, prometheus.CounterValue, float64(st.LeasesGranted))
+	ch <- prometheus.MustNewConstMetric(descKASent, prometheus.CounterValue, float64(st.KeepAlivesSent))
+	ch <- prometheus.MustNewConstMetric(descKAFail, prometheus.CounterValue, float64(st.KeepAliveFailures))
+	ch <- prometheus.MustNewConstMetric(descReclaim, prometheus.CounterValue, float64(st.Reclaimed))
+	for _, r := range leadership.Reasons {
+		ch <- prometheus.MustNewConstMetric(descEnds, prometheus.CounterValue, float64(st.LeaseEnds[r]), string(r))
+	}
+}

@@ -1,0 +1,331 @@
+package scheduler_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/snip/snip-jobs/configs"
+	"github.com/snip/snip-jobs/scheduler"
+)
+
+// A singleton runs on exactly one of three instances; a job that is not a
+// singleton runs on all three.
+func TestSingletonRunsOnOneInstanceOthersEverywhere(t *testing.T) {
+	c := newCluster(t)
+	reg := registry(t, recordType("record", false))
+	everywhere := configs.Job{Name: "cache-warmer", Type: "record", Grace: time.Second,
+		Schedule: configs.Schedule{Kind: configs.Interval, Every: 50 * time.Millisecond}}
+	jobs := []configs.Job{continuous("aggregator", "record"), everywhere}
+	for _, name := range []string{"server-1", "server-2", "server-3"} {
+		c.start(name, reg, jobs)
+	}
+	eventually(t, "the singleton to write and the everywhere job to run on all three", func() bool {
+		seen := map[string]bool{}
+		for _, e := range c.events("cache-warmer") {
+			seen[e.Instance] = true
+		}
+		return len(c.events("aggregator")) >= 20 && len(seen) == 3
+	})
+	evs := c.checkOneWriterAtATime("aggregator")
+	leader, ok := c.leader("aggregator")
+	if !ok {
+		t.Fatal("no leader key")
+	}
+	for _, e := range evs {
+		if e.Instance != leader.Instance || e.Token != leader.Token {
+			t.Fatalf("singleton row from %s/%d while %s/%d leads", e.Instance, e.Token, leader.Instance, leader.Token)
+		}
+	}
+	for _, e := range c.events("cache-warmer") {
+		if e.Token != 0 {
+			t.Fatalf("a job that is not a singleton ran with token %d", e.Token)
+		}
+	}
+}
+
+// Killing the leader moves the job; the dead leader's token never writes again
+// once the successor has.
+func TestKillingTheLeaderMovesTheJob(t *testing.T) {
+	c := newCluster(t)
+	reg := registry(t, recordType("record", false))
+	jobs := []configs.Job{continuous("aggregator", "record")}
+	nodes := map[string]*node{}
+	for _, name := range []string{"server-1", "server-2", "server-3"} {
+		nodes[name] = c.start(name, reg, jobs)
+	}
+	eventually(t, "a leader writing", func() bool { return len(c.events("aggregator")) > 5 })
+	first, _ := c.leader("aggregator")
+	nodes[first.Instance].crash()
+
+	eventually(t, "another instance to lead and write", func() bool {
+		l, ok := c.leader("aggregator")
+		if !ok || l.Instance == first.Instance {
+			return false
+		}
+		evs := c.events("aggregator")
+		return evs[len(evs)-1].Token == l.Token
+	})
+	c.checkOneWriterAtATime("aggregator")
+}
+
+// SIGTERM-style shutdown hands over at once: the successor's term starts while
+// the old lease still had most of its TTL.
+func TestShutdownHandsOverWithoutWaitingForExpiry(t *testing.T) {
+	c := newCluster(t)
+	reg := registry(t, recordType("record", false))
+	jobs := []configs.Job{continuous("aggregator", "record")}
+	slow := withTTL(10 * time.Second)
+	nodes := map[string]*node{}
+	for _, name := range []string{"server-1", "server-2"} {
+		nodes[name] = c.start(name, reg, jobs, slow)
+	}
+	eventually(t, "a leader", func() bool { _, ok := c.leader("aggregator"); return ok })
+	first, _ := c.leader("aggregator")
+	ttl, err := c.obs.TimeToLive(context.Background(), first.Lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expiresBy := time.Now().Add(time.Duration(ttl.TTL) * time.Second)
+	nodes[first.Instance].stop()
+	eventually(t, "the other instance to lead", func() bool {
+		l, ok := c.leader("aggregator")
+		return ok && l.Instance != first.Instance
+	})
+	if !time.Now().Before(expiresBy) {
+		t.Fatal("the successor won only when the stopped leader's lease would have expired")
+	}
+	c.checkOneWriterAtATime("aggregator")
+}
+
+// The leader is killed while running a cron slot: the successor runs that slot
+// (and every slot that fell due meanwhile) exactly once.
+func TestCronSlotAtLeaderKillRunsExactlyOnce(t *testing.T) {
+	c := newCluster(t)
+	started := make(chan time.Time, 100)
+	blocking := scheduler.Type{Name: "report", New: func(env scheduler.Env, spec configs.Job) (scheduler.Job, error) {
+		record := recordType("x", true)
+		inner, _ := record.New(env, spec)
+		return scheduler.JobFunc(func(ctx context.Context, r *scheduler.Run) error {
+			if r.Instance == "server-1" {
+				started <- r.Slot
+				<-ctx.Done() // killed mid-slot, before writing anything
+				return ctx.Err()
+			}
+			return inner.Run(ctx, r)
+		}), nil
+	}}
+	reg := registry(t, blocking)
+	jobs := []configs.Job{cronJob("weekly-report", "report", time.Second, configs.Leader, configs.Latest)}
+	first := c.start("server-1", reg, jobs)
+	killedAt := <-started // server-1 leads and is inside a slot
+	c.start("server-2", reg, jobs)
+	first.crash()
+
+	eventually(t, "the successor to run the killed slot and a few after it", func() bool {
+		evs := c.events("weekly-report")
+		return len(evs) >= 3 && evs[len(evs)-1].Slot.After(killedAt.Add(2*time.Second))
+	})
+	evs := c.checkOneWriterAtATime("weekly-report")
+	perSlot := map[time.Time]int{}
+	for _, e := range evs {
+		perSlot[e.Slot.UTC()]++
+	}
+	if perSlot[killedAt.UTC()] != 1 {
+		t.Fatalf("the slot the leader was killed in ran %d times, want 1", perSlot[killedAt.UTC()])
+	}
+	last := evs[len(evs)-1].Slot.UTC()
+	for s := killedAt.UTC(); !s.After(last); s = s.Add(time.Second) {
+		if perSlot[s] != 1 {
+			t.Errorf("slot %s ran %d times, want exactly 1", s.Format(time.TimeOnly), perSlot[s])
+		}
+	}
+}
+
+// Database mode: three instances fire every slot; one runs it.
+func TestDatabaseModeRunsEachSlotOnceAcrossThreeInstances(t *testing.T) {
+	c := newCluster(t)
+	reg := registry(t, recordType("record", true))
+	jobs := []configs.Job{cronJob("weekly-report", "record", time.Second, configs.Database, configs.Latest)}
+	for _, name := range []string{"server-1", "server-2", "server-3"} {
+		n := c.start(name, reg, jobs)
+		if n.session != nil {
+			t.Fatal("database mode should not need etcd")
+		}
+	}
+	eventually(t, "several slots", func() bool { return len(c.events("weekly-report")) >= 6 })
+	evs := c.events("weekly-report")
+	perSlot := map[time.Time]int{}
+	for _, e := range evs {
+		perSlot[e.Slot.UTC()]++
+	}
+	first, last := evs[0].Slot.UTC(), evs[len(evs)-1].Slot.UTC()
+	for s := first; !s.After(last); s = s.Add(time.Second) {
+		if perSlot[s] != 1 {
+			t.Errorf("slot %s ran %d times, want 1", s.Format(time.TimeOnly), perSlot[s])
+		}
+	}
+}
+
+// Slots missed while nobody led are caught up by the next leader (they fell
+// due within the last minute, so they run whatever the policy).
+func TestNewLeaderCatchesUpSlotsMissedWhileNobodyLed(t *testing.T) {
+	c := newCluster(t)
+	reg := registry(t, recordType("record", true))
+	jobs := []configs.Job{cronJob("weekly-report", "record", time.Second, configs.Leader, configs.None)}
+	first := c.start("server-1", reg, jobs)
+	eventually(t, "a first slot", func() bool { return len(c.events("weekly-report")) >= 1 })
+	first.stop()
+	stoppedAfter := c.events("weekly-report")
+	lastBefore := stoppedAfter[len(stoppedAfter)-1].Slot.UTC()
+	time.Sleep(3 * time.Second) // nobody leads for a few slots
+	c.start("server-2", reg, jobs)
+	eventually(t, "the new leader to run a slot", func() bool {
+		evs := c.events("weekly-report")
+		return evs[len(evs)-1].Instance == "server-2"
+	})
+	evs := c.events("weekly-report")
+	perSlot := map[time.Time]int{}
+	for _, e := range evs {
+		perSlot[e.Slot.UTC()]++
+	}
+	for s := lastBefore.Add(time.Second); s.Before(lastBefore.Add(3 * time.Second)); s = s.Add(time.Second) {
+		if perSlot[s] != 1 {
+			t.Errorf("slot %s, missed while nobody led, ran %d times; want 1", s.Format(time.TimeOnly), perSlot[s])
+		}
+	}
+}
+
+// Three instances, six singletons: started one after another (the first alone
+// grabs everything), they settle at two each.
+func TestSpreadSettlesAtTwoEach(t *testing.T) {
+	c := newCluster(t)
+	reg := registry(t, recordType("record", false))
+	var jobs []configs.Job
+	for i := range 6 {
+		jobs = append(jobs, continuous(fmt.Sprintf("job-%d", i), "record"))
+	}
+	var nodes []*node
+	for i := range 3 {
+		nodes = append(nodes, c.start(fmt.Sprintf("server-%d", i+1), reg, jobs))
+		if i == 0 {
+			eventually(t, "the first instance to lead all six", func() bool { return nodes[0].sched.Leading() == 6 })
+		}
+	}
+	eventually(t, "two terms on each instance", func() bool {
+		for _, n := range nodes {
+			if n.sched.Leading() != 2 {
+				return false
+			}
+		}
+		return true
+	})
+	for i := range 6 {
+		c.checkOneWriterAtATime(fmt.Sprintf("job-%d", i))
+	}
+}
+
+// A job that reports no progress for progress_timeout resigns its term;
+// another instance takes it over.
+func TestWedgedJobTriggersTheWatchdog(t *testing.T) {
+	c := newCluster(t)
+	wedged := scheduler.Type{Name: "wedged", New: func(scheduler.Env, configs.Job) (scheduler.Job, error) {
+		return scheduler.JobFunc(func(ctx context.Context, r *scheduler.Run) error {
+			if r.Instance == "server-1" {
+				<-ctx.Done() // stuck, never calls Progress
+				return ctx.Err()
+			}
+			for {
+				r.Progress()
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+		}), nil
+	}}
+	job := continuous("aggregator", "wedged")
+	job.ProgressTimeout = 300 * time.Millisecond
+	reg := registry(t, wedged)
+	one := c.start("server-1", reg, []configs.Job{job})
+	eventually(t, "server-1 to lead", func() bool { l, ok := c.leader("aggregator"); return ok && l.Instance == "server-1" })
+	c.start("server-2", reg, []configs.Job{job})
+	eventually(t, "the watchdog to move the job to server-2", func() bool {
+		l, ok := c.leader("aggregator")
+		return ok && l.Instance == "server-2"
+	})
+	if got := metricSum(t, one, "snip_jobs_watchdog_resignations_total"); got < 1 {
+		t.Fatalf("watchdog resignations on server-1 = %v", got)
+	}
+}
+
+// A panic is recovered, logged, and ends the term by resignation.
+func TestPanicEndsTheTermByResignation(t *testing.T) {
+	c := newCluster(t)
+	panicky := scheduler.Type{Name: "panicky", New: func(scheduler.Env, configs.Job) (scheduler.Job, error) {
+		return scheduler.JobFunc(func(ctx context.Context, r *scheduler.Run) error {
+			if r.Instance == "server-1" {
+				panic("boom")
+			}
+			<-ctx.Done()
+			return nil
+		}), nil
+	}}
+	reg := registry(t, panicky)
+	jobs := []configs.Job{continuous("aggregator", "panicky")}
+	slow := withTTL(30 * time.Second) // a hand-over by expiry would take 30 s
+	one := c.start("server-1", reg, jobs, slow)
+	eventually(t, "server-1 to panic once", func() bool {
+		return metricSum(t, one, "snip_jobs_runs_total") >= 1
+	})
+	c.start("server-2", reg, jobs, slow)
+	eventually(t, "server-2 to take over after the resignation", func() bool {
+		l, ok := c.leader("aggregator")
+		return ok && l.Instance == "server-2"
+	})
+}
+
+// An operator's resign request moves the job to another instance.
+func TestResignRequestMovesTheLeader(t *testing.T) {
+	c := newCluster(t)
+	reg := registry(t, recordType("record", false))
+	jobs := []configs.Job{continuous("aggregator", "record")}
+	c.start("server-1", reg, jobs)
+	c.start("server-2", reg, jobs)
+	eventually(t, "a leader", func() bool { _, ok := c.leader("aggregator"); return ok })
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	before, after, err := scheduler.RequestResign(ctx, c.obs, c.prefix, "aggregator")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after == nil || after.Token <= before.Token || after.Instance == before.Instance {
+		t.Fatalf("after the resign request: before %+v, after %+v", before, after)
+	}
+	if _, _, err := scheduler.RequestResign(ctx, c.obs, c.prefix, "no-such-job"); !errors.Is(err, scheduler.ErrNoLeader) {
+		t.Fatalf("resign of a job without leader: %v", err)
+	}
+	c.checkOneWriterAtATime("aggregator")
+}
+
+// metricSum adds up every series of a metric family on a node's registry.
+func metricSum(t *testing.T, n *node, name string) float64 {
+	t.Helper()
+	families, err := n.metrics.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	return sum
+}

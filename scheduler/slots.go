@@ -1,0 +1,322 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/snip/snip-jobs/configs"
+)
+
+// databaseClaimTTL is how long a database-mode claim keeps other instances off
+// a slot; a claimer that dies mid-run is replaced after it.
+const databaseClaimTTL = 10 * time.Minute
+
+// maxSlotsPerSweep bounds the work of one sweep over a long catch-up window of
+// a frequent cron spec; the newest slots are kept.
+const maxSlotsPerSweep = 10000
+
+// claimer takes cron slots: with the term's token (leader mode) or with a
+// fresh claim token (database mode).
+type claimer interface {
+	// claim takes slot if nobody has completed it and nobody else may still be
+	// running it. It returns the token and fencing resource the run must use.
+	claim(ctx context.Context, j *job, slot time.Time) (token int64, resource string, ok bool, err error)
+	// skip records slots that never ran and will not (catch-up policy, or slots
+	// from before the job's first start); it returns how many it recorded.
+	skip(ctx context.Context, j *job, slots []time.Time) (int64, error)
+	// release lets another instance take a slot this one stopped running.
+	release(ctx context.Context, j *job, slot time.Time, token int64)
+	valid() func() bool
+	leader() bool
+}
+
+// reclaimable is the condition under which an existing slot row may be taken
+// again: a failed run after a back-off growing with its attempts (1 to 6
+// minutes), or a running one whose claimer is known to be gone.
+const failedRetry = `(cron_slots.state = 'failed' AND cron_slots.finished_at < now() - least(cron_slots.attempts, 6) * interval '1 minute')`
+
+type leaderClaims struct {
+	s     *Scheduler
+	token int64
+	term  func() bool
+}
+
+func (c leaderClaims) leader() bool       { return true }
+func (c leaderClaims) valid() func() bool { return c.term }
+
+func (c leaderClaims) claim(ctx context.Context, j *job, slot time.Time) (int64, string, bool, error) {
+	var ok bool
+	err := c.s.fence.Do(ctx, j.spec.Name, c.token, func(ctx context.Context, tx pgx.Tx) error {
+		// A running row with a lower token was left by an earlier term: that
+		// leader is gone (its term ended before ours began). One with our own
+		// token is a run of ours whose completion was not recorded.
+		tag, err := tx.Exec(ctx, `INSERT INTO cron_slots (job, slot, state, token, instance) VALUES ($1, $2, 'running', $3, $4)
+			ON CONFLICT (job, slot) DO UPDATE SET state = 'running', token = EXCLUDED.token, instance = EXCLUDED.instance,
+				attempts = cron_slots.attempts + 1, claimed_at = now(), claim_until = NULL, finished_at = NULL, error = NULL
+			WHERE (cron_slots.state = 'running' AND cron_slots.token <= EXCLUDED.token) OR `+failedRetry,
+			j.spec.Name, slot, c.token, c.s.instance)
+		ok = err == nil && tag.RowsAffected() == 1
+		return err
+	})
+	return c.token, j.spec.Name, ok, err
+}
+
+func (c leaderClaims) skip(ctx context.Context, j *job, slots []time.Time) (int64, error) {
+	var n int64
+	err := c.s.fence.Do(ctx, j.spec.Name, c.token, func(ctx context.Context, tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `INSERT INTO cron_slots (job, slot, state, token, instance, finished_at)
+			SELECT $1, slot, 'skipped', $3, $4, now() FROM unnest($2::timestamptz[]) AS slot
+			ON CONFLICT (job, slot) DO NOTHING`, j.spec.Name, slots, c.token, c.s.instance)
+		n = tag.RowsAffected()
+		return err
+	})
+	return n, err
+}
+
+// release is not needed in leader mode: a successor's higher token takes the
+// slot at once.
+func (c leaderClaims) release(context.Context, *job, time.Time, int64) {}
+
+type databaseClaims struct{ s *Scheduler }
+
+func (c databaseClaims) leader() bool       { return false }
+func (c databaseClaims) valid() func() bool { return nil }
+
+// resource fences each database-mode slot separately: claims of different slots
+// have unrelated tokens, and a long run of one slot must not be refused because
+// another instance has since claimed the next.
+func dbResource(j *job, slot time.Time) string {
+	return j.spec.Name + "@" + slot.UTC().Format(time.RFC3339)
+}
+
+func (c databaseClaims) claim(ctx context.Context, j *job, slot time.Time) (int64, string, bool, error) {
+	var token int64
+	err := c.s.cfg.Pool.QueryRow(ctx, `INSERT INTO cron_slots (job, slot, state, token, instance, claim_until)
+		VALUES ($1, $2, 'running', nextval('cron_claim_tokens'), $3, now() + make_interval(secs => $4))
+		ON CONFLICT (job, slot) DO UPDATE SET state = 'running', token = EXCLUDED.token, instance = EXCLUDED.instance,
+			attempts = cron_slots.attempts + 1, claimed_at = now(), claim_until = EXCLUDED.claim_until, finished_at = NULL, error = NULL
+		WHERE (cron_slots.state = 'running' AND cron_slots.claim_until < now()) OR `+failedRetry+`
+		RETURNING token`, j.spec.Name, slot, c.s.instance, databaseClaimTTL.Seconds()).Scan(&token)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, "", false, nil
+	}
+	return token, dbResource(j, slot), err == nil, err
+}
+
+func (c databaseClaims) skip(ctx context.Context, j *job, slots []time.Time) (int64, error) {
+	tag, err := c.s.cfg.Pool.Exec(ctx, `INSERT INTO cron_slots (job, slot, state, token, instance, finished_at)
+		SELECT $1, slot, 'skipped', nextval('cron_claim_tokens'), $3, now() FROM unnest($2::timestamptz[]) AS slot
+		ON CONFLICT (job, slot) DO NOTHING`, j.spec.Name, slots, c.s.instance)
+	return tag.RowsAffected(), err
+}
+
+func (c databaseClaims) release(ctx context.Context, j *job, slot time.Time, token int64) {
+	_, err := c.s.cfg.Pool.Exec(ctx, `UPDATE cron_slots SET claim_until = now()
+		WHERE job = $1 AND slot = $2 AND token = $3 AND state = 'running'`, j.spec.Name, slot, token)
+	if err != nil {
+		j.log.Warn("cannot release the slot; another instance takes it over after the claim expires",
+			"slot", slot, "err", err, "claim_ttl", databaseClaimTTL)
+	}
+}
+
+// runDatabase runs a database-mode cron job: every instance sweeps, the unique
+// slot row decides who runs each slot.
+func (s *Scheduler) runDatabase(ctx context.Context, j *job) {
+	_ = s.durableCron(ctx, j, databaseClaims{s: s})
+}
+
+// durableCron sweeps the job's slots at each fire time (and every minute, to
+// retry failed slots and take over abandoned claims) until ctx ends. In leader
+// mode it returns early when a run's error ends the lead.
+func (s *Scheduler) durableCron(ctx context.Context, j *job, c claimer) error {
+	for ctx.Err() == nil {
+		if err := s.sweep(ctx, j, c); err != nil && c.leader() && endsLead(err) {
+			return err
+		}
+		sleepUntil(ctx, j.spec.Schedule.Spec.Next(time.Now()))
+	}
+	return nil
+}
+
+// onTime is how late a slot may be and still run whatever the catch-up policy:
+// it covers a failover at the slot instant.
+func (s *Scheduler) onTime() time.Duration {
+	d := time.Minute
+	if s.cfg.Session != nil {
+		d = max(d, 3*s.cfg.Session.Config().TTL)
+	}
+	return d
+}
+
+// sweep runs the job's due slots within the catch-up window that nobody has
+// completed: the recent ones always, older never-attempted ones by the policy,
+// failed or abandoned ones when the claim allows. Slots from before the job's
+// first start are not "missed": a job's first sweep records the latest due
+// slot as skipped and runs nothing, so history starts there. It returns the
+// first error that ends the lead.
+func (s *Scheduler) sweep(ctx context.Context, j *job, c claimer) error {
+	return s.sweepAt(ctx, j, c, time.Now())
+}
+
+func (s *Scheduler) sweepAt(ctx context.Context, j *job, c claimer, now time.Time) error {
+	sch := j.spec.Schedule
+	hist, err := s.slotHistory(ctx, j, now.Add(-sch.CatchUpWindow))
+	if err != nil {
+		j.log.Warn("cannot read cron slots; retrying at the next wake-up", "err", err)
+		return nil
+	}
+	if hist.first.IsZero() {
+		due := slotsBetween(sch, now.Add(-sch.CatchUpWindow), now)
+		if len(due) > 0 {
+			_, err := c.skip(ctx, j, due[len(due)-1:])
+			return err
+		}
+		return nil
+	}
+	// Nothing before the first recorded slot counts, nor before the window.
+	due := slotsBetween(sch, later(now.Add(-sch.CatchUpWindow), hist.first), now)
+	onTime := now.Add(-s.onTime())
+	var missed, recent, retry []time.Time
+	for _, slot := range due {
+		switch st, seen := hist.states[slot.UnixNano()]; {
+		case !seen && slot.Before(onTime):
+			missed = append(missed, slot)
+		case !seen:
+			recent = append(recent, slot)
+		case st == "running", st == "failed":
+			retry = append(retry, slot) // the claim decides whether it may be taken
+		}
+	}
+	var skip []time.Time
+	switch n := len(missed); {
+	case n == 0:
+	case sch.CatchUp == configs.All:
+		recent = append(missed, recent...)
+	case sch.CatchUp == configs.Latest && len(recent) == 0:
+		skip, recent = missed[:n-1], missed[n-1:]
+	default: // None, or Latest with a newer slot due now
+		skip = missed
+	}
+	if len(skip) > 0 {
+		n, err := c.skip(ctx, j, skip)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			s.m.slotsMissed.WithLabelValues(j.spec.Name).Add(float64(n))
+			j.log.Warn("cron slots missed while nobody ran the job; skipped by the catch-up policy",
+				"skipped", n, "first", skip[0], "last", skip[len(skip)-1], "policy", sch.CatchUp)
+		}
+	}
+	run := append(retry, recent...)
+	slices.SortFunc(run, time.Time.Compare)
+	for _, slot := range run {
+		ran, err := s.runSlot(ctx, j, c, slot)
+		if ran && slot.Before(onTime) {
+			s.m.slotsCaughtUp.WithLabelValues(j.spec.Name).Inc()
+		}
+		if err != nil && (endsLead(err) || ctx.Err() != nil) {
+			return err
+		}
+	}
+	return nil
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// runSlot claims slot, runs the job for it and records the outcome. ran says
+// whether this instance ran it.
+func (s *Scheduler) runSlot(ctx context.Context, j *job, c claimer, slot time.Time) (ran bool, err error) {
+	token, resource, ok, err := c.claim(ctx, j, slot)
+	if err != nil || !ok {
+		return false, err
+	}
+	r := s.newRun(j, token, slot, resource, c.valid())
+	err = s.call(ctx, j, r)
+	switch {
+	case err == nil:
+		s.finishSlot(ctx, j, r, "done", nil)
+	case ctx.Err() != nil:
+		// Stopped, not failed: leave it running for a successor (leader mode:
+		// its higher token takes it; database mode: released now).
+		c.release(context.WithoutCancel(ctx), j, slot, token)
+	case !endsLead(err):
+		s.finishSlot(ctx, j, r, "failed", err)
+	}
+	return true, err
+}
+
+// finishSlot records a slot's outcome, fenced by the run's token. A slot the job
+// already completed in its own transaction is left as it is.
+func (s *Scheduler) finishSlot(ctx context.Context, j *job, r *Run, state string, runErr error) {
+	var msg *string
+	if runErr != nil {
+		m := runErr.Error()
+		msg = &m
+	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	err := r.Fenced(fctx, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `UPDATE cron_slots SET state = $4, finished_at = now(), error = $5
+			WHERE job = $1 AND slot = $2 AND token = $3 AND state = 'running'`, j.spec.Name, r.Slot, r.Token, state, msg)
+		return err
+	})
+	if err != nil {
+		j.log.Warn("cannot record the slot's outcome; it will be run again", "slot", r.Slot, "state", state, "err", err)
+	}
+}
+
+// slotHistory is what cron_slots says about a job: its first recorded slot
+// ever, and the state of each slot after from.
+type slotHistory struct {
+	first  time.Time
+	states map[int64]string // by slot, UnixNano
+}
+
+func (s *Scheduler) slotHistory(ctx context.Context, j *job, from time.Time) (slotHistory, error) {
+	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	h := slotHistory{states: map[int64]string{}}
+	var first *time.Time
+	if err := s.cfg.Pool.QueryRow(qctx, `SELECT min(slot) FROM cron_slots WHERE job = $1`, j.spec.Name).Scan(&first); err != nil {
+		return h, fmt.Errorf("read cron slots of %s: %w", j.spec.Name, err)
+	}
+	if first == nil {
+		return h, nil
+	}
+	h.first = *first
+	rows, err := s.cfg.Pool.Query(qctx, `SELECT slot, state FROM cron_slots WHERE job = $1 AND slot > $2`, j.spec.Name, from)
+	if err != nil {
+		return h, fmt.Errorf("read cron slots of %s: %w", j.spec.Name, err)
+	}
+	var slot time.Time
+	var state string
+	_, err = pgx.ForEachRow(rows, []any{&slot, &state}, func() error {
+		h.states[slot.UnixNano()] = state
+		return nil
+	})
+	return h, err
+}
+
+// slotsBetween lists the schedule's fire times in (from, to], oldest first,
+// keeping at most maxSlotsPerSweep of the newest.
+func slotsBetween(sch configs.Schedule, from, to time.Time) []time.Time {
+	var out []time.Time
+	for t := sch.Spec.Next(from); !t.IsZero() && !t.After(to); t = sch.Spec.Next(t) {
+		out = append(out, t)
+		if len(out) > maxSlotsPerSweep {
+			out = out[1:]
+		}
+	}
+	return out
+}

@@ -1,0 +1,276 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/snip/snip-jobs/configs"
+	"github.com/snip/snip-jobs/leadership"
+)
+
+// RunRecord is one run of a job, as logged in job_runs.
+type RunRecord struct {
+	ID       int64     `json:"id,omitempty"`
+	Instance string    `json:"instance"`
+	Token    int64     `json:"token"`
+	Slot     time.Time `json:"slot,omitzero"`
+	Started  time.Time `json:"started"`
+	Finished time.Time `json:"finished,omitzero"`
+	Result   string    `json:"result,omitempty"` // "" while running
+	Error    string    `json:"error,omitempty"`
+}
+
+// SlotRecord is a cron slot as recorded in cron_slots.
+type SlotRecord struct {
+	Slot     time.Time `json:"slot"`
+	State    string    `json:"state"`
+	Token    int64     `json:"token"`
+	Instance string    `json:"instance"`
+	Attempts int       `json:"attempts"`
+	Finished time.Time `json:"finished,omitzero"`
+	Error    string    `json:"error,omitempty"`
+}
+
+// recordStart logs the start of a run in job_runs (best-effort: a database
+// outage must not stop jobs that do not need it).
+func (s *Scheduler) recordStart(ctx context.Context, j *job, r *Run) *RunRecord {
+	rec := &RunRecord{Instance: s.instance, Token: r.Token, Slot: r.Slot, Started: time.Now()}
+	if s.cfg.Pool != nil {
+		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		var slot *time.Time
+		if !r.Slot.IsZero() {
+			slot = &r.Slot
+		}
+		err := s.cfg.Pool.QueryRow(bctx, `INSERT INTO job_runs (job, instance, token, slot) VALUES ($1, $2, $3, $4) RETURNING id`,
+			j.spec.Name, s.instance, r.Token, slot).Scan(&rec.ID)
+		if err != nil {
+			r.Log.Debug("cannot log the run's start", "err", err)
+		}
+	}
+	j.mu.Lock()
+	j.last = rec
+	j.mu.Unlock()
+	return rec
+}
+
+func (s *Scheduler) recordFinish(ctx context.Context, j *job, rec *RunRecord, result string, runErr error) {
+	done := *rec
+	done.Finished, done.Result = time.Now(), result
+	if runErr != nil {
+		done.Error = runErr.Error()
+	}
+	j.mu.Lock()
+	j.last = &done
+	j.mu.Unlock()
+	if s.cfg.Pool == nil || rec.ID == 0 {
+		return
+	}
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	var msg *string
+	if runErr != nil {
+		msg = &done.Error
+	}
+	if _, err := s.cfg.Pool.Exec(bctx, `UPDATE job_runs SET finished_at = now(), result = $2, error = $3 WHERE id = $1`,
+		rec.ID, result, msg); err != nil {
+		j.log.Debug("cannot log the run's end", "err", err)
+	}
+}
+
+// JobStatus is this instance's view of one job.
+type JobStatus struct {
+	Job       string        `json:"job"`
+	Type      string        `json:"type"`
+	Singleton bool          `json:"singleton"`
+	Mode      string        `json:"mode"` // everywhere, leader, database
+	Schedule  string        `json:"schedule"`
+	Leading   bool          `json:"leading"`
+	Token     int64         `json:"token,omitempty"`
+	Since     time.Time     `json:"since,omitzero"`
+	Headroom  time.Duration `json:"headroom_ns,omitempty"` // until the term's deadline
+	LastRun   *RunRecord    `json:"last_run,omitempty"`
+}
+
+// Status is this instance's view of its jobs, without I/O.
+func (s *Scheduler) Status() []JobStatus {
+	out := make([]JobStatus, 0, len(s.jobs))
+	for _, j := range s.jobs {
+		st := JobStatus{
+			Job: j.spec.Name, Type: j.spec.Type, Singleton: j.spec.Singleton,
+			Mode: j.mode.String(), Schedule: describeSchedule(j.spec.Schedule),
+		}
+		j.mu.Lock()
+		if t := j.term; t != nil && t.Valid() {
+			st.Leading, st.Token, st.Since = true, t.Token(), t.Started()
+			st.Headroom = max(0, time.Until(t.Deadline()))
+		}
+		if j.last != nil {
+			last := *j.last
+			st.LastRun = &last
+		}
+		j.mu.Unlock()
+		out = append(out, st)
+	}
+	return out
+}
+
+// Leading is the number of terms this instance holds now.
+func (s *Scheduler) Leading() int { return int(s.leading.Load()) }
+
+func describeSchedule(sch configs.Schedule) string {
+	switch sch.Kind {
+	case configs.Continuous:
+		return "continuous"
+	case configs.Interval:
+		if sch.Jitter > 0 {
+			return fmt.Sprintf("every %v (+ up to %v)", sch.Every, sch.Jitter)
+		}
+		return fmt.Sprintf("every %v", sch.Every)
+	case configs.Cron:
+		return fmt.Sprintf("cron %q %s", sch.Cron, sch.Location)
+	}
+	return "?"
+}
+
+// ClusterJob is one job as the whole cluster sees it: the leader in etcd, the
+// last run and the last cron slot in PostgreSQL.
+type ClusterJob struct {
+	JobStatus
+	Leader   *leadership.Leader `json:"leader,omitempty"`
+	LastSlot *SlotRecord        `json:"last_slot,omitempty"`
+}
+
+// ClusterStatus reads the cluster's state of jobs from etcd (cli may be nil:
+// database mode only) and PostgreSQL (pool may be nil). It needs no running
+// instance: `snip-jobs status` calls it from anywhere.
+func ClusterStatus(ctx context.Context, cli *clientv3.Client, prefix string, pool *pgxpool.Pool, jobs []configs.Job) ([]ClusterJob, error) {
+	leaders := map[string]leadership.Leader{}
+	var errs []error
+	if cli != nil {
+		ls, err := leadership.Leaders(ctx, cli, prefix)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		for _, l := range ls {
+			leaders[l.Job] = l
+		}
+	}
+	out := make([]ClusterJob, 0, len(jobs))
+	for _, spec := range jobs {
+		m := everywhere
+		if spec.Singleton {
+			m = leaderMode
+			if spec.Schedule.Kind == configs.Cron && spec.Schedule.Coordination == configs.Database {
+				m = databaseMode
+			}
+		}
+		cj := ClusterJob{JobStatus: JobStatus{Job: spec.Name, Type: spec.Type, Singleton: spec.Singleton,
+			Mode: m.String(), Schedule: describeSchedule(spec.Schedule)}}
+		if l, ok := leaders[spec.Name]; ok {
+			cj.Leader = &l
+			cj.Leading, cj.Token, cj.Since = true, l.Token, l.Since
+		}
+		if pool != nil {
+			if err := readLast(ctx, pool, spec.Name, &cj); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		out = append(out, cj)
+	}
+	return out, errors.Join(errs...)
+}
+
+func readLast(ctx context.Context, pool *pgxpool.Pool, job string, cj *ClusterJob) error {
+	var r RunRecord
+	var slot, finished *time.Time
+	var result, msg *string
+	err := pool.QueryRow(ctx, `SELECT id, instance, token, slot, started_at, finished_at, result, error
+		FROM job_runs WHERE job = $1 ORDER BY id DESC LIMIT 1`, job).
+		Scan(&r.ID, &r.Instance, &r.Token, &slot, &r.Started, &finished, &result, &msg)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		return fmt.Errorf("last run of %s: %w", job, err)
+	default:
+		r.Slot, r.Finished, r.Result, r.Error = deref(slot), deref(finished), deref(result), deref(msg)
+		cj.LastRun = &r
+	}
+	var sr SlotRecord
+	err = pool.QueryRow(ctx, `SELECT slot, state, token, instance, attempts, finished_at, error
+		FROM cron_slots WHERE job = $1 ORDER BY slot DESC LIMIT 1`, job).
+		Scan(&sr.Slot, &sr.State, &sr.Token, &sr.Instance, &sr.Attempts, &finished, &msg)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		return fmt.Errorf("last slot of %s: %w", job, err)
+	default:
+		sr.Finished, sr.Error = deref(finished), deref(msg)
+		cj.LastSlot = &sr
+	}
+	return nil
+}
+
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
+
+// ResignKey is where an operator's request that job's leader resign is put.
+func ResignKey(prefix, job string) string {
+	return strings.TrimSuffix(prefix, "/") + "/resign/" + job
+}
+
+// ErrNoLeader is returned by RequestResign when the job has no leader.
+var ErrNoLeader = errors.New("the job has no leader")
+
+// RequestResign asks the current leader of job to hand over: it writes a
+// request naming the leader's token, which the leader's scheduler watches, and
+// waits until another term holds the job (or nobody, when no other instance is
+// campaigning) or ctx ends. It returns the leader before and after.
+func RequestResign(ctx context.Context, cli *clientv3.Client, prefix, job string) (before leadership.Leader, after *leadership.Leader, err error) {
+	before, ok, err := leadership.Observe(ctx, cli, prefix, job)
+	if err != nil {
+		return before, nil, err
+	}
+	if !ok {
+		return before, nil, fmt.Errorf("resign %s: %w", job, ErrNoLeader)
+	}
+	lease, err := cli.Grant(ctx, 60) // the request cleans itself up
+	if err != nil {
+		return before, nil, fmt.Errorf("resign %s: %w", job, err)
+	}
+	key := ResignKey(prefix, job)
+	if _, err := cli.Put(ctx, key, strconv.FormatInt(before.Token, 10), clientv3.WithLease(lease.ID)); err != nil {
+		return before, nil, fmt.Errorf("resign %s: %w", job, err)
+	}
+	defer cli.Revoke(context.WithoutCancel(ctx), lease.ID)
+	for {
+		l, ok, err := leadership.Observe(ctx, cli, prefix, job)
+		switch {
+		case err != nil:
+			return before, nil, fmt.Errorf("resign %s: %w", job, err)
+		case ok && l.Token != before.Token:
+			return before, &l, nil
+		}
+		select {
+		case <-ctx.Done():
+			if !ok {
+				return before, nil, nil // handed over; nobody has taken it yet
+			}
+			return before, nil, fmt.Errorf("resign %s: the leader (%s, token %d) did not hand over: %w", job, before.Instance, before.Token, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
