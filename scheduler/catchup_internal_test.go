@@ -16,7 +16,9 @@ import (
 
 type fiveMinutes struct{}
 
-func (fiveMinutes) Next(t time.Time) time.Time { return t.Truncate(5 * time.Minute).Add(5 * time.Minute) }
+func (fiveMinutes) Next(t time.Time) time.Time {
+	return t.Truncate(5 * time.Minute).Add(5 * time.Minute)
+}
 
 // The catch-up policy decides what happens to slots missed while nobody ran the
 // job; a slot that fell due within the last minute runs whatever the policy.

@@ -53,9 +53,9 @@ func (e *PanicError) Error() string { return fmt.Sprintf("job panicked: %v", e.V
 type mode int
 
 const (
-	everywhere mode = iota // not a singleton
-	leaderMode             // singleton gated by an etcd term
-	databaseMode           // singleton cron job decided by the unique slot row
+	everywhere   mode = iota // not a singleton
+	leaderMode               // singleton gated by an etcd term
+	databaseMode             // singleton cron job decided by the unique slot row
 )
 
 func (m mode) String() string {
