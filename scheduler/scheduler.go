@@ -213,12 +213,8 @@ func (s *Scheduler) runLeader(ctx context.Context, j *job) {
 			continue
 		}
 		cause := s.lead(ctx, j, term)
-		switch {
-		case errors.Is(cause, errWatchdog), errors.Is(cause, errResignRequested), errors.Is(cause, errRebalance):
-			j.mu.Lock()
-			j.holdUntil = time.Now().Add(2 * s.spreadDelay())
-			j.mu.Unlock()
-		case errors.As(cause, new(*PanicError)):
+		if handedOver(cause) {
+			// Let another instance win this one first.
 			j.mu.Lock()
 			j.holdUntil = time.Now().Add(2 * s.spreadDelay())
 			j.mu.Unlock()
@@ -309,6 +305,13 @@ wait:
 	s.m.termEnds.WithLabelValues(j.spec.Name, endLabel(cause, term)).Inc()
 	log.Info("term over", "why", endLabel(cause, term), "cause", cause, "held_for", time.Since(term.Started()).Round(time.Millisecond))
 	return cause
+}
+
+// handedOver reports whether a lead ended by this instance's choice while the
+// term was still good: watchdog, panic, operator request or spread.
+func handedOver(cause error) bool {
+	return errors.Is(cause, errWatchdog) || errors.Is(cause, errResignRequested) ||
+		errors.Is(cause, errRebalance) || errors.As(cause, new(*PanicError))
 }
 
 // endLabel names why a lead ended, for metrics and logs.
