@@ -93,7 +93,7 @@ func (r *Run) Valid() bool { return r.valid() }
 func (r *Run) Progress() { r.progress.Store(time.Now().UnixNano()) }
 
 // Fenced runs fn in one transaction fenced by the run's token on the job's
-// resource (its name, or "<name>#db" in database mode): a newer term's write to
+// resource (its name; "<name>@<slot>" in database mode): a newer term's write to
 // it makes this one fail with *fencing.StaleTokenError before fn runs. Every
 // write a singleton makes to PostgreSQL goes through here.
 func (r *Run) Fenced(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {

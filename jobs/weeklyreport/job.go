@@ -1,0 +1,179 @@
+package weeklyreport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/snip/snip-jobs/configs"
+	"github.com/snip/snip-jobs/scheduler"
+)
+
+// Options are the settings of a weeklyreport job (the config's options:). The
+// time zone of the weeks is not among them: it is the job's timezone:, the
+// zone its cron spec is read in, so that "Monday 08:00" and "the week that
+// ended at Monday 00:00" are always in the same calendar.
+type Options struct {
+	// Top is how many links the top list holds. Default 10.
+	Top int `yaml:"top" json:"top"`
+	// Growth is how many links each growth list holds; 0 leaves both out.
+	// Default 10.
+	Growth int `yaml:"growth" json:"growth"`
+	// GrowthMinPrevious is how many clicks a link needs in the week before to
+	// be ranked by relative growth (from 1 to 5 clicks is +400 %, which says
+	// little). Default 10.
+	GrowthMinPrevious int64 `yaml:"growth_min_previous" json:"growth_min_previous"`
+}
+
+// Limits of the options.
+const (
+	MaxTop    = 1000
+	MaxGrowth = 1000
+)
+
+// DefaultOptions returns the options a job gets when its config sets none.
+func DefaultOptions() Options {
+	return Options{Top: 10, Growth: 10, GrowthMinPrevious: 10}
+}
+
+// Validate reports every option out of range.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.Top < 1 || o.Top > MaxTop {
+		errs = append(errs, fmt.Errorf("top must be from 1 to %d, not %d", MaxTop, o.Top))
+	}
+	if o.Growth < 0 || o.Growth > MaxGrowth {
+		errs = append(errs, fmt.Errorf("growth must be from 0 (no growth lists) to %d, not %d", MaxGrowth, o.Growth))
+	}
+	if o.GrowthMinPrevious < 1 {
+		errs = append(errs, fmt.Errorf("growth_min_previous must be at least 1, not %d", o.GrowthMinPrevious))
+	}
+	return errors.Join(errs...)
+}
+
+// Type is the weeklyreport job type, for the scheduler's registry.
+func Type() scheduler.Type {
+	return scheduler.Type{
+		Name: "weeklyreport",
+		Doc:  "stores the previous calendar week's click report once per week and queues it for the mailer",
+		Options: func() any {
+			o := DefaultOptions()
+			return &o
+		},
+		New: newJob,
+	}
+}
+
+// job is one configured weeklyreport job.
+type job struct {
+	loc  *time.Location
+	opts Options
+}
+
+func newJob(_ scheduler.Env, spec configs.Job) (scheduler.Job, error) {
+	if spec.Schedule.Kind != configs.Cron {
+		return nil, fmt.Errorf("weeklyreport %q: needs a cron: schedule (e.g. cron: \"0 8 * * MON\"), not %s: "+
+			"each run reports the week before its cron slot", spec.Name, spec.Schedule.Kind)
+	}
+	if !spec.Singleton {
+		return nil, fmt.Errorf("weeklyreport %q: must be a singleton: its writes are fenced by the slot's token", spec.Name)
+	}
+	opts := DefaultOptions()
+	switch o := spec.Options.(type) {
+	case nil:
+	case *Options:
+		opts = *o
+	default:
+		return nil, fmt.Errorf("weeklyreport %q: options are a %T, not *weeklyreport.Options", spec.Name, spec.Options)
+	}
+	if err := opts.Validate(); err != nil {
+		return nil, fmt.Errorf("weeklyreport %q: options: %w", spec.Name, err)
+	}
+	loc := spec.Schedule.Location
+	if loc == nil {
+		loc = time.UTC
+	}
+	if err := checkZone(loc); err != nil {
+		return nil, fmt.Errorf("weeklyreport %q: timezone: %w", spec.Name, err)
+	}
+	return &job{loc: loc, opts: opts}, nil
+}
+
+// Run stores the report of the week before r.Slot, its outbox row and the
+// slot's completion in one fenced transaction. If the week is stored already
+// (this slot ran before, or another slot or job stored it), it stores nothing
+// and only completes the slot.
+func (j *job) Run(ctx context.Context, r *scheduler.Run) error {
+	if r.Slot.IsZero() {
+		return fmt.Errorf("weeklyreport: run of %s has no cron slot: the report's week is the one before the slot", r.Job)
+	}
+	s, err := weekBefore(r.Slot, j.loc)
+	if err != nil {
+		return fmt.Errorf("weeklyreport: slot %s: %w", r.Slot.Format(time.RFC3339), err)
+	}
+	log := r.Log.With("week", s.label)
+	var (
+		stored      *Report // set when this run stored the week
+		storedBy    string  // else the job that had stored it
+		storedToken int64
+	)
+	err = r.Fenced(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		stored, storedBy, storedToken = nil, "", 0
+		err := tx.QueryRow(ctx, `SELECT job, token FROM weekly_reports WHERE week = $1`, s.label).Scan(&storedBy, &storedToken)
+		switch {
+		case err == nil:
+			return r.CompleteSlot(ctx, tx)
+		case !errors.Is(err, pgx.ErrNoRows):
+			return fmt.Errorf("read stored week %s: %w", s.label, err)
+		}
+
+		rep, err := build(ctx, tx, s, j.opts)
+		if err != nil {
+			return err
+		}
+		r.Progress()
+		body, text, csv, err := encode(rep)
+		if err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `INSERT INTO weekly_reports
+			(week, job, time_zone, week_start, week_end, body, body_text, body_csv, token, instance)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+			ON CONFLICT (week) DO NOTHING`,
+			s.label, r.Job, j.loc.String(), s.start(), s.end(), body, text, csv, r.Token, r.Instance)
+		if err != nil {
+			return fmt.Errorf("store week %s: %w", s.label, err)
+		}
+		if tag.RowsAffected() == 0 {
+			// Another job, whose writes are fenced on another resource,
+			// stored the week after our read: its insert decided.
+			storedBy = "(another job, concurrently)"
+			return r.CompleteSlot(ctx, tx)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO weekly_report_outbox (week, subject) VALUES ($1, $2)`,
+			s.label, rep.Subject()); err != nil {
+			return fmt.Errorf("queue mail for week %s: %w", s.label, err)
+		}
+		if err := r.CompleteSlot(ctx, tx); err != nil {
+			return err
+		}
+		stored = rep
+		return nil
+	})
+	switch {
+	case err != nil:
+		return fmt.Errorf("weeklyreport: week %s: %w", s.label, err)
+	case stored != nil:
+		log.InfoContext(ctx, "weekly report stored and queued for mail",
+			"total_clicks", stored.Total, "time_zone", j.loc.String())
+	case storedBy == r.Job:
+		log.InfoContext(ctx, "week already stored; slot completed without a new report", "stored_token", storedToken)
+	default:
+		log.WarnContext(ctx, "week already stored by another job: two weeklyreport jobs share this database; keep one",
+			"stored_by", storedBy, "stored_token", storedToken)
+	}
+	return nil
+}
