@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/snip/snip-jobs/configs"
+	"github.com/snip/snip-jobs/internal/jobtest"
 	"github.com/snip/snip-jobs/scheduler"
 )
 
@@ -15,22 +16,22 @@ import (
 // singleton runs on all three.
 func TestSingletonRunsOnOneInstanceOthersEverywhere(t *testing.T) {
 	c := newCluster(t)
-	reg := registry(t, recordType("record", false))
+	reg := jobtest.Registry(t, recordType("record", false))
 	everywhere := configs.Job{Name: "cache-warmer", Type: "record", Grace: time.Second,
 		Schedule: configs.Schedule{Kind: configs.Interval, Every: 50 * time.Millisecond}}
-	jobs := []configs.Job{continuous("aggregator", "record"), everywhere}
+	jobs := []configs.Job{jobtest.Continuous("aggregator", "record"), everywhere}
 	for _, name := range []string{"server-1", "server-2", "server-3"} {
-		c.start(name, reg, jobs)
+		c.Start(name, reg, jobs)
 	}
-	eventually(t, "the singleton to write and the everywhere job to run on all three", func() bool {
+	jobtest.Eventually(t, "the singleton to write and the everywhere job to run on all three", func() bool {
 		seen := map[string]bool{}
-		for _, e := range c.events("cache-warmer") {
+		for _, e := range events(t, c, "cache-warmer") {
 			seen[e.Instance] = true
 		}
-		return len(c.events("aggregator")) >= 20 && len(seen) == 3
+		return len(events(t, c, "aggregator")) >= 20 && len(seen) == 3
 	})
-	evs := c.checkOneWriterAtATime("aggregator")
-	leader, ok := c.leader("aggregator")
+	evs := checkOneWriterAtATime(t, c, "aggregator")
+	leader, ok := c.Leader("aggregator")
 	if !ok {
 		t.Fatal("no leader key")
 	}
@@ -39,7 +40,7 @@ func TestSingletonRunsOnOneInstanceOthersEverywhere(t *testing.T) {
 			t.Fatalf("singleton row from %s/%d while %s/%d leads", e.Instance, e.Token, leader.Instance, leader.Token)
 		}
 	}
-	for _, e := range c.events("cache-warmer") {
+	for _, e := range events(t, c, "cache-warmer") {
 		if e.Token != 0 {
 			t.Fatalf("a job that is not a singleton ran with token %d", e.Token)
 		}
@@ -50,54 +51,54 @@ func TestSingletonRunsOnOneInstanceOthersEverywhere(t *testing.T) {
 // once the successor has.
 func TestKillingTheLeaderMovesTheJob(t *testing.T) {
 	c := newCluster(t)
-	reg := registry(t, recordType("record", false))
-	jobs := []configs.Job{continuous("aggregator", "record")}
-	nodes := map[string]*node{}
+	reg := jobtest.Registry(t, recordType("record", false))
+	jobs := []configs.Job{jobtest.Continuous("aggregator", "record")}
+	nodes := map[string]*jobtest.Node{}
 	for _, name := range []string{"server-1", "server-2", "server-3"} {
-		nodes[name] = c.start(name, reg, jobs)
+		nodes[name] = c.Start(name, reg, jobs)
 	}
-	eventually(t, "a leader writing", func() bool { return len(c.events("aggregator")) > 5 })
-	first, _ := c.leader("aggregator")
-	nodes[first.Instance].crash()
+	jobtest.Eventually(t, "a leader writing", func() bool { return len(events(t, c, "aggregator")) > 5 })
+	first, _ := c.Leader("aggregator")
+	nodes[first.Instance].Crash()
 
-	eventually(t, "another instance to lead and write", func() bool {
-		l, ok := c.leader("aggregator")
+	jobtest.Eventually(t, "another instance to lead and write", func() bool {
+		l, ok := c.Leader("aggregator")
 		if !ok || l.Instance == first.Instance {
 			return false
 		}
-		evs := c.events("aggregator")
+		evs := events(t, c, "aggregator")
 		return evs[len(evs)-1].Token == l.Token
 	})
-	c.checkOneWriterAtATime("aggregator")
+	checkOneWriterAtATime(t, c, "aggregator")
 }
 
 // SIGTERM-style shutdown hands over at once: the successor's term starts while
 // the old lease still had most of its TTL.
 func TestShutdownHandsOverWithoutWaitingForExpiry(t *testing.T) {
 	c := newCluster(t)
-	reg := registry(t, recordType("record", false))
-	jobs := []configs.Job{continuous("aggregator", "record")}
-	slow := withTTL(10 * time.Second)
-	nodes := map[string]*node{}
+	reg := jobtest.Registry(t, recordType("record", false))
+	jobs := []configs.Job{jobtest.Continuous("aggregator", "record")}
+	slow := jobtest.WithTTL(10 * time.Second)
+	nodes := map[string]*jobtest.Node{}
 	for _, name := range []string{"server-1", "server-2"} {
-		nodes[name] = c.start(name, reg, jobs, slow)
+		nodes[name] = c.Start(name, reg, jobs, slow)
 	}
-	eventually(t, "a leader", func() bool { _, ok := c.leader("aggregator"); return ok })
-	first, _ := c.leader("aggregator")
-	ttl, err := c.obs.TimeToLive(context.Background(), first.Lease)
+	jobtest.Eventually(t, "a leader", func() bool { _, ok := c.Leader("aggregator"); return ok })
+	first, _ := c.Leader("aggregator")
+	ttl, err := c.Obs.TimeToLive(context.Background(), first.Lease)
 	if err != nil {
 		t.Fatal(err)
 	}
 	expiresBy := time.Now().Add(time.Duration(ttl.TTL) * time.Second)
-	nodes[first.Instance].stop()
-	eventually(t, "the other instance to lead", func() bool {
-		l, ok := c.leader("aggregator")
+	nodes[first.Instance].Stop()
+	jobtest.Eventually(t, "the other instance to lead", func() bool {
+		l, ok := c.Leader("aggregator")
 		return ok && l.Instance != first.Instance
 	})
 	if !time.Now().Before(expiresBy) {
 		t.Fatal("the successor won only when the stopped leader's lease would have expired")
 	}
-	c.checkOneWriterAtATime("aggregator")
+	checkOneWriterAtATime(t, c, "aggregator")
 }
 
 // The leader is killed while running a cron slot: the successor runs that slot
@@ -117,18 +118,18 @@ func TestCronSlotAtLeaderKillRunsExactlyOnce(t *testing.T) {
 			return inner.Run(ctx, r)
 		}), nil
 	}}
-	reg := registry(t, blocking)
-	jobs := []configs.Job{cronJob("weekly-report", "report", time.Second, configs.Leader, configs.Latest)}
-	first := c.start("server-1", reg, jobs)
+	reg := jobtest.Registry(t, blocking)
+	jobs := []configs.Job{jobtest.CronJob("weekly-report", "report", time.Second, time.UTC, configs.Leader, configs.Latest)}
+	first := c.Start("server-1", reg, jobs)
 	killedAt := <-started // server-1 leads and is inside a slot
-	c.start("server-2", reg, jobs)
-	first.crash()
+	c.Start("server-2", reg, jobs)
+	first.Crash()
 
-	eventually(t, "the successor to run the killed slot and a few after it", func() bool {
-		evs := c.events("weekly-report")
+	jobtest.Eventually(t, "the successor to run the killed slot and a few after it", func() bool {
+		evs := events(t, c, "weekly-report")
 		return len(evs) >= 3 && evs[len(evs)-1].Slot.After(killedAt.Add(2*time.Second))
 	})
-	evs := c.checkOneWriterAtATime("weekly-report")
+	evs := checkOneWriterAtATime(t, c, "weekly-report")
 	perSlot := map[time.Time]int{}
 	for _, e := range evs {
 		perSlot[e.Slot.UTC()]++
@@ -147,16 +148,16 @@ func TestCronSlotAtLeaderKillRunsExactlyOnce(t *testing.T) {
 // Database mode: three instances fire every slot; one runs it.
 func TestDatabaseModeRunsEachSlotOnceAcrossThreeInstances(t *testing.T) {
 	c := newCluster(t)
-	reg := registry(t, recordType("record", true))
-	jobs := []configs.Job{cronJob("weekly-report", "record", time.Second, configs.Database, configs.Latest)}
+	reg := jobtest.Registry(t, recordType("record", true))
+	jobs := []configs.Job{jobtest.CronJob("weekly-report", "record", time.Second, time.UTC, configs.Database, configs.Latest)}
 	for _, name := range []string{"server-1", "server-2", "server-3"} {
-		n := c.start(name, reg, jobs)
-		if n.session != nil {
+		n := c.Start(name, reg, jobs)
+		if n.Session != nil {
 			t.Fatal("database mode should not need etcd")
 		}
 	}
-	eventually(t, "several slots", func() bool { return len(c.events("weekly-report")) >= 6 })
-	evs := c.events("weekly-report")
+	jobtest.Eventually(t, "several slots", func() bool { return len(events(t, c, "weekly-report")) >= 6 })
+	evs := events(t, c, "weekly-report")
 	perSlot := map[time.Time]int{}
 	for _, e := range evs {
 		perSlot[e.Slot.UTC()]++
@@ -173,20 +174,20 @@ func TestDatabaseModeRunsEachSlotOnceAcrossThreeInstances(t *testing.T) {
 // due within the last minute, so they run whatever the policy).
 func TestNewLeaderCatchesUpSlotsMissedWhileNobodyLed(t *testing.T) {
 	c := newCluster(t)
-	reg := registry(t, recordType("record", true))
-	jobs := []configs.Job{cronJob("weekly-report", "record", time.Second, configs.Leader, configs.None)}
-	first := c.start("server-1", reg, jobs)
-	eventually(t, "a first slot", func() bool { return len(c.events("weekly-report")) >= 1 })
-	first.stop()
-	stoppedAfter := c.events("weekly-report")
+	reg := jobtest.Registry(t, recordType("record", true))
+	jobs := []configs.Job{jobtest.CronJob("weekly-report", "record", time.Second, time.UTC, configs.Leader, configs.None)}
+	first := c.Start("server-1", reg, jobs)
+	jobtest.Eventually(t, "a first slot", func() bool { return len(events(t, c, "weekly-report")) >= 1 })
+	first.Stop()
+	stoppedAfter := events(t, c, "weekly-report")
 	lastBefore := stoppedAfter[len(stoppedAfter)-1].Slot.UTC()
 	time.Sleep(3 * time.Second) // nobody leads for a few slots
-	c.start("server-2", reg, jobs)
-	eventually(t, "the new leader to run a slot", func() bool {
-		evs := c.events("weekly-report")
+	c.Start("server-2", reg, jobs)
+	jobtest.Eventually(t, "the new leader to run a slot", func() bool {
+		evs := events(t, c, "weekly-report")
 		return evs[len(evs)-1].Instance == "server-2"
 	})
-	evs := c.events("weekly-report")
+	evs := events(t, c, "weekly-report")
 	perSlot := map[time.Time]int{}
 	for _, e := range evs {
 		perSlot[e.Slot.UTC()]++
@@ -202,28 +203,28 @@ func TestNewLeaderCatchesUpSlotsMissedWhileNobodyLed(t *testing.T) {
 // grabs everything), they settle at two each.
 func TestSpreadSettlesAtTwoEach(t *testing.T) {
 	c := newCluster(t)
-	reg := registry(t, recordType("record", false))
+	reg := jobtest.Registry(t, recordType("record", false))
 	var jobs []configs.Job
 	for i := range 6 {
-		jobs = append(jobs, continuous(fmt.Sprintf("job-%d", i), "record"))
+		jobs = append(jobs, jobtest.Continuous(fmt.Sprintf("job-%d", i), "record"))
 	}
-	var nodes []*node
+	var nodes []*jobtest.Node
 	for i := range 3 {
-		nodes = append(nodes, c.start(fmt.Sprintf("server-%d", i+1), reg, jobs))
+		nodes = append(nodes, c.Start(fmt.Sprintf("server-%d", i+1), reg, jobs))
 		if i == 0 {
-			eventually(t, "the first instance to lead all six", func() bool { return nodes[0].sched.Leading() == 6 })
+			jobtest.Eventually(t, "the first instance to lead all six", func() bool { return nodes[0].Sched.Leading() == 6 })
 		}
 	}
-	eventually(t, "two terms on each instance", func() bool {
+	jobtest.Eventually(t, "two terms on each instance", func() bool {
 		for _, n := range nodes {
-			if n.sched.Leading() != 2 {
+			if n.Sched.Leading() != 2 {
 				return false
 			}
 		}
 		return true
 	})
 	for i := range 6 {
-		c.checkOneWriterAtATime(fmt.Sprintf("job-%d", i))
+		checkOneWriterAtATime(t, c, fmt.Sprintf("job-%d", i))
 	}
 }
 
@@ -247,17 +248,17 @@ func TestWedgedJobTriggersTheWatchdog(t *testing.T) {
 			}
 		}), nil
 	}}
-	job := continuous("aggregator", "wedged")
+	job := jobtest.Continuous("aggregator", "wedged")
 	job.ProgressTimeout = 300 * time.Millisecond
-	reg := registry(t, wedged)
-	one := c.start("server-1", reg, []configs.Job{job})
-	eventually(t, "server-1 to lead", func() bool { l, ok := c.leader("aggregator"); return ok && l.Instance == "server-1" })
-	c.start("server-2", reg, []configs.Job{job})
-	eventually(t, "the watchdog to move the job to server-2", func() bool {
-		l, ok := c.leader("aggregator")
+	reg := jobtest.Registry(t, wedged)
+	one := c.Start("server-1", reg, []configs.Job{job})
+	jobtest.Eventually(t, "server-1 to lead", func() bool { l, ok := c.Leader("aggregator"); return ok && l.Instance == "server-1" })
+	c.Start("server-2", reg, []configs.Job{job})
+	jobtest.Eventually(t, "the watchdog to move the job to server-2", func() bool {
+		l, ok := c.Leader("aggregator")
 		return ok && l.Instance == "server-2"
 	})
-	if got := metricSum(t, one, "snip_jobs_watchdog_resignations_total"); got < 1 {
+	if got := one.MetricSum(t, "snip_jobs_watchdog_resignations_total"); got < 1 {
 		t.Fatalf("watchdog resignations on server-1 = %v", got)
 	}
 }
@@ -274,16 +275,16 @@ func TestPanicEndsTheTermByResignation(t *testing.T) {
 			return nil
 		}), nil
 	}}
-	reg := registry(t, panicky)
-	jobs := []configs.Job{continuous("aggregator", "panicky")}
-	slow := withTTL(30 * time.Second) // a hand-over by expiry would take 30 s
-	one := c.start("server-1", reg, jobs, slow)
-	eventually(t, "server-1 to panic once", func() bool {
-		return metricSum(t, one, "snip_jobs_runs_total") >= 1
+	reg := jobtest.Registry(t, panicky)
+	jobs := []configs.Job{jobtest.Continuous("aggregator", "panicky")}
+	slow := jobtest.WithTTL(30 * time.Second) // a hand-over by expiry would take 30 s
+	one := c.Start("server-1", reg, jobs, slow)
+	jobtest.Eventually(t, "server-1 to panic once", func() bool {
+		return one.MetricSum(t, "snip_jobs_runs_total") >= 1
 	})
-	c.start("server-2", reg, jobs, slow)
-	eventually(t, "server-2 to take over after the resignation", func() bool {
-		l, ok := c.leader("aggregator")
+	c.Start("server-2", reg, jobs, slow)
+	jobtest.Eventually(t, "server-2 to take over after the resignation", func() bool {
+		l, ok := c.Leader("aggregator")
 		return ok && l.Instance == "server-2"
 	})
 }
@@ -291,41 +292,23 @@ func TestPanicEndsTheTermByResignation(t *testing.T) {
 // An operator's resign request moves the job to another instance.
 func TestResignRequestMovesTheLeader(t *testing.T) {
 	c := newCluster(t)
-	reg := registry(t, recordType("record", false))
-	jobs := []configs.Job{continuous("aggregator", "record")}
-	c.start("server-1", reg, jobs)
-	c.start("server-2", reg, jobs)
-	eventually(t, "a leader", func() bool { _, ok := c.leader("aggregator"); return ok })
-	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	reg := jobtest.Registry(t, recordType("record", false))
+	jobs := []configs.Job{jobtest.Continuous("aggregator", "record")}
+	c.Start("server-1", reg, jobs)
+	c.Start("server-2", reg, jobs)
+	jobtest.Eventually(t, "a leader", func() bool { _, ok := c.Leader("aggregator"); return ok })
+	ctx, cancel := context.WithTimeout(context.Background(), jobtest.Patience)
 	defer cancel()
-	before, after, err := scheduler.RequestResign(ctx, c.obs, c.prefix, "aggregator")
+	before, after, err := scheduler.RequestResign(ctx, c.Obs, c.Prefix, "aggregator")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if after == nil || after.Token <= before.Token || after.Instance == before.Instance {
 		t.Fatalf("after the resign request: before %+v, after %+v", before, after)
 	}
-	if _, _, err := scheduler.RequestResign(ctx, c.obs, c.prefix, "no-such-job"); !errors.Is(err, scheduler.ErrNoLeader) {
+	if _, _, err := scheduler.RequestResign(ctx, c.Obs, c.Prefix, "no-such-job"); !errors.Is(err, scheduler.ErrNoLeader) {
 		t.Fatalf("resign of a job without leader: %v", err)
 	}
-	c.checkOneWriterAtATime("aggregator")
+	checkOneWriterAtATime(t, c, "aggregator")
 }
 
-// metricSum adds up every series of a metric family on a node's registry.
-func metricSum(t *testing.T, n *node, name string) float64 {
-	t.Helper()
-	families, err := n.metrics.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := 0.0
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
-		}
-	}
-	return sum
-}

@@ -1,0 +1,234 @@
+// Package jobtest runs snip-jobs instances inside a test process, on a real etcd
+// member and a real PostgreSQL database, so that tests of the scheduler and of
+// job types can kill, stop and start "servers" and check what the database
+// accepted. Nothing here is a mock: each instance has its own etcd client,
+// leadership session, connection pool and scheduler.
+package jobtest
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/snip/snip-jobs/configs"
+	"github.com/snip/snip-jobs/internal/testenv"
+	"github.com/snip/snip-jobs/leadership"
+	"github.com/snip/snip-jobs/migrations"
+	"github.com/snip/snip-jobs/scheduler"
+)
+
+// Patience bounds waits for things that must happen. It only decides how long
+// a broken build takes to fail, never whether a healthy one passes.
+const Patience = 90 * time.Second
+
+// Cluster is a real etcd member and a migrated PostgreSQL database shared by the
+// instances a test starts. The test's package needs
+// func TestMain(m *testing.M) { os.Exit(testenv.RunMain(m)) }.
+type Cluster struct {
+	T      *testing.T
+	Etcd   *testenv.EtcdCluster
+	URL    string           // database URL
+	DB     *pgxpool.Pool    // the test's own view of the database
+	Obs    *clientv3.Client // the test's own etcd client
+	Prefix string
+	// TTL of the instances' leases (default 2 s; margin a quarter of it).
+	TTL time.Duration
+}
+
+// NewCluster starts etcd and a fresh database with every migration applied.
+func NewCluster(t *testing.T) *Cluster {
+	t.Helper()
+	c := &Cluster{T: t, Etcd: testenv.StartEtcd(t, 1), URL: testenv.PostgresDB(t), TTL: 2 * time.Second,
+		Prefix: "/test/" + strings.ReplaceAll(t.Name(), "/", "-")}
+	if _, err := migrations.Up(context.Background(), c.URL, nil); err != nil {
+		t.Fatal(err)
+	}
+	c.DB = c.Pool()
+	c.Obs = c.Etcd.Client(t)
+	return c
+}
+
+// Pool opens a new pool on the database, closed at the end of the test.
+func (c *Cluster) Pool() *pgxpool.Pool {
+	c.T.Helper()
+	p, err := pgxpool.New(context.Background(), c.URL)
+	if err != nil {
+		c.T.Fatal(err)
+	}
+	c.T.Cleanup(p.Close)
+	return p
+}
+
+// Node is one snip-jobs instance running in the test process.
+type Node struct {
+	Name    string
+	Session *leadership.Session // nil when no job needs etcd
+	Sched   *scheduler.Scheduler
+	Metrics *prometheus.Registry
+	cli     *clientv3.Client
+	cancel  context.CancelFunc
+	done    chan struct{}
+	once    sync.Once
+}
+
+// Option adjusts an instance's configuration.
+type Option func(*configs.File, *leadership.Config)
+
+// WithTTL sets the instance's lease TTL (margin 3/10 of it).
+func WithTTL(ttl time.Duration) Option {
+	return func(_ *configs.File, c *leadership.Config) { c.TTL, c.Margin = ttl, ttl*3/10 }
+}
+
+// Start runs an instance named name with the given jobs.
+func (c *Cluster) Start(name string, reg *scheduler.Registry, jobs []configs.Job, opts ...Option) *Node {
+	c.T.Helper()
+	file := &configs.File{Instance: name, Jobs: jobs}
+	lc := leadership.Config{Prefix: c.Prefix, Instance: name, TTL: c.TTL, Margin: c.TTL / 4, Logger: testenv.Logger(c.T)}
+	for _, o := range opts {
+		o(file, &lc)
+	}
+	n := &Node{Name: name, Metrics: prometheus.NewRegistry(), done: make(chan struct{})}
+	if needsEtcd(jobs) {
+		n.cli = c.Etcd.Client(c.T)
+		lc.Client = n.cli
+		s, err := leadership.NewSession(lc)
+		if err != nil {
+			c.T.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), Patience)
+		defer cancel()
+		if err := s.WaitReady(ctx); err != nil {
+			c.T.Fatal(err)
+		}
+		n.Session = s
+	}
+	sched, err := scheduler.New(scheduler.Config{File: file, Registry: reg, Session: n.Session, Pool: c.Pool(),
+		Log: testenv.Logger(c.T), Metrics: n.Metrics})
+	if err != nil {
+		c.T.Fatal(err)
+	}
+	n.Sched = sched
+	ctx, cancel := context.WithCancel(context.Background())
+	n.cancel = cancel
+	go func() {
+		defer close(n.done)
+		_ = sched.Run(ctx)
+	}()
+	c.T.Cleanup(n.Stop)
+	return n
+}
+
+func needsEtcd(jobs []configs.Job) bool {
+	for _, j := range jobs {
+		if j.Singleton && !(j.Schedule.Kind == configs.Cron && j.Schedule.Coordination == configs.Database) {
+			return true
+		}
+	}
+	return false
+}
+
+// Stop shuts the instance down as SIGTERM does: jobs cancelled, terms
+// resigned, lease revoked.
+func (n *Node) Stop() {
+	n.once.Do(func() {
+		n.cancel()
+		<-n.done
+		if n.Session != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = n.Session.Close(ctx)
+		}
+	})
+}
+
+// Crash stops the instance the way SIGKILL looks from outside: its etcd
+// traffic stops at once (no resign or revoke reaches etcd) and its jobs stop.
+func (n *Node) Crash() {
+	n.once.Do(func() {
+		if n.cli != nil {
+			_ = n.cli.Close()
+		}
+		n.cancel()
+		<-n.done
+	})
+}
+
+// Leader is the job's current leader as etcd sees it.
+func (c *Cluster) Leader(job string) (leadership.Leader, bool) {
+	c.T.Helper()
+	l, ok, err := leadership.Observe(context.Background(), c.Obs, c.Prefix, job)
+	if err != nil {
+		c.T.Fatal(err)
+	}
+	return l, ok
+}
+
+// Grid fires on every multiple of its duration since the zero time: slots are
+// the same instants whoever computes them, like a cron spec's, but seconds apart.
+type Grid time.Duration
+
+// Next implements cron.Schedule.
+func (g Grid) Next(t time.Time) time.Time {
+	d := time.Duration(g)
+	return t.Truncate(d).Add(d)
+}
+
+// Continuous is a continuous singleton job entry.
+func Continuous(name, typ string) configs.Job {
+	return configs.Job{Name: name, Type: typ, Singleton: true, Grace: 2 * time.Second,
+		Schedule: configs.Schedule{Kind: configs.Continuous}}
+}
+
+// CronJob is a singleton cron job entry firing every `every` on a Grid, read in loc.
+func CronJob(name, typ string, every time.Duration, loc *time.Location, coord configs.Coordination, policy configs.CatchUpPolicy) configs.Job {
+	return configs.Job{Name: name, Type: typ, Singleton: true, Grace: 2 * time.Second,
+		Schedule: configs.Schedule{Kind: configs.Cron, Cron: "grid " + every.String(), Spec: Grid(every),
+			Location: loc, Coordination: coord, CatchUp: policy, CatchUpWindow: time.Hour}}
+}
+
+// Registry builds a registry or fails the test.
+func Registry(t *testing.T, types ...scheduler.Type) *scheduler.Registry {
+	t.Helper()
+	r, err := scheduler.NewRegistry(types...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// Eventually polls cond until it holds, failing the test after Patience.
+func Eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(Patience)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %v for: %s", Patience, what)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
+
+// MetricSum adds up every series of a metric family on a node's registry.
+func (n *Node) MetricSum(t *testing.T, name string) float64 {
+	t.Helper()
+	families, err := n.Metrics.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	return sum
+}
