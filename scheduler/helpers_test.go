@@ -110,4 +110,3 @@ func checkOneWriterAtATime(t *testing.T, c *jobtest.Cluster, job string) []event
 	}
 	return evs
 }
-

@@ -311,4 +311,3 @@ func TestResignRequestMovesTheLeader(t *testing.T) {
 	}
 	checkOneWriterAtATime(t, c, "aggregator")
 }
-
