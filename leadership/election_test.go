@@ -453,3 +453,23 @@ func TestAJobBlockedLongerThanTheTTLDoesNotStopKeepAlives(t *testing.T) {
 		t.Fatalf("only %d keep-alives sent during two TTLs", got-sent)
 	}
 }
+
+func TestFreshTokenIsAboveEveryTermsToken(t *testing.T) {
+	etcd := testenv.StartEtcd(t, 1)
+	cli := etcd.Client(t)
+	a := startSession(t, etcd.Client(t), "server-a")
+	term := mustWin(t, a, "weekly-report")
+	tok, err := leadership.FreshToken(context.Background(), cli, prefix(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok <= term.Token() {
+		t.Fatalf("fresh token %d not above the leader's %d", tok, term.Token())
+	}
+	if err := term.Resign(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if next := mustWin(t, a, "weekly-report"); next.Token() <= tok {
+		t.Fatalf("a later term's token %d is not above the operator's %d", next.Token(), tok)
+	}
+}

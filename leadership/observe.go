@@ -95,3 +95,17 @@ func Instances(ctx context.Context, cli *clientv3.Client, prefix string) ([]Regi
 	sort.Slice(out, func(i, j int) bool { return out[i].Instance < out[j].Instance })
 	return out, nil
 }
+
+// FreshToken returns a fencing token larger than that of every term granted so
+// far: the revision of a write made now (etcd revisions are global and only
+// grow, and a term's token is its key's creation revision). It is for an
+// operator's one-off fenced write (rebuilding a report): the write refuses the
+// current leader's later writes to the same resource, so that leader hands
+// over and wins again with a newer token.
+func FreshToken(ctx context.Context, cli *clientv3.Client, prefix string) (int64, error) {
+	resp, err := cli.Put(ctx, prefixOrDefault(prefix)+"/operator-token", time.Now().UTC().Format(time.RFC3339Nano))
+	if err != nil {
+		return 0, fmt.Errorf("leadership: fresh token: %w", err)
+	}
+	return resp.Header.Revision, nil
+}
