@@ -115,6 +115,8 @@ func New(cfg Config) (*Scheduler, error) {
 		s.fence = fencing.New(cfg.Pool, s.instance, fencing.WithRejectHook(func(resource string, token, current int64) {
 			s.m.rejections.WithLabelValues(resource).Inc()
 			s.log.Warn("fenced write refused: a newer term has written", "resource", resource, "token", token, "current", current)
+			s.bookkeep(context.Background(), `INSERT INTO fence_rejections (resource, token, current, instance) VALUES ($1, $2, $3, $4)`,
+				resource, token, current, s.instance)
 		}))
 	}
 	env := Env{Instance: s.instance, Pool: cfg.Pool, Log: s.log, Metrics: cfg.Metrics, Mux: cfg.Mux}
@@ -240,6 +242,10 @@ func (s *Scheduler) lead(ctx context.Context, j *job, term *leadership.Term) err
 	s.m.token.WithLabelValues(j.spec.Name).Set(float64(term.Token()))
 	s.m.termStarts.WithLabelValues(j.spec.Name).Inc()
 	log.Info("leading", "lease", int64(term.Lease()))
+	// Recorded before the job starts and closed before resigning, so that in the
+	// history (database clock) a term's end precedes its successor's start.
+	s.bookkeep(ctx, `INSERT INTO job_terms (job, token, instance) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`,
+		j.spec.Name, term.Token(), s.instance)
 
 	mk := func(slot time.Time) *Run { return s.newRun(j, term.Token(), slot, "", term.Valid) }
 	done := make(chan error, 1)
@@ -288,6 +294,8 @@ wait:
 		cause = ended
 	}
 
+	s.bookkeep(ctx, `UPDATE job_terms SET ended_at = now(), reason = $3 WHERE job = $1 AND token = $2`,
+		j.spec.Name, term.Token(), endLabel(cause, term))
 	// Hand over at once. Resign is guarded by the token: if a successor already
 	// holds the key, it is left alone.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -415,6 +423,20 @@ func (s *Scheduler) fairShare() int64 {
 // than an etcd round trip, far shorter than a TTL.
 func (s *Scheduler) spreadDelay() time.Duration {
 	return max(500*time.Millisecond, s.cfg.Session.Config().RenewInterval/2)
+}
+
+// bookkeep runs one best-effort statement of the scheduler's own records
+// (job_terms, fence_rejections): bounded by a second, done even at shutdown,
+// and its failure never stops a job.
+func (s *Scheduler) bookkeep(ctx context.Context, sql string, args ...any) {
+	if s.cfg.Pool == nil {
+		return
+	}
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	if _, err := s.cfg.Pool.Exec(bctx, sql, args...); err != nil {
+		s.log.Debug("bookkeeping write failed", "err", err)
+	}
 }
 
 // pause waits for d or until ctx ends.

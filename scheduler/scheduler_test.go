@@ -70,6 +70,17 @@ func TestKillingTheLeaderMovesTheJob(t *testing.T) {
 		return evs[len(evs)-1].Token == l.Token
 	})
 	checkOneWriterAtATime(t, c, "aggregator")
+
+	// The term history shows both terms, the dead one never closed.
+	second, _ := c.Leader("aggregator")
+	terms, _, err := scheduler.History(context.Background(), c.DB, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(terms) != 2 || terms[0].Token != first.Token || terms[0].Instance != first.Instance || !terms[0].Ended.IsZero() ||
+		terms[1].Token != second.Token || terms[1].Instance != second.Instance || terms[1].Started.Before(terms[0].Started) {
+		t.Fatalf("term history %+v; want the killed term %d (not closed) then %d", terms, first.Token, second.Token)
+	}
 }
 
 // SIGTERM-style shutdown hands over at once: the successor's term starts while
@@ -99,6 +110,13 @@ func TestShutdownHandsOverWithoutWaitingForExpiry(t *testing.T) {
 		t.Fatal("the successor won only when the stopped leader's lease would have expired")
 	}
 	checkOneWriterAtATime(t, c, "aggregator")
+	terms, _, err := scheduler.History(context.Background(), c.DB, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(terms) == 0 || terms[0].Token != first.Token || terms[0].Reason != "shutdown" || terms[0].Ended.IsZero() {
+		t.Fatalf("term history %+v; want the stopped term %d ended by shutdown", terms, first.Token)
+	}
 }
 
 // The leader is killed while running a cron slot: the successor runs that slot
@@ -183,9 +201,9 @@ func TestNewLeaderCatchesUpSlotsMissedWhileNobodyLed(t *testing.T) {
 	lastBefore := stoppedAfter[len(stoppedAfter)-1].Slot.UTC()
 	time.Sleep(3 * time.Second) // nobody leads for a few slots
 	c.Start("server-2", reg, jobs)
-	jobtest.Eventually(t, "the new leader to run a slot", func() bool {
+	jobtest.Eventually(t, "the new leader to run the slots after the gap", func() bool {
 		evs := events(t, c, "weekly-report")
-		return evs[len(evs)-1].Instance == "server-2"
+		return !evs[len(evs)-1].Slot.Before(lastBefore.Add(3 * time.Second))
 	})
 	evs := events(t, c, "weekly-report")
 	perSlot := map[time.Time]int{}

@@ -274,3 +274,53 @@ func RequestResign(ctx context.Context, cli *clientv3.Client, prefix, job string
 		}
 	}
 }
+
+// TermRecord is one term as recorded in job_terms (database clock). Ended is
+// zero while the term runs, and stays zero for a term whose instance died:
+// the next term's start bounds it.
+type TermRecord struct {
+	Job      string    `json:"job"`
+	Token    int64     `json:"token"`
+	Instance string    `json:"instance"`
+	Started  time.Time `json:"started"`
+	Ended    time.Time `json:"ended,omitzero"`
+	Reason   string    `json:"reason,omitempty"`
+}
+
+// Rejection is a fenced write refused because a newer term had written.
+type Rejection struct {
+	Resource string    `json:"resource"`
+	Token    int64     `json:"token"`
+	Current  int64     `json:"current"`
+	Instance string    `json:"instance"`
+	At       time.Time `json:"at"`
+}
+
+// History reads the terms that overlap [since, now] and the refused writes
+// after since, oldest first.
+func History(ctx context.Context, pool *pgxpool.Pool, since time.Time) ([]TermRecord, []Rejection, error) {
+	rows, err := pool.Query(ctx, `SELECT job, token, instance, started_at, ended_at, coalesce(reason, '')
+		FROM job_terms WHERE ended_at IS NULL OR ended_at >= $1 ORDER BY started_at, token`, since)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read term history: %w", err)
+	}
+	var terms []TermRecord
+	var t TermRecord
+	var ended *time.Time
+	if _, err := pgx.ForEachRow(rows, []any{&t.Job, &t.Token, &t.Instance, &t.Started, &ended, &t.Reason}, func() error {
+		t.Ended = deref(ended)
+		terms = append(terms, t)
+		return nil
+	}); err != nil {
+		return nil, nil, fmt.Errorf("read term history: %w", err)
+	}
+	rows, err = pool.Query(ctx, `SELECT resource, token, current, instance, at FROM fence_rejections WHERE at >= $1 ORDER BY at`, since)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read refused writes: %w", err)
+	}
+	rejections, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Rejection])
+	if err != nil {
+		return nil, nil, fmt.Errorf("read refused writes: %w", err)
+	}
+	return terms, rejections, nil
+}

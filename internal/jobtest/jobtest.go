@@ -72,6 +72,7 @@ type Node struct {
 	Sched   *scheduler.Scheduler
 	Metrics *prometheus.Registry
 	cli     *clientv3.Client
+	pool    *pgxpool.Pool
 	cancel  context.CancelFunc
 	done    chan struct{}
 	once    sync.Once
@@ -108,7 +109,8 @@ func (c *Cluster) Start(name string, reg *scheduler.Registry, jobs []configs.Job
 		}
 		n.Session = s
 	}
-	sched, err := scheduler.New(scheduler.Config{File: file, Registry: reg, Session: n.Session, Pool: c.Pool(),
+	n.pool = c.Pool()
+	sched, err := scheduler.New(scheduler.Config{File: file, Registry: reg, Session: n.Session, Pool: n.pool,
 		Log: testenv.Logger(c.T), Metrics: n.Metrics})
 	if err != nil {
 		c.T.Fatal(err)
@@ -147,15 +149,24 @@ func (n *Node) Stop() {
 	})
 }
 
-// Crash stops the instance the way SIGKILL looks from outside: its etcd
-// traffic stops at once (no resign or revoke reaches etcd) and its jobs stop.
+// Crash stops the instance the way SIGKILL looks from outside: its etcd and
+// database traffic stops at once (no resign, revoke or last write gets out)
+// and its jobs stop.
 func (n *Node) Crash() {
 	n.once.Do(func() {
 		if n.cli != nil {
 			_ = n.cli.Close()
 		}
+		// Refuse new database work at once; Close itself waits for connections
+		// in use, which the cancelled jobs give back.
+		closed := make(chan struct{})
+		go func() { n.pool.Close(); close(closed) }()
+		for n.pool.Ping(context.Background()) == nil {
+			time.Sleep(time.Millisecond)
+		}
 		n.cancel()
 		<-n.done
+		<-closed
 	})
 }
 
