@@ -355,7 +355,7 @@ func (s *Scheduler) newRun(j *job, token int64, slot time.Time, resource string,
 	}
 	r := NewRun(RunConfig{
 		Job: j.spec.Name, Instance: s.instance, Token: token, Slot: slot,
-		Fence: fence, Resource: resource, Valid: valid, Log: s.log,
+		Fence: fence, Resource: resource, Valid: valid, Log: s.cfg.Log, // NewRun adds job, instance, token
 	})
 	r.progress = &j.progress
 	r.Progress()

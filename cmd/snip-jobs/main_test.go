@@ -1,0 +1,404 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/snip/snip-jobs/internal/testenv"
+	"github.com/snip/snip-jobs/leadership"
+)
+
+// binary is snip-jobs, built once by TestMain; the tests drive it as a process,
+// the way systemd and operators do.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "snip-jobs-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "snip-jobs")
+	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := testenv.RunMain(m)
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// Bounds for waiting on processes. Generous: they decide how long a broken
+// setup takes to fail, never whether a working one passes.
+const (
+	waitLong = 90 * time.Second
+	poll     = 50 * time.Millisecond
+)
+
+// eventually polls cond until it holds, failing the test after waitLong.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitLong)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for %s", what)
+		}
+		time.Sleep(poll)
+	}
+}
+
+// result is a finished command.
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// snip runs the binary to completion with extra environment variables.
+func snip(t *testing.T, env []string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, args...)
+	cmd.Env = append(baseEnv(), env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	r := result{stdout: stdout.String(), stderr: stderr.String()}
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		r.code = ee.ExitCode()
+	case err != nil:
+		t.Fatalf("snip-jobs %v: %v", args, err)
+	}
+	return r
+}
+
+// baseEnv is the test's environment without the variables snip-jobs reads, so
+// that the developer's own settings cannot leak in.
+func baseEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "SNIP_JOBS_") || strings.HasPrefix(kv, "NOTIFY_SOCKET=") || strings.HasPrefix(kv, "WATCHDOG_") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
+}
+
+func dbEnv(url string) []string { return []string{"SNIP_JOBS_DATABASE_URL=" + url} }
+
+// freePort returns a port that was free a moment ago.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+const testPrefix = "/snip-jobs-test"
+
+// config describes a test config file.
+type config struct {
+	instance    string
+	endpoints   []string // nil: embedded etcd in embeddedDir
+	embeddedDir string
+	adminPort   int
+	ttl         string // leadership block, e.g. "ttl: 2s\n  margin: 500ms"
+	jobs        string // the jobs list, YAML
+}
+
+// pulseJob is a singleton sql job that records every run as (instance, token)
+// through the fence.
+const pulseJob = `
+  - name: pulse
+    type: sql
+    singleton: true
+    every: 1s
+    grace: 2s
+    options:
+      statement: INSERT INTO pulses (instance, token) VALUES (@instance, @token)
+`
+
+const pulsesTable = `CREATE TABLE pulses (id bigserial PRIMARY KEY, instance text NOT NULL, token bigint NOT NULL)`
+
+func writeConfig(t *testing.T, c config) string {
+	t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "instance: %s\n", c.instance)
+	b.WriteString("etcd:\n")
+	if c.endpoints != nil {
+		fmt.Fprintf(&b, "  endpoints: [%s]\n", strings.Join(c.endpoints, ", "))
+	} else {
+		fmt.Fprintf(&b, "  embedded_dir: %s\n", c.embeddedDir)
+	}
+	fmt.Fprintf(&b, "  prefix: %s\n", testPrefix)
+	b.WriteString("postgres:\n  url_env: SNIP_JOBS_DATABASE_URL\n")
+	if c.ttl == "" {
+		c.ttl = "ttl: 2s\n  margin: 500ms\n  renew_interval: 400ms"
+	}
+	fmt.Fprintf(&b, "leadership:\n  %s\n", c.ttl)
+	fmt.Fprintf(&b, "http:\n  listen: 127.0.0.1:%d\n", c.adminPort)
+	b.WriteString("log:\n  format: json\n  level: info\n")
+	b.WriteString("shutdown_timeout: 15s\n")
+	b.WriteString("jobs:")
+	if strings.TrimSpace(c.jobs) == "" {
+		b.WriteString(" []\n")
+	} else {
+		b.WriteString(c.jobs)
+	}
+	path := filepath.Join(t.TempDir(), c.instance+".yaml")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// instance is a `snip-jobs run` process.
+type instance struct {
+	t      *testing.T
+	name   string
+	config string
+	admin  string // http://127.0.0.1:port
+	cmd    *exec.Cmd
+	out    string // file holding its stderr (the logs) and stdout
+	exited chan struct{}
+	state  *os.ProcessState
+}
+
+// start starts `snip-jobs run` for the config c, and stops it (SIGKILL) at the
+// end of the test if it still runs; its logs are shown when the test failed.
+func start(t *testing.T, c config, env []string, args ...string) *instance {
+	t.Helper()
+	if c.adminPort == 0 {
+		c.adminPort = freePort(t)
+	}
+	path := writeConfig(t, c)
+	in := &instance{
+		t: t, name: c.instance, config: path,
+		admin:  fmt.Sprintf("http://127.0.0.1:%d", c.adminPort),
+		out:    filepath.Join(t.TempDir(), c.instance+".log"),
+		exited: make(chan struct{}),
+	}
+	f, err := os.Create(in.out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	in.cmd = exec.Command(binary, append([]string{"run", "--config", path}, args...)...)
+	in.cmd.Env = append(baseEnv(), env...)
+	in.cmd.Stdout, in.cmd.Stderr = f, f
+	if err := in.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_ = in.cmd.Wait()
+		in.state = in.cmd.ProcessState
+		close(in.exited)
+	}()
+	t.Cleanup(func() {
+		if in.running() {
+			_ = in.cmd.Process.Kill()
+			<-in.exited
+		}
+		if t.Failed() {
+			t.Logf("--- logs of %s ---\n%s", in.name, in.logs())
+		}
+	})
+	return in
+}
+
+func (in *instance) running() bool {
+	select {
+	case <-in.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+func (in *instance) logs() string {
+	b, _ := os.ReadFile(in.out)
+	return string(b)
+}
+
+func (in *instance) signal(sig syscall.Signal) {
+	in.t.Helper()
+	if err := in.cmd.Process.Signal(sig); err != nil {
+		in.t.Fatalf("signal %s: %v", in.name, err)
+	}
+}
+
+// wait waits for the process to exit and returns its exit status (-1 when a
+// signal killed it).
+func (in *instance) wait() int {
+	in.t.Helper()
+	select {
+	case <-in.exited:
+	case <-time.After(waitLong):
+		in.t.Fatalf("%s did not exit", in.name)
+	}
+	return in.state.ExitCode()
+}
+
+// get fetches a path of the admin server: status code and body (0 when it
+// does not answer).
+func (in *instance) get(path string) (int, string) {
+	c := http.Client{Timeout: 10 * time.Second}
+	resp, err := c.Get(in.admin + path)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func (in *instance) waitReady() {
+	in.t.Helper()
+	eventually(in.t, in.name+" ready", func() bool {
+		if !in.running() {
+			in.t.Fatalf("%s exited with %v before it was ready", in.name, in.state)
+		}
+		code, _ := in.get("/readyz")
+		return code == http.StatusOK
+	})
+}
+
+// migrate applies the schema with `snip-jobs migrate` and creates the pulses table.
+func migrate(t *testing.T, configPath, url string) {
+	t.Helper()
+	r := snip(t, dbEnv(url), "migrate", "--config", configPath)
+	if r.code != 0 {
+		t.Fatalf("migrate: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	exec1(t, url, pulsesTable)
+}
+
+func exec1(t *testing.T, url, sql string) {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(context.Background(), sql); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pulse is one row of the pulses table.
+type pulse struct {
+	id       int64
+	instance string
+	token    int64
+}
+
+func pulses(t *testing.T, url string) []pulse {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	rows, err := conn.Query(context.Background(), `SELECT id, instance, token FROM pulses ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []pulse
+	var p pulse
+	_, err = pgx.ForEachRow(rows, []any{&p.id, &p.instance, &p.token}, func() error {
+		out = append(out, p)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// checkPulses checks the fencing invariants over every row: tokens never go
+// down in insert order, and each token (term) belongs to one instance.
+func checkPulses(t *testing.T, ps []pulse) map[int64]string {
+	t.Helper()
+	owner := map[int64]string{}
+	var last int64
+	for _, p := range ps {
+		if p.token <= 0 {
+			t.Errorf("row %d: token %d: a singleton's write without a term", p.id, p.token)
+		}
+		if p.token < last {
+			t.Errorf("row %d: token %d after token %d: a stale term wrote after a newer one", p.id, p.token, last)
+		}
+		last = p.token
+		if o, seen := owner[p.token]; seen && o != p.instance {
+			t.Errorf("token %d written by both %s and %s", p.token, o, p.instance)
+		}
+		owner[p.token] = p.instance
+	}
+	return owner
+}
+
+// leader returns the current leader of job, waiting until there is one whose
+// token differs from not.
+func leaderOf(t *testing.T, cli *clientv3.Client, job string, not int64) leadership.Leader {
+	t.Helper()
+	var l leadership.Leader
+	eventually(t, "a leader of "+job+" other than token "+strconv.FormatInt(not, 10), func() bool {
+		got, ok, err := leadership.Observe(context.Background(), cli, testPrefix, job)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l = got
+		return ok && got.Token != not
+	})
+	return l
+}
+
+// etcdClient is a plain client for the test's own reads.
+func etcdClient(t *testing.T, endpoint string) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+// lines of s that contain every one of subs.
+func linesWith(s string, subs ...string) []string {
+	var out []string
+	for _, line := range strings.Split(s, "\n") {
+		ok := true
+		for _, sub := range subs {
+			ok = ok && strings.Contains(line, sub)
+		}
+		if ok {
+			out = append(out, line)
+		}
+	}
+	return out
+}

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/snip/snip-jobs/migrations"
+)
+
+func migrateCommand() command {
+	return command{
+		name:    "migrate",
+		summary: "apply the database schema migrations built into this binary",
+		about: `Applies every pending schema migration built into this binary to the database
+named by the config (postgres.url_env or postgres.url_file), in order, each in
+its own transaction. Several servers may run it at once: a PostgreSQL advisory
+lock makes one apply the migrations while the others wait and then find nothing
+to do. With --status it changes nothing and lists every migration as applied
+(with its time) or pending. 'run' applies migrations itself at start when the
+config says postgres.migrate_on_start: true.`,
+		flags: func(fs *flag.FlagSet, c *cli) func(context.Context, []string) error {
+			path := configFlag(fs)
+			status := fs.Bool("status", false, "list migrations as applied or pending; change nothing")
+			return func(ctx context.Context, args []string) error {
+				if len(args) > 0 {
+					return usageError("usage: migrate takes no arguments")
+				}
+				f, err := loadConfig(*path)
+				if err != nil {
+					writeLines(c.stderr, "", err.Error())
+					return &exitError{code: 2, err: errSilent}
+				}
+				url, err := f.DatabaseURL()
+				if err != nil {
+					return fmt.Errorf("database URL: %w", err)
+				}
+				if *status {
+					st, err := migrations.Status(ctx, url)
+					if err != nil {
+						return err
+					}
+					tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+					fmt.Fprintln(tw, "VERSION\tFILE\tSTATE\tAPPLIED AT")
+					pending := 0
+					for _, m := range st {
+						state, at := "pending", "-"
+						if m.Applied {
+							state, at = "applied", m.AppliedAt.Format("2006-01-02 15:04:05Z07:00")
+						} else {
+							pending++
+						}
+						fmt.Fprintf(tw, "%04d\t%s\t%s\t%s\n", m.Version, m.Name, state, at)
+					}
+					tw.Flush()
+					fmt.Fprintf(c.stdout, "%d pending\n", pending)
+					return nil
+				}
+				log := newLogger(f.Log, c.stderr)
+				res, err := migrations.Up(ctx, url, log)
+				if err != nil {
+					return err
+				}
+				if len(res.Applied) == 0 {
+					fmt.Fprintf(c.stdout, "schema up to date at version %d\n", res.Current)
+					return nil
+				}
+				vs := make([]string, len(res.Applied))
+				for i, v := range res.Applied {
+					vs[i] = strconv.FormatInt(v, 10)
+				}
+				fmt.Fprintf(c.stdout, "applied %d migration(s) (%s); schema at version %d\n", len(vs), strings.Join(vs, ", "), res.Current)
+				return nil
+			}
+		},
+	}
+}

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/snip/snip-jobs/configs"
+	"github.com/snip/snip-jobs/scheduler"
+)
+
+func resignCommand() command {
+	return command{
+		name:    "resign",
+		args:    "JOB",
+		summary: "make a job's leader hand the job over to another instance now",
+		about: `Asks the instance that currently leads JOB to end its term: it stops the job
+(waiting up to the job's grace period), resigns, and holds back for a moment so
+that another instance wins the job; then prints the leader before and after.
+Use it to move a job off a server before maintenance, or to check that
+failover works. The request names the leader's fencing token, so a leader that
+changed in the meantime is left alone. With a single instance running, the
+same instance takes the job again with a new term. Only singletons led through
+etcd (not database-mode cron jobs) have a leader.`,
+		flags: func(fs *flag.FlagSet, c *cli) func(context.Context, []string) error {
+			path := configFlag(fs)
+			endpoints := fs.String("endpoints", "", "comma-separated etcd endpoints to use instead of the config's\n(with an embedded etcd the default is http://127.0.0.1:2379)")
+			timeout := fs.Duration("timeout", 60*time.Second, "give up waiting for the hand-over after this long")
+			return func(ctx context.Context, args []string) error {
+				if len(args) != 1 {
+					return usageError("usage: resign takes exactly one argument, the job's name")
+				}
+				name := args[0]
+				f, err := loadConfig(*path)
+				if err != nil {
+					writeLines(c.stderr, "", err.Error())
+					return &exitError{code: 2, err: errSilent}
+				}
+				if err := ledThroughEtcd(f, name); err != nil {
+					return &exitError{code: 2, err: err}
+				}
+				cli, err := newEtcdClient(f, etcdEndpoints(f, *endpoints), newLogger(f.Log, c.stderr))
+				if err != nil {
+					return err
+				}
+				defer cli.Close()
+				ctx, cancel := context.WithTimeout(ctx, *timeout)
+				defer cancel()
+				before, after, err := scheduler.RequestResign(ctx, cli, f.Etcd.Prefix, name)
+				if errors.Is(err, scheduler.ErrNoLeader) {
+					return fmt.Errorf("%s has no leader now: nothing to resign (is any instance running it?)", name)
+				}
+				if before.Instance != "" {
+					fmt.Fprintf(c.stdout, "%s: leader was %s (token %d)\n", name, before.Instance, before.Token)
+				}
+				if err != nil {
+					return err
+				}
+				switch {
+				case after == nil:
+					fmt.Fprintf(c.stdout, "%s: handed over; no instance has taken it yet\n", name)
+				case after.Instance == before.Instance:
+					fmt.Fprintf(c.stdout, "%s: now %s again (token %d): no other instance took it; are the others running?\n", name, after.Instance, after.Token)
+				default:
+					fmt.Fprintf(c.stdout, "%s: now %s (token %d)\n", name, after.Instance, after.Token)
+				}
+				return nil
+			}
+		},
+	}
+}
+
+// ledThroughEtcd checks that the config has a job called name that has an etcd
+// leader.
+func ledThroughEtcd(f *configs.File, name string) error {
+	for _, j := range f.Jobs {
+		if j.Name != name {
+			continue
+		}
+		switch {
+		case !j.Singleton:
+			return fmt.Errorf("job %q runs on every instance (singleton: false): it has no leader", name)
+		case j.Schedule.Kind == configs.Cron && j.Schedule.Coordination == configs.Database:
+			return fmt.Errorf("job %q uses coordination: database: each slot is decided in PostgreSQL, there is no leader", name)
+		}
+		return nil
+	}
+	return fmt.Errorf("%s has no job called %q", f.Path, name)
+}

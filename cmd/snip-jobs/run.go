@@ -1,0 +1,406 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/snip/snip-jobs/configs"
+	"github.com/snip/snip-jobs/internal/admin"
+	"github.com/snip/snip-jobs/internal/etcdlocal"
+	"github.com/snip/snip-jobs/leadership"
+	"github.com/snip/snip-jobs/migrations"
+	"github.com/snip/snip-jobs/scheduler"
+)
+
+// Bounds of start-up and shutdown steps that the config does not set.
+const (
+	dbPingTimeout    = 5 * time.Second
+	minStartTimeout  = 30 * time.Second // WaitReady: at least this, or 3 TTLs
+	closeGrace       = 3 * time.Second  // each closing step once shutdown_timeout has passed
+	stuckLeaseFactor = 3                // watchdog: no lease for this many TTLs while etcd answers = stuck
+)
+
+func runCommand() command {
+	return command{
+		name:    "run",
+		summary: "run the service: the config's jobs, until SIGTERM",
+		about: `Runs the jobs of the config file until SIGINT or SIGTERM. A job that is not a
+singleton runs here whatever the other instances do; a singleton runs only while
+this instance holds the job's term in etcd, and its PostgreSQL writes are fenced
+by the term's token. With no etcd endpoints in the config, run starts an
+embedded single-member etcd (in etcd.embedded_dir), which is for one instance or
+development only. The database URL is read from postgres.url_env or
+postgres.url_file and must be set; an unreachable database is logged and
+retried, not fatal.
+
+Start-up fails (exit status 1) when another live process already uses this
+instance name, or when no etcd lease can be had within max(30s, 3 × ttl). Under
+systemd (Type=notify) it reports READY=1 once the jobs run, pings the watchdog
+while the etcd session and the scheduler are healthy, and reports STOPPING=1 at
+shutdown. /metrics, /healthz, /readyz and /status are served on http.listen.
+
+On SIGTERM or SIGINT it stops taking work, cancels the jobs, waits for each up to
+its grace period, resigns every term and revokes its lease, so that other
+instances take over at once, without waiting for the lease to expire; then it
+exits 0. All of that is bounded by shutdown_timeout (exit status 1 if a job did
+not stop in time). A second signal exits at once.`,
+		flags: func(fs *flag.FlagSet, c *cli) func(context.Context, []string) error {
+			path := configFlag(fs)
+			listen := fs.String("embedded-etcd-listen", etcdlocal.DefaultClientAddr,
+				"client address of the embedded etcd, used only when the config has no etcd endpoints\n(a loopback host:port; port 0 picks a free port, logged at start)")
+			return func(ctx context.Context, args []string) error {
+				if len(args) > 0 {
+					return usageError("usage: run takes no arguments")
+				}
+				f, err := loadConfig(*path)
+				if err != nil {
+					writeLines(c.stderr, "", err.Error())
+					return &exitError{code: 2, err: errSilent}
+				}
+				r := &runner{cfg: f, log: newLogger(f.Log, c.stderr), embeddedListen: *listen}
+				r.ilog = r.log.With("instance", f.Instance)
+				if err := r.run(ctx); err != nil {
+					r.ilog.Error("exiting", "err", err)
+					return err
+				}
+				return nil
+			}
+		},
+	}
+}
+
+// runner is one `snip-jobs run` process: what it started, for shutdown.
+type runner struct {
+	cfg            *configs.File
+	log            *slog.Logger // the scheduler and the session add the instance themselves
+	ilog           *slog.Logger // log with the instance, for this file's lines
+	embeddedListen string
+	notify         notifier
+
+	pool     *pgxpool.Pool
+	embedded *etcdlocal.Server
+	etcd     *clientv3.Client
+	session  *leadership.Session
+	sched    *scheduler.Scheduler
+	admin    *admin.Server
+
+	schedRunning atomic.Bool
+	lastLease    atomic.Int64 // unix nanos when the session was last seen holding a lease
+}
+
+// run starts everything, runs until ctx ends (the first signal) or something
+// fails, and shuts down. A nil error means a clean stop.
+func (r *runner) run(ctx context.Context) error {
+	r.notify = notifier{log: r.ilog}
+	// ctx ends at the first signal; a second one ends the process at once.
+	sigs := make(chan os.Signal, 2)
+	defer close(sigs)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs) // before the close above
+	go func() {
+		sig, ok := <-sigs
+		if !ok {
+			return
+		}
+		r.ilog.Info("signal received: shutting down", "signal", sig.String(), "shutdown_timeout", r.cfg.ShutdownTimeout)
+		if sig, ok = <-sigs; ok {
+			r.ilog.Error("second signal: exiting now, without a clean shutdown", "signal", sig.String())
+			os.Exit(1)
+		}
+	}()
+
+	if err := r.start(ctx); err != nil {
+		r.shutdown(nil, nil)
+		if ctx.Err() != nil {
+			r.ilog.Info("stopped during start-up")
+			return nil
+		}
+		return err
+	}
+
+	runCtx, stopJobs := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopJobs()
+	schedDone := make(chan struct{})
+	r.schedRunning.Store(true)
+	go func() {
+		defer close(schedDone)
+		_ = r.sched.Run(runCtx)
+		r.schedRunning.Store(false)
+	}()
+	r.ilog.Info("running", "jobs", len(r.cfg.Jobs), "admin", r.admin.Addr().String())
+	r.notify.ready(r.statusLine())
+	wdCtx, stopWatchdog := context.WithCancel(runCtx)
+	defer stopWatchdog()
+	wdDone := make(chan struct{})
+	go func() {
+		defer close(wdDone)
+		r.notify.watchdog(wdCtx, r.healthy, r.statusLine)
+	}()
+
+	var sessionDone <-chan struct{}
+	if r.session != nil {
+		sessionDone = r.session.Done()
+	}
+	var failure error
+	select {
+	case <-ctx.Done():
+	case <-sessionDone:
+		failure = fmt.Errorf("the etcd session stopped: %w", r.session.Err())
+	case <-schedDone:
+		failure = errors.New("the scheduler stopped by itself")
+	}
+	if failure != nil {
+		r.ilog.Error("shutting down", "err", failure)
+	}
+	stopWatchdog()
+	<-wdDone // no ping after STOPPING=1
+	if err := r.shutdown(stopJobs, schedDone); err != nil && failure == nil {
+		failure = err
+	}
+	if failure == nil {
+		r.ilog.Info("stopped cleanly")
+	}
+	return failure
+}
+
+// start brings up the database pool, etcd, the session, the scheduler and the
+// admin server, and waits for the first lease.
+func (r *runner) start(ctx context.Context) error {
+	f := r.cfg
+	r.ilog.Info("starting", "version", versionString(), "config", f.Path)
+
+	pool, err := openPool(ctx, f, "run")
+	if err != nil {
+		return fmt.Errorf("%w (run needs PostgreSQL: set it in the environment or the file the config names)", err)
+	}
+	r.pool = pool
+	if err := pingDB(ctx, pool, dbPingTimeout); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		r.ilog.Warn("PostgreSQL does not answer yet; jobs that need it fail and retry until it does", "err", err)
+	}
+	if f.Postgres.MigrateOnStart {
+		url, err := f.DatabaseURL()
+		if err != nil {
+			return fmt.Errorf("database URL: %w", err)
+		}
+		if _, err := migrations.Up(ctx, url, r.ilog); err != nil {
+			return fmt.Errorf("migrate on start: %w", err)
+		}
+	}
+
+	if needsEtcd(f) {
+		if err := r.startEtcd(ctx); err != nil {
+			return err
+		}
+	} else {
+		r.ilog.Info("no job is led through etcd (no singleton outside database mode): not using etcd")
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		collectors.NewBuildInfoCollector(),
+	)
+	mux := http.NewServeMux()
+	sched, err := scheduler.New(scheduler.Config{
+		File: f, Registry: registry(), Session: r.session, Pool: r.pool, Log: r.log, Metrics: reg, Mux: mux,
+	})
+	if err != nil {
+		return err
+	}
+	r.sched = sched
+
+	acfg := admin.Config{
+		Listen: f.HTTP.Listen, Mux: mux, Gatherer: reg, Instance: f.Instance, Version: versionString(),
+		DB: r.pool, Jobs: sched, Log: r.ilog,
+	}
+	if r.session != nil {
+		acfg.Session = r.session
+	}
+	a, err := admin.New(acfg)
+	if err != nil {
+		return err
+	}
+	if err := a.Start(); err != nil {
+		return err
+	}
+	r.admin = a
+
+	if r.session != nil {
+		wait := max(minStartTimeout, 3*f.Leadership.TTL)
+		wctx, cancel := context.WithTimeout(ctx, wait)
+		err := r.session.WaitReady(wctx)
+		cancel()
+		var dup *leadership.DuplicateInstanceError
+		switch {
+		case errors.As(err, &dup):
+			return err
+		case err != nil && ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil:
+			return fmt.Errorf("no etcd lease within %v (is etcd reachable at %v?): %w", wait, r.etcd.Endpoints(), err)
+		}
+		r.lastLease.Store(time.Now().UnixNano())
+	}
+	return nil
+}
+
+// startEtcd connects to the configured etcd, or starts the embedded one, and
+// starts the leadership session.
+func (r *runner) startEtcd(ctx context.Context) error {
+	f := r.cfg
+	endpoints := f.Etcd.Endpoints
+	if f.Etcd.Embedded() {
+		srv, err := etcdlocal.Start(ctx, etcdlocal.Config{Dir: f.Etcd.EmbeddedDir, ClientAddr: r.embeddedListen, Log: r.log})
+		if err != nil {
+			return fmt.Errorf("embedded etcd: %w", err)
+		}
+		r.embedded = srv
+		endpoints = []string{srv.Endpoint()}
+		r.ilog.Warn("no etcd endpoints configured: started an embedded single-member etcd. "+
+			"It is for a single instance or for development: instances that each start their own etcd do not see each other, "+
+			"and every one of them would run every singleton. Several servers need a shared etcd cluster (etcd.endpoints).",
+			"endpoint", srv.Endpoint(), "data_dir", srv.Dir())
+	}
+	cli, err := newEtcdClient(f, endpoints, r.log)
+	if err != nil {
+		return err
+	}
+	r.etcd = cli
+	s, err := leadership.NewSession(leadership.Config{
+		Client: cli, Prefix: f.Etcd.Prefix, Instance: f.Instance,
+		TTL: f.Leadership.TTL, Margin: f.Leadership.Margin, RenewInterval: f.Leadership.RenewInterval,
+		Logger: r.log,
+	})
+	if err != nil {
+		return err
+	}
+	r.session = s
+	return nil
+}
+
+// shutdown stops the jobs (stopJobs), waits for the scheduler to resign every
+// term (schedDone), closes the session (revoking the lease), the admin server
+// and the connections, within shutdown_timeout. stopJobs and schedDone are nil
+// when the scheduler never ran. It returns an error if a step did not finish.
+func (r *runner) shutdown(stopJobs func(), schedDone <-chan struct{}) error {
+	r.notify.stopping()
+	if r.admin != nil {
+		r.admin.Stopping()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.ShutdownTimeout)
+	defer cancel()
+	// Steps after the deadline still get a moment: revoking the lease is what
+	// lets a successor start without waiting for it to expire.
+	stepCtx := func() (context.Context, context.CancelFunc) {
+		if ctx.Err() != nil {
+			return context.WithTimeout(context.Background(), closeGrace)
+		}
+		return context.WithCancel(ctx)
+	}
+	var errs []error
+	if stopJobs != nil {
+		stopJobs()
+		select {
+		case <-schedDone:
+		case <-ctx.Done():
+			errs = append(errs, fmt.Errorf("jobs still running after shutdown_timeout %v", r.cfg.ShutdownTimeout))
+			r.ilog.Error("jobs did not stop within shutdown_timeout; closing the session anyway (their fenced writes will be refused)",
+				"shutdown_timeout", r.cfg.ShutdownTimeout)
+		}
+	}
+	if r.session != nil {
+		sctx, scancel := stepCtx()
+		if err := r.session.Close(sctx); err != nil {
+			errs = append(errs, err)
+			r.ilog.Error("leadership session did not close in time; successors wait for the lease to expire", "err", err)
+		}
+		scancel()
+	}
+	if r.admin != nil {
+		actx, acancel := stepCtx()
+		if err := r.admin.Shutdown(actx); err != nil {
+			r.ilog.Warn("admin server shutdown", "err", err)
+		}
+		acancel()
+	}
+	if r.etcd != nil {
+		_ = r.etcd.Close()
+	}
+	if r.embedded != nil {
+		r.embedded.Close()
+	}
+	if r.pool != nil {
+		// Close waits for every connection to be released; a job that ignores
+		// its context may hold one forever.
+		closed := make(chan struct{})
+		go func() { r.pool.Close(); close(closed) }()
+		pctx, pcancel := stepCtx()
+		select {
+		case <-closed:
+		case <-pctx.Done():
+			r.ilog.Warn("database pool still has connections in use; exiting without waiting for them")
+		}
+		pcancel()
+	}
+	return errors.Join(errs...)
+}
+
+// healthy is what the systemd watchdog pings depend on. Missing an etcd lease
+// is healthy while etcd does not answer (restarting would not help); it is not
+// when etcd answers and the session has still held no lease for a few TTLs.
+func (r *runner) healthy() error {
+	if !r.schedRunning.Load() {
+		return errors.New("the scheduler is not running")
+	}
+	if r.session == nil {
+		return nil
+	}
+	if err := r.session.Err(); err != nil {
+		return fmt.Errorf("the etcd session stopped: %w", err)
+	}
+	now := time.Now()
+	if r.session.Stats().Lease != 0 {
+		r.lastLease.Store(now.UnixNano())
+		return nil
+	}
+	without := now.Sub(time.Unix(0, r.lastLease.Load()))
+	if without < stuckLeaseFactor*r.cfg.Leadership.TTL {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := r.etcd.Get(ctx, leadership.InstanceKey(r.cfg.Etcd.Prefix, r.cfg.Instance)); err != nil {
+		return nil // etcd is down: waiting is all anyone can do
+	}
+	return fmt.Errorf("etcd answers, but the session has held no lease for %v", without.Round(time.Second))
+}
+
+// statusLine is the STATUS= line shown by systemctl status.
+func (r *runner) statusLine() string {
+	s := fmt.Sprintf("%d job(s)", len(r.cfg.Jobs))
+	if r.sched != nil && r.session != nil {
+		s += fmt.Sprintf(", leading %d", r.sched.Leading())
+		if r.session.Stats().Lease == 0 {
+			s += ", no etcd lease"
+		}
+	}
+	return s
+}

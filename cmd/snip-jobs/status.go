@@ -1,0 +1,233 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/snip/snip-jobs/configs"
+	"github.com/snip/snip-jobs/leadership"
+	"github.com/snip/snip-jobs/scheduler"
+)
+
+func statusCommand() command {
+	return command{
+		name:    "status",
+		summary: "show every job's leader, term and last run, as the cluster sees them",
+		about: `Shows the jobs of the config file as the whole cluster sees them, read from etcd
+(the leader of each singleton: instance, fencing token, since when, time left on
+its lease) and PostgreSQL (each job's last run: where, when, result; a cron
+job's last slot and its state), and which instances are up. It needs no running
+instance and can be run on any machine that reaches etcd and the database.
+--json prints the same as one JSON object. If etcd or the database cannot be
+read, what could be read is shown, the problems are printed on standard error,
+and the exit status is 1.`,
+		flags: func(fs *flag.FlagSet, c *cli) func(context.Context, []string) error {
+			path := configFlag(fs)
+			asJSON := fs.Bool("json", false, "print JSON instead of a table")
+			endpoints := fs.String("endpoints", "", "comma-separated etcd endpoints to use instead of the config's\n(with an embedded etcd the default is http://127.0.0.1:2379)")
+			timeout := fs.Duration("timeout", 10*time.Second, "give up reading etcd and PostgreSQL after this long")
+			return func(ctx context.Context, args []string) error {
+				if len(args) > 0 {
+					return usageError("usage: status takes no arguments")
+				}
+				f, err := loadConfig(*path)
+				if err != nil {
+					writeLines(c.stderr, "", err.Error())
+					return &exitError{code: 2, err: errSilent}
+				}
+				ctx, cancel := context.WithTimeout(ctx, *timeout)
+				defer cancel()
+				st := readStatus(ctx, f, *endpoints, newLogger(f.Log, c.stderr))
+				if *asJSON {
+					enc := json.NewEncoder(c.stdout)
+					enc.SetIndent("", "  ")
+					if err := enc.Encode(st); err != nil {
+						return err
+					}
+				} else {
+					printStatus(c.stdout, st, time.Now())
+				}
+				if len(st.Errors) > 0 {
+					for _, e := range st.Errors {
+						fmt.Fprintf(c.stderr, "snip-jobs status: %s\n", e)
+					}
+					return errSilent
+				}
+				return nil
+			}
+		},
+	}
+}
+
+// clusterStatus is the output of `snip-jobs status`, and its JSON form.
+type clusterStatus struct {
+	Instances []instanceStatus `json:"instances"`
+	Jobs      []jobStatus      `json:"jobs"`
+	Errors    []string         `json:"errors,omitempty"`
+}
+
+// instanceStatus is an instance that is up: registered on its live lease.
+type instanceStatus struct {
+	Instance string    `json:"instance"`
+	Host     string    `json:"host"`
+	PID      int       `json:"pid"`
+	Started  time.Time `json:"started"`
+	Lease    string    `json:"lease"` // hex, as etcdctl prints it
+}
+
+type jobStatus struct {
+	Job       string                `json:"job"`
+	Type      string                `json:"type"`
+	Singleton bool                  `json:"singleton"`
+	Mode      string                `json:"mode"` // everywhere, leader, database
+	Schedule  string                `json:"schedule"`
+	Leader    *leaderStatus         `json:"leader"` // null: none (or not a leader-mode job)
+	LastRun   *scheduler.RunRecord  `json:"last_run"`
+	LastSlot  *scheduler.SlotRecord `json:"last_slot"`
+}
+
+type leaderStatus struct {
+	Instance string    `json:"instance"`
+	Host     string    `json:"host"`
+	PID      int       `json:"pid"`
+	Token    int64     `json:"token"`
+	Since    time.Time `json:"since"`
+	Lease    string    `json:"lease"` // hex, as etcdctl prints it
+	// LeaseTTLSeconds is what etcd says is left on the leader's lease.
+	LeaseTTLSeconds float64 `json:"lease_ttl_seconds"`
+}
+
+func readStatus(ctx context.Context, f *configs.File, endpoints string, log *slog.Logger) clusterStatus {
+	st := clusterStatus{Instances: []instanceStatus{}, Jobs: []jobStatus{}}
+	fail := func(err error) { st.Errors = append(st.Errors, err.Error()) }
+
+	var cli *clientv3.Client
+	if needsEtcd(f) || endpoints != "" {
+		var err error
+		cli, err = newEtcdClient(f, etcdEndpoints(f, endpoints), log)
+		if err != nil {
+			fail(err)
+		} else {
+			defer cli.Close()
+		}
+	}
+	var pool *pgxpool.Pool
+	if p, err := openPool(ctx, f, "status"); err != nil {
+		fail(fmt.Errorf("%w: last runs and slots are not shown", err))
+	} else {
+		pool = p
+		defer pool.Close()
+	}
+	jobs, err := scheduler.ClusterStatus(ctx, cli, f.Etcd.Prefix, pool, f.Jobs)
+	if err != nil {
+		for _, e := range splitJoined(err) {
+			fail(e)
+		}
+	}
+	if cli != nil {
+		regs, err := leadership.Instances(ctx, cli, f.Etcd.Prefix)
+		if err != nil {
+			fail(err)
+		}
+		for _, r := range regs {
+			st.Instances = append(st.Instances, instanceStatus{Instance: r.Instance, Host: r.Host, PID: r.PID, Started: r.Started,
+				Lease: strconv.FormatInt(r.Lease, 16)})
+		}
+	}
+	for _, j := range jobs {
+		js := jobStatus{Job: j.Job, Type: j.Type, Singleton: j.Singleton, Mode: j.Mode, Schedule: j.Schedule,
+			LastRun: j.LastRun, LastSlot: j.LastSlot}
+		if l := j.Leader; l != nil {
+			js.Leader = &leaderStatus{Instance: l.Instance, Host: l.Host, PID: l.PID, Token: l.Token, Since: l.Since,
+				Lease: strconv.FormatInt(int64(l.Lease), 16), LeaseTTLSeconds: l.LeaseTTL.Seconds()}
+		}
+		st.Jobs = append(st.Jobs, js)
+	}
+	return st
+}
+
+// splitJoined undoes errors.Join, so each problem is reported on its own.
+func splitJoined(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}
+
+func printStatus(w io.Writer, st clusterStatus, now time.Time) {
+	if len(st.Instances) > 0 {
+		var up []string
+		for _, r := range st.Instances {
+			up = append(up, fmt.Sprintf("%s (host %s, pid %d, up %s)", r.Instance, r.Host, r.PID, ago(now, r.Started)))
+		}
+		fmt.Fprintf(w, "instances up: %s\n\n", strings.Join(up, ", "))
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "JOB\tMODE\tLEADER\tTOKEN\tSINCE\tLEASE LEFT\tLAST RUN\tRESULT\tLAST SLOT\tSLOT STATE")
+	var failures []string
+	for _, j := range st.Jobs {
+		leader, token, since, left := "-", "-", "-", "-"
+		switch {
+		case j.Leader != nil:
+			leader, token = j.Leader.Instance, strconv.FormatInt(j.Leader.Token, 10)
+			since = ago(now, j.Leader.Since) + " ago"
+			left = (time.Duration(j.Leader.LeaseTTLSeconds) * time.Second).String()
+		case j.Mode == "leader":
+			leader = "none"
+		}
+		lastRun, result := "-", "-"
+		if r := j.LastRun; r != nil {
+			lastRun = fmt.Sprintf("%s, %s ago", r.Instance, ago(now, r.Started))
+			result = r.Result
+			if result == "" {
+				result = "running"
+			}
+			if r.Error != "" {
+				failures = append(failures, fmt.Sprintf("%s: last run on %s (token %d): %s: %s", j.Job, r.Instance, r.Token, r.Result, r.Error))
+			}
+		}
+		slot, slotState := "-", "-"
+		if s := j.LastSlot; s != nil {
+			slot, slotState = s.Slot.Format(time.RFC3339), s.State
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", j.Job, j.Mode, leader, token, since, left, lastRun, result, slot, slotState)
+	}
+	tw.Flush()
+	if len(failures) > 0 {
+		fmt.Fprintln(w)
+		for _, f := range failures {
+			fmt.Fprintln(w, f)
+		}
+	}
+}
+
+// ago is a rough age for people: wall clocks of different hosts are compared.
+func ago(now, t time.Time) string {
+	if t.IsZero() {
+		return "?"
+	}
+	d := now.Sub(t)
+	switch {
+	case d < 0:
+		return "0s"
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond).String()
+	case d < time.Hour:
+		return d.Round(time.Second).String()
+	case d < 48*time.Hour:
+		d = d.Round(time.Minute)
+		return fmt.Sprintf("%dh%dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return fmt.Sprintf("%dd", int(d/(24*time.Hour)))
+}
