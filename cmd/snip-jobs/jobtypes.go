@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/snip/snip-jobs/configs"
+	"github.com/snip/snip-jobs/jobs/weeklyreport"
 	"github.com/snip/snip-jobs/scheduler"
 )
 
@@ -19,6 +20,7 @@ import (
 func registry() *scheduler.Registry {
 	r, err := scheduler.NewRegistry(
 		sqlType(),
+		weeklyreport.Type(),
 	)
 	if err != nil {
 		panic(fmt.Sprintf("snip-jobs: job type registry: %v", err)) // a programming error

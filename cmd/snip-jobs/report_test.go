@@ -1,0 +1,103 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/snip/snip-jobs/configs"
+	"github.com/snip/snip-jobs/fencing"
+	"github.com/snip/snip-jobs/internal/testenv"
+	"github.com/snip/snip-jobs/jobs/weeklyreport"
+	"github.com/snip/snip-jobs/leadership"
+	"github.com/snip/snip-jobs/scheduler"
+)
+
+const reportJobYAML = `
+  - name: weekly-report
+    type: weeklyreport
+    singleton: true
+    cron: "0 8 * * MON"
+    timezone: Europe/Paris
+    catch_up: all
+    catch_up_window: 336h
+`
+
+// report show prints the stored week; report rebuild replaces it from the
+// current counts, fenced by a fresh token, without a second outbox row.
+func TestReportShowAndRebuild(t *testing.T) {
+	etcd := testenv.StartEtcd(t, 1)
+	url := testenv.PostgresDB(t)
+	path := writeConfig(t, config{instance: "server-1", endpoints: etcd.Endpoints(), adminPort: freePort(t), jobs: reportJobYAML})
+	migrate(t, path, url)
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+
+	// Week 2026-W47 (Paris): 16–22 November. The Monday 23 November 08:00 slot
+	// reports it; the leader stores it with its token (an etcd revision).
+	leaderToken, err := leadership.FreshToken(ctx, etcd.Client(t), testPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec1(t, url, `INSERT INTO links (id, slug) VALUES (1, 'launch');
+		INSERT INTO link_hourly_counts (link_id, hour, clicks) VALUES (1, '2026-11-18 10:00Z', 40)`)
+	slot := time.Date(2026, 11, 23, 7, 0, 0, 0, time.UTC)
+	if _, err := pool.Exec(ctx, `INSERT INTO cron_slots (job, slot, state, token, instance) VALUES ('weekly-report', $1, 'running', $2, 'server-1')`,
+		slot, leaderToken); err != nil {
+		t.Fatal(err)
+	}
+	f, err := configs.Load(path, registry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	job, err := weeklyreport.Type().New(scheduler.Env{Instance: "server-1", Pool: pool}, f.Jobs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := scheduler.NewRun(scheduler.RunConfig{Job: "weekly-report", Instance: "server-1", Token: leaderToken, Slot: slot, Fence: fencing.New(pool, "server-1")})
+	if err := job.Run(ctx, run); err != nil {
+		t.Fatal(err)
+	}
+
+	show := snip(t, dbEnv(url), "report", "show", "--config", path, "--week", "2026-W47")
+	if show.code != 0 || !strings.Contains(show.stdout, "2026-W47") || !strings.Contains(show.stdout, "40") {
+		t.Fatalf("report show: exit %d\n%s%s", show.code, show.stdout, show.stderr)
+	}
+
+	// Late clicks were counted; the operator rebuilds the week.
+	exec1(t, url, `UPDATE link_hourly_counts SET clicks = 75 WHERE link_id = 1`)
+	rebuild := snip(t, dbEnv(url), "report", "rebuild", "--config", path, "--week", "2026-W47")
+	if rebuild.code != 0 || !strings.Contains(rebuild.stdout, "rebuilt") {
+		t.Fatalf("report rebuild: exit %d\n%s%s", rebuild.code, rebuild.stdout, rebuild.stderr)
+	}
+	r, err := weeklyreport.Show(ctx, pool, "2026-W47")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reports, outbox int
+	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM weekly_reports), (SELECT count(*) FROM weekly_report_outbox)`).Scan(&reports, &outbox); err != nil {
+		t.Fatal(err)
+	}
+	if r.Total != 75 || r.Stored.Token <= leaderToken || reports != 1 || outbox != 1 {
+		t.Fatalf("after rebuild: total %d, token %d, %d reports, %d outbox rows; want 75, a token above %d, 1, 1",
+			r.Total, r.Stored.Token, reports, outbox, leaderToken)
+	}
+
+	// The old leader, writing after the rebuild with its older token, is refused.
+	stale := scheduler.NewRun(scheduler.RunConfig{Job: "weekly-report", Instance: "server-1", Token: leaderToken, Fence: fencing.New(pool, "server-1")})
+	if err := weeklyreport.Rebuild(ctx, stale, "2026-W47"); err == nil || !strings.Contains(err.Error(), "refused") {
+		t.Fatalf("a rebuild with the leader's older token after the operator's: %v; want it refused", err)
+	}
+
+	missing := snip(t, dbEnv(url), "report", "show", "--config", path, "--week", "2020-W01")
+	if missing.code != 1 || !strings.Contains(missing.stderr, "no stored report for 2020-W01") {
+		t.Fatalf("report show of a missing week: exit %d\n%s", missing.code, missing.stderr)
+	}
+}
