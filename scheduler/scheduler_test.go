@@ -329,3 +329,35 @@ func TestResignRequestMovesTheLeader(t *testing.T) {
 	}
 	checkOneWriterAtATime(t, c, "aggregator")
 }
+
+// A job that ignores its context is waited for only its grace period: the
+// overrun is counted and the job is handed over anyway.
+func TestAJobThatOverrunsItsTermIsCountedAndHandedOver(t *testing.T) {
+	c := newCluster(t)
+	release := make(chan struct{})
+	defer close(release)
+	stubborn := scheduler.Type{Name: "stubborn", New: func(scheduler.Env, configs.Job) (scheduler.Job, error) {
+		return scheduler.JobFunc(func(ctx context.Context, r *scheduler.Run) error {
+			if r.Instance == "server-1" {
+				<-release // ignores ctx
+				return nil
+			}
+			<-ctx.Done()
+			return nil
+		}), nil
+	}}
+	job := jobtest.Continuous("aggregator", "stubborn")
+	job.Grace = 200 * time.Millisecond
+	reg := jobtest.Registry(t, stubborn)
+	one := c.Start("server-1", reg, []configs.Job{job})
+	jobtest.Eventually(t, "server-1 to lead", func() bool { l, ok := c.Leader("aggregator"); return ok && l.Instance == "server-1" })
+	c.Start("server-2", reg, []configs.Job{job})
+	ctx, cancel := context.WithTimeout(context.Background(), jobtest.Patience)
+	defer cancel()
+	if _, after, err := scheduler.RequestResign(ctx, c.Obs, c.Prefix, "aggregator"); err != nil || after == nil || after.Instance != "server-2" {
+		t.Fatalf("resign request: after %+v, err %v; want server-2 to lead while server-1's job still runs", after, err)
+	}
+	if got := one.MetricSum(t, "snip_jobs_overruns_total"); got != 1 {
+		t.Fatalf("overruns on server-1 = %v, want 1", got)
+	}
+}
