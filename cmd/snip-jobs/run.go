@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	legolog "github.com/go-acme/lego/v5/log"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -73,6 +74,10 @@ not stop in time). A second signal exits at once.`,
 				}
 				r := &runner{cfg: f, log: newLogger(f.Log, c.stderr), embeddedListen: *listen}
 				r.ilog = r.log.With("instance", f.Instance)
+				// lego logs through a process-wide logger (to stdout at Info by
+				// default): route it to ours, warnings and up.
+				legolog.SetDefault(newLogger(configs.Log{Format: f.Log.Format, Level: max(f.Log.Level, slog.LevelWarn)}, c.stderr).
+					With("instance", f.Instance, "component", "lego"))
 				if err := r.run(ctx); err != nil {
 					r.ilog.Error("exiting", "err", err)
 					return err
@@ -97,6 +102,7 @@ type runner struct {
 	session  *leadership.Session
 	sched    *scheduler.Scheduler
 	admin    *admin.Server
+	acme     *challengeServers
 
 	schedRunning atomic.Bool
 	lastLease    atomic.Int64 // unix nanos when the session was last seen holding a lease
@@ -242,6 +248,9 @@ func (r *runner) start(ctx context.Context) error {
 		return err
 	}
 	r.admin = a
+	if r.acme, err = startChallengeServers(f, r.pool, r.ilog); err != nil {
+		return err
+	}
 
 	if r.session != nil {
 		wait := max(minStartTimeout, 3*f.Leadership.TTL)
@@ -333,6 +342,11 @@ func (r *runner) shutdown(stopJobs func(), schedDone <-chan struct{}) error {
 			r.ilog.Error("leadership session did not close in time; successors wait for the lease to expire", "err", err)
 		}
 		scancel()
+	}
+	if r.acme != nil {
+		actx, acancel := stepCtx()
+		r.acme.shutdown(actx)
+		acancel()
 	}
 	if r.admin != nil {
 		actx, acancel := stepCtx()

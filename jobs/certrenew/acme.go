@@ -1,0 +1,264 @@
+package certrenew
+
+import (
+	"bytes"
+	"context"
+	"crypto"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-acme/lego/v5/acme"
+	"github.com/go-acme/lego/v5/acme/api"
+)
+
+// userAgent identifies the renewer to the CA (lego adds its own).
+const userAgent = "snip-jobs-certrenew"
+
+// acmeUser is the shared account, as lego wants it.
+type acmeUser struct {
+	email string
+	url   string // "" until registered
+	key   crypto.Signer
+}
+
+func (u *acmeUser) GetEmail() string             { return u.email }
+func (u *acmeUser) GetPrivateKey() crypto.Signer { return u.key }
+func (u *acmeUser) GetRegistration() *acme.ExtendedAccount {
+	if u.url == "" {
+		return nil
+	}
+	return &acme.ExtendedAccount{Location: u.url}
+}
+
+// observation is what the transport saw of the CA's answers during one lego
+// call: lego hides some of them (the 409 alreadyReplaced it answers by
+// ordering again without "replaces"; the Retry-After of a 503).
+type observation struct {
+	mu              sync.Mutex
+	alreadyReplaced int
+	unavailable     bool
+	rateLimited     bool
+	retryAfter      time.Duration // of the last 429 or 503
+}
+
+func (o *observation) snapshot() (alreadyReplaced int, unavailable, rateLimited bool, retryAfter time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.alreadyReplaced, o.unavailable, o.rateLimited, o.retryAfter
+}
+
+type observationKey struct{}
+
+// observe returns a context whose CA requests are recorded in the returned
+// observation.
+func observe(ctx context.Context) (context.Context, *observation) {
+	o := &observation{}
+	return context.WithValue(ctx, observationKey{}, o), o
+}
+
+// caTransport is the HTTP transport of every CA request. It binds each
+// request to the term's context, including the ones lego makes with
+// context.Background() (the directory fetch in lego.NewClient), and records
+// the answers lego does not pass on.
+type caTransport struct {
+	base http.RoundTripper
+	term context.Context
+}
+
+func (t *caTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if t.term.Err() != nil {
+		return nil, fmt.Errorf("certrenew: not asking the CA: %w", context.Cause(t.term))
+	}
+	ctx, cancel := context.WithCancelCause(req.Context())
+	stop := context.AfterFunc(t.term, func() { cancel(context.Cause(t.term)) })
+	resp, err := t.base.RoundTrip(req.WithContext(ctx))
+	if err != nil {
+		stop()
+		cancel(nil)
+		return nil, err
+	}
+	if o, ok := req.Context().Value(observationKey{}).(*observation); ok {
+		t.record(o, resp)
+	}
+	resp.Body = &releasingBody{ReadCloser: resp.Body, release: func() { stop(); cancel(nil) }}
+	return resp, nil
+}
+
+func (t *caTransport) record(o *observation, resp *http.Response) {
+	switch resp.StatusCode {
+	case http.StatusConflict:
+		// Peek at the problem type; the body is put back for lego.
+		body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		resp.Body.Close()
+		resp.Body = io.NopCloser(bytes.NewReader(body))
+		if err != nil {
+			return
+		}
+		var p struct {
+			Type string `json:"type"`
+		}
+		if json.Unmarshal(body, &p) == nil && p.Type == acme.AlreadyReplacedErrorType {
+			o.mu.Lock()
+			o.alreadyReplaced++
+			o.mu.Unlock()
+		}
+	case http.StatusTooManyRequests:
+		o.mu.Lock()
+		o.rateLimited = true
+		o.retryAfter = retryAfter(resp.Header.Get("Retry-After"))
+		o.mu.Unlock()
+	case http.StatusServiceUnavailable:
+		o.mu.Lock()
+		o.unavailable = true
+		o.retryAfter = retryAfter(resp.Header.Get("Retry-After"))
+		o.mu.Unlock()
+	}
+}
+
+// retryAfter parses a Retry-After header: seconds or an HTTP date.
+func retryAfter(v string) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if s <= 0 {
+			return 0
+		}
+		return time.Duration(min(s, int64(30*24*time.Hour/time.Second))) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(time.Until(t), 0)
+	}
+	return 0
+}
+
+type releasingBody struct {
+	io.ReadCloser
+	release func()
+	once    sync.Once
+}
+
+func (b *releasingBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.once.Do(b.release)
+	return err
+}
+
+// newHTTPClient returns the client of one pass's lego calls.
+func newHTTPClient(term context.Context, roots *x509.CertPool, conns int) (*http.Client, *http.Transport) {
+	base := &http.Transport{
+		Proxy: http.ProxyFromEnvironment,
+		DialContext: (&net.Dialer{
+			Timeout:   30 * time.Second,
+			KeepAlive: 30 * time.Second,
+		}).DialContext,
+		TLSClientConfig:       &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
+		TLSHandshakeTimeout:   30 * time.Second,
+		ResponseHeaderTimeout: 30 * time.Second,
+		MaxIdleConnsPerHost:   conns + 2,
+		ForceAttemptHTTP2:     true,
+	}
+	return &http.Client{
+		Timeout:   2 * time.Minute,
+		Transport: &caTransport{base: base, term: term},
+	}, base
+}
+
+// Failure reasons (the failures metric's reason label, last_error_reason).
+const (
+	ReasonRateLimited = "rate_limited"
+	ReasonUnavailable = "unavailable"
+	ReasonChallenge   = "challenge"
+	ReasonRejected    = "rejected_identifier"
+	ReasonCAA         = "caa"
+	ReasonDNS         = "dns"
+	ReasonBadCSR      = "bad_csr"
+	ReasonCAError     = "ca_error"
+	ReasonNetwork     = "network"
+	ReasonCertificate = "bad_certificate"
+	ReasonStore       = "store"
+	ReasonARI         = "ari"
+	ReasonOther       = "other"
+)
+
+// failure is a classified error of one CA call.
+type failure struct {
+	reason     string
+	retryAfter time.Duration // from the CA, 0 if it gave none
+	pause      bool          // the whole renewer stops asking the CA
+	counts     bool          // counts toward the domain's backoff
+	err        error
+}
+
+// classify turns a lego error (and what the transport saw) into a failure.
+func classify(err error, obs *observation) failure {
+	_, unavailable, rateLimited, ra := obs.snapshot()
+	f := failure{reason: ReasonOther, counts: true, err: err}
+
+	var rl *acme.RateLimitedError
+	var pd *acme.ProblemDetails
+	switch {
+	case errors.As(err, &rl):
+		f.reason, f.counts, f.retryAfter = ReasonRateLimited, false, rl.RetryAfter
+		if f.retryAfter == 0 {
+			f.retryAfter = ra
+		}
+		return f
+	case errors.As(err, &pd) && pd.Type == acme.RateLimitedErrorType:
+		f.reason, f.counts, f.retryAfter = ReasonRateLimited, false, ra
+		return f
+	case rateLimited:
+		f.reason, f.counts, f.retryAfter = ReasonRateLimited, false, ra
+		return f
+	case unavailable || errors.As(err, &pd) && pd.HTTPStatus == http.StatusServiceUnavailable:
+		f.reason, f.counts, f.pause, f.retryAfter = ReasonUnavailable, false, true, ra
+		return f
+	}
+	if errors.As(err, &pd) {
+		t := pd.Type
+		for _, sp := range pd.SubProblems {
+			if t == acme.CompoundErrorType || t == "" {
+				t = sp.Type
+			}
+		}
+		switch t {
+		case acme.UnauthorizedErrorType, acme.IncorrectResponseErrorType, acme.ConnectionErrorType, acme.TLSErrorType:
+			f.reason = ReasonChallenge
+		case acme.RejectedIdentifierErrorType, acme.MalformedErrorType, acme.UnsupportedIdentifierErrorType:
+			f.reason = ReasonRejected
+		case acme.CaaErrorType:
+			f.reason = ReasonCAA
+		case acme.DNSErrorType:
+			f.reason = ReasonDNS
+		case acme.BadCSRErrorType:
+			f.reason = ReasonBadCSR
+		default:
+			f.reason = ReasonCAError
+		}
+		return f
+	}
+	var ne net.Error
+	if errors.As(err, &ne) || strings.Contains(err.Error(), "unable to communicate with the API server") {
+		f.reason = ReasonNetwork
+	}
+	// lego reports a failed challenge as text ("invalid authorization",
+	// "the server didn't respond to our request") around an ACME problem.
+	if msg := err.Error(); strings.Contains(msg, "invalid authorization") || strings.Contains(msg, "invalid challenge") {
+		f.reason = ReasonChallenge
+	}
+	return f
+}
+
+// ariCertID is the RFC 9773 identifier of a certificate.
+func ariCertID(leaf *x509.Certificate) (string, error) { return api.MakeARICertID(leaf) }

@@ -1,0 +1,698 @@
+package certrenew_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/letsencrypt/pebble/v2/ca"
+
+	"github.com/snip/snip-jobs/fencing"
+	"github.com/snip/snip-jobs/jobs/certrenew"
+)
+
+// A new leader issues a certificate for every wanted domain; the CA's
+// validation reaches other instances than the one ordering, which answer
+// from the shared table; the account is registered once and reused by the
+// next leader.
+func TestFirstIssuanceAnsweredByOtherInstances(t *testing.T) {
+	c := newCluster(t, clusterOptions{})
+	domains := []string{"shop.customer-one.test", "www.customer-two.test", "links.customer-three.test"}
+	c.addDomains("active", domains...)
+	c.addDomains("pending", "not-yet.customer-four.test")
+	c.ca.front.route(c.inst["b"].addr, c.inst["c"].addr) // the CA never reaches a
+
+	c.lead("a", 10).mustPass()
+
+	c.assertOneCurrentValidCertificate(domains...)
+	if n := c.int(`SELECT count(*) FROM certrenew_certificates WHERE domain = 'not-yet.customer-four.test'`); n != 0 {
+		t.Errorf("a domain whose status is not wanted got %d certificates", n)
+	}
+	if hits := c.inst["a"].hits.Load(); hits != 0 {
+		t.Errorf("instance a (the one ordering) answered %d challenges; the CA cannot reach it", hits)
+	}
+	if hits := c.inst["b"].hits.Load() + c.inst["c"].hits.Load(); hits < int64(len(domains)) {
+		t.Errorf("instances b and c answered %d challenges, want at least one per domain (%d)", hits, len(domains))
+	}
+	for _, d := range domains {
+		if tok := c.int(`SELECT token FROM certrenew_certificates WHERE domain = $1 AND current`, d); tok != 10 {
+			t.Errorf("%s: stored with token %d, want 10", d, tok)
+		}
+		if st := c.str(`SELECT result FROM certrenew_orders WHERE domain = $1`, d); st != "issued" {
+			t.Errorf("%s: order result %q, want issued", d, st)
+		}
+	}
+	if n := c.int(`SELECT count(*) FROM certrenew_challenges`); n != 0 {
+		t.Errorf("%d challenge tokens left behind", n)
+	}
+	if st := c.str(`SELECT state FROM certrenew_terms WHERE token = 10`); st != "idle" {
+		t.Errorf("term 10 after a full pass: %q, want idle", st)
+	}
+
+	// The next leader reuses the account; nothing is due, nothing is ordered.
+	orders := len(c.ca.log("newOrder"))
+	c.lead("b", 20).mustPass()
+	if n := len(c.ca.log("newOrder")); n != orders {
+		t.Errorf("the next leader ordered %d certificates for domains that have one", n-orders)
+	}
+	if n := c.ca.accountsCreated(); n != 1 {
+		t.Errorf("%d accounts created at the CA, want 1 for all instances", n)
+	}
+	if n := c.int(`SELECT count(*) FROM certrenew_account WHERE account_url IS NOT NULL`); n != 1 {
+		t.Errorf("%d registered accounts stored, want 1", n)
+	}
+	if got := c.inst["a"].counter("snip_certrenew_orders_total", "result", "issued"); got != float64(len(domains)) {
+		t.Errorf("orders issued metric on a: %v, want %d", got, len(domains))
+	}
+	if got := c.inst["b"].counter("snip_certrenew_certificates", "state", certrenew.StateValid); got != float64(len(domains)) {
+		t.Errorf("certificates{state=valid} on b: %v, want %d", got, len(domains))
+	}
+	if days := c.inst["b"].counter("snip_certrenew_soonest_expiry_days"); days < 80 || days > 90 {
+		t.Errorf("soonest expiry: %v days, want about 90 (Pebble's default validity)", days)
+	}
+}
+
+// When the CA's renewal window (ARI) opens, the leader renews, sending
+// "replaces" with the certificate's ARI CertID, and the CA does not answer
+// 409: an ARI renewal, exempt from rate limits.
+func TestRenewalInsideTheARIWindowSendsReplaces(t *testing.T) {
+	c := newCluster(t, clusterOptions{})
+	const d = "renew.customer.test"
+	c.addDomains("active", d)
+	c.lead("a", 10).mustPass()
+	old := c.current(d)
+	oldCertID := c.str(`SELECT ari_cert_id FROM certrenew_certificates WHERE id = $1`, old.ID)
+
+	// The CA moves the window to the past (as for a mass revocation).
+	now := time.Now()
+	c.ca.setARIWindow(old.ChainPEM, now.Add(-2*time.Hour), now.Add(-time.Hour))
+
+	c.lead("b", 20).mustPass()
+
+	cur := c.current(d)
+	if cur.ID == old.ID {
+		t.Fatalf("not renewed inside the ARI window")
+	}
+	orders := c.ca.ordersFor(d)
+	if len(orders) != 2 {
+		t.Fatalf("%d orders for %s, want 2 (issue, renew)", len(orders), d)
+	}
+	if orders[1].Replaces != oldCertID {
+		t.Errorf("renewal order replaces %q, want the old certificate's ARI CertID %q", orders[1].Replaces, oldCertID)
+	}
+	for _, e := range c.ca.log("") {
+		if e.Status == http.StatusConflict {
+			t.Errorf("the CA answered 409 (%s) to %s", e.Problem, e.Kind)
+		}
+	}
+	if got := c.inst["b"].counter("snip_certrenew_already_replaced_total"); got != 0 {
+		t.Errorf("already_replaced metric: %v, want 0", got)
+	}
+	var replacesID int64
+	var conflict bool
+	if err := c.pool.QueryRow(context.Background(), `SELECT replaces_id, ari_conflict FROM certrenew_certificates WHERE id = $1`, cur.ID).
+		Scan(&replacesID, &conflict); err != nil {
+		t.Fatal(err)
+	}
+	if replacesID != old.ID || conflict {
+		t.Errorf("new certificate: replaces_id %d ari_conflict %v, want %d false", replacesID, conflict, old.ID)
+	}
+	if len(c.ca.log("renewalInfo")) == 0 {
+		t.Errorf("the renewal window was never asked for")
+	}
+	c.assertOneCurrentValidCertificate(d)
+}
+
+// With a short-lived profile, certificates are renewed in real time inside
+// the CA's window, each renewal naming its predecessor and happening before
+// the predecessor expires.
+func TestShortLivedCertificatesRenewInRealTime(t *testing.T) {
+	c := newCluster(t, clusterOptions{
+		ca:      caOptions{profiles: map[string]ca.Profile{"shortlived": {Description: "12 s", ValidityPeriod: 12}}},
+		options: func(o *certrenew.Options) { o.Profile = "shortlived" },
+	})
+	const d = "short.customer.test"
+	c.addDomains("active", d)
+	leader := c.lead("a", 10)
+
+	type gen struct {
+		id                int64
+		renewAt, notAfter time.Time
+		certID            string
+	}
+	var gens []gen
+	record := func() {
+		var g gen
+		if err := c.pool.QueryRow(context.Background(), `SELECT id, renew_at, not_after, ari_cert_id
+			FROM certrenew_certificates WHERE domain = $1 AND current`, d).Scan(&g.id, &g.renewAt, &g.notAfter, &g.certID); err != nil {
+			return
+		}
+		if len(gens) == 0 || gens[len(gens)-1].id != g.id {
+			gens = append(gens, g)
+		} else {
+			gens[len(gens)-1] = g // renew_at moves when the ARI window is learnt
+		}
+	}
+	eventually(t, "two renewals", func() { leader.mustPass(); record() }, func() bool { return len(gens) >= 3 })
+
+	orders := c.ca.ordersFor(d)
+	if len(orders) != len(gens) {
+		t.Fatalf("%d orders for %d certificates", len(orders), len(gens))
+	}
+	for i := 1; i < len(gens); i++ {
+		prev := gens[i-1]
+		if orders[i].Replaces != prev.certID {
+			t.Errorf("renewal %d replaces %q, want %q", i, orders[i].Replaces, prev.certID)
+		}
+		if orders[i].At.Before(prev.renewAt) {
+			t.Errorf("renewal %d ordered at %v, before the chosen instant %v", i, orders[i].At, prev.renewAt)
+		}
+		if !orders[i].At.Before(prev.notAfter) {
+			t.Errorf("renewal %d ordered at %v, after its predecessor expired at %v", i, orders[i].At, prev.notAfter)
+		}
+	}
+	for _, e := range c.ca.log("newOrder") {
+		if e.Status == http.StatusConflict {
+			t.Errorf("the CA answered 409 to an order")
+		}
+	}
+	c.assertOneCurrentValidCertificate(d)
+}
+
+// A rate limit's Retry-After is honoured: no order for the domain until it
+// has passed; the other domains are issued meanwhile.
+func TestRateLimitRetryAfterIsHonoured(t *testing.T) {
+	c := newCluster(t, clusterOptions{})
+	const limited, other = "limited.customer.test", "other.customer.test"
+	c.addDomains("active", limited, other)
+	var refused time.Time
+	var once sync.Once
+	c.ca.setHook(func(ev *caEvent, w http.ResponseWriter, pebble func()) {
+		hit := false
+		if ev.Kind == "newOrder" && len(ev.Domains) == 1 && ev.Domains[0] == limited {
+			once.Do(func() {
+				refused, hit = time.Now(), true
+				problem(w, http.StatusTooManyRequests, "urn:ietf:params:acme:error:rateLimited",
+					`too many certificates (50) already issued for "customer.test" in the last 168h0m0s`, "2")
+			})
+		}
+		if !hit {
+			pebble()
+		}
+	})
+
+	leader := c.lead("a", 10)
+	leader.mustPass()
+	c.assertOneCurrentValidCertificate(other)
+	if r := c.str(`SELECT last_error_reason FROM certrenew_domains WHERE domain = $1`, limited); r != certrenew.ReasonRateLimited {
+		t.Errorf("%s: last error reason %q, want %q", limited, r, certrenew.ReasonRateLimited)
+	}
+	if f := c.int(`SELECT failures FROM certrenew_domains WHERE domain = $1`, limited); f != 0 {
+		t.Errorf("a rate limit counted as %d failures toward the backoff, want 0", f)
+	}
+
+	eventually(t, "the limited domain issued", leader.mustPass, func() bool {
+		return c.int(`SELECT count(*) FROM certrenew_certificates WHERE domain = $1`, limited) == 1
+	})
+	orders := c.ca.ordersFor(limited)
+	if len(orders) != 2 {
+		t.Fatalf("%d orders for %s, want 2 (refused, then issued)", len(orders), limited)
+	}
+	if wait := orders[1].At.Sub(refused); wait < 2*time.Second {
+		t.Errorf("ordered again %v after the 429, before its Retry-After (2s)", wait)
+	}
+	if got := c.inst["a"].counter("snip_certrenew_rate_limit_waits_total"); got != 1 {
+		t.Errorf("rate-limit waits: %v, want 1", got)
+	}
+	c.assertOneCurrentValidCertificate(limited, other)
+}
+
+// A 503 pauses the whole renewer, not just the domain: no order is asked
+// for until the pause ends, by this leader or the next.
+func TestUnavailableCAPausesTheWholeRenewer(t *testing.T) {
+	c := newCluster(t, clusterOptions{options: func(o *certrenew.Options) { o.Concurrency = 1 }})
+	domains := []string{"one.customer.test", "two.customer.test", "three.customer.test"}
+	c.addDomains("active", domains...)
+	var refused time.Time
+	var once sync.Once
+	c.ca.setHook(func(ev *caEvent, w http.ResponseWriter, pebble func()) {
+		hit := false
+		if ev.Kind == "newOrder" {
+			once.Do(func() {
+				refused, hit = time.Now(), true
+				problem(w, http.StatusServiceUnavailable, "urn:ietf:params:acme:error:serverInternal", "down for maintenance", "2")
+			})
+		}
+		if !hit {
+			pebble()
+		}
+	})
+
+	c.lead("a", 10).mustPass()
+	if n := len(c.ca.log("newOrder")); n != 1 {
+		t.Errorf("%d orders in the pass of the 503, want 1 (the refused one): the renewer did not pause", n)
+	}
+	if n := c.int(`SELECT count(*) FROM certrenew_job WHERE paused_until > now()`); n != 1 {
+		t.Errorf("the pause is not recorded for the next leader")
+	}
+	next := c.lead("b", 20)
+	eventually(t, "all issued after the pause", next.mustPass, func() bool {
+		return c.int(`SELECT count(*) FROM certrenew_certificates WHERE current`) == int64(len(domains))
+	})
+	for _, e := range c.ca.log("newOrder")[1:] {
+		if e.At.Sub(refused) < 2*time.Second {
+			t.Errorf("order for %v %v after the 503, before its Retry-After (2s)", e.Domains, e.At.Sub(refused))
+		}
+	}
+	c.assertOneCurrentValidCertificate(domains...)
+}
+
+// The leader is killed in the middle of an order (its term ends without
+// handing over). Its successor waits the lock-delay after the dead term was
+// last seen, resumes the order with the same key, and stores one current
+// certificate.
+func TestLeaderKilledMidOrderIsResumedBySuccessor(t *testing.T) {
+	c := newCluster(t, clusterOptions{})
+	const d = "killed.customer.test"
+	c.addDomains("active", d)
+	leader := c.lead("a", 10)
+	c.ca.setHook(func(ev *caEvent, _ http.ResponseWriter, pebble func()) {
+		if ev.Kind == "challenge" && ev.Domains[0] == d {
+			leader.kill() // as the challenge reaches the CA
+		}
+		pebble()
+	})
+	err := leader.pass()
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("killed leader's pass: %v, want context.Canceled", err)
+	}
+	c.ca.setHook(nil)
+	if tok := c.int(`SELECT order_token FROM certrenew_domains WHERE domain = $1`, d); tok != 10 {
+		t.Fatalf("order in flight recorded with token %d, want 10", tok)
+	}
+	if st := c.str(`SELECT state FROM certrenew_terms WHERE token = 10`); st != "running" {
+		t.Fatalf("killed term's row: %q, want running (it could not say goodbye)", st)
+	}
+	lastSeen := c.time(`SELECT seen_at FROM certrenew_terms WHERE token = 10`)
+	var inflightKey []byte
+	if err := c.pool.QueryRow(context.Background(), `SELECT order_key_sealed FROM certrenew_domains WHERE domain = $1`, d).Scan(&inflightKey); err != nil {
+		t.Fatal(err)
+	}
+
+	before := len(c.ca.log("newOrder"))
+	c.lead("b", 20).mustPass()
+
+	orders := c.ca.log("newOrder")[before:]
+	if len(orders) != 1 {
+		t.Fatalf("successor placed %d orders, want 1", len(orders))
+	}
+	if earliest := lastSeen.Add(c.opts.LockDelay); orders[0].At.Before(earliest) {
+		t.Errorf("successor ordered at %v, before the lock-delay after the dead term was last seen (%v)", orders[0].At, earliest)
+	}
+	if st := c.str(`SELECT state FROM certrenew_terms WHERE token = 10`); st != "lapsed" {
+		t.Errorf("dead term's row after the successor waited: %q, want lapsed", st)
+	}
+	c.assertOneCurrentValidCertificate(d)
+	cur := c.current(d)
+	if cur.Token != 20 {
+		t.Errorf("current certificate stored by token %d, want 20", cur.Token)
+	}
+	if n := c.int(`SELECT count(*) FROM certrenew_certificates WHERE domain = $1`, d); n != 1 {
+		t.Errorf("%d certificates stored for %s, want 1", n, d)
+	}
+	if r := c.str(`SELECT string_agg(result || ':' || token, ',' ORDER BY id) FROM certrenew_orders WHERE domain = $1`, d); r != "abandoned:10,issued:20" {
+		t.Errorf("order log %q, want abandoned:10,issued:20", r)
+	}
+	// Resumed with the key the dead term stored with its order.
+	keyPEM, err := c.keys.Open(inflightKey, "snip-jobs certrenew certificate key\x00"+d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(keyPEM) != string(cur.KeyPEM) {
+		t.Errorf("the successor did not reuse the key of the interrupted order")
+	}
+}
+
+// A renewal is killed after the CA finalized it (the old certificate is
+// marked replaced at the CA, the new one never stored). The successor's
+// renewal is refused with 409 alreadyReplaced, which lego answers by
+// ordering again without "replaces": the renewer sees it, counts it and
+// records it.
+func TestSuccessorOfAKilledRenewalCountsTheSilentReorder(t *testing.T) {
+	c := newCluster(t, clusterOptions{})
+	const d = "reorder.customer.test"
+	c.addDomains("active", d)
+	c.lead("a", 10).mustPass()
+	old := c.current(d)
+	oldSerial := c.str(`SELECT serial FROM certrenew_certificates WHERE id = $1`, old.ID)
+	now := time.Now()
+	c.ca.setARIWindow(old.ChainPEM, now.Add(-2*time.Hour), now.Add(-time.Hour))
+
+	renewer := c.lead("b", 20)
+	c.ca.setHook(func(ev *caEvent, _ http.ResponseWriter, pebble func()) {
+		pebble()
+		if ev.Kind != "finalize" || ev.Replaces == "" {
+			return
+		}
+		// Wait until the CA has issued and marked the old certificate
+		// replaced, then kill the renewing leader before it stores.
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			o, err := c.ca.db.GetOrderByIssuedSerial(oldSerial)
+			if err == nil {
+				o.RLock()
+				replaced := o.IsReplaced
+				o.RUnlock()
+				if replaced {
+					break
+				}
+			}
+		}
+		renewer.kill()
+	})
+	if err := renewer.pass(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("killed renewer's pass: %v, want context.Canceled", err)
+	}
+	c.ca.setHook(nil)
+	if cur := c.current(d); cur.ID != old.ID {
+		t.Fatalf("the killed renewer stored its certificate")
+	}
+
+	c.lead("c", 30).mustPass()
+
+	var sawConflict bool
+	for _, e := range c.ca.log("newOrder") {
+		if e.Status == http.StatusConflict && e.Problem == "urn:ietf:params:acme:error:alreadyReplaced" {
+			sawConflict = true
+		}
+	}
+	if !sawConflict {
+		t.Fatalf("the CA never answered 409 alreadyReplaced; the scenario did not happen")
+	}
+	last := c.ca.ordersFor(d)
+	if r := last[len(last)-1].Replaces; r != "" {
+		t.Errorf("last order replaces %q: want lego's silent re-order without it", r)
+	}
+	if got := c.inst["c"].counter("snip_certrenew_already_replaced_total"); got != 1 {
+		t.Errorf("already_replaced metric: %v, want 1", got)
+	}
+	cur := c.current(d)
+	var conflict bool
+	if err := c.pool.QueryRow(context.Background(), `SELECT ari_conflict FROM certrenew_certificates WHERE id = $1`, cur.ID).Scan(&conflict); err != nil {
+		t.Fatal(err)
+	}
+	if !conflict || cur.Token != 30 {
+		t.Errorf("stored certificate: ari_conflict %v token %d, want true 30", conflict, cur.Token)
+	}
+	c.assertOneCurrentValidCertificate(d)
+}
+
+// A leader paused in the middle of an order (it still believes it leads)
+// wakes after its successor has stored a certificate: its own store is
+// refused by the fence. The lock-delay is off here, so only the fence
+// stands between the two.
+func TestPausedLeaderStoreIsRefusedByTheFence(t *testing.T) {
+	c := newCluster(t, clusterOptions{options: func(o *certrenew.Options) { o.LockDelay = 0 }})
+	const d = "paused.customer.test"
+	c.addDomains("active", d)
+
+	held := make(chan struct{})
+	release := make(chan struct{})
+	var once sync.Once
+	c.ca.setHook(func(ev *caEvent, _ http.ResponseWriter, pebble func()) {
+		if ev.Kind == "finalize" {
+			first := false
+			once.Do(func() { first = true })
+			if first {
+				close(held)
+				<-release // the paused leader's request, held
+			}
+		}
+		pebble()
+	})
+
+	paused := c.lead("a", 10)
+	done := make(chan error, 1)
+	go func() { done <- paused.pass() }()
+	<-held
+
+	c.lead("b", 20).mustPass()
+	succ := c.current(d)
+	close(release)
+	err := <-done
+
+	var stale *fencing.StaleTokenError
+	if !errors.As(err, &stale) || stale.Token != 10 || stale.Current != 20 {
+		t.Fatalf("paused leader's pass: %v, want a *fencing.StaleTokenError for token 10 against 20", err)
+	}
+	if n := len(c.ca.log("finalize")); n != 2 {
+		t.Errorf("%d finalized orders, want 2 (the CA issued for both leaders)", n)
+	}
+	if cur := c.current(d); cur.ID != succ.ID || cur.Token != 20 {
+		t.Errorf("current certificate %d (token %d), want the successor's %d (token 20)", cur.ID, cur.Token, succ.ID)
+	}
+	if n := c.int(`SELECT count(*) FROM certrenew_certificates WHERE domain = $1`, d); n != 1 {
+		t.Errorf("%d certificates stored, want 1", n)
+	}
+	c.assertOneCurrentValidCertificate(d)
+}
+
+// Invalid names are recorded with a reason and never ordered, while the
+// valid ones (an internationalised one among them) are issued in the same
+// pass.
+func TestInvalidDomainsAreReportedWhileValidOnesAreIssued(t *testing.T) {
+	c := newCluster(t, clusterOptions{})
+	valid := map[string]string{
+		"good.customer.test":   "good.customer.test",
+		"Bücher.customer.test": "xn--bcher-kva.customer.test",
+		"UPPER.Customer.TEST":  "upper.customer.test",
+	}
+	invalid := map[string]string{
+		"has space.customer.test":    certrenew.InvalidWhitespace,
+		"192.0.2.7":                  certrenew.InvalidIPAddress,
+		"[2001:db8::1]":              certrenew.InvalidIPAddress,
+		"trailing.customer.test.":    certrenew.InvalidTrailingDot,
+		"*.wild.customer.test":       certrenew.InvalidWildcard,
+		"☃.customer.test":            certrenew.InvalidIDN,
+		"localhost":                  certrenew.InvalidSingleLabel,
+		longLabel + ".customer.test": certrenew.InvalidLabelTooLong,
+		longName:                     certrenew.InvalidTooLong,
+	}
+	for raw := range valid {
+		c.addDomains("active", raw)
+	}
+	for raw := range invalid {
+		c.addDomains("active", raw)
+	}
+
+	c.lead("a", 10).mustPass()
+
+	var names []string
+	for _, n := range valid {
+		names = append(names, n)
+	}
+	c.assertOneCurrentValidCertificate(names...)
+	for raw, code := range invalid {
+		if got := c.str(`SELECT coalesce((SELECT code FROM certrenew_invalid_domains WHERE domain = $1), 'not recorded')`, raw); got != code {
+			t.Errorf("%.40q: recorded as %q, want %q", raw, got, code)
+		}
+	}
+	if n := len(c.ca.log("newOrder")); n != len(valid) {
+		t.Errorf("%d orders, want one per valid domain (%d)", n, len(valid))
+	}
+	if got := c.inst["a"].counter("snip_certrenew_certificates", "state", certrenew.StateInvalid); got != float64(len(invalid)) {
+		t.Errorf("certificates{state=invalid}: %v, want %d", got, len(invalid))
+	}
+
+	// Fixed by the customer: the record goes, the certificate comes.
+	c.exec(`UPDATE custom_domains SET domain = 'spaceless.customer.test' WHERE domain = 'has space.customer.test'`)
+	c.lead("b", 20).mustPass()
+	if n := c.int(`SELECT count(*) FROM certrenew_invalid_domains WHERE domain = 'has space.customer.test'`); n != 0 {
+		t.Errorf("the fixed domain is still recorded invalid")
+	}
+	c.assertOneCurrentValidCertificate("spaceless.customer.test")
+}
+
+func readKey(t *testing.T, file string) string {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(strings.Split(string(b), "\n")[0])
+}
+
+const longLabel = "this-label-is-sixty-four-characters-long-which-is-one-too-many-x"
+
+var longName = func() string {
+	s := "a"
+	for len(s) < 250 {
+		s += ".abcdefghij"
+	}
+	return s + ".test"
+}()
+
+// The order budget counts orders of every term in PostgreSQL: a new leader
+// does not get a fresh budget.
+func TestOrderBudgetHoldsAcrossLeaders(t *testing.T) {
+	c := newCluster(t, clusterOptions{options: func(o *certrenew.Options) { o.OrderBudget = 2; o.Concurrency = 1 }})
+	domains := []string{"b1.customer.test", "b2.customer.test", "b3.customer.test"}
+	c.addDomains("active", domains...)
+
+	c.lead("a", 10).mustPass()
+	c.lead("b", 20).mustPass()
+
+	if n := len(c.ca.log("newOrder")); n != 2 {
+		t.Errorf("%d orders with a budget of 2", n)
+	}
+	if n := c.int(`SELECT count(*) FROM certrenew_certificates WHERE current`); n != 2 {
+		t.Errorf("%d certificates, want 2", n)
+	}
+	if got := c.inst["b"].counter("snip_certrenew_order_budget_remaining"); got != 0 {
+		t.Errorf("budget remaining: %v, want 0", got)
+	}
+	if got := c.inst["b"].counter("snip_certrenew_certificates", "state", certrenew.StatePending); got != 1 {
+		t.Errorf("certificates{state=pending}: %v, want 1", got)
+	}
+}
+
+// A term that hands over (the scheduler stops the job while the term is
+// still good: resign, shutdown) leaves no lock-delay behind.
+func TestHandedOverTermLeavesNoLockDelay(t *testing.T) {
+	c := newCluster(t, clusterOptions{options: func(o *certrenew.Options) { o.LockDelay = time.Hour }})
+	const d = "handover.customer.test"
+	c.addDomains("active", d)
+	leader := c.lead("a", 10)
+	c.ca.setHook(func(ev *caEvent, _ http.ResponseWriter, pebble func()) {
+		if ev.Kind == "challenge" {
+			leader.stop() // the scheduler stops the job; the term is still valid
+		}
+		pebble()
+	})
+	if err := leader.pass(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("stopped leader's pass: %v, want context.Canceled", err)
+	}
+	c.ca.setHook(nil)
+	if st := c.str(`SELECT state FROM certrenew_terms WHERE token = 10`); st != "idle" {
+		t.Fatalf("handed-over term's row: %q, want idle", st)
+	}
+	// With an hour of lock-delay, only its absence lets this pass order.
+	c.lead("b", 20).mustPass()
+	c.assertOneCurrentValidCertificate(d)
+}
+
+// Rotation: with the new key first and the old one second, a pass re-seals
+// every stored key; then the old key can go.
+func TestKeyRotationReseals(t *testing.T) {
+	c := newCluster(t, clusterOptions{})
+	const d = "rotate.customer.test"
+	c.addDomains("active", d)
+	c.lead("a", 10).mustPass()
+	oldLine := readKey(t, c.keyFile)
+	newLine := newKey(t)
+
+	rotated := c.opts
+	rotated.KeyFile = writeKeyFile(t, newLine, oldLine)
+	in := c.inst["b"]
+	in.job = c.build("b", in.reg, rotated)
+	c.lead("b", 20).mustPass()
+
+	if got := in.counter("snip_certrenew_sealed_with_old_keys"); got != 0 {
+		t.Errorf("sealed with old keys after the pass: %v, want 0", got)
+	}
+	onlyNew := c.keyring(writeKeyFile(t, newLine))
+	if _, err := certrenew.Current(context.Background(), c.pool, onlyNew, d); err != nil {
+		t.Errorf("after rotation the new key alone does not open the certificate key: %v", err)
+	}
+	if _, err := certrenew.Current(context.Background(), c.pool, c.keys, d); !errors.Is(err, certrenew.ErrUnknownKey) {
+		t.Errorf("after rotation the old key alone: %v, want ErrUnknownKey", err)
+	}
+	// The account key was re-sealed too: a leader with only the new key works.
+	final := c.opts
+	final.KeyFile = writeKeyFile(t, newLine)
+	in = c.inst["c"]
+	in.job = c.build("c", in.reg, final)
+	c.exec(`DELETE FROM certrenew_certificates`)
+	c.lead("c", 30).mustPass()
+	c.keys = onlyNew
+	c.assertOneCurrentValidCertificate(d)
+}
+
+// A domain whose orders fail backs off (1 m, then 10 m, ...) without
+// holding back the others.
+func TestFailingDomainBacksOffWithoutStoppingOthers(t *testing.T) {
+	c := newCluster(t, clusterOptions{})
+	const blocked, fine = "blocked.customer.test", "fine.customer.test"
+	c.addDomains("active", blocked, fine)
+	if err := c.ca.db.AddBlockedDomain(blocked); err != nil { // the CA's policy refuses it
+		t.Fatal(err)
+	}
+	leader := c.lead("a", 10)
+	leader.mustPass()
+	c.assertOneCurrentValidCertificate(fine)
+
+	backoff := func() (failures int64, wait time.Duration, reason string) {
+		var secs float64
+		if err := c.pool.QueryRow(context.Background(), `SELECT failures,
+				extract(epoch FROM next_attempt_at - last_error_at)::float8, last_error_reason
+			FROM certrenew_domains WHERE domain = $1`, blocked).Scan(&failures, &secs, &reason); err != nil {
+			t.Fatal(err)
+		}
+		return failures, time.Duration(secs * float64(time.Second)).Round(time.Second), reason
+	}
+	if f, w, r := backoff(); f != 1 || w != time.Minute || r != certrenew.ReasonRejected {
+		t.Errorf("after the first failure: failures %d, next attempt after %v, reason %q; want 1, 1m0s, %q", f, w, r, certrenew.ReasonRejected)
+	}
+	leader.mustPass()
+	if n := len(c.ca.ordersFor(blocked)); n != 1 {
+		t.Errorf("ordered %d times during the backoff, want once", n)
+	}
+	// The minute passes (for this domain).
+	c.exec(`UPDATE certrenew_domains SET next_attempt_at = now() WHERE domain = $1`, blocked)
+	leader.mustPass()
+	if f, w, _ := backoff(); f != 2 || w != 10*time.Minute {
+		t.Errorf("after the second failure: failures %d, next attempt after %v; want 2, 10m0s", f, w)
+	}
+	if got := c.inst["a"].counter("snip_certrenew_failures_total", "reason", certrenew.ReasonRejected); got != 2 {
+		t.Errorf("failures{reason=%s}: %v, want 2", certrenew.ReasonRejected, got)
+	}
+	if got := c.inst["a"].counter("snip_certrenew_certificates", "state", certrenew.StateFailing); got != 1 {
+		t.Errorf("certificates{state=failing}: %v, want 1", got)
+	}
+}
+
+// No more than concurrency orders are in flight at once, and that many are.
+func TestConcurrencyIsBounded(t *testing.T) {
+	c := newCluster(t, clusterOptions{options: func(o *certrenew.Options) { o.Concurrency = 2 }})
+	var domains []string
+	for i := range 8 {
+		domains = append(domains, "par"+string(rune('a'+i))+".customer.test")
+	}
+	c.addDomains("active", domains...)
+	var mu sync.Mutex
+	inFlight, most := 0, 0
+	c.ca.setHook(func(ev *caEvent, _ http.ResponseWriter, pebble func()) {
+		if ev.Kind == "newOrder" {
+			mu.Lock()
+			inFlight++
+			most = max(most, inFlight)
+			mu.Unlock()
+			time.Sleep(20 * time.Millisecond) // give the others a chance to overlap
+		}
+		pebble()
+		if ev.Kind == "finalize" {
+			mu.Lock()
+			inFlight--
+			mu.Unlock()
+		}
+	})
+	c.lead("a", 10).mustPass()
+	c.assertOneCurrentValidCertificate(domains...)
+	if most != 2 {
+		t.Errorf("at most %d orders in flight at once, want exactly 2 (the concurrency)", most)
+	}
+}

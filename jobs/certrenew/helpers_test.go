@@ -1,0 +1,369 @@
+package certrenew_test
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/base64"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/snip/snip-jobs/configs"
+	"github.com/snip/snip-jobs/fencing"
+	"github.com/snip/snip-jobs/internal/testenv"
+	"github.com/snip/snip-jobs/jobs/certrenew"
+	"github.com/snip/snip-jobs/migrations"
+	"github.com/snip/snip-jobs/scheduler"
+)
+
+const jobName = "certs"
+
+// cluster is three instances of snip-jobs sharing one database and one CA:
+// each has its own challenge server (its own http.Server on its own port),
+// metrics and job; a term is one instance leading with a token.
+type cluster struct {
+	t       testing.TB
+	ca      *testCA
+	pool    *pgxpool.Pool
+	keyFile string
+	keys    *certrenew.Keyring
+	opts    certrenew.Options
+	inst    map[string]*instance
+	quiet   bool
+}
+
+func (c *cluster) logger() *slog.Logger {
+	if c.quiet {
+		return slog.New(slog.DiscardHandler)
+	}
+	return testenv.Logger(c.t)
+}
+
+type instance struct {
+	name string
+	addr string       // the challenge server
+	hits atomic.Int64 // challenge requests it answered with 200
+	reg  *prometheus.Registry
+	job  scheduler.Job
+}
+
+type clusterOptions struct {
+	ca      caOptions
+	options func(*certrenew.Options)
+	quiet   bool // no logs (benchmarks)
+}
+
+func newCluster(t testing.TB, co clusterOptions) *cluster {
+	t.Helper()
+	url := testenv.PostgresDB(t)
+	if _, err := migrations.Up(context.Background(), url, nil); err != nil {
+		t.Fatalf("migrations: %v", err)
+	}
+	pool, err := pgxpool.New(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+
+	c := &cluster{t: t, ca: newTestCA(t, co.ca), pool: pool, inst: map[string]*instance{}, quiet: co.quiet}
+	c.keyFile = writeKeyFile(t, newKey(t))
+	c.keys = c.keyring(c.keyFile)
+
+	c.opts = certrenew.DefaultOptions()
+	c.opts.Directory = c.ca.dirURL
+	c.opts.CARootsFile = c.ca.rootsFile
+	c.opts.Email = "ops@snip.example"
+	c.opts.Profile = "default"
+	c.opts.KeyFile = c.keyFile
+	c.opts.LockDelay = 300 * time.Millisecond
+	c.opts.OrderTimeout = 3 * time.Second // lego polls a finalizing order every 50 ms
+	if co.options != nil {
+		co.options(&c.opts)
+	}
+	var addrs []string
+	for _, name := range []string{"a", "b", "c"} {
+		in := c.start(name)
+		addrs = append(addrs, in.addr)
+	}
+	c.ca.front.route(addrs...)
+	return c
+}
+
+// start starts an instance: its challenge server and its job.
+func (c *cluster) start(name string) *instance {
+	t := c.t
+	in := &instance{name: name, reg: prometheus.NewRegistry()}
+	h := certrenew.NewChallengeHandler(c.pool, c.logger().With("instance", name))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		h.ServeHTTP(sw, r)
+		if sw.status == http.StatusOK && strings.HasPrefix(r.URL.Path, certrenew.ChallengePath) {
+			in.hits.Add(1)
+		}
+	}), ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	in.addr = ln.Addr().String()
+	in.job = c.build(name, in.reg, c.opts)
+	c.inst[name] = in
+	return in
+}
+
+// build makes the job as the scheduler would, from a config entry.
+func (c *cluster) build(name string, reg prometheus.Registerer, o certrenew.Options) scheduler.Job {
+	c.t.Helper()
+	j, err := certrenew.Type().New(scheduler.Env{
+		Instance: name, Pool: c.pool, Log: c.logger().With("instance", name), Metrics: reg,
+	}, configs.Job{
+		Name: jobName, Type: "certrenew", Singleton: true,
+		Schedule: configs.Schedule{Kind: configs.Interval, Every: time.Hour},
+		Options:  &o,
+	})
+	if err != nil {
+		c.t.Fatalf("build the job on %s: %v", name, err)
+	}
+	return j
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(s int) { w.status = s; w.ResponseWriter.WriteHeader(s) }
+
+// term is one instance leading the job with a token. Kill ends it the way
+// expiry or a crash does: the term is no longer valid and its context ends.
+type term struct {
+	c     *cluster
+	in    *instance
+	token int64
+	valid atomic.Bool
+	ctx   context.Context
+	stop  context.CancelFunc
+}
+
+func (c *cluster) lead(instance string, token int64) *term {
+	in := c.inst[instance]
+	ctx, stop := context.WithCancel(context.Background())
+	c.t.Cleanup(stop)
+	tm := &term{c: c, in: in, token: token, ctx: ctx, stop: stop}
+	tm.valid.Store(true)
+	return tm
+}
+
+func (tm *term) run() *scheduler.Run {
+	return scheduler.NewRun(scheduler.RunConfig{
+		Job: jobName, Instance: tm.in.name, Token: tm.token,
+		Fence: fencing.New(tm.c.pool, tm.in.name),
+		Valid: tm.valid.Load,
+		Log:   tm.c.logger(),
+	})
+}
+
+// pass runs one pass of the job in this term.
+func (tm *term) pass() error { return tm.in.job.Run(tm.ctx, tm.run()) }
+
+func (tm *term) mustPass() {
+	tm.c.t.Helper()
+	if err := tm.pass(); err != nil {
+		tm.c.t.Fatalf("pass of %s (token %d): %v", tm.in.name, tm.token, err)
+	}
+}
+
+// kill ends the term without handing over.
+func (tm *term) kill() {
+	tm.valid.Store(false)
+	tm.stop()
+}
+
+// addDomains adds custom domains with a status, as the main app does.
+func (c *cluster) addDomains(status string, domains ...string) {
+	c.t.Helper()
+	for _, d := range domains {
+		c.exec(`INSERT INTO custom_domains (domain, status) VALUES ($1, $2)`, d, status)
+	}
+}
+
+func (c *cluster) exec(sql string, args ...any) {
+	c.t.Helper()
+	if _, err := c.pool.Exec(context.Background(), sql, args...); err != nil {
+		c.t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+func (c *cluster) int(sql string, args ...any) int64 {
+	c.t.Helper()
+	var n int64
+	if err := c.pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		c.t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+func (c *cluster) str(sql string, args ...any) string {
+	c.t.Helper()
+	var s string
+	if err := c.pool.QueryRow(context.Background(), sql, args...).Scan(&s); err != nil {
+		c.t.Fatalf("%s: %v", sql, err)
+	}
+	return s
+}
+
+func (c *cluster) time(sql string, args ...any) time.Time {
+	c.t.Helper()
+	var v time.Time
+	if err := c.pool.QueryRow(context.Background(), sql, args...).Scan(&v); err != nil {
+		c.t.Fatalf("%s: %v", sql, err)
+	}
+	return v
+}
+
+// current returns the current certificate of domain, opened with the
+// configured keys.
+func (c *cluster) current(domain string) *certrenew.Certificate {
+	c.t.Helper()
+	crt, err := certrenew.Current(context.Background(), c.pool, c.keys, domain)
+	if err != nil {
+		c.t.Fatalf("current certificate of %s: %v", domain, err)
+	}
+	return crt
+}
+
+// assertOneCurrentValidCertificate checks, for each domain: exactly one
+// current certificate, issued by the CA for that name, valid now, whose
+// private key opens with the configured key (and with no other) and matches
+// the certificate.
+func (c *cluster) assertOneCurrentValidCertificate(domains ...string) {
+	c.t.Helper()
+	other := c.keyring(writeKeyFile(c.t, newKey(c.t)))
+	for _, d := range domains {
+		if n := c.int(`SELECT count(*) FROM certrenew_certificates WHERE domain = $1 AND current`, d); n != 1 {
+			c.t.Errorf("%s: %d current certificates, want exactly 1", d, n)
+			continue
+		}
+		crt := c.current(d)
+		pair, err := crt.TLSCertificate()
+		if err != nil {
+			c.t.Errorf("%s: the private key does not match the certificate: %v", d, err)
+			continue
+		}
+		leaf, err := x509.ParseCertificate(pair.Certificate[0])
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		inter := x509.NewCertPool()
+		for _, der := range pair.Certificate[1:] {
+			ic, err := x509.ParseCertificate(der)
+			if err != nil {
+				c.t.Fatal(err)
+			}
+			inter.AddCert(ic)
+		}
+		if _, err := leaf.Verify(x509.VerifyOptions{DNSName: d, Roots: c.ca.roots(), Intermediates: inter}); err != nil {
+			c.t.Errorf("%s: the chain does not verify for the name against Pebble's root: %v", d, err)
+		}
+		_, err = certrenew.Current(context.Background(), c.pool, other, d)
+		if !errors.Is(err, certrenew.ErrUnknownKey) {
+			c.t.Errorf("%s: opened with another key: error %v, want ErrUnknownKey", d, err)
+		}
+		var sealed []byte
+		if err := c.pool.QueryRow(context.Background(), `SELECT key_sealed FROM certrenew_certificates WHERE domain = $1 AND current`, d).Scan(&sealed); err != nil {
+			c.t.Fatal(err)
+		}
+		if strings.Contains(string(sealed), "PRIVATE KEY") {
+			c.t.Errorf("%s: the stored private key is not encrypted", d)
+		}
+	}
+}
+
+func newKey(t testing.TB) string {
+	b := make([]byte, certrenew.KeySize)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return base64.StdEncoding.EncodeToString(b)
+}
+
+func writeKeyFile(t testing.TB, lines ...string) string {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "certrenew.key")
+	if err := os.WriteFile(f, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func (c *cluster) keyring(file string) *certrenew.Keyring {
+	c.t.Helper()
+	o := certrenew.Options{KeyFile: file}
+	k, err := o.Keyring()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return k
+}
+
+// counter reads a counter of an instance's metrics.
+func (in *instance) counter(name string, labels ...string) float64 {
+	mfs, err := in.reg.Gather()
+	if err != nil {
+		panic(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metric:
+		for _, m := range mf.GetMetric() {
+			for i := 0; i+1 < len(labels); i += 2 {
+				found := false
+				for _, lp := range m.GetLabel() {
+					if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
+						found = true
+					}
+				}
+				if !found {
+					continue metric
+				}
+			}
+			switch {
+			case m.GetCounter() != nil:
+				sum += m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				sum += m.GetGauge().GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+// eventually runs pass until done reports true; it fails the test if that
+// takes longer than a generous bound (a broken renewer, not a slow one).
+func eventually(t testing.TB, what string, pass func(), done func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for !done() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not done after 2 minutes of passes", what)
+		}
+		pass()
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -1,0 +1,121 @@
+package certrenew
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/snip/snip-jobs/configs"
+	"github.com/snip/snip-jobs/scheduler"
+)
+
+// TypeOption changes the job type NewType returns.
+type TypeOption func(*typeConfig)
+
+type typeConfig struct {
+	dns DNS01Provider
+}
+
+// WithDNS01Provider makes the renewer solve DNS-01 with p instead of HTTP-01
+// (the DNS-01 seam; see DNS01Provider).
+func WithDNS01Provider(p DNS01Provider) TypeOption {
+	return func(c *typeConfig) { c.dns = p }
+}
+
+// Type is the certrenew job type, for the scheduler's registry: HTTP-01
+// through the shared challenge table.
+func Type() scheduler.Type { return NewType() }
+
+// NewType is Type with options (the DNS-01 seam).
+func NewType(opts ...TypeOption) scheduler.Type {
+	var tc typeConfig
+	for _, o := range opts {
+		o(&tc)
+	}
+	return scheduler.Type{
+		Name: "certrenew",
+		Doc:  "keeps one current ACME certificate per custom domain (lego v5, ARI, one shared account, HTTP-01 answered by any instance)",
+		Options: func() any {
+			o := DefaultOptions()
+			return &o
+		},
+		New: func(env scheduler.Env, spec configs.Job) (scheduler.Job, error) {
+			return newJob(env, spec, tc)
+		},
+	}
+}
+
+// job is one configured certrenew job. It holds no state between runs: every
+// pass starts from PostgreSQL.
+type job struct {
+	name  string
+	opts  Options
+	keys  *Keyring
+	roots *x509.CertPool
+	pool  *pgxpool.Pool
+	log   *slog.Logger
+	m     *metrics
+	dns   DNS01Provider
+}
+
+func newJob(env scheduler.Env, spec configs.Job, tc typeConfig) (scheduler.Job, error) {
+	if !spec.Singleton {
+		return nil, fmt.Errorf("certrenew %q: must be a singleton: one leader orders, its writes are fenced by its term's token", spec.Name)
+	}
+	if spec.Schedule.Kind != configs.Interval {
+		return nil, fmt.Errorf("certrenew %q: needs an interval schedule (every: 1h, jitter: 5m), not %s", spec.Name, spec.Schedule.Kind)
+	}
+	if env.Pool == nil {
+		return nil, fmt.Errorf("certrenew %q: needs PostgreSQL", spec.Name)
+	}
+	opts := DefaultOptions()
+	switch o := spec.Options.(type) {
+	case nil:
+	case *Options:
+		opts = *o
+	default:
+		return nil, fmt.Errorf("certrenew %q: options are a %T, not *certrenew.Options", spec.Name, spec.Options)
+	}
+	if err := opts.Validate(); err != nil {
+		return nil, fmt.Errorf("certrenew %q: options: %w", spec.Name, err)
+	}
+	keys, err := opts.Keyring()
+	if err != nil {
+		return nil, fmt.Errorf("certrenew %q: %w", spec.Name, err)
+	}
+	roots, err := opts.CARoots()
+	if err != nil {
+		return nil, fmt.Errorf("certrenew %q: %w", spec.Name, err)
+	}
+	m, err := newMetrics(env.Metrics)
+	if err != nil {
+		return nil, fmt.Errorf("certrenew %q: metrics: %w", spec.Name, err)
+	}
+	log := env.Log // carries the job's name
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log.Info("certrenew configured", "directory", opts.Directory,
+		"sealing_key", keys.KeyID(), "keys", len(keys.KeyIDs()), "concurrency", opts.Concurrency,
+		"lock_delay", opts.LockDelay, "order_budget", opts.OrderBudget)
+	return &job{name: spec.Name, opts: opts, keys: keys, roots: roots, pool: env.Pool, log: log, m: m, dns: tc.dns}, nil
+}
+
+// ErrNotSingleton is returned by Run for a run without a fencing token.
+var ErrNotSingleton = errors.New("certrenew: the run has no fencing token; the job must be a singleton")
+
+// Run is one pass: every wanted domain is checked, and ordered or renewed
+// when due. Per-domain failures are recorded and logged, not returned: one
+// bad domain never stops the others. Run returns an error when the pass
+// itself could not be done (database, account), when a newer term has
+// written (*fencing.StaleTokenError), or when ctx ended.
+func (j *job) Run(ctx context.Context, r *scheduler.Run) error {
+	if r.Token <= 0 {
+		return ErrNotSingleton
+	}
+	return newPass(j, r).run(ctx)
+}

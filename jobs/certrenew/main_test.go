@@ -1,0 +1,18 @@
+package certrenew_test
+
+import (
+	"log/slog"
+	"os"
+	"testing"
+
+	legolog "github.com/go-acme/lego/v5/log"
+
+	"github.com/snip/snip-jobs/internal/testenv"
+)
+
+func TestMain(m *testing.M) {
+	// lego logs through a process-wide logger (stdout, Info) and ignores the
+	// context: silence it here; the renewer logs what matters through run.Log.
+	legolog.SetDefault(slog.New(slog.DiscardHandler))
+	os.Exit(testenv.RunMain(m))
+}

@@ -1,0 +1,347 @@
+package certrenew
+
+import (
+	"cmp"
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/go-acme/lego/v5/lego"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/snip/snip-jobs/fencing"
+	"github.com/snip/snip-jobs/scheduler"
+)
+
+// pass is one Run: everything it knows comes from PostgreSQL at its start,
+// and every write it makes is fenced by the run's token.
+type pass struct {
+	j    *job
+	r    *scheduler.Run
+	opts *Options
+	log  *slog.Logger
+
+	dbNow  time.Time // the database's clock when the pass loaded its state
+	loaded time.Time // our clock (monotonic) at the same moment
+
+	cancel  context.CancelCauseFunc
+	errOnce sync.Once
+	err     error // the first error that ends the pass (stale token)
+
+	// The lock-delay: waited once, before the first order of the pass.
+	gate struct {
+		once   sync.Once
+		until  time.Time // our clock: no order before it
+		lapsed []int64
+		err    error
+	}
+
+	pauseMu     sync.Mutex
+	pausedUntil time.Time // our clock; zero: not paused
+	pauseReason string
+
+	budgetMu   sync.Mutex
+	budgetOut  bool
+	budgetLeft int
+
+	domains []*domain
+	invalid []invalidDomain
+
+	statusMu sync.Mutex
+	status   map[string]string // name → State*
+}
+
+// domain is one certificate name and what PostgreSQL holds about it.
+type domain struct {
+	name    string // ASCII: what the certificate is for
+	source  string // the custom_domains row it came from
+	addedAt time.Time
+
+	// certrenew_domains
+	orderID      *int64
+	orderToken   *int64
+	orderStarted *time.Time
+	orderKey     []byte // sealed
+	attempt      int
+	failures     int
+	nextAttempt  *time.Time
+	lastError    *string
+
+	cert *storedCert // the current certificate, nil if none
+}
+
+type storedCert struct {
+	id           int64
+	leaf         *x509.Certificate
+	notBefore    time.Time
+	notAfter     time.Time
+	renewAt      time.Time
+	ariStart     *time.Time
+	ariEnd       *time.Time
+	ariNextCheck time.Time
+	ariCertID    string
+	token        int64
+}
+
+type invalidDomain struct {
+	domain string
+	err    *InvalidNameError
+}
+
+func newPass(j *job, r *scheduler.Run) *pass {
+	return &pass{j: j, r: r, opts: &j.opts, log: r.Log, status: map[string]string{}}
+}
+
+// now is the database's clock, advanced by our monotonic clock since the
+// pass loaded its state: instants from PostgreSQL and from the CA are
+// compared with it, never with this host's wall clock.
+func (p *pass) now() time.Time { return p.dbNow.Add(time.Since(p.loaded)) }
+
+// fatal records the error that ends the pass and cancels everything else in
+// it (a newer term has written: nothing more this pass does can stick).
+func (p *pass) fatal(err error) {
+	p.errOnce.Do(func() {
+		p.err = err
+		p.cancel(err)
+	})
+}
+
+// checkStale ends the pass if err says a newer term has written.
+func (p *pass) checkStale(err error) {
+	if errors.Is(err, fencing.ErrStaleToken) {
+		p.fatal(err)
+	}
+}
+
+func (p *pass) run(parent context.Context) error {
+	ctx, cancel := context.WithCancelCause(parent)
+	defer cancel(nil)
+	p.cancel = cancel
+
+	if err := p.startTerm(ctx); err != nil {
+		return p.result(parent, fmt.Errorf("certrenew: record the term: %w", err))
+	}
+	hbCtx, hbStop := context.WithCancel(ctx)
+	var hb sync.WaitGroup
+	if p.opts.LockDelay > 0 {
+		hb.Go(func() { p.heartbeat(hbCtx) })
+	}
+
+	err := p.work(ctx)
+
+	hbStop()
+	hb.Wait()
+	// Every CA call of this pass has returned: if the term still holds, say
+	// so, and the next leader need not wait the lock-delay.
+	if p.err == nil && p.r.Valid() {
+		p.endTerm(context.WithoutCancel(parent))
+	}
+	return p.result(parent, err)
+}
+
+func (p *pass) result(parent context.Context, err error) error {
+	switch {
+	case p.err != nil:
+		return fmt.Errorf("certrenew: pass stopped: %w", p.err)
+	case parent.Err() != nil:
+		return fmt.Errorf("certrenew: pass stopped: %w", context.Cause(parent))
+	}
+	return err
+}
+
+func (p *pass) work(ctx context.Context) error {
+	if err := p.housekeeping(ctx); err != nil {
+		p.checkStale(err)
+		return fmt.Errorf("certrenew: housekeeping: %w", err)
+	}
+	if err := p.load(ctx); err != nil {
+		return fmt.Errorf("certrenew: load domains: %w", err)
+	}
+	if err := p.recordInvalid(ctx); err != nil {
+		p.checkStale(err)
+		return fmt.Errorf("certrenew: record invalid domains: %w", err)
+	}
+	if err := p.reseal(ctx); err != nil {
+		p.checkStale(err)
+		return fmt.Errorf("certrenew: re-seal keys: %w", err)
+	}
+	defer p.publish(ctx)
+
+	if d, reason := p.pausedFor(); d > 0 {
+		p.log.InfoContext(ctx, "renewer paused: not asking the CA this pass", "for", d.Round(time.Second), "reason", reason)
+		p.settleAll()
+		return nil
+	}
+	if len(p.domains) == 0 {
+		return nil
+	}
+	client, closeIdle, err := p.connect(ctx)
+	if err != nil {
+		p.checkStale(err)
+		p.settleAll()
+		return fmt.Errorf("certrenew: ACME account: %w", err)
+	}
+	defer closeIdle()
+
+	// Most urgent first: expired certificates, new domains, then by expiry.
+	todo := slices.Clone(p.domains)
+	key := func(d *domain) time.Time {
+		if d.cert == nil {
+			return p.dbNow
+		}
+		return d.cert.notAfter
+	}
+	slices.SortStableFunc(todo, func(a, b *domain) int {
+		return cmp.Or(key(a).Compare(key(b)), cmp.Compare(a.name, b.name))
+	})
+
+	tasks := make(chan *domain)
+	var wg sync.WaitGroup
+	for range min(p.opts.Concurrency, len(todo)) {
+		wg.Go(func() {
+			for d := range tasks {
+				p.setStatus(d, p.do(ctx, client, d))
+				p.r.Progress()
+			}
+		})
+	}
+feed:
+	for _, d := range todo {
+		select {
+		case tasks <- d:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(tasks)
+	wg.Wait()
+	p.settleAll()
+	return nil
+}
+
+func (p *pass) setStatus(d *domain, state string) {
+	p.statusMu.Lock()
+	p.status[d.name] = state
+	p.statusMu.Unlock()
+}
+
+// settleAll gives every domain not worked on in this pass its state as
+// loaded.
+func (p *pass) settleAll() {
+	p.statusMu.Lock()
+	defer p.statusMu.Unlock()
+	for _, d := range p.domains {
+		if _, ok := p.status[d.name]; !ok {
+			p.status[d.name] = p.stateOf(d)
+		}
+	}
+}
+
+// stateOf is a domain's certificate state (the metric's label).
+func (p *pass) stateOf(d *domain) string {
+	now := p.now()
+	switch {
+	case d.cert == nil && d.failures > 0:
+		return StateFailing
+	case d.cert == nil:
+		return StatePending
+	case !now.Before(d.cert.notAfter):
+		return StateExpired
+	case !now.Before(d.cert.renewAt):
+		return StateDue
+	}
+	return StateValid
+}
+
+// connect loads (or creates and registers) the shared account and returns
+// a lego client for this pass.
+func (p *pass) connect(ctx context.Context) (*lego.Client, func(), error) {
+	acct, err := p.account(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	httpClient, base := newHTTPClient(ctx, p.j.roots, p.opts.Concurrency)
+	cfg := lego.NewConfig(acct)
+	cfg.CADirURL = p.opts.Directory
+	cfg.HTTPClient = httpClient
+	cfg.UserAgent = userAgent
+	cfg.Certificate = lego.CertificateConfig{Timeout: p.opts.OrderTimeout}
+
+	// lego.NewClient fetches the directory with context.Background(): the
+	// transport binds that request to the term.
+	client, err := lego.NewClient(cfg)
+	if err != nil {
+		p.caFailed(ctx, classify(err, &observation{}), "")
+		return nil, nil, fmt.Errorf("connect to %s: %w", p.opts.Directory, err)
+	}
+	if err := p.register(ctx, client, acct); err != nil {
+		base.CloseIdleConnections()
+		return nil, nil, err
+	}
+	if p.j.dns != nil {
+		if err := client.Challenge.SetDNS01Provider(p.j.dns); err != nil {
+			return nil, nil, err
+		}
+	} else if err := client.Challenge.SetHTTP01Provider(&httpProvider{r: p.r}); err != nil {
+		return nil, nil, err
+	}
+	return client, base.CloseIdleConnections, nil
+}
+
+// pausedFor is how long the renewer stays paused, and why.
+func (p *pass) pausedFor() (time.Duration, string) {
+	p.pauseMu.Lock()
+	defer p.pauseMu.Unlock()
+	if p.pausedUntil.IsZero() {
+		return 0, ""
+	}
+	return max(time.Until(p.pausedUntil), 0), p.pauseReason
+}
+
+// pause stops this pass from asking the CA for d, and records the pause so
+// that whichever instance leads next honours it.
+func (p *pass) pause(ctx context.Context, d time.Duration, reason string) {
+	p.pauseMu.Lock()
+	until := time.Now().Add(d)
+	extend := until.After(p.pausedUntil)
+	if extend {
+		p.pausedUntil, p.pauseReason = until, reason
+	}
+	p.pauseMu.Unlock()
+	if !extend {
+		return
+	}
+	p.log.WarnContext(ctx, "pausing the renewer: not asking the CA", "for", d.Round(time.Second), "reason", reason)
+	err := p.r.Fenced(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO certrenew_job (job, paused_until, pause_reason, token)
+			VALUES ($1, now() + make_interval(secs => $2), $3, $4)
+			ON CONFLICT (job) DO UPDATE SET paused_until = greatest(certrenew_job.paused_until, EXCLUDED.paused_until),
+				pause_reason = EXCLUDED.pause_reason, token = EXCLUDED.token, updated_at = now()`,
+			p.r.Job, d.Seconds(), reason, p.r.Token)
+		return err
+	})
+	if err != nil {
+		p.checkStale(err)
+		p.log.WarnContext(ctx, "could not record the pause", "err", err)
+	}
+}
+
+// parseLeaf returns the first certificate of a PEM chain.
+func parseLeaf(chain []byte) (*x509.Certificate, error) {
+	for {
+		var b *pem.Block
+		b, chain = pem.Decode(chain)
+		if b == nil {
+			return nil, errors.New("no certificate in the chain")
+		}
+		if b.Type == "CERTIFICATE" {
+			return x509.ParseCertificate(b.Bytes)
+		}
+	}
+}

@@ -1,0 +1,132 @@
+package certrenew_test
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/snip/snip-jobs/configs"
+	"github.com/snip/snip-jobs/internal/jobtest"
+	"github.com/snip/snip-jobs/internal/testenv"
+	"github.com/snip/snip-jobs/jobs/certrenew"
+)
+
+// Under the real scheduler, on real etcd terms: three instances run the
+// renewer every 200 ms; the leader's process crashes while the CA validates
+// its order. The next leader (a higher token, after the lease expired) waits
+// the lock-delay after the crashed term was last seen, resumes the order and
+// stores exactly one certificate.
+func TestUnderTheSchedulerACrashedLeadersOrderIsResumed(t *testing.T) {
+	jc := jobtest.NewCluster(t)
+	ca := newTestCA(t, caOptions{})
+	var addrs []string
+	for range 3 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := &http.Server{Handler: certrenew.NewChallengeHandler(jc.DB, testenv.Logger(t)), ReadHeaderTimeout: 10 * time.Second}
+		go srv.Serve(ln)
+		t.Cleanup(func() { srv.Close() })
+		addrs = append(addrs, ln.Addr().String())
+	}
+	ca.front.route(addrs...)
+
+	opts := certrenew.DefaultOptions()
+	opts.Directory, opts.CARootsFile, opts.Profile = ca.dirURL, ca.rootsFile, "default"
+	opts.KeyFile = writeKeyFile(t, newKey(t))
+	opts.OrderTimeout = 3 * time.Second
+	opts.LockDelay = 3 * time.Second // > 4/3 × the 2 s TTL
+	job := configs.Job{Name: jobName, Type: "certrenew", Singleton: true, Grace: 2 * time.Second,
+		Schedule: configs.Schedule{Kind: configs.Interval, Every: 200 * time.Millisecond}, Options: &opts}
+	reg := jobtest.Registry(t, certrenew.Type())
+	nodes := map[string]*jobtest.Node{}
+	for _, name := range []string{"a", "b", "c"} {
+		nodes[name] = jc.Start(name, reg, []configs.Job{job})
+	}
+	count := func(sql string, args ...any) int64 {
+		var n int64
+		if err := jc.DB.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+		return n
+	}
+	exec := func(sql string, args ...any) {
+		if _, err := jc.DB.Exec(context.Background(), sql, args...); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+
+	exec(`INSERT INTO custom_domains (domain) VALUES ('first.customer.test')`)
+	jobtest.Eventually(t, "the first certificate", func() bool {
+		return count(`SELECT count(*) FROM certrenew_certificates WHERE current`) == 1
+	})
+
+	const d = "crash.customer.test"
+	var crashed struct {
+		sync.Mutex
+		token int64
+		name  string
+		at    time.Time
+	}
+	var once sync.Once
+	ca.setHook(func(ev *caEvent, _ http.ResponseWriter, pebble func()) {
+		if ev.Kind == "challenge" && ev.Domains[0] == d {
+			once.Do(func() {
+				l, ok := jc.Leader(jobName)
+				if !ok {
+					t.Errorf("no leader while ordering")
+					return
+				}
+				nodes[l.Instance].Crash()
+				crashed.Lock()
+				crashed.token, crashed.name, crashed.at = l.Token, l.Instance, time.Now()
+				crashed.Unlock()
+			})
+		}
+		pebble()
+	})
+	exec(`INSERT INTO custom_domains (domain) VALUES ($1)`, d)
+
+	jobtest.Eventually(t, "the crashed leader's domain certified by its successor", func() bool {
+		return count(`SELECT count(*) FROM certrenew_certificates WHERE domain = $1 AND current`, d) == 1
+	})
+	crashed.Lock()
+	defer crashed.Unlock()
+	if crashed.token == 0 {
+		t.Fatal("the leader was never crashed")
+	}
+	var token int64
+	var instance string
+	if err := jc.DB.QueryRow(context.Background(), `SELECT token, instance FROM certrenew_certificates WHERE domain = $1 AND current`, d).
+		Scan(&token, &instance); err != nil {
+		t.Fatal(err)
+	}
+	if token <= crashed.token || instance == crashed.name {
+		t.Errorf("stored by %s with token %d; the crashed leader was %s with %d", instance, token, crashed.name, crashed.token)
+	}
+	if n := count(`SELECT count(*) FROM certrenew_certificates WHERE domain = $1`, d); n != 1 {
+		t.Errorf("%d certificates stored for %s, want 1", n, d)
+	}
+	var lastSeen time.Time
+	if err := jc.DB.QueryRow(context.Background(), `SELECT seen_at FROM certrenew_terms WHERE job = $1 AND token = $2`, jobName, crashed.token).
+		Scan(&lastSeen); err != nil {
+		t.Fatal(err)
+	}
+	orders := ca.ordersFor(d)
+	if len(orders) != 2 {
+		t.Fatalf("%d orders for %s, want 2 (the crashed one, the resumed one)", len(orders), d)
+	}
+	if earliest := lastSeen.Add(opts.LockDelay); orders[1].At.Before(earliest) {
+		t.Errorf("resumed at %v, before the lock-delay after the crashed term was last seen (%v)", orders[1].At, earliest)
+	}
+	if n := count(`SELECT count(*) FROM certrenew_orders WHERE domain = $1 AND result = 'abandoned' AND token = $2`, d, crashed.token); n != 1 {
+		t.Errorf("the crashed order is not recorded as abandoned")
+	}
+	if n := count(`SELECT count(*) FROM certrenew_certificates WHERE current`); n != 2 {
+		t.Errorf("%d current certificates, want 2", n)
+	}
+}

@@ -1,0 +1,445 @@
+package certrenew
+
+import (
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/go-acme/lego/v5/lego"
+	"github.com/go-acme/lego/v5/registration"
+	"github.com/jackc/pgx/v5"
+)
+
+// Retention of history rows (housekeeping).
+const (
+	keepOrders       = 30 * 24 * time.Hour
+	keepTerms        = 30 * 24 * time.Hour
+	keepReplacedCert = 30 * 24 * time.Hour // after its not-after
+)
+
+// aadCert and aadAccount bind a sealed key to its row.
+func aadCert(domain string) string       { return "snip-jobs certrenew certificate key\x00" + domain }
+func aadAccount(directory string) string { return "snip-jobs certrenew account key\x00" + directory }
+
+// housekeeping removes expired challenge tokens and old history.
+func (p *pass) housekeeping(ctx context.Context) error {
+	return p.r.Fenced(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		for _, q := range []struct {
+			sql  string
+			args []any
+		}{
+			{`DELETE FROM certrenew_challenges WHERE expires_at < now()`, nil},
+			{`DELETE FROM certrenew_orders WHERE started_at < now() - make_interval(secs => $1) AND result IS NOT NULL`, []any{keepOrders.Seconds()}},
+			{`DELETE FROM certrenew_terms WHERE job = $1 AND state <> 'running' AND seen_at < now() - make_interval(secs => $2)`, []any{p.r.Job, keepTerms.Seconds()}},
+			{`DELETE FROM certrenew_certificates WHERE NOT current AND not_after < now() - make_interval(secs => $1)`, []any{keepReplacedCert.Seconds()}},
+		} {
+			if _, err := tx.Exec(ctx, q.sql, q.args...); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// load reads the wanted domains, their state and current certificates, the
+// pause, and the database's clock.
+func (p *pass) load(ctx context.Context) error {
+	db := p.j.pool
+	var pausedFor float64
+	var pauseReason *string
+	if err := db.QueryRow(ctx, `SELECT now(),
+			coalesce((SELECT extract(epoch FROM paused_until - now())::float8 FROM certrenew_job WHERE job = $1), 0),
+			(SELECT pause_reason FROM certrenew_job WHERE job = $1)`, p.r.Job).
+		Scan(&p.dbNow, &pausedFor, &pauseReason); err != nil {
+		return err
+	}
+	p.loaded = time.Now()
+	if pausedFor > 0 {
+		p.pausedUntil = p.loaded.Add(time.Duration(pausedFor * float64(time.Second)))
+		if pauseReason != nil {
+			p.pauseReason = *pauseReason
+		}
+	}
+
+	rows, err := db.Query(ctx, `SELECT domain, added_at FROM custom_domains WHERE status = ANY($1) ORDER BY domain`, p.opts.Statuses)
+	if err != nil {
+		return err
+	}
+	type src struct {
+		raw     string
+		addedAt time.Time
+	}
+	srcs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (src, error) {
+		var s src
+		return s, r.Scan(&s.raw, &s.addedAt)
+	})
+	if err != nil {
+		return err
+	}
+	byName := map[string]*domain{}
+	var names []string
+	for _, s := range srcs {
+		name, err := NormalizeDomain(s.raw)
+		if err != nil {
+			var ie *InvalidNameError
+			errors.As(err, &ie)
+			p.invalid = append(p.invalid, invalidDomain{domain: s.raw, err: ie})
+			continue
+		}
+		if d, dup := byName[name]; dup {
+			if s.addedAt.Before(d.addedAt) {
+				d.addedAt = s.addedAt
+			}
+			continue // the same certificate serves both rows
+		}
+		byName[name] = &domain{name: name, source: s.raw, addedAt: s.addedAt}
+		names = append(names, name)
+	}
+
+	rows, err = db.Query(ctx, `SELECT n.name,
+			s.order_id, s.order_token, s.order_started_at, s.order_key_sealed,
+			coalesce(s.attempt, 0), coalesce(s.failures, 0), s.next_attempt_at, s.last_error,
+			c.id, c.chain_pem, c.renew_at, c.ari_start, c.ari_end, c.ari_next_check, c.ari_cert_id, c.token
+		FROM unnest($1::text[]) AS n(name)
+		LEFT JOIN certrenew_domains s ON s.domain = n.name
+		LEFT JOIN certrenew_certificates c ON c.domain = n.name AND c.current`, names)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name string
+		var certID, certToken *int64
+		var chain, ariCertID *string
+		var renewAt, ariNext *time.Time
+		c := &storedCert{}
+		var d domain
+		if err := rows.Scan(&name, &d.orderID, &d.orderToken, &d.orderStarted, &d.orderKey,
+			&d.attempt, &d.failures, &d.nextAttempt, &d.lastError,
+			&certID, &chain, &renewAt, &c.ariStart, &c.ariEnd, &ariNext, &ariCertID, &certToken); err != nil {
+			return err
+		}
+		t := byName[name]
+		t.orderID, t.orderToken, t.orderStarted, t.orderKey = d.orderID, d.orderToken, d.orderStarted, d.orderKey
+		t.attempt, t.failures, t.nextAttempt, t.lastError = d.attempt, d.failures, d.nextAttempt, d.lastError
+		if certID != nil {
+			leaf, err := parseLeaf([]byte(*chain))
+			if err != nil {
+				p.log.ErrorContext(ctx, "stored certificate cannot be parsed; ordering a new one", "domain", name, "certificate_id", *certID, "err", err)
+			} else {
+				c.id, c.leaf, c.notBefore, c.notAfter = *certID, leaf, leaf.NotBefore, leaf.NotAfter
+				c.renewAt, c.ariNextCheck, c.ariCertID, c.token = *renewAt, *ariNext, *ariCertID, *certToken
+				t.cert = c
+			}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, n := range names {
+		p.domains = append(p.domains, byName[n])
+	}
+	return nil
+}
+
+// recordInvalid writes which wanted domains cannot get a certificate, and
+// forgets those that were fixed or are no longer wanted. A domain is logged
+// when it is first found invalid, not on every pass.
+func (p *pass) recordInvalid(ctx context.Context) error {
+	rows, err := p.j.pool.Query(ctx, `SELECT domain, code, reason FROM certrenew_invalid_domains`)
+	if err != nil {
+		return err
+	}
+	type known struct{ code, reason string }
+	stored := map[string]known{}
+	var dom string
+	var k known
+	if _, err := pgx.ForEachRow(rows, []any{&dom, &k.code, &k.reason}, func() error {
+		stored[dom] = k
+		return nil
+	}); err != nil {
+		return err
+	}
+	var changed []invalidDomain
+	keep := make([]string, 0, len(p.invalid))
+	for _, iv := range p.invalid {
+		keep = append(keep, iv.domain)
+		if s, ok := stored[iv.domain]; !ok || s.code != iv.err.Code || s.reason != iv.err.Reason {
+			changed = append(changed, iv)
+		}
+	}
+	gone := 0
+	for d := range stored {
+		if !slices.Contains(keep, d) {
+			gone++
+		}
+	}
+	if len(changed) == 0 && gone == 0 {
+		return nil
+	}
+	err = p.r.Fenced(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		for _, iv := range changed {
+			if _, err := tx.Exec(ctx, `INSERT INTO certrenew_invalid_domains (domain, code, reason, token) VALUES ($1, $2, $3, $4)
+				ON CONFLICT (domain) DO UPDATE SET code = EXCLUDED.code, reason = EXCLUDED.reason,
+					last_seen = now(), token = EXCLUDED.token`,
+				iv.domain, iv.err.Code, iv.err.Reason, p.r.Token); err != nil {
+				return err
+			}
+		}
+		_, err := tx.Exec(ctx, `DELETE FROM certrenew_invalid_domains WHERE NOT (domain = ANY($1))`, keep)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	for _, iv := range changed {
+		p.log.WarnContext(ctx, "custom domain cannot get a certificate", "domain", iv.domain, "code", iv.err.Code, "reason", iv.err.Reason)
+	}
+	return nil
+}
+
+// reseal re-encrypts, with the sealing key, every stored key sealed with
+// another key of the ring (key rotation). Keys sealed with a key no longer in
+// the ring are left alone and logged.
+func (p *pass) reseal(ctx context.Context) error {
+	keys := p.j.keys
+	cur := keys.KeyID()
+	type blob struct {
+		table, key string // table, and the row's key column value
+		aad        string
+		sealed     []byte
+	}
+	var todo []blob
+	for _, q := range []struct {
+		table, sql string
+		aad        func(string) string
+	}{
+		{"certrenew_certificates", `SELECT id::text, domain, key_sealed FROM certrenew_certificates WHERE key_id <> $1 LIMIT 1000`, aadCert},
+		{"certrenew_account", `SELECT directory, directory, key_sealed FROM certrenew_account WHERE key_id <> $1`, aadAccount},
+		{"certrenew_domains", `SELECT domain, domain, order_key_sealed FROM certrenew_domains WHERE order_key_id <> $1`, aadCert},
+	} {
+		rows, err := p.j.pool.Query(ctx, q.sql, cur)
+		if err != nil {
+			return err
+		}
+		var key, aadOf string
+		var sealed []byte
+		if _, err := pgx.ForEachRow(rows, []any{&key, &aadOf, &sealed}, func() error {
+			todo = append(todo, blob{table: q.table, key: key, aad: q.aad(aadOf), sealed: slices.Clone(sealed)})
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+	if len(todo) == 0 {
+		return nil
+	}
+	resealed := 0
+	err := p.r.Fenced(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		resealed = 0
+		for _, b := range todo {
+			pt, err := keys.Open(b.sealed, b.aad)
+			if err != nil {
+				p.log.ErrorContext(ctx, "stored key cannot be opened with the keyring: it stays sealed with its old key",
+					"table", b.table, "row", b.key, "sealed_with", sealedWith(b.sealed), "err", err)
+				continue
+			}
+			ns := keys.Seal(pt, b.aad)
+			var sql string
+			switch b.table {
+			case "certrenew_certificates":
+				sql = `UPDATE certrenew_certificates SET key_sealed = $2, key_id = $3 WHERE id = $1::bigint`
+			case "certrenew_account":
+				sql = `UPDATE certrenew_account SET key_sealed = $2, key_id = $3 WHERE directory = $1`
+			case "certrenew_domains":
+				sql = `UPDATE certrenew_domains SET order_key_sealed = $2, order_key_id = $3 WHERE domain = $1`
+			}
+			if _, err := tx.Exec(ctx, sql, b.key, ns, cur); err != nil {
+				return err
+			}
+			resealed++
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if resealed > 0 {
+		p.log.InfoContext(ctx, "re-sealed stored keys with the sealing key", "count", resealed, "sealing_key", cur)
+	}
+	return nil
+}
+
+// publish sets the gauges from what the pass saw and did.
+func (p *pass) publish(ctx context.Context) {
+	m, job := p.j.m, p.r.Job
+	counts := map[string]int{}
+	p.statusMu.Lock()
+	for _, s := range p.status {
+		counts[s]++
+	}
+	p.statusMu.Unlock()
+	counts[StateInvalid] = len(p.invalid)
+	for _, s := range allStates {
+		m.certificates.WithLabelValues(job, s).Set(float64(counts[s]))
+	}
+	soonest, any := time.Time{}, false
+	for _, d := range p.domains {
+		if d.cert != nil && (!any || d.cert.notAfter.Before(soonest)) {
+			soonest, any = d.cert.notAfter, true
+		}
+	}
+	if any {
+		m.soonestExpiry.WithLabelValues(job).Set(soonest.Sub(p.now()).Hours() / 24)
+	}
+	d, _ := p.pausedFor()
+	m.pausedS.WithLabelValues(job).Set(d.Seconds())
+
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	var used, old int
+	err := p.j.pool.QueryRow(ctx, `SELECT
+			(SELECT count(*) FROM certrenew_orders WHERE started_at > now() - make_interval(secs => $1)),
+			(SELECT count(*) FROM certrenew_certificates WHERE key_id <> $2)
+			+ (SELECT count(*) FROM certrenew_account WHERE key_id <> $2)
+			+ (SELECT count(*) FROM certrenew_domains WHERE order_key_id <> $2)`,
+		BudgetWindow.Seconds(), p.j.keys.KeyID()).Scan(&used, &old)
+	if err != nil {
+		p.log.DebugContext(ctx, "metrics query failed", "err", err)
+		return
+	}
+	m.budgetLeft.WithLabelValues(job).Set(float64(max(p.opts.OrderBudget-used, 0)))
+	m.oldKeys.WithLabelValues(job).Set(float64(old))
+}
+
+// account returns the shared ACME account, creating its key first if there
+// is none: the key is stored (fenced) before anything is sent to the CA.
+func (p *pass) account(ctx context.Context) (*acmeUser, error) {
+	dir := p.opts.Directory
+	read := func() (*acmeUser, bool, error) {
+		var email string
+		var sealed []byte
+		var url *string
+		err := p.j.pool.QueryRow(ctx, `SELECT email, key_sealed, account_url FROM certrenew_account WHERE directory = $1`, dir).
+			Scan(&email, &sealed, &url)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, false, nil
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		pt, err := p.j.keys.Open(sealed, aadAccount(dir))
+		if err != nil {
+			return nil, false, fmt.Errorf("account key: %w", err)
+		}
+		key, err := parseKeyPEM(pt)
+		if err != nil {
+			return nil, false, fmt.Errorf("account key: %w", err)
+		}
+		u := &acmeUser{email: email, key: key}
+		if url != nil {
+			u.url = *url
+		}
+		return u, true, nil
+	}
+	u, ok, err := read()
+	if err != nil || ok {
+		return u, err
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	pemKey, err := keyPEM(key)
+	if err != nil {
+		return nil, err
+	}
+	err = p.r.Fenced(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO certrenew_account (directory, email, key_sealed, key_id, token)
+			VALUES ($1, $2, $3, $4, $5) ON CONFLICT (directory) DO NOTHING`,
+			dir, p.opts.Email, p.j.keys.Seal(pemKey, aadAccount(dir)), p.j.keys.KeyID(), p.r.Token)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	p.log.InfoContext(ctx, "created the ACME account key", "directory", dir)
+	u, ok, err = read()
+	if err == nil && !ok {
+		err = errors.New("account row vanished")
+	}
+	return u, err
+}
+
+// register registers the account if it has no URL yet (newAccount with a
+// known key returns the existing account: registering twice is harmless),
+// and updates its contact when the configured e-mail changed.
+func (p *pass) register(ctx context.Context, client *lego.Client, u *acmeUser) error {
+	dir := p.opts.Directory
+	switch {
+	case u.url == "":
+		acct, err := client.Registration.Register(ctx, registration.RegisterOptions{TermsOfServiceAgreed: true})
+		if err != nil {
+			p.caFailed(ctx, classify(err, &observation{}), "")
+			return fmt.Errorf("register at %s: %w", dir, err)
+		}
+		u.url, u.email = acct.Location, p.opts.Email
+		err = p.r.Fenced(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `UPDATE certrenew_account SET account_url = $2, email = $3, registered_at = now(), token = $4
+				WHERE directory = $1`, dir, u.url, u.email, p.r.Token)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		p.log.InfoContext(ctx, "registered the ACME account", "directory", dir, "account", u.url)
+	case u.email != p.opts.Email:
+		u.email = p.opts.Email
+		if _, err := client.Registration.UpdateRegistration(ctx, registration.RegisterOptions{TermsOfServiceAgreed: true}); err != nil {
+			p.caFailed(ctx, classify(err, &observation{}), "")
+			return fmt.Errorf("update the account's contact at %s: %w", dir, err)
+		}
+		err := p.r.Fenced(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `UPDATE certrenew_account SET email = $2, token = $3 WHERE directory = $1`, dir, u.email, p.r.Token)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		p.log.InfoContext(ctx, "updated the ACME account's contact", "directory", dir, "account", u.url)
+	}
+	return nil
+}
+
+// keyPEM encodes a private key as PKCS #8 PEM.
+func keyPEM(k crypto.Signer) ([]byte, error) {
+	der, err := x509.MarshalPKCS8PrivateKey(k)
+	if err != nil {
+		return nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
+}
+
+func parseKeyPEM(b []byte) (crypto.Signer, error) {
+	blk, _ := pem.Decode(b)
+	if blk == nil {
+		return nil, errors.New("no PEM block")
+	}
+	k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
+	if err != nil {
+		return nil, err
+	}
+	s, ok := k.(crypto.Signer)
+	if !ok {
+		return nil, fmt.Errorf("a %T is not a signing key", k)
+	}
+	return s, nil
+}
