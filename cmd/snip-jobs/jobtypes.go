@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/snip/snip-jobs/configs"
+	"github.com/snip/snip-jobs/jobs/aggregator"
 	"github.com/snip/snip-jobs/jobs/certrenew"
 	"github.com/snip/snip-jobs/jobs/weeklyreport"
 	"github.com/snip/snip-jobs/scheduler"
@@ -21,6 +22,7 @@ import (
 func registry() *scheduler.Registry {
 	r, err := scheduler.NewRegistry(
 		sqlType(),
+		aggregator.Type(),
 		weeklyreport.Type(),
 		certrenew.Type(),
 	)

@@ -1,0 +1,229 @@
+package aggregator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/snip/snip-jobs/configs"
+	"github.com/snip/snip-jobs/fencing"
+	"github.com/snip/snip-jobs/scheduler"
+)
+
+// Type is the aggregator job type, for the scheduler's registry.
+func Type() scheduler.Type {
+	return scheduler.Type{
+		Name: "aggregator",
+		Doc:  "folds click_events into link_counts and link_hourly_counts, each event exactly once",
+		Options: func() any {
+			o := DefaultOptions()
+			return &o
+		},
+		New: newJob,
+	}
+}
+
+// Back-off after a failed batch: doubled from minBackoff up to maxBackoff,
+// reset by the next success.
+const (
+	minBackoff = 100 * time.Millisecond
+	maxBackoff = 5 * time.Second
+)
+
+// Bounds of the range of transaction ids one batch reads (see firstSpan and
+// nextSpan).
+const (
+	initialSpan = 1024
+	maxSpan     = 1 << 40
+)
+
+// localSettingsSQL applies to the batch's transaction only. Custom plans: the
+// right plan for a range of transaction ids depends on how wide it is (a
+// backlog's whole table or a few pages). work_mem: the bitmap of a wide range
+// stays exact.
+const localSettingsSQL = `SELECT set_config('plan_cache_mode', 'force_custom_plan', true), set_config('work_mem', '64MB', true)`
+
+// job is one configured aggregator.
+type job struct {
+	opts Options
+	m    *metrics
+}
+
+func newJob(env scheduler.Env, spec configs.Job) (scheduler.Job, error) {
+	if spec.Schedule.Kind != configs.Continuous {
+		return nil, fmt.Errorf("aggregator %q: needs continuous: true: it runs until its term ends, not %s", spec.Name, spec.Schedule.Kind)
+	}
+	if !spec.Singleton {
+		return nil, fmt.Errorf("aggregator %q: must be a singleton: its writes are fenced by the term's token", spec.Name)
+	}
+	opts := DefaultOptions()
+	switch o := spec.Options.(type) {
+	case nil:
+	case *Options:
+		opts = *o
+	default:
+		return nil, fmt.Errorf("aggregator %q: options are a %T, not *aggregator.Options", spec.Name, spec.Options)
+	}
+	if err := opts.Validate(); err != nil {
+		return nil, fmt.Errorf("aggregator %q: options: %w", spec.Name, err)
+	}
+	m, err := newMetrics(env.Metrics, spec.Name)
+	if err != nil {
+		return nil, fmt.Errorf("aggregator %q: %w", spec.Name, err)
+	}
+	return &job{opts: opts, m: m}, nil
+}
+
+// Run folds batches until ctx ends or the term does; it returns nil then. A
+// failed batch (the database restarting, a broken connection, a statement
+// error) is logged and retried after a back-off: nothing it did was kept. It
+// returns an error only when a newer term has written (the fence refused this
+// one): this term can never write again.
+func (j *job) Run(ctx context.Context, run *scheduler.Run) error {
+	var span uint64 // 0: the first batch guesses
+	var backoff time.Duration
+	for {
+		if ctx.Err() != nil || !run.Valid() {
+			return nil
+		}
+		started := time.Now()
+		res, err := j.batch(ctx, run, span)
+		if err != nil {
+			if stop, err := j.failed(ctx, run, "batch", err, &backoff); stop {
+				return err
+			}
+			continue
+		}
+		backoff = 0
+		run.Progress()
+		span = nextSpan(res.span, res, j.opts.BatchSize)
+		if !res.windowDone || res.seen >= int64(j.opts.BatchSize) {
+			continue // more is waiting
+		}
+
+		// Caught up: delete processed events while there is time. Every
+		// time, rather than in big chunks now and then: a chunk delays the
+		// next batch, and small ones spread that delay evenly.
+		if res.unpruned > 0 {
+			n, err := j.pruneOnce(ctx, run)
+			if err != nil {
+				if stop, err := j.failed(ctx, run, "prune", err, &backoff); stop {
+					return err
+				}
+				continue
+			}
+			if n >= pruneChunk {
+				continue // more to prune, after looking for new events
+			}
+		}
+		// Batches start at most every Interval: a batch that took longer
+		// has let events pile up, and the next one starts at once.
+		if !sleep(ctx, j.opts.Interval-time.Since(started)) {
+			return nil
+		}
+	}
+}
+
+// failed handles a failed batch or prune. stop says Run must return err: the
+// context or term ended (err nil), or the fence refused this term. Otherwise
+// it logs, backs off and lets the loop go on.
+func (j *job) failed(ctx context.Context, run *scheduler.Run, what string, err error, backoff *time.Duration) (stop bool, _ error) {
+	switch {
+	case ctx.Err() != nil, errors.Is(err, scheduler.ErrTermEnded):
+		return true, nil
+	case errors.Is(err, fencing.ErrStaleToken):
+		run.Log.Warn("aggregator: a newer term has written; stopping", "err", err)
+		return true, fmt.Errorf("aggregator: %s: %w", what, err)
+	}
+	j.m.errors.Inc()
+	*backoff = min(max(2**backoff, minBackoff), maxBackoff)
+	run.Log.Warn("aggregator: "+what+" failed; retrying", "err", err, "backoff", *backoff)
+	if !sleep(ctx, *backoff) {
+		return true, nil
+	}
+	return false, nil
+}
+
+// batch runs one fold in its own fenced transaction and records its metrics.
+func (j *job) batch(ctx context.Context, run *scheduler.Run, span uint64) (batchResult, error) {
+	start := time.Now()
+	var res batchResult
+	err := run.Fenced(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, localSettingsSQL); err != nil {
+			return fmt.Errorf("settings: %w", err)
+		}
+		var err error
+		res, err = j.fold(ctx, tx, run.Token, span)
+		return err
+	})
+	if err != nil {
+		return batchResult{}, err
+	}
+	took := time.Since(start)
+	run.Log.Debug("aggregator: batch", "seen", res.seen, "folded", res.folded, "txid_from", res.lo, "txid_to", res.hi,
+		"window_done", res.windowDone, "took", took)
+	j.m.latency.Observe(took.Seconds())
+	j.m.batches.Inc()
+	j.m.folded.Add(float64(res.folded))
+	for reason, n := range res.rejected {
+		j.m.rejected.WithLabelValues(reason).Add(float64(n))
+	}
+	j.m.backlog.Set(float64(res.backlog))
+	if len(res.rejected) > 0 {
+		run.Log.Info("aggregator: rejected events", "reasons", res.rejected, "txid_from", res.lo, "txid_to", res.hi)
+	}
+	return res, nil
+}
+
+// pruneOnce deletes one chunk of processed events in its own fenced
+// transaction.
+func (j *job) pruneOnce(ctx context.Context, run *scheduler.Run) (int64, error) {
+	var n int64
+	err := run.Fenced(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		var err error
+		n, err = j.prune(ctx, tx)
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	j.m.pruned.Add(float64(n))
+	return n, nil
+}
+
+// nextSpan sizes the next batch's range of transaction ids so that it holds
+// about want events, from the density the last batch saw: at most 64 times
+// wider or 16 times narrower at a time, so that one odd range does not swing
+// it far. A range cut short by the end of its window says nothing about
+// density unless it held too many events.
+func nextSpan(span uint64, res batchResult, want int) uint64 {
+	width := res.hi - res.lo
+	switch {
+	case res.seen == 0 && !res.clipped:
+		span *= 64
+	case res.seen == 0, res.clipped && res.seen <= int64(want), width == 0:
+		// nothing learnt
+	default:
+		f := min(max(float64(want)/float64(res.seen), 1.0/16), 64)
+		span = uint64(float64(width) * f)
+	}
+	return min(max(span, 1), maxSpan)
+}
+
+// sleep waits d or until ctx ends; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,262 @@
+package aggregator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+const (
+	// stateSQL locks the aggregator's one state row (writers of it queue, so
+	// even two batches that were not fenced would run one after the other)
+	// and reads it. Without a target, this statement's own snapshot becomes
+	// the target: every transaction that finished before it is in it.
+	stateSQL = `SELECT prev::text, coalesce(target, pg_current_snapshot())::text, cursor_txid::text,
+	now() + $1::bigint * interval '1 microsecond', now() - $2::bigint * interval '1 microsecond',
+	greatest(pg_stat_get_live_tuples('click_events'::regclass) - unpruned, 0)
+FROM click_aggregator_state FOR UPDATE`
+
+	// foldSQL folds the events of the transactions that the condition
+	// %[1]s selects (built by window). It counts them by (link, hour) in one scan, with the count of
+	// those that are valid by themselves: no defect (computed at insert) and
+	// clicked_at within [$4, $3]. It adds the valid counts of known links to
+	// link_counts and link_hourly_counts and returns how many events it saw
+	// and how many it counted. Unknown links are found after grouping, on the
+	// distinct link ids instead of every row.
+	foldSQL = `WITH agg AS MATERIALIZED (
+	SELECT link_id, hour, count(*) FILTER (WHERE defect IS NULL AND clicked_at <= $3 AND clicked_at >= $4) AS ok, count(*) AS seen
+	FROM click_events
+	WHERE %[1]s
+	GROUP BY link_id, hour
+), valid AS MATERIALIZED (
+	SELECT a.link_id, a.hour, a.ok AS clicks FROM agg a
+	WHERE a.ok > 0 AND EXISTS (SELECT FROM links l WHERE l.id = a.link_id)
+), hourly AS (
+	INSERT INTO link_hourly_counts AS h (link_id, hour, clicks)
+	SELECT link_id, hour, clicks FROM valid ORDER BY link_id, hour
+	ON CONFLICT (link_id, hour) DO UPDATE SET clicks = h.clicks + EXCLUDED.clicks
+), totals AS (
+	INSERT INTO link_counts AS c (link_id, clicks)
+	SELECT link_id, sum(clicks) FROM valid GROUP BY link_id ORDER BY link_id
+	ON CONFLICT (link_id) DO UPDATE SET clicks = c.clicks + EXCLUDED.clicks, updated_at = now()
+)
+SELECT (SELECT coalesce(sum(seen), 0) FROM agg)::bigint, (SELECT coalesce(sum(clicks), 0) FROM valid)::bigint`
+
+	// rejectSQL copies the events of the same transactions that foldSQL did
+	// not count into click_rejects, with the reason, and returns how many per
+	// reason. It runs only when there are some.
+	rejectSQL = `WITH bad AS (
+	SELECT e.id, e.txid, e.link_id, e.clicked_at, e.referrer_host, e.country,
+		CASE
+		WHEN e.defect IS NOT NULL THEN e.defect
+		WHEN e.clicked_at > $3 THEN 'future'
+		WHEN e.clicked_at < $4 THEN 'too_old'
+		WHEN NOT EXISTS (SELECT FROM links l WHERE l.id = e.link_id) THEN 'unknown_link'
+		END AS reason
+	FROM click_events e
+	WHERE %[1]s
+), ins AS (
+	INSERT INTO click_rejects (event_id, txid, link_id, clicked_at, referrer_host, country, reason, token)
+	SELECT id, txid, link_id, clicked_at, referrer_host, country, reason, $5 FROM bad WHERE reason IS NOT NULL
+	RETURNING reason
+)
+SELECT reason, count(*) FROM ins GROUP BY reason`
+
+	// saveSQL moves the state on and returns the backlog estimate (live rows
+	// of click_events, from the statistics, which lag by about a second, less
+	// the processed ones still there) and how many processed ones are there.
+	saveSQL = `UPDATE click_aggregator_state SET
+	prev = coalesce($1::text::pg_snapshot, prev), target = $2::text::pg_snapshot, cursor_txid = $3::xid8,
+	folded = folded + $4, rejected = rejected + $5, unpruned = unpruned + $4 + $5,
+	token = $6, updated_at = now()
+RETURNING greatest(pg_stat_get_live_tuples('click_events'::regclass) - unpruned, 0), unpruned`
+
+	// horizonSQL records, about once a minute, the horizon below which every
+	// event has been processed; retention prunes by it.
+	horizonSQL = `INSERT INTO click_aggregator_horizons (recorded_at, horizon)
+SELECT now(), $1::xid8
+WHERE NOT EXISTS (SELECT FROM click_aggregator_horizons WHERE recorded_at > now() - interval '1 minute')`
+)
+
+// batchResult is what one batch did.
+type batchResult struct {
+	seen     int64            // events of the batch
+	folded   int64            // of which valid and counted
+	rejected map[string]int64 // of which rejected, by reason
+	// windowDone: the batch reached its target snapshot; the next one takes
+	// a new snapshot (and finds what committed since).
+	windowDone bool
+	backlog    int64 // estimate, see saveSQL
+	unpruned   int64 // processed events still in click_events
+	lo, hi     uint64
+	clipped    bool // hi was the target's xmax, not lo + span
+	span       uint64
+}
+
+// fold runs one batch in tx, which the caller has fenced: it folds the
+// events of the next range of transaction ids between the state's snapshots
+// and moves the state past them. span is how many transaction ids the range
+// covers at most; 0 lets fold guess (firstSpan). The result says which span
+// it used.
+func (j *job) fold(ctx context.Context, tx pgx.Tx, token int64, span uint64) (batchResult, error) {
+	var (
+		prevText, targetText  string
+		cursorText            *string
+		futureBound, oldBound time.Time
+		backlog               int64
+	)
+	err := tx.QueryRow(ctx, stateSQL, j.opts.MaxFutureSkew.Microseconds(), j.opts.MaxAge.Microseconds()).
+		Scan(&prevText, &targetText, &cursorText, &futureBound, &oldBound, &backlog)
+	if err != nil {
+		return batchResult{}, fmt.Errorf("read state: %w", err)
+	}
+	prev, err := parseSnapshot(prevText)
+	if err != nil {
+		return batchResult{}, fmt.Errorf("state prev: %w", err)
+	}
+	target, err := parseSnapshot(targetText)
+	if err != nil {
+		return batchResult{}, fmt.Errorf("state target: %w", err)
+	}
+	if err := checkLater(prev, target); err != nil {
+		return batchResult{}, err
+	}
+
+	// The events to fold are those of transactions visible in target and not
+	// in prev: the stragglers (in progress in prev, finished in target) and
+	// the ids from prev's xmax up to target's xmax, less target's in-progress
+	// ones. The first batch of a window takes the stragglers and the start of
+	// the range; later ones continue the range from the cursor.
+	var stragglers []uint64
+	lo := prev.xmax
+	if cursorText == nil {
+		for _, x := range prev.xip {
+			if target.visible(x) {
+				stragglers = append(stragglers, x)
+			}
+		}
+	} else if lo, err = strconv.ParseUint(*cursorText, 10, 64); err != nil {
+		return batchResult{}, fmt.Errorf("state cursor %q: %w", *cursorText, err)
+	}
+	if span == 0 {
+		span = firstSpan(lo, target.xmax, backlog, j.opts.BatchSize)
+	}
+	hi, clipped := lo+span, false
+	if hi < lo || hi >= target.xmax { // overflow, or past the window
+		hi, clipped = max(lo, target.xmax), true
+	}
+	// Only target's in-progress ids inside what is read need excluding.
+	var running []uint64
+	for _, x := range target.xip {
+		if x >= lo && x < hi {
+			running = append(running, x)
+		}
+	}
+
+	res := batchResult{lo: lo, hi: hi, clipped: clipped, windowDone: clipped, span: span}
+	cond, extra := window(4, stragglers, running)
+	args := append([]any{strconv.FormatUint(lo, 10), strconv.FormatUint(hi, 10), futureBound, oldBound}, extra...)
+	if err := tx.QueryRow(ctx, fmt.Sprintf(foldSQL, cond), args...).Scan(&res.seen, &res.folded); err != nil {
+		return batchResult{}, fmt.Errorf("fold [%d, %d): %w", lo, hi, err)
+	}
+	var rejected int64
+	if res.seen > res.folded {
+		res.rejected = map[string]int64{}
+		cond, extra := window(5, stragglers, running) // numbered after the token
+		rargs := append([]any{args[0], args[1], args[2], args[3], token}, extra...)
+		rows, err := tx.Query(ctx, fmt.Sprintf(rejectSQL, cond), rargs...)
+		if err != nil {
+			return batchResult{}, fmt.Errorf("reject [%d, %d): %w", lo, hi, err)
+		}
+		var reason string
+		var n int64
+		_, err = pgx.ForEachRow(rows, []any{&reason, &n}, func() error {
+			res.rejected[reason] += n
+			rejected += n
+			return nil
+		})
+		if err != nil {
+			return batchResult{}, fmt.Errorf("reject [%d, %d): %w", lo, hi, err)
+		}
+	}
+	// Every event seen is either counted or rejected. A link created or
+	// deleted between the two statements could break that: refuse the batch
+	// rather than count an event twice or not at all; the next try sees
+	// the links as they are then.
+	if res.folded+rejected != res.seen {
+		return batchResult{}, fmt.Errorf("batch [%d, %d): %d events seen, %d counted, %d rejected: links changed during the batch; retrying",
+			lo, hi, res.seen, res.folded, rejected)
+	}
+
+	var newPrev, newTargetArg, cursorArg *string
+	if clipped {
+		s := target.String()
+		newPrev = &s
+	} else {
+		s, c := target.String(), strconv.FormatUint(hi, 10)
+		newTargetArg, cursorArg = &s, &c
+	}
+	if err := tx.QueryRow(ctx, saveSQL, newPrev, newTargetArg, cursorArg, res.folded, rejected, token).Scan(&res.backlog, &res.unpruned); err != nil {
+		return batchResult{}, fmt.Errorf("save state: %w", err)
+	}
+	if clipped {
+		if _, err := tx.Exec(ctx, horizonSQL, strconv.FormatUint(target.xmin, 10)); err != nil {
+			return batchResult{}, fmt.Errorf("record horizon: %w", err)
+		}
+	}
+	return res, nil
+}
+
+// firstSpan guesses the range of transaction ids of a Run's first batch,
+// which has no density of events seen before to go by: the backlog estimate
+// spread evenly over the window's ids. Without an estimate it starts small.
+func firstSpan(lo, xmax uint64, backlog int64, want int) uint64 {
+	if backlog <= 0 || xmax <= lo {
+		return initialSpan
+	}
+	ids := float64(xmax - lo)
+	return max(uint64(ids*float64(want)/float64(backlog)), 1)
+}
+
+// window is the WHERE condition on click_events.txid that selects the
+// batch's transactions: the range [$1, $2), the stragglers and less the
+// running ones (arrays numbered after the statement's fixed parameters, and
+// left out when empty, which they nearly always are), with the arguments it
+// adds.
+func window(fixed int, stragglers, running []uint64) (string, []any) {
+	cond := "txid >= $1::xid8 AND txid < $2::xid8"
+	var args []any
+	if len(stragglers) > 0 {
+		args = append(args, xidArray(stragglers))
+		cond = fmt.Sprintf("(%s OR txid = ANY ($%d::xid8[]))", cond, fixed+len(args))
+	}
+	if len(running) > 0 {
+		args = append(args, xidArray(running))
+		cond = fmt.Sprintf("%s AND txid <> ALL ($%d::xid8[])", cond, fixed+len(args))
+	}
+	return cond, args
+}
+
+// errNotLater marks a target snapshot that does not include everything the
+// previous one did: folding towards it could count an event twice.
+var errNotLater = errors.New("aggregator: new snapshot is not later than the previous one")
+
+// checkLater verifies that every transaction visible in prev is visible in
+// target. Snapshots taken one after the other on a primary always are; the
+// check guards the exactly-once argument against a surprise (a restored
+// state, a standby).
+func checkLater(prev, target snapshot) error {
+	if target.xmax < prev.xmax {
+		return fmt.Errorf("%w: xmax %d < %d", errNotLater, target.xmax, prev.xmax)
+	}
+	for _, x := range target.xip {
+		if prev.visible(x) {
+			return fmt.Errorf("%w: %d is in progress in %s but finished in %s", errNotLater, x, target, prev)
+		}
+	}
+	return nil
+}

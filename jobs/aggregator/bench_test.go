@@ -1,0 +1,471 @@
+package aggregator_test
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/snip/snip-jobs/internal/testenv"
+	"github.com/snip/snip-jobs/jobs/aggregator"
+	"github.com/snip/snip-jobs/migrations"
+)
+
+// The benchmarks run on a private cluster (fsync and synchronous_commit off,
+// as every test cluster) with shared_buffers raised to 1 GB, so that the
+// 2 M-event backlog and its index stay in PostgreSQL's own cache instead of
+// the OS's, and max_wal_size to 4 GB, so that no checkpoint falls in a run.
+//
+//	go test ./jobs/aggregator -run '^$' -bench Backlog -benchtime 1x -timeout 30m
+//	go test ./jobs/aggregator -run '^$' -bench Live -benchtime 1x -timeout 30m
+
+const (
+	backlogEvents = 2_000_000
+	viralShare    = 0.8    // of the events are on link 1
+	otherLinks    = 10_000 // links 2..10001 share the rest
+	eventsPerTx   = 1000   // a producer's transaction (one multi-row insert or COPY)
+	probeLinks    = 100001 // the first of 10 000 links that only probes click
+)
+
+// benchDB starts a private cluster tuned as above and returns a database with
+// the schema and links 1..10001 (and probe links from probeLinks on).
+func benchDB(b *testing.B) *db {
+	b.Helper()
+	ctx := context.Background()
+	pg := testenv.StartPostgres(b)
+	conn, err := pgx.Connect(ctx, pg.URL("postgres"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, s := range []string{
+		`ALTER SYSTEM SET shared_buffers = '1GB'`,
+		`ALTER SYSTEM SET max_wal_size = '4GB'`, // no checkpoint in the middle of a run
+	} {
+		if _, err := conn.Exec(ctx, s); err != nil {
+			b.Fatal(err)
+		}
+	}
+	conn.Close(ctx)
+	pg.Restart(b)
+
+	url := pg.CreateDatabase(b)
+	if _, err := migrations.Up(ctx, url, nil); err != nil {
+		b.Fatal(err)
+	}
+	d := &db{t: b, url: url}
+	d.obs = d.pool("observer")
+	if _, err := d.obs.Exec(ctx, `INSERT INTO links (id, slug) SELECT g, 'l' || g FROM generate_series(1, $1::int) g`, otherLinks+1); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := d.obs.Exec(ctx, `INSERT INTO links (id, slug) SELECT g, 'probe' || g FROM generate_series($1::bigint, $1::bigint + 9999) g`, probeLinks); err != nil {
+		b.Fatal(err)
+	}
+	return d
+}
+
+// reset empties the events, counts and the aggregator's state.
+func (d *db) reset(b *testing.B) {
+	b.Helper()
+	for _, s := range []string{
+		`TRUNCATE click_events, link_counts, link_hourly_counts, click_rejects, click_aggregator_horizons`,
+		`UPDATE click_aggregator_state SET prev = pg_current_snapshot(), target = NULL, cursor_txid = NULL, folded = 0, rejected = 0, unpruned = 0`,
+	} {
+		if _, err := d.obs.Exec(context.Background(), s); err != nil {
+			b.Fatalf("%s: %v", s, err)
+		}
+	}
+}
+
+// loadBacklog resets the database, then commits backlogEvents events in transactions of eventsPerTx (each its own
+// transaction id, as producers' would be), clicked within the last hour, and
+// VACUUMs so that every reader finds the same clean pages.
+func (d *db) loadBacklog(b *testing.B) {
+	b.Helper()
+	d.reset(b)
+	ctx := context.Background()
+	for _, s := range []string{
+		fmt.Sprintf(`DO $$ BEGIN FOR i IN 1..%d LOOP
+			INSERT INTO click_events (link_id, clicked_at, referrer_host, country)
+			SELECT CASE WHEN random() < %v THEN 1 ELSE 2 + floor(random() * %d)::bigint END,
+				now() - random() * interval '1 hour', 'news.example.com', 'FR'
+			FROM generate_series(1, %d);
+			COMMIT;
+		END LOOP; END $$`, backlogEvents/eventsPerTx, viralShare, otherLinks, eventsPerTx),
+		`VACUUM ANALYZE click_events`,
+		`CHECKPOINT`,
+	} {
+		if _, err := d.obs.Exec(ctx, s); err != nil {
+			b.Fatalf("%s: %v", s, err)
+		}
+	}
+}
+
+// BenchmarkBacklog folds a backlog of 2 M events with the job, for several
+// batch sizes, and measures side by side the database's plain GROUP BY over
+// the same rows (the practical limit of a fold that reads every event).
+func BenchmarkBacklog(b *testing.B) {
+	d := benchDB(b)
+	ctx := context.Background()
+	d.loadBacklog(b)
+
+	// The job's pool lives across runs, as a server's does. A backend's
+	// first scan of the table is about twice as slow as the next ones (it
+	// maps the shared buffers' pages into its address space): each run
+	// first reads the rows through this pool's connection, as a long-running
+	// job's connection would have before.
+	cfg, err := pgxpool.ParseConfig(d.url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.MaxConns = 1 // the job uses one connection at a time: always the warm one
+	jobPool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer jobPool.Close()
+
+	groupBy := func(b *testing.B, pool *pgxpool.Pool, parallel bool) float64 {
+		best := time.Duration(1 << 62)
+		for range 3 {
+			conn, err := pool.Acquire(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			workers := "0"
+			if parallel {
+				workers = "2"
+			}
+			if _, err := conn.Exec(ctx, `SET max_parallel_workers_per_gather = `+workers); err != nil {
+				b.Fatal(err)
+			}
+			start := time.Now()
+			rows, _ := conn.Query(ctx, `SELECT link_id, count(*) FROM click_events GROUP BY link_id`)
+			var n int
+			for rows.Next() {
+				n++
+			}
+			if err := rows.Err(); err != nil {
+				b.Fatal(err)
+			}
+			best = min(best, time.Since(start))
+			conn.Exec(ctx, `RESET max_parallel_workers_per_gather`)
+			conn.Release()
+			if n != otherLinks+1 {
+				b.Fatalf("GROUP BY returned %d links, want %d", n, otherLinks+1)
+			}
+		}
+		return backlogEvents / best.Seconds()
+	}
+	b.Run("groupby", func(b *testing.B) {
+		for range b.N {
+			b.ReportMetric(groupBy(b, d.obs, true), "events/s")
+			b.ReportMetric(groupBy(b, d.obs, false), "serial-events/s")
+		}
+	})
+
+	var token int64 // each run's terms are newer than the last's
+	for _, size := range []int{100_000, 1_000_000, 4_000_000} {
+		b.Run(fmt.Sprintf("job-batch=%d", size), func(b *testing.B) {
+			for range b.N {
+				b.StopTimer()
+				d.loadBacklog(b)
+				opts := aggregator.DefaultOptions()
+				opts.BatchSize = size
+				opts.Retention = time.Hour // measure the fold; pruning is measured on its own below
+				// The same rows, read by GROUP BY first: this also brings
+				// them into shared_buffers (VACUUM left them in the OS's
+				// cache only), so both read warm pages.
+				groupBy(b, jobPool, false) // warms the job's connection
+				groupByRate := groupBy(b, d.obs, true)
+				b.StartTimer()
+				start := time.Now()
+				token++
+				a := d.startAggregatorOn(jobPool, token, opts)
+				d.waitFoldedWithin(a, backlogEvents, 10*time.Minute)
+				elapsed := time.Since(start)
+				b.StopTimer()
+				batches := a.counter(b, "snip_aggregator_batches_total", nil)
+				a.stop(b)
+				b.ReportMetric(backlogEvents/elapsed.Seconds(), "events/s")
+				b.ReportMetric(batches, "batches")
+				b.ReportMetric(groupByRate, "groupby-events/s")
+				b.ReportMetric(100*backlogEvents/elapsed.Seconds()/groupByRate, "%-of-groupby")
+				d.wantBacklogCounts(b)
+
+				// Then the pruning of the processed backlog, with retention 0.
+				opts.Retention = 0
+				start = time.Now()
+				token++
+				pruner := d.startAggregatorOn(jobPool, token, opts)
+				d.waitPruned(10 * time.Minute)
+				b.ReportMetric(backlogEvents/time.Since(start).Seconds(), "pruned-events/s")
+				pruner.stop(b)
+			}
+		})
+	}
+}
+
+// BenchmarkBacklogNaive counts events the naive way: one statement per event
+// adding 1 to its link's total and hour (no exactly-once bookkeeping at all),
+// over the first 200 000 events of the same backlog.
+func BenchmarkBacklogNaive(b *testing.B) {
+	const events = 200_000
+	d := benchDB(b)
+	ctx := context.Background()
+	for range b.N {
+		b.StopTimer()
+		d.loadBacklog(b)
+		b.StartTimer()
+		start := time.Now()
+		var done int
+		var lastTxid uint64
+		var lastID int64
+		type ev struct {
+			Txid uint64
+			ID   int64
+			Link int64
+			Hour time.Time
+		}
+		for done < events {
+			rows, err := d.obs.Query(ctx, `SELECT txid, id, link_id, hour FROM click_events
+				WHERE (txid, id) > ($1, $2) ORDER BY txid, id LIMIT 1000`, lastTxid, lastID)
+			if err != nil {
+				b.Fatal(err)
+			}
+			evs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[ev])
+			if err != nil {
+				b.Fatal(err)
+			}
+			lastTxid, lastID = evs[len(evs)-1].Txid, evs[len(evs)-1].ID
+			err = pgx.BeginFunc(ctx, d.obs, func(tx pgx.Tx) error {
+				for _, e := range evs {
+					if _, err := tx.Exec(ctx, `WITH t AS (
+						INSERT INTO link_counts AS c (link_id, clicks) VALUES ($1, 1)
+						ON CONFLICT (link_id) DO UPDATE SET clicks = c.clicks + 1)
+					INSERT INTO link_hourly_counts AS h (link_id, hour, clicks) VALUES ($1, $2, 1)
+					ON CONFLICT (link_id, hour) DO UPDATE SET clicks = h.clicks + 1`, e.Link, e.Hour); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			done += len(evs)
+		}
+		b.ReportMetric(float64(done)/time.Since(start).Seconds(), "events/s")
+	}
+}
+
+// BenchmarkLive runs producers at a given rate (4 connections, each a
+// 1000-row COPY at even intervals) with the job folding at its default
+// options, and measures for probe events (one every 20 ms, each on a link of
+// its own) the delay from their commit returning to their count being
+// visible, polled every 5 ms.
+func BenchmarkLive(b *testing.B) {
+	const (
+		producers = 4
+		warmup    = 3 * time.Second
+		measure   = 30 * time.Second
+	)
+	d := benchDB(b)
+	var token int64
+	for _, rate := range []int{50_000, 100_000} {
+		b.Run(fmt.Sprintf("rate=%d", rate), func(b *testing.B) {
+			for range b.N {
+				b.StopTimer()
+				d.reset(b)
+				token++
+				a := d.startAggregator(token, aggregator.DefaultOptions())
+				stop := make(chan struct{})
+				var inserted atomic.Int64
+				var wg sync.WaitGroup
+				ppool := d.pool("producers")
+				for p := range producers {
+					wg.Go(func() { produce(b, ppool, p, rate/producers, stop, &inserted) })
+				}
+				time.Sleep(warmup)
+				b.StartTimer()
+
+				start, before := time.Now(), inserted.Load()
+				delays := probe(b, d.obs, measure)
+				elapsed, after := time.Since(start), inserted.Load()
+				b.StopTimer()
+				close(stop)
+				wg.Wait()
+				a.stop(b)
+
+				slices.Sort(delays)
+				q := func(p float64) float64 { return float64(delays[int(p*float64(len(delays)-1))].Microseconds()) / 1000 }
+				b.ReportMetric(float64(after-before)/elapsed.Seconds(), "inserted-events/s")
+				b.ReportMetric(q(0.5), "p50-ms")
+				b.ReportMetric(q(0.99), "p99-ms")
+				b.ReportMetric(q(1), "max-ms")
+				b.ReportMetric(float64(len(delays)), "probes")
+			}
+		})
+	}
+}
+
+// produce inserts COPYs of 1000 events at perSecond events per second (or as
+// fast as it can) until stop closes.
+func produce(b *testing.B, pool *pgxpool.Pool, p, perSecond int, stop <-chan struct{}, inserted *atomic.Int64) {
+	ctx := context.Background()
+	r := rand.New(rand.NewPCG(uint64(p), 7))
+	rows := make([][]any, eventsPerTx)
+	tick := time.NewTicker(time.Second * eventsPerTx / time.Duration(perSecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		now := time.Now()
+		for i := range rows {
+			link := int64(1)
+			if r.Float64() >= viralShare {
+				link = 2 + r.Int64N(otherLinks)
+			}
+			rows[i] = []any{link, now, "news.example.com", "FR"}
+		}
+		n, err := pool.CopyFrom(ctx, pgx.Identifier{"click_events"}, []string{"link_id", "clicked_at", "referrer_host", "country"}, pgx.CopyFromRows(rows))
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		inserted.Add(n)
+	}
+}
+
+// probe commits one event every 20 ms for a probe link of its own (nobody
+// else clicks it), for the given time, and returns for each the delay from
+// its commit's return to its count being visible, polled every 5 ms.
+func probe(b *testing.B, pool *pgxpool.Pool, measure time.Duration) []time.Duration {
+	ctx := context.Background()
+	var mu sync.Mutex
+	pending := map[int64]time.Time{} // link → commit returned
+	var delays []time.Duration
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() { // poller
+		for {
+			mu.Lock()
+			links := slices.Collect(maps.Keys(pending))
+			mu.Unlock()
+			if len(links) > 0 {
+				rows, _ := pool.Query(ctx, `SELECT link_id FROM link_counts WHERE link_id = ANY ($1)`, links)
+				seen, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				now := time.Now()
+				mu.Lock()
+				for _, l := range seen {
+					delays = append(delays, now.Sub(pending[l]))
+					delete(pending, l)
+				}
+				mu.Unlock()
+			}
+			select {
+			case <-done:
+				mu.Lock()
+				defer mu.Unlock()
+				if len(pending) > 0 {
+					b.Errorf("%d probes not counted within %v", len(pending), patience)
+				}
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	})
+	start := time.Now()
+	for link := int64(probeLinks); time.Since(start) < measure; link++ {
+		if _, err := pool.Exec(ctx, `INSERT INTO click_events (link_id, clicked_at) VALUES ($1, now())`, link); err != nil {
+			b.Fatal(err)
+		}
+		mu.Lock()
+		pending[link] = time.Now()
+		mu.Unlock()
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Wait for the last ones.
+	deadline := time.Now().Add(patience)
+	for {
+		mu.Lock()
+		n := len(pending)
+		mu.Unlock()
+		if n == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(done)
+	wg.Wait()
+	return delays
+}
+
+// waitFoldedWithin waits until the aggregator a has counted n events.
+func (d *db) waitFoldedWithin(a *aggregatorJob, n int64, limit time.Duration) {
+	d.t.Helper()
+	deadline := time.Now().Add(limit)
+	for d.state().folded < n {
+		select {
+		case err := <-a.done:
+			d.t.Fatalf("aggregator returned %v before counting %d events", err, n)
+		default:
+		}
+		if time.Now().After(deadline) {
+			d.t.Fatalf("%d of %d events counted within %v", d.state().folded, n, limit)
+		}
+		time.Sleep(10 * time.Millisecond) // coarse: polling must not compete for the two cores
+	}
+}
+
+// waitPruned waits until the aggregator has deleted every processed event.
+func (d *db) waitPruned(limit time.Duration) {
+	d.t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		var left int64
+		if err := d.obs.QueryRow(context.Background(), `SELECT unpruned FROM click_aggregator_state`).Scan(&left); err != nil {
+			d.t.Fatal(err)
+		}
+		if left == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			d.t.Fatalf("%d processed events still in click_events after %v", left, limit)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// wantBacklogCounts checks that the counts equal a GROUP BY of the events.
+func (d *db) wantBacklogCounts(b *testing.B) {
+	b.Helper()
+	var wrong int64
+	err := d.obs.QueryRow(context.Background(), `SELECT count(*) FROM (
+		SELECT link_id, hour, count(*) AS clicks FROM click_events GROUP BY 1, 2
+		EXCEPT SELECT link_id, hour, clicks FROM link_hourly_counts) x`).Scan(&wrong)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total int64
+	if err := d.obs.QueryRow(context.Background(), `SELECT sum(clicks) FROM link_counts`).Scan(&total); err != nil {
+		b.Fatal(err)
+	}
+	if wrong != 0 || total != backlogEvents {
+		b.Fatalf("after the fold: %d hourly counts differ from the events, total %d, want %d", wrong, total, backlogEvents)
+	}
+}

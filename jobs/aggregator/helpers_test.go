@@ -1,0 +1,403 @@
+package aggregator_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/snip/snip-jobs/configs"
+	"github.com/snip/snip-jobs/fencing"
+	"github.com/snip/snip-jobs/internal/testenv"
+	"github.com/snip/snip-jobs/jobs/aggregator"
+	"github.com/snip/snip-jobs/migrations"
+	"github.com/snip/snip-jobs/scheduler"
+)
+
+func TestMain(m *testing.M) { os.Exit(testenv.RunMain(m)) }
+
+// patience bounds waits for things that must happen; it only decides how long
+// a broken build takes to fail, never whether a healthy one passes.
+const patience = 60 * time.Second
+
+// links is how many links the tests' databases have: ids 1..links.
+const links = 50
+
+// db is one test's database with the real schema and links 1..links.
+type db struct {
+	t   testing.TB
+	url string
+	obs *pgxpool.Pool // the test's own reads and producers
+}
+
+func newDB(t testing.TB, url string) *db {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := migrations.Up(ctx, url, nil); err != nil {
+		t.Fatalf("migrations: %v", err)
+	}
+	d := &db{t: t, url: url}
+	d.obs = d.pool("observer")
+	if _, err := d.obs.Exec(ctx, `INSERT INTO links (id, slug) SELECT g, 'l' || g FROM generate_series(1, $1::int) g`, links); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// pool returns a new pool whose connections carry application_name app.
+func (d *db) pool(app string) *pgxpool.Pool {
+	d.t.Helper()
+	cfg, err := pgxpool.ParseConfig(d.url)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["application_name"] = app
+	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	d.t.Cleanup(p.Close)
+	return p
+}
+
+// aggregatorJob is one running aggregator: a real job of the registered type,
+// with a real fence on its own pool.
+type aggregatorJob struct {
+	token  int64
+	valid  atomic.Bool
+	cancel context.CancelFunc
+	done   chan error // Run's result
+	reg    *prometheus.Registry
+}
+
+// startAggregator runs an aggregator with token on its own pool (application
+// name "agg-<token>") until stop or the test's end.
+func (d *db) startAggregator(token int64, opts aggregator.Options) *aggregatorJob {
+	d.t.Helper()
+	return d.startAggregatorOn(d.pool(fmt.Sprintf("agg-%d", token)), token, opts)
+}
+
+// startAggregatorOn is startAggregator on a given pool.
+func (d *db) startAggregatorOn(pool *pgxpool.Pool, token int64, opts aggregator.Options) *aggregatorJob {
+	d.t.Helper()
+	a := &aggregatorJob{token: token, done: make(chan error, 1), reg: prometheus.NewRegistry()}
+	a.valid.Store(true)
+	instance := fmt.Sprintf("agg-%d", token)
+	job, err := aggregator.Type().New(scheduler.Env{Instance: instance, Pool: pool, Metrics: a.reg}, configs.Job{
+		Name: "aggregator", Type: "aggregator", Singleton: true,
+		Schedule: configs.Schedule{Kind: configs.Continuous}, Options: &opts,
+	})
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	run := scheduler.NewRun(scheduler.RunConfig{
+		Job: "aggregator", Instance: instance, Token: token,
+		Fence: fencing.New(pool, instance),
+		Valid: a.valid.Load,
+		Log:   testenv.Logger(d.t),
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	a.cancel = cancel
+	go func() { a.done <- job.Run(ctx, run) }()
+	d.t.Cleanup(func() {
+		cancel()
+		select {
+		case <-a.done:
+		case <-time.After(patience):
+			d.t.Errorf("aggregator %d did not return within %v of its context's end", token, patience)
+		}
+	})
+	return a
+}
+
+// stop cancels the aggregator's context and returns Run's result.
+func (a *aggregatorJob) stop(t testing.TB) error {
+	t.Helper()
+	a.cancel()
+	return a.wait(t)
+}
+
+// wait returns Run's result once it returns by itself.
+func (a *aggregatorJob) wait(t testing.TB) error {
+	t.Helper()
+	select {
+	case err := <-a.done:
+		a.done <- err // later waits, and the cleanup, see it too
+		return err
+	case <-time.After(patience):
+		t.Fatalf("aggregator %d still running after %v", a.token, patience)
+		return nil
+	}
+}
+
+// wantRunning fails if the aggregator's Run has returned.
+func (a *aggregatorJob) wantRunning(t testing.TB) {
+	t.Helper()
+	select {
+	case err := <-a.done:
+		a.done <- err
+		t.Fatalf("aggregator %d returned (%v) while it should keep running", a.token, err)
+	default:
+	}
+}
+
+// counter returns the value of a counter of the aggregator's registry, the
+// sum over label values that match labels.
+func (a *aggregatorJob) counter(t testing.TB, name string, labels map[string]string) float64 {
+	t.Helper()
+	families, err := a.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	metric:
+		for _, m := range f.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
+					continue metric
+				}
+			}
+			sum += m.GetCounter().GetValue()
+		}
+	}
+	return sum
+}
+
+// event is one click as a producer inserts it.
+type event struct {
+	link      *int64 // nil: NULL
+	clickedAt time.Time
+	referrer  string
+	country   *string // nil: NULL
+}
+
+func click(link int64, at time.Time) event {
+	fr := "FR"
+	return event{link: &link, clickedAt: at, referrer: "example.com", country: &fr}
+}
+
+// hourKey is one row of link_hourly_counts.
+type hourKey struct {
+	link int64
+	hour int64 // unix seconds
+}
+
+// ledger is what producers committed: the counts the aggregator must reach.
+type ledger struct {
+	mu      sync.Mutex
+	totals  map[int64]int64
+	hourly  map[hourKey]int64
+	rejects map[string]int64 // by reason
+}
+
+func newLedger() *ledger {
+	return &ledger{totals: map[int64]int64{}, hourly: map[hourKey]int64{}, rejects: map[string]int64{}}
+}
+
+// add records committed events; reason is "" for valid ones.
+func (l *ledger) add(evs []event, reasons []string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, e := range evs {
+		if reasons[i] != "" {
+			l.rejects[reasons[i]]++
+			continue
+		}
+		l.totals[*e.link]++
+		l.hourly[hourKey{*e.link, e.clickedAt.Truncate(time.Hour).Unix()}]++
+	}
+}
+
+func (l *ledger) events() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var n int64
+	for _, c := range l.totals {
+		n += c
+	}
+	for _, c := range l.rejects {
+		n += c
+	}
+	return n
+}
+
+// insert inserts evs in tx, returning their ids.
+func insert(ctx context.Context, tx pgx.Tx, evs []event) ([]int64, error) {
+	ids := make([]int64, 0, len(evs))
+	for _, e := range evs {
+		var id int64
+		err := tx.QueryRow(ctx, `INSERT INTO click_events (link_id, clicked_at, referrer_host, country)
+			VALUES ($1, $2, $3, $4) RETURNING id`, e.link, e.clickedAt, e.referrer, e.country).Scan(&id)
+		if err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
+// commit inserts evs in one transaction and records them in l.
+func (d *db) commit(l *ledger, evs []event, reasons []string) []int64 {
+	d.t.Helper()
+	var ids []int64
+	err := pgx.BeginFunc(context.Background(), d.obs, func(tx pgx.Tx) error {
+		var err error
+		ids, err = insert(context.Background(), tx, evs)
+		return err
+	})
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	l.add(evs, reasons)
+	return ids
+}
+
+// state is the aggregator's bookkeeping row.
+type state struct {
+	prev             string
+	folded, rejected int64
+	token            int64
+}
+
+func (d *db) state() state {
+	d.t.Helper()
+	var s state
+	err := d.obs.QueryRow(context.Background(), `SELECT prev::text, folded, rejected, token FROM click_aggregator_state`).
+		Scan(&s.prev, &s.folded, &s.rejected, &s.token)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	return s
+}
+
+// waitProcessed waits until the aggregator has processed (counted or
+// rejected) n events, then until two more windows have passed (so that a
+// double count would have had its chance), and fails if it processes more.
+func (d *db) waitProcessed(n int64) {
+	d.t.Helper()
+	deadline := time.Now().Add(patience)
+	for {
+		s := d.state()
+		if s.folded+s.rejected > n {
+			d.t.Fatalf("aggregator processed %d events (%d counted, %d rejected); only %d were committed", s.folded+s.rejected, s.folded, s.rejected, n)
+		}
+		if s.folded+s.rejected == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			d.t.Fatalf("aggregator processed %d of %d events within %v", s.folded+s.rejected, n, patience)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	d.waitWindows(2)
+	if s := d.state(); s.folded+s.rejected != n {
+		d.t.Fatalf("aggregator processed %d events after it had reached the %d committed", s.folded+s.rejected, n)
+	}
+}
+
+// waitFolded waits until the aggregator has counted at least n events.
+func (d *db) waitFolded(n int64) {
+	d.t.Helper()
+	deadline := time.Now().Add(patience)
+	for d.state().folded < n {
+		if time.Now().After(deadline) {
+			d.t.Fatalf("fewer than %d events counted within %v", n, patience)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// waitWindows waits until the aggregator's prev snapshot has moved k times.
+func (d *db) waitWindows(k int) {
+	d.t.Helper()
+	deadline := time.Now().Add(patience)
+	last := d.state().prev
+	for k > 0 {
+		if time.Now().After(deadline) {
+			d.t.Fatalf("the aggregator's snapshot did not move within %v", patience)
+		}
+		if p := d.state().prev; p != last {
+			last = p
+			k--
+			continue
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// wantCounts checks link_counts, link_hourly_counts and click_rejects against
+// the ledger, exactly.
+func (d *db) wantCounts(l *ledger) {
+	d.t.Helper()
+	ctx := context.Background()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+
+	totals := map[int64]int64{}
+	rows, _ := d.obs.Query(ctx, `SELECT link_id, clicks FROM link_counts`)
+	var link, clicks int64
+	if _, err := pgx.ForEachRow(rows, []any{&link, &clicks}, func() error { totals[link] = clicks; return nil }); err != nil {
+		d.t.Fatal(err)
+	}
+	if !maps.Equal(totals, l.totals) {
+		d.t.Errorf("link_counts:\n got %v\nwant %v", totals, l.totals)
+	}
+
+	hourly := map[hourKey]int64{}
+	rows, _ = d.obs.Query(ctx, `SELECT link_id, extract(epoch FROM hour)::bigint, clicks FROM link_hourly_counts`)
+	var hour int64
+	if _, err := pgx.ForEachRow(rows, []any{&link, &hour, &clicks}, func() error { hourly[hourKey{link, hour}] = clicks; return nil }); err != nil {
+		d.t.Fatal(err)
+	}
+	if !maps.Equal(hourly, l.hourly) {
+		d.t.Errorf("link_hourly_counts:\n got %v\nwant %v", hourly, l.hourly)
+	}
+
+	rejects := map[string]int64{}
+	rows, _ = d.obs.Query(ctx, `SELECT reason, count(*) FROM click_rejects GROUP BY reason`)
+	var reason string
+	if _, err := pgx.ForEachRow(rows, []any{&reason, &clicks}, func() error { rejects[reason] = clicks; return nil }); err != nil {
+		d.t.Fatal(err)
+	}
+	if !maps.Equal(rejects, l.rejects) {
+		d.t.Errorf("click_rejects by reason:\n got %v\nwant %v", rejects, l.rejects)
+	}
+}
+
+// backendOf returns the pid of the backend of application app that is
+// waiting for a lock, waiting until there is one.
+func (d *db) waitLockWait(app string) int32 {
+	d.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	for {
+		var pid int32
+		err := d.obs.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`, app).Scan(&pid)
+		if err == nil {
+			return pid
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			d.t.Fatalf("waiting for %s to wait for a lock: %v", app, err)
+		}
+		select {
+		case <-ctx.Done():
+			d.t.Fatalf("%s never waited for a lock within %v", app, patience)
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
