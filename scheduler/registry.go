@@ -101,3 +101,26 @@ func (r *Registry) Type(name string) (Type, bool) {
 	t, ok := r.types[name]
 	return t, ok
 }
+
+// Validator is implemented by options that check themselves.
+type Validator interface{ Validate() error }
+
+// Options returns a job's options as T: what the config decoded (a *T), or
+// defaults when the entry had none; then, if *T has a Validate method, the
+// result of it. Job types call it from New. Errors name the job's type and name.
+func Options[T any](spec configs.Job, defaults T) (T, error) {
+	opts := defaults
+	switch o := spec.Options.(type) {
+	case nil:
+	case *T:
+		opts = *o
+	default:
+		return opts, fmt.Errorf("%s %q: options are a %T, not %T", spec.Type, spec.Name, spec.Options, &defaults)
+	}
+	if v, ok := any(&opts).(Validator); ok {
+		if err := v.Validate(); err != nil {
+			return opts, fmt.Errorf("%s %q: options: %w", spec.Type, spec.Name, err)
+		}
+	}
+	return opts, nil
+}

@@ -59,16 +59,9 @@ func newJob(env scheduler.Env, spec configs.Job) (scheduler.Job, error) {
 	if !spec.Singleton {
 		return nil, fmt.Errorf("aggregator %q: must be a singleton: its writes are fenced by the term's token", spec.Name)
 	}
-	opts := DefaultOptions()
-	switch o := spec.Options.(type) {
-	case nil:
-	case *Options:
-		opts = *o
-	default:
-		return nil, fmt.Errorf("aggregator %q: options are a %T, not *aggregator.Options", spec.Name, spec.Options)
-	}
-	if err := opts.Validate(); err != nil {
-		return nil, fmt.Errorf("aggregator %q: options: %w", spec.Name, err)
+	opts, err := scheduler.Options(spec, DefaultOptions())
+	if err != nil {
+		return nil, err
 	}
 	m, err := newMetrics(env.Metrics, spec.Name)
 	if err != nil {

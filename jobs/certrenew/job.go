@@ -72,16 +72,9 @@ func newJob(env scheduler.Env, spec configs.Job, tc typeConfig) (scheduler.Job, 
 	if env.Pool == nil {
 		return nil, fmt.Errorf("certrenew %q: needs PostgreSQL", spec.Name)
 	}
-	opts := DefaultOptions()
-	switch o := spec.Options.(type) {
-	case nil:
-	case *Options:
-		opts = *o
-	default:
-		return nil, fmt.Errorf("certrenew %q: options are a %T, not *certrenew.Options", spec.Name, spec.Options)
-	}
-	if err := opts.Validate(); err != nil {
-		return nil, fmt.Errorf("certrenew %q: options: %w", spec.Name, err)
+	opts, err := scheduler.Options(spec, DefaultOptions())
+	if err != nil {
+		return nil, err
 	}
 	keys, err := opts.Keyring()
 	if err != nil {

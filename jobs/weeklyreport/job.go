@@ -81,16 +81,9 @@ func newJob(_ scheduler.Env, spec configs.Job) (scheduler.Job, error) {
 	if !spec.Singleton {
 		return nil, fmt.Errorf("weeklyreport %q: must be a singleton: its writes are fenced by the slot's token", spec.Name)
 	}
-	opts := DefaultOptions()
-	switch o := spec.Options.(type) {
-	case nil:
-	case *Options:
-		opts = *o
-	default:
-		return nil, fmt.Errorf("weeklyreport %q: options are a %T, not *weeklyreport.Options", spec.Name, spec.Options)
-	}
-	if err := opts.Validate(); err != nil {
-		return nil, fmt.Errorf("weeklyreport %q: options: %w", spec.Name, err)
+	opts, err := scheduler.Options(spec, DefaultOptions())
+	if err != nil {
+		return nil, err
 	}
 	loc := spec.Schedule.Location
 	if loc == nil {
