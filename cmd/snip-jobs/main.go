@@ -2,10 +2,10 @@
 // for a singleton, on exactly one server at a time (the holder of the job's
 // etcd term), with its PostgreSQL writes fenced by the term's token.
 //
-// One binary, several commands: run (the service), validate, migrate, status,
-// resign, report and version. `snip-jobs help` lists them; `snip-jobs COMMAND --help`
-// describes one. Exit status: 0 success, 1 failure, 2 bad usage or a config
-// file with errors.
+// One binary, several commands: run (the service), dev (a whole local cluster
+// for development), validate, migrate, status, resign, report and version.
+// `snip-jobs help` lists them; `snip-jobs COMMAND --help` describes one. Exit
+// status: 0 success, 1 failure, 2 bad usage or a config file with errors.
 package main
 
 import (
@@ -33,7 +33,7 @@ type command struct {
 }
 
 func commands() []command {
-	return []command{runCommand(), validateCommand(), migrateCommand(), statusCommand(), resignCommand(), reportCommand(), versionCommand()}
+	return []command{runCommand(), devCommand(), validateCommand(), migrateCommand(), statusCommand(), resignCommand(), reportCommand(), versionCommand()}
 }
 
 // cli is what commands write to.
@@ -176,8 +176,8 @@ Commands:
 	}
 	tw.Flush()
 	fmt.Fprint(w, `
-Every command but version reads the config file given by --config (default: $SNIP_JOBS_CONFIG,
-else `+defaultConfigPath+`).
+Every command but version and dev reads the config file given by --config (default:
+$SNIP_JOBS_CONFIG, else `+defaultConfigPath+`).
 Run 'snip-jobs COMMAND --help' for a command's description and flags.
 Exit status: 0 success, 1 failure, 2 bad usage or a config file with errors.
 `)

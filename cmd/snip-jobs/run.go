@@ -22,6 +22,7 @@ import (
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/internal/admin"
 	"github.com/snip/snip-jobs/internal/etcdlocal"
+	"github.com/snip/snip-jobs/internal/statuspage"
 	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/migrations"
 	"github.com/snip/snip-jobs/scheduler"
@@ -52,7 +53,8 @@ Start-up fails (exit status 1) when another live process already uses this
 instance name, or when no etcd lease can be had within max(30s, 3 × ttl). Under
 systemd (Type=notify) it reports READY=1 once the jobs run, pings the watchdog
 while the etcd session and the scheduler are healthy, and reports STOPPING=1 at
-shutdown. /metrics, /healthz, /readyz and /status are served on http.listen.
+shutdown. /metrics, /healthz, /readyz, /status (JSON) and the cluster's status
+page (/status/, with a timeline of the terms) are served on http.listen.
 
 On SIGTERM or SIGINT it stops taking work, cancels the jobs, waits for each up to
 its grace period, resigns every term and revokes its lease, so that other
@@ -63,6 +65,8 @@ not stop in time). A second signal exits at once.`,
 			path := configFlag(fs)
 			listen := fs.String("embedded-etcd-listen", etcdlocal.DefaultClientAddr,
 				"client address of the embedded etcd, used only when the config has no etcd endpoints\n(a loopback host:port; port 0 picks a free port, logged at start)")
+			devControl := fs.String("dev-control", "",
+				"base URL of the snip-jobs dev supervisor (set by dev for its instances): the status page\nthen shows buttons that ask it to kill, pause, restart an instance or resign a job")
 			return func(ctx context.Context, args []string) error {
 				if len(args) > 0 {
 					return usageError("usage: run takes no arguments")
@@ -72,7 +76,7 @@ not stop in time). A second signal exits at once.`,
 					writeLines(c.stderr, "", err.Error())
 					return &exitError{code: 2, err: errSilent}
 				}
-				r := &runner{cfg: f, log: newLogger(f.Log, c.stderr), embeddedListen: *listen}
+				r := &runner{cfg: f, log: newLogger(f.Log, c.stderr), embeddedListen: *listen, devControl: *devControl}
 				r.ilog = r.log.With("instance", f.Instance)
 				// lego logs through a process-wide logger (to stdout at Info by
 				// default): route it to ours, warnings and up.
@@ -94,6 +98,7 @@ type runner struct {
 	log            *slog.Logger // the scheduler and the session add the instance themselves
 	ilog           *slog.Logger // log with the instance, for this file's lines
 	embeddedListen string
+	devControl     string // `snip-jobs dev`'s supervisor, for the status page's buttons
 	notify         notifier
 
 	pool     *pgxpool.Pool
@@ -233,9 +238,16 @@ func (r *runner) start(ctx context.Context) error {
 	}
 	r.sched = sched
 
+	page, err := statuspage.New(statuspage.Config{
+		Instance: f.Instance, Version: versionString(), Etcd: r.etcd, Prefix: f.Etcd.Prefix, Pool: r.pool,
+		Jobs: f.Jobs, DevControl: r.devControl,
+	}, r.ilog)
+	if err != nil {
+		return err
+	}
 	acfg := admin.Config{
 		Listen: f.HTTP.Listen, Mux: mux, Gatherer: reg, Instance: f.Instance, Version: versionString(),
-		DB: r.pool, Jobs: sched, Log: r.ilog,
+		DB: r.pool, Jobs: sched, Page: page, Log: r.ilog,
 	}
 	if r.session != nil {
 		acfg.Session = r.session

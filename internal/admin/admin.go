@@ -8,6 +8,8 @@
 //     failing check. 503 "shutting down" from the moment Stopping is called.
 //   - GET /status: JSON: the instance, its lease (from leadership.Session.Stats)
 //     and its jobs (scheduler.Status).
+//   - GET /status/…: the cluster's status page (Config.Page, package
+//     statuspage), when given; GET / then redirects to /status/.
 //
 // The routes are added to a caller's *http.ServeMux, the one job types receive
 // as scheduler.Env.Mux, so their own routes are served on the same listener.
@@ -78,6 +80,9 @@ type Config struct {
 	// Jobs is shown in /status; nil until the scheduler exists (set it later
 	// with SetJobs).
 	Jobs Jobs
+	// Page serves the status page under /status/ (package statuspage); nil:
+	// no page.
+	Page http.Handler
 	// CheckTimeout bounds each readiness check (default 2 s).
 	CheckTimeout time.Duration
 	Log          *slog.Logger
@@ -129,6 +134,10 @@ func New(cfg Config) (s *Server, err error) {
 	cfg.Mux.HandleFunc("GET /healthz", s.healthz)
 	cfg.Mux.HandleFunc("GET /readyz", s.readyz)
 	cfg.Mux.HandleFunc("GET /status", s.status)
+	if cfg.Page != nil {
+		cfg.Mux.Handle("GET /status/", cfg.Page)
+		cfg.Mux.Handle("GET /{$}", http.RedirectHandler("/status/", http.StatusFound))
+	}
 	s.srv = &http.Server{
 		Handler:           cfg.Mux,
 		ReadHeaderTimeout: 10 * time.Second,

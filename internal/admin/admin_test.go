@@ -275,3 +275,20 @@ func TestShutdownLetsARequestInFlightFinish(t *testing.T) {
 		t.Fatalf("the request in flight got %q", got)
 	}
 }
+
+func TestTheStatusPageIsMountedUnderStatusAndTheRootRedirectsToIt(t *testing.T) {
+	page := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "page at "+r.URL.Path) })
+	s := serve(t, admin.Config{Page: page})
+	for path, want := range map[string]string{"/": "page at /status/", "/status/": "page at /status/", "/status/live": "page at /status/live"} {
+		if code, body := get(t, s, path); code != http.StatusOK || body != want {
+			t.Errorf("GET %s: %d %q, want 200 %q", path, code, body, want)
+		}
+	}
+	if code, body := get(t, s, "/status"); code != http.StatusOK || !strings.HasPrefix(body, "{") {
+		t.Errorf("GET /status: %d %q; want the JSON status, not the page", code, body)
+	}
+	plain := serve(t, admin.Config{})
+	if code, _ := get(t, plain, "/"); code != http.StatusNotFound {
+		t.Errorf("GET / without a page: %d, want 404", code)
+	}
+}

@@ -8,8 +8,8 @@
 //     (go.etcd.io/etcd/pkg/v3/proxy) to put between a client and a member
 //     to drop or delay its traffic: a network partition.
 //   - PostgreSQL (postgres.go): a throwaway cluster from the machine's
-//     PostgreSQL server binaries (initdb, pg_ctl), in a temporary directory,
-//     on a free port.
+//     PostgreSQL server binaries (initdb, postgres; package pgcluster), in
+//     a temporary directory, on a free port.
 //
 // Nothing here is a mock or a fake: tests talk to the same server code that
 // runs in production, over real sockets. Tests use loopback only: servers

@@ -1,0 +1,445 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+var updateScreenshot = flag.Bool("update-screenshot", false, "write the status page's screenshot to docs/status-page.png")
+
+// devProcess is a running `snip-jobs dev`.
+type devProcess struct {
+	t       *testing.T
+	cmd     *exec.Cmd
+	out     string // file holding its stdout
+	errOut  string // and its stderr
+	exited  chan struct{}
+	control string // the supervisor's URL, from what dev printed
+}
+
+// startDev runs `snip-jobs dev` on free ports and waits for its banner. It is
+// killed at the end of the test if it still runs.
+func startDev(t *testing.T) *devProcess {
+	t.Helper()
+	dir := t.TempDir()
+	d := &devProcess{t: t, out: filepath.Join(dir, "stdout"), errOut: filepath.Join(dir, "stderr"), exited: make(chan struct{})}
+	stdout, err := os.Create(d.out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdout.Close()
+	stderr, err := os.Create(d.errOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stderr.Close()
+	d.cmd = exec.Command(binary, "dev", "--http-base", "-1")
+	d.cmd.Env = baseEnv()
+	d.cmd.Stdout, d.cmd.Stderr = stdout, stderr
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_ = d.cmd.Wait()
+		close(d.exited)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-d.exited:
+		default:
+			_ = d.cmd.Process.Kill() // its children and PostgreSQL follow (parent-death signals)
+			<-d.exited
+		}
+		if t.Failed() {
+			t.Logf("--- snip-jobs dev's output ---\n%s\n--- its stderr ---\n%s", d.stdout(), d.stderr())
+		}
+	})
+	control := regexp.MustCompile(`curl -X POST '(http://127\.0\.0\.1:\d+)/dev/kill\?job=`)
+	eventually(t, "dev's banner", func() bool {
+		select {
+		case <-d.exited:
+			t.Fatalf("snip-jobs dev exited before it was ready: %v\n%s\n%s", d.cmd.ProcessState, d.stdout(), d.stderr())
+		default:
+		}
+		if m := control.FindStringSubmatch(d.stdout()); m != nil {
+			d.control = m[1]
+			return strings.Contains(d.stdout(), "What happens, as etcd reports it:")
+		}
+		return false
+	})
+	return d
+}
+
+func (d *devProcess) stdout() string { b, _ := os.ReadFile(d.out); return string(b) }
+func (d *devProcess) stderr() string { b, _ := os.ReadFile(d.errOut); return string(b) }
+
+// devState is GET /dev/state.
+type devState struct {
+	Instances []struct {
+		Name  string `json:"instance"`
+		PID   int    `json:"pid"`
+		State string `json:"state"`
+		Page  string `json:"page"`
+	} `json:"instances"`
+}
+
+func (d *devProcess) state() devState {
+	d.t.Helper()
+	resp, err := http.Get(d.control + "/dev/state")
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st devState
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		d.t.Fatal(err)
+	}
+	return st
+}
+
+// chromium finds Debian's chromium, and fails the test loudly without it.
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "/usr/bin/chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Fatal("chromium not found: this test drives a real headless browser. Install Debian's chromium " +
+		"(apt-get install -y chromium), as .ci/run does")
+	return ""
+}
+
+// browser starts a headless chromium with a fresh profile, for the test.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(chromium(t)),
+		chromedp.Headless,
+		chromedp.NoSandbox, // as root in CI
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.Flag("disable-background-networking", true), // the machine's network is closed
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 960),
+	)
+	ctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(func() { cancel(); cancelAlloc() })
+	if err := chromedp.Do(ctx); err != nil { // starts the browser
+		t.Fatalf("start chromium: %v", err)
+	}
+	return ctx
+}
+
+// pageView is what the test reads off the page in the browser.
+type pageView struct {
+	Conn      string `json:"conn"`  // "live" once the script has swapped in a fresh rendering
+	Toast     string `json:"toast"` // the answer to the last button
+	Instances []struct {
+		Name    string `json:"name"`
+		Up      bool   `json:"up"`
+		Leads   int    `json:"leads"`
+		Process string `json:"process"`
+	} `json:"instances"`
+	Jobs []struct {
+		Name   string `json:"name"`
+		Mode   string `json:"mode"`
+		Leader string `json:"leader"`
+		Token  string `json:"token"`
+	} `json:"jobs"`
+	Terms []struct {
+		Job      string `json:"job"`
+		Token    int64  `json:"token"`
+		Instance string `json:"instance"`
+		State    string `json:"state"`
+		LateEnd  bool   `json:"late"`
+	} `json:"terms"`
+}
+
+const readPage = `(() => ({
+	conn: document.getElementById('conn').textContent,
+	toast: document.getElementById('toast').hidden ? '' : document.getElementById('toast').textContent,
+	instances: [...document.querySelectorAll('tr.instance')].map(r => ({
+		name: r.dataset.instance, up: r.dataset.up === 'true', leads: +r.dataset.leads,
+		process: (r.querySelector('.process') || {}).textContent || ''})),
+	jobs: [...document.querySelectorAll('tr.job')].map(r => ({
+		name: r.dataset.job, mode: r.dataset.mode, leader: r.dataset.leader, token: r.dataset.token})),
+	terms: [...document.querySelectorAll('svg.timeline g.lane g.term')].map(g => ({
+		job: g.closest('g.lane').dataset.job, token: +g.dataset.token, instance: g.dataset.instance, state: g.dataset.state,
+		late: g.dataset.lateEnd === 'true'})),
+}))()`
+
+// read reads the page as it is now in the browser (no reload: the page's
+// script keeps it fresh).
+func read(t *testing.T, ctx context.Context) pageView {
+	t.Helper()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[pageView](readPage))
+	if err != nil {
+		t.Fatalf("read the page: %v", err)
+	}
+	return v
+}
+
+func (v pageView) instance(name string) (up bool, process string) {
+	for _, in := range v.Instances {
+		if in.Name == name {
+			return in.Up, in.Process
+		}
+	}
+	return false, ""
+}
+
+// watcher is a browser tab on one instance's status page.
+type watcher struct {
+	t     *testing.T
+	ctx   context.Context
+	pages map[string]string // instance → its page
+	on    string            // the instance whose page is open
+	query string
+}
+
+// open opens the page of an instance other than avoid (whose process is
+// about to stop, or has) and waits until its script has refreshed it.
+func (w *watcher) open(avoid string) {
+	w.t.Helper()
+	for _, name := range []string{"server-1", "server-2", "server-3"} {
+		if name != avoid {
+			w.on = name
+			break
+		}
+	}
+	if err := chromedp.Do(w.ctx, chromedp.Navigate(w.pages[w.on]+w.query)); err != nil {
+		w.t.Fatal(err)
+	}
+	eventually(w.t, "the page of "+w.on, func() bool { v := read(w.t, w.ctx); return v.Conn == "live" && len(v.Jobs) > 0 })
+}
+
+// press clicks the button matched by sel and returns the groups of the
+// supervisor's answer (shown on the page) matched by want.
+func (w *watcher) press(sel, want string) []string {
+	w.t.Helper()
+	if err := chromedp.Do(w.ctx, chromedp.Click(chromedp.CSS(sel))); err != nil {
+		w.t.Fatalf("click %s: %v", sel, err)
+	}
+	re := regexp.MustCompile(want)
+	var m []string
+	eventually(w.t, "the answer to "+sel, func() bool {
+		m = re.FindStringSubmatch(read(w.t, w.ctx).Toast)
+		return m != nil
+	})
+	return m
+}
+
+func (w *watcher) until(what string, cond func(v pageView) bool) pageView {
+	w.t.Helper()
+	var v pageView
+	eventually(w.t, what, func() bool { v = read(w.t, w.ctx); return cond(v) })
+	return v
+}
+
+func (v pageView) term(job string, token int64) (state string, late bool) {
+	for _, tm := range v.Terms {
+		if tm.Job == job && tm.Token == token {
+			return tm.State, tm.LateEnd
+		}
+	}
+	return "", false
+}
+
+// successor is the ongoing term of job after token, on another instance than
+// not.
+func (v pageView) successor(job string, token int64, not string) bool {
+	for _, tm := range v.Terms {
+		if tm.Job == job && tm.Token > token && tm.Instance != not && tm.State == "ongoing" {
+			return true
+		}
+	}
+	return false
+}
+
+func atoi64(t *testing.T, s string) int64 {
+	t.Helper()
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// One command brings up a three-instance cluster. Each instance's status
+// page, in a real browser, shows the three instances and a leader for each
+// singleton. With the page's buttons: the leader of a job resigns, and the
+// timeline (refreshed by the page's script, without a reload) shows the
+// hand-over, its term ended and a successor's with a higher token; the leader
+// is killed, and its term, never closed, is cut at its successor's start; the
+// killed instance is restarted; a leader is paused (SIGSTOP), replaced, and
+// resumed, and its term's end, recorded late, is drawn apart. Ctrl-C stops
+// everything and removes every file.
+func TestDevRunsAClusterWhoseStatusPageShowsAFailoverInABrowser(t *testing.T) {
+	t.Parallel()
+	ctx := browser(t)
+	dev := startDev(t)
+	st := dev.state()
+	if len(st.Instances) != 3 {
+		t.Fatalf("dev runs %d instances, want 3: %+v", len(st.Instances), st)
+	}
+	w := &watcher{t: t, ctx: ctx, pages: map[string]string{}}
+	for _, in := range st.Instances {
+		w.pages[in.Name] = in.Page
+		if !strings.Contains(dev.stdout(), in.Page) {
+			t.Errorf("dev did not print %s's page %s", in.Name, in.Page)
+		}
+	}
+
+	w.open("")
+	w.until("three instances up and a leader for each singleton", func(v pageView) bool {
+		up := 0
+		for _, in := range v.Instances {
+			if in.Up && in.Process == "running" {
+				up++
+			}
+		}
+		singletons := 0
+		for _, j := range v.Jobs {
+			if j.Mode == "leader" {
+				if j.Leader == "" {
+					return false
+				}
+				singletons++
+			}
+		}
+		return up == 3 && singletons >= 2
+	})
+
+	// Resign: a clean hand-over.
+	m := w.press(`button[data-action="resign"][data-job="heartbeat"]`,
+		`heartbeat: (server-\d) \(token (\d+)\) resigned; (server-\d) took over \(token (\d+)\)`)
+	resigned, token := m[1], atoi64(t, m[2])
+	w.until(fmt.Sprintf("heartbeat's term %d ended and a successor's", token), func(v pageView) bool {
+		state, _ := v.term("heartbeat", token)
+		return state == "ended" && v.successor("heartbeat", token, resigned)
+	})
+
+	// Kill the leader: its term never closes.
+	m = w.press(`button[data-action="kill"][data-job="heartbeat"]`,
+		`killed (server-\d) \(pid \d+, SIGKILL\), the leader of heartbeat \(token (\d+)\)`)
+	victim, token := m[1], atoi64(t, m[2])
+	if victim == w.on {
+		w.open(victim)
+	}
+	v := w.until(fmt.Sprintf("heartbeat handed over from the killed %s (token %d)", victim, token), func(v pageView) bool {
+		_, process := v.instance(victim)
+		return process == "exited" && v.successor("heartbeat", token, victim)
+	})
+	if state, _ := v.term("heartbeat", token); state != "unclosed" {
+		t.Errorf("the killed leader's term is drawn %q; want it cut at its successor's start (unclosed)", state)
+	}
+	w.until(victim+" shown down", func(v pageView) bool { up, _ := v.instance(victim); return !up })
+	if !strings.Contains(dev.stdout(), victim+" exited (killed by SIGKILL)") {
+		t.Errorf("dev did not say that %s was killed:\n%s", victim, dev.stdout())
+	}
+
+	// Restart it.
+	w.press(`button[data-action="restart"][data-instance="`+victim+`"]`, `started `+victim+` again \(pid \d+\)`)
+	w.until(victim+" up again", func(v pageView) bool { up, process := v.instance(victim); return up && process == "running" })
+
+	// Pause the leader of weekly-report; resume it once replaced.
+	m = w.press(`button[data-action="pause"][data-job="weekly-report"]`,
+		`paused (server-\d) \(pid \d+, SIGSTOP\), the leader of weekly-report \(token (\d+)\)`)
+	sleeper, token := m[1], atoi64(t, m[2])
+	if sleeper == w.on { // its page froze with it
+		w.open(sleeper)
+	}
+	w.until(fmt.Sprintf("a successor of the paused %s (token %d)", sleeper, token), func(v pageView) bool {
+		_, process := v.instance(sleeper)
+		return process == "paused" && v.successor("weekly-report", token, sleeper)
+	})
+	w.press(`button[data-action="resume"][data-instance="`+sleeper+`"]`, `resumed `+sleeper)
+	w.until(fmt.Sprintf("the paused term (token %d) drawn with its late end", token), func(v pageView) bool {
+		state, late := v.term("weekly-report", token)
+		return state == "ended" && late
+	})
+
+	// The picture for the README: the last 30 seconds.
+	w.query = "?window=30s"
+	w.open("")
+	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.ArtifactDir(), "status-page.png")
+	if *updateScreenshot {
+		path = filepath.Join("..", "..", "docs", "status-page.png")
+	}
+	if err := os.WriteFile(path, shot, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s", path)
+
+	// Ctrl-C: everything stops, every file goes.
+	files := dirsNamedIn(dev.stdout(), `(/\S*/snip-jobs-dev-\d+)`, `data in (/\S*/snip-jobs-dev-pg-\d+)`)
+	if len(files) != 2 {
+		t.Fatalf("dev did not print its folders: %v", files)
+	}
+	st = dev.state()
+	if err := dev.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-dev.exited:
+	case <-time.After(waitLong):
+		t.Fatal("snip-jobs dev did not exit after SIGINT")
+	}
+	if code := dev.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("dev exited %d after SIGINT, want 0", code)
+	}
+	if out := dev.stdout(); !strings.Contains(out, "stopped; removed "+files[0]+" and "+files[1]) || strings.Contains(out, "killing the instances now") {
+		t.Errorf("dev's last words:\n%s", out[max(0, len(out)-600):])
+	}
+	for _, f := range files {
+		if _, err := os.Stat(f); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s is still there after dev stopped (%v)", f, err)
+		}
+	}
+	for _, in := range st.Instances {
+		if err := syscall.Kill(in.PID, 0); !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("%s (pid %d) still runs after dev stopped", in.Name, in.PID)
+		}
+	}
+}
+
+// dirsNamedIn returns the first match of each pattern's group in s.
+func dirsNamedIn(s string, patterns ...string) []string {
+	var out []string
+	for _, p := range patterns {
+		if m := regexp.MustCompile(p).FindStringSubmatch(s); m != nil {
+			out = append(out, m[1])
+		}
+	}
+	return out
+}
+
+func TestDevWithoutPostgreSQLNamesThePackageToInstall(t *testing.T) {
+	r := snip(t, nil, "dev", "--http-base", "-1", "--pg-bindir", filepath.Join(t.TempDir(), "no-postgres"))
+	if r.code != 1 || !strings.Contains(r.stderr, "install the Debian package postgresql-15") {
+		t.Fatalf("dev without PostgreSQL's binaries: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+}

@@ -1,0 +1,480 @@
+package devcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/snip/snip-jobs/configs"
+	"github.com/snip/snip-jobs/internal/etcdlocal"
+	"github.com/snip/snip-jobs/internal/pgcluster"
+	"github.com/snip/snip-jobs/migrations"
+)
+
+// Defaults and bounds.
+const (
+	DefaultInstances = 3
+	DefaultHTTPBase  = 9470
+	DefaultTTL       = 5 * time.Second
+	// StopBound is how long an instance gets after SIGTERM before SIGKILL.
+	StopBound = 10 * time.Second
+	// childShutdown is the instances' shutdown_timeout: below StopBound, so
+	// that a clean stop is not cut short.
+	childShutdown = 5 * time.Second
+	readyBound    = 90 * time.Second // an instance's start until /readyz answers 200
+	prefix        = "/snip-jobs"
+	dirPrefix     = "snip-jobs-dev-"
+)
+
+// Config configures a dev cluster.
+type Config struct {
+	// Executable is the snip-jobs binary the instances run. Required.
+	Executable string
+	// Types are the job types built into Executable. Required.
+	Types configs.Types
+	// Instances is how many instances to run (default 3).
+	Instances int
+	// HTTPBase places the supervisor on 127.0.0.1:HTTPBase and instance i
+	// (from 1) on HTTPBase+i; a port already in use is replaced by a free one.
+	// Negative: free ports for all. 0: DefaultHTTPBase.
+	HTTPBase int
+	// PGBindir is the folder of PostgreSQL's initdb and postgres (default:
+	// found, see pgcluster).
+	PGBindir string
+	// TTL of the instances' leases (default 5 s; whole seconds, at least 2 s).
+	TTL time.Duration
+	// Out receives what happens, for people: leaders changing, instances
+	// exiting, actions taken. Default: discard.
+	Out io.Writer
+	// ChildOutput, if not nil, also receives every line the instances write,
+	// prefixed with the instance's name. The lines always go to files in the
+	// cluster's folder.
+	ChildOutput io.Writer
+	// Log receives the supervisor's own problems. Default: discard.
+	Log *slog.Logger
+}
+
+// Cluster is a running dev cluster.
+type Cluster struct {
+	cfg   Config
+	log   *slog.Logger
+	out   *lineWriter
+	dir   string
+	begin time.Time
+
+	pg      *pgcluster.Cluster
+	dbURL   string
+	pool    *pgxpool.Pool
+	etcd    *etcdlocal.Server
+	cli     *clientv3.Client
+	ca      *acmeCA
+	jobs    []demoJob
+	domains int
+
+	control    *http.Server
+	controlURL string
+	served     chan struct{}
+	children   []*child
+
+	feed       *feeder
+	stopFeed   context.CancelFunc
+	feedDone   chan struct{}
+	stopWatch  context.CancelFunc
+	watchDone  chan struct{}
+	closeOnce  sync.Once
+	closeErr   error
+	closingMu  sync.Mutex
+	closingNow bool
+	childOutMu sync.Mutex // one line at a time on ChildOutput
+}
+
+// Start starts the whole cluster and returns once every instance is ready.
+// On failure everything started so far is stopped and removed. ctx bounds the
+// start (Ctrl-C during start-up).
+func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
+	switch {
+	case cfg.Executable == "":
+		return nil, errors.New("devcluster: Executable is required")
+	case cfg.Types == nil:
+		return nil, errors.New("devcluster: Types is required")
+	}
+	if cfg.Instances <= 0 {
+		cfg.Instances = DefaultInstances
+	}
+	if cfg.HTTPBase == 0 {
+		cfg.HTTPBase = DefaultHTTPBase
+	}
+	if cfg.TTL <= 0 {
+		cfg.TTL = DefaultTTL
+	}
+	if cfg.Out == nil {
+		cfg.Out = io.Discard
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	c := &Cluster{cfg: cfg, log: cfg.Log, out: &lineWriter{w: cfg.Out}, begin: time.Now(), served: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			if cerr := c.Close(context.Background()); cerr != nil {
+				c.log.Warn("cleaning up after a failed start", "err", cerr)
+			}
+		}
+	}()
+
+	sweepStale(c.log)
+	c.say("starting PostgreSQL, etcd and %d instances", cfg.Instances)
+	if c.dir, err = os.MkdirTemp("", dirPrefix); err != nil {
+		return nil, fmt.Errorf("devcluster: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(c.dir, "dev.pid"), []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
+		return nil, fmt.Errorf("devcluster: %w", err)
+	}
+
+	// PostgreSQL, migrated, with the demo data.
+	c.pg, err = pgcluster.Create(ctx, pgcluster.Options{Bindir: cfg.PGBindir, Prefix: dirPrefix + "pg-"})
+	if err != nil {
+		return nil, fmt.Errorf("PostgreSQL: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(c.dir, "pgdir"), []byte(c.pg.Dir()), 0o600); err != nil {
+		return nil, fmt.Errorf("devcluster: %w", err)
+	}
+	if c.dbURL, err = c.pg.CreateDatabase(ctx, "snip"); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(c.URLFile(), []byte(c.dbURL+"\n"), 0o600); err != nil {
+		return nil, fmt.Errorf("devcluster: %w", err)
+	}
+	if _, err := migrations.Up(ctx, c.dbURL, nil); err != nil {
+		return nil, fmt.Errorf("migrations: %w", err)
+	}
+	if c.pool, err = pgxpool.New(ctx, c.dbURL); err != nil {
+		return nil, fmt.Errorf("devcluster: %w", err)
+	}
+	if c.domains, err = seed(ctx, c.pool); err != nil {
+		return nil, err
+	}
+
+	// etcd.
+	c.etcd, err = etcdlocal.Start(ctx, etcdlocal.Config{Dir: filepath.Join(c.dir, "etcd"), ClientAddr: "127.0.0.1:0", Log: c.log})
+	if err != nil {
+		return nil, fmt.Errorf("etcd: %w", err)
+	}
+	c.cli, err = clientv3.New(clientv3.Config{Endpoints: []string{c.etcd.Endpoint()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return nil, fmt.Errorf("etcd client: %w", err)
+	}
+
+	// The test CA (a seam: none yet), then the demo's jobs.
+	var challenge []string
+	if _, ok := cfg.Types.Options("certrenew"); ok {
+		for range cfg.Instances {
+			port, err := freePort()
+			if err != nil {
+				return nil, fmt.Errorf("devcluster: %w", err)
+			}
+			challenge = append(challenge, fmt.Sprintf("127.0.0.1:%d", port))
+		}
+	}
+	if c.ca, err = startCA(ctx, c.dir, challenge, c.log); err != nil {
+		return nil, fmt.Errorf("ACME test CA: %w", err)
+	}
+	c.jobs = selectDemoJobs(cfg.Types, c.ca)
+	events, err := tableExists(ctx, c.pool, "click_events")
+	if err != nil {
+		return nil, err
+	}
+	c.feed = &feeder{pool: c.pool, events: events && c.hasJobType("aggregator"), log: c.log}
+
+	// The control server, then the instances.
+	ports, controlLn, err := listenPorts(cfg.HTTPBase, cfg.Instances)
+	if err != nil {
+		return nil, err
+	}
+	c.startControl(controlLn)
+	for i := 1; i <= cfg.Instances; i++ {
+		name := fmt.Sprintf("server-%d", i)
+		listen := fmt.Sprintf("127.0.0.1:%d", ports[i-1])
+		path := filepath.Join(c.dir, name+".yaml")
+		env := demoEnv{Dir: c.dir, CA: c.ca}
+		if challenge != nil {
+			env.Challenge = challenge[i-1]
+		}
+		text, err := instanceConfig{
+			Instance: name, Etcd: c.etcd.Endpoint(), URLFile: c.URLFile(), TTL: cfg.TTL, Listen: listen,
+			Jobs: c.jobs, Env: env, ShutdownIn: childShutdown,
+		}.render(cfg.Types, path)
+		if err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(path, text, 0o644); err != nil {
+			return nil, fmt.Errorf("devcluster: %w", err)
+		}
+		c.children = append(c.children, &child{c: c, name: name, config: path, port: ports[i-1],
+			logPath: filepath.Join(c.dir, name+".log"), page: fmt.Sprintf("http://%s/status/", listen)})
+	}
+	for _, ch := range c.children {
+		if err := ch.start(); err != nil {
+			return nil, err
+		}
+	}
+	c.say("PostgreSQL on port %d (migrated, demo data in), etcd at %s; waiting for the instances to be ready",
+		c.pg.Port(), c.etcd.Endpoint())
+	if err := c.waitReady(ctx); err != nil {
+		return nil, err
+	}
+
+	feedCtx, stopFeed := context.WithCancel(context.Background())
+	c.stopFeed, c.feedDone = stopFeed, make(chan struct{})
+	go func() {
+		defer close(c.feedDone)
+		c.feed.run(feedCtx)
+	}()
+	return c, nil
+}
+
+// waitReady waits until every instance answers /readyz with 200, failing as
+// soon as one exits.
+func (c *Cluster) waitReady(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, readyBound)
+	defer cancel()
+	client := http.Client{Timeout: 2 * time.Second}
+	for _, ch := range c.children {
+		for {
+			if st := ch.info(); st.State == stateExited {
+				return fmt.Errorf("%s exited during start-up (%s); its last lines:\n%s", ch.name, st.Exit, indent(tail(ch.logPath, 15)))
+			}
+			resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", ch.port))
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					break
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("%s not ready (%w); its last lines:\n%s", ch.name, ctx.Err(), indent(tail(ch.logPath, 15)))
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
+
+// Close stops the instances (SIGTERM, then SIGKILL after StopBound), the
+// feeder, the control server, etcd and PostgreSQL, and removes every file.
+// ctx bounds nothing that would leave processes behind: a cancelled ctx only
+// makes the instances' stop immediate (SIGKILL). Calling it again returns the
+// first call's result.
+func (c *Cluster) Close(ctx context.Context) error {
+	c.closeOnce.Do(func() { c.closeErr = c.close(ctx) })
+	return c.closeErr
+}
+
+func (c *Cluster) close(ctx context.Context) error {
+	c.closingMu.Lock()
+	c.closingNow = true
+	c.closingMu.Unlock()
+	var errs []error
+	if c.stopWatch != nil {
+		c.stopWatch()
+		<-c.watchDone
+	}
+	if c.stopFeed != nil {
+		c.stopFeed()
+		<-c.feedDone
+	}
+	stopErrs := make([]error, len(c.children))
+	var wg sync.WaitGroup
+	for i, ch := range c.children {
+		wg.Go(func() { stopErrs[i] = ch.stop(ctx, StopBound) })
+	}
+	wg.Wait()
+	errs = append(errs, stopErrs...)
+	if c.control != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = c.control.Shutdown(sctx)
+		cancel()
+		<-c.served
+	}
+	c.ca.Close()
+	if c.cli != nil {
+		_ = c.cli.Close()
+	}
+	if c.etcd != nil {
+		c.etcd.Close()
+	}
+	if c.pool != nil {
+		c.pool.Close()
+	}
+	if c.pg != nil {
+		if err := c.pg.Destroy(); err != nil {
+			errs = append(errs, fmt.Errorf("PostgreSQL: %w", err))
+		}
+	}
+	if c.dir != "" {
+		if err := os.RemoveAll(c.dir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// closing reports whether Close has begun (exits are then expected).
+func (c *Cluster) closing() bool {
+	c.closingMu.Lock()
+	defer c.closingMu.Unlock()
+	return c.closingNow
+}
+
+// KillAll sends SIGKILL to every instance at once: for a second Ctrl-C, when
+// waiting for a clean stop is not wanted. Close still cleans up afterwards.
+func (c *Cluster) KillAll() {
+	for _, ch := range c.children {
+		ch.kill()
+	}
+}
+
+// Dir is the cluster's folder: configs, logs, etcd's data, the database URL.
+func (c *Cluster) Dir() string { return c.dir }
+
+// URLFile holds the database URL (the instances' postgres.url_file).
+func (c *Cluster) URLFile() string { return filepath.Join(c.dir, "database-url") }
+
+// DatabaseURL is the URL of the demo database.
+func (c *Cluster) DatabaseURL() string { return c.dbURL }
+
+// PostgresDir is PostgreSQL's folder, and PostgresBindir the binaries used.
+func (c *Cluster) PostgresDir() string    { return c.pg.Dir() }
+func (c *Cluster) PostgresBindir() string { return c.pg.Bindir() }
+
+// EtcdEndpoint is the embedded etcd's client URL.
+func (c *Cluster) EtcdEndpoint() string { return c.etcd.Endpoint() }
+
+// Prefix is the instances' etcd key prefix.
+func (c *Cluster) Prefix() string { return prefix }
+
+// ControlURL is the supervisor's base URL.
+func (c *Cluster) ControlURL() string { return c.controlURL }
+
+// Started is how long Start took.
+func (c *Cluster) Started() time.Duration { return time.Since(c.begin) }
+
+// Domains is how many demo custom domains were inserted (0 when the table
+// does not exist).
+func (c *Cluster) Domains() int { return c.domains }
+
+// ClicksGoTo says where the stream of clicks goes, for people.
+func (c *Cluster) ClicksGoTo() string { return c.feed.where() }
+
+// ClicksInserted is how many demo clicks were inserted so far.
+func (c *Cluster) ClicksInserted() int64 { return c.feed.count() }
+
+// Job is one of the demo's jobs.
+type Job struct {
+	Name, Type string
+	Singleton  bool
+}
+
+// Jobs are the demo's jobs, in config order.
+func (c *Cluster) Jobs() []Job {
+	var out []Job
+	for _, j := range c.jobs {
+		out = append(out, Job{Name: j.Name, Type: j.Type, Singleton: !j.Everywhere})
+	}
+	return out
+}
+
+// LeftOut are the demo jobs not in this binary's demo, with why.
+func (c *Cluster) LeftOut() []string {
+	var out []string
+	for _, j := range demoJobs {
+		if _, ok := c.cfg.Types.Options(j.Type); !ok {
+			out = append(out, fmt.Sprintf("%s (job type %q is not built into this binary yet)", j.Name, j.Type))
+		} else if j.NeedsCA && c.ca == nil {
+			out = append(out, fmt.Sprintf("%s (needs the in-process ACME test CA: not wired into dev yet)", j.Name))
+		}
+	}
+	return out
+}
+
+func (c *Cluster) hasJobType(t string) bool {
+	for _, j := range c.jobs {
+		if j.Type == t {
+			return true
+		}
+	}
+	return false
+}
+
+// Instance is one instance as the banner shows it.
+type Instance struct {
+	Name, Config, Log, Page string
+	PID                     int
+}
+
+// Instances are the instances, by name.
+func (c *Cluster) Instances() []Instance {
+	var out []Instance
+	for _, ch := range c.children {
+		st := ch.info()
+		out = append(out, Instance{Name: ch.name, Config: ch.config, Log: ch.logPath, Page: ch.page, PID: st.PID})
+	}
+	return out
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// listenPorts picks the instances' ports and binds the supervisor's: base
+// and base+i when free, else free ports.
+func listenPorts(base, n int) (instances []int, control net.Listener, err error) {
+	listen := func(port int) (net.Listener, error) {
+		if port > 0 {
+			if ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+				return ln, nil
+			}
+		}
+		return net.Listen("tcp", "127.0.0.1:0")
+	}
+	if base < 0 {
+		base = 0
+	}
+	control, err = listen(base)
+	if err != nil {
+		return nil, nil, fmt.Errorf("devcluster: control server: %w", err)
+	}
+	for i := 1; i <= n; i++ {
+		port := 0
+		if base > 0 {
+			port = base + i
+		}
+		ln, err := listen(port)
+		if err != nil {
+			control.Close()
+			return nil, nil, fmt.Errorf("devcluster: a port for instance %d: %w", i, err)
+		}
+		instances = append(instances, ln.Addr().(*net.TCPAddr).Port)
+		ln.Close() // the instance binds it; it is free until then, most likely
+	}
+	return instances, control, nil
+}

@@ -1,0 +1,291 @@
+package statuspage
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/snip/snip-jobs/configs"
+	"github.com/snip/snip-jobs/leadership"
+	"github.com/snip/snip-jobs/scheduler"
+)
+
+// Snapshot is everything the page shows, read at one moment. It is also the
+// body of /status/cluster.json.
+type Snapshot struct {
+	// Instance is the instance serving the page.
+	Instance string `json:"instance"`
+	Version  string `json:"version,omitempty"`
+	// Now is the database's clock when the history was read; the timeline's
+	// right edge. Without a database it is this host's clock.
+	Now time.Time `json:"now"`
+	// LocalNow is this host's clock at the same moment, for ages measured
+	// from wall clocks written by instances (a leader's "since").
+	LocalNow      time.Time `json:"local_now"`
+	WindowSeconds float64   `json:"window_seconds"`
+	Jobs          []Job     `json:"jobs"`
+	// Instances are those up (registered in etcd) and those seen in the
+	// window's history or by the dev supervisor, by name.
+	Instances []Instance `json:"instances"`
+	// LeadersKnown is false when etcd could not be read: then no term can be
+	// told ongoing from lost.
+	LeadersKnown bool `json:"leaders_known"`
+	// Terms overlap the window (or never recorded an end), oldest first.
+	Terms []scheduler.TermRecord `json:"terms"`
+	// Rejections are the writes the fence refused in the window.
+	Rejections []scheduler.Rejection `json:"rejections"`
+	// Dev is the dev supervisor's view (nil outside `snip-jobs dev`, or when
+	// it does not answer).
+	Dev *DevState `json:"dev,omitempty"`
+	// Errors are what could not be read; the rest is shown all the same.
+	Errors []string `json:"errors,omitempty"`
+}
+
+// Window is the span of the timeline.
+func (s Snapshot) Window() time.Duration {
+	return time.Duration(s.WindowSeconds * float64(time.Second))
+}
+
+// Job is one job of the serving instance's config, as the cluster sees it.
+type Job struct {
+	Name      string `json:"job"`
+	Type      string `json:"type"`
+	Singleton bool   `json:"singleton"`
+	// Mode is everywhere (not a singleton), leader (a singleton led through
+	// etcd) or database (a singleton cron job whose slots PostgreSQL decides).
+	Mode     string                `json:"mode"`
+	Schedule string                `json:"schedule"`
+	Leader   *Leader               `json:"leader"`
+	LastRun  *scheduler.RunRecord  `json:"last_run"`
+	LastSlot *scheduler.SlotRecord `json:"last_slot"`
+}
+
+// Leader is the holder of a job's leader key in etcd.
+type Leader struct {
+	Instance string    `json:"instance"`
+	Host     string    `json:"host"`
+	PID      int       `json:"pid"`
+	Token    int64     `json:"token"`
+	Since    time.Time `json:"since"` // the leader's wall clock
+	// LeaseLeftSeconds is etcd's time left on the leader's lease (whole
+	// seconds): near the TTL while the leader renews, counting down once it
+	// stopped.
+	LeaseLeftSeconds float64 `json:"lease_left_seconds"`
+}
+
+// Instance is one snip-jobs instance.
+type Instance struct {
+	Name string `json:"instance"`
+	// Up: registered in etcd on a live lease.
+	Up      bool      `json:"up"`
+	Host    string    `json:"host,omitempty"`
+	PID     int       `json:"pid,omitempty"`
+	Started time.Time `json:"started,omitzero"`
+	// Leads is the number of jobs it leads now (etcd).
+	Leads int `json:"leads"`
+	// Terms is the number of terms it held in the window (job_terms).
+	Terms int `json:"terms_in_window"`
+	// Process is the dev supervisor's word on the process: running, paused,
+	// exited or restarting; "" outside dev.
+	Process string `json:"process,omitempty"`
+}
+
+// DevState is what the dev supervisor (`snip-jobs dev`) says about its child
+// processes: the body of its GET /dev/state.
+type DevState struct {
+	// Control is the supervisor's base URL; the page's buttons post there.
+	Control   string        `json:"control"`
+	Instances []DevInstance `json:"instances"`
+}
+
+// DevInstance is one child process of the dev supervisor.
+type DevInstance struct {
+	Name  string `json:"instance"`
+	PID   int    `json:"pid"`
+	State string `json:"state"` // running, paused, exited, restarting
+	Exit  string `json:"exit,omitempty"`
+	Page  string `json:"page"` // the instance's status page
+}
+
+// Config says where a Page reads from.
+type Config struct {
+	// Instance and Version name the serving instance.
+	Instance, Version string
+	// Etcd is the instance's etcd client; nil when its config needs no etcd.
+	Etcd   *clientv3.Client
+	Prefix string // etcd key prefix
+	// Pool is the instance's database pool; nil without a database.
+	Pool *pgxpool.Pool
+	// Jobs is the instance's job list.
+	Jobs []configs.Job
+	// DevControl is the base URL of the dev supervisor (only set by
+	// `snip-jobs dev`, for its children); "" otherwise.
+	DevControl string
+	// ReadTimeout bounds one read of the cluster (default 3 s).
+	ReadTimeout time.Duration
+}
+
+// Bounds of reads and of the window.
+const (
+	DefaultWindow      = 5 * time.Minute
+	MinWindow          = 30 * time.Second
+	MaxWindow          = time.Hour
+	defaultReadTimeout = 3 * time.Second
+	devStateTimeout    = 500 * time.Millisecond
+	shareReadsFor      = 500 * time.Millisecond
+)
+
+// read reads a Snapshot of the cluster. What cannot be read is listed in
+// Errors; the rest is filled in.
+func (p *Page) read(ctx context.Context, window time.Duration) Snapshot {
+	cfg := p.cfg
+	ctx, cancel := context.WithTimeout(ctx, cfg.ReadTimeout)
+	defer cancel()
+	s := Snapshot{
+		Instance: cfg.Instance, Version: cfg.Version, LocalNow: time.Now(), WindowSeconds: window.Seconds(),
+		Jobs: []Job{}, Instances: []Instance{}, Terms: []scheduler.TermRecord{}, Rejections: []scheduler.Rejection{},
+	}
+	s.Now = s.LocalNow
+	fail := func(err error) { s.Errors = append(s.Errors, err.Error()) }
+
+	// Leaders are read apart from ClusterStatus, to know whether etcd answered.
+	leaders := map[string]leadership.Leader{}
+	var regs []leadership.Registration
+	if cfg.Etcd != nil {
+		ls, err := leadership.Leaders(ctx, cfg.Etcd, cfg.Prefix)
+		if err != nil {
+			fail(err)
+		} else {
+			s.LeadersKnown = true
+		}
+		for _, l := range ls {
+			leaders[l.Job] = l
+		}
+	}
+	cluster, err := scheduler.ClusterStatus(ctx, nil, cfg.Prefix, cfg.Pool, cfg.Jobs)
+	if err != nil {
+		fail(err)
+	}
+	if cfg.Etcd != nil && s.LeadersKnown {
+		if regs, err = leadership.Instances(ctx, cfg.Etcd, cfg.Prefix); err != nil {
+			fail(err)
+		}
+	}
+	if cfg.Pool != nil {
+		if err := cfg.Pool.QueryRow(ctx, `SELECT now()`).Scan(&s.Now); err != nil {
+			fail(fmt.Errorf("database clock: %w", err))
+			s.Now = s.LocalNow
+		}
+		terms, rejections, err := scheduler.History(ctx, cfg.Pool, s.Now.Add(-window))
+		if err != nil {
+			fail(err)
+		}
+		if terms != nil {
+			s.Terms = terms
+		}
+		if rejections != nil {
+			s.Rejections = rejections
+		}
+	}
+	if cfg.DevControl != "" {
+		dev, err := fetchDevState(ctx, cfg.DevControl)
+		if err != nil {
+			fail(fmt.Errorf("dev supervisor at %s: %w", cfg.DevControl, err))
+		} else {
+			s.Dev = dev
+		}
+	}
+
+	leads := map[string]int{}
+	for _, cj := range cluster {
+		j := Job{Name: cj.Job, Type: cj.Type, Singleton: cj.Singleton, Mode: cj.Mode, Schedule: cj.Schedule,
+			LastRun: cj.LastRun, LastSlot: cj.LastSlot}
+		if l, ok := leaders[cj.Job]; ok {
+			j.Leader = &Leader{Instance: l.Instance, Host: l.Host, PID: l.PID, Token: l.Token, Since: l.Since,
+				LeaseLeftSeconds: l.LeaseTTL.Seconds()}
+			leads[l.Instance]++
+		}
+		s.Jobs = append(s.Jobs, j)
+	}
+	s.Instances = instances(regs, s.Terms, s.Dev, leads)
+	return s
+}
+
+// instances merges the registrations (up), the names seen in the history and
+// the dev supervisor's children, sorted by name.
+func instances(regs []leadership.Registration, terms []scheduler.TermRecord, dev *DevState, leads map[string]int) []Instance {
+	byName := map[string]*Instance{}
+	get := func(name string) *Instance {
+		if in, ok := byName[name]; ok {
+			return in
+		}
+		in := &Instance{Name: name}
+		byName[name] = in
+		return in
+	}
+	for _, r := range regs {
+		in := get(r.Instance)
+		in.Up, in.Host, in.PID, in.Started = true, r.Host, r.PID, r.Started
+	}
+	for _, t := range terms {
+		get(t.Instance).Terms++
+	}
+	if dev != nil {
+		for _, d := range dev.Instances {
+			in := get(d.Name)
+			in.Process = d.State
+			if in.PID == 0 {
+				in.PID = d.PID
+			}
+		}
+	}
+	for name, n := range leads {
+		get(name).Leads = n
+	}
+	out := make([]Instance, 0, len(byName))
+	for _, in := range byName {
+		out = append(out, *in)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// fetchDevState asks the dev supervisor for its children.
+func fetchDevState(ctx context.Context, control string) (*DevState, error) {
+	ctx, cancel := context.WithTimeout(ctx, devStateTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, control+"/dev/state", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /dev/state: %s", resp.Status)
+	}
+	var st DevState
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		return nil, fmt.Errorf("GET /dev/state: %w", err)
+	}
+	st.Control = control
+	slices.SortFunc(st.Instances, func(a, b DevInstance) int {
+		switch {
+		case a.Name < b.Name:
+			return -1
+		case a.Name > b.Name:
+			return 1
+		}
+		return 0
+	})
+	return &st, nil
+}
