@@ -297,10 +297,17 @@ type Rejection struct {
 }
 
 // History reads the terms that overlap [since, now] and the refused writes
-// after since, oldest first.
+// after since, oldest first. A term whose instance died without closing it
+// ends, for this purpose, when its successor started.
 func History(ctx context.Context, pool *pgxpool.Pool, since time.Time) ([]TermRecord, []Rejection, error) {
+	// A term never closed is either running (the job's newest) or was lost with
+	// its instance, in which case its successor's start bounds it.
 	rows, err := pool.Query(ctx, `SELECT job, token, instance, started_at, ended_at, coalesce(reason, '')
-		FROM job_terms WHERE ended_at IS NULL OR ended_at >= $1 ORDER BY started_at, token`, since)
+		FROM job_terms t
+		WHERE ended_at >= $1
+		   OR (ended_at IS NULL AND coalesce((SELECT min(n.started_at) FROM job_terms n
+		       WHERE n.job = t.job AND n.token > t.token), 'infinity') >= $1)
+		ORDER BY started_at, token`, since)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read term history: %w", err)
 	}
