@@ -312,9 +312,11 @@ func TestResignRequestMovesTheLeader(t *testing.T) {
 	c := newCluster(t)
 	reg := jobtest.Registry(t, recordType("record", false))
 	jobs := []configs.Job{jobtest.Continuous("aggregator", "record")}
-	c.Start("server-1", reg, jobs)
-	c.Start("server-2", reg, jobs)
-	jobtest.Eventually(t, "a leader", func() bool { _, ok := c.Leader("aggregator"); return ok })
+	nodes := []*jobtest.Node{c.Start("server-1", reg, jobs), c.Start("server-2", reg, jobs)}
+	jobtest.Eventually(t, "one leader and one instance waiting", func() bool {
+		_, ok := c.Leader("aggregator")
+		return ok && nodes[0].Session.Stats().Waiting+nodes[1].Session.Stats().Waiting == 1
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), jobtest.Patience)
 	defer cancel()
 	before, after, err := scheduler.RequestResign(ctx, c.Obs, c.Prefix, "aggregator")
@@ -351,7 +353,8 @@ func TestAJobThatOverrunsItsTermIsCountedAndHandedOver(t *testing.T) {
 	reg := jobtest.Registry(t, stubborn)
 	one := c.Start("server-1", reg, []configs.Job{job})
 	jobtest.Eventually(t, "server-1 to lead", func() bool { l, ok := c.Leader("aggregator"); return ok && l.Instance == "server-1" })
-	c.Start("server-2", reg, []configs.Job{job})
+	two := c.Start("server-2", reg, []configs.Job{job})
+	jobtest.Eventually(t, "server-2 to wait for the job", func() bool { return two.Session.Stats().Waiting == 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), jobtest.Patience)
 	defer cancel()
 	if _, after, err := scheduler.RequestResign(ctx, c.Obs, c.Prefix, "aggregator"); err != nil || after == nil || after.Instance != "server-2" {
