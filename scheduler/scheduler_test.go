@@ -336,11 +336,12 @@ func TestResignRequestMovesTheLeader(t *testing.T) {
 // overrun is counted and the job is handed over anyway.
 func TestAJobThatOverrunsItsTermIsCountedAndHandedOver(t *testing.T) {
 	c := newCluster(t)
-	release := make(chan struct{})
+	release, running := make(chan struct{}), make(chan struct{}, 1)
 	defer close(release)
 	stubborn := scheduler.Type{Name: "stubborn", New: func(scheduler.Env, configs.Job) (scheduler.Job, error) {
 		return scheduler.JobFunc(func(ctx context.Context, r *scheduler.Run) error {
 			if r.Instance == "server-1" {
+				running <- struct{}{}
 				<-release // ignores ctx
 				return nil
 			}
@@ -352,7 +353,7 @@ func TestAJobThatOverrunsItsTermIsCountedAndHandedOver(t *testing.T) {
 	job.Grace = 200 * time.Millisecond
 	reg := jobtest.Registry(t, stubborn)
 	one := c.Start("server-1", reg, []configs.Job{job})
-	jobtest.Eventually(t, "server-1 to lead", func() bool { l, ok := c.Leader("aggregator"); return ok && l.Instance == "server-1" })
+	<-running // server-1 leads and its job is in progress
 	two := c.Start("server-2", reg, []configs.Job{job})
 	jobtest.Eventually(t, "server-2 to wait for the job", func() bool { return two.Session.Stats().Waiting == 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), jobtest.Patience)
