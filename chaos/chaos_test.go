@@ -1,0 +1,85 @@
+package chaos_test
+
+import (
+	"context"
+	"os"
+	"testing"
+
+	"github.com/snip/snip-jobs/chaos"
+	"github.com/snip/snip-jobs/internal/testenv"
+)
+
+// TestMain lets the harness run this test binary again as an etcd member
+// process (chaos.MemberCommand), as cmd/snip-chaos does.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == chaos.MemberCommand {
+		os.Exit(chaos.MemberMain(os.Args[2:]))
+	}
+	os.Exit(m.Run())
+}
+
+// Three snip-jobs processes on a three-member etcd cluster (each member its
+// own process) and one PostgreSQL, with clicks and custom domains flowing in,
+// go through one fault of every kind, in random order: leader SIGKILLed and
+// restarted, SIGSTOPped past its TTL, cut off from etcd (once with a slow
+// database link), SIGTERMed and restarted; an etcd member, the etcd leader,
+// and two members (no quorum) lost and restarted; PostgreSQL restarted. What
+// the resources accepted must satisfy every invariant of the checker, and the
+// cluster must recover after each fault.
+func TestEveryFaultKindOnceLeavesEveryInvariantIntact(t *testing.T) {
+	rep, err := chaos.Run(context.Background(), chaos.Options{
+		Faults: len(chaos.AllKinds),
+		Log:    testenv.Logger(t),
+	})
+	if err != nil {
+		t.Fatalf("the run could not be done: %v", err)
+	}
+	t.Logf("report:\n%s", rep.Markdown())
+	for _, v := range rep.Violations {
+		t.Errorf("%s: %s", v.Invariant, v.Detail)
+	}
+	kinds := map[chaos.Kind]bool{}
+	for _, f := range rep.Faults {
+		kinds[f.Kind] = true
+	}
+	for _, k := range chaos.AllKinds {
+		if !kinds[k] {
+			t.Errorf("no %s fault was injected", k)
+		}
+	}
+	if rep.Probe.Writes == 0 || rep.Probe.Terms < 2 {
+		t.Errorf("the probe saw %d writes from %d terms: the run did not exercise leadership", rep.Probe.Writes, rep.Probe.Terms)
+	}
+	for _, f := range rep.Faults {
+		for _, tk := range f.Takeovers {
+			if tk.To <= tk.From {
+				t.Errorf("fault %d (%s): %s went from token %d to %d", f.N, f.Kind, tk.Job, tk.From, tk.To)
+			}
+		}
+	}
+}
+
+// The same harness on a deliberately broken snip-jobs (go build -tags
+// chaos_broken: stop-early margin zero, fence check disabled) must report
+// violations: a leader cut off from etcd while its database link is slow has
+// a write, sent while its term looked valid, accepted after its successor's.
+func TestTheCheckerCatchesABrokenBuild(t *testing.T) {
+	rep, err := chaos.Run(context.Background(), chaos.Options{
+		Faults:          12,
+		Kinds:           []chaos.Kind{chaos.PartitionSlowDB},
+		Broken:          true,
+		StopAtViolation: true,
+		Log:             testenv.Logger(t),
+	})
+	if err != nil {
+		t.Fatalf("the run could not be done: %v", err)
+	}
+	t.Logf("report:\n%s", rep.Markdown())
+	counts := rep.ViolationCounts()
+	if counts[chaos.InvTokenOrder] == 0 {
+		t.Errorf("no probe write accepted out of token order was reported after %d faults on the broken build", len(rep.Faults))
+	}
+	if counts[chaos.InvFenceTable] == 0 {
+		t.Errorf("the broken build writes no fencing_tokens rows, and the checker did not say so")
+	}
+}

@@ -1,0 +1,434 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// The invariants the checker verifies, as named in the report.
+const (
+	InvTokenOrder = "probe writes accepted in token order, never interleaved"
+	InvTermOwner  = "each accepted token is a term etcd granted, written by its holder"
+	InvFenceTable = "fencing_tokens agrees with the accepted writes"
+	InvCounts     = "click counts equal the committed valid events exactly"
+	InvReport     = "one weekly report (and one mail) per week, from a granted term"
+	InvCerts      = "at most one current certificate per domain, stored by a granted term in token order"
+	InvQuorum     = "no term started, and no term acted past its TTL, while etcd had no quorum"
+	InvRecovery   = "the cluster recovered after every fault (every job led, the probe written)"
+)
+
+// Invariants lists them in the report's order.
+var Invariants = []string{InvTokenOrder, InvTermOwner, InvFenceTable, InvCounts, InvReport, InvCerts, InvQuorum, InvRecovery}
+
+// Violation is one broken invariant, with what shows it.
+type Violation struct {
+	Invariant string
+	Detail    string
+}
+
+// probeRow is one accepted probe write.
+type probeRow struct {
+	ID        int64
+	Instance  string
+	Token     int64
+	Seq       int64
+	Committed time.Time
+}
+
+// facts is what the checker reads from the resources and the harness's logs.
+type facts struct {
+	probe      []probeRow // in commit order
+	terms      map[int64]termEvent
+	jobTerms   []jobTerm
+	rejections int
+}
+
+type jobTerm struct {
+	Job      string
+	Token    int64
+	Instance string
+	Started  time.Time
+}
+
+// checker verifies the invariants after a run.
+type checker struct {
+	pool *pgxpool.Pool
+	ttl  time.Duration
+	out  []Violation
+}
+
+func (k *checker) violate(inv, format string, args ...any) {
+	k.out = append(k.out, Violation{Invariant: inv, Detail: fmt.Sprintf(format, args...)})
+}
+
+func readFacts(ctx context.Context, pool *pgxpool.Pool, events []termEvent) (*facts, error) {
+	f := &facts{terms: map[int64]termEvent{}}
+	for _, e := range events {
+		if e.Start {
+			f.terms[e.Token] = e
+		}
+	}
+	rows, err := pool.Query(ctx, `SELECT id, instance, token, coalesce(commit_seq, 0), coalesce(committed_at, 'epoch') FROM chaos_probe ORDER BY commit_seq NULLS FIRST, id`)
+	if err != nil {
+		return nil, fmt.Errorf("read the probe: %w", err)
+	}
+	if f.probe, err = pgx.CollectRows(rows, pgx.RowToStructByPos[probeRow]); err != nil {
+		return nil, fmt.Errorf("read the probe: %w", err)
+	}
+	rows, err = pool.Query(ctx, `SELECT job, token, instance, started_at FROM job_terms ORDER BY started_at`)
+	if err != nil {
+		return nil, fmt.Errorf("read job_terms: %w", err)
+	}
+	if f.jobTerms, err = pgx.CollectRows(rows, pgx.RowToStructByPos[jobTerm]); err != nil {
+		return nil, fmt.Errorf("read job_terms: %w", err)
+	}
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM fence_rejections`).Scan(&f.rejections); err != nil {
+		return nil, fmt.Errorf("read fence_rejections: %w", err)
+	}
+	return f, nil
+}
+
+// granted reports whether etcd granted job a term with token to instance.
+func (f *facts) granted(job string, token int64, instance string) bool {
+	e, ok := f.terms[token]
+	if ok {
+		return (job == "" || e.Job == job) && e.Instance == instance
+	}
+	for _, t := range f.jobTerms { // a term the watch missed (it should not) but the instance recorded
+		if t.Token == token && (job == "" || t.Job == job) && t.Instance == instance {
+			return true
+		}
+	}
+	return false
+}
+
+// checkProbe: in commit order, tokens never go down (no stale term's write is
+// accepted after a newer term's, so terms' writes are never interleaved); each
+// token is a term of the probe job, written by the instance that held it.
+func (k *checker) checkProbe(f *facts) {
+	var last probeRow
+	for _, r := range f.probe {
+		if r.Seq == 0 {
+			k.violate(InvTokenOrder, "probe row %d (token %d, %s) has no commit order", r.ID, r.Token, r.Instance)
+			continue
+		}
+		if r.Token < last.Token {
+			k.violate(InvTokenOrder, "probe row %d by %s with token %d committed (#%d, %s) after row %d by %s with token %d (#%d, %s)",
+				r.ID, r.Instance, r.Token, r.Seq, r.Committed.Format("15:04:05.000"),
+				last.ID, last.Instance, last.Token, last.Seq, last.Committed.Format("15:04:05.000"))
+		}
+		if r.Token > last.Token || last.Seq == 0 {
+			if !f.granted(JobProbe, r.Token, r.Instance) {
+				k.violate(InvTermOwner, "probe row %d: token %d written by %s, which etcd never granted it a probe term with", r.ID, r.Token, r.Instance)
+			}
+		}
+		if r.Token >= last.Token {
+			last = r
+		}
+	}
+}
+
+// checkFenceTable: every stored token is a term granted to the stored holder,
+// and the probe's row holds the highest token among its accepted writes.
+func (k *checker) checkFenceTable(ctx context.Context, f *facts) error {
+	rows, err := k.pool.Query(ctx, `SELECT resource, token, holder FROM fencing_tokens`)
+	if err != nil {
+		return fmt.Errorf("read fencing_tokens: %w", err)
+	}
+	type ft struct {
+		Resource string
+		Token    int64
+		Holder   string
+	}
+	fts, err := pgx.CollectRows(rows, pgx.RowToStructByPos[ft])
+	if err != nil {
+		return err
+	}
+	var maxProbe int64
+	for _, r := range f.probe {
+		maxProbe = max(maxProbe, r.Token)
+	}
+	sawProbe := false
+	for _, r := range fts {
+		if !f.granted("", r.Token, r.Holder) {
+			k.violate(InvFenceTable, "fencing_tokens[%s] = %d (holder %s): not a term etcd granted to %s", r.Resource, r.Token, r.Holder, r.Holder)
+		}
+		if r.Resource == JobProbe {
+			sawProbe = true
+			if r.Token != maxProbe {
+				k.violate(InvFenceTable, "fencing_tokens[probe] = %d, but the highest accepted probe token is %d", r.Token, maxProbe)
+			}
+		}
+	}
+	if !sawProbe && maxProbe > 0 {
+		k.violate(InvFenceTable, "fencing_tokens has no row for the probe, which accepted writes up to token %d", maxProbe)
+	}
+	return nil
+}
+
+// checkCounts: per link and hour, the aggregator's counts equal the committed
+// valid events; invalid ones are in click_rejects, once each.
+func (k *checker) checkCounts(ctx context.Context) (CountStats, error) {
+	var s CountStats
+	err := k.pool.QueryRow(ctx, `SELECT
+		count(*) FILTER (WHERE e.defect IS NULL AND l.id IS NOT NULL),
+		count(*) FILTER (WHERE NOT (e.defect IS NULL AND l.id IS NOT NULL))
+		FROM click_events e LEFT JOIN links l ON l.id = e.link_id`).Scan(&s.Valid, &s.Invalid)
+	if err != nil {
+		return s, fmt.Errorf("count events: %w", err)
+	}
+	if err := k.pool.QueryRow(ctx, `SELECT coalesce(sum(clicks), 0) FROM link_counts`).Scan(&s.Counted); err != nil {
+		return s, err
+	}
+	if err := k.pool.QueryRow(ctx, `SELECT count(*) FROM click_rejects`).Scan(&s.Rejected); err != nil {
+		return s, err
+	}
+	type diff struct {
+		Link           int64
+		Hour           time.Time
+		Events, Counts int64
+	}
+	rows, err := k.pool.Query(ctx, `
+		WITH want AS (
+			SELECT e.link_id, e.hour, count(*) AS n FROM click_events e JOIN links l ON l.id = e.link_id
+			WHERE e.defect IS NULL GROUP BY 1, 2)
+		SELECT coalesce(w.link_id, h.link_id), coalesce(w.hour, h.hour), coalesce(w.n, 0), coalesce(h.clicks, 0)
+		FROM want w FULL JOIN link_hourly_counts h ON h.link_id = w.link_id AND h.hour = w.hour
+		WHERE coalesce(w.n, 0) <> coalesce(h.clicks, 0)
+		UNION ALL
+		SELECT coalesce(w.link_id, c.link_id), 'epoch', coalesce(w.n, 0), coalesce(c.clicks, 0)
+		FROM (SELECT e.link_id, count(*) AS n FROM click_events e JOIN links l ON l.id = e.link_id
+		      WHERE e.defect IS NULL GROUP BY 1) w
+		FULL JOIN link_counts c ON c.link_id = w.link_id
+		WHERE coalesce(w.n, 0) <> coalesce(c.clicks, 0)
+		LIMIT 20`)
+	if err != nil {
+		return s, fmt.Errorf("compare counts: %w", err)
+	}
+	diffs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[diff])
+	if err != nil {
+		return s, err
+	}
+	for _, d := range diffs {
+		where := "in total"
+		if d.Hour.Unix() != 0 {
+			where = "in the hour " + d.Hour.UTC().Format("2006-01-02T15Z")
+		}
+		k.violate(InvCounts, "link %d %s: %d committed valid events, %d counted", d.Link, where, d.Events, d.Counts)
+	}
+	if s.Rejected != s.Invalid {
+		k.violate(InvCounts, "%d committed invalid events, %d in click_rejects", s.Invalid, s.Rejected)
+	}
+	var dup int64
+	if err := k.pool.QueryRow(ctx, `SELECT count(*) FROM click_rejects r JOIN click_events e ON e.id = r.event_id
+		JOIN links l ON l.id = e.link_id WHERE e.defect IS NULL`).Scan(&dup); err != nil {
+		return s, err
+	}
+	if dup > 0 {
+		k.violate(InvCounts, "%d valid events were rejected", dup)
+	}
+	return s, nil
+}
+
+// checkReports: one report and one outbox row per week; every report and every
+// completed slot carries a term of the report job.
+func (k *checker) checkReports(ctx context.Context, f *facts) (ReportStats, error) {
+	var s ReportStats
+	rows, err := k.pool.Query(ctx, `SELECT week, token, instance FROM weekly_reports`)
+	if err != nil {
+		return s, err
+	}
+	type rep struct {
+		Week     string
+		Token    int64
+		Instance string
+	}
+	reps, err := pgx.CollectRows(rows, pgx.RowToStructByPos[rep])
+	if err != nil {
+		return s, err
+	}
+	s.Reports = len(reps)
+	for _, r := range reps {
+		if !f.granted(JobReport, r.Token, r.Instance) {
+			k.violate(InvReport, "report of %s stored with token %d by %s: not a term of %s granted to it", r.Week, r.Token, r.Instance, JobReport)
+		}
+	}
+	var dupWeeks int
+	if err := k.pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT week FROM weekly_report_outbox GROUP BY week HAVING count(*) > 1) d`).Scan(&dupWeeks); err != nil {
+		return s, err
+	}
+	if dupWeeks > 0 {
+		k.violate(InvReport, "%d weeks have more than one outbox row", dupWeeks)
+	}
+	var missing int
+	if err := k.pool.QueryRow(ctx, `SELECT count(*) FROM weekly_reports r WHERE NOT EXISTS (SELECT 1 FROM weekly_report_outbox o WHERE o.week = r.week)`).Scan(&missing); err != nil {
+		return s, err
+	}
+	if missing > 0 {
+		k.violate(InvReport, "%d stored reports have no outbox row", missing)
+	}
+	rows, err = k.pool.Query(ctx, `SELECT slot, state, token, instance FROM cron_slots WHERE job = $1 ORDER BY slot`, JobReport)
+	if err != nil {
+		return s, err
+	}
+	type slot struct {
+		Slot     time.Time
+		State    string
+		Token    int64
+		Instance string
+	}
+	slots, err := pgx.CollectRows(rows, pgx.RowToStructByPos[slot])
+	if err != nil {
+		return s, err
+	}
+	for _, sl := range slots {
+		switch sl.State {
+		case "done":
+			s.SlotsDone++
+			if !f.granted(JobReport, sl.Token, sl.Instance) {
+				k.violate(InvReport, "slot %s done with token %d by %s: not a term of %s granted to it", sl.Slot.Format(time.RFC3339), sl.Token, sl.Instance, JobReport)
+			}
+		case "skipped":
+			s.SlotsSkipped++
+		default:
+			s.SlotsOpen++
+		}
+	}
+	return s, nil
+}
+
+// checkCerts: at most one current certificate per domain; each stored by a
+// granted term of the renewer; per domain, stored in token order.
+func (k *checker) checkCerts(ctx context.Context, f *facts, issued map[string]int) (CertStats, error) {
+	var s CertStats
+	rows, err := k.pool.Query(ctx, `SELECT id, domain, current, token, instance FROM certrenew_certificates ORDER BY id`)
+	if err != nil {
+		return s, err
+	}
+	type crt struct {
+		ID       int64
+		Domain   string
+		Current  bool
+		Token    int64
+		Instance string
+	}
+	crts, err := pgx.CollectRows(rows, pgx.RowToStructByPos[crt])
+	if err != nil {
+		return s, err
+	}
+	current := map[string]int{}
+	last := map[string]int64{}
+	for _, c := range crts {
+		s.Stored++
+		if c.Current {
+			current[c.Domain]++
+		}
+		if !f.granted(JobCerts, c.Token, c.Instance) {
+			k.violate(InvCerts, "certificate %d of %s stored with token %d by %s: not a term of %s granted to it", c.ID, c.Domain, c.Token, c.Instance, JobCerts)
+		}
+		if c.Token < last[c.Domain] {
+			k.violate(InvCerts, "certificate %d of %s stored with token %d after one stored with token %d", c.ID, c.Domain, c.Token, last[c.Domain])
+		}
+		last[c.Domain] = max(last[c.Domain], c.Token)
+	}
+	for d, n := range current {
+		if n > 1 {
+			k.violate(InvCerts, "%s has %d current certificates", d, n)
+		}
+	}
+	s.Domains = len(current)
+	for d, n := range issued {
+		s.Issued += n
+		if n > 1 {
+			s.DuplicateIssued += n - 1
+		}
+		_ = d
+	}
+	if err := k.pool.QueryRow(ctx, `SELECT count(*) FROM custom_domains d WHERE added_at < now() - interval '60 seconds'
+		AND NOT EXISTS (SELECT 1 FROM certrenew_certificates c WHERE c.domain = d.domain AND c.current)`).Scan(&s.WithoutAfter60s); err != nil {
+		return s, err
+	}
+	return s, nil
+}
+
+// checkQuorum: while only one etcd member ran, no term was recorded as started
+// (job_terms, 1 s allowed for the best-effort record of a term won just
+// before), no term with a token newer than etcd's revision before the loss
+// existed, and no probe write was accepted later than TTL after the loss
+// began (every term's deadline is before that).
+func (k *checker) checkQuorum(f *facts, faults []*Fault) {
+	for _, q := range faults {
+		if q.Kind != QuorumLoss || q.LossStart.IsZero() {
+			continue
+		}
+		end := q.LossEnd
+		for _, t := range f.jobTerms {
+			if t.Started.After(q.LossStart.Add(time.Second)) && t.Started.Before(q.RestartAt) {
+				k.violate(InvQuorum, "fault %d: %s started a term of %s (token %d) at %s, while etcd had one member of three",
+					q.N, t.Instance, t.Job, t.Token, t.Started.Format("15:04:05.000"))
+			}
+			if t.Token > q.PreLossRevision && t.Started.Before(q.RestartAt) && t.Started.After(q.LossStart) {
+				k.violate(InvQuorum, "fault %d: term %d of %s is newer than etcd's revision %d before the quorum loss", q.N, t.Token, t.Job, q.PreLossRevision)
+			}
+		}
+		for _, r := range f.probe {
+			if r.Committed.After(q.LossStart.Add(k.ttl)) && r.Committed.Before(q.RestartAt) {
+				k.violate(InvQuorum, "fault %d: probe write by %s (token %d) accepted at %s, %v after etcd lost quorum (TTL %v)",
+					q.N, r.Instance, r.Token, r.Committed.Format("15:04:05.000"), r.Committed.Sub(q.LossStart).Round(time.Millisecond), k.ttl)
+			}
+			if r.Committed.After(q.LossStart) && r.Committed.Before(end) && r.Token <= q.PreLossRevision {
+				q.LastWriteAfterLoss = max(q.LastWriteAfterLoss, r.Committed.Sub(q.LossStart))
+			}
+		}
+	}
+}
+
+// noActing sets each fault's longest time without an accepted probe write,
+// from the last write before it started to the first after it settled.
+func noActing(probe []probeRow, faults []*Fault) {
+	times := make([]time.Time, 0, len(probe))
+	for _, r := range probe {
+		if r.Seq > 0 {
+			times = append(times, r.Committed)
+		}
+	}
+	slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
+	for _, f := range faults {
+		end := f.Settled
+		if end.IsZero() {
+			end = f.Healed.Add(readyBound)
+		}
+		i, _ := slices.BinarySearchFunc(times, f.Start, func(a, b time.Time) int { return a.Compare(b) })
+		prev := f.Start
+		if i > 0 {
+			prev = times[i-1]
+		}
+		var gap time.Duration
+		for ; i < len(times) && !times[i].After(end); i++ {
+			gap = max(gap, times[i].Sub(prev))
+			prev = times[i]
+		}
+		if i == len(times) || times[i].After(end) {
+			gap = max(gap, end.Sub(prev))
+		}
+		f.NoActing = gap
+	}
+}
+
+// checkRecovery: every fault was followed by a settled cluster, and an
+// instance stopped by SIGTERM exited 0.
+func (k *checker) checkRecovery(faults []*Fault) {
+	for _, f := range faults {
+		if f.Err != "" {
+			k.violate(InvRecovery, "fault %d (%s of %s): %s", f.N, f.Kind, f.Target, f.Err)
+		}
+		if f.Kind == TermLeader && f.ExitCode != 0 {
+			k.violate(InvRecovery, "fault %d: %s exited with status %d after SIGTERM", f.N, f.Target, f.ExitCode)
+		}
+	}
+}

@@ -1,0 +1,411 @@
+package chaos
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/snip/snip-jobs/internal/acmetest"
+	"github.com/snip/snip-jobs/internal/pgcluster"
+	"github.com/snip/snip-jobs/migrations"
+)
+
+// Prefix is the etcd key prefix of the instances under test.
+const Prefix = "/snip-chaos"
+
+// Job names in the instances' config.
+const (
+	JobProbe      = "probe"
+	JobReport     = "weekly-report"
+	JobCerts      = "cert-renewer"
+	JobAggregator = "aggregator"
+)
+
+// Margin is the stop-early margin the instances run with: a quarter of the TTL.
+func Margin(ttl time.Duration) time.Duration { return ttl / 4 }
+
+// RenewInterval is the instances' keep-alive interval: a fifth of the TTL.
+func RenewInterval(ttl time.Duration) time.Duration { return ttl / 5 }
+
+// Bounds for start-up steps.
+const (
+	buildTimeout = 5 * time.Minute
+	readyBound   = 60 * time.Second
+)
+
+// cluster is everything a run starts: the binary, three etcd member
+// processes, PostgreSQL, the CA, three snip-jobs processes and their proxies,
+// the observer and the load.
+type cluster struct {
+	opts   Options
+	log    *slog.Logger
+	dir    string
+	binary string
+
+	etcd      *etcdCluster
+	pg        *pgcluster.Cluster
+	dbURL     string // direct, for the harness
+	pool      *pgxpool.Pool
+	ca        *acmetest.CA
+	instances []*instance
+	obs       *observer
+	jobs      []string // leader-mode jobs, JobProbe first
+	load      *load
+}
+
+// jobTypes lists the job types built into binary, from `validate --help`.
+func jobTypes(ctx context.Context, binary string) ([]string, error) {
+	out, _ := exec.CommandContext(ctx, binary, "validate", "--help").CombinedOutput()
+	m := regexp.MustCompile(`Job types built into this binary: ([a-z0-9, -]+)\.`).FindSubmatch(out)
+	if m == nil {
+		return nil, fmt.Errorf("%s validate --help does not list the job types:\n%s", binary, out)
+	}
+	return strings.Split(string(m[1]), ", "), nil
+}
+
+// moduleRoot finds the snip-jobs module's folder: the working directory or
+// one above it.
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for d := dir; ; d = filepath.Dir(d) {
+		b, err := os.ReadFile(filepath.Join(d, "go.mod"))
+		if err == nil && strings.HasPrefix(string(b), "module github.com/snip/snip-jobs\n") {
+			return d, nil
+		}
+		if filepath.Dir(d) == d {
+			return "", fmt.Errorf("run inside the snip-jobs module (no go.mod of github.com/snip/snip-jobs in %s or above): it builds snip-jobs from source", dir)
+		}
+	}
+}
+
+// buildBinary builds snip-jobs (with the chaos_broken tag when broken) into dir.
+func buildBinary(ctx context.Context, dir string, broken bool) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, buildTimeout)
+	defer cancel()
+	bin := filepath.Join(dir, "snip-jobs")
+	args := []string{"build", "-o", bin}
+	if broken {
+		args = append(args, "-tags", "chaos_broken")
+	}
+	args = append(args, "github.com/snip/snip-jobs/cmd/snip-jobs")
+	cmd := exec.CommandContext(ctx, "go", args...)
+	root, err := moduleRoot()
+	if err != nil {
+		return "", err
+	}
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, out)
+	}
+	return bin, nil
+}
+
+func startCluster(ctx context.Context, o Options) (_ *cluster, err error) {
+	c := &cluster{opts: o, log: o.Log}
+	defer func() {
+		if err != nil {
+			c.close()
+		}
+	}()
+	if c.dir, err = os.MkdirTemp(o.WorkDir, "snip-chaos-"); err != nil {
+		return nil, err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	begin := time.Now()
+	if c.binary, err = buildBinary(ctx, c.dir, o.Broken); err != nil {
+		return nil, err
+	}
+	types, err := jobTypes(ctx, c.binary)
+	if err != nil {
+		return nil, err
+	}
+	c.log.Info("built snip-jobs", "broken", o.Broken, "types", types, "took", time.Since(begin).Round(time.Millisecond))
+
+	if c.etcd, err = startEtcd(ctx, self, c.dir, 3); err != nil {
+		return nil, err
+	}
+	if _, err := c.etcd.waitLeader(ctx, readyBound); err != nil {
+		return nil, err
+	}
+	if c.pg, err = pgcluster.Create(ctx, pgcluster.Options{Prefix: "snip-chaos-pg-"}); err != nil {
+		return nil, err
+	}
+	if c.dbURL, err = c.pg.CreateDatabase(ctx, "chaos"); err != nil {
+		return nil, err
+	}
+	if _, err := migrations.Up(ctx, c.dbURL, nil); err != nil {
+		return nil, fmt.Errorf("migrations: %w", err)
+	}
+	if c.pool, err = pgxpool.New(ctx, c.dbURL); err != nil {
+		return nil, err
+	}
+	if err := setupSchema(ctx, c.pool); err != nil {
+		return nil, err
+	}
+	if c.ca, err = acmetest.Start(c.dir); err != nil {
+		return nil, err
+	}
+	keyFile := filepath.Join(c.dir, "certificate-keys")
+	key := make([]byte, 32)
+	_, _ = rand.Read(key)
+	if err := os.WriteFile(keyFile, []byte(base64.StdEncoding.EncodeToString(key)+"\n"), 0o600); err != nil {
+		return nil, err
+	}
+
+	hasAgg := false
+	for _, t := range types {
+		hasAgg = hasAgg || t == "aggregator"
+	}
+	c.jobs = []string{JobProbe, JobReport, JobCerts}
+	jobs := fmt.Sprintf(jobsYAML, c.ca.DirectoryURL, c.ca.RootsFile, acmetest.Profile, keyFile)
+	if hasAgg {
+		c.jobs = append(c.jobs, JobAggregator)
+		jobs += aggregatorYAML
+	} else {
+		c.log.Warn("this snip-jobs has no aggregator job type: clicks flow in, but their counts are not checked")
+	}
+
+	pgu, err := url.Parse(c.dbURL)
+	if err != nil {
+		return nil, err
+	}
+	ports, err := freePorts(6)
+	if err != nil {
+		return nil, err
+	}
+	var challenges []string
+	for i := range 3 {
+		in := &instance{
+			name:      fmt.Sprintf("server-%c", 'a'+i),
+			binary:    c.binary,
+			logPath:   filepath.Join(c.dir, fmt.Sprintf("server-%c.log", 'a'+i)),
+			adminURL:  fmt.Sprintf("http://127.0.0.1:%d", ports[2*i]),
+			challenge: fmt.Sprintf("127.0.0.1:%d", ports[2*i+1]),
+		}
+		c.instances = append(c.instances, in)
+		var eps []string
+		for _, m := range c.etcd.members {
+			p, err := newEtcdProxy(m.clientURL)
+			if err != nil {
+				return nil, err
+			}
+			in.etcd = append(in.etcd, p)
+			eps = append(eps, p.endpoint)
+		}
+		if in.db, err = newDelayProxy(pgu.Host); err != nil {
+			return nil, err
+		}
+		u := *pgu
+		u.Host = in.db.addr()
+		q := u.Query()
+		q.Set("connect_timeout", "10")
+		u.RawQuery = q.Encode()
+		in.databaseURL = u.String()
+		if err := writeInstanceConfig(c.dir, in, eps, o.TTL, jobs); err != nil {
+			return nil, err
+		}
+		challenges = append(challenges, in.challenge)
+	}
+	c.ca.Route(challenges...)
+	if c.obs, err = newObserver(ctx, c.etcd.cli, Prefix); err != nil {
+		return nil, fmt.Errorf("observe leaders: %w", err)
+	}
+	for _, in := range c.instances {
+		if err := in.start(); err != nil {
+			return nil, err
+		}
+	}
+	c.load = startLoad(ctx, c.pool)
+	if err := c.settle(ctx, time.Now()); err != nil {
+		return nil, fmt.Errorf("the cluster did not come up: %w", err)
+	}
+	c.log.Info("cluster up", "dir", c.dir, "jobs", c.jobs, "took", time.Since(begin).Round(time.Millisecond))
+	return c, nil
+}
+
+// jobsYAML is the job list every instance runs (less the aggregator).
+// {{challenge}} becomes the instance's own HTTP-01 listener.
+const jobsYAML = `  - name: probe
+    type: sql
+    singleton: true
+    every: 250ms
+    grace: 2s
+    options:
+      statement: INSERT INTO chaos_probe (instance, token) VALUES (@instance, @token)
+  - name: weekly-report
+    type: weeklyreport
+    singleton: true
+    cron: "* * * * *"
+    timezone: Europe/Paris
+    grace: 5s
+  - name: cert-renewer
+    type: certrenew
+    singleton: true
+    every: 2s
+    grace: 5s
+    options:
+      directory: %s
+      ca_roots_file: %s
+      email: ops@snip.example
+      profile: %s
+      challenge_listen: "{{challenge}}"
+      key_file: %s
+      lock_delay: 8s
+      order_timeout: 10s
+`
+
+const aggregatorYAML = `  - name: aggregator
+    type: aggregator
+    singleton: true
+    continuous: true
+    grace: 5s
+    options:
+      interval: 100ms
+      retention: 24h
+`
+
+// schemaSQL is the harness's own tables: the probe, whose rows record, at
+// commit, their order (a deferred constraint trigger runs while the
+// transaction commits) and the database's clock.
+const schemaSQL = `
+CREATE SEQUENCE chaos_commit_seq;
+CREATE TABLE chaos_probe (
+    id           bigserial PRIMARY KEY,
+    instance     text      NOT NULL,
+    token        bigint    NOT NULL,
+    commit_seq   bigint,
+    committed_at timestamptz
+);
+CREATE FUNCTION chaos_probe_committed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE chaos_probe SET commit_seq = nextval('chaos_commit_seq'), committed_at = clock_timestamp() WHERE id = NEW.id;
+    RETURN NULL;
+END $$;
+CREATE CONSTRAINT TRIGGER chaos_probe_commit AFTER INSERT ON chaos_probe
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION chaos_probe_committed();
+INSERT INTO links (id, slug) SELECT i, 'l' || i FROM generate_series(1, 20) i;
+`
+
+func setupSchema(ctx context.Context, pool *pgxpool.Pool) error {
+	if _, err := pool.Exec(ctx, schemaSQL); err != nil {
+		return fmt.Errorf("chaos schema: %w", err)
+	}
+	return nil
+}
+
+// settle waits until every instance runs and is ready, every leader-mode job
+// has a leader, and the probe has committed a row after `after` with the
+// current probe leader's token.
+func (c *cluster) settle(ctx context.Context, after time.Time) error {
+	ctx, cancel := context.WithTimeout(ctx, readyBound)
+	defer cancel()
+	var why string
+	for {
+		why = c.unsettled(ctx, after)
+		if why == "" {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("not settled within %v: %s", readyBound, why)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func (c *cluster) unsettled(ctx context.Context, after time.Time) string {
+	for _, in := range c.instances {
+		if !in.running() {
+			return in.name + " is not running"
+		}
+		if !in.ready(ctx) {
+			return in.name + " is not ready"
+		}
+	}
+	ls := c.obs.leaders()
+	for _, j := range c.jobs {
+		if _, ok := ls[j]; !ok {
+			return j + " has no leader"
+		}
+	}
+	var n int
+	qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	err := c.pool.QueryRow(qctx, `SELECT count(*) FROM chaos_probe WHERE token = $1 AND committed_at > $2`, ls[JobProbe].Token, after).Scan(&n)
+	if err != nil {
+		return "probe: " + err.Error()
+	}
+	if n == 0 {
+		return "no probe write by the current term yet"
+	}
+	return ""
+}
+
+func (c *cluster) instance(name string) *instance {
+	for _, in := range c.instances {
+		if in.name == name {
+			return in
+		}
+	}
+	return nil
+}
+
+// stop stops the load and the instances (SIGTERM, then SIGKILL after a bound).
+func (c *cluster) stopInstances() {
+	for _, in := range c.instances {
+		if in.running() {
+			_ = in.signal(sigCONT)
+			_ = in.signal(sigTERM)
+		}
+	}
+	for _, in := range c.instances {
+		in.wait(20 * time.Second)
+	}
+}
+
+func (c *cluster) close() {
+	if c.load != nil {
+		c.load.stop()
+	}
+	for _, in := range c.instances {
+		in.kill()
+		in.closeProxies()
+	}
+	if c.ca != nil {
+		c.ca.Close()
+	}
+	if c.etcd != nil {
+		c.etcd.close()
+	}
+	if c.pool != nil {
+		c.pool.Close()
+	}
+	if c.pg != nil {
+		if err := c.pg.Destroy(); err != nil {
+			c.log.Warn("remove PostgreSQL", "err", err)
+		}
+	}
+	if c.dir != "" && !c.opts.KeepDir {
+		_ = os.RemoveAll(c.dir)
+	}
+}
+
+var errNoLeader = errors.New("no leader")

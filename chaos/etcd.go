@@ -1,0 +1,316 @@
+package chaos
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+
+	"github.com/snip/snip-jobs/internal/pdeathsig"
+)
+
+// MemberCommand is the first argument that makes a binary embedding this
+// package run one etcd member (MemberMain) instead of its usual work: the
+// harness starts each member by running its own executable again with it.
+const MemberCommand = "etcd-member"
+
+// memberReady is the line a member process prints on stdout once it serves
+// client requests.
+const memberReady = "etcd-member: ready"
+
+// Bounds for etcd members. Generous: they decide how long a broken setup takes
+// to fail, not whether a working one passes.
+const (
+	memberReadyTimeout = 60 * time.Second
+	etcdOpTimeout      = 3 * time.Second
+)
+
+// MemberMain runs one etcd member in this process until SIGTERM or SIGKILL:
+// `<binary> etcd-member --name m0 --dir D --client URL --peer URL
+// --initial-cluster m0=URL,... --state new|existing`. It prints memberReady on
+// stdout once the member serves client requests, and returns the exit status.
+// Data is not fsynced (the machine does not crash in these runs; the processes
+// do, and the kernel keeps their writes).
+func MemberMain(args []string) int {
+	fs := flag.NewFlagSet(MemberCommand, flag.ContinueOnError)
+	name := fs.String("name", "", "member name")
+	dir := fs.String("dir", "", "data directory")
+	client := fs.String("client", "", "client URL (http://127.0.0.1:port)")
+	peer := fs.String("peer", "", "peer URL (http://127.0.0.1:port)")
+	initial := fs.String("initial-cluster", "", "name=peerURL,...")
+	state := fs.String("state", embed.ClusterStateFlagNew, "new or existing")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	cu, err := url.Parse(*client)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "etcd-member: client URL:", err)
+		return 2
+	}
+	pu, err := url.Parse(*peer)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "etcd-member: peer URL:", err)
+		return 2
+	}
+	cfg := embed.NewConfig()
+	cfg.Name = *name
+	cfg.Dir = *dir
+	cfg.ListenClientUrls = []url.URL{*cu}
+	cfg.AdvertiseClientUrls = []url.URL{*cu}
+	cfg.ListenPeerUrls = []url.URL{*pu}
+	cfg.AdvertisePeerUrls = []url.URL{*pu}
+	cfg.ListenMetricsUrls = nil
+	cfg.InitialCluster = *initial
+	cfg.InitialClusterToken = "snip-chaos"
+	cfg.ClusterState = *state
+	cfg.LogLevel = "error"
+	cfg.UnsafeNoFsync = true
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "etcd-member: start:", err)
+		return 1
+	}
+	sigs := make(chan os.Signal, 1)
+	signalNotify(sigs)
+	select {
+	case <-e.Server.ReadyNotify():
+		fmt.Println(memberReady)
+	case err := <-e.Err():
+		fmt.Fprintln(os.Stderr, "etcd-member: failed before ready:", err)
+		return 1
+	case <-sigs:
+		e.Close()
+		return 0
+	}
+	select {
+	case err := <-e.Err():
+		fmt.Fprintln(os.Stderr, "etcd-member:", err)
+		return 1
+	case <-sigs:
+		e.Close()
+		return 0
+	}
+}
+
+// etcdMember is one member process, as the harness sees it. Its name, ports
+// and data directory survive restarts.
+type etcdMember struct {
+	name       string
+	dir        string
+	clientURL  string
+	peerURL    string
+	logPath    string
+	executable string
+	args       []string // after the command: the fixed flags
+
+	mu   sync.Mutex
+	proc *exec.Cmd
+	done chan struct{}
+}
+
+// etcdCluster is three member processes.
+type etcdCluster struct {
+	members []*etcdMember
+	cli     *clientv3.Client // on every member's client URL directly (not through a proxy)
+}
+
+func startEtcd(ctx context.Context, executable, dir string, n int) (*etcdCluster, error) {
+	ports, err := freePorts(2 * n)
+	if err != nil {
+		return nil, err
+	}
+	c := &etcdCluster{}
+	var peers []string
+	for i := range n {
+		m := &etcdMember{
+			name:       fmt.Sprintf("m%d", i),
+			dir:        filepath.Join(dir, fmt.Sprintf("etcd-m%d", i)),
+			clientURL:  fmt.Sprintf("http://127.0.0.1:%d", ports[2*i]),
+			peerURL:    fmt.Sprintf("http://127.0.0.1:%d", ports[2*i+1]),
+			logPath:    filepath.Join(dir, fmt.Sprintf("etcd-m%d.log", i)),
+			executable: executable,
+		}
+		c.members = append(c.members, m)
+		peers = append(peers, m.name+"="+m.peerURL)
+	}
+	initial := strings.Join(peers, ",")
+	for _, m := range c.members {
+		m.args = []string{"--name", m.name, "--dir", m.dir, "--client", m.clientURL, "--peer", m.peerURL, "--initial-cluster", initial}
+	}
+	if err := c.startMembers(ctx, embed.ClusterStateFlagNew, c.members...); err != nil {
+		c.close()
+		return nil, err
+	}
+	var eps []string
+	for _, m := range c.members {
+		eps = append(eps, m.clientURL)
+	}
+	c.cli, err = clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		c.close()
+		return nil, fmt.Errorf("etcd client: %w", err)
+	}
+	return c, nil
+}
+
+// startMembers starts the given stopped members at once and waits until each
+// is ready (which takes a quorum).
+func (c *etcdCluster) startMembers(ctx context.Context, state string, ms ...*etcdMember) error {
+	ready := make([]<-chan error, len(ms))
+	for i, m := range ms {
+		ch, err := m.start(state)
+		if err != nil {
+			return err
+		}
+		ready[i] = ch
+	}
+	var errs []error
+	for i, ch := range ready {
+		select {
+		case err := <-ch:
+			if err != nil {
+				errs = append(errs, fmt.Errorf("etcd member %s: %w", ms[i].name, err))
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(memberReadyTimeout):
+			errs = append(errs, fmt.Errorf("etcd member %s not ready within %v (see %s)", ms[i].name, memberReadyTimeout, ms[i].logPath))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// start runs the member process; the channel gets nil once it is ready, or
+// the reason it will not be.
+func (m *etcdMember) start(state string) (<-chan error, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.proc != nil {
+		return nil, fmt.Errorf("etcd member %s is running", m.name)
+	}
+	logf, err := os.OpenFile(m.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	cmd := exec.Command(m.executable, append(append([]string{MemberCommand}, m.args...), "--state", state)...)
+	cmd.Stderr = logf
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	// If the harness dies, its members die with it.
+	if err := pdeathsig.Start(cmd, syscall.SIGKILL); err != nil {
+		return nil, fmt.Errorf("start etcd member %s: %w", m.name, err)
+	}
+	m.proc, m.done = cmd, make(chan struct{})
+	ready := make(chan error, 1)
+	done := m.done
+	go func() {
+		sc := bufio.NewScanner(out)
+		said := false
+		for sc.Scan() {
+			if sc.Text() == memberReady && !said {
+				said = true
+				ready <- nil
+			}
+		}
+		_, _ = io.Copy(io.Discard, out)
+		err := cmd.Wait()
+		if !said {
+			ready <- fmt.Errorf("exited before it was ready: %v (see %s)", err, m.logPath)
+		}
+		close(done)
+	}()
+	return ready, nil
+}
+
+// kill SIGKILLs the member process and waits for it to exit.
+func (m *etcdMember) kill() {
+	m.mu.Lock()
+	p, done := m.proc, m.done
+	m.proc = nil
+	m.mu.Unlock()
+	if p == nil {
+		return
+	}
+	_ = p.Process.Kill()
+	<-done
+}
+
+func (m *etcdMember) running() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.proc != nil
+}
+
+// leader returns the index of the member every running member names as raft
+// leader, or -1.
+func (c *etcdCluster) leader(ctx context.Context) int {
+	var lead uint64
+	byID := map[uint64]int{}
+	for i, m := range c.members {
+		if !m.running() {
+			continue
+		}
+		sctx, cancel := context.WithTimeout(ctx, etcdOpTimeout)
+		st, err := c.cli.Status(sctx, m.clientURL)
+		cancel()
+		if err != nil || st.Leader == 0 || (lead != 0 && st.Leader != lead) {
+			return -1
+		}
+		lead = st.Leader
+		byID[st.Header.MemberId] = i
+	}
+	if i, ok := byID[lead]; ok {
+		return i
+	}
+	return -1
+}
+
+// waitLeader waits until the running members agree on a running leader.
+func (c *etcdCluster) waitLeader(ctx context.Context, bound time.Duration) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	for {
+		if i := c.leader(ctx); i >= 0 {
+			return i, nil
+		}
+		select {
+		case <-ctx.Done():
+			return -1, fmt.Errorf("etcd members do not agree on a leader within %v", bound)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func (c *etcdCluster) endpoints() []string {
+	var out []string
+	for _, m := range c.members {
+		out = append(out, m.clientURL)
+	}
+	return out
+}
+
+func (c *etcdCluster) close() {
+	if c.cli != nil {
+		_ = c.cli.Close()
+	}
+	for _, m := range c.members {
+		m.kill()
+	}
+}

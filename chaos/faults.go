@@ -1,0 +1,454 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"syscall"
+	"time"
+)
+
+// Kind is a kind of fault.
+type Kind string
+
+// The faults. Each is injected, held, healed, and followed by a wait until the
+// cluster has settled (every instance ready, every job led, the probe written
+// by its current term) before the next one.
+const (
+	// KillLeader SIGKILLs the leader of a random job, waits until every job it
+	// led has a new term, then restarts it (the restart of a killed instance).
+	KillLeader Kind = "kill-leader"
+	// PauseLeader SIGSTOPs the leader of a random job for TTL + 1.5 s, then
+	// SIGCONTs it.
+	PauseLeader Kind = "pause-leader"
+	// PartitionLeader cuts the leader of a random job off from every etcd
+	// member (its fault proxies drop all traffic) for TTL + 1.5 s. Its
+	// database link stays up.
+	PartitionLeader Kind = "partition-leader"
+	// PartitionSlowDB adds latency (TTL − ¾ renew interval, 1.7 s, each way)
+	// to the probe leader's PostgreSQL link and cuts it off from etcd the
+	// moment one of its probe transactions has run its INSERT, for 2 TTL + 1 s:
+	// a leader whose COMMIT, if sent while its term still looked valid,
+	// reaches the database after its successor's write.
+	PartitionSlowDB Kind = "partition-slow-db"
+	// EtcdMemberLoss SIGKILLs an etcd member that is not the raft leader for
+	// 2 s, then restarts it.
+	EtcdMemberLoss Kind = "etcd-member-loss"
+	// EtcdLeaderLoss SIGKILLs the etcd raft leader for 2 s, then restarts it.
+	EtcdLeaderLoss Kind = "etcd-leader-loss"
+	// QuorumLoss SIGKILLs two of the three etcd members for TTL + 2 s, then
+	// restarts them.
+	QuorumLoss Kind = "etcd-quorum-loss"
+	// PostgresRestart stops PostgreSQL (fast shutdown: open transactions are
+	// aborted) and starts it again after 1 s.
+	PostgresRestart Kind = "postgres-restart"
+	// TermLeader SIGTERMs the leader of a random job (it resigns its terms and
+	// exits), then restarts it.
+	TermLeader Kind = "sigterm-leader"
+)
+
+// AllKinds is every fault kind, in the order of the results table.
+var AllKinds = []Kind{KillLeader, PauseLeader, PartitionLeader, PartitionSlowDB, TermLeader,
+	EtcdMemberLoss, EtcdLeaderLoss, QuorumLoss, PostgresRestart}
+
+// Takeover is one job's change of term caused by a fault.
+type Takeover struct {
+	Job      string
+	From, To int64 // tokens
+	// After is from the fault's start (the signal, the cut) to the new term's
+	// key appearing in etcd, as the harness's watch saw it.
+	After time.Duration
+	// KeyGone is from the fault's start to the old key's deletion: its
+	// resignation (SIGTERM), or etcd's expiry of the old lease.
+	KeyGone time.Duration
+	// Handoff is from the old key's deletion to the new key's creation: the
+	// successors' campaign, including any spread hold-back.
+	Handoff time.Duration
+}
+
+// Fault is one injected fault and what followed.
+type Fault struct {
+	N      int
+	Kind   Kind
+	Target string // instance or etcd member(s)
+	Start  time.Time
+	Healed time.Time // the fault removed (process continued or restarted, link restored)
+	// Settled is when the cluster was whole again; zero if it was not within
+	// the bound (Err says why).
+	Settled   time.Time
+	Takeovers []Takeover
+	// Restart is how long a restarted instance took to become ready.
+	Restart time.Duration
+	// ExitCode of an instance stopped by SIGTERM.
+	ExitCode int
+	// LossStart/LossEnd bound a time without etcd quorum (QuorumLoss): from the
+	// second member's death until both were back and a leader agreed.
+	LossStart, LossEnd time.Time
+	// PreLossRevision is etcd's revision just before the quorum loss: no term
+	// can carry a higher token until the quorum is back.
+	PreLossRevision int64
+	// RestartAt is when the harness started the lost members again: until
+	// then only one member of three ran.
+	RestartAt time.Time
+	// LastWriteAfterLoss is how long after the quorum loss the last probe
+	// write of a term granted before it was accepted (the checker fills it).
+	LastWriteAfterLoss time.Duration
+	// EtcdElection is, for EtcdLeaderLoss, from the kill until the other
+	// members agreed on a new raft leader.
+	EtcdElection time.Duration
+	// NoActing is the longest time during the fault without a probe write
+	// (computed by the checker from the database).
+	NoActing time.Duration
+	Err      string
+}
+
+func (c *cluster) hold(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// targetJob picks the job whose leader a fault hits.
+func (c *cluster) targetJob(rng *rand.Rand) string { return c.jobs[rng.IntN(len(c.jobs))] }
+
+// ledBy returns the jobs the instance leads now, with their tokens.
+func (c *cluster) ledBy(name string) map[string]int64 {
+	out := map[string]int64{}
+	for j, l := range c.obs.leaders() {
+		if l.Instance == name {
+			out[j] = l.Token
+		}
+	}
+	return out
+}
+
+// inject runs one fault of kind k.
+func (c *cluster) inject(ctx context.Context, rng *rand.Rand, n int, k Kind) *Fault {
+	f := &Fault{N: n, Kind: k}
+	attempted := time.Now()
+	var err error
+	switch k {
+	case KillLeader:
+		err = c.killLeader(ctx, rng, f)
+	case PauseLeader:
+		err = c.pauseLeader(ctx, rng, f)
+	case PartitionLeader:
+		err = c.partitionLeader(ctx, rng, f, false)
+	case PartitionSlowDB:
+		err = c.partitionLeader(ctx, rng, f, true)
+	case TermLeader:
+		err = c.termLeader(ctx, rng, f)
+	case EtcdMemberLoss, EtcdLeaderLoss:
+		err = c.memberLoss(ctx, rng, f, k == EtcdLeaderLoss)
+	case QuorumLoss:
+		err = c.quorumLoss(ctx, rng, f)
+	case PostgresRestart:
+		err = c.postgresRestart(ctx, f)
+	default:
+		err = fmt.Errorf("unknown fault kind %q", k)
+	}
+	if err != nil {
+		f.Err = err.Error()
+	}
+	if f.Start.IsZero() {
+		f.Start = attempted
+	}
+	if f.Healed.IsZero() {
+		f.Healed = time.Now()
+	}
+	if err := c.settle(ctx, f.Healed); err != nil {
+		f.Err = joinErr(f.Err, err.Error())
+	} else {
+		f.Settled = time.Now()
+	}
+	return f
+}
+
+func joinErr(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
+}
+
+// takeovers waits (up to bound) until each job in led has a term other than
+// its token, and records when each appeared.
+func (c *cluster) takeovers(ctx context.Context, f *Fault, led map[string]int64, bound time.Duration) error {
+	ok := c.obs.waitFor(ctx, bound, func(ls map[string]leader) bool {
+		for j, tok := range led {
+			if l, has := ls[j]; !has || l.Token == tok {
+				return false
+			}
+		}
+		return true
+	})
+	jobs := make([]string, 0, len(led))
+	for j := range led {
+		jobs = append(jobs, j)
+	}
+	slices.Sort(jobs)
+	for _, j := range jobs {
+		e, found := c.obs.firstStartAfter(j, f.Start, led[j])
+		if !found {
+			continue
+		}
+		t := Takeover{Job: j, From: led[j], To: e.Token, After: e.At.Sub(f.Start)}
+		if end, ok := c.obs.endOf(j, led[j]); ok {
+			t.KeyGone, t.Handoff = end.At.Sub(f.Start), e.At.Sub(end.At)
+		}
+		f.Takeovers = append(f.Takeovers, t)
+	}
+	if !ok {
+		return fmt.Errorf("not every job of %s had a new term within %v", f.Target, bound)
+	}
+	return nil
+}
+
+// leaderOf returns the instance leading job (waiting briefly for one).
+func (c *cluster) leaderOf(ctx context.Context, job string) (*instance, error) {
+	var name string
+	c.obs.waitFor(ctx, 10*time.Second, func(ls map[string]leader) bool {
+		name = ls[job].Instance
+		return name != ""
+	})
+	in := c.instance(name)
+	if in == nil {
+		return nil, fmt.Errorf("%s: %w", job, errNoLeader)
+	}
+	return in, nil
+}
+
+func (c *cluster) restart(ctx context.Context, f *Fault, in *instance) error {
+	begin := time.Now()
+	if err := in.start(); err != nil {
+		return err
+	}
+	f.Healed = time.Now()
+	bctx, cancel := context.WithTimeout(ctx, readyBound)
+	defer cancel()
+	for !in.ready(bctx) {
+		if bctx.Err() != nil {
+			return fmt.Errorf("%s not ready within %v of its restart", in.name, readyBound)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	f.Restart = time.Since(begin)
+	return nil
+}
+
+func (c *cluster) killLeader(ctx context.Context, rng *rand.Rand, f *Fault) error {
+	in, err := c.leaderOf(ctx, c.targetJob(rng))
+	if err != nil {
+		return err
+	}
+	f.Target = in.name
+	led := c.ledBy(in.name)
+	f.Start = time.Now()
+	if err := in.signal(syscall.SIGKILL); err != nil {
+		return err
+	}
+	in.wait(10 * time.Second)
+	err = c.takeovers(ctx, f, led, 3*c.opts.TTL+10*time.Second)
+	return joinErrs(err, c.restart(ctx, f, in))
+}
+
+func (c *cluster) pauseLeader(ctx context.Context, rng *rand.Rand, f *Fault) error {
+	in, err := c.leaderOf(ctx, c.targetJob(rng))
+	if err != nil {
+		return err
+	}
+	f.Target = in.name
+	led := c.ledBy(in.name)
+	f.Start = time.Now()
+	if err := in.signal(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	c.hold(ctx, c.opts.TTL+1500*time.Millisecond)
+	if err := in.signal(syscall.SIGCONT); err != nil {
+		return err
+	}
+	f.Healed = time.Now()
+	return c.takeovers(ctx, f, led, 3*c.opts.TTL+10*time.Second)
+}
+
+func (c *cluster) partitionLeader(ctx context.Context, rng *rand.Rand, f *Fault, slowDB bool) error {
+	job := c.targetJob(rng)
+	if slowDB {
+		job = JobProbe
+	}
+	in, err := c.leaderOf(ctx, job)
+	if err != nil {
+		return err
+	}
+	f.Target = in.name
+	hold := c.opts.TTL + 1500*time.Millisecond
+	if slowDB {
+		if in, err = c.slowProbeLeader(ctx); err != nil {
+			return err
+		}
+		f.Target = in.name
+		hold = 2*c.opts.TTL + time.Second
+	}
+	led := c.ledBy(in.name)
+	f.Start = time.Now()
+	in.partition(true)
+	c.hold(ctx, hold)
+	in.partition(false)
+	in.db.setDelay(0)
+	f.Healed = time.Now()
+	return c.takeovers(ctx, f, led, 3*c.opts.TTL+10*time.Second)
+}
+
+// slowProbeLeader slows the probe leader's database link and returns once
+// one of its probe transactions has run its INSERT and waits for the client
+// (idle in transaction, its last statement the INSERT): the moment the
+// database answers, with the leader's COMMIT to come.
+//
+// The latency d (TTL − ¾ renew interval: 1.7 s of 2 s) is chosen so that the
+// leader, cut off from etcd now, gets that answer and would send COMMIT just
+// before the deadline of a term whose last keep-alive went out at most one
+// renew interval ago, were the margin zero (deadline ≥ now + TTL − renew −
+// margin). With the margin, the term has ended by then and COMMIT is never
+// sent; without it, COMMIT is sent and reaches the database d later, after
+// the successor's first write, unless the fence holds the successor back.
+func (c *cluster) slowProbeLeader(ctx context.Context) (*instance, error) {
+	ctx, cancel := context.WithTimeout(ctx, 6*c.opts.TTL+20*time.Second)
+	defer cancel()
+	d := c.opts.TTL - RenewInterval(c.opts.TTL)*3/4
+	var in *instance
+	defer func() {
+		if ctx.Err() != nil && in != nil {
+			in.db.setDelay(0)
+		}
+	}()
+	for {
+		l, ok := c.obs.leaders()[JobProbe]
+		if next := c.instance(l.Instance); ok && next != in {
+			if in != nil {
+				in.db.setDelay(0)
+			}
+			in = next
+			in.db.setDelay(d)
+		}
+		if in != nil {
+			var n int
+			err := c.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE state = 'idle in transaction' AND query LIKE 'INSERT INTO chaos_probe%' AND client_port = ANY($1)`,
+				in.db.upstreamPorts()).Scan(&n)
+			if err == nil && n > 0 {
+				return in, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("no probe transaction of the probe's leader seen waiting after its INSERT: %w", ctx.Err())
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}
+
+func (c *cluster) termLeader(ctx context.Context, rng *rand.Rand, f *Fault) error {
+	in, err := c.leaderOf(ctx, c.targetJob(rng))
+	if err != nil {
+		return err
+	}
+	f.Target = in.name
+	led := c.ledBy(in.name)
+	f.Start = time.Now()
+	if err := in.signal(syscall.SIGTERM); err != nil {
+		return err
+	}
+	err = c.takeovers(ctx, f, led, 3*c.opts.TTL+10*time.Second)
+	if !in.wait(30 * time.Second) {
+		err = joinErrs(err, fmt.Errorf("%s did not exit within 30 s of SIGTERM", in.name))
+	}
+	f.ExitCode = lastExit(in)
+	return joinErrs(err, c.restart(ctx, f, in))
+}
+
+func lastExit(in *instance) int {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if len(in.exits) == 0 {
+		return -2
+	}
+	return in.exits[len(in.exits)-1]
+}
+
+func (c *cluster) memberLoss(ctx context.Context, rng *rand.Rand, f *Fault, leaderToo bool) error {
+	lead, err := c.etcd.waitLeader(ctx, readyBound)
+	if err != nil {
+		return err
+	}
+	victim := lead
+	if !leaderToo {
+		victim = (lead + 1 + rng.IntN(2)) % 3
+	}
+	m := c.etcd.members[victim]
+	f.Target = m.name
+	f.Start = time.Now()
+	m.kill()
+	if leaderToo {
+		if _, err := c.etcd.waitLeader(ctx, readyBound); err == nil {
+			f.EtcdElection = time.Since(f.Start)
+		}
+	}
+	c.hold(ctx, f.Start.Add(2*time.Second).Sub(time.Now()))
+	err = c.etcd.startMembers(ctx, "existing", m)
+	f.Healed = time.Now()
+	return err
+}
+
+func (c *cluster) quorumLoss(ctx context.Context, rng *rand.Rand, f *Fault) error {
+	lead, err := c.etcd.waitLeader(ctx, readyBound)
+	if err != nil {
+		return err
+	}
+	other := (lead + 1 + rng.IntN(2)) % 3
+	a, b := c.etcd.members[lead], c.etcd.members[other]
+	f.Target = a.name + "+" + b.name
+	rctx, cancel := context.WithTimeout(ctx, etcdOpTimeout)
+	resp, err := c.etcd.cli.Get(rctx, "/snip-chaos-revision")
+	cancel()
+	if err != nil {
+		return fmt.Errorf("read etcd's revision: %w", err)
+	}
+	f.PreLossRevision = resp.Header.Revision
+	f.Start = time.Now()
+	a.kill()
+	b.kill()
+	f.LossStart = time.Now()
+	c.hold(ctx, c.opts.TTL+2*time.Second)
+	f.RestartAt = time.Now()
+	err = c.etcd.startMembers(ctx, "existing", a, b)
+	if err == nil {
+		_, err = c.etcd.waitLeader(ctx, readyBound)
+	}
+	f.LossEnd = time.Now()
+	f.Healed = f.LossEnd
+	return err
+}
+
+func (c *cluster) postgresRestart(ctx context.Context, f *Fault) error {
+	f.Target = "postgresql"
+	f.Start = time.Now()
+	if err := c.pg.Stop(); err != nil {
+		return err
+	}
+	c.hold(ctx, time.Second)
+	err := c.pg.Start(ctx)
+	f.Healed = time.Now()
+	return err
+}
+
+func joinErrs(a, b error) error {
+	switch {
+	case a == nil:
+		return b
+	case b == nil:
+		return a
+	}
+	return fmt.Errorf("%w; %w", a, b)
+}

@@ -1,0 +1,187 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/snip/snip-jobs/internal/pdeathsig"
+)
+
+// instance is one `snip-jobs run` process with its own config, admin port,
+// challenge port, fault proxies to each etcd member and a delay proxy to
+// PostgreSQL. Its name, ports and proxies survive restarts.
+type instance struct {
+	name        string
+	binary      string
+	config      string
+	logPath     string
+	adminURL    string
+	challenge   string // host:port of its HTTP-01 listener
+	etcd        []*etcdProxy
+	db          *delayProxy
+	databaseURL string
+
+	mu      sync.Mutex
+	proc    *exec.Cmd
+	done    chan struct{}
+	stopped bool  // SIGSTOPped
+	exits   []int // exit status of each run (-1: killed by a signal)
+}
+
+// start starts the process (it must not be running).
+func (in *instance) start() error {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.proc != nil {
+		return fmt.Errorf("%s is running", in.name)
+	}
+	logf, err := os.OpenFile(in.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	cmd := exec.Command(in.binary, "run", "--config", in.config)
+	cmd.Env = append(cleanEnv(), "SNIP_JOBS_DATABASE_URL="+in.databaseURL)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := pdeathsig.Start(cmd, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("start %s: %w", in.name, err)
+	}
+	in.proc, in.done, in.stopped = cmd, make(chan struct{}), false
+	done := cmd
+	ch := in.done
+	go func() {
+		_ = done.Wait()
+		in.mu.Lock()
+		in.exits = append(in.exits, done.ProcessState.ExitCode())
+		if in.proc == done {
+			in.proc = nil
+		}
+		in.mu.Unlock()
+		close(ch)
+	}()
+	return nil
+}
+
+// cleanEnv is this process's environment without what snip-jobs reads.
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "SNIP_JOBS_") || strings.HasPrefix(kv, "NOTIFY_SOCKET=") || strings.HasPrefix(kv, "WATCHDOG_") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
+}
+
+func (in *instance) running() bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.proc != nil
+}
+
+// signal sends sig to the running process.
+func (in *instance) signal(sig syscall.Signal) error {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.proc == nil {
+		return fmt.Errorf("%s is not running", in.name)
+	}
+	switch sig {
+	case syscall.SIGSTOP:
+		in.stopped = true
+	case syscall.SIGCONT:
+		in.stopped = false
+	}
+	return in.proc.Process.Signal(sig)
+}
+
+// wait waits up to bound for the process to exit; it SIGKILLs it after that.
+func (in *instance) wait(bound time.Duration) (exited bool) {
+	in.mu.Lock()
+	p, done := in.proc, in.done
+	in.mu.Unlock()
+	if p == nil {
+		return true
+	}
+	select {
+	case <-done:
+		return true
+	case <-time.After(bound):
+		_ = p.Process.Kill()
+		<-done
+		return false
+	}
+}
+
+func (in *instance) kill() {
+	in.mu.Lock()
+	p, done, stopped := in.proc, in.done, in.stopped
+	in.mu.Unlock()
+	if p == nil {
+		return
+	}
+	_ = p.Process.Kill()
+	if stopped {
+		_ = p.Process.Signal(syscall.SIGCONT)
+	}
+	<-done
+}
+
+// ready reports whether /readyz answers 200.
+func (in *instance) ready(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, in.adminURL+"/readyz", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// partition cuts (or restores) the instance's traffic to every etcd member.
+func (in *instance) partition(on bool) {
+	for _, p := range in.etcd {
+		p.blackhole(on)
+	}
+}
+
+func (in *instance) closeProxies() {
+	for _, p := range in.etcd {
+		p.close()
+	}
+	if in.db != nil {
+		_ = in.db.close()
+	}
+}
+
+func (in *instance) logs() string {
+	b, _ := os.ReadFile(in.logPath)
+	return string(b)
+}
+
+// writeInstanceConfig writes the instance's config file.
+func writeInstanceConfig(dir string, in *instance, endpoints []string, ttl time.Duration, jobs string) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "instance: %s\n", in.name)
+	fmt.Fprintf(&b, "etcd:\n  endpoints: [%s]\n  prefix: %s\n  dial_timeout: 2s\n", strings.Join(endpoints, ", "), Prefix)
+	b.WriteString("postgres:\n  url_env: SNIP_JOBS_DATABASE_URL\n")
+	fmt.Fprintf(&b, "leadership:\n  ttl: %s\n  margin: %s\n  renew_interval: %s\n", ttl, Margin(ttl), RenewInterval(ttl))
+	fmt.Fprintf(&b, "http:\n  listen: %s\n", strings.TrimPrefix(in.adminURL, "http://"))
+	b.WriteString("log:\n  format: json\n  level: info\n")
+	b.WriteString("shutdown_timeout: 10s\n")
+	b.WriteString("jobs:\n")
+	b.WriteString(strings.ReplaceAll(jobs, "{{challenge}}", in.challenge))
+	in.config = filepath.Join(dir, in.name+".yaml")
+	return os.WriteFile(in.config, []byte(b.String()), 0o600)
+}

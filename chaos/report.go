@@ -1,0 +1,157 @@
+package chaos
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Dist is a distribution's summary.
+type Dist struct {
+	N             int
+	P50, P99, Max time.Duration
+}
+
+func dist(ds []time.Duration) Dist {
+	if len(ds) == 0 {
+		return Dist{}
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	at := func(q float64) time.Duration {
+		i := int(q*float64(len(s))+0.999999) - 1 // nearest rank
+		return s[min(max(i, 0), len(s)-1)]
+	}
+	return Dist{N: len(s), P50: at(0.50), P99: at(0.99), Max: s[len(s)-1]}
+}
+
+func (d Dist) String() string {
+	if d.N == 0 {
+		return "–"
+	}
+	r := func(x time.Duration) string { return x.Round(time.Millisecond).String() }
+	return fmt.Sprintf("%s / %s / %s", r(d.P50), r(d.P99), r(d.Max))
+}
+
+// KindStats is the figures of one fault kind.
+type KindStats struct {
+	Kind      Kind
+	Faults    int
+	NoActing  Dist // longest time without an accepted probe write, per fault
+	Takeover  Dist // fault start → new term, per job whose leader was hit
+	KeyGone   Dist // fault start → old leader key deleted (resigned or expired)
+	Handoff   Dist // old key deleted → new term, per job
+	Restart   Dist // restarted instance → ready
+	Election  Dist // etcd leader loss: kill → new raft leader
+	AfterLoss Dist // quorum loss: loss → last accepted write of an old term
+}
+
+// ByKind computes the figures of each fault kind that occurred.
+func (r *Report) ByKind() []KindStats {
+	var out []KindStats
+	for _, k := range AllKinds {
+		var s KindStats
+		var noActing, takeover, gone, handoff, restart, election, after []time.Duration
+		for _, f := range r.Faults {
+			if f.Kind != k {
+				continue
+			}
+			s.Faults++
+			noActing = append(noActing, f.NoActing)
+			for _, t := range f.Takeovers {
+				takeover = append(takeover, t.After)
+				if t.KeyGone > 0 {
+					gone = append(gone, t.KeyGone)
+					handoff = append(handoff, t.Handoff)
+				}
+			}
+			if f.Restart > 0 {
+				restart = append(restart, f.Restart)
+			}
+			if f.EtcdElection > 0 {
+				election = append(election, f.EtcdElection)
+			}
+			if k == QuorumLoss {
+				after = append(after, f.LastWriteAfterLoss)
+			}
+		}
+		if s.Faults == 0 {
+			continue
+		}
+		s.Kind = k
+		s.NoActing, s.Takeover, s.KeyGone, s.Handoff, s.Restart, s.Election, s.AfterLoss =
+			dist(noActing), dist(takeover), dist(gone), dist(handoff), dist(restart), dist(election), dist(after)
+		out = append(out, s)
+	}
+	return out
+}
+
+// ViolationCounts counts violations by invariant, every invariant listed.
+func (r *Report) ViolationCounts() map[string]int {
+	out := map[string]int{}
+	for _, inv := range Invariants {
+		out[inv] = 0
+	}
+	for _, v := range r.Violations {
+		out[v.Invariant]++
+	}
+	return out
+}
+
+// Markdown renders the report: the invariants, the figures per fault kind, and
+// the first violations in full.
+func (r *Report) Markdown() string {
+	var b strings.Builder
+	ttl := r.Options.TTL
+	fmt.Fprintf(&b, "%d faults in %v (seed %d, TTL %v, margin %v, broken build: %v); jobs: %s.\n\n",
+		len(r.Faults), r.Duration.Round(time.Second), r.Seed, ttl, Margin(ttl), r.Options.Broken, strings.Join(r.Jobs, ", "))
+	b.WriteString("| invariant | violations |\n|---|---|\n")
+	counts := r.ViolationCounts()
+	for _, inv := range Invariants {
+		note := ""
+		if inv == InvCounts && r.Counts == nil {
+			note = " (not checked: no aggregator in this binary)"
+		}
+		fmt.Fprintf(&b, "| %s%s | %d |\n", inv, note, counts[inv])
+	}
+	b.WriteString("\nFigures per fault kind, p50 / p99 / max. *No acting leader*: the longest time without an accepted probe write " +
+		"(the probe writes every 250 ms) from the last write before the fault until the cluster settled. *New term*: from the fault " +
+		"(signal, cut, kill) to the successor's leader key in etcd, for every job the target led.\n\n")
+	b.WriteString("*Key gone*: fault → the old leader key deleted (resigned, or its lease expired at etcd). *Handoff*: key deleted → " +
+		"new key created (the successors' campaign, including the scheduler's spread hold-back).\n\n")
+	b.WriteString("| fault | n | no acting leader | new term after | key gone after | handoff | other |\n|---|---|---|---|---|---|---|\n")
+	for _, s := range r.ByKind() {
+		var other []string
+		if s.Restart.N > 0 {
+			other = append(other, "restart → ready "+s.Restart.String())
+		}
+		if s.Election.N > 0 {
+			other = append(other, "new etcd leader "+s.Election.String())
+		}
+		if s.AfterLoss.N > 0 {
+			other = append(other, "last write of an old term after the loss "+s.AfterLoss.String())
+		}
+		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s |\n", s.Kind, s.Faults, s.NoActing, s.Takeover, s.KeyGone, s.Handoff, strings.Join(other, "; "))
+	}
+	fmt.Fprintf(&b, "\nProbe: %d writes accepted from %d terms; %d terms granted in all; %d fenced writes refused.\n",
+		r.Probe.Writes, r.Probe.Terms, r.Probe.TermsAll, r.Probe.Rejections)
+	if r.Counts != nil {
+		fmt.Fprintf(&b, "Clicks: %d valid and %d invalid events committed; %d counted, %d rejected.\n",
+			r.Counts.Valid, r.Counts.Invalid, r.Counts.Counted, r.Counts.Rejected)
+	}
+	fmt.Fprintf(&b, "Weekly report: %d report(s), %d slots done, %d skipped, %d open.\n",
+		r.Reports.Reports, r.Reports.SlotsDone, r.Reports.SlotsSkipped, r.Reports.SlotsOpen)
+	fmt.Fprintf(&b, "Certificates: %d stored for %d domains; the CA issued %d (%d beyond one per domain); %d domains older than a minute without one.\n",
+		r.Certs.Stored, r.Certs.Domains, r.Certs.Issued, r.Certs.DuplicateIssued, r.Certs.WithoutAfter60s)
+	if len(r.Violations) > 0 {
+		b.WriteString("\nViolations (first 20):\n\n")
+		for i, v := range r.Violations {
+			if i == 20 {
+				break
+			}
+			fmt.Fprintf(&b, "- %s: %s\n", v.Invariant, v.Detail)
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,232 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/snip/snip-jobs/leadership"
+)
+
+// Options configures a run.
+type Options struct {
+	// Faults is how many faults to inject. The first len(Kinds) are every kind
+	// once, in random order; the rest are drawn at random.
+	Faults int
+	// Kinds are the kinds to draw from (default AllKinds).
+	Kinds []Kind
+	// Seed makes the draws repeatable (0: from the clock).
+	Seed uint64
+	// TTL of the instances' leases (default 2 s, etcd's practical minimum);
+	// the margin is TTL/4, keep-alives every TTL/5.
+	TTL time.Duration
+	// Broken builds snip-jobs with the chaos_broken tag: stop-early margin
+	// zero and the fence check disabled. The checker must then report
+	// violations.
+	Broken bool
+	// StopAtViolation ends the fault loop at the first fault after which the
+	// probe shows a write accepted out of token order (for the broken build).
+	StopAtViolation bool
+	// Pause is the quiet time between one fault's settling and the next
+	// fault (default 1 s).
+	Pause time.Duration
+	// WorkDir is where the run's folder is created (default the system's
+	// temporary folder); KeepDir keeps it (logs, configs, etcd data).
+	WorkDir string
+	KeepDir bool
+	// Log receives progress. Default: discard.
+	Log *slog.Logger `json:"-"`
+}
+
+// Report is a run's outcome.
+type Report struct {
+	Options    Options
+	Seed       uint64
+	Jobs       []string
+	Started    time.Time
+	Duration   time.Duration
+	Faults     []*Fault
+	Violations []Violation
+	Probe      ProbeStats
+	Counts     *CountStats // nil when the binary has no aggregator
+	Reports    ReportStats
+	Certs      CertStats
+	Load       LoadStats
+}
+
+// ProbeStats summarises the probe's accepted writes.
+type ProbeStats struct {
+	Writes     int
+	Terms      int // distinct tokens among them
+	Rejections int // fence_rejections rows (all jobs)
+	TermsAll   int // terms etcd granted, all jobs
+}
+
+// CountStats compares click events with the aggregator's counts.
+type CountStats struct {
+	Valid, Invalid    int64 // committed events
+	Counted, Rejected int64 // in link_counts, click_rejects
+}
+
+// ReportStats counts the weekly report's rows.
+type ReportStats struct {
+	Reports                            int
+	SlotsDone, SlotsSkipped, SlotsOpen int
+}
+
+// CertStats counts certificates.
+type CertStats struct {
+	Stored, Domains int // certificates stored, domains with a current one
+	Issued          int // by the CA
+	DuplicateIssued int // issued beyond the first per domain (renewals included)
+	WithoutAfter60s int // domains added over a minute before the end that have no current certificate
+}
+
+// LoadStats is what the load generators did.
+type LoadStats struct {
+	ClickCommits int64 // events in transactions whose commit succeeded
+	ClickFailed  int64 // transactions that failed (PostgreSQL restarting)
+	Domains      int64
+}
+
+// Run builds snip-jobs, starts the cluster, injects the faults, stops
+// everything and checks the invariants. An error means the run could not be
+// done; violations are in the report.
+func Run(ctx context.Context, o Options) (*Report, error) {
+	if o.TTL == 0 {
+		o.TTL = 2 * time.Second
+	}
+	if err := leadership.CheckTiming(o.TTL, Margin(o.TTL), RenewInterval(o.TTL)); err != nil {
+		return nil, err
+	}
+	if len(o.Kinds) == 0 {
+		o.Kinds = AllKinds
+	}
+	if o.Seed == 0 {
+		o.Seed = uint64(time.Now().UnixNano())
+	}
+	if o.Pause == 0 {
+		o.Pause = time.Second
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	rep := &Report{Options: o, Seed: o.Seed, Started: time.Now()}
+	c, err := startCluster(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	defer c.close()
+	rep.Jobs = c.jobs
+	rng := rand.New(rand.NewPCG(o.Seed, 0x5eed))
+	order := make([]Kind, 0, o.Faults)
+	for _, i := range rng.Perm(len(o.Kinds)) {
+		order = append(order, o.Kinds[i])
+	}
+	for len(order) < o.Faults {
+		order = append(order, o.Kinds[rng.IntN(len(o.Kinds))])
+	}
+	order = order[:o.Faults]
+	for i, k := range order {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		f := c.inject(ctx, rng, i+1, k)
+		rep.Faults = append(rep.Faults, f)
+		lg := o.Log.With("fault", i+1, "of", o.Faults, "kind", k, "target", f.Target)
+		for _, t := range f.Takeovers {
+			lg = lg.With(t.Job, fmt.Sprintf("%d→%d in %v", t.From, t.To, t.After.Round(time.Millisecond)))
+		}
+		if f.Err != "" {
+			lg.Warn("fault done; the cluster did not recover", "err", f.Err)
+		} else {
+			lg.Info("fault done", "healed_after", f.Healed.Sub(f.Start).Round(time.Millisecond), "settled_after", f.Settled.Sub(f.Healed).Round(time.Millisecond))
+		}
+		if o.StopAtViolation {
+			if n, err := outOfOrder(ctx, c); err == nil && n > 0 {
+				o.Log.Warn("the probe shows writes accepted out of token order: stopping", "rows", n)
+				break
+			}
+		}
+		c.hold(ctx, o.Pause)
+	}
+
+	// Quiesce: stop the load, let the aggregator catch up, stop the instances.
+	c.load.stop()
+	rep.Load = LoadStats{ClickCommits: c.load.clicks.Load(), ClickFailed: c.load.failed.Load(), Domains: c.load.domains.Load()}
+	hasAgg := len(c.jobs) == 4
+	if hasAgg {
+		if err := c.waitCaughtUp(ctx); err != nil {
+			rep.Violations = append(rep.Violations, Violation{Invariant: InvCounts, Detail: err.Error()})
+		}
+	}
+	c.stopInstances()
+	rep.Duration = time.Since(rep.Started)
+
+	k := &checker{pool: c.pool, ttl: o.TTL}
+	f, err := readFacts(ctx, c.pool, c.obs.log())
+	if err != nil {
+		return nil, err
+	}
+	k.checkProbe(f)
+	if err := k.checkFenceTable(ctx, f); err != nil {
+		return nil, err
+	}
+	if hasAgg {
+		s, err := k.checkCounts(ctx)
+		if err != nil {
+			return nil, err
+		}
+		rep.Counts = &s
+	}
+	if rep.Reports, err = k.checkReports(ctx, f); err != nil {
+		return nil, err
+	}
+	if rep.Certs, err = k.checkCerts(ctx, f, c.ca.Issued()); err != nil {
+		return nil, err
+	}
+	k.checkQuorum(f, rep.Faults)
+	k.checkRecovery(rep.Faults)
+	noActing(f.probe, rep.Faults)
+	rep.Violations = append(rep.Violations, k.out...)
+	tokens := map[int64]bool{}
+	for _, r := range f.probe {
+		tokens[r.Token] = true
+	}
+	rep.Probe = ProbeStats{Writes: len(f.probe), Terms: len(tokens), Rejections: f.rejections, TermsAll: len(f.terms)}
+	if o.KeepDir {
+		o.Log.Info("kept the run's folder", "dir", c.dir)
+	}
+	return rep, nil
+}
+
+// outOfOrder counts probe rows committed after a row with a higher token.
+func outOfOrder(ctx context.Context, c *cluster) (int, error) {
+	var n int
+	err := c.pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT token, max(token) OVER (ORDER BY commit_seq ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS before
+		FROM chaos_probe WHERE commit_seq IS NOT NULL) p WHERE token < before`).Scan(&n)
+	return n, err
+}
+
+// waitCaughtUp waits until the aggregator has processed every committed event.
+func (c *cluster) waitCaughtUp(ctx context.Context) error {
+	bound := 2 * readyBound
+	deadline := time.Now().Add(bound)
+	for {
+		var events, done int64
+		err := c.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM click_events), (SELECT folded + rejected FROM click_aggregator_state)`).Scan(&events, &done)
+		if err == nil && events == done {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the aggregator did not catch up within %v: %d events committed, %d processed (%v)", bound, events, done, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}

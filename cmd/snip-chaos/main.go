@@ -1,0 +1,118 @@
+// Command snip-chaos runs the fault-injection suite (package chaos) against
+// real snip-jobs processes and prints its results table: see docs/chaos.md.
+//
+//	go run ./cmd/snip-chaos -faults 200
+//
+// It exits 0 when no invariant was violated, 1 when one was (or the run
+// failed), 2 on bad usage. `snip-chaos etcd-member ...` is how the harness
+// runs each etcd member as a process of its own.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/snip/snip-jobs/chaos"
+)
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == chaos.MemberCommand {
+		os.Exit(chaos.MemberMain(os.Args[2:]))
+	}
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	fs := flag.NewFlagSet("snip-chaos", flag.ContinueOnError)
+	faults := fs.Int("faults", 200, "how many faults to inject (the first ones cover every kind once)")
+	seed := fs.Uint64("seed", 0, "seed of the random draws (0: from the clock)")
+	ttl := fs.Duration("ttl", 2*time.Second, "the instances' lease TTL (margin TTL/4, keep-alives every TTL/5)")
+	kinds := fs.String("kinds", "", "comma-separated fault kinds to draw from (default all: "+kindList()+")")
+	broken := fs.Bool("broken", false, "build snip-jobs with -tags chaos_broken (stop-early margin 0, no fence check)")
+	stop := fs.Bool("stop-at-violation", false, "stop injecting at the first probe write accepted out of token order")
+	keep := fs.Bool("keep", false, "keep the run's folder (logs, configs, data)")
+	out := fs.String("out", "", "also write the Markdown report to this file")
+	jsonOut := fs.String("json", "", "also write the whole report (every fault) as JSON to this file")
+	render := fs.String("render", "", "render the Markdown of a report written with -json, and run nothing")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *render != "" {
+		b, err := os.ReadFile(*render)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "snip-chaos:", err)
+			return 1
+		}
+		var rep chaos.Report
+		if err := json.Unmarshal(b, &rep); err != nil {
+			fmt.Fprintln(os.Stderr, "snip-chaos:", *render+":", err)
+			return 1
+		}
+		fmt.Print(rep.Markdown())
+		return 0
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	o := chaos.Options{Faults: *faults, Seed: *seed, TTL: *ttl, Broken: *broken, StopAtViolation: *stop, KeepDir: *keep, Log: log}
+	if *kinds != "" {
+		for _, k := range strings.Split(*kinds, ",") {
+			o.Kinds = append(o.Kinds, chaos.Kind(strings.TrimSpace(k)))
+		}
+		for _, k := range o.Kinds {
+			if !known(k) {
+				fmt.Fprintf(os.Stderr, "snip-chaos: unknown fault kind %q (known: %s)\n", k, kindList())
+				return 2
+			}
+		}
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer cancel()
+	rep, err := chaos.Run(ctx, o)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "snip-chaos:", err)
+		return 1
+	}
+	md := rep.Markdown()
+	fmt.Print(md)
+	if *out != "" {
+		if err := os.WriteFile(*out, []byte(md), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "snip-chaos:", err)
+			return 1
+		}
+	}
+	if *jsonOut != "" {
+		b, _ := json.MarshalIndent(rep, "", "  ")
+		if err := os.WriteFile(*jsonOut, b, 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "snip-chaos:", err)
+			return 1
+		}
+	}
+	if len(rep.Violations) > 0 {
+		return 1
+	}
+	return 0
+}
+
+func kindList() string {
+	var s []string
+	for _, k := range chaos.AllKinds {
+		s = append(s, string(k))
+	}
+	return strings.Join(s, ", ")
+}
+
+func known(k chaos.Kind) bool {
+	for _, a := range chaos.AllKinds {
+		if a == k {
+			return true
+		}
+	}
+	return false
+}
