@@ -156,3 +156,24 @@ func TestSameInstanceNameFromAnotherHostIsRefused(t *testing.T) {
 		t.Fatalf("error does not name the other host: %v", err)
 	}
 }
+
+func TestDeregisterKeepsTheTermsButLeavesTheInstanceList(t *testing.T) {
+	etcd := testenv.StartEtcd(t, 1)
+	cli := etcd.Client(t)
+	a := startSession(t, etcd.Client(t), "server-a")
+	startSession(t, etcd.Client(t), "server-b")
+	term := mustWin(t, a, "aggregator")
+	if err := a.Deregister(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	regs, err := leadership.Instances(context.Background(), cli, prefix(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(regs) != 1 || regs[0].Instance != "server-b" {
+		t.Fatalf("instances after server-a deregistered: %+v", regs)
+	}
+	if !term.Valid() {
+		t.Fatal("deregistering ended the term")
+	}
+}

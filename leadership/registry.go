@@ -159,3 +159,26 @@ func readProcStat(pid int) (start uint64, state byte, err error) {
 	start, err = strconv.ParseUint(f[19], 10, 64)
 	return start, f[0][0], err
 }
+
+// Deregister removes this instance's registration while keeping its lease and
+// terms: peers stop counting it as up. A process shutting down calls it before
+// resigning its terms, so that the instances taking them over do not wait for
+// it (a scheduler spreading singletons holds back while a live instance leads
+// fewer terms). A later lease registers again.
+func (s *Session) Deregister(ctx context.Context) error {
+	s.mu.Lock()
+	l := s.cur
+	s.mu.Unlock()
+	if l == nil {
+		return nil
+	}
+	key := InstanceKey(s.cfg.Prefix, s.cfg.Instance)
+	_, err := s.cfg.Client.Txn(ctx).
+		If(clientv3.Compare(clientv3.LeaseValue(key), "=", l.id)).
+		Then(clientv3.OpDelete(key)).
+		Commit()
+	if err != nil {
+		return fmt.Errorf("leadership: deregister %q: %w", s.cfg.Instance, err)
+	}
+	return nil
+}

@@ -19,6 +19,7 @@ type metrics struct {
 	slotsCaughtUp *prometheus.CounterVec // job
 	overruns      *prometheus.CounterVec // job
 	watchdog      *prometheus.CounterVec // job
+	holdbacks     *prometheus.CounterVec // job
 }
 
 func newMetrics(reg prometheus.Registerer, session *leadership.Session) *metrics {
@@ -43,10 +44,12 @@ func newMetrics(reg prometheus.Registerer, session *leadership.Session) *metrics
 			Name: "snip_jobs_overruns_total", Help: "Runs still going after the grace period that followed the end of their term."}, []string{"job"}),
 		watchdog: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "snip_jobs_watchdog_resignations_total", Help: "Terms resigned because the job reported no progress within progress_timeout."}, []string{"job"}),
+		holdbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "snip_jobs_spread_holdbacks_total", Help: "Campaign attempts delayed because this instance led its fair share while another led fewer."}, []string{"job"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.leader, m.token, m.termStarts, m.termEnds, m.runs, m.rejections,
-			m.slotsMissed, m.slotsCaughtUp, m.overruns, m.watchdog)
+			m.slotsMissed, m.slotsCaughtUp, m.overruns, m.watchdog, m.holdbacks)
 		if session != nil {
 			reg.MustRegister(sessionCollector{session})
 		}

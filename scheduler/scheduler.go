@@ -2,17 +2,20 @@ package scheduler
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/fencing"
@@ -75,6 +78,9 @@ type Scheduler struct {
 	leading    atomic.Int64 // terms this instance holds now
 	instances  atomic.Int64 // live instances, refreshed by the spread loop
 	started    atomic.Bool
+	// left is closed once this instance has deregistered at shutdown; terms
+	// are resigned after it, so that their successors see it gone.
+	left chan struct{}
 }
 
 // job is one configured job and its live state.
@@ -170,6 +176,19 @@ func (s *Scheduler) newJob(env Env, spec configs.Job) (*job, error) {
 // session afterwards to revoke the lease.
 func (s *Scheduler) Run(ctx context.Context) error {
 	s.started.Store(true)
+	s.left = make(chan struct{})
+	stopLeave := context.AfterFunc(ctx, func() {
+		defer close(s.left)
+		if s.cfg.Session == nil {
+			return
+		}
+		dctx, cancel := context.WithTimeout(context.Background(), s.cfg.Session.Config().RenewInterval)
+		defer cancel()
+		if err := s.cfg.Session.Deregister(dctx); err != nil {
+			s.log.Warn("cannot deregister before handing over; successors may hold back a moment", "err", err)
+		}
+	})
+	defer stopLeave()
 	var wg sync.WaitGroup
 	for _, j := range s.jobs {
 		wg.Add(1)
@@ -297,7 +316,10 @@ wait:
 	s.bookkeep(ctx, `UPDATE job_terms SET ended_at = now(), reason = $3 WHERE job = $1 AND token = $2`,
 		j.spec.Name, term.Token(), endLabel(cause, term))
 	// Hand over at once. Resign is guarded by the token: if a successor already
-	// holds the key, it is left alone.
+	// holds the key, it is left alone. At shutdown, deregister first.
+	if errors.Is(cause, errShutdown) {
+		<-s.left
+	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	if err := term.Resign(rctx); err != nil {
 		log.Warn("resign failed; the successor waits for the lease", "err", err)
@@ -399,8 +421,10 @@ func classify(ctx context.Context, err error) string {
 }
 
 // holdback is how long the job's next campaign attempt waits: while the job is
-// on hold after a voluntary hand-over, or while this instance already leads
-// its fair share.
+// on hold after a voluntary hand-over, or while this instance leads at least
+// its fair share and another live instance leads fewer (that one should win).
+// It reads the cluster's load fresh from etcd, so a job freed by a crash or a
+// shutdown is taken at once by instances that are all equally loaded.
 func (s *Scheduler) holdback(j *job) time.Duration {
 	j.mu.Lock()
 	hold := time.Until(j.holdUntil)
@@ -408,15 +432,58 @@ func (s *Scheduler) holdback(j *job) time.Duration {
 	if hold > 0 {
 		return hold
 	}
-	if s.leading.Load() >= s.fairShare() {
-		return s.spreadDelay()
+	mine := s.leading.Load()
+	if mine == 0 {
+		return 0
+	}
+	load, err := s.clusterLoad()
+	if err != nil || mine < fairShare(s.leaderJobs, len(load)) {
+		return 0
+	}
+	for name, n := range load {
+		if name != s.instance && n < mine {
+			s.m.holdbacks.WithLabelValues(j.spec.Name).Inc()
+			return s.spreadDelay()
+		}
 	}
 	return 0
 }
 
-func (s *Scheduler) fairShare() int64 {
-	n := max(s.instances.Load(), 1)
-	return (int64(s.leaderJobs) + n - 1) / n
+// clusterLoad counts the terms each live (registered) instance leads, from
+// etcd: two range reads.
+func (s *Scheduler) clusterLoad() (map[string]int64, error) {
+	cfg := s.cfg.Session.Config()
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.RenewInterval)
+	defer cancel()
+	regs, err := cfg.Client.Get(ctx, leadership.InstanceKey(cfg.Prefix, ""), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, err
+	}
+	load := map[string]int64{}
+	for _, kv := range regs.Kvs {
+		load[strings.TrimPrefix(string(kv.Key), leadership.InstanceKey(cfg.Prefix, ""))] = 0
+	}
+	leaders, err := cfg.Client.Get(ctx, leadership.LeaderKey(cfg.Prefix, ""), clientv3.WithPrefix())
+	if err != nil {
+		return nil, err
+	}
+	for _, kv := range leaders.Kvs {
+		var rec leadership.LeaderRecord
+		if json.Unmarshal(kv.Value, &rec) == nil {
+			if _, up := load[rec.Instance]; up {
+				load[rec.Instance]++
+			}
+		}
+	}
+	return load, nil
+}
+
+func (s *Scheduler) fairShare() int64 { return fairShare(s.leaderJobs, int(s.instances.Load())) }
+
+// fairShare is ceil(singletons / instances).
+func fairShare(singletons, instances int) int64 {
+	n := int64(max(instances, 1))
+	return (int64(singletons) + n - 1) / n
 }
 
 // spreadDelay gives instances with fewer terms time to win first: far longer

@@ -365,3 +365,42 @@ func TestAJobThatOverrunsItsTermIsCountedAndHandedOver(t *testing.T) {
 		t.Fatalf("overruns on server-1 = %v, want 1", got)
 	}
 }
+
+// Instances that lead equally many terms take over a crashed leader's job
+// without the spread hold-back: it is for instances that lead more than others.
+func TestEquallyLoadedInstancesTakeOverWithoutHoldingBack(t *testing.T) {
+	c := newCluster(t)
+	reg := jobtest.Registry(t, recordType("record", false))
+	var jobs []configs.Job
+	for i := range 3 {
+		jobs = append(jobs, jobtest.Continuous(fmt.Sprintf("job-%d", i), "record"))
+	}
+	nodes := map[string]*jobtest.Node{}
+	for i := range 3 {
+		name := fmt.Sprintf("server-%d", i+1)
+		nodes[name] = c.Start(name, reg, jobs)
+	}
+	jobtest.Eventually(t, "one term on each instance", func() bool {
+		for _, n := range nodes {
+			if n.Sched.Leading() != 1 {
+				return false
+			}
+		}
+		return true
+	})
+	before := map[string]float64{}
+	for name, n := range nodes {
+		before[name] = n.MetricSum(t, "snip_jobs_spread_holdbacks_total")
+	}
+	victim, _ := c.Leader("job-0")
+	nodes[victim.Instance].Crash()
+	jobtest.Eventually(t, "job-0 to be taken over", func() bool {
+		l, ok := c.Leader("job-0")
+		return ok && l.Instance != victim.Instance
+	})
+	for name, n := range nodes {
+		if name != victim.Instance && n.MetricSum(t, "snip_jobs_spread_holdbacks_total") != before[name] {
+			t.Errorf("%s held back while taking over from a crashed instance it was as loaded as", name)
+		}
+	}
+}
