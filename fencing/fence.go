@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -41,6 +43,7 @@ type Fence struct {
 	pool     *pgxpool.Pool
 	holder   string
 	onReject func(resource string, token, current int64)
+	idle     time.Duration
 }
 
 // Option configures a Fence.
@@ -51,6 +54,17 @@ type Option func(*Fence)
 // the stored token, or 0 if reading it failed.
 func WithRejectHook(f func(resource string, token, current int64)) Option {
 	return func(fe *Fence) { fe.onReject = f }
+}
+
+// WithIdleTimeout makes PostgreSQL end a fenced transaction that sits idle
+// (between statements) longer than d, releasing the resource's row. A leader
+// cut off from etcd whose database link is slow or broken may hold the row
+// after its term ended, and its successor's first write waits for that row:
+// this bounds the wait by d instead of by TCP timeouts. Pick d above the
+// longest pause a job makes between statements inside Do (the scheduler uses
+// the lease TTL). 0 (the default) leaves PostgreSQL's setting alone.
+func WithIdleTimeout(d time.Duration) Option {
+	return func(fe *Fence) { fe.idle = d }
 }
 
 // New returns a Fence writing through pool. holder (this instance's name) is
@@ -113,6 +127,13 @@ func (f *Fence) Do(ctx context.Context, resource string, token int64, fn func(ct
 	// other path, a panic in fn included, it rolls back; if ctx is done pgx
 	// closes the connection instead, which rolls back at the server.
 	defer func() { _ = tx.Rollback(ctx) }()
+
+	if f.idle > 0 {
+		ms := strconv.FormatInt(max(f.idle.Milliseconds(), 1), 10)
+		if _, err := tx.Exec(ctx, `SELECT set_config('idle_in_transaction_session_timeout', $1, true)`, ms); err != nil {
+			return fmt.Errorf("fencing: %q: set the idle timeout: %w", resource, err)
+		}
+	}
 
 	if chaosBrokenNoCheck { // false except in the chaos_broken build (chaos_normal.go)
 		if err := fn(ctx, tx); err != nil {

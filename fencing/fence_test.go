@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -340,4 +341,32 @@ func TestInvalidArgumentsAreErrors(t *testing.T) {
 	if err := d.obs.QueryRow(ctx, "SELECT count(*) FROM fencing_tokens").Scan(&n); err != nil || n != 0 {
 		t.Errorf("fencing_tokens has %d rows (%v), want none", n, err)
 	}
+}
+
+// A writer that holds the row and then goes silent (its link to PostgreSQL cut
+// or slow, its term over) is ended by PostgreSQL after the idle timeout, and
+// the writer waiting behind it proceeds instead of waiting for TCP to notice.
+func TestASilentHolderIsEndedAfterTheIdleTimeoutAndTheNextWriterProceeds(t *testing.T) {
+	d := newDB(t)
+	const res = "report:weekly"
+	silent := fencing.New(d.pool("writer-5"), "node-a", fencing.WithIdleTimeout(300*time.Millisecond))
+	next := fencing.New(d.pool("writer-6"), "node-b")
+
+	five := startHoldingWrite(t, silent, res, 5, "by 5") // holds the row, then says nothing
+	six := goDo(next, res, 6, insertReport(res, 6, "by 6"))
+	select {
+	case err := <-six:
+		if err != nil {
+			t.Fatalf("token 6 behind a silent holder: %v", err)
+		}
+	case <-time.After(patience):
+		t.Fatalf("token 6 still waits behind the silent holder after %v", patience)
+	}
+	wantPending(t, five.done, "the silent holder") // still "working", unaware
+	close(five.release)
+	if err := <-five.done; err == nil {
+		t.Fatal("the silent holder's transaction committed after PostgreSQL ended it")
+	}
+	d.wantToken(res, 6, "node-b")
+	d.wantReports(res, "by 6")
 }

@@ -118,7 +118,13 @@ func New(cfg Config) (*Scheduler, error) {
 	s.m = newMetrics(cfg.Metrics, cfg.Session)
 	s.instances.Store(1)
 	if cfg.Pool != nil {
-		s.fence = fencing.New(cfg.Pool, s.instance, fencing.WithRejectHook(func(resource string, token, current int64) {
+		// A fenced transaction idle longer than a lease TTL belongs to a leader
+		// that has gone quiet; PostgreSQL ends it so its successor need not wait.
+		idle := 30 * time.Second
+		if cfg.Session != nil {
+			idle = cfg.Session.Config().TTL
+		}
+		s.fence = fencing.New(cfg.Pool, s.instance, fencing.WithIdleTimeout(idle), fencing.WithRejectHook(func(resource string, token, current int64) {
 			s.m.rejections.WithLabelValues(resource).Inc()
 			s.log.Warn("fenced write refused: a newer term has written", "resource", resource, "token", token, "current", current)
 			s.bookkeep(context.Background(), `INSERT INTO fence_rejections (resource, token, current, instance) VALUES ($1, $2, $3, $4)`,
