@@ -2,7 +2,14 @@ package devcluster
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/snip/snip-jobs/internal/acmetest"
 )
 
 // acmeCA is an ACME test CA with its DNS, in this process, for the demo's
@@ -16,26 +23,39 @@ type acmeCA struct {
 	// KeyFile holds the key that seals certificate keys (key_file: one
 	// base64 line of 32 bytes).
 	KeyFile string
+	// Profile is the ACME profile the CA offers.
+	Profile string
 
 	close func()
 }
 
-// startCA is the seam for the in-process ACME test CA: Pebble (Let's
-// Encrypt's test CA) with challtestsrv as its DNS, every name resolving to
-// 127.0.0.1, and the validation authority's HTTP-01 connections forwarded to
-// the instances' challenge listeners, challenge (one 127.0.0.1:port per
-// instance, in order; empty when the certrenew type is not built in). dir is
-// the cluster's folder, for the roots and key files.
-//
-// It returns nil (no CA) until that is wired in; the renewer's demo entry is
-// left out meanwhile, and joins the demo as soon as this returns a CA and the
-// certrenew type is registered. internal/acmetest (added with the
-// fault-injection harness) does the Pebble part: acmetest.Start(dir), then
-// Route(challenge...); what is left is writing a fresh sealing key to
-// KeyFile.
-func startCA(ctx context.Context, dir string, challenge []string, log *slog.Logger) (*acmeCA, error) {
-	_, _, _, _ = ctx, dir, challenge, log
-	return nil, nil
+// startCA starts the in-process ACME test CA: Pebble (Let's Encrypt's test
+// CA) with challtestsrv as its DNS, every name resolving to 127.0.0.1, and the
+// validation authority's HTTP-01 connections forwarded to the instances'
+// challenge listeners, challenge (one 127.0.0.1:port per instance, in order;
+// empty when the certrenew type is not built in, and then there is no CA). dir
+// is the cluster's folder, for the roots and key files.
+func startCA(_ context.Context, dir string, challenge []string, log *slog.Logger) (*acmeCA, error) {
+	if len(challenge) == 0 {
+		return nil, nil
+	}
+	ca, err := acmetest.Start(dir)
+	if err != nil {
+		return nil, fmt.Errorf("the ACME test CA: %w", err)
+	}
+	ca.Route(challenge...)
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		ca.Close()
+		return nil, err
+	}
+	keyFile := filepath.Join(dir, "certificate-keys")
+	if err := os.WriteFile(keyFile, []byte(base64.StdEncoding.EncodeToString(key)+"\n"), 0o600); err != nil {
+		ca.Close()
+		return nil, err
+	}
+	log.Debug("ACME test CA up", "directory", ca.DirectoryURL)
+	return &acmeCA{Directory: ca.DirectoryURL, RootsFile: ca.RootsFile, KeyFile: keyFile, Profile: acmetest.Profile, close: ca.Close}, nil
 }
 
 func (ca *acmeCA) Close() {

@@ -84,6 +84,7 @@ var demoJobs = []demoJob{
     grace: 10s
     options:
       directory: {{.CA.Directory}}
+      profile: {{.CA.Profile}}
       ca_roots_file: {{.CA.RootsFile}}
       challenge_listen: {{.Challenge}}
       key_file: {{.CA.KeyFile}}
