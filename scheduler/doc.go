@@ -26,9 +26,10 @@
 // completion.
 //
 // Spread: an instance that already leads its fair share of the singletons
-// (ceil(singletons / live instances)) holds back before campaigning, and one
-// that leads more hands one term over every few seconds, so three instances
-// with six singletons settle at two each.
+// (ceil(singletons / live instances)) holds back before campaigning while
+// another live instance leads fewer, and one that leads more hands one term
+// over every few seconds, so three instances with six singletons settle at two
+// each. Equally loaded instances never hold back, so failover pays nothing.
 //
 // What is NOT guaranteed: that a job stops when its term ends. Go cannot stop
 // a goroutine; a job that ignores its context keeps running after the grace
