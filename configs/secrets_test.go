@@ -135,12 +135,12 @@ func TestRedactedNamesWhereSecretsAreButNeverTheSecrets(t *testing.T) {
 }
 
 func TestRedactedIsAConfigFileMeaningTheSame(t *testing.T) {
-	f, err := configs.Load("snip-jobs.example.yaml", fakeTypes{})
+	f, err := configs.Load("snip-jobs.example.yaml", anyOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	printed := f.Redacted()
-	again, err := configs.Parse("printed.yaml", []byte(printed), fakeTypes{})
+	again, err := configs.Parse("printed.yaml", []byte(printed), anyOptions{})
 	if err != nil {
 		t.Fatalf("Redacted output does not parse:\n%v\n\n%s", err, printed)
 	}

@@ -128,13 +128,6 @@ func (f *Fence) Do(ctx context.Context, resource string, token int64, fn func(ct
 	// closes the connection instead, which rolls back at the server.
 	defer func() { _ = tx.Rollback(ctx) }()
 
-	if f.idle > 0 {
-		ms := strconv.FormatInt(max(f.idle.Milliseconds(), 1), 10)
-		if _, err := tx.Exec(ctx, `SELECT set_config('idle_in_transaction_session_timeout', $1, true)`, ms); err != nil {
-			return fmt.Errorf("fencing: %q: set the idle timeout: %w", resource, err)
-		}
-	}
-
 	if chaosBrokenNoCheck { // false except in the chaos_broken build (chaos_normal.go)
 		if err := fn(ctx, tx); err != nil {
 			return fmt.Errorf("fencing: %q (token %d): %w", resource, token, err)
@@ -142,8 +135,7 @@ func (f *Fence) Do(ctx context.Context, resource string, token int64, fn func(ct
 		return tx.Commit(ctx)
 	}
 
-	var ok bool
-	err = tx.QueryRow(ctx, advanceSQL, resource, token, f.holder).Scan(&ok)
+	err = f.advance(ctx, tx, resource, token)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// The row is locked by us now: what we read is what is stored.
 		current, holder, cerr := Current(ctx, tx, resource)
@@ -168,6 +160,28 @@ func (f *Fence) Do(ctx context.Context, resource string, token int64, fn func(ct
 		return fmt.Errorf("fencing: %q (token %d): commit: %w", resource, token, err)
 	}
 	return nil
+}
+
+// advance runs advanceSQL (pgx.ErrNoRows: a higher token is stored),
+// preceded, when the Fence has an idle timeout, by the statement that sets it
+// for this transaction: both in one round trip (a pipeline), so that the
+// timeout costs nothing on a slow link.
+func (f *Fence) advance(ctx context.Context, tx pgx.Tx, resource string, token int64) error {
+	var b pgx.Batch
+	if f.idle > 0 {
+		b.Queue(`SELECT set_config('idle_in_transaction_session_timeout', $1, true)`,
+			strconv.FormatInt(max(f.idle.Milliseconds(), 1), 10))
+	}
+	b.Queue(advanceSQL, resource, token, f.holder)
+	br := tx.SendBatch(ctx, &b)
+	defer br.Close()
+	if f.idle > 0 {
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("set the idle timeout: %w", err)
+		}
+	}
+	var ok bool
+	return br.QueryRow().Scan(&ok)
 }
 
 // Querier is what Current reads through: a *pgxpool.Pool, *pgx.Conn or pgx.Tx.

@@ -118,11 +118,13 @@ func New(cfg Config) (*Scheduler, error) {
 	s.m = newMetrics(cfg.Metrics, cfg.Session)
 	s.instances.Store(1)
 	if cfg.Pool != nil {
-		// A fenced transaction idle longer than a lease TTL belongs to a leader
-		// that has gone quiet; PostgreSQL ends it so its successor need not wait.
+		// A fenced transaction idle (between statements) for three lease TTLs
+		// belongs to a leader that has gone quiet or is cut off: PostgreSQL
+		// ends it so that its successor need not wait for TCP to notice. Three
+		// TTLs leave room for a slow link's round trips.
 		idle := 30 * time.Second
 		if cfg.Session != nil {
-			idle = cfg.Session.Config().TTL
+			idle = max(5*time.Second, 3*cfg.Session.Config().TTL)
 		}
 		s.fence = fencing.New(cfg.Pool, s.instance, fencing.WithIdleTimeout(idle), fencing.WithRejectHook(func(resource string, token, current int64) {
 			s.m.rejections.WithLabelValues(resource).Inc()

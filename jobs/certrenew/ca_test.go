@@ -23,6 +23,8 @@ import (
 	"github.com/letsencrypt/pebble/v2/db"
 	"github.com/letsencrypt/pebble/v2/va"
 	"github.com/letsencrypt/pebble/v2/wfe"
+
+	"github.com/snip/snip-jobs/internal/acmetest"
 )
 
 // testCA is Let's Encrypt's test CA, Pebble, in this process: its ACME
@@ -216,34 +218,7 @@ func (c *testCA) serve(w http.ResponseWriter, r *http.Request) {
 // waitValidation waits for the VA to finish the challenge and rewrites the
 // answer with its final status.
 func (c *testCA) waitValidation(id string, rec *httptest.ResponseRecorder) {
-	ch := c.db.GetChallengeByID(id)
-	if ch == nil {
-		return
-	}
-	var status string
-	var prob any
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		ch.RLock()
-		status = ch.Status
-		if ch.Error != nil {
-			prob = ch.Error
-		}
-		ch.RUnlock()
-		if status != "processing" && status != "pending" {
-			break
-		}
-	}
-	var m map[string]any
-	if json.Unmarshal(rec.Body.Bytes(), &m) != nil {
-		return
-	}
-	m["status"] = status
-	if prob != nil {
-		m["error"] = prob
-	}
-	b, _ := json.Marshal(m)
-	rec.Body.Reset()
-	rec.Body.Write(b)
+	acmetest.AnswerWhenValidated(c.db, id, rec, 30*time.Second)
 }
 
 // jwsPayload returns the decoded payload of a flattened JWS body.
