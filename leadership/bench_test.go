@@ -83,14 +83,8 @@ func (snipImpl) round(b *testing.B, etcd *testenv.EtcdCluster, job string, crash
 	var from time.Time
 	if crash {
 		// Crash right after a keep-alive was answered.
-		sent := leader.Stats().KeepAlivesSent
-		for leader.Stats().KeepAlivesSent == sent {
-			time.Sleep(time.Millisecond)
-		}
 		last := leader.Stats().LastRenewal
-		for leader.Stats().LastRenewal.Equal(last) {
-			time.Sleep(time.Millisecond)
-		}
+		spinUntil(func() bool { return !leader.Stats().LastRenewal.Equal(last) })
 		from = leader.Stats().LastRenewal
 		_ = leaderCli.Close()
 	} else {
@@ -168,9 +162,7 @@ func (etcdElectionImpl) round(b *testing.B, etcd *testenv.EtcdCluster, job strin
 	var from time.Time
 	if crash {
 		first := obs.last.Load()
-		for obs.last.Load() == first {
-			time.Sleep(time.Millisecond)
-		}
+		spinUntil(func() bool { return obs.last.Load() != first })
 		from = *obs.last.Load()
 		_ = leaderCli.Close()
 	} else {
@@ -184,6 +176,14 @@ func (etcdElectionImpl) round(b *testing.B, etcd *testenv.EtcdCluster, job strin
 	d := (<-wonAt).Sub(from)
 	_ = fe.Resign(context.Background())
 	return d
+}
+
+// spinUntil polls cond every millisecond: finer than eventually, so that a
+// crash follows the keep-alive it is timed from by at most a millisecond.
+func spinUntil(cond func() bool) {
+	for !cond() {
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // waitCampaigning waits until the follower's campaign is waiting for the
