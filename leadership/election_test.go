@@ -433,6 +433,40 @@ func TestLateResignOfAnOldTermLeavesTheSuccessorInPlace(t *testing.T) {
 	}
 }
 
+// A term that ended with its lease has nothing left to hand over: the session
+// revokes the lease, and every key on it, once etcd answers. Resigning it does
+// not wait on etcd (found by the chaos run: a scheduler stuck for seconds in
+// such a Resign after a quorum loss could not campaign again, and the other
+// instances' spread rule kept waiting for it), and the key still goes once
+// etcd is reachable.
+func TestResigningATermThatEndedWithItsLeaseWaitsOnNothing(t *testing.T) {
+	etcd := testenv.StartEtcd(t, 1)
+	observer := etcd.Client(t)
+	link := etcd.Proxy(t, 0)
+	a := startSession(t, etcd.Client(t, link.Endpoint()), "server-a")
+	term := mustWin(t, a, "cert-renewer")
+
+	link.Blackhole()
+	if got := waitEnded(t, term); got != leadership.ReasonExpired {
+		t.Fatalf("term ended with %q, want %q", got, leadership.ReasonExpired)
+	}
+	// Ample for a round trip to a reachable etcd, and none gets through now.
+	ctx, cancel := context.WithTimeout(context.Background(), testTTL)
+	defer cancel()
+	if err := term.Resign(ctx); err != nil {
+		t.Fatalf("resigning a term whose lease expired, with etcd unreachable: %v", err)
+	}
+	if got := term.Reason(); got != leadership.ReasonExpired {
+		t.Fatalf("after Resign the term's reason is %q; want it to stay %q", got, leadership.ReasonExpired)
+	}
+
+	link.Unblackhole()
+	eventually(t, "the expired term's leader key to go", func() bool {
+		l, ok, err := leadership.Observe(context.Background(), observer, prefix(t), "cert-renewer")
+		return err == nil && (!ok || l.Token != term.Token())
+	})
+}
+
 // Keep-alives run on the session's own goroutine: a job stuck in a call longer
 // than the TTL (the seed's CA call) does not let its lease lapse.
 func TestAJobBlockedLongerThanTheTTLDoesNotStopKeepAlives(t *testing.T) {

@@ -156,8 +156,16 @@ func (t *Term) end(cause *EndedError) {
 // Resign ends the term and deletes the leader key if it is still this term's
 // (guarded by its CreateRevision), so a waiting candidate wins at once. Stop the
 // job's work before resigning: the successor may start as soon as the key is gone.
-// Resigning a term that has already ended still removes its key if present.
+// Resigning a term that has already ended still removes its key if present,
+// except when it ended with its lease (expired, lost): then it returns at once
+// without I/O, because the session revokes that lease, and every key on it, as
+// soon as etcd answers — a Resign waiting on an unreachable etcd would only
+// keep the caller from campaigning again when etcd is back.
 func (t *Term) Resign(ctx context.Context) error {
+	if r := t.Reason(); r == ReasonExpired || r == ReasonLeaseLost {
+		t.log.Info("resign: the term ended with its lease; the session revokes it", "reason", r)
+		return nil
+	}
 	t.end(ended(ReasonResigned, ""))
 	resp, err := t.s.cfg.Client.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(t.key), "=", t.token)).
