@@ -155,16 +155,10 @@ func leaseAlive(t testing.TB, cli *clientv3.Client, id clientv3.LeaseID) bool {
 	return leaseTTL(t, cli, id) >= 0
 }
 
-// eventually polls cond until it holds.
+// eventually polls cond until it holds (testenv.Eventually).
 func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(patience)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %v for: %s", patience, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.Eventually(t, what, cond)
 }
 
 // ledger records every term granted in a test and checks the two invariants:

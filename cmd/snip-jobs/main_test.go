@@ -46,23 +46,14 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// Bounds for waiting on processes. Generous: they decide how long a broken
-// setup takes to fail, never whether a working one passes.
-const (
-	waitLong = 90 * time.Second
-	poll     = 50 * time.Millisecond
-)
+// waitLong bounds waiting on processes: how long a broken setup takes to
+// fail, never whether a working one passes.
+const waitLong = testenv.Patience
 
-// eventually polls cond until it holds, failing the test after waitLong.
+// eventually polls cond until it holds (testenv.Eventually).
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(waitLong)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting for %s", what)
-		}
-		time.Sleep(poll)
-	}
+	testenv.Eventually(t, what, cond)
 }
 
 // result is a finished command.

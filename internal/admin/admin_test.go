@@ -24,17 +24,10 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(testenv.RunMain(m)) }
 
-// eventually polls cond until it holds, failing the test after a generous bound
-// (a broken setup, not a slow one).
+// eventually polls cond until it holds (testenv.Eventually).
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.Eventually(t, what, cond)
 }
 
 func get(t *testing.T, s *admin.Server, path string) (int, string) {

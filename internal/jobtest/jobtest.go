@@ -23,9 +23,8 @@ import (
 	"github.com/snip/snip-jobs/scheduler"
 )
 
-// Patience bounds waits for things that must happen. It only decides how long
-// a broken build takes to fail, never whether a healthy one passes.
-const Patience = 90 * time.Second
+// Patience bounds waits for things that must happen (testenv.Patience).
+const Patience = testenv.Patience
 
 // Cluster is a real etcd member and a migrated PostgreSQL database shared by the
 // instances a test starts. The test's package needs
@@ -213,16 +212,10 @@ func Registry(t *testing.T, types ...scheduler.Type) *scheduler.Registry {
 	return r
 }
 
-// Eventually polls cond until it holds, failing the test after Patience.
+// Eventually polls cond until it holds (testenv.Eventually).
 func Eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(Patience)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %v for: %s", Patience, what)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
+	testenv.Eventually(t, what, cond)
 }
 
 // MetricSum adds up every series of a metric family on a node's registry.

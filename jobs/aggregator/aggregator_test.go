@@ -376,13 +376,7 @@ func TestPostgresRestartsWhileProducersAndTheAggregatorRun(t *testing.T) {
 		})
 	}
 	waitFolded := func(n int64) {
-		deadline := time.Now().Add(patience)
-		for d.stateRetry().folded < n {
-			if time.Now().After(deadline) {
-				t.Fatalf("fewer than %d events counted within %v", n, patience)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		testenv.Eventually(t, fmt.Sprintf("%d events counted", n), func() bool { return d.stateRetry().folded >= n })
 	}
 	waitFolded(100)
 	pg.Restart(t)
@@ -468,13 +462,7 @@ func TestProcessedEventsAreDeletedOrKeptForTheRetention(t *testing.T) {
 		return n
 	}
 	waitEvents := func(t *testing.T, d *db, want int) {
-		deadline := time.Now().Add(patience)
-		for count(t, d) != want {
-			if time.Now().After(deadline) {
-				t.Fatalf("click_events holds %d events after %v, want %d", count(t, d), patience, want)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		testenv.Eventually(t, fmt.Sprintf("click_events to hold %d events", want), func() bool { return count(t, d) == want })
 	}
 
 	t.Run("retention 0 deletes them", func(t *testing.T) {

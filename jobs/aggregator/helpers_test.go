@@ -288,20 +288,13 @@ func (d *db) state() state {
 // double count would have had its chance), and fails if it processes more.
 func (d *db) waitProcessed(n int64) {
 	d.t.Helper()
-	deadline := time.Now().Add(patience)
-	for {
+	testenv.Eventually(d.t, fmt.Sprintf("the aggregator to process the %d committed events", n), func() bool {
 		s := d.state()
 		if s.folded+s.rejected > n {
 			d.t.Fatalf("aggregator processed %d events (%d counted, %d rejected); only %d were committed", s.folded+s.rejected, s.folded, s.rejected, n)
 		}
-		if s.folded+s.rejected == n {
-			break
-		}
-		if time.Now().After(deadline) {
-			d.t.Fatalf("aggregator processed %d of %d events within %v", s.folded+s.rejected, n, patience)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return s.folded+s.rejected == n
+	})
 	d.waitWindows(2)
 	if s := d.state(); s.folded+s.rejected != n {
 		d.t.Fatalf("aggregator processed %d events after it had reached the %d committed", s.folded+s.rejected, n)
@@ -311,31 +304,20 @@ func (d *db) waitProcessed(n int64) {
 // waitFolded waits until the aggregator has counted at least n events.
 func (d *db) waitFolded(n int64) {
 	d.t.Helper()
-	deadline := time.Now().Add(patience)
-	for d.state().folded < n {
-		if time.Now().After(deadline) {
-			d.t.Fatalf("fewer than %d events counted within %v", n, patience)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testenv.Eventually(d.t, fmt.Sprintf("%d events counted", n), func() bool { return d.state().folded >= n })
 }
 
 // waitWindows waits until the aggregator's prev snapshot has moved k times.
 func (d *db) waitWindows(k int) {
 	d.t.Helper()
-	deadline := time.Now().Add(patience)
 	last := d.state().prev
-	for k > 0 {
-		if time.Now().After(deadline) {
-			d.t.Fatalf("the aggregator's snapshot did not move within %v", patience)
-		}
+	testenv.Eventually(d.t, fmt.Sprintf("the aggregator's snapshot to move %d times", k), func() bool {
 		if p := d.state().prev; p != last {
 			last = p
 			k--
-			continue
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return k == 0
+	})
 }
 
 // wantCounts checks link_counts, link_hourly_counts and click_rejects against

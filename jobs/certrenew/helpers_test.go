@@ -358,12 +358,11 @@ func (in *instance) counter(name string, labels ...string) float64 {
 // takes longer than a generous bound (a broken renewer, not a slow one).
 func eventually(t testing.TB, what string, pass func(), done func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for !done() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not done after 2 minutes of passes", what)
+	testenv.Eventually(t, what, func() bool {
+		if done() {
+			return true
 		}
 		pass()
-		time.Sleep(50 * time.Millisecond)
-	}
+		return false
+	})
 }
