@@ -389,7 +389,10 @@ func (k *checker) checkQuorum(f *facts, faults []*Fault) {
 }
 
 // noActing sets each fault's longest time without an accepted probe write,
-// from the last write before it started to the first after it settled.
+// from the last write before it started to the first after it settled. For
+// partition-slow-db it counts from the cut instead: the leader's database link
+// is slowed before the cut, on purpose, so its last writes before it are
+// seconds apart and say nothing about leadership.
 func noActing(probe []probeRow, faults []*Fault) {
 	times := make([]time.Time, 0, len(probe))
 	for _, r := range probe {
@@ -405,7 +408,7 @@ func noActing(probe []probeRow, faults []*Fault) {
 		}
 		i, _ := slices.BinarySearchFunc(times, f.Start, func(a, b time.Time) int { return a.Compare(b) })
 		prev := f.Start
-		if i > 0 {
+		if i > 0 && f.Kind != PartitionSlowDB {
 			prev = times[i-1]
 		}
 		var gap time.Duration

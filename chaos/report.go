@@ -116,7 +116,8 @@ func (r *Report) Markdown() string {
 		fmt.Fprintf(&b, "| %s%s | %d |\n", inv, note, counts[inv])
 	}
 	b.WriteString("\nFigures per fault kind, p50 / p99 / max. *No acting leader*: the longest time without an accepted probe write " +
-		"(the probe writes every 250 ms) from the last write before the fault until the cluster settled. *New term*: from the fault " +
+		"(the probe writes every 250 ms) from the last write before the fault (for partition-slow-db, from the cut: its slowed link " +
+		"spaces the leader's writes before it) until the cluster settled. *New term*: from the fault " +
 		"(signal, cut, kill) to the successor's leader key in etcd, for every job the target led.\n\n")
 	b.WriteString("*Key gone*: fault → the old leader key deleted (resigned, or its lease expired at etcd). *Handoff*: key deleted → " +
 		"new key created (the successors' campaign, including the scheduler's spread hold-back).\n\n")
