@@ -270,7 +270,8 @@ func BenchmarkBacklogNaive(b *testing.B) {
 // 1000-row COPY at even intervals) with the job folding at its default
 // options, and measures for probe events (one every 20 ms, each on a link of
 // its own) the delay from their commit returning to their count being
-// visible, polled every 5 ms.
+// visible, polled every 5 ms. First, for scale, the same producers as fast as
+// they can with no aggregator: what this machine can insert at all.
 func BenchmarkLive(b *testing.B) {
 	const (
 		producers = 4
@@ -278,6 +279,28 @@ func BenchmarkLive(b *testing.B) {
 		measure   = 30 * time.Second
 	)
 	d := benchDB(b)
+	b.Run("producers-only", func(b *testing.B) {
+		for range b.N {
+			b.StopTimer()
+			d.reset(b)
+			stop := make(chan struct{})
+			var inserted atomic.Int64
+			var wg sync.WaitGroup
+			ppool := d.pool("producers")
+			for p := range producers {
+				wg.Go(func() { produce(b, ppool, p, 0, stop, &inserted) })
+			}
+			time.Sleep(warmup)
+			b.StartTimer()
+			start, before := time.Now(), inserted.Load()
+			time.Sleep(measure / 3)
+			elapsed, after := time.Since(start), inserted.Load()
+			b.StopTimer()
+			close(stop)
+			wg.Wait()
+			b.ReportMetric(float64(after-before)/elapsed.Seconds(), "inserted-events/s")
+		}
+	})
 	var token int64
 	for _, rate := range []int{50_000, 100_000} {
 		b.Run(fmt.Sprintf("rate=%d", rate), func(b *testing.B) {
@@ -317,19 +340,32 @@ func BenchmarkLive(b *testing.B) {
 }
 
 // produce inserts COPYs of 1000 events at perSecond events per second (or as
-// fast as it can) until stop closes.
+// fast as it can; with perSecond 0, without waiting) until stop closes.
 func produce(b *testing.B, pool *pgxpool.Pool, p, perSecond int, stop <-chan struct{}, inserted *atomic.Int64) {
 	ctx := context.Background()
 	r := rand.New(rand.NewPCG(uint64(p), 7))
 	rows := make([][]any, eventsPerTx)
-	tick := time.NewTicker(time.Second * eventsPerTx / time.Duration(perSecond))
-	defer tick.Stop()
-	for {
+	next := func() bool { // the next COPY, unless stop closed
 		select {
 		case <-stop:
-			return
-		case <-tick.C:
+			return false
+		default:
+			return true
 		}
+	}
+	if perSecond > 0 {
+		tick := time.NewTicker(time.Second * eventsPerTx / time.Duration(perSecond))
+		defer tick.Stop()
+		next = func() bool {
+			select {
+			case <-stop:
+				return false
+			case <-tick.C:
+				return true
+			}
+		}
+	}
+	for next() {
 		now := time.Now()
 		for i := range rows {
 			link := int64(1)
