@@ -203,12 +203,16 @@ func startCluster(ctx context.Context, o Options) (_ *cluster, err error) {
 		c.instances = append(c.instances, in)
 		var eps []string
 		for _, m := range c.etcd.members {
-			p, err := newEtcdProxy(m.clientURL)
+			mu, err := url.Parse(m.clientURL)
+			if err != nil {
+				return nil, err
+			}
+			p, err := newDelayProxy(mu.Host)
 			if err != nil {
 				return nil, err
 			}
 			in.etcd = append(in.etcd, p)
-			eps = append(eps, p.endpoint)
+			eps = append(eps, "http://"+p.addr())
 		}
 		if in.db, err = newDelayProxy(pgu.Host); err != nil {
 			return nil, err

@@ -12,8 +12,9 @@
 //   - Let's Encrypt's test CA in this process (internal/acmetest: Pebble and
 //     challtestsrv), whose validation reaches the instances' HTTP-01 listeners;
 //   - three `snip-jobs run` processes. Each reaches every etcd member through
-//     its own fault proxy (go.etcd.io/etcd/pkg/v3/proxy), so that cutting one
-//     instance off is a real partition, and PostgreSQL through a delay proxy.
+//     its own proxy (delayProxy), which can hold every byte both ways until a
+//     cut heals, as a network partition does to TCP, and PostgreSQL through
+//     another, whose latency can be raised.
 //     They run every singleton built into the binary: a `sql` probe that
 //     inserts (instance, token) every 250 ms through the fence, the weekly
 //     report (a cron slot every minute), the certificate renewer (every 2 s),

@@ -25,7 +25,7 @@ type instance struct {
 	logPath     string
 	adminURL    string
 	challenge   string // host:port of its HTTP-01 listener
-	etcd        []*etcdProxy
+	etcd        []*delayProxy
 	db          *delayProxy
 	databaseURL string
 
@@ -152,7 +152,7 @@ func (in *instance) ready(ctx context.Context) bool {
 // partition cuts (or restores) the instance's traffic to every etcd member.
 func (in *instance) partition(on bool) {
 	for _, p := range in.etcd {
-		p.blackhole(on)
+		p.partition(on)
 	}
 }
 

@@ -4,88 +4,37 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
 	"sync"
 	"time"
-
-	"go.etcd.io/etcd/pkg/v3/proxy"
-	"go.uber.org/zap"
 )
 
-// etcdProxy is etcd's fault proxy (go.etcd.io/etcd/pkg/v3/proxy) between one
-// instance and one etcd member: blackholing it cuts that instance off from
-// that member, on open connections as well as new ones.
-type etcdProxy struct {
-	srv      proxy.Server
-	endpoint string
-	drained  chan struct{}
-}
-
-func newEtcdProxy(to string) (*etcdProxy, error) {
-	tu, err := url.Parse(to)
-	if err != nil {
-		return nil, err
-	}
-	ports, err := freePorts(1)
-	if err != nil {
-		return nil, err
-	}
-	from := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[0])}
-	srv := proxy.NewServer(proxy.ServerConfig{Logger: zap.NewNop(), From: from, To: *tu})
-	select {
-	case <-srv.Ready():
-	case <-srv.Done():
-		return nil, fmt.Errorf("etcd proxy on %s did not start", from.Host)
-	}
-	p := &etcdProxy{srv: srv, endpoint: from.String(), drained: make(chan struct{})}
-	// The proxy reports every failed dial, read and write on a channel of 16;
-	// once it is full, its loops block. Drain it for the proxy's life.
-	go func() {
-		defer close(p.drained)
-		for {
-			select {
-			case <-srv.Error():
-			case <-srv.Done():
-				return
-			}
-		}
-	}()
-	return p, nil
-}
-
-func (p *etcdProxy) blackhole(on bool) {
-	if on {
-		p.srv.BlackholeTx()
-		p.srv.BlackholeRx()
-	} else {
-		p.srv.UnblackholeTx()
-		p.srv.UnblackholeRx()
-	}
-}
-
-func (p *etcdProxy) close() {
-	done := make(chan struct{})
-	go func() { _ = p.srv.Close(); <-p.drained; close(done) }()
-	select {
-	case <-done:
-	case <-time.After(2 * time.Second): // open connections end when their ends close
-	}
-}
-
-// delayProxy is a TCP forwarder whose latency can be set at run time: every
-// chunk of bytes is held for the latency (measured from when it was read)
-// before it is written on, in order, in each direction. Unlike etcd's proxy
-// it closes a connection it cannot forward (so a client's connect fails
-// rather than hangs while the server is down), and when one side closes it
-// delivers what is still held before closing the other.
+// delayProxy is a TCP forwarder between one instance and one server (an etcd
+// member, PostgreSQL) whose latency can be set, and which can be cut, at run
+// time: every chunk of bytes is held for the latency (measured from when it
+// was read) before it is written on, in order, in each direction.
+//
+// A cut (partition) holds every byte, both ways, on open and new connections,
+// until it heals, then delivers them in order: what a network partition does
+// to TCP, whose retransmissions deliver late but never lose or corrupt a
+// stream. Connections stay open; an end that gives up (a keep-alive timeout)
+// closes its own. (etcd's fault proxy, used before, drops bytes while
+// blackholed and leaves the HTTP/2 streams of a healed link desynchronised,
+// which no real network does: clients then failed requests for seconds with
+// "invalid gRPC request content-type".)
+//
+// The proxy closes a connection it cannot forward (so a client's connect
+// fails rather than hangs while the server is down), and when one side
+// closes it delivers what is still held before closing the other.
 type delayProxy struct {
 	ln     net.Listener
 	to     string
 	mu     sync.Mutex
 	delay  time.Duration
+	cut    chan struct{} // non-nil while cut; closed when the cut heals
 	conns  map[net.Conn]struct{}
 	up     map[net.Conn]struct{} // the upstream side of conns
 	closed bool
+	done   chan struct{} // closed by close
 	wg     sync.WaitGroup
 }
 
@@ -94,7 +43,7 @@ func newDelayProxy(to string) (*delayProxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &delayProxy{ln: ln, to: to, conns: map[net.Conn]struct{}{}, up: map[net.Conn]struct{}{}}
+	p := &delayProxy{ln: ln, to: to, conns: map[net.Conn]struct{}{}, up: map[net.Conn]struct{}{}, done: make(chan struct{})}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
@@ -112,6 +61,35 @@ func (p *delayProxy) latency() time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.delay
+}
+
+// partition cuts the link (on) or heals it.
+func (p *delayProxy) partition(on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case on && p.cut == nil:
+		p.cut = make(chan struct{})
+	case !on && p.cut != nil:
+		close(p.cut)
+		p.cut = nil
+	}
+}
+
+// waitHealed returns once the link is not cut, or false when the proxy closes first.
+func (p *delayProxy) waitHealed() bool {
+	p.mu.Lock()
+	cut := p.cut
+	p.mu.Unlock()
+	if cut == nil {
+		return true
+	}
+	select {
+	case <-cut:
+		return true
+	case <-p.done:
+		return false
+	}
 }
 
 func (p *delayProxy) track(c net.Conn, add bool) bool {
@@ -194,6 +172,9 @@ func (p *delayProxy) pipe(dst, src net.Conn) {
 		if d := time.Until(c.at.Add(p.latency())); d > 0 {
 			time.Sleep(d)
 		}
+		if !p.waitHealed() {
+			break
+		}
 		if _, err := dst.Write(c.data); err != nil {
 			break
 		}
@@ -209,6 +190,7 @@ func (p *delayProxy) pipe(dst, src net.Conn) {
 func (p *delayProxy) close() error {
 	p.mu.Lock()
 	p.closed = true
+	close(p.done)
 	for c := range p.conns {
 		c.Close()
 	}

@@ -339,8 +339,11 @@ func BenchmarkLive(b *testing.B) {
 	}
 }
 
-// produce inserts COPYs of 1000 events at perSecond events per second (or as
-// fast as it can; with perSecond 0, without waiting) until stop closes.
+// produce inserts COPYs of 1000 events at perSecond events per second until
+// stop closes. The COPYs are due at even instants from the start; one that is
+// late (the previous took longer than the interval) goes at once, so the rate
+// holds on average whenever the machine can sustain it. With perSecond 0 it
+// inserts as fast as it can.
 func produce(b *testing.B, pool *pgxpool.Pool, p, perSecond int, stop <-chan struct{}, inserted *atomic.Int64) {
 	ctx := context.Background()
 	r := rand.New(rand.NewPCG(uint64(p), 7))
@@ -354,13 +357,16 @@ func produce(b *testing.B, pool *pgxpool.Pool, p, perSecond int, stop <-chan str
 		}
 	}
 	if perSecond > 0 {
-		tick := time.NewTicker(time.Second * eventsPerTx / time.Duration(perSecond))
-		defer tick.Stop()
+		every := time.Second * eventsPerTx / time.Duration(perSecond)
+		due := time.Now()
 		next = func() bool {
+			due = due.Add(every)
+			wait := time.NewTimer(time.Until(due))
+			defer wait.Stop()
 			select {
 			case <-stop:
 				return false
-			case <-tick.C:
+			case <-wait.C:
 				return true
 			}
 		}
