@@ -22,6 +22,12 @@
 // against what the first committed. The caller's error, a panic, or a
 // cancelled context rolls everything back, the token advance included.
 //
+// A writer kept waiting by an older term's open transaction (a leader cut
+// off mid-transaction) need not wait for PostgreSQL or TCP to notice:
+// WithStaleHolderBreak ends such a holder — only a fenced write with a lower
+// token — after a delay, and WithIdleTimeout bounds any fenced transaction's
+// idle time.
+//
 // What is NOT guaranteed: anything about writes that do not go through Do on
 // the same resource name with the same database, or about effects outside the
 // transaction (HTTP calls, files): those need idempotence or a lock-delay.

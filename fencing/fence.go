@@ -40,10 +40,21 @@ func (e *StaleTokenError) Is(target error) bool { return target == ErrStaleToken
 // Fence runs fenced transactions for one instance. It is safe for concurrent
 // use.
 type Fence struct {
-	pool     *pgxpool.Pool
-	holder   string
-	onReject func(resource string, token, current int64)
-	idle     time.Duration
+	pool       *pgxpool.Pool
+	holder     string
+	onReject   func(resource string, token, current int64)
+	idle       time.Duration
+	breakAfter time.Duration
+	onBreak    func(StaleHolder)
+}
+
+// StaleHolder is a fenced writer with a lower token whose transaction was
+// ended because it held the resource's row (WithStaleHolderBreak).
+type StaleHolder struct {
+	Resource    string
+	Token       int64 // the waiting writer's
+	HolderToken int64 // the ended transaction's
+	HolderPID   int32 // its PostgreSQL backend
 }
 
 // Option configures a Fence.
@@ -65,6 +76,26 @@ func WithRejectHook(f func(resource string, token, current int64)) Option {
 // the lease TTL). 0 (the default) leaves PostgreSQL's setting alone.
 func WithIdleTimeout(d time.Duration) Option {
 	return func(fe *Fence) { fe.idle = d }
+}
+
+// WithStaleHolderBreak makes a writer that has waited d for the resource's row
+// end the transaction holding it when that transaction is a fenced write with a
+// lower token (pg_terminate_backend; the same database role may do so), and
+// again every d while it waits. Such a holder belongs to a term that is over —
+// a newer token exists only once the older term has ended — typically a leader
+// cut off from etcd whose database link is slow or gone, whose transaction
+// PostgreSQL would otherwise keep open (and the row locked) until the idle
+// timeout or TCP gives up. Its write is rolled back, never half-applied: this
+// is the fence doing early what it would do anyway. A holder with the same or
+// a higher token, or any other lock holder, is left alone. onBreak (may be
+// nil) is called for each transaction ended. 0 (the default) never ends one.
+//
+// Every fenced transaction names its token in its application_name for
+// that purpose (" fence-token=N" after the first 30 characters of the
+// connection's own name), which also shows operators in pg_stat_activity
+// which term holds a resource's row.
+func WithStaleHolderBreak(d time.Duration, onBreak func(StaleHolder)) Option {
+	return func(fe *Fence) { fe.breakAfter, fe.onBreak = d, onBreak }
 }
 
 // New returns a Fence writing through pool. holder (this instance's name) is
@@ -93,6 +124,18 @@ ON CONFLICT (resource) DO UPDATE
 RETURNING true`
 
 	currentSQL = `SELECT token, holder FROM fencing_tokens WHERE resource = $1`
+
+	// nameSQL marks the transaction's backend with its token, until it ends.
+	nameSQL = `SELECT set_config('application_name', left(current_setting('application_name'), 30) || ' fence-token=' || $1, true)`
+
+	// breakSQL ends the fenced transactions with a token below $2 that block
+	// backend $1, and returns them. pg_terminate_backend is in the select list
+	// on purpose: there it runs only for the rows the WHERE kept, whereas in
+	// the WHERE the planner may evaluate it (the cheapest test) first, on
+	// every backend.
+	breakSQL = `SELECT a.pid, h.token, pg_terminate_backend(a.pid) FROM pg_stat_activity a,
+	LATERAL (SELECT substring(a.application_name FROM ' fence-token=([0-9]+)$')::bigint AS token) h
+WHERE a.pid = ANY (pg_blocking_pids($1::int)) AND h.token < $2`
 )
 
 // Do runs fn in one transaction that first advances the resource's token to
@@ -163,18 +206,27 @@ func (f *Fence) Do(ctx context.Context, resource string, token int64, fn func(ct
 }
 
 // advance runs advanceSQL (pgx.ErrNoRows: a higher token is stored),
-// preceded, when the Fence has an idle timeout, by the statement that sets it
-// for this transaction: both in one round trip (a pipeline), so that the
-// timeout costs nothing on a slow link.
+// preceded by the statements that name the transaction's token and, when the
+// Fence has an idle timeout, set it for this transaction: all in one round
+// trip (a pipeline), so that they cost nothing on a slow link. While it waits
+// for the row, stale holders are broken (WithStaleHolderBreak).
 func (f *Fence) advance(ctx context.Context, tx pgx.Tx, resource string, token int64) error {
 	var b pgx.Batch
+	b.Queue(nameSQL, strconv.FormatInt(token, 10))
 	if f.idle > 0 {
 		b.Queue(`SELECT set_config('idle_in_transaction_session_timeout', $1, true)`,
 			strconv.FormatInt(max(f.idle.Milliseconds(), 1), 10))
 	}
 	b.Queue(advanceSQL, resource, token, f.holder)
+	if f.breakAfter > 0 {
+		stop := f.breakStaleHolders(ctx, resource, token, int32(tx.Conn().PgConn().PID()))
+		defer stop()
+	}
 	br := tx.SendBatch(ctx, &b)
 	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return fmt.Errorf("name the transaction: %w", err)
+	}
 	if f.idle > 0 {
 		if _, err := br.Exec(); err != nil {
 			return fmt.Errorf("set the idle timeout: %w", err)
@@ -182,6 +234,38 @@ func (f *Fence) advance(ctx context.Context, tx pgx.Tx, resource string, token i
 	}
 	var ok bool
 	return br.QueryRow().Scan(&ok)
+}
+
+// breakStaleHolders, every f.breakAfter until stop is called, ends the fenced
+// transactions with a lower token that block backend pid. It uses another
+// connection of the pool; its failures are left to the next attempt (the wait
+// goes on as without it).
+func (f *Fence) breakStaleHolders(ctx context.Context, resource string, token int64, pid int32) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTimer(f.breakAfter)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			rows, _ := f.pool.Query(ctx, breakSQL, pid, token)
+			for rows.Next() {
+				h := StaleHolder{Resource: resource, Token: token}
+				var ended bool
+				if rows.Scan(&h.HolderPID, &h.HolderToken, &ended) == nil && ended && f.onBreak != nil {
+					f.onBreak(h)
+				}
+			}
+			rows.Close()
+			t.Reset(f.breakAfter)
+		}
+	}()
+	return func() { cancel(); <-done }
 }
 
 // Querier is what Current reads through: a *pgxpool.Pool, *pgx.Conn or pgx.Tx.

@@ -106,7 +106,7 @@ func TestOlderWriterWaitsForNewerAndIsRefused(t *testing.T) {
 			t.Logf("token 4 (backend %d) waits for the row lock of token 5 (backend %d)", blocked, five.pid)
 			wantPending(t, four, "token 4's write")
 
-			close(five.release)
+			five.let()
 			if err := <-five.done; err != nil {
 				t.Fatalf("token 5: %v", err)
 			}
@@ -140,7 +140,7 @@ func TestNewerWriterWaitsForOlderAndThenWrites(t *testing.T) {
 	d.waitBlocked("writer-5", four.pid)
 	wantPending(t, five, "token 5's write")
 
-	close(four.release)
+	four.let()
 	if err := <-four.done; err != nil {
 		t.Fatalf("token 4: %v", err)
 	}
@@ -261,7 +261,7 @@ func TestSeparateResourcesDoNotInterfere(t *testing.T) {
 		t.Fatalf("write to another resource: %v", err)
 	}
 	wantPending(t, weekly.done, "the weekly report's write")
-	close(weekly.release)
+	weekly.let()
 	if err := <-weekly.done; err != nil {
 		t.Fatal(err)
 	}
@@ -363,10 +363,92 @@ func TestASilentHolderIsEndedAfterTheIdleTimeoutAndTheNextWriterProceeds(t *test
 		t.Fatalf("token 6 still waits behind the silent holder after %v", patience)
 	}
 	wantPending(t, five.done, "the silent holder") // still "working", unaware
-	close(five.release)
+	five.let()
 	if err := <-five.done; err == nil {
 		t.Fatal("the silent holder's transaction committed after PostgreSQL ended it")
 	}
 	d.wantToken(res, 6, "node-b")
 	d.wantReports(res, "by 6")
+}
+
+// A writer with a newer token that waits behind an older term's open
+// transaction (a leader cut off with its link to PostgreSQL slow or gone) ends
+// that transaction after the break delay and writes; the older write is rolled
+// back, never applied. The waiting is the fence's row lock; the break only
+// does early what the fence would do anyway: refuse the older term.
+func TestANewerWriterEndsAStaleHolderAndWrites(t *testing.T) {
+	d := newDB(t)
+	const res = "report:weekly"
+	var broken []fencing.StaleHolder
+	var mu sync.Mutex
+	stale := fencing.New(d.pool("writer-5"), "node-a")
+	next := fencing.New(d.pool("writer-6"), "node-b", fencing.WithStaleHolderBreak(100*time.Millisecond, func(h fencing.StaleHolder) {
+		mu.Lock()
+		broken = append(broken, h)
+		mu.Unlock()
+	}))
+
+	five := startHoldingWrite(t, stale, res, 5, "by 5") // holds the row, then says nothing
+	if err := <-goDo(next, res, 6, insertReport(res, 6, "by 6")); err != nil {
+		t.Fatalf("token 6 behind a stale holder: %v", err)
+	}
+	five.let()
+	if err := <-five.done; err == nil {
+		t.Fatal("the stale holder's transaction committed after it was ended")
+	}
+	d.wantToken(res, 6, "node-b")
+	d.wantReports(res, "by 6")
+	mu.Lock()
+	defer mu.Unlock()
+	if len(broken) != 1 || broken[0] != (fencing.StaleHolder{Resource: res, Token: 6, HolderToken: 5, HolderPID: five.pid}) {
+		t.Fatalf("holders ended: %+v; want token 5's backend %d, once", broken, five.pid)
+	}
+}
+
+// The break never ends a holder with a newer (or the same) token, nor a lock
+// holder that is not a fenced write: the older writer waits, and is refused
+// once the newer one has committed.
+func TestTheBreakLeavesNewerHoldersAndOtherLockersAlone(t *testing.T) {
+	d := newDB(t)
+	const res = "report:weekly"
+	ended := func(h fencing.StaleHolder) { t.Errorf("ended %+v", h) }
+	older := fencing.New(d.pool("writer-4"), "node-a", fencing.WithStaleHolderBreak(50*time.Millisecond, ended))
+	newer := fencing.New(d.pool("writer-5"), "node-b", fencing.WithStaleHolderBreak(50*time.Millisecond, ended))
+
+	t.Run("a newer holder", func(t *testing.T) {
+		five := startHoldingWrite(t, newer, res, 5, "by 5")
+		four := goDo(older, res, 4, insertReport(res, 4, "by 4"))
+		d.waitBlocked("writer-4", five.pid)
+		time.Sleep(300 * time.Millisecond) // several break attempts
+		wantPending(t, four, "token 4's write")
+		five.let()
+		if err := <-five.done; err != nil {
+			t.Fatalf("token 5: %v", err)
+		}
+		if err := <-four; !errors.Is(err, fencing.ErrStaleToken) {
+			t.Fatalf("token 4 after token 5 committed: %v, want a stale token error", err)
+		}
+	})
+	t.Run("a plain row lock", func(t *testing.T) {
+		locker, err := d.pool("locker").Begin(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pid int32
+		if err := locker.QueryRow(context.Background(), `SELECT pg_backend_pid() FROM fencing_tokens WHERE resource = $1 FOR UPDATE`, res).Scan(&pid); err != nil {
+			t.Fatal(err)
+		}
+		six := goDo(newer, res, 6, insertReport(res, 6, "by 6"))
+		d.waitBlocked("writer-5", pid)
+		time.Sleep(300 * time.Millisecond)
+		wantPending(t, six, "token 6's write behind a plain lock")
+		if err := locker.Commit(context.Background()); err != nil {
+			t.Fatalf("the plain locker's transaction was ended: %v", err)
+		}
+		if err := <-six; err != nil {
+			t.Fatalf("token 6: %v", err)
+		}
+	})
+	d.wantToken(res, 6, "node-b")
+	d.wantReports(res, "by 5", "by 6")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -129,7 +130,7 @@ func (d *db) waitBlocked(app string, holder int32) int32 {
 	for {
 		var pid int32
 		err := d.obs.QueryRow(ctx, `SELECT pid FROM pg_stat_activity
-			WHERE application_name = $1 AND wait_event_type = 'Lock' AND $2 = ANY (pg_blocking_pids(pid))`,
+			WHERE split_part(application_name, ' fence-token=', 1) = $1 AND wait_event_type = 'Lock' AND $2 = ANY (pg_blocking_pids(pid))`,
 			app, holder).Scan(&pid)
 		if err == nil {
 			return pid
@@ -150,13 +151,19 @@ func (d *db) waitBlocked(app string, holder int32) int32 {
 type holdingWrite struct {
 	pid     int32 // its backend
 	release chan struct{}
+	once    sync.Once
 	done    chan error // Do's result
 }
+
+// let lets the write's function return (at the latest when the test ends, so
+// that a failed test does not leave it holding the row).
+func (h *holdingWrite) let() { h.once.Do(func() { close(h.release) }) }
 
 // startHoldingWrite starts a fenced write and returns once its function runs.
 func startHoldingWrite(t testing.TB, f *fencing.Fence, resource string, token int64, body string) *holdingWrite {
 	t.Helper()
 	h := &holdingWrite{release: make(chan struct{}), done: make(chan error, 1)}
+	t.Cleanup(h.let)
 	entered := make(chan int32, 1)
 	go func() {
 		h.done <- f.Do(context.Background(), resource, token, func(ctx context.Context, tx pgx.Tx) error {

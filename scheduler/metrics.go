@@ -15,6 +15,7 @@ type metrics struct {
 	termEnds      *prometheus.CounterVec // job, reason
 	runs          *prometheus.CounterVec // job, result
 	rejections    *prometheus.CounterVec // resource
+	staleHolders  *prometheus.CounterVec // resource
 	slotsMissed   *prometheus.CounterVec // job
 	slotsCaughtUp *prometheus.CounterVec // job
 	overruns      *prometheus.CounterVec // job
@@ -36,6 +37,8 @@ func newMetrics(reg prometheus.Registerer, session *leadership.Session) *metrics
 			Name: "snip_jobs_runs_total", Help: "Job runs by result (ok, error, panic, stale, cancelled)."}, []string{"job", "result"}),
 		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "snip_jobs_fenced_rejections_total", Help: "Writes refused because a newer term had written to the resource."}, []string{"resource"}),
+		staleHolders: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "snip_jobs_fence_stale_holders_ended_total", Help: "Transactions of an older term that held a resource's row, ended by this instance's newer term waiting for it."}, []string{"resource"}),
 		slotsMissed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "snip_jobs_cron_slots_skipped_total", Help: "Cron slots missed while nobody ran the job and skipped by the catch-up policy."}, []string{"job"}),
 		slotsCaughtUp: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -48,7 +51,7 @@ func newMetrics(reg prometheus.Registerer, session *leadership.Session) *metrics
 			Name: "snip_jobs_spread_holdbacks_total", Help: "Campaign attempts delayed because this instance led its fair share while another led fewer."}, []string{"job"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.leader, m.token, m.termStarts, m.termEnds, m.runs, m.rejections,
+		reg.MustRegister(m.leader, m.token, m.termStarts, m.termEnds, m.runs, m.rejections, m.staleHolders,
 			m.slotsMissed, m.slotsCaughtUp, m.overruns, m.watchdog, m.holdbacks)
 		if session != nil {
 			reg.MustRegister(sessionCollector{session})

@@ -118,20 +118,29 @@ func New(cfg Config) (*Scheduler, error) {
 	s.m = newMetrics(cfg.Metrics, cfg.Session)
 	s.instances.Store(1)
 	if cfg.Pool != nil {
-		// A fenced transaction idle (between statements) for three lease TTLs
-		// belongs to a leader that has gone quiet or is cut off: PostgreSQL
-		// ends it so that its successor need not wait for TCP to notice. Three
-		// TTLs leave room for a slow link's round trips.
+		// A fenced write that has waited a second for a resource's row held by
+		// an older term's transaction (a leader cut off with a slow or dead
+		// database link) ends that transaction. A fenced transaction idle
+		// (between statements) for three lease TTLs belongs to a leader that
+		// has gone quiet or is cut off: PostgreSQL ends it whoever waits, so
+		// that nothing waits for TCP to notice. Three TTLs leave room for a
+		// slow link's round trips.
 		idle := 30 * time.Second
 		if cfg.Session != nil {
 			idle = max(5*time.Second, 3*cfg.Session.Config().TTL)
 		}
-		s.fence = fencing.New(cfg.Pool, s.instance, fencing.WithIdleTimeout(idle), fencing.WithRejectHook(func(resource string, token, current int64) {
-			s.m.rejections.WithLabelValues(resource).Inc()
-			s.log.Warn("fenced write refused: a newer term has written", "resource", resource, "token", token, "current", current)
-			s.bookkeep(context.Background(), `INSERT INTO fence_rejections (resource, token, current, instance) VALUES ($1, $2, $3, $4)`,
-				resource, token, current, s.instance)
-		}))
+		s.fence = fencing.New(cfg.Pool, s.instance, fencing.WithIdleTimeout(idle),
+			fencing.WithStaleHolderBreak(time.Second, func(h fencing.StaleHolder) {
+				s.m.staleHolders.WithLabelValues(h.Resource).Inc()
+				s.log.Warn("ended an older term's transaction holding the resource", "resource", h.Resource,
+					"token", h.Token, "holder_token", h.HolderToken, "holder_pid", h.HolderPID)
+			}),
+			fencing.WithRejectHook(func(resource string, token, current int64) {
+				s.m.rejections.WithLabelValues(resource).Inc()
+				s.log.Warn("fenced write refused: a newer term has written", "resource", resource, "token", token, "current", current)
+				s.bookkeep(context.Background(), `INSERT INTO fence_rejections (resource, token, current, instance) VALUES ($1, $2, $3, $4)`,
+					resource, token, current, s.instance)
+			}))
 	}
 	env := Env{Instance: s.instance, Pool: cfg.Pool, Log: s.log, Metrics: cfg.Metrics, Mux: cfg.Mux}
 	var errs []error

@@ -367,7 +367,7 @@ func (d *db) waitLockWait(app string) int32 {
 	defer cancel()
 	for {
 		var pid int32
-		err := d.obs.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`, app).Scan(&pid)
+		err := d.obs.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE split_part(application_name, ' fence-token=', 1) = $1 AND wait_event_type = 'Lock'`, app).Scan(&pid)
 		if err == nil {
 			return pid
 		}
