@@ -467,24 +467,25 @@ func (s *Scheduler) holdback(j *job) time.Duration {
 }
 
 // clusterLoad counts the terms each live (registered) instance leads, from
-// etcd: two range reads.
+// etcd: two range reads in one round trip (a transaction), which sits on the
+// path of every hand-over.
 func (s *Scheduler) clusterLoad() (map[string]int64, error) {
 	cfg := s.cfg.Session.Config()
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.RenewInterval)
 	defer cancel()
-	regs, err := cfg.Client.Get(ctx, leadership.InstanceKey(cfg.Prefix, ""), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	instances, leaders := leadership.InstanceKey(cfg.Prefix, ""), leadership.LeaderKey(cfg.Prefix, "")
+	resp, err := cfg.Client.Txn(ctx).Then(
+		clientv3.OpGet(instances, clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+		clientv3.OpGet(leaders, clientv3.WithPrefix()),
+	).Commit()
 	if err != nil {
 		return nil, err
 	}
 	load := map[string]int64{}
-	for _, kv := range regs.Kvs {
-		load[strings.TrimPrefix(string(kv.Key), leadership.InstanceKey(cfg.Prefix, ""))] = 0
+	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
+		load[strings.TrimPrefix(string(kv.Key), instances)] = 0
 	}
-	leaders, err := cfg.Client.Get(ctx, leadership.LeaderKey(cfg.Prefix, ""), clientv3.WithPrefix())
-	if err != nil {
-		return nil, err
-	}
-	for _, kv := range leaders.Kvs {
+	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
 		var rec leadership.LeaderRecord
 		if json.Unmarshal(kv.Value, &rec) == nil {
 			if _, up := load[rec.Instance]; up {
