@@ -237,9 +237,10 @@ func (f *Fence) advance(ctx context.Context, tx pgx.Tx, resource string, token i
 }
 
 // breakStaleHolders, every f.breakAfter until stop is called, ends the fenced
-// transactions with a lower token that block backend pid. It uses another
-// connection of the pool; its failures are left to the next attempt (the wait
-// goes on as without it).
+// transactions with a lower token that block backend pid. It connects on its
+// own, outside the pool, and only once the wait has lasted f.breakAfter: a
+// pool whose connections all wait behind stale holders could not lend it one.
+// Its failures are left to the next attempt (the wait goes on as without it).
 func (f *Fence) breakStaleHolders(ctx context.Context, resource string, token int64, pid int32) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -247,13 +248,29 @@ func (f *Fence) breakStaleHolders(ctx context.Context, resource string, token in
 		defer close(done)
 		t := time.NewTimer(f.breakAfter)
 		defer t.Stop()
+		var conn *pgx.Conn
+		defer func() {
+			if conn != nil {
+				cctx, ccancel := context.WithTimeout(context.Background(), time.Second)
+				_ = conn.Close(cctx)
+				ccancel()
+			}
+		}()
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-t.C:
 			}
-			rows, _ := f.pool.Query(ctx, breakSQL, pid, token)
+			t.Reset(f.breakAfter)
+			if conn == nil || conn.IsClosed() {
+				var err error
+				if conn, err = pgx.ConnectConfig(ctx, f.pool.Config().ConnConfig.Copy()); err != nil {
+					conn = nil
+					continue
+				}
+			}
+			rows, _ := conn.Query(ctx, breakSQL, pid, token)
 			for rows.Next() {
 				h := StaleHolder{Resource: resource, Token: token}
 				var ended bool
@@ -262,7 +279,6 @@ func (f *Fence) breakStaleHolders(ctx context.Context, resource string, token in
 				}
 			}
 			rows.Close()
-			t.Reset(f.breakAfter)
 		}
 	}()
 	return func() { cancel(); <-done }

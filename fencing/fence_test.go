@@ -375,14 +375,16 @@ func TestASilentHolderIsEndedAfterTheIdleTimeoutAndTheNextWriterProceeds(t *test
 // transaction (a leader cut off with its link to PostgreSQL slow or gone) ends
 // that transaction after the break delay and writes; the older write is rolled
 // back, never applied. The waiting is the fence's row lock; the break only
-// does early what the fence would do anyway: refuse the older term.
+// does early what the fence would do anyway: refuse the older term. The
+// writer's pool has one connection, the one waiting: the break connects on
+// its own.
 func TestANewerWriterEndsAStaleHolderAndWrites(t *testing.T) {
 	d := newDB(t)
 	const res = "report:weekly"
 	var broken []fencing.StaleHolder
 	var mu sync.Mutex
 	stale := fencing.New(d.pool("writer-5"), "node-a")
-	next := fencing.New(d.pool("writer-6"), "node-b", fencing.WithStaleHolderBreak(100*time.Millisecond, func(h fencing.StaleHolder) {
+	next := fencing.New(d.poolOf("writer-6", 1), "node-b", fencing.WithStaleHolderBreak(100*time.Millisecond, func(h fencing.StaleHolder) {
 		mu.Lock()
 		broken = append(broken, h)
 		mu.Unlock()

@@ -66,9 +66,18 @@ func (d *db) setDefaultIsolation(level string) {
 // the test can find them in pg_stat_activity.
 func (d *db) pool(app string) *pgxpool.Pool {
 	d.t.Helper()
+	return d.poolOf(app, 0)
+}
+
+// poolOf is pool with at most maxConns connections (0: pgxpool's default).
+func (d *db) poolOf(app string, maxConns int32) *pgxpool.Pool {
+	d.t.Helper()
 	cfg, err := pgxpool.ParseConfig(d.url)
 	if err != nil {
 		d.t.Fatal(err)
+	}
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
 	}
 	cfg.ConnConfig.RuntimeParams["application_name"] = app
 	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
