@@ -25,6 +25,7 @@ import (
 	"github.com/letsencrypt/pebble/v2/wfe"
 
 	"github.com/snip/snip-jobs/internal/acmetest"
+	"github.com/snip/snip-jobs/internal/testenv"
 )
 
 // testCA is Let's Encrypt's test CA, Pebble, in this process: its ACME
@@ -382,14 +383,11 @@ func freeAddr(t testing.TB) string {
 
 func waitListening(t testing.TB, addr string) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+	testenv.Eventually(t, addr+" to accept connections", func() bool {
 		c, err := net.Dial("tcp", addr)
 		if err == nil {
 			c.Close()
-			return
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s does not accept connections: %v", addr, err)
-		}
-	}
+		return err == nil
+	})
 }
