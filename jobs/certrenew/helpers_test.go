@@ -202,36 +202,22 @@ func (c *cluster) addDomains(status string, domains ...string) {
 
 func (c *cluster) exec(sql string, args ...any) {
 	c.t.Helper()
-	if _, err := c.pool.Exec(context.Background(), sql, args...); err != nil {
-		c.t.Fatalf("%s: %v", sql, err)
-	}
+	testenv.Exec(c.t, c.pool, sql, args...)
 }
 
 func (c *cluster) int(sql string, args ...any) int64 {
 	c.t.Helper()
-	var n int64
-	if err := c.pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
-		c.t.Fatalf("%s: %v", sql, err)
-	}
-	return n
+	return testenv.Value[int64](c.t, c.pool, sql, args...)
 }
 
 func (c *cluster) str(sql string, args ...any) string {
 	c.t.Helper()
-	var s string
-	if err := c.pool.QueryRow(context.Background(), sql, args...).Scan(&s); err != nil {
-		c.t.Fatalf("%s: %v", sql, err)
-	}
-	return s
+	return testenv.Value[string](c.t, c.pool, sql, args...)
 }
 
 func (c *cluster) time(sql string, args ...any) time.Time {
 	c.t.Helper()
-	var v time.Time
-	if err := c.pool.QueryRow(context.Background(), sql, args...).Scan(&v); err != nil {
-		c.t.Fatalf("%s: %v", sql, err)
-	}
-	return v
+	return testenv.Value[time.Time](c.t, c.pool, sql, args...)
 }
 
 // current returns the current certificate of domain, opened with the

@@ -48,12 +48,7 @@ func newDB(t testing.TB) *db {
 	return &db{t: t, pool: pool}
 }
 
-func (d *db) exec(sql string, args ...any) {
-	d.t.Helper()
-	if _, err := d.pool.Exec(context.Background(), sql, args...); err != nil {
-		d.t.Fatalf("%s: %v", sql, err)
-	}
-}
+func (d *db) exec(sql string, args ...any) { d.t.Helper(); testenv.Exec(d.t, d.pool, sql, args...) }
 
 // links adds links: id → slug.
 func (d *db) links(slugs map[int64]string) {
@@ -110,20 +105,12 @@ func (d *db) mustRunSlot(j scheduler.Job, slot time.Time, token int64, instance 
 
 func (d *db) int(sql string, args ...any) int64 {
 	d.t.Helper()
-	var n int64
-	if err := d.pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
-		d.t.Fatalf("%s: %v", sql, err)
-	}
-	return n
+	return testenv.Value[int64](d.t, d.pool, sql, args...)
 }
 
 func (d *db) str(sql string, args ...any) string {
 	d.t.Helper()
-	var s string
-	if err := d.pool.QueryRow(context.Background(), sql, args...).Scan(&s); err != nil {
-		d.t.Fatalf("%s: %v", sql, err)
-	}
-	return s
+	return testenv.Value[string](d.t, d.pool, sql, args...)
 }
 
 // slotState is the state of job's slot and the token it was claimed with.
