@@ -175,11 +175,40 @@ func TestBadEventsGoToRejectsWithTheirReasonAndNeverStopTheJob(t *testing.T) {
 	}
 }
 
+// A forged low txid would hide its event below the aggregator's horizon,
+// never counted: the database refuses it, also hidden among valid rows, and
+// refuses any UPDATE of an event. Nothing of a refused statement stays.
 func TestAProducerCannotWriteTheTransactionIDItself(t *testing.T) {
 	d := newDB(t, testenv.PostgresDB(t))
-	_, err := d.obs.Exec(context.Background(), `INSERT INTO click_events (txid, link_id) VALUES ('3', 1)`)
-	if err == nil || !strings.Contains(err.Error(), "click_events_xid_is_the_inserter") {
-		t.Fatalf("insert with txid 3: %v; want the check click_events_xid_is_the_inserter to refuse it", err)
+	ctx := context.Background()
+	refused := func(what string, err error) {
+		t.Helper()
+		if err == nil || !strings.Contains(err.Error(), "click_events_xid_is_the_inserter") {
+			t.Errorf("%s: %v; want click_events_xid_is_the_inserter to refuse it", what, err)
+		}
+	}
+	_, err := d.obs.Exec(ctx, `INSERT INTO click_events (link_id) VALUES (1), (2)`)
+	if err != nil {
+		t.Fatalf("a producer's insert: %v", err)
+	}
+	_, err = d.obs.Exec(ctx, `INSERT INTO click_events (txid, link_id) VALUES ('3', 1)`)
+	refused("insert with txid 3", err)
+	_, err = d.obs.Exec(ctx, `INSERT INTO click_events (txid, link_id)
+		SELECT pg_current_xact_id(), 1 UNION ALL SELECT '3', 2 UNION ALL SELECT pg_current_xact_id(), 3`)
+	refused("insert of three rows, one with txid 3", err)
+	if _, err := d.obs.CopyFrom(ctx, pgx.Identifier{"click_events"}, []string{"link_id"},
+		pgx.CopyFromRows([][]any{{int64(1)}, {int64(2)}})); err != nil {
+		t.Fatalf("a producer's COPY after the refused inserts: %v", err)
+	}
+	_, err = d.obs.Exec(ctx, `UPDATE click_events SET link_id = 2 WHERE link_id = 1`)
+	refused("update of an event", err)
+
+	var n, forged int
+	if err := d.obs.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE txid = '3') FROM click_events`).Scan(&n, &forged); err != nil {
+		t.Fatal(err)
+	}
+	if n != 4 || forged != 0 {
+		t.Fatalf("click_events holds %d events, %d with a forged txid; want the 4 valid ones only", n, forged)
 	}
 }
 
