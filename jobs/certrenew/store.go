@@ -303,7 +303,14 @@ func (p *pass) publish(ctx context.Context) {
 	d, _ := p.pausedFor()
 	m.pausedS.WithLabelValues(job).Set(d.Seconds())
 
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	// The budget and old-key gauges need a query. Not when the pass was
+	// cancelled (term over, shutdown): the job must return at once — waiting
+	// here for a pool connection held up a SIGTERM hand-over by the whole
+	// grace period in the fault-injection run — and the next pass sets them.
+	if ctx.Err() != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	var used, old int
 	err := p.j.pool.QueryRow(ctx, `SELECT
