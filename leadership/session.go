@@ -312,7 +312,11 @@ func (s *Session) startLease() (*lease, error) {
 		rcancel()
 		return nil, err
 	}
-	s.log.Info("lease granted", "lease", int64(l.id), "ttl", l.ttl, "deadline_in", time.Duration(l.dl.load()-s.now()))
+	left := time.Duration(0) // a grant answered after its deadline: dead on arrival, ended at once
+	if v := l.dl.load(); v != deadNs {
+		left = time.Duration(v - s.now())
+	}
+	s.log.Info("lease granted", "lease", int64(l.id), "ttl", l.ttl, "deadline_in", left)
 	return l, nil
 }
 
