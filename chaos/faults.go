@@ -238,14 +238,25 @@ func (c *cluster) restart(ctx context.Context, f *Fault, in *instance) error {
 	return nil
 }
 
-func (c *cluster) killLeader(ctx context.Context, rng *rand.Rand, f *Fault) error {
+// strikeLeader picks the leader of a random job as the fault's target, notes
+// the jobs it leads (job → token), and marks the fault's start: the opening of every fault
+// aimed at a leader.
+func (c *cluster) strikeLeader(ctx context.Context, rng *rand.Rand, f *Fault) (*instance, map[string]int64, error) {
 	in, err := c.leaderOf(ctx, c.targetJob(rng))
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	f.Target = in.name
 	led := c.ledBy(in.name)
 	f.Start = time.Now()
+	return in, led, nil
+}
+
+func (c *cluster) killLeader(ctx context.Context, rng *rand.Rand, f *Fault) error {
+	in, led, err := c.strikeLeader(ctx, rng, f)
+	if err != nil {
+		return err
+	}
 	if err := in.signal(syscall.SIGKILL); err != nil {
 		return err
 	}
@@ -255,13 +266,10 @@ func (c *cluster) killLeader(ctx context.Context, rng *rand.Rand, f *Fault) erro
 }
 
 func (c *cluster) pauseLeader(ctx context.Context, rng *rand.Rand, f *Fault) error {
-	in, err := c.leaderOf(ctx, c.targetJob(rng))
+	in, led, err := c.strikeLeader(ctx, rng, f)
 	if err != nil {
 		return err
 	}
-	f.Target = in.name
-	led := c.ledBy(in.name)
-	f.Start = time.Now()
 	if err := in.signal(syscall.SIGSTOP); err != nil {
 		return err
 	}
@@ -350,13 +358,10 @@ func (c *cluster) slowProbeLeader(ctx context.Context) (*instance, error) {
 }
 
 func (c *cluster) termLeader(ctx context.Context, rng *rand.Rand, f *Fault) error {
-	in, err := c.leaderOf(ctx, c.targetJob(rng))
+	in, led, err := c.strikeLeader(ctx, rng, f)
 	if err != nil {
 		return err
 	}
-	f.Target = in.name
-	led := c.ledBy(in.name)
-	f.Start = time.Now()
 	if err := in.signal(syscall.SIGTERM); err != nil {
 		return err
 	}
