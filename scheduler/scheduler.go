@@ -81,6 +81,8 @@ type Scheduler struct {
 	// left is closed once this instance has deregistered at shutdown; terms
 	// are resigned after it, so that their successors see it gone.
 	left chan struct{}
+	// records are the job_runs writes in flight (recordFinish).
+	records sync.WaitGroup
 }
 
 // job is one configured job and its live state.
@@ -227,6 +229,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		go func() { defer wg.Done(); s.watchResignRequests(ctx) }()
 	}
 	wg.Wait()
+	s.records.Wait()
 	s.log.Info("scheduler stopped")
 	return nil
 }
@@ -411,7 +414,7 @@ func (s *Scheduler) call(ctx context.Context, j *job, r *Run) (err error) {
 		}
 		result := classify(ctx, err)
 		s.m.runs.WithLabelValues(j.spec.Name, result).Inc()
-		s.recordFinish(ctx, j, rec, result, err)
+		s.recordFinish(j, rec, result, err)
 		switch result {
 		case "ok", "cancelled":
 			r.Log.Debug("run finished", "result", result)

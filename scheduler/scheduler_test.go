@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/internal/jobtest"
 	"github.com/snip/snip-jobs/scheduler"
@@ -403,4 +405,86 @@ func TestEquallyLoadedInstancesTakeOverWithoutHoldingBack(t *testing.T) {
 			t.Errorf("%s held back while taking over from a crashed instance it was as loaded as", name)
 		}
 	}
+}
+
+// The job_runs record of a run is bookkeeping: a database slow to take it (here,
+// job_runs locked by an operator's transaction) never holds a term's end
+// past the job's return. The job returns at once when its term ends, so the
+// hand-overs below see no overrun, whether the run's start or its end is the
+// record waiting; the end is written once the table is free again (the job
+// returned nil: "ok").
+func TestRecordingARunNeverHoldsTheEndOfItsTerm(t *testing.T) {
+	c := newCluster(t)
+	patient := scheduler.Type{Name: "patient", New: func(scheduler.Env, configs.Job) (scheduler.Job, error) {
+		return scheduler.JobFunc(func(ctx context.Context, r *scheduler.Run) error {
+			<-ctx.Done()
+			return nil
+		}), nil
+	}}
+	job := jobtest.Continuous("aggregator", "patient")
+	job.Grace = 2 * time.Second // below the 5 s a job_runs write may take
+	reg := jobtest.Registry(t, patient)
+	ctx, cancel := context.WithTimeout(context.Background(), jobtest.Patience)
+	defer cancel()
+	lockRuns := func() pgx.Tx {
+		t.Helper()
+		tx, err := c.DB.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = tx.Rollback(context.Background()) }) // before the pool closes, if the test fails
+		if _, err := tx.Exec(ctx, `LOCK TABLE job_runs IN EXCLUSIVE MODE`); err != nil { // reads go on; writes wait
+			t.Fatal(err)
+		}
+		return tx
+	}
+	resign := func(from string) {
+		t.Helper()
+		before, after, err := scheduler.RequestResign(ctx, c.Obs, c.Prefix, "aggregator")
+		if err != nil || before.Instance != from || after == nil || after.Instance == from {
+			t.Fatalf("resign request: before %+v, after %+v, err %v; want the job moved away from %s", before, after, err, from)
+		}
+	}
+	overruns := func(nodes ...*jobtest.Node) (n float64) {
+		for _, node := range nodes {
+			n += node.MetricSum(t, "snip_jobs_overruns_total")
+		}
+		return n
+	}
+
+	// The start of server-1's run waits for the table when its term ends.
+	lock := lockRuns()
+	one := c.Start("server-1", reg, []configs.Job{job})
+	jobtest.Eventually(t, "server-1 to lead", func() bool { l, ok := c.Leader("aggregator"); return ok && l.Instance == "server-1" })
+	two := c.Start("server-2", reg, []configs.Job{job})
+	jobtest.Eventually(t, "server-2 to wait for the job", func() bool { return two.Session.Stats().Waiting == 1 })
+	resign("server-1")
+	if got := overruns(one, two); got != 0 {
+		t.Fatalf("overruns = %v with the start of a run waiting on job_runs, want 0", got)
+	}
+	if err := lock.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Server-2's run has been recorded; the end of that run waits for the table.
+	var id int64
+	jobtest.Eventually(t, "server-2's run to be recorded", func() bool {
+		return c.DB.QueryRow(ctx, `SELECT id FROM job_runs WHERE job = 'aggregator' AND instance = 'server-2' AND finished_at IS NULL`).Scan(&id) == nil
+	})
+	jobtest.Eventually(t, "server-1 to wait for the job", func() bool { return one.Session.Stats().Waiting == 1 })
+	lock = lockRuns()
+	resign("server-2")
+	if got := overruns(one, two); got != 0 {
+		t.Fatalf("overruns = %v with the end of a run waiting on job_runs, want 0", got)
+	}
+	var result *string
+	if err := c.DB.QueryRow(ctx, `SELECT result FROM job_runs WHERE id = $1`, id).Scan(&result); err != nil || result != nil {
+		t.Fatalf("run %d: result %v, err %v; want none yet: job_runs is locked", id, result, err)
+	}
+	if err := lock.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	jobtest.Eventually(t, "server-2's run to be recorded as finished", func() bool {
+		return c.DB.QueryRow(ctx, `SELECT result FROM job_runs WHERE id = $1`, id).Scan(&result) == nil && result != nil && *result == "ok"
+	})
 }

@@ -116,6 +116,8 @@ func (c databaseClaims) skip(ctx context.Context, j *job, slots []time.Time) (in
 }
 
 func (c databaseClaims) release(ctx context.Context, j *job, slot time.Time, token int64) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
 	_, err := c.s.cfg.Pool.Exec(ctx, `UPDATE cron_slots SET claim_until = now()
 		WHERE job = $1 AND slot = $2 AND token = $3 AND state = 'running'`, j.spec.Name, slot, token)
 	if err != nil {

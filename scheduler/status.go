@@ -40,11 +40,13 @@ type SlotRecord struct {
 }
 
 // recordStart logs the start of a run in job_runs (best-effort: a database
-// outage must not stop jobs that do not need it).
+// outage must not stop jobs that do not need it). It gives up when ctx (the
+// run's) ends: a run whose term is over does nothing worth recording, and a
+// slow database must not keep a job from returning within its grace period.
 func (s *Scheduler) recordStart(ctx context.Context, j *job, r *Run) *RunRecord {
 	rec := &RunRecord{Instance: s.instance, Token: r.Token, Slot: r.Slot, Started: time.Now()}
 	if s.cfg.Pool != nil {
-		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		bctx, cancel := context.WithTimeout(ctx, recordTimeout)
 		defer cancel()
 		var slot *time.Time
 		if !r.Slot.IsZero() {
@@ -62,7 +64,15 @@ func (s *Scheduler) recordStart(ctx context.Context, j *job, r *Run) *RunRecord 
 	return rec
 }
 
-func (s *Scheduler) recordFinish(ctx context.Context, j *job, rec *RunRecord, result string, runErr error) {
+// recordTimeout bounds each write to job_runs.
+const recordTimeout = 5 * time.Second
+
+// recordFinish logs the end of a run: at once in memory (status), and in
+// job_runs in the background, so that the run's caller — and the end of a term
+// waiting for its job — never waits on that write (over a slow database link
+// it could take longer than the job's grace). Run waits for these writes
+// before it returns.
+func (s *Scheduler) recordFinish(j *job, rec *RunRecord, result string, runErr error) {
 	done := *rec
 	done.Finished, done.Result = time.Now(), result
 	if runErr != nil {
@@ -74,16 +84,18 @@ func (s *Scheduler) recordFinish(ctx context.Context, j *job, rec *RunRecord, re
 	if s.cfg.Pool == nil || rec.ID == 0 {
 		return
 	}
-	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
 	var msg *string
 	if runErr != nil {
 		msg = &done.Error
 	}
-	if _, err := s.cfg.Pool.Exec(bctx, `UPDATE job_runs SET finished_at = now(), result = $2, error = $3 WHERE id = $1`,
-		rec.ID, result, msg); err != nil {
-		j.log.Debug("cannot log the run's end", "err", err)
-	}
+	s.records.Go(func() {
+		bctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
+		defer cancel()
+		if _, err := s.cfg.Pool.Exec(bctx, `UPDATE job_runs SET finished_at = now(), result = $2, error = $3 WHERE id = $1`,
+			rec.ID, result, msg); err != nil {
+			j.log.Debug("cannot log the run's end", "run", rec.ID, "err", err)
+		}
+	})
 }
 
 // JobStatus is this instance's view of one job.
