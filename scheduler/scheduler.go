@@ -319,6 +319,9 @@ wait:
 		}
 	}
 	cause := context.Cause(jctx)
+	// How the hand-over's time is spent, for the "term over" line.
+	ending := time.Now()
+	var stopped, recorded, resigned time.Duration
 	if done != nil {
 		grace := time.NewTimer(j.spec.Grace)
 		select {
@@ -333,8 +336,10 @@ wait:
 		cause = ended
 	}
 
+	stopped = time.Since(ending)
 	s.bookkeep(ctx, `UPDATE job_terms SET ended_at = now(), reason = $3 WHERE job = $1 AND token = $2`,
 		j.spec.Name, term.Token(), endLabel(cause, term))
+	recorded = time.Since(ending)
 	// Hand over at once. Resign is guarded by the token: if a successor already
 	// holds the key, it is left alone. At shutdown, deregister first.
 	if errors.Is(cause, errShutdown) {
@@ -345,6 +350,7 @@ wait:
 		log.Warn("resign failed; the successor waits for the lease", "err", err)
 	}
 	cancel()
+	resigned = time.Since(ending)
 
 	j.mu.Lock()
 	j.term, j.stop = nil, nil
@@ -353,7 +359,8 @@ wait:
 	s.m.leader.WithLabelValues(j.spec.Name).Set(0)
 	s.m.token.WithLabelValues(j.spec.Name).Set(0)
 	s.m.termEnds.WithLabelValues(j.spec.Name, endLabel(cause, term)).Inc()
-	log.Info("term over", "why", endLabel(cause, term), "cause", cause, "held_for", time.Since(term.Started()).Round(time.Millisecond))
+	log.Info("term over", "why", endLabel(cause, term), "cause", cause, "held_for", time.Since(term.Started()).Round(time.Millisecond),
+		"job_stopped_after", stopped, "recorded_after", recorded, "resigned_after", resigned)
 	return cause
 }
 

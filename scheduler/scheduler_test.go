@@ -112,12 +112,14 @@ func TestShutdownHandsOverWithoutWaitingForExpiry(t *testing.T) {
 		t.Fatal("the successor won only when the stopped leader's lease would have expired")
 	}
 	checkOneWriterAtATime(t, c, "aggregator")
-	terms, _, err := scheduler.History(context.Background(), c.DB, time.Time{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(terms) == 0 || terms[0].Token != first.Token || terms[0].Reason != "shutdown" || terms[0].Ended.IsZero() {
-		t.Fatalf("term history %+v; want the stopped term %d ended by shutdown", terms, first.Token)
+	var terms []scheduler.TermRecord
+	jobtest.Eventually(t, "both terms in the history", func() bool {
+		var err error
+		terms, _, err = scheduler.History(context.Background(), c.DB, time.Time{})
+		return err == nil && len(terms) == 2
+	})
+	if terms[0].Token != first.Token || terms[0].Reason != "shutdown" || terms[0].Ended.IsZero() || terms[0].Ended.After(terms[1].Started) {
+		t.Fatalf("term history %+v; want the stopped term %d ended by shutdown, before its successor started", terms, first.Token)
 	}
 }
 
