@@ -2,18 +2,21 @@ package certrenew_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/letsencrypt/pebble/v2/ca"
 
 	"github.com/snip/snip-jobs/fencing"
+	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/jobs/certrenew"
 )
 
@@ -336,6 +339,64 @@ func TestLeaderKilledMidOrderIsResumedBySuccessor(t *testing.T) {
 	}
 	if string(keyPEM) != string(cur.KeyPEM) {
 		t.Errorf("the successor did not reuse the key of the interrupted order")
+	}
+}
+
+// A term that ends while lego waits for the CA to issue (the order still
+// "processing") stops its pass at once: lego's own wait would poll and sleep
+// until order_timeout (an hour here) whatever the context says. The order is
+// left in flight and the successor completes it.
+func TestTermEndingWhileTheCAProcessesStopsThePassAtOnce(t *testing.T) {
+	c := newCluster(t, clusterOptions{options: func(o *certrenew.Options) { o.OrderTimeout = time.Hour }})
+	const d = "processing.customer.test"
+	c.addDomains("active", d)
+	leader := c.lead("a", 10)
+	var finalized atomic.Bool
+	c.ca.setHook(func(ev *caEvent, w http.ResponseWriter, pebble func()) {
+		switch {
+		case ev.Kind == "finalize" && ev.Domains[0] == d:
+			pebble()
+			if rec := w.(*httptest.ResponseRecorder); rec.Code == http.StatusOK {
+				// Issuing takes a while: lego must poll the order.
+				var order map[string]any
+				if err := json.Unmarshal(rec.Body.Bytes(), &order); err == nil {
+					order["status"] = "processing"
+					delete(order, "certificate")
+					body, _ := json.Marshal(order)
+					rec.Body.Reset()
+					rec.Body.Write(body)
+					rec.Header().Del("Content-Length")
+					finalized.Store(true)
+				}
+			}
+		case ev.Kind == "other" && finalized.Load():
+			leader.kill() // as lego polls the order
+			pebble()
+		default:
+			pebble()
+		}
+	})
+	done := make(chan error, 1)
+	go func() { done <- leader.pass() }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("pass of the ended term: %v, want context.Canceled", err)
+		}
+	case <-time.After(testenv.Patience):
+		t.Fatalf("the pass of a term that ended while lego polled a processing order did not return in %v", testenv.Patience)
+	}
+	if !finalized.Load() {
+		t.Fatal("the order was never finalized: the test did not reach lego's wait")
+	}
+	c.ca.setHook(nil)
+	if tok := c.int(`SELECT order_token FROM certrenew_domains WHERE domain = $1`, d); tok != 10 {
+		t.Fatalf("order in flight recorded with token %d, want 10", tok)
+	}
+	c.lead("b", 20).mustPass()
+	c.assertOneCurrentValidCertificate(d)
+	if cur := c.current(d); cur.Token != 20 {
+		t.Errorf("current certificate stored by token %d, want 20", cur.Token)
 	}
 }
 

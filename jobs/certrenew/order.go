@@ -125,7 +125,7 @@ func (p *pass) order(ctx context.Context, client *lego.Client, d *domain, log *s
 	}
 
 	octx, obs := observe(ctx)
-	res, err := client.Certificate.Obtain(octx, certificate.ObtainRequest{
+	res, err := obtain(octx, client, certificate.ObtainRequest{
 		Domains:        []string{d.name},
 		PrivateKey:     key,
 		Bundle:         true,
@@ -159,6 +159,31 @@ func (p *pass) order(ctx context.Context, client *lego.Client, d *domain, log *s
 			return
 		}
 		log.ErrorContext(ctx, "could not store the certificate", "order_id", orderID, "err", err)
+	}
+}
+
+// obtain is client.Certificate.Obtain, except that it returns as soon as ctx
+// ends. lego's wait for an order the CA is still processing polls and sleeps
+// until the order timeout without looking at the context (its requests fail
+// at once, but the loop goes on), so a term that ended during that wait would
+// otherwise hold its pass, and the hand-over behind it, for up to
+// order_timeout. The abandoned call finishes by itself within that time,
+// without reaching the CA; nobody reads its result.
+func obtain(ctx context.Context, client *lego.Client, req certificate.ObtainRequest) (*certificate.Resource, error) {
+	type result struct {
+		res *certificate.Resource
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := client.Certificate.Obtain(ctx, req)
+		done <- result{res, err}
+	}()
+	select {
+	case r := <-done:
+		return r.res, r.err
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
 	}
 }
 
