@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -145,6 +146,16 @@ func (r *Report) Markdown() string {
 		r.Reports.Reports, r.Reports.SlotsDone, r.Reports.SlotsSkipped, r.Reports.SlotsOpen)
 	fmt.Fprintf(&b, "Certificates: %d stored for %d domains; the CA issued %d (%d beyond one per domain); %d domains older than a minute without one.\n",
 		r.Certs.Stored, r.Certs.Domains, r.Certs.Issued, r.Certs.DuplicateIssued, r.Certs.WithoutAfter60s)
+	b.WriteString("Grace overruns (a run still going after its term's end + grace, from the instances' logs): ")
+	if len(r.Overruns) == 0 {
+		b.WriteString("none.\n")
+	} else {
+		var parts []string
+		for _, job := range slices.Sorted(maps.Keys(r.Overruns)) {
+			parts = append(parts, fmt.Sprintf("%s %d", job, r.Overruns[job]))
+		}
+		b.WriteString(strings.Join(parts, ", ") + ".\n")
+	}
 	if len(r.Violations) > 0 {
 		b.WriteString("\nViolations (first 20):\n\n")
 		for i, v := range r.Violations {

@@ -2,12 +2,15 @@ package chaos
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/snip/snip-jobs/leadership"
+	"github.com/snip/snip-jobs/scheduler"
 )
 
 // Options configures a run.
@@ -54,6 +57,10 @@ type Report struct {
 	Reports    ReportStats
 	Certs      CertStats
 	Load       LoadStats
+	// Overruns counts, per job, the runs still going after the grace period
+	// that followed the end of their term (from the instances' logs): each
+	// held that job's next campaign on its instance.
+	Overruns map[string]int
 }
 
 // ProbeStats summarises the probe's accepted writes.
@@ -196,6 +203,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		tokens[r.Token] = true
 	}
 	rep.Probe = ProbeStats{Writes: len(f.probe), Terms: len(tokens), Rejections: f.rejections, TermsAll: len(f.terms)}
+	rep.Overruns = overruns(c.instances)
 	if o.KeepDir {
 		o.Log.Info("kept the run's folder", "dir", c.dir)
 	}
@@ -229,4 +237,19 @@ func (c *cluster) waitCaughtUp(ctx context.Context) error {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// overruns counts the overrun lines of the instances' logs (JSON, one object
+// per line; every start of an instance appends to its file), per job.
+func overruns(instances []*instance) map[string]int {
+	n := map[string]int{}
+	for _, in := range instances {
+		for line := range strings.Lines(in.logs()) {
+			var e struct{ Msg, Job string }
+			if json.Unmarshal([]byte(line), &e) == nil && e.Msg == scheduler.MsgOverrun {
+				n[e.Job]++
+			}
+		}
+	}
+	return n
 }

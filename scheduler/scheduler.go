@@ -328,7 +328,7 @@ wait:
 		case ended = <-done:
 		case <-grace.C:
 			s.m.overruns.WithLabelValues(j.spec.Name).Inc()
-			log.Error("job still running after its grace period; its fenced writes will be refused", "grace", j.spec.Grace, "cause", cause)
+			log.Error(MsgOverrun, "grace", j.spec.Grace, "cause", cause)
 		}
 		grace.Stop()
 	}
@@ -363,6 +363,11 @@ wait:
 		"job_stopped_after", stopped, "recorded_after", recorded, "resigned_after", resigned)
 	return cause
 }
+
+// MsgOverrun is the message of the log line (level ERROR, with job, instance,
+// token, grace and cause) for a run still going after the grace period that
+// followed the end of its term.
+const MsgOverrun = "job still running after its grace period; its fenced writes will be refused"
 
 // handedOver reports whether a lead ended by this instance's choice while the
 // term was still good: watchdog, panic, operator request or spread.

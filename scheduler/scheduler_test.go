@@ -434,8 +434,10 @@ func TestRecordingARunNeverHoldsTheEndOfItsTerm(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = tx.Rollback(context.Background()) }) // before the pool closes, if the test fails
-		if _, err := tx.Exec(ctx, `LOCK TABLE job_runs IN EXCLUSIVE MODE`); err != nil { // reads go on; writes wait
+		// Rolled back before the pool closes, should the test fail.
+		t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+		// Reads go on; writes wait.
+		if _, err := tx.Exec(ctx, `LOCK TABLE job_runs IN EXCLUSIVE MODE`); err != nil {
 			t.Fatal(err)
 		}
 		return tx
