@@ -31,7 +31,14 @@ type Config struct {
 	Session *leadership.Session
 	// Pool is the PostgreSQL pool for fenced writes, cron slots and the run log.
 	// Required when any job is a singleton or a cron job.
-	Pool    *pgxpool.Pool
+	Pool *pgxpool.Pool
+	// Records is the pool for the scheduler's own records (job_terms,
+	// job_runs, fence_rejections); nil: Pool. A small pool of its own keeps
+	// them off the jobs' connections, which a cancelled job's statement
+	// closes: at a hand-over the end of a term is then written in one round
+	// trip on a warm connection, not after a new connection is made, and the
+	// resignation that follows it is not kept waiting.
+	Records *pgxpool.Pool
 	Log     *slog.Logger
 	Metrics prometheus.Registerer // nil: not exported
 	Mux     *http.ServeMux        // handed to job types; nil gets a private one
@@ -81,8 +88,8 @@ type Scheduler struct {
 	// left is closed once this instance has deregistered at shutdown; terms
 	// are resigned after it, so that their successors see it gone.
 	left chan struct{}
-	// records are the job_runs writes in flight (recordFinish).
-	records sync.WaitGroup
+	// recordWrites are the job_runs writes in flight (recordFinish).
+	recordWrites sync.WaitGroup
 }
 
 // job is one configured job and its live state.
@@ -229,7 +236,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		go func() { defer wg.Done(); s.watchResignRequests(ctx) }()
 	}
 	wg.Wait()
-	s.records.Wait()
+	s.recordWrites.Wait()
 	s.log.Info("scheduler stopped")
 	return nil
 }
@@ -525,16 +532,25 @@ func (s *Scheduler) spreadDelay() time.Duration {
 	return max(500*time.Millisecond, s.cfg.Session.Config().RenewInterval/2)
 }
 
+// records is the pool the scheduler's own records are written through.
+func (s *Scheduler) records() *pgxpool.Pool {
+	if s.cfg.Records != nil {
+		return s.cfg.Records
+	}
+	return s.cfg.Pool
+}
+
 // bookkeep runs one best-effort statement of the scheduler's own records
 // (job_terms, fence_rejections): bounded by a second, done even at shutdown,
 // and its failure never stops a job.
 func (s *Scheduler) bookkeep(ctx context.Context, sql string, args ...any) {
-	if s.cfg.Pool == nil {
+	records := s.records()
+	if records == nil {
 		return
 	}
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
-	if _, err := s.cfg.Pool.Exec(bctx, sql, args...); err != nil {
+	if _, err := records.Exec(bctx, sql, args...); err != nil {
 		s.log.Debug("bookkeeping write failed", "err", err)
 	}
 }

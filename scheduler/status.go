@@ -45,14 +45,14 @@ type SlotRecord struct {
 // slow database must not keep a job from returning within its grace period.
 func (s *Scheduler) recordStart(ctx context.Context, j *job, r *Run) *RunRecord {
 	rec := &RunRecord{Instance: s.instance, Token: r.Token, Slot: r.Slot, Started: time.Now()}
-	if s.cfg.Pool != nil {
+	if records := s.records(); records != nil {
 		bctx, cancel := context.WithTimeout(ctx, recordTimeout)
 		defer cancel()
 		var slot *time.Time
 		if !r.Slot.IsZero() {
 			slot = &r.Slot
 		}
-		err := s.cfg.Pool.QueryRow(bctx, `INSERT INTO job_runs (job, instance, token, slot) VALUES ($1, $2, $3, $4) RETURNING id`,
+		err := records.QueryRow(bctx, `INSERT INTO job_runs (job, instance, token, slot) VALUES ($1, $2, $3, $4) RETURNING id`,
 			j.spec.Name, s.instance, r.Token, slot).Scan(&rec.ID)
 		if err != nil {
 			r.Log.Debug("cannot log the run's start", "err", err)
@@ -81,17 +81,18 @@ func (s *Scheduler) recordFinish(j *job, rec *RunRecord, result string, runErr e
 	j.mu.Lock()
 	j.last = &done
 	j.mu.Unlock()
-	if s.cfg.Pool == nil || rec.ID == 0 {
+	records := s.records()
+	if records == nil || rec.ID == 0 {
 		return
 	}
 	var msg *string
 	if runErr != nil {
 		msg = &done.Error
 	}
-	s.records.Go(func() {
+	s.recordWrites.Go(func() {
 		bctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
 		defer cancel()
-		if _, err := s.cfg.Pool.Exec(bctx, `UPDATE job_runs SET finished_at = now(), result = $2, error = $3 WHERE id = $1`,
+		if _, err := records.Exec(bctx, `UPDATE job_runs SET finished_at = now(), result = $2, error = $3 WHERE id = $1`,
 			rec.ID, result, msg); err != nil {
 			j.log.Debug("cannot log the run's end", "run", rec.ID, "err", err)
 		}

@@ -137,8 +137,9 @@ func newEtcdClient(f *configs.File, endpoints []string, log *slog.Logger) (*clie
 
 // openPool builds a PostgreSQL pool from the config's database URL. It does
 // not connect: connections are made when first needed. Neither the URL nor a
-// parse error quoting it is ever shown.
-func openPool(ctx context.Context, f *configs.File, purpose string) (*pgxpool.Pool, error) {
+// parse error quoting it is ever shown. tune, if any, adjusts the pool's
+// settings after the URL's.
+func openPool(ctx context.Context, f *configs.File, purpose string, tune ...func(*pgxpool.Config)) (*pgxpool.Pool, error) {
 	url, err := f.DatabaseURL()
 	if err != nil {
 		return nil, fmt.Errorf("database URL: %w", err)
@@ -152,6 +153,9 @@ func openPool(ctx context.Context, f *configs.File, purpose string) (*pgxpool.Po
 	}
 	if _, set := pc.ConnConfig.RuntimeParams["application_name"]; !set {
 		pc.ConnConfig.RuntimeParams["application_name"] = "snip-jobs " + purpose + " " + f.Instance
+	}
+	for _, t := range tune {
+		t(pc)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {

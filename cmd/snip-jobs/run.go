@@ -102,6 +102,7 @@ type runner struct {
 	notify         notifier
 
 	pool     *pgxpool.Pool
+	records  *pgxpool.Pool // the scheduler's own records (scheduler.Config.Records)
 	embedded *etcdlocal.Server
 	etcd     *clientv3.Client
 	session  *leadership.Session
@@ -199,6 +200,10 @@ func (r *runner) start(ctx context.Context) error {
 		return fmt.Errorf("%w (run needs PostgreSQL: set it in the environment or the file the config names)", err)
 	}
 	r.pool = pool
+	// One warm connection, rarely two: a term's start and end, a run's.
+	if r.records, err = openPool(ctx, f, "records", func(c *pgxpool.Config) { c.MaxConns, c.MinConns = 2, 1 }); err != nil {
+		return err
+	}
 	if err := pingDB(ctx, pool, dbPingTimeout); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -231,7 +236,7 @@ func (r *runner) start(ctx context.Context) error {
 	)
 	mux := http.NewServeMux()
 	sched, err := scheduler.New(scheduler.Config{
-		File: f, Registry: registry(), Session: r.session, Pool: r.pool, Log: r.log, Metrics: reg, Mux: mux,
+		File: f, Registry: registry(), Session: r.session, Pool: r.pool, Records: r.records, Log: r.log, Metrics: reg, Mux: mux,
 	})
 	if err != nil {
 		return err
@@ -373,16 +378,20 @@ func (r *runner) shutdown(stopJobs func(), schedDone <-chan struct{}) error {
 	if r.embedded != nil {
 		r.embedded.Close()
 	}
-	if r.pool != nil {
+	for _, p := range []*pgxpool.Pool{r.pool, r.records} {
+		if p == nil {
+			continue
+		}
 		// Close waits for every connection to be released; a job that ignores
 		// its context may hold one forever.
 		closed := make(chan struct{})
-		go func() { r.pool.Close(); close(closed) }()
+		go func() { p.Close(); close(closed) }()
 		pctx, pcancel := stepCtx()
 		select {
 		case <-closed:
 		case <-pctx.Done():
-			r.ilog.Warn("database pool still has connections in use; exiting without waiting for them")
+			r.ilog.Warn("database pool still has connections in use; exiting without waiting for them",
+				"pool", p.Config().ConnConfig.RuntimeParams["application_name"])
 		}
 		pcancel()
 	}
