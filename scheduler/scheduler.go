@@ -147,7 +147,7 @@ func New(cfg Config) (*Scheduler, error) {
 			fencing.WithRejectHook(func(resource string, token, current int64) {
 				s.m.rejections.WithLabelValues(resource).Inc()
 				s.log.Warn("fenced write refused: a newer term has written", "resource", resource, "token", token, "current", current)
-				s.bookkeep(context.Background(), `INSERT INTO fence_rejections (resource, token, current, instance) VALUES ($1, $2, $3, $4)`,
+				s.bookkeep(context.Background(), sqlRejection,
 					resource, token, current, s.instance)
 			}))
 	}
@@ -290,7 +290,7 @@ func (s *Scheduler) lead(ctx context.Context, j *job, term *leadership.Term) err
 	log.Info("leading", "lease", int64(term.Lease()))
 	// Recorded before the job starts and closed before resigning, so that in the
 	// history (database clock) a term's end precedes its successor's start.
-	s.bookkeep(ctx, `INSERT INTO job_terms (job, token, instance) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`,
+	s.bookkeep(ctx, sqlTermStart,
 		j.spec.Name, term.Token(), s.instance)
 
 	mk := func(slot time.Time) *Run { return s.newRun(j, term.Token(), slot, "", term.Valid) }
@@ -344,7 +344,7 @@ wait:
 	}
 
 	stopped = time.Since(ending)
-	s.bookkeep(ctx, `UPDATE job_terms SET ended_at = now(), reason = $3 WHERE job = $1 AND token = $2`,
+	s.bookkeep(ctx, sqlTermEnd,
 		j.spec.Name, term.Token(), endLabel(cause, term))
 	recorded = time.Since(ending)
 	// Hand over at once. Resign is guarded by the token: if a successor already

@@ -52,7 +52,7 @@ func (s *Scheduler) recordStart(ctx context.Context, j *job, r *Run) *RunRecord 
 		if !r.Slot.IsZero() {
 			slot = &r.Slot
 		}
-		err := records.QueryRow(bctx, `INSERT INTO job_runs (job, instance, token, slot) VALUES ($1, $2, $3, $4) RETURNING id`,
+		err := records.QueryRow(bctx, sqlRunStart,
 			j.spec.Name, s.instance, r.Token, slot).Scan(&rec.ID)
 		if err != nil {
 			r.Log.Debug("cannot log the run's start", "err", err)
@@ -62,6 +62,32 @@ func (s *Scheduler) recordStart(ctx context.Context, j *job, r *Run) *RunRecord 
 	j.last = rec
 	j.mu.Unlock()
 	return rec
+}
+
+// The statements of the scheduler's own records.
+const (
+	sqlTermStart = `INSERT INTO job_terms (job, token, instance) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`
+	sqlTermEnd   = `UPDATE job_terms SET ended_at = now(), reason = $3 WHERE job = $1 AND token = $2`
+	sqlRunStart  = `INSERT INTO job_runs (job, instance, token, slot) VALUES ($1, $2, $3, $4) RETURNING id`
+	sqlRunEnd    = `UPDATE job_runs SET finished_at = now(), result = $2, error = $3 WHERE id = $1`
+	sqlRejection = `INSERT INTO fence_rejections (resource, token, current, instance) VALUES ($1, $2, $3, $4)`
+)
+
+// WarmRecords prepares on conn the statements the scheduler writes its
+// records with, under their own text as name, so that pgx uses them without a
+// parse. Make it the AfterConnect hook of the Records pool (Config.Records):
+// a record written on a fresh connection then costs one round trip, not the
+// parse of a cold backend, which took 20–90 ms under load in the
+// fault-injection runs — at a hand-over, before the resignation. A
+// statement that cannot be prepared (its table not migrated yet) is parsed
+// when first used instead: WarmRecords never fails a connection.
+func WarmRecords(ctx context.Context, conn *pgx.Conn) error {
+	for _, sql := range []string{sqlTermStart, sqlTermEnd, sqlRunStart, sqlRunEnd, sqlRejection} {
+		if _, err := conn.Prepare(ctx, sql, sql); err != nil && ctx.Err() != nil {
+			break
+		}
+	}
+	return nil
 }
 
 // recordTimeout bounds each write to job_runs.
@@ -92,7 +118,7 @@ func (s *Scheduler) recordFinish(j *job, rec *RunRecord, result string, runErr e
 	s.recordWrites.Go(func() {
 		bctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
 		defer cancel()
-		if _, err := records.Exec(bctx, `UPDATE job_runs SET finished_at = now(), result = $2, error = $3 WHERE id = $1`,
+		if _, err := records.Exec(bctx, sqlRunEnd,
 			rec.ID, result, msg); err != nil {
 			j.log.Debug("cannot log the run's end", "run", rec.ID, "err", err)
 		}

@@ -200,8 +200,11 @@ func (r *runner) start(ctx context.Context) error {
 		return fmt.Errorf("%w (run needs PostgreSQL: set it in the environment or the file the config names)", err)
 	}
 	r.pool = pool
-	// One warm connection, rarely two: a term's start and end, a run's.
-	if r.records, err = openPool(ctx, f, "records", func(c *pgxpool.Config) { c.MaxConns, c.MinConns = 2, 1 }); err != nil {
+	// Two connections, kept open and warm: a term's start or end and a run's
+	// record may be written at once.
+	if r.records, err = openPool(ctx, f, "records", func(c *pgxpool.Config) {
+		c.MaxConns, c.MinConns, c.AfterConnect = 2, 2, scheduler.WarmRecords
+	}); err != nil {
 		return err
 	}
 	if err := pingDB(ctx, pool, dbPingTimeout); err != nil {
