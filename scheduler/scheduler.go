@@ -344,9 +344,6 @@ wait:
 	}
 
 	stopped = time.Since(ending)
-	s.bookkeep(ctx, sqlTermEnd,
-		j.spec.Name, term.Token(), endLabel(cause, term))
-	recorded = time.Since(ending)
 	// Hand over at once. Resign is guarded by the token: if a successor already
 	// holds the key, it is left alone. At shutdown, deregister first.
 	if errors.Is(cause, errShutdown) {
@@ -358,6 +355,11 @@ wait:
 	}
 	cancel()
 	resigned = time.Since(ending)
+	// The end is recorded after the hand-over, off its path: under load that
+	// write took up to ~90 ms. Its successor may record its start first;
+	// History puts a handed-over term's end no later than that start.
+	s.bookkeep(ctx, sqlTermEnd, j.spec.Name, term.Token(), endLabel(cause, term))
+	recorded = time.Since(ending)
 
 	j.mu.Lock()
 	j.term, j.stop = nil, nil
@@ -367,7 +369,7 @@ wait:
 	s.m.token.WithLabelValues(j.spec.Name).Set(0)
 	s.m.termEnds.WithLabelValues(j.spec.Name, endLabel(cause, term)).Inc()
 	log.Info("term over", "why", endLabel(cause, term), "cause", cause, "held_for", time.Since(term.Started()).Round(time.Millisecond),
-		"job_stopped_after", stopped, "recorded_after", recorded, "resigned_after", resigned)
+		"job_stopped_after", stopped, "resigned_after", resigned, "recorded_after", recorded)
 	return cause
 }
 
@@ -382,6 +384,11 @@ func handedOver(cause error) bool {
 	return errors.Is(cause, errWatchdog) || errors.Is(cause, errResignRequested) ||
 		errors.Is(cause, errRebalance) || errors.As(cause, new(*PanicError))
 }
+
+// handOverLabels are the endLabels of terms their instance resigned while they
+// still held: the job had stopped before the resignation, and the end was
+// recorded after it (see History).
+var handOverLabels = []string{"shutdown", "watchdog", "resign-request", "rebalance", "panic", string(leadership.ReasonResigned)}
 
 // endLabel names why a lead ended, for metrics and logs.
 func endLabel(cause error, term *leadership.Term) string {

@@ -316,7 +316,8 @@ func RequestResign(ctx context.Context, cli *clientv3.Client, prefix, job string
 
 // TermRecord is one term as recorded in job_terms (database clock). Ended is
 // zero while the term runs, and stays zero for a term whose instance died:
-// the next term's start bounds it.
+// the next term's start bounds it. History never ends a term its instance
+// handed over after its successor's start.
 type TermRecord struct {
 	Job      string    `json:"job"`
 	Token    int64     `json:"token"`
@@ -338,15 +339,23 @@ type Rejection struct {
 // History reads the terms that overlap [since, now] and the refused writes
 // after since, oldest first. A term whose instance died without closing it
 // ends, for this purpose, when its successor started.
+//
+// A term its instance handed over (resigned while it held: shutdown, an
+// operator's request, the watchdog, a rebalance, a panic) ends no later than
+// its successor's start: it records its end after resigning, so that write
+// may land after the successor's. A later recorded end is kept for the other
+// terms: an instance paused or cut off noticed late that its term had ended.
 func History(ctx context.Context, pool *pgxpool.Pool, since time.Time) ([]TermRecord, []Rejection, error) {
 	// A term never closed is either running (the job's newest) or was lost with
 	// its instance, in which case its successor's start bounds it.
-	rows, err := pool.Query(ctx, `SELECT job, token, instance, started_at, ended_at, coalesce(reason, '')
-		FROM job_terms t
-		WHERE ended_at >= $1
-		   OR (ended_at IS NULL AND coalesce((SELECT min(n.started_at) FROM job_terms n
-		       WHERE n.job = t.job AND n.token > t.token), 'infinity') >= $1)
-		ORDER BY started_at, token`, since)
+	rows, err := pool.Query(ctx, `SELECT t.job, t.token, t.instance, t.started_at,
+			CASE WHEN t.reason = ANY ($2) THEN least(t.ended_at, next.started_at) ELSE t.ended_at END,
+			coalesce(t.reason, '')
+		FROM job_terms t,
+		LATERAL (SELECT min(n.started_at) AS started_at FROM job_terms n WHERE n.job = t.job AND n.token > t.token) next
+		WHERE t.ended_at >= $1
+		   OR (t.ended_at IS NULL AND coalesce(next.started_at, 'infinity') >= $1)
+		ORDER BY t.started_at, t.token`, since, handOverLabels)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read term history: %w", err)
 	}
