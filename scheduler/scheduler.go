@@ -288,10 +288,9 @@ func (s *Scheduler) lead(ctx context.Context, j *job, term *leadership.Term) err
 	s.m.token.WithLabelValues(j.spec.Name).Set(float64(term.Token()))
 	s.m.termStarts.WithLabelValues(j.spec.Name).Inc()
 	log.Info("leading", "lease", int64(term.Lease()))
-	// Recorded before the job starts and closed before resigning, so that in the
-	// history (database clock) a term's end precedes its successor's start.
-	s.bookkeep(ctx, sqlTermStart,
-		j.spec.Name, term.Token(), s.instance)
+	// Recorded before the job starts (the history's clock is the database's);
+	// closed after the term is over.
+	s.bookkeep(ctx, sqlTermStart, j.spec.Name, term.Token(), s.instance)
 
 	mk := func(slot time.Time) *Run { return s.newRun(j, term.Token(), slot, "", term.Valid) }
 	done := make(chan error, 1)

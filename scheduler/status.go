@@ -78,7 +78,7 @@ const (
 // parse. Make it the AfterConnect hook of the Records pool (Config.Records):
 // a record written on a fresh connection then costs one round trip, not the
 // parse of a cold backend, which took 20–90 ms under load in the
-// fault-injection runs — at a hand-over, before the resignation. A
+// fault-injection runs (a successor's first record, before its job starts). A
 // statement that cannot be prepared (its table not migrated yet) is parsed
 // when first used instead: WarmRecords never fails a connection.
 func WarmRecords(ctx context.Context, conn *pgx.Conn) error {
