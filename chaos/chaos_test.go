@@ -7,6 +7,7 @@ import (
 
 	"github.com/snip/snip-jobs/chaos"
 	"github.com/snip/snip-jobs/internal/testenv"
+	"github.com/snip/snip-jobs/scheduler"
 )
 
 // TestMain lets the harness run this test binary again as an etcd member
@@ -56,6 +57,11 @@ func TestEveryFaultKindOnceLeavesEveryInvariantIntact(t *testing.T) {
 				t.Errorf("fault %d (%s): %s went from token %d to %d", f.N, f.Kind, tk.Job, tk.From, tk.To)
 			}
 		}
+	}
+	// Every job returns once its term has ended, within its grace: an overrun
+	// holds that job's next campaign on its instance, and a SIGTERM hand-over.
+	for job, n := range rep.Overruns {
+		t.Errorf("%s ran past its grace %d time(s) after its term ended (see %q in the instance logs)", job, n, scheduler.MsgOverrun)
 	}
 }
 
