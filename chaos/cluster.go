@@ -329,6 +329,11 @@ func (c *cluster) settle(ctx context.Context, after time.Time) error {
 		}
 		select {
 		case <-ctx.Done():
+			for _, in := range c.instances {
+				if !in.running() {
+					why += fmt.Sprintf("\n%s: exit status %d; the end of its log:\n%s", in.name, lastExit(in), in.logTail(12))
+				}
+			}
 			return fmt.Errorf("not settled within %v: %s", readyBound, why)
 		case <-time.After(50 * time.Millisecond):
 		}

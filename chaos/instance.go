@@ -170,6 +170,12 @@ func (in *instance) logs() string {
 	return string(b)
 }
 
+// logTail is the last n lines of the instance's log (every run of it).
+func (in *instance) logTail(n int) string {
+	lines := strings.Split(strings.TrimRight(in.logs(), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
 // writeInstanceConfig writes the instance's config file.
 func writeInstanceConfig(dir string, in *instance, endpoints []string, ttl time.Duration, jobs string) error {
 	var b strings.Builder
