@@ -133,11 +133,17 @@ func (p *pass) heartbeat(ctx context.Context) {
 	}
 }
 
-// endTerm marks the term idle: every CA call of the pass has returned, so a
-// successor need not wait the lock-delay for this term. Only while the term
-// still holds (the write is fenced like every other).
+// idleMarkTimeout bounds endTerm.
+const idleMarkTimeout = time.Second
+
+// endTerm marks the term idle: no CA call of the pass can reach the CA any
+// more, so a successor need not wait the lock-delay for this term. Only while
+// the term still holds (the write is fenced like every other). It runs
+// between the end of the pass and the resignation, so it is bounded by
+// idleMarkTimeout, well inside the job's grace: a mark that does not make it
+// only costs the successor the lock-delay.
 func (p *pass) endTerm(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, idleMarkTimeout)
 	defer cancel()
 	err := p.r.Fenced(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `UPDATE certrenew_terms SET state = 'idle', seen_at = now() WHERE job = $1 AND token = $2`,
