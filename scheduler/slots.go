@@ -266,7 +266,14 @@ func (s *Scheduler) finishSlot(ctx context.Context, j *job, r *Run, state string
 		m := runErr.Error()
 		msg = &m
 	}
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	// Done even when the run's context has ended (a shutdown right after the
+	// job returned), but then within half the job's grace, so that the term's
+	// end is not held up by it: a slot left running is run again.
+	timeout := 10 * time.Second
+	if half := j.spec.Grace / 2; ctx.Err() != nil && half > 0 {
+		timeout = min(timeout, half)
+	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
 	err := r.Fenced(fctx, func(ctx context.Context, tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `UPDATE cron_slots SET state = $4, finished_at = now(), error = $5
