@@ -33,11 +33,11 @@ type Config struct {
 	// Required when any job is a singleton or a cron job.
 	Pool *pgxpool.Pool
 	// Records is the pool for the scheduler's own records (job_terms,
-	// job_runs, fence_rejections); nil: Pool. A small pool of its own keeps
-	// them off the jobs' connections, which a cancelled job's statement
-	// closes: at a hand-over the end of a term is then written in one round
-	// trip on a warm connection, not after a new connection is made, and the
-	// resignation that follows it is not kept waiting.
+	// job_runs, fence_rejections); nil: Pool. A small pool of its own, with
+	// WarmRecords as its AfterConnect hook, keeps them off the jobs'
+	// connections, which a cancelled job's statement closes: a term's start
+	// and end are then written in one round trip on a warm connection, not
+	// after a new connection is made and its first statement parsed.
 	Records *pgxpool.Pool
 	Log     *slog.Logger
 	Metrics prometheus.Registerer // nil: not exported
