@@ -492,3 +492,57 @@ func TestRecordingARunNeverHoldsTheEndOfItsTerm(t *testing.T) {
 		return c.DB.QueryRow(ctx, `SELECT result FROM job_runs WHERE id = $1`, id).Scan(&result) == nil && result != nil && *result == "ok"
 	})
 }
+
+// A cron run that returns when its term ends still has its slot's outcome
+// recorded, but within half its grace: a database slow to take that write
+// (here, the slot's row locked by an operator's transaction) does not hold the
+// hand-over past the grace. The slot stays open and the successor runs it.
+func TestRecordingASlotsOutcomeNeverHoldsTheEndOfItsTerm(t *testing.T) {
+	c := newCluster(t)
+	slots := make(chan time.Time, 100)
+	patient := scheduler.Type{Name: "patient", New: func(scheduler.Env, configs.Job) (scheduler.Job, error) {
+		return scheduler.JobFunc(func(ctx context.Context, r *scheduler.Run) error {
+			if r.Instance != "server-1" {
+				return nil // done at once
+			}
+			slots <- r.Slot
+			<-ctx.Done()
+			return nil // stopped cleanly: the scheduler records the slot done
+		}), nil
+	}}
+	job := jobtest.CronJob("weekly-report", "patient", time.Second, time.UTC, configs.Leader, configs.Latest)
+	job.Grace = 4 * time.Second // the outcome may take 2 s of it; unbounded, the write would wait 10 s
+	reg := jobtest.Registry(t, patient)
+	one := c.Start("server-1", reg, []configs.Job{job})
+	slot := <-slots // server-1 leads and runs a slot
+	two := c.Start("server-2", reg, []configs.Job{job})
+	jobtest.Eventually(t, "server-2 to wait for the job", func() bool { return two.Session.Stats().Waiting == 1 })
+
+	ctx, cancel := context.WithTimeout(context.Background(), jobtest.Patience)
+	defer cancel()
+	lock, err := c.DB.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lock.Rollback(context.Background()) }) // before the pool closes, should the test fail
+	var state string
+	if err := lock.QueryRow(ctx, `SELECT state FROM cron_slots WHERE job = 'weekly-report' AND slot = $1 FOR UPDATE`, slot).Scan(&state); err != nil || state != "running" {
+		t.Fatalf("slot %v: state %q, err %v; want it running", slot, state, err)
+	}
+
+	before, after, err := scheduler.RequestResign(ctx, c.Obs, c.Prefix, "weekly-report")
+	if err != nil || before.Instance != "server-1" || after == nil || after.Instance != "server-2" {
+		t.Fatalf("resign request: before %+v, after %+v, err %v; want the job moved to server-2", before, after, err)
+	}
+	if got := one.MetricSum(t, "snip_jobs_overruns_total"); got != 0 {
+		t.Fatalf("overruns on server-1 = %v with its slot's outcome waiting on the row, want 0", got)
+	}
+	if err := lock.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	jobtest.Eventually(t, "server-2 to run the slot server-1 left open", func() bool {
+		var instance string
+		err := c.DB.QueryRow(ctx, `SELECT instance FROM cron_slots WHERE job = 'weekly-report' AND slot = $1 AND state = 'done'`, slot).Scan(&instance)
+		return err == nil && instance == "server-2"
+	})
+}
