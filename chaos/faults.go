@@ -312,7 +312,14 @@ func (c *cluster) partitionLeader(ctx context.Context, rng *rand.Rand, f *Fault,
 // slowProbeLeader slows the probe leader's database link and returns once
 // one of its probe transactions has run its INSERT and waits for the client
 // (idle in transaction, its last statement the INSERT): the moment the
-// database answers, with the leader's COMMIT to come.
+// database answers, with the leader's COMMIT to come. The INSERT must have
+// run, not only been parsed: on a new connection pgx first prepares the
+// statement (Parse/Describe, a round trip of its own), after which the
+// backend shows the same state and query. Only a transaction that has written
+// has an xid (backend_xid); matching the parse instead cut the link a round
+// trip early, so that the term had ended before the INSERT's answer came and
+// the broken build's stale COMMIT was never sent (the checker then found
+// nothing in 12 faults, in one CI run).
 //
 // The latency d (TTL − ¾ renew interval: 1.7 s of 2 s) is chosen so that the
 // leader, cut off from etcd now, gets that answer and would send COMMIT just
@@ -343,7 +350,8 @@ func (c *cluster) slowProbeLeader(ctx context.Context) (*instance, error) {
 		if in != nil {
 			var n int
 			err := c.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-				WHERE state = 'idle in transaction' AND query LIKE 'INSERT INTO chaos_probe%' AND client_port = ANY($1)`,
+				WHERE state = 'idle in transaction' AND query LIKE 'INSERT INTO chaos_probe%' AND backend_xid IS NOT NULL
+				AND client_port = ANY($1)`,
 				in.db.upstreamPorts()).Scan(&n)
 			if err == nil && n > 0 {
 				return in, nil
