@@ -24,19 +24,32 @@ type challengeServers struct {
 	log     *slog.Logger
 }
 
-func startChallengeServers(f *configs.File, pool *pgxpool.Pool, log *slog.Logger) (*challengeServers, error) {
+// startChallengeServers listens on each distinct challenge_listen of the
+// certrenew jobs; a socket passed as "challenge" replaces them all (one
+// certrenew job per database: its tokens are in one table, and any listener
+// answers for them).
+func startChallengeServers(f *configs.File, pool *pgxpool.Pool, log *slog.Logger, passed net.Listener) (*challengeServers, error) {
 	cs := &challengeServers{log: log}
 	seen := map[string]bool{}
 	for _, j := range f.Jobs {
 		opts, ok := j.Options.(*certrenew.Options)
-		if !ok || opts.ChallengeListen == "" || seen[opts.ChallengeListen] {
+		if !ok {
 			continue
 		}
-		seen[opts.ChallengeListen] = true
-		ln, err := net.Listen("tcp", opts.ChallengeListen)
-		if err != nil {
-			cs.shutdown(context.Background())
-			return nil, fmt.Errorf("job %q: HTTP-01 challenge listener on %s: %w", j.Name, opts.ChallengeListen, err)
+		ln, from := passed, "passed socket"
+		switch {
+		case passed != nil && cs.servers != nil:
+			continue // served already, on the passed socket
+		case passed == nil && (opts.ChallengeListen == "" || seen[opts.ChallengeListen]):
+			continue
+		case passed == nil:
+			seen[opts.ChallengeListen] = true
+			var err error
+			if ln, err = net.Listen("tcp", opts.ChallengeListen); err != nil {
+				cs.shutdown(context.Background())
+				return nil, fmt.Errorf("job %q: HTTP-01 challenge listener on %s: %w", j.Name, opts.ChallengeListen, err)
+			}
+			from = "challenge_listen"
 		}
 		srv := &http.Server{
 			Handler:           certrenew.NewChallengeHandler(pool, log.With("job", j.Name)),
@@ -48,7 +61,11 @@ func startChallengeServers(f *configs.File, pool *pgxpool.Pool, log *slog.Logger
 				log.Error("HTTP-01 challenge listener stopped", "job", j.Name, "addr", ln.Addr().String(), "err", err)
 			}
 		}()
-		log.Info("serving HTTP-01 challenges", "job", j.Name, "addr", ln.Addr().String())
+		log.Info("serving HTTP-01 challenges", "job", j.Name, "addr", ln.Addr().String(), "from", from)
+	}
+	if passed != nil && cs.servers == nil {
+		log.Warn("a challenge socket was passed, but no certrenew job is configured; closing it", "addr", passed.Addr().String())
+		passed.Close()
 	}
 	return cs, nil
 }

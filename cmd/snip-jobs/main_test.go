@@ -21,6 +21,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/snip/snip-jobs/internal/sockact"
 	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/leadership"
 )
@@ -109,6 +110,18 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
+// holdPort binds a free loopback port for the whole test, to pass to an
+// instance (sockact).
+func holdPort(t *testing.T) *net.TCPListener {
+	t.Helper()
+	ln, err := sockact.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln
+}
+
 const testPrefix = "/snip-jobs-test"
 
 // config describes a test config file.
@@ -116,9 +129,10 @@ type config struct {
 	instance    string
 	endpoints   []string // nil: embedded etcd in embeddedDir
 	embeddedDir string
-	adminPort   int
-	ttl         string // leadership block, e.g. "ttl: 2s\n  margin: 500ms"
-	jobs        string // the jobs list, YAML
+	adminPort   int              // http.listen's port; 0: a port the test holds, passed as the "admin" socket
+	passed      []sockact.Socket // more sockets to pass (an "admin" one here makes in.admin its address)
+	ttl         string           // leadership block, e.g. "ttl: 2s\n  margin: 500ms"
+	jobs        string           // the jobs list, YAML
 }
 
 // pulseJob is a singleton sql job that records every run as (instance, token)
@@ -183,13 +197,26 @@ type instance struct {
 // end of the test if it still runs; its logs are shown when the test failed.
 func start(t *testing.T, c config, env []string, args ...string) *instance {
 	t.Helper()
+	// The admin socket is the test's, passed as systemd would: held for the
+	// whole test, so no other process can take the port before the instance
+	// serves it (picking a free port and letting the child bind it lost that
+	// race in CI).
+	socks := c.passed
 	if c.adminPort == 0 {
-		c.adminPort = freePort(t)
+		ln := holdPort(t)
+		c.adminPort = ln.Addr().(*net.TCPAddr).Port
+		socks = append(socks, sockact.Socket{Name: "admin", Listener: ln})
+	}
+	adminAddr := fmt.Sprintf("127.0.0.1:%d", c.adminPort)
+	for _, s := range socks {
+		if s.Name == "admin" {
+			adminAddr = s.Listener.Addr().String()
+		}
 	}
 	path := writeConfig(t, c)
 	in := &instance{
 		t: t, name: c.instance, config: path,
-		admin:  fmt.Sprintf("http://127.0.0.1:%d", c.adminPort),
+		admin:  "http://" + adminAddr,
 		out:    filepath.Join(t.TempDir(), c.instance+".log"),
 		exited: make(chan struct{}),
 	}
@@ -201,8 +228,15 @@ func start(t *testing.T, c config, env []string, args ...string) *instance {
 	in.cmd = exec.Command(binary, append([]string{"run", "--config", path}, args...)...)
 	in.cmd.Env = append(baseEnv(), env...)
 	in.cmd.Stdout, in.cmd.Stderr = f, f
+	files, err := sockact.Pass(in.cmd, socks...)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := in.cmd.Start(); err != nil {
 		t.Fatal(err)
+	}
+	for _, f := range files {
+		f.Close()
 	}
 	go func() {
 		_ = in.cmd.Wait()

@@ -71,12 +71,18 @@ not stop in time). A second signal exits at once.`,
 				if len(args) > 0 {
 					return usageError("usage: run takes no arguments")
 				}
+				// First: taking the sockets clears the activation variables
+				// from the environment, before anything else reads it.
+				socks, err := inheritSockets()
+				if err != nil {
+					return err
+				}
 				f, err := loadConfig(*path)
 				if err != nil {
 					writeLines(c.stderr, "", err.Error())
 					return &exitError{code: 2, err: errSilent}
 				}
-				r := &runner{cfg: f, log: newLogger(f.Log, c.stderr), embeddedListen: *listen, devControl: *devControl}
+				r := &runner{cfg: f, log: newLogger(f.Log, c.stderr), embeddedListen: *listen, devControl: *devControl, socks: socks}
 				r.ilog = r.log.With("instance", f.Instance)
 				// lego logs through a process-wide logger (to stdout at Info by
 				// default): route it to ours, warnings and up.
@@ -98,7 +104,8 @@ type runner struct {
 	log            *slog.Logger // the scheduler and the session add the instance themselves
 	ilog           *slog.Logger // log with the instance, for this file's lines
 	embeddedListen string
-	devControl     string // `snip-jobs dev`'s supervisor, for the status page's buttons
+	devControl     string  // `snip-jobs dev`'s supervisor, for the status page's buttons
+	socks          sockets // passed by the service manager; taken by the admin and challenge servers
 	notify         notifier
 
 	pool     *pgxpool.Pool
@@ -254,7 +261,7 @@ func (r *runner) start(ctx context.Context) error {
 		return err
 	}
 	acfg := admin.Config{
-		Listen: f.HTTP.Listen, Mux: mux, Gatherer: reg, Instance: f.Instance, Version: versionString(),
+		Listen: f.HTTP.Listen, Listener: r.socks.take(socketAdmin), Mux: mux, Gatherer: reg, Instance: f.Instance, Version: versionString(),
 		DB: r.pool, Jobs: sched, Page: page, Log: r.ilog,
 	}
 	if r.session != nil {
@@ -268,7 +275,7 @@ func (r *runner) start(ctx context.Context) error {
 		return err
 	}
 	r.admin = a
-	if r.acme, err = startChallengeServers(f, r.pool, r.ilog); err != nil {
+	if r.acme, err = startChallengeServers(f, r.pool, r.ilog, r.socks.take(socketChallenge)); err != nil {
 		return err
 	}
 

@@ -264,12 +264,20 @@ func TestRunWithoutEtcdEndpointsStartsAnEmbeddedEtcd(t *testing.T) {
 	env := dbEnv(url)
 	c := config{instance: "solo", embeddedDir: filepath.Join(t.TempDir(), "etcd"), jobs: pulseJob}
 	migrate(t, writeConfig(t, c), url)
-	endpoint := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
-	in := start(t, c, env, "--embedded-etcd-listen", strings.TrimPrefix(endpoint, "http://"))
+	// Port 0: etcd picks a free port (and retries if it loses it), and the
+	// warning says which.
+	in := start(t, c, env, "--embedded-etcd-listen", "127.0.0.1:0")
 	in.waitReady()
-	if lines := linesWith(in.logs(), `"level":"WARN"`, "embedded single-member etcd", endpoint); len(lines) != 1 {
-		t.Errorf("no warning naming the embedded etcd at %s:\n%s", endpoint, in.logs())
+	lines := linesWith(in.logs(), `"level":"WARN"`, "embedded single-member etcd")
+	if len(lines) != 1 {
+		t.Fatalf("no warning about the embedded etcd:\n%s", in.logs())
 	}
+	var warning struct{ Endpoint string }
+	if err := json.Unmarshal([]byte(lines[0]), &warning); err != nil || !strings.HasPrefix(warning.Endpoint, "http://127.0.0.1:") ||
+		strings.HasSuffix(warning.Endpoint, ":0") {
+		t.Fatalf("the warning names no endpoint (%v): %s", err, lines[0])
+	}
+	endpoint := warning.Endpoint
 	l := leaderOf(t, etcdClient(t, endpoint), "pulse", 0)
 	eventually(t, "a pulse", func() bool { return checkPulses(t, pulses(t, url))[l.Token] == "solo" })
 	if _, err := os.Stat(filepath.Join(c.embeddedDir, "member")); err != nil {

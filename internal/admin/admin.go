@@ -62,8 +62,12 @@ type Jobs interface {
 
 // Config configures a Server.
 type Config struct {
-	// Listen is host:port (":0" or "127.0.0.1:0" picks a free port). Required.
+	// Listen is host:port (":0" or "127.0.0.1:0" picks a free port).
+	// Required unless Listener is set.
 	Listen string
+	// Listener, when set, is served instead of listening on Listen: a
+	// socket passed by the service manager (systemd socket activation).
+	Listener net.Listener
 	// Mux receives the admin routes; nil makes a private one.
 	Mux *http.ServeMux
 	// Gatherer is the process's metrics registry. Required.
@@ -103,8 +107,8 @@ type Server struct {
 // already registered is an error.
 func New(cfg Config) (s *Server, err error) {
 	switch {
-	case cfg.Listen == "":
-		return nil, errors.New("admin: Listen is required")
+	case cfg.Listen == "" && cfg.Listener == nil:
+		return nil, errors.New("admin: Listen or Listener is required")
 	case cfg.Gatherer == nil:
 		return nil, errors.New("admin: Gatherer is required")
 	}
@@ -151,9 +155,13 @@ func (s *Server) SetJobs(j Jobs) { s.jobs.Store(&j) }
 
 // Start binds the listener and serves in the background.
 func (s *Server) Start() error {
-	ln, err := net.Listen("tcp", s.cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("admin: listen on %s: %w", s.cfg.Listen, err)
+	ln, from := s.cfg.Listener, "passed socket"
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", s.cfg.Listen); err != nil {
+			return fmt.Errorf("admin: listen on %s: %w", s.cfg.Listen, err)
+		}
+		from = "http.listen"
 	}
 	s.ln = ln
 	go func() {
@@ -162,7 +170,7 @@ func (s *Server) Start() error {
 			s.serveErr = err
 		}
 	}()
-	s.cfg.Log.Info("admin HTTP listening", "addr", ln.Addr().String())
+	s.cfg.Log.Info("admin HTTP listening", "addr", ln.Addr().String(), "from", from)
 	return nil
 }
 
