@@ -13,12 +13,14 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/snip/snip-jobs/internal/acmetest"
 	"github.com/snip/snip-jobs/internal/pgcluster"
+	"github.com/snip/snip-jobs/internal/sockact"
 	"github.com/snip/snip-jobs/migrations"
 )
 
@@ -60,6 +62,7 @@ type cluster struct {
 	pool      *pgxpool.Pool
 	ca        *acmetest.CA
 	instances []*instance
+	routeMu   sync.Mutex // routeChallenges
 	obs       *observer
 	jobs      []string // leader-mode jobs, JobProbe first
 	load      *load
@@ -187,20 +190,25 @@ func startCluster(ctx context.Context, o Options) (_ *cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	ports, err := freePorts(6)
-	if err != nil {
-		return nil, err
-	}
-	var challenges []string
 	for i := range 3 {
 		in := &instance{
-			name:      fmt.Sprintf("server-%c", 'a'+i),
-			binary:    c.binary,
-			logPath:   filepath.Join(c.dir, fmt.Sprintf("server-%c.log", 'a'+i)),
-			adminURL:  fmt.Sprintf("http://127.0.0.1:%d", ports[2*i]),
-			challenge: fmt.Sprintf("127.0.0.1:%d", ports[2*i+1]),
+			name:    fmt.Sprintf("server-%c", 'a'+i),
+			binary:  c.binary,
+			logPath: filepath.Join(c.dir, fmt.Sprintf("server-%c.log", 'a'+i)),
+			changed: c.routeChallenges,
 		}
 		c.instances = append(c.instances, in)
+		// The harness holds the instance's ports, as systemd would, and
+		// passes them at every start: no other process can take them
+		// between a kill and the restart (or before the first start).
+		if in.adminLn, err = sockact.Listen("127.0.0.1:0"); err != nil {
+			return nil, err
+		}
+		if in.challengeLn, err = sockact.Listen("127.0.0.1:0"); err != nil {
+			return nil, err
+		}
+		in.adminURL = "http://" + in.adminLn.Addr().String()
+		in.challenge = in.challengeLn.Addr().String()
 		var eps []string
 		for _, m := range c.etcd.members {
 			mu, err := url.Parse(m.clientURL)
@@ -226,9 +234,7 @@ func startCluster(ctx context.Context, o Options) (_ *cluster, err error) {
 		if err := writeInstanceConfig(c.dir, in, eps, o.TTL, jobs); err != nil {
 			return nil, err
 		}
-		challenges = append(challenges, in.challenge)
 	}
-	c.ca.Route(challenges...)
 	if c.obs, err = newObserver(ctx, c.etcd.cli, Prefix); err != nil {
 		return nil, fmt.Errorf("observe leaders: %w", err)
 	}
@@ -368,6 +374,22 @@ func (c *cluster) unsettled(ctx context.Context, after time.Time) string {
 	return ""
 }
 
+// routeChallenges points the CA's validations at the running instances'
+// challenge listeners, as a load balancer's health check would: a stopped
+// instance's port is still bound (the harness holds it), and a connection to
+// it would wait in the backlog instead of being refused and tried elsewhere.
+func (c *cluster) routeChallenges() {
+	c.routeMu.Lock() // the last to run reads the latest states
+	defer c.routeMu.Unlock()
+	var addrs []string
+	for _, in := range c.instances {
+		if in.running() {
+			addrs = append(addrs, in.challenge)
+		}
+	}
+	c.ca.Route(addrs...)
+}
+
 func (c *cluster) instance(name string) *instance {
 	for _, in := range c.instances {
 		if in.name == name {
@@ -396,7 +418,7 @@ func (c *cluster) close() {
 	}
 	for _, in := range c.instances {
 		in.kill()
-		in.closeProxies()
+		in.closeLinks()
 	}
 	if c.ca != nil {
 		c.ca.Close()

@@ -128,7 +128,38 @@ type etcdCluster struct {
 	cli     *clientv3.Client // on every member's client URL directly (not through a proxy)
 }
 
+// startEtcd starts an n-member cluster on free ports. etcd binds its ports
+// itself (it takes no passed sockets), so another process can take a port
+// between the pick and the bind: then the cluster is started again on new
+// ports (twice at most), the failed attempt's logs kept beside.
 func startEtcd(ctx context.Context, executable, dir string, n int) (*etcdCluster, error) {
+	for attempt := 1; ; attempt++ {
+		c, err := startEtcdOnce(ctx, executable, dir, n)
+		if err == nil {
+			return c, nil
+		}
+		if attempt == 3 || c == nil || !lostAPort(c) {
+			return nil, err
+		}
+		for _, m := range c.members {
+			_ = os.RemoveAll(m.dir)
+			_ = os.Rename(m.logPath, fmt.Sprintf("%s.attempt%d", m.logPath, attempt))
+		}
+	}
+}
+
+// lostAPort reports whether a member of c failed to start because its port
+// was taken.
+func lostAPort(c *etcdCluster) bool {
+	for _, m := range c.members {
+		if b, err := os.ReadFile(m.logPath); err == nil && strings.Contains(string(b), "address already in use") {
+			return true
+		}
+	}
+	return false
+}
+
+func startEtcdOnce(ctx context.Context, executable, dir string, n int) (*etcdCluster, error) {
 	ports, err := freePorts(2 * n)
 	if err != nil {
 		return nil, err
@@ -153,7 +184,7 @@ func startEtcd(ctx context.Context, executable, dir string, n int) (*etcdCluster
 	}
 	if err := c.startMembers(ctx, embed.ClusterStateFlagNew, c.members...); err != nil {
 		c.close()
-		return nil, err
+		return c, err // closed: for lostAPort
 	}
 	var eps []string
 	for _, m := range c.members {

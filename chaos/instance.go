@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/snip/snip-jobs/internal/pdeathsig"
+	"github.com/snip/snip-jobs/internal/sockact"
 )
 
 // instance is one `snip-jobs run` process with its own config, admin port,
@@ -28,6 +30,11 @@ type instance struct {
 	etcd        []*delayProxy
 	db          *delayProxy
 	databaseURL string
+	// adminLn and challengeLn are the instance's ports, held by the harness
+	// and passed to each of its processes (socket activation).
+	adminLn, challengeLn *net.TCPListener
+	// changed is called after the process started and after it exited.
+	changed func()
 
 	mu      sync.Mutex
 	proc    *exec.Cmd
@@ -36,8 +43,17 @@ type instance struct {
 	exits   []int // exit status of each run (-1: killed by a signal)
 }
 
-// start starts the process (it must not be running).
+// start starts the process (it must not be running), passing it the
+// instance's admin and challenge sockets.
 func (in *instance) start() error {
+	if err := in.startLocked(); err != nil {
+		return err
+	}
+	in.changed()
+	return nil
+}
+
+func (in *instance) startLocked() error {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if in.proc != nil {
@@ -51,7 +67,15 @@ func (in *instance) start() error {
 	cmd := exec.Command(in.binary, "run", "--config", in.config)
 	cmd.Env = append(cleanEnv(), "SNIP_JOBS_DATABASE_URL="+in.databaseURL)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := pdeathsig.Start(cmd, syscall.SIGKILL); err != nil {
+	files, err := sockact.Pass(cmd, sockact.Socket{Name: "admin", Listener: in.adminLn}, sockact.Socket{Name: "challenge", Listener: in.challengeLn})
+	if err != nil {
+		return fmt.Errorf("start %s: %w", in.name, err)
+	}
+	err = pdeathsig.Start(cmd, syscall.SIGKILL)
+	for _, f := range files {
+		f.Close()
+	}
+	if err != nil {
 		return fmt.Errorf("start %s: %w", in.name, err)
 	}
 	in.proc, in.done, in.stopped = cmd, make(chan struct{}), false
@@ -65,6 +89,7 @@ func (in *instance) start() error {
 			in.proc = nil
 		}
 		in.mu.Unlock()
+		in.changed()
 		close(ch)
 	}()
 	return nil
@@ -156,12 +181,18 @@ func (in *instance) partition(on bool) {
 	}
 }
 
-func (in *instance) closeProxies() {
+// closeLinks closes the instance's proxies and its ports (once it has exited).
+func (in *instance) closeLinks() {
 	for _, p := range in.etcd {
 		p.close()
 	}
 	if in.db != nil {
 		_ = in.db.close()
+	}
+	for _, ln := range []*net.TCPListener{in.adminLn, in.challengeLn} {
+		if ln != nil {
+			ln.Close()
+		}
 	}
 }
 

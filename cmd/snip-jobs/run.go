@@ -56,6 +56,11 @@ while the etcd session and the scheduler are healthy, and reports STOPPING=1 at
 shutdown. /metrics, /healthz, /readyz, /status (JSON) and the cluster's status
 page (/status/, with a timeline of the terms) are served on http.listen.
 
+Sockets passed by systemd's socket activation (LISTEN_FDS) are used by their
+FileDescriptorName: "admin" instead of http.listen, "challenge" instead of the
+certrenew job's challenge_listen (port 80, which the sandboxed unit cannot bind
+itself; see deploy/systemd). A socket under another name is an error.
+
 On SIGTERM or SIGINT it stops taking work, cancels the jobs, waits for each up to
 its grace period, resigns every term and revokes its lease, so that other
 instances take over at once, without waiting for the lease to expire; then it

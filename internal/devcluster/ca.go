@@ -27,6 +27,27 @@ type acmeCA struct {
 	Profile string
 
 	close func()
+	route func(addrs ...string)
+}
+
+// routeChallenges points the CA's validations at the challenge listeners of
+// the instances whose process runs, as a load balancer's health check would:
+// the port of an exited instance is still bound (the supervisor holds it), so
+// a validation sent there would wait instead of being refused and tried on
+// the next instance.
+func (c *Cluster) routeChallenges() {
+	if c.ca == nil || c.ca.route == nil {
+		return
+	}
+	c.routeMu.Lock() // the last to run reads the latest states
+	defer c.routeMu.Unlock()
+	var addrs []string
+	for _, ch := range c.children {
+		if ch.challenge != "" && ch.info().State != stateExited {
+			addrs = append(addrs, ch.challenge)
+		}
+	}
+	c.ca.route(addrs...)
 }
 
 // startCA starts the in-process ACME test CA: Pebble (Let's Encrypt's test
@@ -55,7 +76,7 @@ func startCA(_ context.Context, dir string, challenge []string, log *slog.Logger
 		return nil, err
 	}
 	log.Debug("ACME test CA up", "directory", ca.DirectoryURL)
-	return &acmeCA{Directory: ca.DirectoryURL, RootsFile: ca.RootsFile, KeyFile: keyFile, Profile: acmetest.Profile, close: ca.Close}, nil
+	return &acmeCA{Directory: ca.DirectoryURL, RootsFile: ca.RootsFile, KeyFile: keyFile, Profile: acmetest.Profile, close: ca.Close, route: ca.Route}, nil
 }
 
 func (ca *acmeCA) Close() {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/snip/snip-jobs/internal/pdeathsig"
+	"github.com/snip/snip-jobs/internal/sockact"
 )
 
 // Process states, as /dev/state and the status pages show them.
@@ -31,7 +32,10 @@ type child struct {
 	config  string
 	logPath string
 	page    string
-	port    int
+	port    int              // of its admin and status page
+	socks   []sockact.Socket // its admin (and challenge) sockets, held by the supervisor
+	// challenge is its HTTP-01 listener's address ("" without certrenew).
+	challenge string
 
 	op sync.Mutex // one action (kill, pause, restart...) at a time
 
@@ -78,13 +82,23 @@ func (ch *child) start() error {
 		w = io.MultiWriter(logf, &prefixWriter{out: out, mu: &ch.c.childOutMu, prefix: ch.name + " | "})
 	}
 	cmd.Stdout, cmd.Stderr = w, w
+	files, err := sockact.Pass(cmd, ch.socks...)
+	if err != nil {
+		logf.Close()
+		return fmt.Errorf("devcluster: start %s: %w", ch.name, err)
+	}
 	// SIGKILL if the supervisor dies: its etcd and database go with it.
-	if err := pdeathsig.Start(cmd, syscall.SIGKILL); err != nil {
+	err = pdeathsig.Start(cmd, syscall.SIGKILL)
+	for _, f := range files {
+		f.Close()
+	}
+	if err != nil {
 		logf.Close()
 		return fmt.Errorf("devcluster: start %s: %w", ch.name, err)
 	}
 	done := make(chan struct{})
 	ch.cmd, ch.state, ch.exit, ch.done, ch.expected = cmd, stateRunning, "", done, false
+	go ch.c.routeChallenges()
 	go func() {
 		err := cmd.Wait()
 		logf.Close()
@@ -94,6 +108,7 @@ func (ch *child) start() error {
 		}
 		expected := ch.expected
 		ch.mu.Unlock()
+		ch.c.routeChallenges()
 		close(done)
 		if !expected && !ch.c.closing() {
 			ch.c.say("%s exited (%s); restart it with the page's button or POST %s/dev/restart?instance=%s",

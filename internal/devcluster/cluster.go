@@ -21,6 +21,7 @@ import (
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/internal/etcdlocal"
 	"github.com/snip/snip-jobs/internal/pgcluster"
+	"github.com/snip/snip-jobs/internal/sockact"
 	"github.com/snip/snip-jobs/migrations"
 )
 
@@ -88,6 +89,8 @@ type Cluster struct {
 	controlURL string
 	served     chan struct{}
 	children   []*child
+	held       []*net.TCPListener // the instances' ports, passed to each of their processes
+	routeMu    sync.Mutex         // routeChallenges
 
 	feed       *feeder
 	stopFeed   context.CancelFunc
@@ -178,15 +181,21 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		return nil, fmt.Errorf("etcd client: %w", err)
 	}
 
-	// The test CA (a seam: none yet), then the demo's jobs.
+	// The test CA (a seam: none yet), then the demo's jobs. The supervisor
+	// holds the instances' ports and passes them to each of their processes,
+	// as systemd would (socket activation): nothing else can take a port
+	// between a kill and the restart.
 	var challenge []string
+	var challengeLns []*net.TCPListener
 	if _, ok := cfg.Types.Options("certrenew"); ok {
 		for range cfg.Instances {
-			port, err := freePort()
+			ln, err := sockact.Listen("127.0.0.1:0")
 			if err != nil {
 				return nil, fmt.Errorf("devcluster: %w", err)
 			}
-			challenge = append(challenge, fmt.Sprintf("127.0.0.1:%d", port))
+			c.held = append(c.held, ln)
+			challengeLns = append(challengeLns, ln)
+			challenge = append(challenge, ln.Addr().String())
 		}
 	}
 	if c.ca, err = startCA(ctx, c.dir, challenge, c.log); err != nil {
@@ -200,18 +209,21 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	c.feed = &feeder{pool: c.pool, events: events && c.hasJobType("aggregator"), log: c.log}
 
 	// The control server, then the instances.
-	ports, controlLn, err := listenPorts(cfg.HTTPBase, cfg.Instances)
+	lns, controlLn, err := listenPorts(cfg.HTTPBase, cfg.Instances)
 	if err != nil {
 		return nil, err
 	}
+	c.held = append(c.held, lns...)
 	c.startControl(controlLn)
 	for i := 1; i <= cfg.Instances; i++ {
 		name := fmt.Sprintf("server-%d", i)
-		listen := fmt.Sprintf("127.0.0.1:%d", ports[i-1])
+		listen := lns[i-1].Addr().String()
 		path := filepath.Join(c.dir, name+".yaml")
 		env := demoEnv{Dir: c.dir, CA: c.ca}
+		socks := []sockact.Socket{{Name: "admin", Listener: lns[i-1]}}
 		if challenge != nil {
 			env.Challenge = challenge[i-1]
+			socks = append(socks, sockact.Socket{Name: "challenge", Listener: challengeLns[i-1]})
 		}
 		text, err := instanceConfig{
 			Instance: name, Etcd: c.etcd.Endpoint(), URLFile: c.URLFile(), TTL: cfg.TTL, Listen: listen,
@@ -223,7 +235,8 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		if err := os.WriteFile(path, text, 0o644); err != nil {
 			return nil, fmt.Errorf("devcluster: %w", err)
 		}
-		c.children = append(c.children, &child{c: c, name: name, config: path, port: ports[i-1],
+		c.children = append(c.children, &child{c: c, name: name, config: path, port: lns[i-1].Addr().(*net.TCPAddr).Port,
+			socks: socks, challenge: env.Challenge,
 			logPath: filepath.Join(c.dir, name+".log"), page: fmt.Sprintf("http://%s/status/", listen)})
 	}
 	for _, ch := range c.children {
@@ -311,6 +324,9 @@ func (c *Cluster) close(ctx context.Context) error {
 		<-c.served
 	}
 	c.ca.Close()
+	for _, ln := range c.held {
+		ln.Close()
+	}
 	if c.cli != nil {
 		_ = c.cli.Close()
 	}
@@ -436,25 +452,16 @@ func (c *Cluster) Instances() []Instance {
 	return out
 }
 
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
-// listenPorts picks the instances' ports and binds the supervisor's: base
-// and base+i when free, else free ports.
-func listenPorts(base, n int) (instances []int, control net.Listener, err error) {
-	listen := func(port int) (net.Listener, error) {
+// listenPorts binds the supervisor's port and the instances' (which the
+// supervisor keeps, to pass): base and base+i when free, else free ports.
+func listenPorts(base, n int) (instances []*net.TCPListener, control net.Listener, err error) {
+	listen := func(port int) (*net.TCPListener, error) {
 		if port > 0 {
-			if ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+			if ln, err := sockact.Listen(fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
 				return ln, nil
 			}
 		}
-		return net.Listen("tcp", "127.0.0.1:0")
+		return sockact.Listen("127.0.0.1:0")
 	}
 	if base < 0 {
 		base = 0
@@ -471,10 +478,12 @@ func listenPorts(base, n int) (instances []int, control net.Listener, err error)
 		ln, err := listen(port)
 		if err != nil {
 			control.Close()
+			for _, ln := range instances {
+				ln.Close()
+			}
 			return nil, nil, fmt.Errorf("devcluster: a port for instance %d: %w", i, err)
 		}
-		instances = append(instances, ln.Addr().(*net.TCPAddr).Port)
-		ln.Close() // the instance binds it; it is free until then, most likely
+		instances = append(instances, ln)
 	}
 	return instances, control, nil
 }

@@ -1,0 +1,56 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// The units in deploy/systemd are what operators install: systemd-analyze
+// verify accepts them (with ExecStart pointed at this build), and every
+// socket they pass carries a name run takes.
+func TestTheSystemdUnitsVerifyAndPassOnlySocketsRunTakes(t *testing.T) {
+	t.Parallel()
+	analyze, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Fatalf("systemd-analyze is needed to check deploy/systemd (Debian package systemd; .ci/run installs it): %v", err)
+	}
+	src := filepath.Join("..", "..", "deploy", "systemd")
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	var units []string
+	fdName := regexp.MustCompile(`(?m)^FileDescriptorName=(.*)$`)
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := strings.ReplaceAll(string(b), "/usr/local/bin/snip-jobs", binary)
+		if strings.HasSuffix(e.Name(), ".socket") {
+			m := fdName.FindStringSubmatch(text)
+			if m == nil {
+				t.Errorf("%s has no FileDescriptorName= (run would refuse the socket)", e.Name())
+			} else if m[1] != socketAdmin && m[1] != socketChallenge {
+				t.Errorf("%s: FileDescriptorName=%s, which run refuses", e.Name(), m[1])
+			}
+		}
+		path := filepath.Join(dir, e.Name())
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		units = append(units, path)
+	}
+	if len(units) < 2 {
+		t.Fatalf("deploy/systemd has %d units, want the service and its socket", len(units))
+	}
+	out, err := exec.Command(analyze, append([]string{"verify"}, units...)...).CombinedOutput()
+	if err != nil || len(strings.TrimSpace(string(out))) > 0 {
+		t.Errorf("systemd-analyze verify: %v\n%s", err, out)
+	}
+}
