@@ -49,6 +49,8 @@ type observation struct {
 	unavailable     bool
 	rateLimited     bool
 	retryAfter      time.Duration // of the last 429 or 503
+	certURL         string        // of the order, once the CA said it is valid
+	onIssued        func(url string)
 }
 
 func (o *observation) snapshot() (alreadyReplaced int, unavailable, rateLimited bool, retryAfter time.Duration) {
@@ -57,12 +59,23 @@ func (o *observation) snapshot() (alreadyReplaced int, unavailable, rateLimited 
 	return o.alreadyReplaced, o.unavailable, o.rateLimited, o.retryAfter
 }
 
+// issuedURL is the certificate URL of an order the CA answered as valid
+// ("" until then): the certificate exists at the CA from that moment, whether
+// or not lego gets to download it.
+func (o *observation) issuedURL() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.certURL
+}
+
 type observationKey struct{}
 
 // observe returns a context whose CA requests are recorded in the returned
-// observation.
-func observe(ctx context.Context) (context.Context, *observation) {
-	o := &observation{}
+// observation. onIssued, if not nil, is called once, in the transport before
+// lego sees the answer, when the CA says the order is valid: the
+// certificate exists from that moment, downloaded or not.
+func observe(ctx context.Context, onIssued func(url string)) (context.Context, *observation) {
+	o := &observation{onIssued: onIssued}
 	return context.WithValue(ctx, observationKey{}, o), o
 }
 
@@ -96,11 +109,31 @@ func (t *caTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 
 func (t *caTransport) record(o *observation, resp *http.Response) {
 	switch resp.StatusCode {
+	case http.StatusOK:
+		// An order answered as valid names its certificate's URL (RFC 8555
+		// §7.1.3): finalize's answer, or a poll of the order.
+		if !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+			return
+		}
+		body, err := peek(resp)
+		if err != nil {
+			return
+		}
+		var order struct {
+			Status      string `json:"status"`
+			Certificate string `json:"certificate"`
+		}
+		if json.Unmarshal(body, &order) == nil && order.Status == acme.StatusValid && order.Certificate != "" {
+			o.mu.Lock()
+			first := o.certURL == ""
+			o.certURL = order.Certificate
+			o.mu.Unlock()
+			if first && o.onIssued != nil {
+				o.onIssued(order.Certificate)
+			}
+		}
 	case http.StatusConflict:
-		// Peek at the problem type; the body is put back for lego.
-		body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		resp.Body.Close()
-		resp.Body = io.NopCloser(bytes.NewReader(body))
+		body, err := peek(resp)
 		if err != nil {
 			return
 		}
@@ -123,6 +156,18 @@ func (t *caTransport) record(o *observation, resp *http.Response) {
 		o.retryAfter = retryAfter(resp.Header.Get("Retry-After"))
 		o.mu.Unlock()
 	}
+}
+
+// peek reads a JSON answer's body (up to 64 KiB: orders and problems are far
+// smaller) and puts it back for lego.
+func peek(resp *http.Response) ([]byte, error) {
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	rest := resp.Body
+	resp.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(body), rest), rest}
+	return body, err
 }
 
 // retryAfter parses a Retry-After header: seconds or an HTTP date.

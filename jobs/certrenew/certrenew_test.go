@@ -524,6 +524,73 @@ func TestPausedLeaderStoreIsRefusedByTheFence(t *testing.T) {
 	c.assertOneCurrentValidCertificate(d)
 }
 
+// A leader paused after the CA issued its certificate (the order is valid,
+// the download held) cannot store it any more once a successor has written:
+// the certificate the CA issued is not lost. The URL the CA gave was noted
+// before lego saw it; the successor fetches that certificate, checks it
+// against the order's key, and stores it — without ordering again.
+func TestACertificateIssuedToATermThatCannotStoreItIsStoredByTheNextWithoutOrderingAgain(t *testing.T) {
+	c := newCluster(t, clusterOptions{options: func(o *certrenew.Options) { o.LockDelay = 0 }})
+	const d = "issued-then-paused.customer.test"
+	c.addDomains("active", d)
+
+	held := make(chan struct{})
+	release := make(chan struct{})
+	var once sync.Once
+	c.ca.setHook(func(ev *caEvent, _ http.ResponseWriter, pebble func()) {
+		if ev.Kind == "certificate" {
+			first := false
+			once.Do(func() { first = true })
+			if first {
+				close(held)
+				<-release // the first leader's download, held
+			}
+		}
+		pebble()
+	})
+
+	paused := c.lead("a", 10)
+	done := make(chan error, 1)
+	go func() { done <- paused.pass() }()
+	<-held
+	orderID := c.int(`SELECT id FROM certrenew_orders WHERE domain = $1`, d)
+	if url := c.str(`SELECT cert_url FROM certrenew_issued WHERE order_id = $1 AND token = 10`, orderID); !strings.Contains(url, "/certZ/") {
+		t.Fatalf("the issued certificate's URL was not noted before the download: %q", url)
+	}
+
+	c.lead("b", 20).mustPass()
+	if n := len(c.ca.log("newOrder")); n != 1 {
+		t.Errorf("%d orders placed, want 1: the successor ordered again instead of fetching the issued certificate", n)
+	}
+	if n := len(c.ca.log("finalize")); n != 1 {
+		t.Errorf("%d orders finalized (certificates issued), want 1", n)
+	}
+	succ := c.current(d)
+	if succ.Token != 20 {
+		t.Errorf("current certificate stored by token %d, want the successor's 20", succ.Token)
+	}
+	if got := c.str(`SELECT result FROM certrenew_orders WHERE id = $1`, orderID); got != "issued" {
+		t.Errorf("the first leader's order %d: result %q, want issued", orderID, got)
+	}
+
+	close(release)
+	err := <-done
+	var stale *fencing.StaleTokenError
+	if !errors.As(err, &stale) || stale.Token != 10 || stale.Current != 20 {
+		t.Fatalf("paused leader's pass: %v, want a *fencing.StaleTokenError for token 10 against 20", err)
+	}
+	if cur := c.current(d); cur.ID != succ.ID || cur.Serial != succ.Serial {
+		t.Errorf("current certificate %d (serial %s), want the successor's %d (serial %s)", cur.ID, cur.Serial, succ.ID, succ.Serial)
+	}
+	if n := c.int(`SELECT count(*) FROM certrenew_certificates WHERE domain = $1`, d); n != 1 {
+		t.Errorf("%d certificates stored, want 1", n)
+	}
+	if n := c.int(`SELECT count(*) FROM certrenew_orders WHERE domain = $1`, d); n != 1 {
+		t.Errorf("%d order rows, want 1", n)
+	}
+	c.assertOneCurrentValidCertificate(d)
+}
+
 // Invalid names are recorded with a reason and never ordered, while the
 // valid ones (an internationalised one among them) are issued in the same
 // pass.

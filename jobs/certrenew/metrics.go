@@ -28,6 +28,7 @@ type metrics struct {
 	rateLimitWaits  *prometheus.CounterVec // job
 	rateLimitWaitS  *prometheus.CounterVec // job
 	alreadyReplaced *prometheus.CounterVec // job
+	recovered       *prometheus.CounterVec // job
 	budgetLeft      *prometheus.GaugeVec   // job
 	pausedS         *prometheus.GaugeVec   // job
 	oldKeys         *prometheus.GaugeVec   // job
@@ -63,6 +64,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "snip_certrenew_already_replaced_total",
 			Help: "Renewals the CA refused with 409 alreadyReplaced, which lego silently ordered again without \"replaces\" (not an ARI renewal)."},
 			[]string{"job"}),
+		recovered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "snip_certrenew_recovered_total",
+			Help: "Certificates the CA issued to an order whose term could not store them, fetched and stored by a later term instead of ordering again (also counted in orders_total as issued)."},
+			[]string{"job"}),
 		budgetLeft: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "snip_certrenew_order_budget_remaining",
 			Help: "Orders the renewer may still start in the current 3-hour window, as of the last pass."},
@@ -80,7 +85,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	cs := []any{&m.certificates, &m.soonestExpiry, &m.orders, &m.failures, &m.rateLimitWaits,
-		&m.rateLimitWaitS, &m.alreadyReplaced, &m.budgetLeft, &m.pausedS, &m.oldKeys}
+		&m.rateLimitWaitS, &m.alreadyReplaced, &m.recovered, &m.budgetLeft, &m.pausedS, &m.oldKeys}
 	for _, c := range cs {
 		if err := register(reg, c); err != nil {
 			return nil, err

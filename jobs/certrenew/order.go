@@ -62,7 +62,7 @@ func (p *pass) do(ctx context.Context, client *lego.Client, d *domain) string {
 // when the window is new, picks the renewal instant inside it.
 func (p *pass) checkARI(ctx context.Context, client *lego.Client, d *domain, log *slog.Logger) {
 	c := d.cert
-	octx, obs := observe(ctx)
+	octx, obs := observe(ctx, nil)
 	info, err := client.Certificate.GetRenewalInfo(octx, c.leaf)
 	if ctx.Err() != nil {
 		return
@@ -112,6 +112,9 @@ func (p *pass) order(ctx context.Context, client *lego.Client, d *domain, log *s
 	if d.cert != nil {
 		replaces = d.cert.ariCertID
 	}
+	if d.orderID != nil && p.recoverIssued(ctx, client, d, replaces, log) {
+		return
+	}
 	orderID, key, err := p.beginOrder(ctx, d, replaces, log)
 	switch {
 	case errors.Is(err, errBudget):
@@ -124,7 +127,10 @@ func (p *pass) order(ctx context.Context, client *lego.Client, d *domain, log *s
 		return
 	}
 
-	octx, obs := observe(ctx)
+	// The CA's word that the order is valid is noted at once, outside the
+	// fence: if this term cannot store the certificate (its store refused,
+	// its process gone), the next one fetches it instead of ordering again.
+	octx, obs := observe(ctx, func(url string) { p.recordIssued(ctx, d, orderID, url, log) })
 	res, err := obtain(octx, client, certificate.ObtainRequest{
 		Domains:        []string{d.name},
 		PrivateKey:     key,
@@ -134,9 +140,11 @@ func (p *pass) order(ctx context.Context, client *lego.Client, d *domain, log *s
 	})
 	if ctx.Err() != nil {
 		// The term (or the pass) ended: whatever happened at the CA, this
-		// term cannot record it. The order stays in flight for the
-		// successor, which resumes it after the lock-delay.
-		log.InfoContext(ctx, "order interrupted; left in flight for the next leader", "order_id", orderID, "cause", context.Cause(ctx))
+		// term cannot store it. The order stays in flight for the
+		// successor, which resumes it after the lock-delay (and fetches
+		// the certificate when it was issued).
+		log.InfoContext(ctx, "order interrupted; left in flight for the next leader", "order_id", orderID,
+			"issued", obs.issuedURL() != "", "cause", context.Cause(ctx))
 		return
 	}
 	conflicts, _, _, _ := obs.snapshot()
@@ -160,6 +168,70 @@ func (p *pass) order(ctx context.Context, client *lego.Client, d *domain, log *s
 		}
 		log.ErrorContext(ctx, "could not store the certificate", "order_id", orderID, "err", err)
 	}
+}
+
+// recordIssuedBound bounds recordIssued, which may run after the term ended:
+// it must not hold the hand-over for long.
+const recordIssuedBound = time.Second
+
+// recordIssued notes the URL of the certificate the CA issued for orderID in
+// certrenew_issued, outside the fence and even after the term ended
+// (migrations/0008_certrenew_issued.sql). A failure only costs the next
+// leader a second order.
+func (p *pass) recordIssued(ctx context.Context, d *domain, orderID int64, url string, log *slog.Logger) {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordIssuedBound)
+	defer cancel()
+	if _, err := p.j.pool.Exec(wctx, `INSERT INTO certrenew_issued (order_id, domain, cert_url, token, instance)
+		VALUES ($1, $2, $3, $4, $5) ON CONFLICT (order_id) DO NOTHING`, orderID, d.name, url, p.r.Token, p.r.Instance); err != nil {
+		log.WarnContext(ctx, "could not record the issued certificate's URL (the next leader would order again if this term cannot store it)",
+			"order_id", orderID, "err", err)
+	}
+}
+
+// recoverIssued looks for a certificate the CA issued for the order an
+// earlier term left in flight (d.orderID), fetches it, and stores it: the
+// order's result without a second issuance. It reports whether the domain
+// is dealt with for this pass (stored, or the term's store refused);
+// false means: order as usual.
+func (p *pass) recoverIssued(ctx context.Context, client *lego.Client, d *domain, replaces string, log *slog.Logger) bool {
+	orderID := *d.orderID
+	var url string
+	var token int64
+	err := p.j.pool.QueryRow(ctx, `SELECT cert_url, token FROM certrenew_issued WHERE order_id = $1`, orderID).Scan(&url, &token)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return false
+	case err != nil:
+		if ctx.Err() == nil {
+			log.WarnContext(ctx, "could not look for a certificate issued to an earlier term; ordering", "earlier_order_id", orderID, "err", err)
+		}
+		return ctx.Err() != nil
+	}
+	log = log.With("issued_to_token", token)
+	key, err := p.j.openOrderKey(d)
+	if err != nil {
+		log.WarnContext(ctx, "the earlier order's key does not open; ordering again", "earlier_order_id", orderID, "err", err)
+		return false
+	}
+	res, err := client.Certificate.Get(ctx, url, true)
+	if err != nil {
+		if ctx.Err() == nil {
+			log.WarnContext(ctx, "could not fetch the certificate issued to an earlier term; ordering again", "earlier_order_id", orderID, "url", url, "err", err)
+		}
+		return ctx.Err() != nil
+	}
+	if err := p.store(ctx, d, orderID, res, key, replaces, false, log); err != nil {
+		p.checkStale(err)
+		if errors.Is(err, errBadCertificate) {
+			log.WarnContext(ctx, "the certificate issued to an earlier term does not match its order; ordering again", "earlier_order_id", orderID, "url", url, "err", err)
+			return false
+		}
+		log.ErrorContext(ctx, "could not store the certificate issued to an earlier term", "order_id", orderID, "err", err)
+		return true
+	}
+	p.j.m.recovered.WithLabelValues(p.r.Job).Inc()
+	log.InfoContext(ctx, "stored the certificate the CA issued to an earlier term's order, without ordering again", "order_id", orderID)
+	return true
 }
 
 // obtain is client.Certificate.Obtain, except that it returns as soon as ctx
@@ -203,9 +275,9 @@ func (p *pass) beginOrder(ctx context.Context, d *domain, replaces string, log *
 	var key crypto.Signer
 	var sealed []byte
 	if d.orderKey != nil {
-		if pt, err := p.j.keys.Open(d.orderKey, aadCert(d.name)); err == nil {
-			if k, err := parseKeyPEM(pt); err == nil {
-				key, sealed = k, p.j.keys.Seal(pt, aadCert(d.name))
+		if k, err := p.j.openOrderKey(d); err == nil {
+			if pt, err := keyPEM(k); err == nil {
+				key, sealed = k, p.j.keys.Seal(pt, aadCert(d.name)) // resealed with the current key
 			}
 		}
 	}
@@ -279,6 +351,19 @@ func (p *pass) beginOrder(ctx context.Context, d *domain, replaces string, log *
 	}
 	d.orderID, d.orderToken, d.attempt = &orderID, &p.r.Token, d.attempt+1
 	return orderID, key, nil
+}
+
+// openOrderKey opens the certificate key sealed with the order d has in
+// flight.
+func (j *job) openOrderKey(d *domain) (crypto.Signer, error) {
+	if d.orderKey == nil {
+		return nil, errors.New("no key was recorded with the order")
+	}
+	pt, err := j.keys.Open(d.orderKey, aadCert(d.name))
+	if err != nil {
+		return nil, err
+	}
+	return parseKeyPEM(pt)
 }
 
 var errBadCertificate = errors.New("certrenew: the CA's certificate does not match the order")
