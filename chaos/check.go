@@ -353,6 +353,10 @@ func (k *checker) checkCerts(ctx context.Context, f *facts, issued map[string]in
 		AND NOT EXISTS (SELECT 1 FROM certrenew_certificates c WHERE c.domain = d.domain AND c.current)`).Scan(&s.WithoutAfter60s); err != nil {
 		return s, err
 	}
+	if err := k.pool.QueryRow(ctx, `SELECT count(*) FROM certrenew_certificates c
+		JOIN certrenew_issued i ON i.order_id = c.order_id WHERE i.token <> c.token`).Scan(&s.Recovered); err != nil {
+		return s, err
+	}
 	return s, nil
 }
 

@@ -89,6 +89,7 @@ type CertStats struct {
 	Issued          int // by the CA
 	DuplicateIssued int // issued beyond the first per domain (renewals included)
 	WithoutAfter60s int // domains added over a minute before the end that have no current certificate
+	Recovered       int // stored by a later term than the one the CA issued them to
 }
 
 // LoadStats is what the load generators did.
