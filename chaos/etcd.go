@@ -39,6 +39,12 @@ const (
 	etcdOpTimeout      = 3 * time.Second
 )
 
+// How long a member process tries to bind its ports.
+const (
+	bindAttempts = 20
+	bindRetry    = 250 * time.Millisecond
+)
+
 // MemberMain runs one etcd member in this process until SIGTERM or SIGKILL:
 // `<binary> etcd-member --name m0 --dir D --client URL --peer URL
 // --initial-cluster m0=URL,... --state new|existing`. It prints memberReady on
@@ -79,10 +85,22 @@ func MemberMain(args []string) int {
 	cfg.ClusterState = *state
 	cfg.LogLevel = "error"
 	cfg.UnsafeNoFsync = true
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "etcd-member: start:", err)
-		return 1
+	// A restarted member binds the ports it had: while it was down, another
+	// process's outgoing connection may have been given one of them as its
+	// ephemeral port. Such connections are short-lived here, so try again
+	// for a while (StartEtcd binds before it touches the data directory).
+	var e *embed.Etcd
+	for attempt := 1; ; attempt++ {
+		var err error
+		if e, err = embed.StartEtcd(cfg); err == nil {
+			break
+		}
+		if attempt == bindAttempts || !strings.Contains(err.Error(), "address already in use") {
+			fmt.Fprintln(os.Stderr, "etcd-member: start:", err)
+			return 1
+		}
+		fmt.Fprintf(os.Stderr, "etcd-member: start: %v; trying again (%d of %d)\n", err, attempt, bindAttempts)
+		time.Sleep(bindRetry)
 	}
 	sigs := make(chan os.Signal, 1)
 	signalNotify(sigs)
@@ -130,8 +148,9 @@ type etcdCluster struct {
 
 // startEtcd starts an n-member cluster on free ports. etcd binds its ports
 // itself (it takes no passed sockets), so another process can take a port
-// between the pick and the bind: then the cluster is started again on new
-// ports (twice at most), the failed attempt's logs kept beside.
+// between the pick and the bind. A member process waits a few seconds for a
+// taken port (MemberMain); if that is not enough, the cluster is started
+// again on new ports (twice at most), the failed attempt's logs kept beside.
 func startEtcd(ctx context.Context, executable, dir string, n int) (*etcdCluster, error) {
 	for attempt := 1; ; attempt++ {
 		c, err := startEtcdOnce(ctx, executable, dir, n)
