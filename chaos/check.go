@@ -342,13 +342,20 @@ func (k *checker) checkCerts(ctx context.Context, f *facts, issued map[string]in
 		}
 	}
 	s.Domains = len(current)
+	storedFor := map[string]int{}
+	for _, c := range crts {
+		storedFor[c.Domain]++
+	}
 	for d, n := range issued {
 		s.Issued += n
+		if n > storedFor[d] {
+			s.Unstored = append(s.Unstored, fmt.Sprintf("%s (%d issued, %d stored)", d, n, storedFor[d]))
+		}
 		if n > 1 {
 			s.DuplicateIssued += n - 1
 		}
-		_ = d
 	}
+	slices.Sort(s.Unstored)
 	if err := k.pool.QueryRow(ctx, `SELECT count(*) FROM custom_domains d WHERE added_at < now() - interval '60 seconds'
 		AND NOT EXISTS (SELECT 1 FROM certrenew_certificates c WHERE c.domain = d.domain AND c.current)`).Scan(&s.WithoutAfter60s); err != nil {
 		return s, err

@@ -146,6 +146,9 @@ func (r *Report) Markdown() string {
 		r.Reports.Reports, r.Reports.SlotsDone, r.Reports.SlotsSkipped, r.Reports.SlotsOpen)
 	fmt.Fprintf(&b, "Certificates: %d stored for %d domains (%d of them by a later term than the one the CA issued them to); the CA issued %d (%d beyond one per domain); %d domains older than a minute without one.\n",
 		r.Certs.Stored, r.Certs.Domains, r.Certs.Recovered, r.Certs.Issued, r.Certs.DuplicateIssued, r.Certs.WithoutAfter60s)
+	if len(r.Certs.Unstored) > 0 {
+		fmt.Fprintf(&b, "Issued by the CA and not stored: %s.\n", strings.Join(r.Certs.Unstored, ", "))
+	}
 	b.WriteString("Grace overruns (a run still going after its term's end + grace, from the instances' logs): ")
 	if len(r.Overruns) == 0 {
 		b.WriteString("none.\n")

@@ -90,6 +90,9 @@ type CertStats struct {
 	DuplicateIssued int // issued beyond the first per domain (renewals included)
 	WithoutAfter60s int // domains added over a minute before the end that have no current certificate
 	Recovered       int // stored by a later term than the one the CA issued them to
+	// Unstored names the domains the CA issued more certificates for than
+	// were stored, with both counts (for reading the instances' logs).
+	Unstored []string
 }
 
 // LoadStats is what the load generators did.

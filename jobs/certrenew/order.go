@@ -170,17 +170,24 @@ func (p *pass) order(ctx context.Context, client *lego.Client, d *domain, log *s
 	}
 }
 
-// recordIssuedBound bounds recordIssued, which may run after the term ended:
-// it must not hold the hand-over for long.
-const recordIssuedBound = time.Second
+// Bounds of recordIssued: it may take up to recordIssuedMax while the term
+// lasts (the pass is waiting on the CA anyway), and at most
+// recordIssuedAfterTerm once the term has ended, so as not to hold the
+// hand-over.
+const (
+	recordIssuedMax       = 30 * time.Second
+	recordIssuedAfterTerm = time.Second
+)
 
 // recordIssued notes the URL of the certificate the CA issued for orderID in
 // certrenew_issued, outside the fence and even after the term ended
 // (migrations/0008_certrenew_issued.sql). A failure only costs the next
 // leader a second order.
 func (p *pass) recordIssued(ctx context.Context, d *domain, orderID int64, url string, log *slog.Logger) {
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordIssuedBound)
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordIssuedMax)
 	defer cancel()
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(recordIssuedAfterTerm, cancel) })
+	defer stop()
 	if _, err := p.j.pool.Exec(wctx, `INSERT INTO certrenew_issued (order_id, domain, cert_url, token, instance)
 		VALUES ($1, $2, $3, $4, $5) ON CONFLICT (order_id) DO NOTHING`, orderID, d.name, url, p.r.Token, p.r.Instance); err != nil {
 		log.WarnContext(ctx, "could not record the issued certificate's URL (the next leader would order again if this term cannot store it)",
