@@ -361,7 +361,7 @@ func (k *checker) checkCerts(ctx context.Context, f *facts, issued map[string]in
 		return s, err
 	}
 	if err := k.pool.QueryRow(ctx, `SELECT count(*) FROM certrenew_certificates c
-		JOIN certrenew_issued i ON i.order_id = c.order_id WHERE i.token <> c.token`).Scan(&s.Recovered); err != nil {
+		JOIN certrenew_order_urls i ON i.order_id = c.order_id WHERE i.token <> c.token`).Scan(&s.Recovered); err != nil {
 		return s, err
 	}
 	return s, nil

@@ -49,8 +49,9 @@ type observation struct {
 	unavailable     bool
 	rateLimited     bool
 	retryAfter      time.Duration // of the last 429 or 503
+	orderURL        string        // of the order, once the CA created it
 	certURL         string        // of the order, once the CA said it is valid
-	onIssued        func(url string)
+	onOrder         func(orderURL, certURL string)
 }
 
 func (o *observation) snapshot() (alreadyReplaced int, unavailable, rateLimited bool, retryAfter time.Duration) {
@@ -59,23 +60,23 @@ func (o *observation) snapshot() (alreadyReplaced int, unavailable, rateLimited 
 	return o.alreadyReplaced, o.unavailable, o.rateLimited, o.retryAfter
 }
 
-// issuedURL is the certificate URL of an order the CA answered as valid
-// ("" until then): the certificate exists at the CA from that moment, whether
-// or not lego gets to download it.
-func (o *observation) issuedURL() string {
+// urls are the order's URL (once the CA created it) and its certificate's
+// (once the CA said the order is valid: the certificate exists from that
+// moment, whether or not lego gets to download it); "" until then.
+func (o *observation) urls() (orderURL, certURL string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return o.certURL
+	return o.orderURL, o.certURL
 }
 
 type observationKey struct{}
 
 // observe returns a context whose CA requests are recorded in the returned
-// observation. onIssued, if not nil, is called once, in the transport before
-// lego sees the answer, when the CA says the order is valid: the
-// certificate exists from that moment, downloaded or not.
-func observe(ctx context.Context, onIssued func(url string)) (context.Context, *observation) {
-	o := &observation{onIssued: onIssued}
+// observation. onOrder, if not nil, is called in the transport, before lego
+// sees the answer, when the CA has created the order (its URL) and when it
+// says the order is valid (the certificate's URL too).
+func observe(ctx context.Context, onOrder func(orderURL, certURL string)) (context.Context, *observation) {
+	o := &observation{onOrder: onOrder}
 	return context.WithValue(ctx, observationKey{}, o), o
 }
 
@@ -109,9 +110,10 @@ func (t *caTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 
 func (t *caTransport) record(o *observation, resp *http.Response) {
 	switch resp.StatusCode {
-	case http.StatusOK:
-		// An order answered as valid names its certificate's URL (RFC 8555
-		// §7.1.3): finalize's answer, or a poll of the order.
+	case http.StatusCreated, http.StatusOK:
+		// newOrder's answer (201) is the order, at its URL (Location); an
+		// order answered as valid — finalize's answer, or a poll of the
+		// order — names its certificate's URL (RFC 8555 §7.1.3, §7.4).
 		if !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
 			return
 		}
@@ -121,16 +123,25 @@ func (t *caTransport) record(o *observation, resp *http.Response) {
 		}
 		var order struct {
 			Status      string `json:"status"`
+			Finalize    string `json:"finalize"` // only orders have it
 			Certificate string `json:"certificate"`
 		}
-		if json.Unmarshal(body, &order) == nil && order.Status == acme.StatusValid && order.Certificate != "" {
-			o.mu.Lock()
-			first := o.certURL == ""
+		if json.Unmarshal(body, &order) != nil || order.Finalize == "" {
+			return
+		}
+		o.mu.Lock()
+		before := o.orderURL + " " + o.certURL
+		if loc := resp.Header.Get("Location"); resp.StatusCode == http.StatusCreated && loc != "" {
+			o.orderURL = loc
+		}
+		if order.Status == acme.StatusValid && order.Certificate != "" {
 			o.certURL = order.Certificate
-			o.mu.Unlock()
-			if first && o.onIssued != nil {
-				o.onIssued(order.Certificate)
-			}
+		}
+		orderURL, certURL := o.orderURL, o.certURL
+		changed := orderURL+" "+certURL != before
+		o.mu.Unlock()
+		if changed && o.onOrder != nil {
+			o.onOrder(orderURL, certURL)
 		}
 	case http.StatusConflict:
 		body, err := peek(resp)

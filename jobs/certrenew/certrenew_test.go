@@ -400,14 +400,12 @@ func TestTermEndingWhileTheCAProcessesStopsThePassAtOnce(t *testing.T) {
 	}
 }
 
-// A renewal is killed after the CA finalized it (the old certificate is
-// marked replaced at the CA, the new one never stored). The successor's
-// renewal is refused with 409 alreadyReplaced, which lego answers by
-// ordering again without "replaces": the renewer sees it, counts it and
-// records it.
-func TestSuccessorOfAKilledRenewalCountsTheSilentReorder(t *testing.T) {
-	c := newCluster(t, clusterOptions{})
-	const d = "reorder.customer.test"
+// killRenewalAfterIssuance issues a certificate for d, opens its ARI window,
+// and kills the leader renewing it (token 20) once the CA has issued the
+// renewal and marked the old certificate replaced, before it stores. It
+// returns the old certificate.
+func killRenewalAfterIssuance(t *testing.T, c *cluster, d string) *certrenew.Certificate {
+	t.Helper()
 	c.addDomains("active", d)
 	c.lead("a", 10).mustPass()
 	old := c.current(d)
@@ -444,6 +442,56 @@ func TestSuccessorOfAKilledRenewalCountsTheSilentReorder(t *testing.T) {
 	if cur := c.current(d); cur.ID != old.ID {
 		t.Fatalf("the killed renewer stored its certificate")
 	}
+	return old
+}
+
+// A renewal is killed after the CA issued it (finalize answered, the old
+// certificate marked replaced at the CA, the new one never stored). The
+// successor asks the CA about the order the dead term noted, fetches the
+// certificate it issued and stores it: no second order, and the renewal
+// still counts as an ARI renewal.
+func TestSuccessorOfAKilledRenewalStoresTheIssuedCertificateInsteadOfOrderingAgain(t *testing.T) {
+	c := newCluster(t, clusterOptions{})
+	const d = "recovered.customer.test"
+	old := killRenewalAfterIssuance(t, c, d)
+	orders := len(c.ca.log("newOrder"))
+
+	c.lead("c", 30).mustPass()
+
+	if n := len(c.ca.log("newOrder")) - orders; n != 0 {
+		t.Errorf("the successor placed %d orders, want none: the CA had issued the renewal", n)
+	}
+	cur := c.current(d)
+	if cur.ID == old.ID || cur.Token != 30 {
+		t.Fatalf("current certificate %d (token %d), want a new one stored by token 30", cur.ID, cur.Token)
+	}
+	var replacesSent *string
+	var conflict bool
+	if err := c.pool.QueryRow(context.Background(), `SELECT replaces_sent, ari_conflict FROM certrenew_certificates WHERE id = $1`, cur.ID).
+		Scan(&replacesSent, &conflict); err != nil {
+		t.Fatal(err)
+	}
+	if replacesSent == nil || *replacesSent == "" || conflict {
+		t.Errorf("stored renewal: replaces_sent %v, ari_conflict %v; want it recorded as an ARI renewal", replacesSent, conflict)
+	}
+	if r := c.str(`SELECT result FROM certrenew_orders WHERE token = 20`); r != "issued" {
+		t.Errorf("the dead term's order: result %q, want issued", r)
+	}
+	if got := c.inst["c"].counter("snip_certrenew_recovered_total"); got != 1 {
+		t.Errorf("recovered metric: %v, want 1", got)
+	}
+	c.assertOneCurrentValidCertificate(d)
+}
+
+// The same, when the dead term could not even note its order's URL (no
+// database at that moment): the successor's renewal is refused with 409
+// alreadyReplaced, which lego answers by ordering again without "replaces":
+// the renewer sees it, counts it and records it.
+func TestSuccessorOfAKilledRenewalCountsTheSilentReorder(t *testing.T) {
+	c := newCluster(t, clusterOptions{})
+	const d = "reorder.customer.test"
+	killRenewalAfterIssuance(t, c, d)
+	c.exec(`DELETE FROM certrenew_order_urls`)
 
 	c.lead("c", 30).mustPass()
 
@@ -554,7 +602,7 @@ func TestACertificateIssuedToATermThatCannotStoreItIsStoredByTheNextWithoutOrder
 	go func() { done <- paused.pass() }()
 	<-held
 	orderID := c.int(`SELECT id FROM certrenew_orders WHERE domain = $1`, d)
-	if url := c.str(`SELECT cert_url FROM certrenew_issued WHERE order_id = $1 AND token = 10`, orderID); !strings.Contains(url, "/certZ/") {
+	if url := c.str(`SELECT cert_url FROM certrenew_order_urls WHERE order_id = $1 AND token = 10`, orderID); !strings.Contains(url, "/certZ/") {
 		t.Fatalf("the issued certificate's URL was not noted before the download: %q", url)
 	}
 

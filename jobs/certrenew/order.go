@@ -127,10 +127,11 @@ func (p *pass) order(ctx context.Context, client *lego.Client, d *domain, log *s
 		return
 	}
 
-	// The CA's word that the order is valid is noted at once, outside the
-	// fence: if this term cannot store the certificate (its store refused,
-	// its process gone), the next one fetches it instead of ordering again.
-	octx, obs := observe(ctx, func(url string) { p.recordIssued(ctx, d, orderID, url, log) })
+	// What the CA says about the order (its URL; the certificate's once
+	// valid) is noted at once, outside the fence: if this term cannot store
+	// the certificate (its term over mid-order, its store refused, its
+	// process gone), the next one fetches it instead of ordering again.
+	octx, obs := observe(ctx, func(orderURL, certURL string) { p.recordURLs(ctx, d, orderID, orderURL, certURL, log) })
 	res, err := obtain(octx, client, certificate.ObtainRequest{
 		Domains:        []string{d.name},
 		PrivateKey:     key,
@@ -143,8 +144,9 @@ func (p *pass) order(ctx context.Context, client *lego.Client, d *domain, log *s
 		// term cannot store it. The order stays in flight for the
 		// successor, which resumes it after the lock-delay (and fetches
 		// the certificate when it was issued).
+		orderURL, certURL := obs.urls()
 		log.InfoContext(ctx, "order interrupted; left in flight for the next leader", "order_id", orderID,
-			"issued", obs.issuedURL() != "", "cause", context.Cause(ctx))
+			"order_url", orderURL, "issued", certURL != "", "cause", context.Cause(ctx))
 		return
 	}
 	conflicts, _, _, _ := obs.snapshot()
@@ -170,75 +172,135 @@ func (p *pass) order(ctx context.Context, client *lego.Client, d *domain, log *s
 	}
 }
 
-// Bounds of recordIssued: it may take up to recordIssuedMax while the term
-// lasts (the pass is waiting on the CA anyway), and at most
-// recordIssuedAfterTerm once the term has ended, so as not to hold the
+// Bounds of recordURLs: it may take up to recordURLsMax while the term lasts
+// (lego is waiting on it, and the pass on lego), and at most
+// recordURLsAfterTerm once the term has ended, so as not to hold the
 // hand-over.
 const (
-	recordIssuedMax       = 30 * time.Second
-	recordIssuedAfterTerm = time.Second
+	recordURLsMax       = 30 * time.Second
+	recordURLsAfterTerm = time.Second
 )
 
-// recordIssued notes the URL of the certificate the CA issued for orderID in
-// certrenew_issued, outside the fence and even after the term ended
-// (migrations/0008_certrenew_issued.sql). A failure only costs the next
+// recordURLs notes what the CA said about order orderID — its URL, and the
+// certificate's once it is valid ("" for not known) — in
+// certrenew_order_urls, outside the fence and even after the term ended
+// (migrations/0008_certrenew_order_urls.sql). A failure only costs the next
 // leader a second order.
-func (p *pass) recordIssued(ctx context.Context, d *domain, orderID int64, url string, log *slog.Logger) {
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordIssuedMax)
+func (p *pass) recordURLs(ctx context.Context, d *domain, orderID int64, orderURL, certURL string, log *slog.Logger) {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordURLsMax)
 	defer cancel()
-	stop := context.AfterFunc(ctx, func() { time.AfterFunc(recordIssuedAfterTerm, cancel) })
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(recordURLsAfterTerm, cancel) })
 	defer stop()
-	if _, err := p.j.pool.Exec(wctx, `INSERT INTO certrenew_issued (order_id, domain, cert_url, token, instance)
-		VALUES ($1, $2, $3, $4, $5) ON CONFLICT (order_id) DO NOTHING`, orderID, d.name, url, p.r.Token, p.r.Instance); err != nil {
-		log.WarnContext(ctx, "could not record the issued certificate's URL (the next leader would order again if this term cannot store it)",
+	if _, err := p.j.pool.Exec(wctx, `INSERT INTO certrenew_order_urls (order_id, domain, order_url, cert_url, token, instance)
+		VALUES ($1, $2, NULLIF($3, ''), NULLIF($4, ''), $5, $6)
+		ON CONFLICT (order_id) DO UPDATE SET order_url = coalesce(EXCLUDED.order_url, certrenew_order_urls.order_url),
+			cert_url = coalesce(EXCLUDED.cert_url, certrenew_order_urls.cert_url)`,
+		orderID, d.name, orderURL, certURL, p.r.Token, p.r.Instance); err != nil {
+		log.WarnContext(ctx, "could not note the CA's URLs of the order (if this term cannot finish it, the next leader orders again)",
 			"order_id", orderID, "err", err)
 	}
 }
 
-// recoverIssued looks for a certificate the CA issued for the order an
-// earlier term left in flight (d.orderID), fetches it, and stores it: the
-// order's result without a second issuance. It reports whether the domain
-// is dealt with for this pass (stored, or the term's store refused);
-// false means: order as usual.
+// Asking the CA about an earlier order still being processed: this many
+// times, this far apart.
+const (
+	orderPolls    = 5
+	orderPollWait = time.Second
+)
+
+// recoverIssued finishes the order an earlier term left in flight
+// (d.orderID) when the CA issued its certificate: it takes the certificate's
+// URL that term noted, or asks the CA about the order at the URL it noted,
+// fetches the certificate and stores it. It reports whether the domain is
+// dealt with for this pass (stored, or this term's store refused); false
+// means: order as usual.
 func (p *pass) recoverIssued(ctx context.Context, client *lego.Client, d *domain, replaces string, log *slog.Logger) bool {
 	orderID := *d.orderID
-	var url string
+	var orderURL, certURL *string
 	var token int64
-	err := p.j.pool.QueryRow(ctx, `SELECT cert_url, token FROM certrenew_issued WHERE order_id = $1`, orderID).Scan(&url, &token)
+	err := p.j.pool.QueryRow(ctx, `SELECT order_url, cert_url, token FROM certrenew_order_urls WHERE order_id = $1`, orderID).
+		Scan(&orderURL, &certURL, &token)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return false
 	case err != nil:
 		if ctx.Err() == nil {
-			log.WarnContext(ctx, "could not look for a certificate issued to an earlier term; ordering", "earlier_order_id", orderID, "err", err)
+			log.WarnContext(ctx, "could not look up the CA's URLs of an earlier term's order; ordering", "earlier_order_id", orderID, "err", err)
 		}
 		return ctx.Err() != nil
 	}
-	log = log.With("issued_to_token", token)
+	log = log.With("earlier_order_id", orderID, "earlier_token", token)
+	var url string
+	if certURL != nil {
+		url = *certURL
+	}
+	if url == "" && orderURL != nil {
+		status, cert, err := p.askOrder(ctx, *orderURL)
+		switch {
+		case err != nil:
+			if ctx.Err() == nil {
+				log.WarnContext(ctx, "could not ask the CA about an earlier term's order; ordering again", "order_url", *orderURL, "err", err)
+			}
+			return ctx.Err() != nil
+		case cert == "":
+			log.InfoContext(ctx, "the CA did not issue an earlier term's order; ordering again", "order_url", *orderURL, "status", status)
+			return false
+		}
+		url = cert
+	}
+	if url == "" {
+		return false
+	}
 	key, err := p.j.openOrderKey(d)
 	if err != nil {
-		log.WarnContext(ctx, "the earlier order's key does not open; ordering again", "earlier_order_id", orderID, "err", err)
+		log.WarnContext(ctx, "the earlier order's key does not open; ordering again", "err", err)
 		return false
 	}
 	res, err := client.Certificate.Get(ctx, url, true)
 	if err != nil {
 		if ctx.Err() == nil {
-			log.WarnContext(ctx, "could not fetch the certificate issued to an earlier term; ordering again", "earlier_order_id", orderID, "url", url, "err", err)
+			log.WarnContext(ctx, "could not fetch the certificate issued to an earlier term; ordering again", "url", url, "err", err)
 		}
 		return ctx.Err() != nil
 	}
 	if err := p.store(ctx, d, orderID, res, key, replaces, false, log); err != nil {
 		p.checkStale(err)
 		if errors.Is(err, errBadCertificate) {
-			log.WarnContext(ctx, "the certificate issued to an earlier term does not match its order; ordering again", "earlier_order_id", orderID, "url", url, "err", err)
+			log.WarnContext(ctx, "the certificate issued to an earlier term does not match its order; ordering again", "url", url, "err", err)
 			return false
 		}
-		log.ErrorContext(ctx, "could not store the certificate issued to an earlier term", "order_id", orderID, "err", err)
+		log.ErrorContext(ctx, "could not store the certificate issued to an earlier term", "err", err)
 		return true
 	}
 	p.j.m.recovered.WithLabelValues(p.r.Job).Inc()
-	log.InfoContext(ctx, "stored the certificate the CA issued to an earlier term's order, without ordering again", "order_id", orderID)
+	log.InfoContext(ctx, "stored the certificate the CA issued to an earlier term's order, without ordering again")
 	return true
+}
+
+// askOrder asks the CA for an order's state, waiting a little while it is
+// still processing; cert is its certificate's URL once it is valid.
+func (p *pass) askOrder(ctx context.Context, orderURL string) (status, cert string, err error) {
+	core, err := api.New(p.caHTTP, userAgent, p.opts.Directory, p.acct.url, p.acct.key)
+	if err != nil {
+		return "", "", err
+	}
+	for i := 1; ; i++ {
+		o, err := core.Orders.Get(ctx, orderURL)
+		if err != nil {
+			return "", "", err
+		}
+		if o.Status == acme.StatusValid && o.Certificate != "" {
+			return o.Status, o.Certificate, nil
+		}
+		if o.Status != acme.StatusProcessing || i == orderPolls {
+			return o.Status, "", nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", "", context.Cause(ctx)
+		case <-time.After(orderPollWait):
+		}
+	}
 }
 
 // obtain is client.Certificate.Obtain, except that it returns as soon as ctx

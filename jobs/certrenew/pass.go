@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"slices"
 	"sync"
 	"time"
@@ -49,6 +50,11 @@ type pass struct {
 	budgetMu   sync.Mutex
 	budgetOut  bool
 	budgetLeft int
+
+	// The account and the term-bound HTTP client of the pass's lego client
+	// (connect), for asking the CA about an earlier order (askOrder).
+	acct   *acmeUser
+	caHTTP *http.Client
 
 	domains []*domain
 	invalid []invalidDomain
@@ -291,6 +297,7 @@ func (p *pass) connect(ctx context.Context) (*lego.Client, func(), error) {
 	} else if err := client.Challenge.SetHTTP01Provider(&httpProvider{r: p.r}); err != nil {
 		return nil, nil, err
 	}
+	p.acct, p.caHTTP = acct, httpClient
 	return client, base.CloseIdleConnections, nil
 }
 
