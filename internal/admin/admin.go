@@ -201,22 +201,25 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 }
 
 // Ready runs the readiness checks and returns every failure, nil when ready.
+// The database's ping, which may take a while, comes first, so that the
+// session's state is read last: /status then shows readiness, the lease and
+// the terms as of one moment.
 func (s *Server) Ready(ctx context.Context) error {
 	if s.stopping.Load() {
 		return errors.New("shutting down")
 	}
 	var errs []error
-	if sess := s.cfg.Session; sess != nil {
-		if err := sessionReady(sess); err != nil {
-			errs = append(errs, fmt.Errorf("etcd: %w", err))
-		}
-	}
 	if db := s.cfg.DB; db != nil {
 		cctx, cancel := context.WithTimeout(ctx, s.cfg.CheckTimeout)
 		err := db.Ping(cctx)
 		cancel()
 		if err != nil {
 			errs = append(errs, fmt.Errorf("postgres: no answer to a ping within %v: %w", s.cfg.CheckTimeout, err))
+		}
+	}
+	if sess := s.cfg.Session; sess != nil {
+		if err := sessionReady(sess); err != nil {
+			errs = append([]error{fmt.Errorf("etcd: %w", err)}, errs...) // etcd first, as always
 		}
 	}
 	return errors.Join(errs...)

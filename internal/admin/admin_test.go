@@ -170,7 +170,7 @@ func TestStatusAndMetricsShowTheSchedulersTermsOnTheSharedMux(t *testing.T) {
 
 	s := serve(t, admin.Config{Mux: mux, Gatherer: metrics, Instance: "server-a", Version: "v-test", Session: sess, DB: db, Jobs: sched})
 	var st admin.Status
-	eventually(t, "/status to show the term", func() bool {
+	eventually(t, "/status to be ready and show the term", func() bool {
 		code, body := get(t, s, "/status")
 		if code != http.StatusOK {
 			t.Fatalf("/status: %d %s", code, body)
@@ -178,7 +178,7 @@ func TestStatusAndMetricsShowTheSchedulersTermsOnTheSharedMux(t *testing.T) {
 		if err := json.Unmarshal([]byte(body), &st); err != nil {
 			t.Fatalf("/status: %v\n%s", err, body)
 		}
-		return len(st.Jobs) == 1 && st.Jobs[0].Leading && st.Jobs[0].LastRun != nil
+		return st.Ready && len(st.Jobs) == 1 && st.Jobs[0].Leading && st.Jobs[0].LastRun != nil
 	})
 	stats := sess.Stats()
 	if st.Instance != "server-a" || st.Version != "v-test" || !st.Ready || st.Lease == nil || st.Lease.ID == "" ||
