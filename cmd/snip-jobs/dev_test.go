@@ -236,9 +236,22 @@ func (w *watcher) open(avoid string) {
 // supervisor's answer (shown on the page) matched by want.
 func (w *watcher) press(sel, want string) []string {
 	w.t.Helper()
-	if err := chromedp.Do(w.ctx, chromedp.Click(chromedp.CSS(sel))); err != nil {
-		w.t.Fatalf("click %s: %v", sel, err)
+	// Found and clicked in one step in the page: the page redraws itself
+	// every second, and a node found first and clicked after (chromedp's
+	// Click) may have been replaced in between ("Could not find node with
+	// given id", seen in CI).
+	q, err := json.Marshal(sel)
+	if err != nil {
+		w.t.Fatal(err)
 	}
+	click := fmt.Sprintf(`(() => { const b = document.querySelector(%s); if (!b) return false; b.click(); return true; })()`, q)
+	eventually(w.t, "a button "+sel+" to press", func() bool {
+		clicked, err := chromedp.Run(w.ctx, chromedp.Evaluate[bool](click))
+		if err != nil {
+			w.t.Fatalf("click %s: %v", sel, err)
+		}
+		return clicked
+	})
 	re := regexp.MustCompile(want)
 	var m []string
 	eventually(w.t, "the answer to "+sel, func() bool {
