@@ -536,21 +536,7 @@ func TestPausedLeaderStoreIsRefusedByTheFence(t *testing.T) {
 	const d = "paused.customer.test"
 	c.addDomains("active", d)
 
-	held := make(chan struct{})
-	release := make(chan struct{})
-	var once sync.Once
-	c.ca.setHook(func(ev *caEvent, _ http.ResponseWriter, pebble func()) {
-		if ev.Kind == "finalize" {
-			first := false
-			once.Do(func() { first = true })
-			if first {
-				close(held)
-				<-release // the paused leader's request, held
-			}
-		}
-		pebble()
-	})
-
+	held, release := c.holdFirst("finalize")
 	paused := c.lead("a", 10)
 	done := make(chan error, 1)
 	go func() { done <- paused.pass() }()
@@ -558,7 +544,7 @@ func TestPausedLeaderStoreIsRefusedByTheFence(t *testing.T) {
 
 	c.lead("b", 20).mustPass()
 	succ := c.current(d)
-	close(release)
+	release()
 	err := <-done
 
 	var stale *fencing.StaleTokenError
@@ -587,21 +573,7 @@ func TestACertificateIssuedToATermThatCannotStoreItIsStoredByTheNextWithoutOrder
 	const d = "issued-then-paused.customer.test"
 	c.addDomains("active", d)
 
-	held := make(chan struct{})
-	release := make(chan struct{})
-	var once sync.Once
-	c.ca.setHook(func(ev *caEvent, _ http.ResponseWriter, pebble func()) {
-		if ev.Kind == "certificate" {
-			first := false
-			once.Do(func() { first = true })
-			if first {
-				close(held)
-				<-release // the first leader's download, held
-			}
-		}
-		pebble()
-	})
-
+	held, release := c.holdFirst("certificate")
 	paused := c.lead("a", 10)
 	done := make(chan error, 1)
 	go func() { done <- paused.pass() }()
@@ -626,7 +598,7 @@ func TestACertificateIssuedToATermThatCannotStoreItIsStoredByTheNextWithoutOrder
 		t.Errorf("the first leader's order %d: result %q, want issued", orderID, got)
 	}
 
-	close(release)
+	release()
 	err := <-done
 	var stale *fencing.StaleTokenError
 	if !errors.As(err, &stale) || stale.Token != 10 || stale.Current != 20 {

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -184,6 +185,26 @@ func (tm *term) mustPass() {
 	if err := tm.pass(); err != nil {
 		tm.c.t.Fatalf("pass of %s (token %d): %v", tm.in.name, tm.token, err)
 	}
+}
+
+// holdFirst holds the first request of kind (caEvent.Kind) at the CA, before
+// Pebble sees it, until release is called: a leader paused in the middle of
+// that request. held is closed when the request arrives.
+func (c *cluster) holdFirst(kind string) (held <-chan struct{}, release func()) {
+	h, r := make(chan struct{}), make(chan struct{})
+	var first, released sync.Once
+	c.ca.setHook(func(ev *caEvent, _ http.ResponseWriter, pebble func()) {
+		if ev.Kind == kind {
+			isFirst := false
+			first.Do(func() { isFirst = true }) // returns at once for the others
+			if isFirst {
+				close(h)
+				<-r
+			}
+		}
+		pebble()
+	})
+	return h, func() { released.Do(func() { close(r) }) }
 }
 
 // kill ends the term without handing over.
