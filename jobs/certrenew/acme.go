@@ -130,15 +130,14 @@ func (t *caTransport) record(o *observation, resp *http.Response) {
 			return
 		}
 		o.mu.Lock()
-		before := o.orderURL + " " + o.certURL
-		if loc := resp.Header.Get("Location"); resp.StatusCode == http.StatusCreated && loc != "" {
-			o.orderURL = loc
+		changed := false
+		if loc := resp.Header.Get("Location"); resp.StatusCode == http.StatusCreated && loc != "" && loc != o.orderURL {
+			o.orderURL, changed = loc, true
 		}
-		if order.Status == acme.StatusValid && order.Certificate != "" {
-			o.certURL = order.Certificate
+		if order.Status == acme.StatusValid && order.Certificate != "" && order.Certificate != o.certURL {
+			o.certURL, changed = order.Certificate, true
 		}
 		orderURL, certURL := o.orderURL, o.certURL
-		changed := orderURL+" "+certURL != before
 		o.mu.Unlock()
 		if changed && o.onOrder != nil {
 			o.onOrder(orderURL, certURL)
