@@ -536,16 +536,11 @@ func TestPausedLeaderStoreIsRefusedByTheFence(t *testing.T) {
 	const d = "paused.customer.test"
 	c.addDomains("active", d)
 
-	held, release := c.holdFirst("finalize")
-	paused := c.lead("a", 10)
-	done := make(chan error, 1)
-	go func() { done <- paused.pass() }()
-	<-held
+	resume := c.pauseInPass("a", 10, "finalize")
 
 	c.lead("b", 20).mustPass()
 	succ := c.current(d)
-	release()
-	err := <-done
+	err := resume()
 
 	var stale *fencing.StaleTokenError
 	if !errors.As(err, &stale) || stale.Token != 10 || stale.Current != 20 {
@@ -573,11 +568,7 @@ func TestACertificateIssuedToATermThatCannotStoreItIsStoredByTheNextWithoutOrder
 	const d = "issued-then-paused.customer.test"
 	c.addDomains("active", d)
 
-	held, release := c.holdFirst("certificate")
-	paused := c.lead("a", 10)
-	done := make(chan error, 1)
-	go func() { done <- paused.pass() }()
-	<-held
+	resume := c.pauseInPass("a", 10, "certificate")
 	orderID := c.int(`SELECT id FROM certrenew_orders WHERE domain = $1`, d)
 	if url := c.str(`SELECT cert_url FROM certrenew_order_urls WHERE order_id = $1 AND token = 10`, orderID); !strings.Contains(url, "/certZ/") {
 		t.Fatalf("the issued certificate's URL was not noted before the download: %q", url)
@@ -598,8 +589,7 @@ func TestACertificateIssuedToATermThatCannotStoreItIsStoredByTheNextWithoutOrder
 		t.Errorf("the first leader's order %d: result %q, want issued", orderID, got)
 	}
 
-	release()
-	err := <-done
+	err := resume()
 	var stale *fencing.StaleTokenError
 	if !errors.As(err, &stale) || stale.Token != 10 || stale.Current != 20 {
 		t.Fatalf("paused leader's pass: %v, want a *fencing.StaleTokenError for token 10 against 20", err)

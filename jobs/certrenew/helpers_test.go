@@ -187,24 +187,34 @@ func (tm *term) mustPass() {
 	}
 }
 
-// holdFirst holds the first request of kind (caEvent.Kind) at the CA, before
-// Pebble sees it, until release is called: a leader paused in the middle of
-// that request. held is closed when the request arrives.
-func (c *cluster) holdFirst(kind string) (held <-chan struct{}, release func()) {
-	h, r := make(chan struct{}), make(chan struct{})
-	var first, released sync.Once
+// pauseInPass starts a pass of instance's term with token and holds its
+// first request of kind (caEvent.Kind) at the CA, before Pebble sees it: a
+// leader paused in the middle of that request, still believing it leads.
+// It returns once the request is held; resume lets it go on and returns
+// what the pass returned.
+func (c *cluster) pauseInPass(instance string, token int64, kind string) (resume func() error) {
+	c.t.Helper()
+	held, release := make(chan struct{}), make(chan struct{})
+	var first sync.Once
 	c.ca.setHook(func(ev *caEvent, _ http.ResponseWriter, pebble func()) {
 		if ev.Kind == kind {
 			isFirst := false
 			first.Do(func() { isFirst = true }) // returns at once for the others
 			if isFirst {
-				close(h)
-				<-r
+				close(held)
+				<-release
 			}
 		}
 		pebble()
 	})
-	return h, func() { released.Do(func() { close(r) }) }
+	tm := c.lead(instance, token)
+	done := make(chan error, 1)
+	go func() { done <- tm.pass() }()
+	<-held
+	return func() error {
+		close(release)
+		return <-done
+	}
 }
 
 // kill ends the term without handing over.
