@@ -241,7 +241,13 @@ func (f *Fence) advance(ctx context.Context, tx pgx.Tx, resource string, token i
 // own, outside the pool, and only once the wait has lasted f.breakAfter: a
 // pool whose connections all wait behind stale holders could not lend it one.
 // Its failures are left to the next attempt (the wait goes on as without it).
+//
+// stop ends the waiting, not a break in flight: the break query runs on the
+// caller's ctx, so that a holder it terminated is always reported. (The write
+// it unblocked returns, and calls stop, as soon as the holder is gone, which
+// may be before the query's result has been read.)
 func (f *Fence) breakStaleHolders(ctx context.Context, resource string, token int64, pid int32) (stop func()) {
+	query := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -270,7 +276,7 @@ func (f *Fence) breakStaleHolders(ctx context.Context, resource string, token in
 					continue
 				}
 			}
-			rows, _ := conn.Query(ctx, breakSQL, pid, token)
+			rows, _ := conn.Query(query, breakSQL, pid, token)
 			for rows.Next() {
 				h := StaleHolder{Resource: resource, Token: token}
 				var ended bool
