@@ -12,8 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/snip/snip-jobs/fencing"
-	"github.com/snip/snip-jobs/internal/testenv"
-	"github.com/snip/snip-jobs/migrations"
+	"github.com/snip/snip-jobs/internal/testdb"
 )
 
 // patience bounds waits for things that must happen; it only decides how long
@@ -31,11 +30,7 @@ type db struct {
 func newDB(t testing.TB) *db {
 	t.Helper()
 	ctx := context.Background()
-	url := testenv.PostgresDB(t)
-	if _, err := migrations.Up(ctx, url, nil); err != nil {
-		t.Fatalf("migrations: %v", err)
-	}
-	d := &db{t: t, url: url}
+	d := &db{t: t, url: testdb.URL(t)}
 	d.obs = d.pool("observer")
 	if _, err := d.obs.Exec(ctx, `CREATE TABLE reports (
 		id       bigserial PRIMARY KEY,

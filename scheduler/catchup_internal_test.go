@@ -7,11 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/snip/snip-jobs/configs"
-	"github.com/snip/snip-jobs/internal/testenv"
-	"github.com/snip/snip-jobs/migrations"
+	"github.com/snip/snip-jobs/internal/testdb"
 )
 
 type fiveMinutes struct{}
@@ -41,15 +38,7 @@ func TestCatchUpPolicies(t *testing.T) {
 		{configs.Latest, after(30).Add(30 * time.Second), []time.Time{after(30)}, 5},
 		{configs.None, after(30).Add(30 * time.Second), []time.Time{after(30)}, 5},
 	}
-	url := testenv.PostgresDB(t)
-	if _, err := migrations.Up(context.Background(), url, nil); err != nil {
-		t.Fatal(err)
-	}
-	pool, err := pgxpool.New(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	_, pool := testdb.New(t)
 
 	for i, tc := range cases {
 		t.Run(fmt.Sprintf("%s-at-%s", tc.policy, tc.now.Format("15:04:05")), func(t *testing.T) {
@@ -96,15 +85,7 @@ func TestCatchUpPolicies(t *testing.T) {
 // A job's first sweep does not treat the whole window as missed: it records the
 // latest due slot as skipped and runs nothing.
 func TestFirstSweepOfANewJobStartsHistoryWithoutRunningOldSlots(t *testing.T) {
-	url := testenv.PostgresDB(t)
-	if _, err := migrations.Up(context.Background(), url, nil); err != nil {
-		t.Fatal(err)
-	}
-	pool, err := pgxpool.New(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	_, pool := testdb.New(t)
 	runs := 0
 	reg, _ := NewRegistry(Type{Name: "rec", New: func(Env, configs.Job) (Job, error) {
 		return JobFunc(func(context.Context, *Run) error { runs++; return nil }), nil

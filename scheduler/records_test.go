@@ -6,10 +6,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/snip/snip-jobs/internal/testdb"
 	"github.com/snip/snip-jobs/internal/testenv"
-	"github.com/snip/snip-jobs/migrations"
 	"github.com/snip/snip-jobs/scheduler"
 )
 
@@ -39,11 +38,7 @@ func TestWarmRecordsPreparesTheRecordStatementsAndNeverFailsAConnection(t *testi
 		t.Errorf("%d statements prepared on a database without the tables, want 0", n)
 	}
 
-	url := testenv.PostgresDB(t)
-	if _, err := migrations.Up(ctx, url, nil); err != nil {
-		t.Fatal(err)
-	}
-	n, conn := prepared(url)
+	n, conn := prepared(testdb.URL(t))
 	if n != 5 {
 		t.Fatalf("%d statements prepared, want the 5 of job_terms, job_runs and fence_rejections", n)
 	}
@@ -65,15 +60,7 @@ func TestWarmRecordsPreparesTheRecordStatementsAndNeverFailsAConnection(t *testi
 // noticed late), and a term never closed stays open.
 func TestHistoryEndsAHandedOverTermNoLaterThanItsSuccessorStarted(t *testing.T) {
 	ctx := context.Background()
-	url := testenv.PostgresDB(t)
-	if _, err := migrations.Up(ctx, url, nil); err != nil {
-		t.Fatal(err)
-	}
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	_, pool := testdb.New(t)
 	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	for _, r := range []struct {

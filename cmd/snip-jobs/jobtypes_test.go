@@ -6,12 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/fencing"
+	"github.com/snip/snip-jobs/internal/testdb"
 	"github.com/snip/snip-jobs/internal/testenv"
-	"github.com/snip/snip-jobs/migrations"
 	"github.com/snip/snip-jobs/scheduler"
 )
 
@@ -20,16 +18,8 @@ import (
 // runs everywhere executes plainly.
 func TestSQLJobFencesSingletonsAndCompletesCronSlotsWithTheStatement(t *testing.T) {
 	ctx := context.Background()
-	url := testenv.PostgresDB(t)
-	if _, err := migrations.Up(ctx, url, nil); err != nil {
-		t.Fatal(err)
-	}
-	exec1(t, url, pulsesTable)
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	url, pool := testdb.New(t)
+	testenv.Exec(t, pool, pulsesTable)
 	file, err := configs.Parse("test.yaml", []byte(`
 instance: server-a
 jobs:
@@ -49,7 +39,7 @@ jobs:
 	}
 	fence := fencing.New(pool, "server-a")
 	slot := time.Date(2026, 11, 23, 7, 0, 0, 0, time.UTC)
-	exec1(t, url, `INSERT INTO cron_slots (job, slot, state, token, instance) VALUES ('stamp', '2026-11-23T07:00:00Z', 'running', 20, 'server-a')`)
+	testenv.Exec(t, pool, `INSERT INTO cron_slots (job, slot, state, token, instance) VALUES ('stamp', '2026-11-23T07:00:00Z', 'running', 20, 'server-a')`)
 	run := func(token int64, slot time.Time) error {
 		var f *fencing.Fence
 		if token > 0 {

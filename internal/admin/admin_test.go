@@ -16,9 +16,9 @@ import (
 
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/internal/admin"
+	"github.com/snip/snip-jobs/internal/testdb"
 	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/leadership"
-	"github.com/snip/snip-jobs/migrations"
 	"github.com/snip/snip-jobs/scheduler"
 )
 
@@ -136,10 +136,7 @@ func TestReadyzWithoutASessionChecksOnlyPostgres(t *testing.T) {
 
 func TestStatusAndMetricsShowTheSchedulersTermsOnTheSharedMux(t *testing.T) {
 	etcd := testenv.StartEtcd(t, 1)
-	url := testenv.PostgresDB(t)
-	if _, err := migrations.Up(context.Background(), url, nil); err != nil {
-		t.Fatal(err)
-	}
+	url := testdb.URL(t)
 	reg, err := scheduler.NewRegistry(scheduler.Type{
 		Name: "tick",
 		New: func(env scheduler.Env, _ configs.Job) (scheduler.Job, error) {

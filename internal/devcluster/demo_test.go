@@ -9,13 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/snip/snip-jobs/configs"
+	"github.com/snip/snip-jobs/internal/testdb"
 	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/jobs/certrenew"
 	"github.com/snip/snip-jobs/jobs/weeklyreport"
-	"github.com/snip/snip-jobs/migrations"
 	"github.com/snip/snip-jobs/scheduler"
 )
 
@@ -88,15 +86,7 @@ func TestTheRenewersEntryIsValidOnceThereIsATestCA(t *testing.T) {
 // seeded history gives the weekly report a week and the week before.
 func TestTheDemoDataAndTheClickStreamLandInTheRealSchema(t *testing.T) {
 	ctx := context.Background()
-	url := testenv.PostgresDB(t)
-	if _, err := migrations.Up(ctx, url, nil); err != nil {
-		t.Fatal(err)
-	}
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	_, pool := testdb.New(t)
 	domains, err := seed(ctx, pool)
 	if err != nil {
 		t.Fatal(err)

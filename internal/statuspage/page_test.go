@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/snip/snip-jobs/configs"
+	"github.com/snip/snip-jobs/internal/testdb"
 	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/leadership"
-	"github.com/snip/snip-jobs/migrations"
 	"github.com/snip/snip-jobs/scheduler"
 )
 
@@ -125,11 +125,7 @@ func TestThePageReadsTheClusterFromEtcdAndPostgres(t *testing.T) {
 	ctx := context.Background()
 	etcd := testenv.StartEtcd(t, 1)
 	cli := etcd.Client(t)
-	url := testenv.PostgresDB(t)
-	if _, err := migrations.Up(ctx, url, nil); err != nil {
-		t.Fatal(err)
-	}
-	pool := pool(t, url)
+	_, pool := testdb.New(t)
 	const prefix = "/statuspage-test"
 
 	sess, err := leadership.NewSession(leadership.Config{Client: etcd.Client(t), Prefix: prefix, Instance: "server-a", TTL: 2 * time.Second})
@@ -141,10 +137,10 @@ func TestThePageReadsTheClusterFromEtcdAndPostgres(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	exec(t, pool, `INSERT INTO job_terms (job, token, instance, started_at, ended_at, reason) VALUES ('pulse', $1, 'server-b', now() - interval '1 minute', NULL, NULL)`, term.Token()-1)
-	exec(t, pool, `INSERT INTO job_terms (job, token, instance) VALUES ('pulse', $1, 'server-a')`, term.Token())
-	exec(t, pool, `INSERT INTO fence_rejections (resource, token, current, instance) VALUES ('pulse', $1, $2, 'server-b')`, term.Token()-1, term.Token())
-	exec(t, pool, `INSERT INTO job_runs (job, instance, token, finished_at, result) VALUES ('pulse', 'server-a', $1, now(), 'ok')`, term.Token())
+	testenv.Exec(t, pool, `INSERT INTO job_terms (job, token, instance, started_at, ended_at, reason) VALUES ('pulse', $1, 'server-b', now() - interval '1 minute', NULL, NULL)`, term.Token()-1)
+	testenv.Exec(t, pool, `INSERT INTO job_terms (job, token, instance) VALUES ('pulse', $1, 'server-a')`, term.Token())
+	testenv.Exec(t, pool, `INSERT INTO fence_rejections (resource, token, current, instance) VALUES ('pulse', $1, $2, 'server-b')`, term.Token()-1, term.Token())
+	testenv.Exec(t, pool, `INSERT INTO job_runs (job, instance, token, finished_at, result) VALUES ('pulse', 'server-a', $1, now(), 'ok')`, term.Token())
 
 	page, err := New(Config{Instance: "server-a", Version: "test", Etcd: cli, Prefix: prefix, Pool: pool, Jobs: []configs.Job{
 		{Name: "pulse", Type: "sql", Singleton: true, Schedule: configs.Schedule{Kind: configs.Interval, Every: time.Second}},

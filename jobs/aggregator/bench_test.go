@@ -14,9 +14,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/snip/snip-jobs/internal/testdb"
 	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/jobs/aggregator"
-	"github.com/snip/snip-jobs/migrations"
 )
 
 // The benchmarks run on a private cluster (fsync and synchronous_commit off,
@@ -56,11 +56,7 @@ func benchDB(b *testing.B) *db {
 	conn.Close(ctx)
 	pg.Restart(b)
 
-	url := pg.CreateDatabase(b)
-	if _, err := migrations.Up(ctx, url, nil); err != nil {
-		b.Fatal(err)
-	}
-	d := &db{t: b, url: url}
+	d := &db{t: b, url: testdb.Migrate(b, pg.CreateDatabase(b))}
 	d.obs = d.pool("observer")
 	if _, err := d.obs.Exec(ctx, `INSERT INTO links (id, slug) SELECT g, 'l' || g FROM generate_series(1, $1::int) g`, otherLinks+1); err != nil {
 		b.Fatal(err)

@@ -17,9 +17,9 @@ import (
 
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/fencing"
+	"github.com/snip/snip-jobs/internal/testdb"
 	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/jobs/aggregator"
-	"github.com/snip/snip-jobs/migrations"
 	"github.com/snip/snip-jobs/scheduler"
 )
 
@@ -42,10 +42,7 @@ type db struct {
 func newDB(t testing.TB, url string) *db {
 	t.Helper()
 	ctx := context.Background()
-	if _, err := migrations.Up(ctx, url, nil); err != nil {
-		t.Fatalf("migrations: %v", err)
-	}
-	d := &db{t: t, url: url}
+	d := &db{t: t, url: testdb.Migrate(t, url)}
 	d.obs = d.pool("observer")
 	if _, err := d.obs.Exec(ctx, `INSERT INTO links (id, slug) SELECT g, 'l' || g FROM generate_series(1, $1::int) g`, links); err != nil {
 		t.Fatal(err)

@@ -7,25 +7,15 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
+	"github.com/snip/snip-jobs/internal/testdb"
 	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/jobs/certrenew"
-	"github.com/snip/snip-jobs/migrations"
 )
 
 // The challenge handler answers a stored token only for its domain, and 404
 // for everything else.
 func TestChallengeHandlerAnswersOnlyTheTokensDomain(t *testing.T) {
-	url := testenv.PostgresDB(t)
-	if _, err := migrations.Up(context.Background(), url, nil); err != nil {
-		t.Fatal(err)
-	}
-	pool, err := pgxpool.New(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	_, pool := testdb.New(t)
 	const token, expiredToken = "LoqXcYV8q5ONbJQxbmR7SCTNo3tiAXDfowyjxAjEuX0", "expiredTokenAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
 	if _, err := pool.Exec(context.Background(), `INSERT INTO certrenew_challenges (token, domain, key_auth, fence_token, expires_at) VALUES
 		($1, 'shop.example.com', $1 || '.thumbprint', 7, now() + interval '1 hour'),

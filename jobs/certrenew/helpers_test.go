@@ -22,9 +22,9 @@ import (
 
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/fencing"
+	"github.com/snip/snip-jobs/internal/testdb"
 	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/jobs/certrenew"
-	"github.com/snip/snip-jobs/migrations"
 	"github.com/snip/snip-jobs/scheduler"
 )
 
@@ -67,16 +67,7 @@ type clusterOptions struct {
 
 func newCluster(t testing.TB, co clusterOptions) *cluster {
 	t.Helper()
-	url := testenv.PostgresDB(t)
-	if _, err := migrations.Up(context.Background(), url, nil); err != nil {
-		t.Fatalf("migrations: %v", err)
-	}
-	pool, err := pgxpool.New(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-
+	_, pool := testdb.New(t)
 	c := &cluster{t: t, ca: newTestCA(t, co.ca), pool: pool, inst: map[string]*instance{}, quiet: co.quiet}
 	c.keyFile = writeKeyFile(t, newKey(t))
 	c.keys = c.keyring(c.keyFile)

@@ -12,9 +12,9 @@ import (
 
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/fencing"
+	"github.com/snip/snip-jobs/internal/testdb"
 	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/jobs/weeklyreport"
-	"github.com/snip/snip-jobs/migrations"
 	"github.com/snip/snip-jobs/scheduler"
 )
 
@@ -36,15 +36,7 @@ type db struct {
 
 func newDB(t testing.TB) *db {
 	t.Helper()
-	url := testenv.PostgresDB(t)
-	if _, err := migrations.Up(context.Background(), url, nil); err != nil {
-		t.Fatalf("migrations: %v", err)
-	}
-	pool, err := pgxpool.New(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	_, pool := testdb.New(t)
 	return &db{t: t, pool: pool}
 }
 
