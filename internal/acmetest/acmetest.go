@@ -210,6 +210,39 @@ func AnswerWhenValidated(store *db.MemoryStore, id string, rec *httptest.Respons
 	rec.Body.Write(b)
 }
 
+// AnswerWhenIssued waits (up to wait) for Pebble to issue order id's
+// certificate, then rewrites the finalize POST's recorded answer — Pebble's
+// "processing" — as the valid order with its certificate's URL: the answer of
+// a CA that issues before it answers (as Let's Encrypt usually does), after
+// which lego downloads the certificate at once instead of polling the order.
+func AnswerWhenIssued(store *db.MemoryStore, id string, rec *httptest.ResponseRecorder, wait time.Duration) {
+	o := store.GetOrderByID(id)
+	if o == nil {
+		return
+	}
+	var certID string
+	for deadline := time.Now().Add(wait); time.Now().Before(deadline) && certID == ""; time.Sleep(time.Millisecond) {
+		o.RLock()
+		if o.CertificateObject != nil {
+			certID = o.CertificateObject.ID
+		}
+		o.RUnlock()
+	}
+	var m map[string]any
+	if certID == "" || json.Unmarshal(rec.Body.Bytes(), &m) != nil {
+		return
+	}
+	finalize, _ := m["finalize"].(string)
+	base, _, ok := strings.Cut(finalize, "/finalize-order/")
+	if !ok {
+		return
+	}
+	m["status"], m["certificate"] = "valid", base+"/certZ/"+certID
+	b, _ := json.Marshal(m)
+	rec.Body.Reset()
+	rec.Body.Write(b)
+}
+
 // frontDoor is a layer-4 forwarder: each connection goes to the next target
 // that accepts it.
 type frontDoor struct {

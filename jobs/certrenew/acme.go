@@ -51,6 +51,7 @@ type observation struct {
 	retryAfter      time.Duration // of the last 429 or 503
 	orderURL        string        // of the order, once the CA created it
 	certURL         string        // of the order, once the CA said it is valid
+	finalized       bool          // the CA accepted the CSR: it said the order is processing or valid
 	onOrder         func(orderURL, certURL string)
 }
 
@@ -58,6 +59,14 @@ func (o *observation) snapshot() (alreadyReplaced int, unavailable, rateLimited 
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.alreadyReplaced, o.unavailable, o.rateLimited, o.retryAfter
+}
+
+// finalizedOrder reports whether the CA accepted the order's CSR: it issues
+// the certificate, or has, whatever became of lego's call afterwards.
+func (o *observation) finalizedOrder() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.finalized
 }
 
 // urls are the order's URL (once the CA created it) and its certificate's
@@ -130,6 +139,9 @@ func (t *caTransport) record(o *observation, resp *http.Response) {
 			return
 		}
 		o.mu.Lock()
+		if order.Status == acme.StatusProcessing || order.Status == acme.StatusValid {
+			o.finalized = true
+		}
 		changed := false
 		if loc := resp.Header.Get("Location"); resp.StatusCode == http.StatusCreated && loc != "" && loc != o.orderURL {
 			o.orderURL, changed = loc, true

@@ -17,6 +17,7 @@ import (
 	"github.com/letsencrypt/pebble/v2/ca"
 
 	"github.com/snip/snip-jobs/fencing"
+	"github.com/snip/snip-jobs/internal/acmetest"
 	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/jobs/certrenew"
 )
@@ -602,6 +603,54 @@ func TestACertificateIssuedToATermThatCannotStoreItIsStoredByTheNextWithoutOrder
 	}
 	if n := c.int(`SELECT count(*) FROM certrenew_orders WHERE domain = $1`, d); n != 1 {
 		t.Errorf("%d order rows, want 1", n)
+	}
+	c.assertOneCurrentValidCertificate(d)
+}
+
+// A certificate the CA issued is not lost when its download fails. The CA
+// answers finalize with the order valid (it issued before answering, as
+// Let's Encrypt usually does), then 500 to the download, which ends lego's
+// call with an error. The renewer fetches the certificate again, in the same
+// pass, instead of failing the order and ordering a second one later.
+func TestAnIssuedCertificateWhoseDownloadFailedIsFetchedAgainNotOrderedAgain(t *testing.T) {
+	c := newCluster(t, clusterOptions{})
+	const d = "download-failed.customer.test"
+	c.addDomains("active", d)
+	var once sync.Once
+	c.ca.setHook(func(ev *caEvent, w http.ResponseWriter, pebble func()) {
+		refuse := false
+		if ev.Kind == "certificate" {
+			once.Do(func() { refuse = true })
+		}
+		if refuse {
+			problem(w, http.StatusInternalServerError, "urn:ietf:params:acme:error:serverInternal", "certificate storage unavailable", "")
+			return
+		}
+		pebble()
+		if ev.Kind == "finalize" {
+			acmetest.AnswerWhenIssued(c.ca.db, ev.OrderID, w.(*httptest.ResponseRecorder), 30*time.Second)
+		}
+	})
+
+	c.lead("a", 10).mustPass()
+	downloads := c.ca.log("certificate")
+	if len(downloads) != 2 || downloads[0].Status != http.StatusInternalServerError || downloads[1].Status != http.StatusOK {
+		t.Fatalf("certificate downloads %+v, want the refused one, then one more", downloads)
+	}
+	if n := len(c.ca.log("newOrder")); n != 1 {
+		t.Errorf("%d orders placed, want 1: the renewer ordered again instead of fetching the issued certificate", n)
+	}
+	if r := c.str(`SELECT result FROM certrenew_orders WHERE domain = $1`, d); r != "issued" {
+		t.Errorf("the order: result %q, want issued", r)
+	}
+	if f := c.int(`SELECT failures FROM certrenew_domains WHERE domain = $1`, d); f != 0 {
+		t.Errorf("the domain has %d failures, want 0", f)
+	}
+	if cur := c.current(d); cur.Token != 10 {
+		t.Errorf("current certificate stored by token %d, want 10", cur.Token)
+	}
+	if got := c.inst["a"].counter("snip_certrenew_recovered_total"); got != 1 {
+		t.Errorf("recovered metric: %v, want 1", got)
 	}
 	c.assertOneCurrentValidCertificate(d)
 }

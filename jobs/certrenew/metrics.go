@@ -66,7 +66,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			[]string{"job"}),
 		recovered: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "snip_certrenew_recovered_total",
-			Help: "Certificates the CA issued to an order whose term could not store them, fetched and stored by a later term instead of ordering again (also counted in orders_total as issued)."},
+			Help: "Certificates the CA issued to an order left unfinished (its term could not store them, or lego's call failed after the CA accepted the CSR), fetched and stored instead of ordering again (also counted in orders_total as issued)."},
 			[]string{"job"}),
 		budgetLeft: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "snip_certrenew_order_budget_remaining",

@@ -158,6 +158,16 @@ func (p *pass) order(ctx context.Context, client *lego.Client, d *domain, log *s
 	if err == nil && res == nil {
 		err = errors.New("lego returned no certificate and no error")
 	}
+	if err != nil && obs.finalizedOrder() {
+		// The CA accepted the CSR before lego's call failed (a download
+		// refused, say): the certificate is issued or will be. Fetch it
+		// rather than fail the order and, later, order a second one.
+		log.WarnContext(ctx, "ordering failed after the CA accepted the CSR; fetching the certificate it issued",
+			"order_id", orderID, "err", err)
+		if p.recoverIssued(ctx, client, d, replaces, log) {
+			return
+		}
+	}
 	if err != nil {
 		p.orderFailed(ctx, d, orderID, classify(err, obs), log)
 		return
@@ -208,12 +218,13 @@ const (
 	orderPollWait = time.Second
 )
 
-// recoverIssued finishes the order an earlier term left in flight
-// (d.orderID) when the CA issued its certificate: it takes the certificate's
-// URL that term noted, or asks the CA about the order at the URL it noted,
-// fetches the certificate and stores it. It reports whether the domain is
-// dealt with for this pass (stored, or this term's store refused); false
-// means: order as usual.
+// recoverIssued finishes the unfinished order d has in flight (d.orderID),
+// when the CA issued its certificate: one an earlier term left, or this
+// term's whose lego call failed after the CA accepted the CSR. It takes the
+// certificate's URL the transport noted, or asks the CA about the order at
+// the URL it noted, fetches the certificate and stores it. It reports whether
+// the domain is dealt with for this pass (stored, or this term's store
+// refused); false means: order as usual.
 func (p *pass) recoverIssued(ctx context.Context, client *lego.Client, d *domain, replaces string, log *slog.Logger) bool {
 	orderID := *d.orderID
 	var orderURL, certURL *string
@@ -225,11 +236,11 @@ func (p *pass) recoverIssued(ctx context.Context, client *lego.Client, d *domain
 		return false
 	case err != nil:
 		if ctx.Err() == nil {
-			log.WarnContext(ctx, "could not look up the CA's URLs of an earlier term's order; ordering", "earlier_order_id", orderID, "err", err)
+			log.WarnContext(ctx, "could not look up the CA's URLs of an unfinished order; ordering", "unfinished_order_id", orderID, "err", err)
 		}
 		return ctx.Err() != nil
 	}
-	log = log.With("earlier_order_id", orderID, "earlier_token", token)
+	log = log.With("unfinished_order_id", orderID, "unfinished_order_token", token)
 	var url string
 	if certURL != nil {
 		url = *certURL
@@ -239,11 +250,11 @@ func (p *pass) recoverIssued(ctx context.Context, client *lego.Client, d *domain
 		switch {
 		case err != nil:
 			if ctx.Err() == nil {
-				log.WarnContext(ctx, "could not ask the CA about an earlier term's order; ordering again", "order_url", *orderURL, "err", err)
+				log.WarnContext(ctx, "could not ask the CA about an unfinished order; ordering again", "order_url", *orderURL, "err", err)
 			}
 			return ctx.Err() != nil
 		case cert == "":
-			log.InfoContext(ctx, "the CA did not issue an earlier term's order; ordering again", "order_url", *orderURL, "status", status)
+			log.InfoContext(ctx, "the CA did not issue an unfinished order; ordering again", "order_url", *orderURL, "status", status)
 			return false
 		}
 		url = cert
@@ -253,27 +264,27 @@ func (p *pass) recoverIssued(ctx context.Context, client *lego.Client, d *domain
 	}
 	key, err := p.j.openOrderKey(d)
 	if err != nil {
-		log.WarnContext(ctx, "the earlier order's key does not open; ordering again", "err", err)
+		log.WarnContext(ctx, "the unfinished order's key does not open; ordering again", "err", err)
 		return false
 	}
 	res, err := client.Certificate.Get(ctx, url, true)
 	if err != nil {
 		if ctx.Err() == nil {
-			log.WarnContext(ctx, "could not fetch the certificate issued to an earlier term; ordering again", "url", url, "err", err)
+			log.WarnContext(ctx, "could not fetch the certificate issued to an unfinished order; ordering again", "url", url, "err", err)
 		}
 		return ctx.Err() != nil
 	}
 	if err := p.store(ctx, d, orderID, res, key, replaces, false, log); err != nil {
 		p.checkStale(err)
 		if errors.Is(err, errBadCertificate) {
-			log.WarnContext(ctx, "the certificate issued to an earlier term does not match its order; ordering again", "url", url, "err", err)
+			log.WarnContext(ctx, "the certificate issued to an unfinished order does not match it; ordering again", "url", url, "err", err)
 			return false
 		}
-		log.ErrorContext(ctx, "could not store the certificate issued to an earlier term", "err", err)
+		log.ErrorContext(ctx, "could not store the certificate issued to an unfinished order", "err", err)
 		return true
 	}
 	p.j.m.recovered.WithLabelValues(p.r.Job).Inc()
-	log.InfoContext(ctx, "stored the certificate the CA issued to an earlier term's order, without ordering again")
+	log.InfoContext(ctx, "stored the certificate the CA issued to an unfinished order, without ordering again")
 	return true
 }
 
@@ -418,7 +429,7 @@ func (p *pass) beginOrder(ctx context.Context, d *domain, replaces string, log *
 	} else {
 		log.InfoContext(ctx, "ordering", "order_id", orderID, "replaces", replaces, "renewal", replaces != "")
 	}
-	d.orderID, d.orderToken, d.attempt = &orderID, &p.r.Token, d.attempt+1
+	d.orderID, d.orderToken, d.orderKey, d.attempt = &orderID, &p.r.Token, sealed, d.attempt+1
 	return orderID, key, nil
 }
 
