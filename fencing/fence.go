@@ -88,7 +88,9 @@ func WithIdleTimeout(d time.Duration) Option {
 // timeout or TCP gives up. Its write is rolled back, never half-applied: this
 // is the fence doing early what it would do anyway. A holder with the same or
 // a higher token, or any other lock holder, is left alone. onBreak (may be
-// nil) is called for each transaction ended. 0 (the default) never ends one.
+// nil) is called for each transaction ended, on a goroutine of its own and
+// possibly just after the waiting writer's Do has returned. 0 (the default)
+// never ends one.
 //
 // Every fenced transaction names its token in its application_name for
 // that purpose (" fence-token=N" after the first 30 characters of the
@@ -242,16 +244,17 @@ func (f *Fence) advance(ctx context.Context, tx pgx.Tx, resource string, token i
 // pool whose connections all wait behind stale holders could not lend it one.
 // Its failures are left to the next attempt (the wait goes on as without it).
 //
-// stop ends the waiting, not a break in flight: the break query runs on the
-// caller's ctx, so that a holder it terminated is always reported. (The write
-// it unblocked returns, and calls stop, as soon as the holder is gone, which
-// may be before the query's result has been read.)
+// stop returns at once: it ends the waiting and a connection attempt, not a
+// break query in flight. That query finishes on its own (within
+// breakQueryMax), so that a holder it terminated is always reported — the
+// write it unblocked returns, and calls stop, as soon as the holder is gone,
+// which may be before the query's answer has been read — and so that the
+// write's transaction never waits for it: over a slow link a round trip may
+// take seconds, and the transaction would sit idle (holding the resource's
+// row, and perhaps past its idle timeout) meanwhile.
 func (f *Fence) breakStaleHolders(ctx context.Context, resource string, token int64, pid int32) (stop func()) {
-	query := ctx
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
+	wait, stop := context.WithCancel(ctx)
 	go func() {
-		defer close(done)
 		t := time.NewTimer(f.breakAfter)
 		defer t.Stop()
 		var conn *pgx.Conn
@@ -264,30 +267,40 @@ func (f *Fence) breakStaleHolders(ctx context.Context, resource string, token in
 		}()
 		for {
 			select {
-			case <-ctx.Done():
+			case <-wait.Done():
 				return
 			case <-t.C:
 			}
 			t.Reset(f.breakAfter)
 			if conn == nil || conn.IsClosed() {
 				var err error
-				if conn, err = pgx.ConnectConfig(ctx, f.pool.Config().ConnConfig.Copy()); err != nil {
+				if conn, err = pgx.ConnectConfig(wait, f.pool.Config().ConnConfig.Copy()); err != nil {
 					conn = nil
 					continue
 				}
 			}
-			rows, _ := conn.Query(query, breakSQL, pid, token)
-			for rows.Next() {
-				h := StaleHolder{Resource: resource, Token: token}
-				var ended bool
-				if rows.Scan(&h.HolderPID, &h.HolderToken, &ended) == nil && ended && f.onBreak != nil {
-					f.onBreak(h)
-				}
-			}
-			rows.Close()
+			f.breakOnce(ctx, conn, resource, token, pid)
 		}
 	}()
-	return func() { cancel(); <-done }
+	return stop
+}
+
+// breakQueryMax bounds one break query, which outlives the caller's context.
+const breakQueryMax = 30 * time.Second
+
+// breakOnce runs breakSQL once and reports each holder it ended.
+func (f *Fence) breakOnce(ctx context.Context, conn *pgx.Conn, resource string, token int64, pid int32) {
+	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), breakQueryMax)
+	defer cancel()
+	rows, _ := conn.Query(qctx, breakSQL, pid, token)
+	defer rows.Close()
+	for rows.Next() {
+		h := StaleHolder{Resource: resource, Token: token}
+		var ended bool
+		if rows.Scan(&h.HolderPID, &h.HolderToken, &ended) == nil && ended && f.onBreak != nil {
+			f.onBreak(h)
+		}
+	}
 }
 
 // Querier is what Current reads through: a *pgxpool.Pool, *pgx.Conn or pgx.Tx.

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/snip/snip-jobs/fencing"
+	"github.com/snip/snip-jobs/internal/testenv"
 )
 
 func TestWriteWithCurrentOrHigherTokenCommitsAndAdvances(t *testing.T) {
@@ -400,6 +401,13 @@ func TestANewerWriterEndsAStaleHolderAndWrites(t *testing.T) {
 	}
 	d.wantToken(res, 6, "node-b")
 	d.wantReports(res, "by 6")
+	// The break is reported by its own goroutine, which may read the
+	// query's answer after the write it unblocked has returned.
+	testenv.Eventually(t, "the break reported", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(broken) > 0
+	})
 	mu.Lock()
 	defer mu.Unlock()
 	if len(broken) != 1 || broken[0] != (fencing.StaleHolder{Resource: res, Token: 6, HolderToken: 5, HolderPID: five.pid}) {
