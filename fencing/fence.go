@@ -258,6 +258,7 @@ func (f *Fence) breakStaleHolders(ctx context.Context, resource string, token in
 		t := time.NewTimer(f.breakAfter)
 		defer t.Stop()
 		var conn *pgx.Conn
+		ended := map[int32]bool{} // reported already
 		defer func() {
 			if conn != nil {
 				cctx, ccancel := context.WithTimeout(context.Background(), time.Second)
@@ -279,7 +280,7 @@ func (f *Fence) breakStaleHolders(ctx context.Context, resource string, token in
 					continue
 				}
 			}
-			f.breakOnce(ctx, conn, resource, token, pid)
+			f.breakOnce(ctx, conn, resource, token, pid, ended)
 		}
 	}()
 	return stop
@@ -288,16 +289,23 @@ func (f *Fence) breakStaleHolders(ctx context.Context, resource string, token in
 // breakQueryMax bounds one break query, which outlives the caller's context.
 const breakQueryMax = 30 * time.Second
 
-// breakOnce runs breakSQL once and reports each holder it ended.
-func (f *Fence) breakOnce(ctx context.Context, conn *pgx.Conn, resource string, token int64, pid int32) {
+// breakOnce runs breakSQL once and reports each holder it ended that is not
+// in ended already, and adds it there. (A terminated backend takes a moment to
+// exit: the next query may find it still holding the row, and terminate it
+// again.)
+func (f *Fence) breakOnce(ctx context.Context, conn *pgx.Conn, resource string, token int64, pid int32, ended map[int32]bool) {
 	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), breakQueryMax)
 	defer cancel()
 	rows, _ := conn.Query(qctx, breakSQL, pid, token)
 	defer rows.Close()
 	for rows.Next() {
 		h := StaleHolder{Resource: resource, Token: token}
-		var ended bool
-		if rows.Scan(&h.HolderPID, &h.HolderToken, &ended) == nil && ended && f.onBreak != nil {
+		var signalled bool
+		if rows.Scan(&h.HolderPID, &h.HolderToken, &signalled) != nil || !signalled || ended[h.HolderPID] {
+			continue
+		}
+		ended[h.HolderPID] = true
+		if f.onBreak != nil {
 			f.onBreak(h)
 		}
 	}
