@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Kind is a kind of fault.
@@ -359,10 +362,33 @@ func (c *cluster) slowProbeLeader(ctx context.Context) (*instance, error) {
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("no probe transaction of the probe's leader seen waiting after its INSERT: %w", ctx.Err())
+			return nil, fmt.Errorf("no probe transaction of the probe's leader seen waiting after its INSERT: %w (its connections: %s)",
+				ctx.Err(), c.describeConns(in))
 		case <-time.After(2 * time.Millisecond):
 		}
 	}
+}
+
+// describeConns says what in's database connections are doing, for an error
+// message.
+func (c *cluster) describeConns(in *instance) string {
+	if in == nil {
+		return "no leader"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rows, err := c.pool.Query(ctx, `SELECT format('%s %s%s, %s in it, xact %s, xid %s: %s', pid, state,
+			coalesce(' (' || wait_event_type || ':' || wait_event || ')', ''), round(extract(epoch FROM now() - state_change)::numeric, 1) || 's',
+			coalesce(round(extract(epoch FROM now() - xact_start)::numeric, 1) || 's', '-'), coalesce(backend_xid::text, '-'), left(query, 40))
+		FROM pg_stat_activity WHERE client_port = ANY($1) ORDER BY pid`, in.db.upstreamPorts())
+	if err != nil {
+		return err.Error()
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err.Error()
+	}
+	return strings.Join(lines, "; ")
 }
 
 func (c *cluster) termLeader(ctx context.Context, rng *rand.Rand, f *Fault) error {
