@@ -66,7 +66,7 @@ type hook func(ev *caEvent, w http.ResponseWriter, pebble func())
 // caEvent is one request to the ACME server and its answer.
 type caEvent struct {
 	At       time.Time
-	Kind     string   // newOrder, finalize, challenge, certificate, renewalInfo, newAccount, other
+	Kind     string   // newOrder, finalize, order (a look at one), challenge, certificate, renewalInfo, newAccount, other
 	Domains  []string // newOrder, finalize, challenge
 	Replaces string   // newOrder
 	Profile  string   // newOrder
@@ -179,6 +179,8 @@ func (c *testCA) serve(w http.ResponseWriter, r *http.Request) {
 		}
 	case strings.HasPrefix(p, "/certZ/"):
 		ev.Kind = "certificate"
+	case strings.HasPrefix(p, "/my-order/"):
+		ev.Kind = "order"
 	case strings.Contains(p, "renewalInfo"):
 		ev.Kind = "renewalInfo"
 	}

@@ -375,7 +375,7 @@ func TestTermEndingWhileTheCAProcessesStopsThePassAtOnce(t *testing.T) {
 					finalized.Store(true)
 				}
 			}
-		case ev.Kind == "other" && finalized.Load():
+		case ev.Kind == "order" && finalized.Load():
 			leader.kill() // as lego polls the order
 			pebble()
 		default:
@@ -484,6 +484,76 @@ func TestSuccessorOfAKilledRenewalStoresTheIssuedCertificateInsteadOfOrderingAga
 		t.Errorf("the dead term's order: result %q, want issued", r)
 	}
 	if got := c.inst["c"].counter("snip_certrenew_recovered_total"); got != 1 {
+		t.Errorf("recovered metric: %v, want 1", got)
+	}
+	c.assertOneCurrentValidCertificate(d)
+}
+
+// Storing the certificate the CA issued to a dead term's order orders
+// nothing, so the successor does it at once, without waiting for the
+// lock-delay (an hour here) that holds back its own orders.
+func TestTheSuccessorStoresAnIssuedCertificateWithoutWaitingForTheLockDelay(t *testing.T) {
+	c := newCluster(t, clusterOptions{options: func(o *certrenew.Options) { o.LockDelay = time.Hour }})
+	const d = "recovered-at-once.customer.test"
+	killRenewalAfterIssuance(t, c, d)
+	orders := len(c.ca.log("newOrder"))
+
+	done := make(chan error, 1)
+	go func() { done <- c.lead("c", 30).pass() }()
+	testenv.Eventually(t, "the successor stored the issued certificate", func() bool {
+		return c.int(`SELECT count(*) FROM certrenew_certificates WHERE domain = $1 AND current AND token = 30`, d) == 1
+	})
+	if err := <-done; err != nil {
+		t.Fatalf("successor's pass: %v", err)
+	}
+	if n := len(c.ca.log("newOrder")) - orders; n != 0 {
+		t.Errorf("the successor placed %d orders, want none", n)
+	}
+	if s := c.str(`SELECT state FROM certrenew_terms WHERE token = 20`); s != "running" {
+		t.Errorf("the dead term is %q, want still running: its lock-delay has not passed", s)
+	}
+	if got := c.inst["c"].counter("snip_certrenew_recovered_total"); got != 1 {
+		t.Errorf("recovered metric: %v, want 1", got)
+	}
+	c.assertOneCurrentValidCertificate(d)
+}
+
+// An earlier term paused (not dead) with its finalize on the way to the CA:
+// the successor finds the order not issued, and waits out the lock-delay
+// before ordering. The finalize arrives meanwhile and the CA issues; the
+// successor, looking again once the lock-delay has passed, stores that
+// certificate instead of ordering a second one.
+func TestAnOrderIssuedDuringTheLockDelayIsStoredNotOrderedAgain(t *testing.T) {
+	const lockDelay = 10 * time.Second // the resumed finalize must reach the CA within it
+	c := newCluster(t, clusterOptions{options: func(o *certrenew.Options) { o.LockDelay = lockDelay }})
+	const d = "issued-during-lock-delay.customer.test"
+	c.addDomains("active", d)
+	resume := c.pauseInPass("a", 10, "finalize")
+	looks := len(c.ca.log("order"))
+
+	done := make(chan error, 1)
+	go func() { done <- c.lead("b", 20).pass() }()
+	testenv.Eventually(t, "the successor looked at the order", func() bool { return len(c.ca.log("order")) > looks })
+	if n := c.int(`SELECT count(*) FROM certrenew_certificates WHERE domain = $1`, d); n != 0 {
+		t.Fatalf("%d certificates stored before the finalize reached the CA", n)
+	}
+	go resume() // the paused leader's pass ends refused; its finalize reaches the CA
+	if err := <-done; err != nil {
+		t.Fatalf("successor's pass: %v", err)
+	}
+	if n := len(c.ca.log("newOrder")); n != 1 {
+		t.Errorf("%d orders placed, want 1: the successor ordered again instead of storing the certificate issued during its lock-delay", n)
+	}
+	if n := len(c.ca.log("finalize")); n != 1 {
+		t.Errorf("%d orders finalized, want 1", n)
+	}
+	if s := c.str(`SELECT state FROM certrenew_terms WHERE token = 10`); s != "lapsed" {
+		t.Errorf("the paused term is %q, want lapsed: the successor stored before its lock-delay passed", s)
+	}
+	if cur := c.current(d); cur.Token != 20 {
+		t.Errorf("current certificate stored by token %d, want the successor's 20", cur.Token)
+	}
+	if got := c.inst["b"].counter("snip_certrenew_recovered_total"); got != 1 {
 		t.Errorf("recovered metric: %v, want 1", got)
 	}
 	c.assertOneCurrentValidCertificate(d)

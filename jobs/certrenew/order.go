@@ -51,11 +51,30 @@ func (p *pass) do(ctx context.Context, client *lego.Client, d *domain) string {
 		log.DebugContext(ctx, "due, but the renewer is paused", "reason", reason)
 		return p.stateOf(d)
 	}
-	if err := p.beforeOrder(ctx); err != nil {
+	// The CA may have issued the order an earlier term left in flight.
+	// Fetching and storing that certificate orders nothing (it only reads
+	// from the CA, and the store is fenced), so it need not wait for the
+	// lock-delay. It is tried again after the lock-delay: an earlier term
+	// that was paused, not dead, may have finished its order meanwhile.
+	recovered := func() bool { return d.orderID != nil && p.recoverIssued(ctx, client, d, replacesOf(d), log) }
+	if recovered() {
+		return p.stateOf(d)
+	}
+	delayed, err := p.beforeOrder(ctx)
+	if err != nil || delayed && recovered() {
 		return p.stateOf(d)
 	}
 	p.order(ctx, client, d, log)
 	return p.stateOf(d)
+}
+
+// replacesOf is the ARI identifier of the certificate an order for d
+// replaces; "" when d has none.
+func replacesOf(d *domain) string {
+	if d.cert == nil {
+		return ""
+	}
+	return d.cert.ariCertID
 }
 
 // checkARI asks the CA for the certificate's renewal window (RFC 9773) and,
@@ -108,13 +127,7 @@ func (p *pass) checkARI(ctx context.Context, client *lego.Client, d *domain, log
 // (fenced) before the first request, so that a successor finds it; then the
 // result is stored or the failure recorded, both fenced.
 func (p *pass) order(ctx context.Context, client *lego.Client, d *domain, log *slog.Logger) {
-	replaces := ""
-	if d.cert != nil {
-		replaces = d.cert.ariCertID
-	}
-	if d.orderID != nil && p.recoverIssued(ctx, client, d, replaces, log) {
-		return
-	}
+	replaces := replacesOf(d)
 	orderID, key, err := p.beginOrder(ctx, d, replaces, log)
 	switch {
 	case errors.Is(err, errBudget):
@@ -236,7 +249,7 @@ func (p *pass) recoverIssued(ctx context.Context, client *lego.Client, d *domain
 		return false
 	case err != nil:
 		if ctx.Err() == nil {
-			log.WarnContext(ctx, "could not look up the CA's URLs of an unfinished order; ordering", "unfinished_order_id", orderID, "err", err)
+			log.WarnContext(ctx, "could not look up the CA's URLs of an unfinished order (it will be ordered again)", "unfinished_order_id", orderID, "err", err)
 		}
 		return ctx.Err() != nil
 	}
@@ -250,11 +263,11 @@ func (p *pass) recoverIssued(ctx context.Context, client *lego.Client, d *domain
 		switch {
 		case err != nil:
 			if ctx.Err() == nil {
-				log.WarnContext(ctx, "could not ask the CA about an unfinished order; ordering again", "order_url", *orderURL, "err", err)
+				log.WarnContext(ctx, "could not ask the CA about an unfinished order (it will be ordered again)", "order_url", *orderURL, "err", err)
 			}
 			return ctx.Err() != nil
 		case cert == "":
-			log.InfoContext(ctx, "the CA did not issue an unfinished order; ordering again", "order_url", *orderURL, "status", status)
+			log.InfoContext(ctx, "the CA has not issued an unfinished order (it will be ordered again)", "order_url", *orderURL, "status", status)
 			return false
 		}
 		url = cert
@@ -264,20 +277,20 @@ func (p *pass) recoverIssued(ctx context.Context, client *lego.Client, d *domain
 	}
 	key, err := p.j.openOrderKey(d)
 	if err != nil {
-		log.WarnContext(ctx, "the unfinished order's key does not open; ordering again", "err", err)
+		log.WarnContext(ctx, "the unfinished order's key does not open (it will be ordered again)", "err", err)
 		return false
 	}
 	res, err := client.Certificate.Get(ctx, url, true)
 	if err != nil {
 		if ctx.Err() == nil {
-			log.WarnContext(ctx, "could not fetch the certificate issued to an unfinished order; ordering again", "url", url, "err", err)
+			log.WarnContext(ctx, "could not fetch the certificate issued to an unfinished order (it will be ordered again)", "url", url, "err", err)
 		}
 		return ctx.Err() != nil
 	}
 	if err := p.store(ctx, d, orderID, res, key, replaces, false, log); err != nil {
 		p.checkStale(err)
 		if errors.Is(err, errBadCertificate) {
-			log.WarnContext(ctx, "the certificate issued to an unfinished order does not match it; ordering again", "url", url, "err", err)
+			log.WarnContext(ctx, "the certificate issued to an unfinished order does not match it (it will be ordered again)", "url", url, "err", err)
 			return false
 		}
 		log.ErrorContext(ctx, "could not store the certificate issued to an unfinished order", "err", err)

@@ -63,15 +63,16 @@ func markLapsed(ctx context.Context, tx pgx.Tx, job string, tokens []int64) erro
 }
 
 // beforeOrder waits out the lock-delay, once per pass, before the first
-// order. Checking ARI, a read, does not wait.
-func (p *pass) beforeOrder(ctx context.Context) error {
+// order. Checking ARI, a read, does not wait. delayed reports whether this
+// pass had a lock-delay to wait out (an earlier term was cut off mid-pass).
+func (p *pass) beforeOrder(ctx context.Context) (delayed bool, err error) {
 	p.gate.once.Do(func() {
 		if p.gate.until.IsZero() {
 			return
 		}
 		p.gate.err = p.waitLockDelay(ctx)
 	})
-	return p.gate.err
+	return !p.gate.until.IsZero(), p.gate.err
 }
 
 func (p *pass) waitLockDelay(ctx context.Context) error {
