@@ -512,10 +512,7 @@ func TestTheSuccessorStoresAnIssuedCertificateWithoutWaitingForTheLockDelay(t *t
 	if s := c.str(`SELECT state FROM certrenew_terms WHERE token = 20`); s != "running" {
 		t.Errorf("the dead term is %q, want still running: its lock-delay has not passed", s)
 	}
-	if got := c.inst["c"].counter("snip_certrenew_recovered_total"); got != 1 {
-		t.Errorf("recovered metric: %v, want 1", got)
-	}
-	c.assertOneCurrentValidCertificate(d)
+	c.assertRecovered(d, "c", 30)
 }
 
 // An earlier term paused (not dead) with its finalize on the way to the CA:
@@ -550,13 +547,7 @@ func TestAnOrderIssuedDuringTheLockDelayIsStoredNotOrderedAgain(t *testing.T) {
 	if s := c.str(`SELECT state FROM certrenew_terms WHERE token = 10`); s != "lapsed" {
 		t.Errorf("the paused term is %q, want lapsed: the successor stored before its lock-delay passed", s)
 	}
-	if cur := c.current(d); cur.Token != 20 {
-		t.Errorf("current certificate stored by token %d, want the successor's 20", cur.Token)
-	}
-	if got := c.inst["b"].counter("snip_certrenew_recovered_total"); got != 1 {
-		t.Errorf("recovered metric: %v, want 1", got)
-	}
-	c.assertOneCurrentValidCertificate(d)
+	c.assertRecovered(d, "b", 20)
 }
 
 // The same, when the dead term could not even note its order's URL (no
@@ -716,13 +707,7 @@ func TestAnIssuedCertificateWhoseDownloadFailedIsFetchedAgainNotOrderedAgain(t *
 	if f := c.int(`SELECT failures FROM certrenew_domains WHERE domain = $1`, d); f != 0 {
 		t.Errorf("the domain has %d failures, want 0", f)
 	}
-	if cur := c.current(d); cur.Token != 10 {
-		t.Errorf("current certificate stored by token %d, want 10", cur.Token)
-	}
-	if got := c.inst["a"].counter("snip_certrenew_recovered_total"); got != 1 {
-		t.Errorf("recovered metric: %v, want 1", got)
-	}
-	c.assertOneCurrentValidCertificate(d)
+	c.assertRecovered(d, "a", 10)
 }
 
 // Invalid names are recorded with a reason and never ordered, while the

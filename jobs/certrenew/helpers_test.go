@@ -253,6 +253,20 @@ func (c *cluster) current(domain string) *certrenew.Certificate {
 	return crt
 }
 
+// assertRecovered checks that d's current certificate was stored by
+// instance's term token from an unfinished order (counted once in instance's
+// recovered metric), and is sound.
+func (c *cluster) assertRecovered(d, instance string, token int64) {
+	c.t.Helper()
+	if cur := c.current(d); cur.Token != token {
+		c.t.Errorf("current certificate of %s stored by token %d, want %d", d, cur.Token, token)
+	}
+	if got := c.inst[instance].counter("snip_certrenew_recovered_total"); got != 1 {
+		c.t.Errorf("recovered metric of %s: %v, want 1", instance, got)
+	}
+	c.assertOneCurrentValidCertificate(d)
+}
+
 // assertOneCurrentValidCertificate checks, for each domain: exactly one
 // current certificate, issued by the CA for that name, valid now, whose
 // private key opens with the configured key (and with no other) and matches
