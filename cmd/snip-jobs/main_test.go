@@ -110,18 +110,6 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// holdPort binds a free loopback port for the whole test, to pass to an
-// instance (sockact).
-func holdPort(t *testing.T) *net.TCPListener {
-	t.Helper()
-	ln, err := sockact.Listen("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	return ln
-}
-
 const testPrefix = "/snip-jobs-test"
 
 // config describes a test config file.
@@ -203,7 +191,7 @@ func start(t *testing.T, c config, env []string, args ...string) *instance {
 	// race in CI).
 	socks := c.passed
 	if c.adminPort == 0 {
-		ln := holdPort(t)
+		ln := testenv.Listen(t)
 		c.adminPort = ln.Addr().(*net.TCPAddr).Port
 		socks = append(socks, sockact.Socket{Name: "admin", Listener: ln})
 	}

@@ -19,8 +19,8 @@ func TestRunServesTheAdminOnThePassedSocketInsteadOfHTTPListen(t *testing.T) {
 	t.Parallel()
 	etcd := testenv.StartEtcd(t, 1)
 	url := testenv.PostgresDB(t)
-	busy := holdPort(t) // http.listen: taken
-	admin := holdPort(t)
+	busy := testenv.Listen(t) // http.listen: taken
+	admin := testenv.Listen(t)
 	c := config{instance: "activated", endpoints: []string{etcd.Endpoint(0)}, jobs: pulseJob,
 		adminPort: busy.Addr().(*net.TCPAddr).Port,
 		passed:    []sockact.Socket{{Name: "admin", Listener: admin}}}
@@ -47,7 +47,7 @@ func TestRunServesTheAdminOnThePassedSocketInsteadOfHTTPListen(t *testing.T) {
 func TestRunRefusesAPassedSocketItDoesNotKnow(t *testing.T) {
 	t.Parallel()
 	c := config{instance: "misnamed", endpoints: []string{"http://127.0.0.1:1"}, jobs: pulseJob,
-		passed: []sockact.Socket{{Name: "snip-jobs-admin.socket", Listener: holdPort(t)}}}
+		passed: []sockact.Socket{{Name: "snip-jobs-admin.socket", Listener: testenv.Listen(t)}}}
 	in := start(t, c, nil)
 	if code := in.wait(); code != 1 {
 		t.Fatalf("exit %d, want 1", code)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/snip/snip-jobs/internal/sockact"
+	"github.com/snip/snip-jobs/internal/testenv"
 )
 
 // The test binary doubles as the child: with SOCKACT_CHILD set it takes the
@@ -107,18 +108,8 @@ func get(t *testing.T, ln net.Listener) string {
 	return string(b)
 }
 
-func listen(t *testing.T) *net.TCPListener {
-	t.Helper()
-	ln, err := sockact.Listen("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	return ln
-}
-
 func TestAChildServesThePassedSocketsByNameAndSeesNoActivationVariables(t *testing.T) {
-	admin, web := listen(t), listen(t)
+	admin, web := testenv.Listen(t), testenv.Listen(t)
 	cmd, said := startChild(t, sockact.Socket{Name: "admin", Listener: admin}, sockact.Socket{Name: "web", Listener: web})
 	if said != "serving admin,web" {
 		t.Fatalf("the child said %q, want it to serve admin and web", said)
@@ -135,7 +126,7 @@ func TestAChildServesThePassedSocketsByNameAndSeesNoActivationVariables(t *testi
 }
 
 func TestTheSupervisorKeepsThePortAcrossRestartsAndNothingIsRefusedInBetween(t *testing.T) {
-	ln := listen(t)
+	ln := testenv.Listen(t)
 	addr := ln.Addr().String()
 	first, _ := startChild(t, sockact.Socket{Name: "web", Listener: ln})
 	if got := get(t, ln); !strings.HasPrefix(got, fmt.Sprintf("web %d ", first.Process.Pid)) {
@@ -212,14 +203,14 @@ func TestAPassedDescriptorThatIsNotAListeningSocketIsAClearError(t *testing.T) {
 }
 
 func TestTwoSocketsUnderOneNameAreRefused(t *testing.T) {
-	_, said := startChild(t, sockact.Socket{Name: "web", Listener: listen(t)}, sockact.Socket{Name: "web", Listener: listen(t)})
+	_, said := startChild(t, sockact.Socket{Name: "web", Listener: testenv.Listen(t)}, sockact.Socket{Name: "web", Listener: testenv.Listen(t)})
 	if !strings.Contains(said, `two passed sockets are named "web"`) {
 		t.Errorf("the child said %q, want the duplicate name refused", said)
 	}
 }
 
 func TestPassRefusesWhatItCannotDo(t *testing.T) {
-	ln := listen(t)
+	ln := testenv.Listen(t)
 	for _, tc := range []struct {
 		name string
 		cmd  func() *exec.Cmd
