@@ -521,23 +521,44 @@ func TestTheSuccessorStoresAnIssuedCertificateWithoutWaitingForTheLockDelay(t *t
 // successor, looking again once the lock-delay has passed, stores that
 // certificate instead of ordering a second one.
 func TestAnOrderIssuedDuringTheLockDelayIsStoredNotOrderedAgain(t *testing.T) {
-	const lockDelay = 10 * time.Second // the resumed finalize must reach the CA within it
-	c := newCluster(t, clusterOptions{options: func(o *certrenew.Options) { o.LockDelay = lockDelay }})
+	c := newCluster(t, clusterOptions{
+		ca:      caOptions{nonceReject: "0"}, // a refused nonce would leave the held finalize unprocessed
+		options: func(o *certrenew.Options) { o.LockDelay = time.Second },
+	})
 	const d = "issued-during-lock-delay.customer.test"
 	c.addDomains("active", d)
-	resume := c.pauseInPass("a", 10, "finalize")
-	looks := len(c.ca.log("order"))
+	held, release, finalized := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var looks atomic.Int32
+	c.ca.setHook(func(ev *caEvent, _ http.ResponseWriter, pebble func()) {
+		switch ev.Kind {
+		case "finalize": // the paused leader's
+			close(held)
+			<-release
+			pebble()
+			close(finalized)
+			return
+		case "order": // only the successor looks at the order before the finalize
+			if looks.Add(1) > 1 {
+				<-finalized // its look after the lock-delay comes after the finalize arrived
+			}
+		}
+		pebble()
+	})
+	paused := make(chan error, 1)
+	go func() { paused <- c.lead("a", 10).pass() }()
+	<-held
 
 	done := make(chan error, 1)
 	go func() { done <- c.lead("b", 20).pass() }()
-	testenv.Eventually(t, "the successor looked at the order", func() bool { return len(c.ca.log("order")) > looks })
+	testenv.Eventually(t, "the successor looked at the order", func() bool { return looks.Load() > 0 })
 	if n := c.int(`SELECT count(*) FROM certrenew_certificates WHERE domain = $1`, d); n != 0 {
 		t.Fatalf("%d certificates stored before the finalize reached the CA", n)
 	}
-	go resume() // the paused leader's pass ends refused; its finalize reaches the CA
+	close(release) // the paused leader's finalize reaches the CA
 	if err := <-done; err != nil {
 		t.Fatalf("successor's pass: %v", err)
 	}
+	<-paused // refused or cancelled: its term is over
 	if n := len(c.ca.log("newOrder")); n != 1 {
 		t.Errorf("%d orders placed, want 1: the successor ordered again instead of storing the certificate issued during its lock-delay", n)
 	}
