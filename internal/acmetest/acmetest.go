@@ -215,9 +215,11 @@ func AnswerWhenValidated(store *db.MemoryStore, id string, rec *httptest.Respons
 // "processing" — as the valid order with its certificate's URL: the answer of
 // a CA that issues before it answers (as Let's Encrypt usually does), after
 // which lego downloads the certificate at once instead of polling the order.
+// A finalize Pebble refused (a bad nonce, which lego sends again) is left as
+// it is.
 func AnswerWhenIssued(store *db.MemoryStore, id string, rec *httptest.ResponseRecorder, wait time.Duration) {
 	o := store.GetOrderByID(id)
-	if o == nil {
+	if o == nil || rec.Code != http.StatusOK {
 		return
 	}
 	var certID string
