@@ -253,7 +253,7 @@ func (f *Fence) advance(ctx context.Context, tx pgx.Tx, resource string, token i
 // take seconds, and the transaction would sit idle (holding the resource's
 // row, and perhaps past its idle timeout) meanwhile.
 func (f *Fence) breakStaleHolders(ctx context.Context, resource string, token int64, pid int32) (stop func()) {
-	wait, stop := context.WithCancel(ctx)
+	wait, endWait := context.WithCancel(ctx)
 	go func() {
 		t := time.NewTimer(f.breakAfter)
 		defer t.Stop()
@@ -283,7 +283,7 @@ func (f *Fence) breakStaleHolders(ctx context.Context, resource string, token in
 			f.breakOnce(ctx, conn, resource, token, pid, ended)
 		}
 	}()
-	return stop
+	return endWait
 }
 
 // breakQueryMax bounds one break query, which outlives the caller's context.

@@ -3,8 +3,10 @@ package fencing_test
 import (
 	"context"
 	"errors"
+	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -413,6 +415,70 @@ func TestANewerWriterEndsAStaleHolderAndWrites(t *testing.T) {
 	if len(broken) != 1 || broken[0] != (fencing.StaleHolder{Resource: res, Token: 6, HolderToken: 5, HolderPID: five.pid}) {
 		t.Fatalf("holders ended: %+v; want token 5's backend %d, once", broken, five.pid)
 	}
+}
+
+// The write a break unblocked does not wait for the break's answer: over a
+// slow link (here every answer on the break's own connection comes 3 s
+// late) that wait would keep the write's transaction idle, holding the row
+// and perhaps past its idle timeout. The write commits and returns before
+// the answer naming the ended holder has arrived; the report follows.
+func TestTheWriteABreakUnblockedDoesNotWaitForTheBreaksAnswer(t *testing.T) {
+	d := newDB(t)
+	const res = "report:weekly"
+	var mu sync.Mutex
+	var broken []fencing.StaleHolder
+	reported := func() int { mu.Lock(); defer mu.Unlock(); return len(broken) }
+
+	var late atomic.Bool // connections dialled while set read every answer late
+	cfg := d.poolConfig("writer-6", 1)
+	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err == nil && late.Load() {
+			c = &lateConn{Conn: c, delay: 3 * time.Second}
+		}
+		return c, err
+	}
+	pool := d.poolWith(cfg)
+	if err := pool.Ping(context.Background()); err != nil { // the writer's own connection: on time
+		t.Fatal(err)
+	}
+	late.Store(true) // the break's connection, dialled when it starts
+	next := fencing.New(pool, "node-b", fencing.WithStaleHolderBreak(100*time.Millisecond, func(h fencing.StaleHolder) {
+		mu.Lock()
+		broken = append(broken, h)
+		mu.Unlock()
+	}))
+
+	five := startHoldingWrite(t, fencing.New(d.pool("writer-5"), "node-a"), res, 5, "by 5")
+	if err := <-goDo(next, res, 6, insertReport(res, 6, "by 6")); err != nil {
+		t.Fatalf("token 6 behind a stale holder: %v", err)
+	}
+	if n := reported(); n != 0 {
+		t.Fatalf("the write returned after the break's answer (%d reports): it waited for it", n)
+	}
+	d.wantReports(res, "by 6")
+	testenv.Eventually(t, "the break reported the holder it ended", func() bool { return reported() > 0 })
+	five.let()
+	if err := <-five.done; err == nil {
+		t.Fatal("the stale holder's transaction committed after it was ended")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(broken) != 1 || broken[0].HolderToken != 5 || broken[0].HolderPID != five.pid {
+		t.Fatalf("holders ended: %+v; want token 5's backend %d, once", broken, five.pid)
+	}
+}
+
+// lateConn is a connection whose every read waits delay first: a link that
+// delivers answers late.
+type lateConn struct {
+	net.Conn
+	delay time.Duration
+}
+
+func (c *lateConn) Read(b []byte) (int, error) {
+	time.Sleep(c.delay)
+	return c.Conn.Read(b)
 }
 
 // The break never ends a holder with a newer (or the same) token, nor a lock

@@ -67,6 +67,12 @@ func (d *db) pool(app string) *pgxpool.Pool {
 // poolOf is pool with at most maxConns connections (0: pgxpool's default).
 func (d *db) poolOf(app string, maxConns int32) *pgxpool.Pool {
 	d.t.Helper()
+	return d.poolWith(d.poolConfig(app, maxConns))
+}
+
+// poolConfig is the configuration of poolOf, to change before poolWith.
+func (d *db) poolConfig(app string, maxConns int32) *pgxpool.Config {
+	d.t.Helper()
 	cfg, err := pgxpool.ParseConfig(d.url)
 	if err != nil {
 		d.t.Fatal(err)
@@ -75,6 +81,12 @@ func (d *db) poolOf(app string, maxConns int32) *pgxpool.Pool {
 		cfg.MaxConns = maxConns
 	}
 	cfg.ConnConfig.RuntimeParams["application_name"] = app
+	return cfg
+}
+
+// poolWith returns a new pool with cfg, closed when the test ends.
+func (d *db) poolWith(cfg *pgxpool.Config) *pgxpool.Pool {
+	d.t.Helper()
 	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		d.t.Fatal(err)
