@@ -188,6 +188,17 @@ func (l *ledger) granted(t testing.TB, term *leadership.Term) {
 	l.terms[job] = append(l.terms[job], term)
 }
 
+// last is the newest term booked for job, nil if none.
+func (l *ledger) last(job string) *leadership.Term {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	terms := l.terms[job]
+	if len(terms) == 0 {
+		return nil
+	}
+	return terms[len(terms)-1]
+}
+
 func (l *ledger) count(job string) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
