@@ -12,19 +12,20 @@ import (
 
 // Reasons a custom domain cannot get a certificate (InvalidNameError.Code).
 const (
-	InvalidEmpty        = "empty"
-	InvalidWhitespace   = "whitespace"
-	InvalidControl      = "control_character"
-	InvalidWildcard     = "wildcard"
-	InvalidTrailingDot  = "trailing_dot"
-	InvalidIPAddress    = "ip_address"
-	InvalidTooLong      = "too_long"
-	InvalidLabelTooLong = "label_too_long"
-	InvalidEmptyLabel   = "empty_label"
-	InvalidCharacter    = "bad_character"
-	InvalidHyphen       = "hyphen"
-	InvalidSingleLabel  = "single_label"
-	InvalidIDN          = "idn"
+	InvalidEmpty         = "empty"
+	InvalidWhitespace    = "whitespace"
+	InvalidControl       = "control_character"
+	InvalidWildcard      = "wildcard"
+	InvalidTrailingDot   = "trailing_dot"
+	InvalidIPAddress     = "ip_address"
+	InvalidTooLong       = "too_long"
+	InvalidLabelTooLong  = "label_too_long"
+	InvalidEmptyLabel    = "empty_label"
+	InvalidCharacter     = "bad_character"
+	InvalidHyphen        = "hyphen"
+	InvalidReservedLabel = "reserved_label"
+	InvalidSingleLabel   = "single_label"
+	InvalidIDN           = "idn"
 )
 
 // Limits of DNS names (RFC 1035 §2.3.4, in the dotted text form).
@@ -45,9 +46,10 @@ func (e *InvalidNameError) Error() string {
 }
 
 // idnaProfile converts internationalised names the way a browser looks them
-// up (UTS #46 mapping: case folded, full-width forms narrowed), with the
-// IDNA2008 rules for labels and bidi text. Lengths are checked by
-// NormalizeDomain itself, to name the limit that was broken.
+// up (UTS #46 mapping: case folded, full-width forms narrowed, ideographic
+// full stops made dots), with the IDNA2008 rules for labels and bidi text.
+// Lengths are checked by NormalizeDomain itself, to name the limit that was
+// broken.
 var idnaProfile = idna.New(
 	idna.MapForLookup(),
 	idna.BidiRule(),
@@ -56,13 +58,31 @@ var idnaProfile = idna.New(
 	idna.Transitional(false),
 )
 
+// idnaMapping is idnaProfile without its hyphen rules, for converting
+// internationalised input to ASCII: NormalizeDomain checks the hyphens of
+// the ASCII labels itself, to give the reason ("ｓｈｏｐ-.example" has a
+// trailing hyphen, "ａｂ--ｃｄ.example" a reserved label). The hyphens of
+// the labels in their Unicode form are checked by idnaProfile afterwards,
+// with every xn-- label.
+var idnaMapping = idna.New(
+	idna.MapForLookup(),
+	idna.BidiRule(),
+	idna.ValidateLabels(true),
+	idna.StrictDomainName(true),
+	idna.Transitional(false),
+	idna.CheckHyphens(false),
+)
+
 // NormalizeDomain returns the name a certificate is issued for: lower case
 // ASCII, internationalised labels in their xn-- form. Anything else is refused
 // with an *InvalidNameError: white space, control characters, wildcards (they
-// need DNS-01), a trailing dot, IP literals, more than 253 characters, labels
+// need DNS-01), a trailing dot (also one IDNA maps to a dot, such as U+3002),
+// IP literals (with or without a port) and names whose last label is a number
+// (URL parsers read them as IPv4 addresses), more than 253 characters, labels
 // over 63 or empty, characters other than letters, digits and inner hyphens,
-// single-label names, and internationalised names IDNA2008 refuses (emoji,
-// mixed scripts the bidi rule forbids, invalid xn-- labels).
+// labels with "--" as 3rd and 4th characters but not xn--, single-label names,
+// and internationalised names IDNA2008 refuses (emoji, mixed scripts the bidi
+// rule forbids, invalid xn-- labels).
 func NormalizeDomain(raw string) (string, error) {
 	bad := func(code, format string, args ...any) (string, error) {
 		return "", &InvalidNameError{Domain: raw, Code: code, Reason: fmt.Sprintf(format, args...)}
@@ -89,16 +109,17 @@ func NormalizeDomain(raw string) (string, error) {
 
 	name := raw
 	if !isASCII(raw) {
-		a, err := idnaProfile.ToASCII(raw)
+		a, err := idnaMapping.ToASCII(raw)
 		if err != nil {
 			return bad(InvalidIDN, "internationalised name cannot be converted to ASCII (IDNA2008/UTS #46): %v", err)
-		}
-		if r, ok := notIDNA2008(a); !ok {
-			return bad(InvalidIDN, "internationalised name has %q (%U): IDNA2008 allows letters, marks and digits only, not symbols or emoji", r, r)
 		}
 		name = a
 	} else {
 		name = strings.ToLower(raw)
+	}
+	if strings.HasSuffix(name, ".") {
+		// A full stop IDNA maps to a dot (。 U+3002, ． U+FF0E, ｡ U+FF61).
+		return bad(InvalidTrailingDot, "ends with a full stop that is a dot in a host name (%U); store the name without it", lastRune(raw))
 	}
 
 	if len(name) > maxNameLength {
@@ -113,6 +134,10 @@ func NormalizeDomain(raw string) (string, error) {
 			return bad(InvalidLabelTooLong, "label %.20q... has %d characters; a label has at most %d", l, len(l), maxLabelLength)
 		case strings.HasPrefix(l, "-") || strings.HasSuffix(l, "-"):
 			return bad(InvalidHyphen, "label %q starts or ends with a hyphen", l)
+		case len(l) >= 4 && l[2:4] == "--" && !strings.HasPrefix(l, "xn--"):
+			// RFC 5890 §2.3.1 reserves these labels ("R-LDH") for
+			// encodings like xn--; Let's Encrypt refuses them.
+			return bad(InvalidReservedLabel, "label %q has two hyphens as its 3rd and 4th characters, which only internationalised (xn--) labels may have", l)
 		}
 		for _, c := range l {
 			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
@@ -120,19 +145,23 @@ func NormalizeDomain(raw string) (string, error) {
 			}
 		}
 	}
+	if last := labels[len(labels)-1]; endsInANumber(last) {
+		return bad(InvalidIPAddress, "the last label %q is a number (decimal, octal or 0x hex): browsers read the name as an IPv4 address, or refuse it", last)
+	}
 	if len(labels) < 2 {
 		return bad(InvalidSingleLabel, "a single label; public certificates need a registered domain")
 	}
-	if last := labels[len(labels)-1]; strings.Trim(last, "0123456789") == "" {
-		return bad(InvalidIPAddress, "the last label %q is numeric: an IPv4 address or part of one", last)
-	}
-	// ASCII input with xn-- labels: they must be valid punycode of a valid
-	// label, or the CA refuses the order.
+	// xn-- labels, as written or converted from Unicode: they must be valid
+	// punycode of a valid label (hyphens included: "-bücher" is not), or the
+	// CA refuses the order.
 	if strings.Contains(name, "xn--") {
 		if _, err := idnaProfile.ToUnicode(name); err != nil {
-			return bad(InvalidIDN, "has an invalid xn-- label: %v", err)
+			return bad(InvalidIDN, "has an internationalised label that IDNA2008 refuses (bad punycode, hyphens or characters): %v", err)
 		}
 		if r, ok := notIDNA2008(name); !ok {
+			if !isASCII(raw) {
+				return bad(InvalidIDN, "internationalised name has %q (%U): IDNA2008 allows letters, marks and digits only, not symbols or emoji", r, r)
+			}
 			return bad(InvalidIDN, "has an xn-- label for %q (%U): IDNA2008 allows letters, marks and digits only", r, r)
 		}
 		if a, err := idnaProfile.ToASCII(name); err != nil || a != name {
@@ -161,13 +190,41 @@ func notIDNA2008(ascii string) (rune, bool) {
 	return 0, true
 }
 
-// ipLiteral reports whether s is an IPv4 or IPv6 address, bracketed or not.
+// endsInANumber is the WHATWG URL standard's "ends in a number checker" for
+// the last label of a name (lower case, no trailing dot): all ASCII digits
+// (decimal, or octal with a leading zero: "017"; "09" too, which the IPv4
+// parser then refuses), or "0x" followed by hexadecimal digits only ("0x"
+// alone is 0). A browser's host parser reads such a name as an IPv4 address
+// ("1.0x7f" is 1.0.0.127) and refuses it if it is not one ("a.0x1f"); it never
+// looks it up in DNS. inet_aton reads the same forms.
+func endsInANumber(last string) bool {
+	if last == "" {
+		return false
+	}
+	if strings.Trim(last, "0123456789") == "" {
+		return true
+	}
+	hex, ok := strings.CutPrefix(last, "0x")
+	return ok && strings.Trim(hex, "0123456789abcdef") == ""
+}
+
+// ipLiteral reports whether s is an IPv4 or IPv6 address, bracketed or not,
+// with or without a port.
 func ipLiteral(s string) (string, bool) {
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap.Addr().String(), true
+	}
 	t := strings.TrimSuffix(strings.TrimPrefix(s, "["), "]")
 	if a, err := netip.ParseAddr(t); err == nil {
 		return a.String(), true
 	}
 	return "", false
+}
+
+// lastRune is the last character of s.
+func lastRune(s string) rune {
+	r, _ := utf8.DecodeLastRuneInString(s)
+	return r
 }
 
 func isASCII(s string) bool {

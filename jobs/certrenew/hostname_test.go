@@ -20,6 +20,12 @@ func TestNormalizeDomainAcceptsHostNamesInTheirASCIIForm(t *testing.T) {
 		"münchen.bücher.example":             "xn--mnchen-3ya.xn--bcher-kva.example",
 		"a-b.c-d.example":                    "a-b.c-d.example",
 		"123.example":                        "123.example",
+		"1.2.3.4.example":                    "1.2.3.4.example", // numbers are fine as labels, except the last
+		"0x7f.example":                       "0x7f.example",
+		"shop.example.0xg":                   "shop.example.0xg", // g is no hex digit: not a number
+		"XN--BCHER-KVA.EXAMPLE":              "xn--bcher-kva.example",
+		"shop。example．com":                   "shop.example.com", // full stops IDNA maps to dots
+		"abc--d.example":                     "abc--d.example",   // "--" as 4th and 5th characters
 		strings.Repeat("a", 63) + ".example": strings.Repeat("a", 63) + ".example",
 		strings.Repeat(strings.Repeat("a", 62)+".", 4)[:253-4] + ".com": strings.Repeat(strings.Repeat("a", 62)+".", 4)[:253-4] + ".com",
 	} {
@@ -40,10 +46,25 @@ func TestNormalizeDomainRefusesWithAReason(t *testing.T) {
 		"*.example.com":                          certrenew.InvalidWildcard,
 		"shop.*.example.com":                     certrenew.InvalidWildcard,
 		"shop.example.com.":                      certrenew.InvalidTrailingDot,
+		"example.com。":                           certrenew.InvalidTrailingDot, // U+3002, a dot once IDNA maps it
+		"shop.example.com．":                      certrenew.InvalidTrailingDot, // U+FF0E
+		"shop.example.com｡":                      certrenew.InvalidTrailingDot, // U+FF61
+		"。example.com":                           certrenew.InvalidEmptyLabel,
 		"192.0.2.1":                              certrenew.InvalidIPAddress,
 		"2001:db8::1":                            certrenew.InvalidIPAddress,
 		"[2001:db8::1]":                          certrenew.InvalidIPAddress,
 		"10.0.0.300":                             certrenew.InvalidIPAddress, // numeric last label
+		"192.0.2.1:443":                          certrenew.InvalidIPAddress, // with a port
+		"[2001:db8::1]:443":                      certrenew.InvalidIPAddress,
+		"0x7f.0x0.0x0.0x1":                       certrenew.InvalidIPAddress, // the last label a number (WHATWG "ends in a number"): 127.0.0.1 to a browser
+		"1.0x7f":                                 certrenew.InvalidIPAddress, // 1.0.0.127
+		"a.0X1F":                                 certrenew.InvalidIPAddress, // not an address: the browser refuses the URL
+		"shop.example.0x":                        certrenew.InvalidIPAddress, // 0x alone is 0
+		"shop.example.017":                       certrenew.InvalidIPAddress, // octal
+		"shop.example.09":                        certrenew.InvalidIPAddress, // a number, though no octal one
+		"shop.example.０ｘ１Ｆ":                      certrenew.InvalidIPAddress, // full-width, mapped to 0x1f
+		"123":                                    certrenew.InvalidIPAddress, // one label, still an address: 0.0.0.123
+		"0x7f000001":                             certrenew.InvalidIPAddress, // 127.0.0.1
 		strings.Repeat("a", 64) + ".example":     certrenew.InvalidLabelTooLong,
 		strings.Repeat("abcdefghi.", 26) + "com": certrenew.InvalidTooLong, // 263 characters
 		strings.Repeat("x", 5000):                certrenew.InvalidTooLong,
@@ -51,14 +72,26 @@ func TestNormalizeDomainRefusesWithAReason(t *testing.T) {
 		".example.com":                           certrenew.InvalidEmptyLabel,
 		"-shop.example.com":                      certrenew.InvalidHyphen,
 		"shop-.example.com":                      certrenew.InvalidHyphen,
+		"ｓｈｏｐ-.example.com":                      certrenew.InvalidHyphen, // full-width letters
+		"xn--.example":                           certrenew.InvalidHyphen,
+		"ab--cd.example":                         certrenew.InvalidReservedLabel, // "--" as 3rd and 4th characters is only for xn-- (RFC 5890 "R-LDH")
+		"r3---sn-abc.example.com":                certrenew.InvalidReservedLabel,
+		"ａｂ--ｃｄ.example":                         certrenew.InvalidReservedLabel,
+		"ab--cd.bücher.example":                  certrenew.InvalidReservedLabel,
+		"ab--cd.xn--bcher-kva.example":           certrenew.InvalidReservedLabel,
 		"shop_1.example.com":                     certrenew.InvalidCharacter,
 		"shop.example.com:443":                   certrenew.InvalidCharacter,
+		"shop%2eexample.com":                     certrenew.InvalidCharacter, // percent-encoding is not decoded
+		"_acme-challenge.example.com":            certrenew.InvalidCharacter,
 		"user@shop.example.com":                  certrenew.InvalidCharacter,
 		"localhost":                              certrenew.InvalidSingleLabel,
 		"☃.example":                              certrenew.InvalidIDN,
 		"😀.example":                              certrenew.InvalidIDN,
 		"xn--n3h.example":                        certrenew.InvalidIDN, // ☃ written in ASCII
 		"xn--zz.example":                         certrenew.InvalidIDN,
+		"xn--a.example":                          certrenew.InvalidIDN, // punycode of U+0080, a control
+		"xn--ab--cd.example":                     certrenew.InvalidIDN, // not valid punycode of a valid label
+		"-bücher.example":                        certrenew.InvalidIDN, // xn---bcher-4ya: the Unicode label starts with a hyphen
 		"a\u200db.example":                       certrenew.InvalidIDN, // zero-width joiner out of context
 		"\xff.example":                           certrenew.InvalidCharacter,
 	} {
