@@ -2,8 +2,13 @@
 -- ACME account, HTTP-01 challenge tokens served by every instance, and the
 -- renewer's own bookkeeping (terms, per-domain order state, order log).
 -- Package jobs/certrenew owns this file; docs/certrenew.md explains the design.
--- Every table but custom_domains is written only in transactions fenced by the
--- certrenew job's token (package fencing).
+-- Every table here but custom_domains (which the renewer only reads) is
+-- written only in transactions fenced by the certrenew job's token (package
+-- fencing). The renewer's one unfenced table is certrenew_order_urls
+-- (migration 0008), written by recordURLs in jobs/certrenew/order.go: it notes
+-- the CA's order and certificate URLs the moment the CA gives them, possibly
+-- after the writing term has ended, and nothing in it is trusted, so the next
+-- leader can fetch a certificate the CA issued instead of ordering it again.
 
 -- +goose Up
 -- Customers' custom domains, as far as the renewer needs them. The main Snip
