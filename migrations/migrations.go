@@ -18,6 +18,10 @@
 // unreachable database gives an error, not a hang. The database URL is never
 // logged nor put in an error: it may hold a password.
 //
+// Check compares the database with this binary's migrations without the lock
+// and without writing: `run` uses it at start to refuse a schema that is
+// behind (pending migrations) and to warn about one that is ahead.
+//
 // What is NOT guaranteed: that the lock wait is short. goose polls for the
 // advisory lock (here once a second, for up to 30 minutes) instead of queueing
 // on it, so a waiting server notices the lock's release up to a second late,
@@ -42,12 +46,14 @@ import (
 	"path"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/database"
 	"github.com/pressly/goose/v3/lock"
 )
 
@@ -103,6 +109,30 @@ func Up(ctx context.Context, databaseURL string, log *slog.Logger) (Result, erro
 // creates goose's (empty) version table, as every goose command does.
 func Status(ctx context.Context, databaseURL string) ([]MigrationStatus, error) {
 	return status(ctx, databaseURL, options{fsys: embedded})
+}
+
+// Comparison is how the database's applied migrations compare with this
+// binary's.
+type Comparison struct {
+	// Current is the highest version applied to the database; 0 when none is.
+	Current int64
+	// Pending lists the files of this binary's migrations that the database
+	// has not applied, in version order: the binary needs them.
+	Pending []string
+	// Unknown lists the versions applied to the database that this binary
+	// has no file for, in ascending order: a newer binary applied them (a
+	// rolling upgrade in progress, or a binary rolled back).
+	Unknown []int64
+}
+
+// Check compares the database at databaseURL with this binary's migrations.
+// It only reads: it takes no lock (so it neither waits for a migration
+// running elsewhere nor holds one up, and sees only what is committed), and
+// on a database never migrated it creates nothing and reports every
+// migration pending. A version counts as applied when goose's table records
+// it, as for Up and Status.
+func Check(ctx context.Context, databaseURL string) (Comparison, error) {
+	return check(ctx, databaseURL, options{fsys: embedded})
 }
 
 // options are the knobs tests turn; production uses the zero values except
@@ -181,6 +211,91 @@ func status(ctx context.Context, databaseURL string, o options) ([]MigrationStat
 		out = append(out, m)
 	}
 	return out, nil
+}
+
+func check(ctx context.Context, databaseURL string, o options) (Comparison, error) {
+	files, err := migrationFiles(o.fsys)
+	if err != nil {
+		return Comparison{}, err
+	}
+	cfg, err := connConfig(databaseURL, cmp.Or(o.connectTimeout, defaultConnectTimeout))
+	if err != nil {
+		return Comparison{}, err
+	}
+	db := stdlib.OpenDB(*cfg)
+	defer db.Close()
+	if err := db.PingContext(ctx); err != nil {
+		return Comparison{}, fmt.Errorf("migrations: cannot reach PostgreSQL: %w", err)
+	}
+	store, err := database.NewStore(database.DialectPostgres, goose.DefaultTablename)
+	if err != nil {
+		return Comparison{}, fmt.Errorf("migrations: %w", err)
+	}
+	applied := map[int64]bool{}
+	ext, ok := store.(database.StoreExtender)
+	if !ok {
+		return Comparison{}, errors.New("migrations: goose's store cannot tell whether its table exists")
+	}
+	// goose's own check: its table in the session's current schema.
+	exists, err := ext.TableExists(ctx, db)
+	if err != nil {
+		return Comparison{}, fmt.Errorf("migrations: look for %s: %w", goose.DefaultTablename, err)
+	}
+	if exists {
+		rows, err := store.ListMigrations(ctx, db)
+		if err != nil {
+			return Comparison{}, fmt.Errorf("migrations: read %s: %w", goose.DefaultTablename, err)
+		}
+		for _, r := range rows {
+			if r.Version > 0 { // 0 is goose's own row
+				applied[r.Version] = true
+			}
+		}
+	}
+	var c Comparison
+	known := map[int64]bool{}
+	for _, f := range files {
+		known[f.version] = true
+		if !applied[f.version] {
+			c.Pending = append(c.Pending, f.name)
+		}
+	}
+	for v := range applied {
+		c.Current = max(c.Current, v)
+		if !known[v] {
+			c.Unknown = append(c.Unknown, v)
+		}
+	}
+	slices.Sort(c.Unknown)
+	return c, nil
+}
+
+// migrationFile is one migration file of a folder checkFiles accepted.
+type migrationFile struct {
+	version int64
+	name    string
+}
+
+// migrationFiles checks the folder's migration files and lists them in
+// version order.
+func migrationFiles(fsys fs.FS) ([]migrationFile, error) {
+	if err := checkFiles(fsys); err != nil {
+		return nil, err
+	}
+	names, err := fs.Glob(fsys, "*.sql")
+	if err != nil {
+		return nil, fmt.Errorf("migrations: list files: %w", err)
+	}
+	files := make([]migrationFile, 0, len(names))
+	for _, n := range names {
+		v, err := strconv.ParseInt(n[:4], 10, 64) // checkFiles: NNNN_name.sql
+		if err != nil {
+			return nil, fmt.Errorf("migrations: %s: %w", n, err)
+		}
+		files = append(files, migrationFile{version: v, name: n})
+	}
+	slices.SortFunc(files, func(a, b migrationFile) int { return cmp.Compare(a.version, b.version) })
+	return files, nil
 }
 
 // open checks the migration files, connects (checking that the server

@@ -273,6 +273,12 @@ func TestUnreachableDatabaseGivesAnError(t *testing.T) {
 			t.Errorf("Up: error %v, want it to say the connection timed out", err)
 		}
 	})
+	t.Run("check too", func(t *testing.T) {
+		_, err := Check(context.Background(), "postgres://postgres@"+closedAddr(t)+"/db?sslmode=disable")
+		if err == nil || !strings.Contains(err.Error(), "cannot reach PostgreSQL") {
+			t.Errorf("Check: error %v, want one saying PostgreSQL cannot be reached", err)
+		}
+	})
 	t.Run("status too", func(t *testing.T) {
 		_, err := Status(context.Background(), "postgres://postgres@"+closedAddr(t)+"/db?sslmode=disable")
 		if err == nil || !strings.Contains(err.Error(), "cannot reach PostgreSQL") {
@@ -366,6 +372,74 @@ func TestStatusReportsPendingThenApplied(t *testing.T) {
 				s.Name, s.AppliedAt, before, after)
 		}
 	}
+}
+
+// Check only reads, and says what a binary needs: the migrations the
+// database lacks, and the versions it has that the binary does not know.
+func TestCheckReportsPendingAndUnknownMigrationsWithoutWriting(t *testing.T) {
+	ctx := context.Background()
+	url := testenv.PostgresDB(t)
+	names := embeddedNames(t)
+	versions := embeddedVersions(t)
+	last, beforeLast := names[len(names)-1], versions[len(versions)-2]
+
+	c, err := Check(ctx, url)
+	if err != nil {
+		t.Fatalf("Check of a database never migrated: %v", err)
+	}
+	if c.Current != 0 || !slices.Equal(c.Pending, names) || len(c.Unknown) != 0 {
+		t.Errorf("Check of a database never migrated: %+v, want every migration pending", c)
+	}
+	if tableExists(t, url, "goose_db_version") {
+		t.Errorf("Check created goose's table")
+	}
+
+	// The previous binary migrated: everything but the newest file.
+	if _, err := up(ctx, url, nil, options{fsys: embeddedWithout(t, last)}); err != nil {
+		t.Fatalf("Up without %s: %v", last, err)
+	}
+	c, err = Check(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Current != beforeLast || !slices.Equal(c.Pending, []string{last}) || len(c.Unknown) != 0 {
+		t.Errorf("Check of a database without %s: %+v, want it pending at version %d", last, c, beforeLast)
+	}
+
+	// A newer binary migrated: one version this binary does not know.
+	newer := embeddedPlus(t, map[string]string{"9999_future.sql": "-- +goose Up\nCREATE TABLE future (id int);\n"})
+	if _, err := up(ctx, url, nil, options{fsys: newer}); err != nil {
+		t.Fatalf("Up of the newer binary: %v", err)
+	}
+	c, err = Check(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Current != 9999 || len(c.Pending) != 0 || !slices.Equal(c.Unknown, []int64{9999}) {
+		t.Errorf("Check of a database a newer binary migrated: %+v, want nothing pending and 9999 unknown", c)
+	}
+}
+
+// embeddedNames returns the embedded migration files' names, in version order.
+func embeddedNames(t testing.TB) []string {
+	t.Helper()
+	names, err := fs.Glob(embedded, "*.sql")
+	if err != nil || len(names) < 2 {
+		t.Fatalf("embedded migrations: %v %v", names, err)
+	}
+	slices.Sort(names) // NNNN_: the order of the names is the order of the versions
+	return names
+}
+
+// embeddedWithout returns the embedded migrations but the file named skip.
+func embeddedWithout(t testing.TB, skip string) fs.FS {
+	t.Helper()
+	m := embeddedPlus(t, nil).(fstest.MapFS)
+	if _, ok := m[skip]; !ok {
+		t.Fatalf("no embedded migration %s", skip)
+	}
+	delete(m, skip)
+	return m
 }
 
 // embeddedVersions returns the versions of the embedded migration files, in
