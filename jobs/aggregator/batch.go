@@ -21,20 +21,26 @@ const (
 FROM click_aggregator_state FOR UPDATE`
 
 	// foldSQL folds the events of the transactions that the condition
-	// %[1]s selects (built by window). It counts them by (link, hour) in one scan, with the count of
-	// those that are valid by themselves: no defect (computed at insert) and
-	// clicked_at within [$4, $3]. It adds the valid counts of known links to
-	// link_counts and link_hourly_counts and returns how many events it saw
-	// and how many it counted. Unknown links are found after grouping, on the
-	// distinct link ids instead of every row.
+	// %[1]s selects (built by window). It counts them by (link, hour) in one
+	// scan, with the count of those that are valid by themselves: no defect
+	// (computed at insert) and clicked_at within [$4, $3]. It adds the valid
+	// counts of known links to link_counts and link_hourly_counts and returns
+	// how many events it saw, how many it counted, and the distinct link ids
+	// it found unknown (NULL: none). Whether a link is known is looked up once
+	// per (link, hour) that has valid events, after grouping, not for every
+	// row; and it is decided here, in this statement's snapshot: rejectSQL
+	// goes by the returned list instead of reading links again (at READ
+	// COMMITTED it would see the links as they are at its own start).
 	foldSQL = `WITH agg AS MATERIALIZED (
 	SELECT link_id, hour, count(*) FILTER (WHERE defect IS NULL AND clicked_at <= $3 AND clicked_at >= $4) AS ok, count(*) AS seen
 	FROM click_events
 	WHERE %[1]s
 	GROUP BY link_id, hour
+), checked AS MATERIALIZED (
+	SELECT a.link_id, a.hour, a.ok, EXISTS (SELECT FROM links l WHERE l.id = a.link_id) AS known
+	FROM agg a WHERE a.ok > 0
 ), valid AS MATERIALIZED (
-	SELECT a.link_id, a.hour, a.ok AS clicks FROM agg a
-	WHERE a.ok > 0 AND EXISTS (SELECT FROM links l WHERE l.id = a.link_id)
+	SELECT link_id, hour, ok AS clicks FROM checked WHERE known
 ), hourly AS (
 	INSERT INTO link_hourly_counts AS h (link_id, hour, clicks)
 	SELECT link_id, hour, clicks FROM valid ORDER BY link_id, hour
@@ -44,24 +50,27 @@ FROM click_aggregator_state FOR UPDATE`
 	SELECT link_id, sum(clicks) FROM valid GROUP BY link_id ORDER BY link_id
 	ON CONFLICT (link_id) DO UPDATE SET clicks = c.clicks + EXCLUDED.clicks, updated_at = now()
 )
-SELECT (SELECT coalesce(sum(seen), 0) FROM agg)::bigint, (SELECT coalesce(sum(clicks), 0) FROM valid)::bigint`
+SELECT (SELECT coalesce(sum(seen), 0) FROM agg)::bigint, (SELECT coalesce(sum(clicks), 0) FROM valid)::bigint,
+	(SELECT array_agg(DISTINCT link_id) FROM checked WHERE NOT known)`
 
 	// rejectSQL copies the events of the same transactions that foldSQL did
 	// not count into click_rejects, with the reason, and returns how many per
-	// reason. It runs only when there are some.
-	rejectSQL = `WITH bad AS (
-	SELECT e.id, e.txid, e.link_id, e.clicked_at, e.referrer_host, e.country,
-		CASE
-		WHEN e.defect IS NOT NULL THEN e.defect
-		WHEN e.clicked_at > $3 THEN 'future'
-		WHEN e.clicked_at < $4 THEN 'too_old'
-		WHEN NOT EXISTS (SELECT FROM links l WHERE l.id = e.link_id) THEN 'unknown_link'
-		END AS reason
-	FROM click_events e
-	WHERE %[1]s
-), ins AS (
+	// reason. It runs only when there are some, and reads only those: %[2]s
+	// (built by badRows) selects the events with a defect, those out of
+	// [$4, $3], and those of the links foldSQL found unknown. An event whose
+	// link_id is NULL always has a defect ('null_link', computed at insert),
+	// so it never depends on the list, where NULL would match nothing.
+	rejectSQL = `WITH ins AS (
 	INSERT INTO click_rejects (event_id, txid, link_id, clicked_at, referrer_host, country, reason, token)
-	SELECT id, txid, link_id, clicked_at, referrer_host, country, reason, $5 FROM bad WHERE reason IS NOT NULL
+	SELECT id, txid, link_id, clicked_at, referrer_host, country,
+		CASE
+		WHEN defect IS NOT NULL THEN defect
+		WHEN clicked_at > $3 THEN 'future'
+		WHEN clicked_at < $4 THEN 'too_old'
+		ELSE 'unknown_link' -- only the list's links are left
+		END, $5
+	FROM click_events
+	WHERE (%[1]s) AND (%[2]s)
 	RETURNING reason
 )
 SELECT reason, count(*) FROM ins GROUP BY reason`
@@ -160,15 +169,21 @@ func (j *job) fold(ctx context.Context, tx pgx.Tx, token int64, span uint64) (ba
 	res := batchResult{lo: lo, hi: hi, clipped: clipped, windowDone: clipped, span: span}
 	cond, extra := window(4, stragglers, running)
 	args := append([]any{strconv.FormatUint(lo, 10), strconv.FormatUint(hi, 10), futureBound, oldBound}, extra...)
-	if err := tx.QueryRow(ctx, fmt.Sprintf(foldSQL, cond), args...).Scan(&res.seen, &res.folded); err != nil {
+	var unknown []int64 // links not in links, as the fold saw them
+	if err := tx.QueryRow(ctx, fmt.Sprintf(foldSQL, cond), args...).Scan(&res.seen, &res.folded, &unknown); err != nil {
 		return batchResult{}, fmt.Errorf("fold [%d, %d): %w", lo, hi, err)
 	}
 	var rejected int64
 	if res.seen > res.folded {
 		res.rejected = map[string]int64{}
-		cond, extra := window(5, stragglers, running) // numbered after the token
-		rargs := append([]any{args[0], args[1], args[2], args[3], token}, extra...)
-		rows, err := tx.Query(ctx, fmt.Sprintf(rejectSQL, cond), rargs...)
+		rargs := []any{args[0], args[1], args[2], args[3], token}
+		bad := badRows(len(rargs), unknown)
+		if len(unknown) > 0 {
+			rargs = append(rargs, unknown)
+		}
+		cond, extra := window(len(rargs), stragglers, running)
+		rargs = append(rargs, extra...)
+		rows, err := tx.Query(ctx, fmt.Sprintf(rejectSQL, cond, bad), rargs...)
 		if err != nil {
 			return batchResult{}, fmt.Errorf("reject [%d, %d): %w", lo, hi, err)
 		}
@@ -183,12 +198,15 @@ func (j *job) fold(ctx context.Context, tx pgx.Tx, token int64, span uint64) (ba
 			return batchResult{}, fmt.Errorf("reject [%d, %d): %w", lo, hi, err)
 		}
 	}
-	// Every event seen is either counted or rejected. A link created or
-	// deleted between the two statements could break that: refuse the batch
-	// rather than count an event twice or not at all; the next try sees
-	// the links as they are then.
+	// Every event seen is either counted or rejected, and not both: both
+	// statements decide with the same bounds and the same unknown links, on
+	// the event's own columns, which never change (click_events refuses
+	// UPDATE). What this still catches is the batch's rows themselves
+	// changing between the statements: an event deleted by someone else
+	// would be neither. Refuse the batch rather than lose it; the next try
+	// reads the rows as they are then.
 	if res.folded+rejected != res.seen {
-		return batchResult{}, fmt.Errorf("batch [%d, %d): %d events seen, %d counted, %d rejected: links changed during the batch; retrying",
+		return batchResult{}, fmt.Errorf("batch [%d, %d): %d events seen, %d counted, %d rejected: the batch's events changed between its statements; retrying",
 			lo, hi, res.seen, res.folded, rejected)
 	}
 
@@ -239,6 +257,17 @@ func window(fixed int, stragglers, running []uint64) (string, []any) {
 		cond = fmt.Sprintf("%s AND txid <> ALL ($%d::xid8[])", cond, fixed+len(args))
 	}
 	return cond, args
+}
+
+// badRows is the condition of rejectSQL on the events that foldSQL did not
+// count: a defect, clicked_at out of bounds, or one of the unknown links,
+// passed as parameter $(fixed+1) when there are any.
+func badRows(fixed int, unknown []int64) string {
+	cond := "defect IS NOT NULL OR clicked_at > $3 OR clicked_at < $4"
+	if len(unknown) > 0 {
+		cond += fmt.Sprintf(" OR link_id = ANY ($%d::bigint[])", fixed+1)
+	}
+	return cond
 }
 
 // errNotLater marks a target snapshot that does not include everything the
