@@ -3,6 +3,7 @@ package chaos_test
 import (
 	"context"
 	"os"
+	"slices"
 	"testing"
 
 	"github.com/snip/snip-jobs/chaos"
@@ -50,6 +51,21 @@ func TestEveryFaultKindOnceLeavesEveryInvariantIntact(t *testing.T) {
 	}
 	if rep.Probe.Writes == 0 || rep.Probe.Terms < 2 {
 		t.Errorf("the probe saw %d writes from %d terms: the run did not exercise leadership", rep.Probe.Writes, rep.Probe.Terms)
+	}
+	// Each check had something to check.
+	if want := []string{chaos.JobProbe, chaos.JobReport, chaos.JobCerts, chaos.JobAggregator}; !slices.Equal(rep.Jobs, want) {
+		t.Errorf("the run's jobs are %v, want %v", rep.Jobs, want)
+	}
+	if rep.Counts == nil {
+		t.Errorf("the click counts were not checked")
+	} else if rep.Counts.Valid == 0 || rep.Counts.Invalid == 0 {
+		t.Errorf("the counts were checked against %d valid and %d invalid events: the load did not run", rep.Counts.Valid, rep.Counts.Invalid)
+	}
+	if rep.Reports.Reports == 0 {
+		t.Errorf("no weekly report was stored (%d slots done, %d skipped, %d open)", rep.Reports.SlotsDone, rep.Reports.SlotsSkipped, rep.Reports.SlotsOpen)
+	}
+	if rep.Certs.Stored == 0 {
+		t.Errorf("no certificate was stored (the CA issued %d)", rep.Certs.Issued)
 	}
 	for _, f := range rep.Faults {
 		for _, tk := range f.Takeovers {

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -173,18 +174,19 @@ func startCluster(ctx context.Context, o Options) (_ *cluster, err error) {
 		return nil, err
 	}
 
-	hasAgg := false
-	for _, t := range types {
-		hasAgg = hasAgg || t == "aggregator"
+	// Every job the checker checks must run: a binary without one of their
+	// types is an error, not a run that silently checks less.
+	var missing []string
+	for _, t := range []string{"sql", "weeklyreport", "certrenew", "aggregator"} {
+		if !slices.Contains(types, t) {
+			missing = append(missing, t)
+		}
 	}
-	c.jobs = []string{JobProbe, JobReport, JobCerts}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("this snip-jobs lacks the job type(s) %s (it has %s): the checker needs every job", strings.Join(missing, ", "), strings.Join(types, ", "))
+	}
+	c.jobs = []string{JobProbe, JobReport, JobCerts, JobAggregator}
 	jobs := fmt.Sprintf(jobsYAML, c.ca.DirectoryURL, c.ca.RootsFile, acmetest.Profile, keyFile)
-	if hasAgg {
-		c.jobs = append(c.jobs, JobAggregator)
-		jobs += aggregatorYAML
-	} else {
-		c.log.Warn("this snip-jobs has no aggregator job type: clicks flow in, but their counts are not checked")
-	}
 
 	pgu, err := url.Parse(c.dbURL)
 	if err != nil {
@@ -251,7 +253,7 @@ func startCluster(ctx context.Context, o Options) (_ *cluster, err error) {
 	return c, nil
 }
 
-// jobsYAML is the job list every instance runs (less the aggregator).
+// jobsYAML is the job list every instance runs.
 // {{challenge}} becomes the instance's own HTTP-01 listener.
 const jobsYAML = `  - name: probe
     type: sql
@@ -280,9 +282,7 @@ const jobsYAML = `  - name: probe
       key_file: %s
       lock_delay: 8s
       order_timeout: 10s
-`
-
-const aggregatorYAML = `  - name: aggregator
+  - name: aggregator
     type: aggregator
     singleton: true
     continuous: true

@@ -18,8 +18,8 @@
 //     They run every singleton built into the binary: a `sql` probe that
 //     inserts (instance, token) every 250 ms through the fence, the weekly
 //     report (a cron slot every minute), the certificate renewer (every 2 s),
-//     and the aggregator when the binary has it. Leases: TTL 2 s, margin TTL/4,
-//     keep-alives every TTL/5;
+//     and the aggregator (a binary without one of these types is an error).
+//     Leases: TTL 2 s, margin TTL/4, keep-alives every TTL/5;
 //   - a stream of click events (some invalid, some committed out of id order)
 //     and a custom domain every 4 s, written straight to PostgreSQL.
 //

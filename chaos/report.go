@@ -112,7 +112,7 @@ func (r *Report) Markdown() string {
 	for _, inv := range Invariants {
 		note := ""
 		if inv == InvCounts && r.Counts == nil {
-			note = " (not checked: no aggregator in this binary)"
+			note = " (not checked)"
 		}
 		fmt.Fprintf(&b, "| %s%s | %d |\n", inv, note, counts[inv])
 	}
