@@ -12,12 +12,13 @@ import (
 )
 
 // TestMain lets the harness run this test binary again as an etcd member
-// process (chaos.MemberCommand), as cmd/snip-chaos does.
+// process (chaos.MemberCommand), as cmd/snip-chaos does; the checker's own
+// tests use the shared PostgreSQL of testenv.
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == chaos.MemberCommand {
 		os.Exit(chaos.MemberMain(os.Args[2:]))
 	}
-	os.Exit(m.Run())
+	os.Exit(testenv.RunMain(m))
 }
 
 // Three snip-jobs processes on a three-member etcd cluster (each member its
@@ -55,6 +56,15 @@ func TestEveryFaultKindOnceLeavesEveryInvariantIntact(t *testing.T) {
 	// Each check had something to check.
 	if want := []string{chaos.JobProbe, chaos.JobReport, chaos.JobCerts, chaos.JobAggregator}; !slices.Equal(rep.Jobs, want) {
 		t.Errorf("the run's jobs are %v, want %v", rep.Jobs, want)
+	}
+	logged := map[string]int{}
+	for _, w := range rep.Writes {
+		logged[w.Job] = w.Writes
+	}
+	for _, job := range []string{chaos.JobReport, chaos.JobCerts, chaos.JobAggregator} {
+		if logged[job] == 0 {
+			t.Errorf("no write of %s was logged: its token order was not checked", job)
+		}
 	}
 	if rep.Counts == nil {
 		t.Errorf("the click counts were not checked")

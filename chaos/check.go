@@ -3,7 +3,10 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -12,12 +15,12 @@ import (
 
 // The invariants the checker verifies, as named in the report.
 const (
-	InvTokenOrder = "probe writes accepted in token order, never interleaved"
-	InvTermOwner  = "each accepted token is a term etcd granted, written by its holder"
+	InvTokenOrder = "every job's writes accepted in token order, never interleaved"
+	InvTermOwner  = "each accepted token is a term etcd granted to that job, written by its holder"
 	InvFenceTable = "fencing_tokens agrees with the accepted writes"
 	InvCounts     = "click counts equal the committed valid events exactly"
 	InvReport     = "one weekly report (and one mail) per week, from a granted term"
-	InvCerts      = "at most one current certificate per domain, stored by a granted term in token order"
+	InvCerts      = "at most one current certificate per domain, stored by a granted term"
 	InvQuorum     = "no term started, and no term acted past its TTL, while etcd had no quorum"
 	InvRecovery   = "the cluster recovered after every fault (every job led, the probe written)"
 )
@@ -40,9 +43,40 @@ type probeRow struct {
 	Committed time.Time
 }
 
+// jobWrite is one logged write of a job's row (chaos_writes, see
+// loggedWrites).
+type jobWrite struct {
+	Seq         int64 // commit order
+	Job, Table  string
+	Op          string // INSERT or UPDATE
+	Token       int64  // the row's token as written
+	RowInstance string // the row's instance column ("" when it has none)
+	Client      string // the writing session's application_name
+	Xact        string // the writing transaction's id
+	Committed   time.Time
+}
+
+// writer is the instance whose session wrote w ("" if the session was not a
+// snip-jobs instance's), and the token of the fenced transaction it wrote in
+// (0: not in a fenced transaction, or the fence did not name it: the broken
+// build).
+func (w jobWrite) writer() (instance string, fenceToken int64) {
+	f := strings.Fields(w.Client)
+	if len(f) < 3 || f[0] != "snip-jobs" {
+		return "", 0
+	}
+	if len(f) > 3 {
+		if t, ok := strings.CutPrefix(f[len(f)-1], "fence-token="); ok {
+			fenceToken, _ = strconv.ParseInt(t, 10, 64)
+		}
+	}
+	return f[2], fenceToken
+}
+
 // facts is what the checker reads from the resources and the harness's logs.
 type facts struct {
 	probe      []probeRow // in commit order
+	writes     []jobWrite // in commit order
 	terms      map[int64]termEvent
 	jobTerms   []jobTerm
 	rejections int
@@ -80,6 +114,14 @@ func readFacts(ctx context.Context, pool *pgxpool.Pool, events []termEvent) (*fa
 	if f.probe, err = pgx.CollectRows(rows, pgx.RowToStructByPos[probeRow]); err != nil {
 		return nil, fmt.Errorf("read the probe: %w", err)
 	}
+	rows, err = pool.Query(ctx, `SELECT seq, job, tbl, op, coalesce(token, 0), coalesce(row_instance, ''), client, xact::text, committed_at
+		FROM chaos_writes ORDER BY seq`)
+	if err != nil {
+		return nil, fmt.Errorf("read chaos_writes: %w", err)
+	}
+	if f.writes, err = pgx.CollectRows(rows, pgx.RowToStructByPos[jobWrite]); err != nil {
+		return nil, fmt.Errorf("read chaos_writes: %w", err)
+	}
 	rows, err = pool.Query(ctx, `SELECT job, token, instance, started_at FROM job_terms ORDER BY started_at`)
 	if err != nil {
 		return nil, fmt.Errorf("read job_terms: %w", err)
@@ -107,28 +149,88 @@ func (f *facts) granted(job string, token int64, instance string) bool {
 	return false
 }
 
-// checkProbe: in commit order, tokens never go down (no stale term's write is
-// accepted after a newer term's, so terms' writes are never interleaved); each
-// token is a term of the probe job, written by the instance that held it.
-func (k *checker) checkProbe(f *facts) {
-	var last probeRow
+// write is one accepted write of a job, for the order and ownership checks.
+type write struct {
+	What      string // "probe row 42", "aggregator's click_rejects insert (transaction 812)"
+	Tx        string // the writing transaction ("": each write its own)
+	Token     int64
+	Writer    string // the instance that wrote it
+	Seq       int64  // commit order
+	Committed time.Time
+}
+
+func (w write) String() string {
+	return fmt.Sprintf("%s by %s with token %d (#%d, %s)", w.What, w.Writer, w.Token, w.Seq, w.Committed.Format("15:04:05.000"))
+}
+
+// checkWrites checks the writes of every job: the probe's rows and the
+// other jobs' logged writes (loggedWrites). Per job, in commit order, tokens
+// never go down: a lower token after a higher one is a stale term's write
+// accepted after its successor's (so the two terms' writes interleaved). Each
+// token is a term of that job that etcd granted to the instance that wrote
+// it; a row that names an instance names the writer; a write in a fenced
+// transaction carries the fence's token.
+func (k *checker) checkWrites(f *facts) {
+	var probe []write
 	for _, r := range f.probe {
 		if r.Seq == 0 {
 			k.violate(InvTokenOrder, "probe row %d (token %d, %s) has no commit order", r.ID, r.Token, r.Instance)
 			continue
 		}
-		if r.Token < last.Token {
-			k.violate(InvTokenOrder, "probe row %d by %s with token %d committed (#%d, %s) after row %d by %s with token %d (#%d, %s)",
-				r.ID, r.Instance, r.Token, r.Seq, r.Committed.Format("15:04:05.000"),
-				last.ID, last.Instance, last.Token, last.Seq, last.Committed.Format("15:04:05.000"))
+		probe = append(probe, write{What: fmt.Sprintf("probe row %d", r.ID), Token: r.Token, Writer: r.Instance, Seq: r.Seq, Committed: r.Committed})
+	}
+	k.checkOrder(f, JobProbe, probe)
+
+	byJob := map[string][]write{}
+	for _, w := range f.writes {
+		writer, fenced := w.writer()
+		what := fmt.Sprintf("%s's %s %s (transaction %s)", w.Job, w.Table, strings.ToLower(w.Op), w.Xact)
+		switch {
+		case writer == "":
+			k.violate(InvTermOwner, "%s with token %d (#%d) was written by a session of no snip-jobs instance (application_name %q)", what, w.Token, w.Seq, w.Client)
+			continue
+		case w.RowInstance != "" && w.RowInstance != writer:
+			k.violate(InvTermOwner, "%s with token %d (#%d) names %s but was written by %s", what, w.Token, w.Seq, w.RowInstance, writer)
+		case fenced != 0 && fenced != w.Token:
+			k.violate(InvTermOwner, "%s by %s carries token %d but was written in a transaction fenced with token %d", what, writer, w.Token, fenced)
 		}
-		if r.Token > last.Token || last.Seq == 0 {
-			if !f.granted(JobProbe, r.Token, r.Instance) {
-				k.violate(InvTermOwner, "probe row %d: token %d written by %s, which etcd never granted it a probe term with", r.ID, r.Token, r.Instance)
+		byJob[w.Job] = append(byJob[w.Job], write{What: what, Tx: w.Xact, Token: w.Token, Writer: writer, Seq: w.Seq, Committed: w.Committed})
+	}
+	for _, job := range slices.Sorted(maps.Keys(byJob)) {
+		k.checkOrder(f, job, byJob[job])
+	}
+}
+
+// checkOrder checks one job's writes, in commit order: tokens never go down
+// (one violation per transaction), and each (token, writer) is a term of the
+// job granted to the writer (one violation per pair).
+func (k *checker) checkOrder(f *facts, job string, ws []write) {
+	var last write
+	late := map[string]bool{}
+	type owner struct {
+		token  int64
+		writer string
+	}
+	owners := map[owner]bool{}
+	for _, w := range ws {
+		if w.Token < last.Token {
+			key := w.Tx
+			if key == "" {
+				key = w.What
+			}
+			if !late[key] {
+				late[key] = true
+				k.violate(InvTokenOrder, "%s committed after %s", w, last)
 			}
 		}
-		if r.Token >= last.Token {
-			last = r
+		if o := (owner{w.Token, w.Writer}); !owners[o] {
+			owners[o] = true
+			if !f.granted(job, w.Token, w.Writer) {
+				k.violate(InvTermOwner, "%s: token %d written by %s, which etcd never granted it a term of %s with", w.What, w.Token, w.Writer, job)
+			}
+		}
+		if w.Token >= last.Token {
+			last = w
 		}
 	}
 }
@@ -303,7 +405,9 @@ func (k *checker) checkReports(ctx context.Context, f *facts) (ReportStats, erro
 }
 
 // checkCerts: at most one current certificate per domain; each stored by a
-// granted term of the renewer; per domain, stored in token order.
+// granted term of the renewer. (That they were stored in token order is
+// checkWrites's: certificates are among the renewer's logged writes, in
+// commit order, where their ids are only the order of their inserts.)
 func (k *checker) checkCerts(ctx context.Context, f *facts, issued map[string]int) (CertStats, error) {
 	var s CertStats
 	rows, err := k.pool.Query(ctx, `SELECT id, domain, current, token, instance FROM certrenew_certificates ORDER BY id`)
@@ -322,7 +426,6 @@ func (k *checker) checkCerts(ctx context.Context, f *facts, issued map[string]in
 		return s, err
 	}
 	current := map[string]int{}
-	last := map[string]int64{}
 	for _, c := range crts {
 		s.Stored++
 		if c.Current {
@@ -331,10 +434,6 @@ func (k *checker) checkCerts(ctx context.Context, f *facts, issued map[string]in
 		if !f.granted(JobCerts, c.Token, c.Instance) {
 			k.violate(InvCerts, "certificate %d of %s stored with token %d by %s: not a term of %s granted to it", c.ID, c.Domain, c.Token, c.Instance, JobCerts)
 		}
-		if c.Token < last[c.Domain] {
-			k.violate(InvCerts, "certificate %d of %s stored with token %d after one stored with token %d", c.ID, c.Domain, c.Token, last[c.Domain])
-		}
-		last[c.Domain] = max(last[c.Domain], c.Token)
 	}
 	for d, n := range current {
 		if n > 1 {

@@ -1,8 +1,18 @@
 package chaos
 
 import (
+	"context"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/snip/snip-jobs/internal/testdb"
 )
 
 // The "no acting leader" figure is the longest gap between accepted probe
@@ -31,5 +41,146 @@ func TestNoActingMeasuresTheLongestGapAroundAFault(t *testing.T) {
 	}
 	if want := 4 * time.Second; early.NoActing != want { // any other kind counts from the last write before: 0→4
 		t.Errorf("kill before the slowed write: no acting leader %v, want %v", early.NoActing, want)
+	}
+}
+
+// writeLogDB is a database with the project's schema and the harness's, and
+// a way to open sessions named as an instance names its own.
+func writeLogDB(t *testing.T) (*pgxpool.Pool, func(app string) *pgx.Conn) {
+	t.Helper()
+	ctx := context.Background()
+	url, pool := testdb.New(t)
+	if err := setupSchema(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	return pool, func(app string) *pgx.Conn {
+		t.Helper()
+		cfg, err := pgx.ParseConfig(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.RuntimeParams["application_name"] = app
+		conn, err := pgx.ConnectConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close(context.Background()) })
+		return conn
+	}
+}
+
+func run(t *testing.T, tx interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+}, sql string, args ...any) {
+	t.Helper()
+	if _, err := tx.Exec(context.Background(), sql, args...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+func begin(t *testing.T, conn *pgx.Conn) pgx.Tx {
+	t.Helper()
+	tx, err := conn.Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tx
+}
+
+func commit(t *testing.T, tx pgx.Tx) {
+	t.Helper()
+	if err := tx.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func checkLog(t *testing.T, pool *pgxpool.Pool, granted ...termEvent) []Violation {
+	t.Helper()
+	f, err := readFacts(context.Background(), pool, granted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := &checker{pool: pool, ttl: 2 * time.Second}
+	k.checkWrites(f)
+	return k.out
+}
+
+// A job's writes are checked in the order they committed, not the order they
+// ran: a stale term's transaction that wrote first and committed after its
+// successor's is reported, once, naming both. An update of the aggregator's
+// state that sets neither token nor updated_at (a prune) is not a write of
+// the token it leaves in the row.
+func TestTheWriteLogReportsALowerTokenCommittedAfterAHigherOne(t *testing.T) {
+	pool, connect := writeLogDB(t)
+	a, b := connect("snip-jobs run server-a"), connect("snip-jobs run server-b")
+	reject := `INSERT INTO click_rejects (event_id, txid, clicked_at, reason, token) VALUES ($1, '1', now(), 'null_link', $2)`
+
+	stale := begin(t, a)
+	run(t, stale, reject, 1, 5)
+	run(t, stale, reject, 2, 5)
+	successor := begin(t, b)
+	run(t, successor, reject, 3, 7)
+	commit(t, successor)
+	commit(t, stale) // after the successor's
+	run(t, b, `UPDATE click_aggregator_state SET token = 7, updated_at = now()`)
+	run(t, pool, `UPDATE click_aggregator_state SET unpruned = 0`) // not an instance's session: reported if logged
+
+	out := checkLog(t, pool,
+		termEvent{Job: JobAggregator, Token: 5, Instance: "server-a", Start: true},
+		termEvent{Job: JobAggregator, Token: 7, Instance: "server-b", Start: true})
+	if len(out) != 1 || out[0].Invariant != InvTokenOrder {
+		t.Fatalf("violations %+v, want one of %q", out, InvTokenOrder)
+	}
+	for _, want := range []string{"aggregator's click_rejects insert", "by server-a with token 5", "after aggregator's click_rejects insert", "by server-b with token 7"} {
+		if !strings.Contains(out[0].Detail, want) {
+			t.Errorf("the violation %q does not say %q", out[0].Detail, want)
+		}
+	}
+}
+
+// Each logged write's token must be a term of its job that etcd granted to
+// the instance whose session wrote it; a row that names an instance must name
+// that one; a write in a fenced transaction must carry the fence's token.
+func TestTheWriteLogReportsWritesByNoGrantedTerm(t *testing.T) {
+	pool, connect := writeLogDB(t)
+	a, c := connect("snip-jobs run server-a"), connect("snip-jobs run server-c")
+	fenced := func(token int) pgx.Tx { // as package fencing names its transactions
+		tx := begin(t, a)
+		run(t, tx, `SELECT set_config('application_name', current_setting('application_name') || ' fence-token=' || $1, true)`, strconv.Itoa(token))
+		return tx
+	}
+
+	run(t, c, `INSERT INTO click_rejects (event_id, txid, clicked_at, reason, token) VALUES (1, '1', now(), 'null_link', 9)`)
+	tx := fenced(5)
+	run(t, tx, `INSERT INTO cron_slots (job, slot, state, token, instance) VALUES ($1, now(), 'running', 5, 'server-b')`, JobReport)
+	commit(t, tx)
+	tx = fenced(8)
+	run(t, tx, `INSERT INTO certrenew_job (job, token) VALUES ($1, 6)`, JobCerts)
+	commit(t, tx)
+	tx = fenced(6)
+	run(t, tx, `UPDATE certrenew_job SET token = 6, updated_at = now()`) // all well
+	commit(t, tx)
+
+	out := checkLog(t, pool,
+		termEvent{Job: JobReport, Token: 5, Instance: "server-a", Start: true},
+		termEvent{Job: JobCerts, Token: 6, Instance: "server-a", Start: true})
+	var got []string
+	for _, v := range out {
+		if v.Invariant != InvTermOwner {
+			t.Errorf("unexpected violation: %s: %s", v.Invariant, v.Detail)
+		}
+		got = append(got, v.Detail)
+	}
+	for _, want := range []string{
+		"aggregator's click_rejects insert (transaction",   // token 9, granted to nobody
+		"weekly-report's cron_slots insert (transaction",   // names server-b
+		"cert-renewer's certrenew_job insert (transaction", // fenced with 8
+	} {
+		if !slices.ContainsFunc(got, func(d string) bool { return strings.HasPrefix(d, want) }) {
+			t.Errorf("no violation starts with %q; got %q", want, got)
+		}
+	}
+	if len(got) != 3 {
+		t.Errorf("%d violations, want 3: %q", len(got), got)
 	}
 }

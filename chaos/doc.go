@@ -7,8 +7,9 @@
 //
 //   - three etcd members, each its own process (this binary run again with
 //     MemberCommand, see MemberMain), so that killing one is a real crash;
-//   - a throwaway PostgreSQL (internal/pgcluster) with the schema migrated
-//     and the harness's probe table;
+//   - a throwaway PostgreSQL (internal/pgcluster) with the schema migrated,
+//     the harness's probe table, and deferred triggers that log, at commit,
+//     every row the other jobs write with their term's token (chaos_writes);
 //   - Let's Encrypt's test CA in this process (internal/acmetest: Pebble and
 //     challtestsrv), whose validation reaches the instances' HTTP-01 listeners;
 //   - three `snip-jobs run` processes. Each reaches every etcd member through
@@ -30,15 +31,16 @@
 // timestamps every term's start and end.
 //
 // The checker then reads what the resources accepted and reports a Violation
-// for each broken invariant (see Invariants): the probe's writes, in the order
-// they committed (a deferred trigger numbers them at commit), carry tokens
-// that never go down, each a term etcd granted to the writer; fencing_tokens
-// agrees with them; click counts equal the committed valid events exactly;
-// one weekly report and one mail per week; at most one current certificate per
-// domain, stored by granted terms in token order; no term started, and none
-// acted past its TTL, while etcd had no quorum; the cluster recovered after
-// every fault. It also measures, per fault kind, the time without an accepted
-// probe write and the time to the successor's term.
+// for each broken invariant (see Invariants): each job's writes (the probe's
+// rows, and the other jobs' token-carrying rows), in the order they committed
+// (deferred triggers number them at commit), carry tokens that never go down,
+// each a term of that job etcd granted to the instance that wrote it;
+// fencing_tokens agrees with the probe's; click counts equal the committed
+// valid events exactly; one weekly report and one mail per week; at most one
+// current certificate per domain, stored by a granted term; no term started,
+// and none acted past its TTL, while etcd had no quorum; the cluster recovered
+// after every fault. It also measures, per fault kind, the time without an
+// accepted probe write and the time to the successor's term.
 //
 // Limits: everything runs on one machine, so the clocks of the instances, etcd
 // and PostgreSQL are one clock: the suite cannot show what the stop-early

@@ -138,6 +138,9 @@ func (r *Report) Markdown() string {
 	}
 	fmt.Fprintf(&b, "\nProbe: %d writes accepted from %d terms; %d terms granted in all; %d fenced writes refused.\n",
 		r.Probe.Writes, r.Probe.Terms, r.Probe.TermsAll, r.Probe.Rejections)
+	for _, w := range r.Writes {
+		fmt.Fprintf(&b, "%s: %d token-carrying writes in %d transactions from %d terms, checked in commit order.\n", w.Job, w.Writes, w.Transactions, w.Terms)
+	}
 	if r.Counts != nil {
 		fmt.Fprintf(&b, "Clicks: %d valid and %d invalid events committed; %d counted, %d rejected.\n",
 			r.Counts.Valid, r.Counts.Invalid, r.Counts.Counted, r.Counts.Rejected)

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 
@@ -29,8 +31,9 @@ type Options struct {
 	// zero and the fence check disabled. The checker must then report
 	// violations.
 	Broken bool
-	// StopAtViolation ends the fault loop at the first fault after which the
-	// probe shows a write accepted out of token order (for the broken build).
+	// StopAtViolation ends the fault loop at the first fault after which a
+	// job (the probe or another) shows a write accepted out of token order
+	// (for the broken build).
 	StopAtViolation bool
 	// Pause is the quiet time between one fault's settling and the next
 	// fault (default 1 s).
@@ -53,10 +56,14 @@ type Report struct {
 	Faults     []*Fault
 	Violations []Violation
 	Probe      ProbeStats
-	Counts     *CountStats // set by every run (nil in the JSON of runs before the aggregator was required)
-	Reports    ReportStats
-	Certs      CertStats
-	Load       LoadStats
+	// Writes is, per job other than the probe, its logged writes (the rows
+	// that carry its term's token: see loggedWrites), whose order and
+	// ownership the checker checked.
+	Writes  []WriteStats
+	Counts  *CountStats // set by every run (nil in the JSON of runs before the aggregator was required)
+	Reports ReportStats
+	Certs   CertStats
+	Load    LoadStats
 	// Overruns counts, per job, the runs still going after the grace period
 	// that followed the end of their term (from the instances' logs): each
 	// held that job's next campaign on its instance.
@@ -69,6 +76,14 @@ type ProbeStats struct {
 	Terms      int // distinct tokens among them
 	Rejections int // fence_rejections rows (all jobs)
 	TermsAll   int // terms etcd granted, all jobs
+}
+
+// WriteStats counts one job's logged writes.
+type WriteStats struct {
+	Job          string
+	Writes       int // rows written
+	Transactions int // committed transactions that wrote them
+	Terms        int // distinct tokens among them
 }
 
 // CountStats compares click events with the aggregator's counts.
@@ -157,7 +172,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 		if o.StopAtViolation {
 			if n, err := outOfOrder(ctx, c); err == nil && n > 0 {
-				o.Log.Warn("the probe shows writes accepted out of token order: stopping", "rows", n)
+				o.Log.Warn("writes were accepted out of token order: stopping", "writes", n)
 				break
 			}
 		}
@@ -178,7 +193,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	k.checkProbe(f)
+	k.checkWrites(f)
 	if err := k.checkFenceTable(ctx, f); err != nil {
 		return nil, err
 	}
@@ -202,6 +217,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		tokens[r.Token] = true
 	}
 	rep.Probe = ProbeStats{Writes: len(f.probe), Terms: len(tokens), Rejections: f.rejections, TermsAll: len(f.terms)}
+	rep.Writes = writeStats(f.writes)
 	rep.Overruns = overruns(c.instances)
 	if o.KeepDir {
 		o.Log.Info("kept the run's folder", "dir", c.dir)
@@ -209,12 +225,44 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	return rep, nil
 }
 
-// outOfOrder counts probe rows committed after a row with a higher token.
+// outOfOrder counts the writes (probe rows, and the other jobs' logged
+// writes) committed after a write of the same job with a higher token.
 func outOfOrder(ctx context.Context, c *cluster) (int, error) {
 	var n int
-	err := c.pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT token, max(token) OVER (ORDER BY commit_seq ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS before
-		FROM chaos_probe WHERE commit_seq IS NOT NULL) p WHERE token < before`).Scan(&n)
+	err := c.pool.QueryRow(ctx, `SELECT count(*) FROM (
+		SELECT token, max(token) OVER (ORDER BY commit_seq ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS before
+		FROM chaos_probe WHERE commit_seq IS NOT NULL
+		UNION ALL
+		SELECT token, max(token) OVER (PARTITION BY job ORDER BY seq ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+		FROM chaos_writes) w WHERE token < before`).Scan(&n)
 	return n, err
+}
+
+// writeStats summarises the logged writes per job.
+func writeStats(ws []jobWrite) []WriteStats {
+	by := map[string]*WriteStats{}
+	txs, tokens := map[string]bool{}, map[string]bool{}
+	for _, w := range ws {
+		s := by[w.Job]
+		if s == nil {
+			s = &WriteStats{Job: w.Job}
+			by[w.Job] = s
+		}
+		s.Writes++
+		if !txs[w.Xact] {
+			txs[w.Xact] = true
+			s.Transactions++
+		}
+		if k := fmt.Sprint(w.Job, " ", w.Token); !tokens[k] {
+			tokens[k] = true
+			s.Terms++
+		}
+	}
+	out := make([]WriteStats, 0, len(by))
+	for _, job := range slices.Sorted(maps.Keys(by)) {
+		out = append(out, *by[job])
+	}
+	return out
 }
 
 // waitCaughtUp waits until the aggregator has processed every committed event.

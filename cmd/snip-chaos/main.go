@@ -37,7 +37,7 @@ func run(args []string) int {
 	ttl := fs.Duration("ttl", 2*time.Second, "the instances' lease TTL (margin TTL/4, keep-alives every TTL/5)")
 	kinds := fs.String("kinds", "", "comma-separated fault kinds to draw from (default all: "+kindList()+")")
 	broken := fs.Bool("broken", false, "build snip-jobs with -tags chaos_broken (stop-early margin 0, no fence check)")
-	stop := fs.Bool("stop-at-violation", false, "stop injecting at the first probe write accepted out of token order")
+	stop := fs.Bool("stop-at-violation", false, "stop injecting at the first write (of any job) accepted out of token order")
 	keep := fs.Bool("keep", false, "keep the run's folder (logs, configs, data)")
 	out := fs.String("out", "", "also write the Markdown report to this file")
 	jsonOut := fs.String("json", "", "also write the whole report (every fault) as JSON to this file")
