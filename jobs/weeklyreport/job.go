@@ -156,6 +156,12 @@ func (j *job) Run(ctx context.Context, r *scheduler.Run) error {
 		stored = rep
 		return nil
 	})
+	if op, ok := RebuiltBy(err); ok {
+		// The fence's last writer was the rebuild, not a newer term or claim.
+		return fmt.Errorf("weeklyreport: week %s: refused because an operator's report rebuild (%s) has written "+
+			"with a newer token since this run's term or claim began, not because another instance has: "+
+			"the slot runs again with a newer token: %w", s.label, op, err)
+	}
 	switch {
 	case err != nil:
 		return fmt.Errorf("weeklyreport: week %s: %w", s.label, err)
