@@ -9,10 +9,8 @@ import (
 	"time"
 
 	"github.com/snip/snip-jobs/configs"
-	"github.com/snip/snip-jobs/fencing"
 	"github.com/snip/snip-jobs/jobs/weeklyreport"
 	"github.com/snip/snip-jobs/leadership"
-	"github.com/snip/snip-jobs/scheduler"
 )
 
 func reportCommand() command {
@@ -26,15 +24,24 @@ func reportCommand() command {
 report rebuild --week W builds W's report again from the counts in the database
 and replaces the stored one in place: it never stores a second report and never
 queues a second mail for the week (the outbox row is left as it is; a mail not
-sent yet goes out with the new content). The write is fenced with a fresh token
-from etcd, newer than every term so far: a leader of the job that writes after
-it is refused and takes a new term, so the rebuild cannot be overwritten by a
-stale leader. Use it after late clicks were counted, or after a fix.`,
+sent yet goes out with the new content). Use it after late clicks were counted,
+or after a fix. The write is fenced like the job's own runs of that week:
+
+  coordination: leader    with a fresh token from etcd, newer than every term
+                          so far, on the job's resource. The leader's next
+                          fenced write is refused (logged as "fenced write
+                          refused: a newer term has written", its term's end
+                          names holder "report rebuild by ..."): expected, it
+                          takes a new term and carries on.
+  coordination: database  with a claim token from the database (the sequence
+                          cron_claim_tokens), on the resource of the week's slot
+                          (<job>@<slot>): a claimer of that slot older than the
+                          rebuild is refused, later claims are newer. No etcd.`,
 		flags: func(fs *flag.FlagSet, c *cli) func(context.Context, []string) error {
 			path := configFlag(fs)
 			week := fs.String("week", "", "the ISO week, e.g. 2026-W47 (show: default the latest stored)")
 			job := fs.String("job", "", "the weeklyreport job's name (default: the config's only weeklyreport job)")
-			endpoints := fs.String("endpoints", "", "comma-separated etcd endpoints to use instead of the config's (rebuild)")
+			endpoints := fs.String("endpoints", "", "comma-separated etcd endpoints to use instead of the config's (rebuild, leader mode)")
 			return func(ctx context.Context, args []string) error {
 				if len(args) != 1 || (args[0] != "show" && args[0] != "rebuild") {
 					return usageError("usage: report show|rebuild [--week 2026-W47]")
@@ -65,23 +72,34 @@ stale leader. Use it after late clicks were counted, or after a fix.`,
 				if *week == "" {
 					return usageError("usage: report rebuild needs --week (e.g. --week 2026-W47)")
 				}
-				cli, err := newEtcdClient(f, etcdEndpoints(f, *endpoints), newLogger(f.Log, c.stderr))
-				if err != nil {
-					return err
-				}
-				defer cli.Close()
-				token, err := leadership.FreshToken(ctx, cli, f.Etcd.Prefix)
-				if err != nil {
-					return err
-				}
+				log := newLogger(f.Log, c.stderr)
 				host, _ := os.Hostname()
-				operator := "operator@" + host
-				run := scheduler.NewRun(scheduler.RunConfig{Job: spec.Name, Instance: operator, Token: token,
-					Fence: fencing.New(pool, operator), Log: newLogger(f.Log, c.stderr)})
+				run, err := weeklyreport.RebuildRun(ctx, weeklyreport.RebuildConfig{
+					Pool: pool, Job: spec, Week: *week, Operator: "operator@" + host, Log: log,
+					// Leader mode only: a database-mode job's deployment may run no etcd.
+					LeaderToken: func(ctx context.Context) (int64, error) {
+						cli, err := newEtcdClient(f, etcdEndpoints(f, *endpoints), log)
+						if err != nil {
+							return 0, err
+						}
+						defer cli.Close()
+						return leadership.FreshToken(ctx, cli, f.Etcd.Prefix)
+					},
+				})
+				if err != nil {
+					return err
+				}
 				if err := weeklyreport.Rebuild(ctx, run, *week); err != nil {
 					return err
 				}
-				fmt.Fprintf(c.stdout, "%s: report %s rebuilt (token %d); no second mail queued\n", spec.Name, *week, token)
+				if run.Slot.IsZero() {
+					fmt.Fprintf(c.stdout, "%s: report %s rebuilt (token %d, newer than every term); no second mail queued\n"+
+						"The leader's next fenced write is refused once, logged as \"fenced write refused: a newer term has written\": "+
+						"that is this rebuild, not a stale leader; the leader takes a new term.\n", spec.Name, *week, run.Token)
+				} else {
+					fmt.Fprintf(c.stdout, "%s: report %s rebuilt (claim token %d, fenced with the slot %s); no second mail queued\n",
+						spec.Name, *week, run.Token, run.Slot.UTC().Format(time.RFC3339))
+				}
 				return nil
 			}
 		},

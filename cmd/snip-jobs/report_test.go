@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -99,5 +100,90 @@ func TestReportShowAndRebuild(t *testing.T) {
 	missing := snip(t, dbEnv(url), "report", "show", "--config", path, "--week", "2020-W01")
 	if missing.code != 1 || !strings.Contains(missing.stderr, "no stored report for 2020-W01") {
 		t.Fatalf("report show of a missing week: exit %d\n%s", missing.code, missing.stderr)
+	}
+}
+
+// In database mode report rebuild needs no etcd (the config's endpoint answers
+// nothing): its token is a claim token from the database, and it is fenced on
+// the week's slot, the resource the slot's database-mode runs write through.
+func TestReportRebuildInDatabaseModeNeedsNoEtcd(t *testing.T) {
+	url := testenv.PostgresDB(t)
+	nobody := testenv.Listen(t) // accepts connections, never answers
+	path := writeConfig(t, config{instance: "server-1", endpoints: []string{"http://" + nobody.Addr().String()},
+		adminPort: freePort(t), jobs: reportJobYAML + "    coordination: database\n"})
+	migrate(t, path, url)
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+
+	// The Monday 23 November 08:00 (Paris) slot reports 2026-W47; an instance
+	// claimed it from the sequence, as the scheduler does, and stored the week
+	// fenced on <job>@<slot>.
+	exec1(t, url, `INSERT INTO links (id, slug) VALUES (1, 'launch');
+		INSERT INTO link_hourly_counts (link_id, hour, clicks) VALUES (1, '2026-11-18 10:00Z', 40)`)
+	slot := time.Date(2026, 11, 23, 7, 0, 0, 0, time.UTC)
+	const resource = "weekly-report@2026-11-23T07:00:00Z"
+	var claim int64
+	if err := pool.QueryRow(ctx, `INSERT INTO cron_slots (job, slot, state, token, instance, claim_until)
+		VALUES ('weekly-report', $1, 'running', nextval('cron_claim_tokens'), 'server-1', now() + interval '10 minutes') RETURNING token`,
+		slot).Scan(&claim); err != nil {
+		t.Fatal(err)
+	}
+	f, err := configs.Load(path, registry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Jobs[0].Schedule.Coordination != configs.Database {
+		t.Fatalf("the job's coordination is %s, want database", f.Jobs[0].Schedule.Coordination)
+	}
+	job, err := weeklyreport.Type().New(scheduler.Env{Instance: "server-1", Pool: pool}, f.Jobs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	claimed := func() *scheduler.Run {
+		return scheduler.NewRun(scheduler.RunConfig{Job: "weekly-report", Instance: "server-1", Token: claim, Slot: slot,
+			Resource: resource, Fence: fencing.New(pool, "server-1")})
+	}
+	if err := job.Run(ctx, claimed()); err != nil {
+		t.Fatal(err)
+	}
+
+	exec1(t, url, `UPDATE link_hourly_counts SET clicks = 75 WHERE link_id = 1`)
+	rebuild := snip(t, dbEnv(url), "report", "rebuild", "--config", path, "--week", "2026-W47")
+	if rebuild.code != 0 || !strings.Contains(rebuild.stdout, "rebuilt (claim token") {
+		t.Fatalf("report rebuild: exit %d\n%s%s", rebuild.code, rebuild.stdout, rebuild.stderr)
+	}
+	r, err := weeklyreport.Show(ctx, pool, "2026-W47")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Total != 75 || r.Stored.Token <= claim {
+		t.Fatalf("after rebuild: total %d, token %d; want 75 and a claim token above the slot's %d", r.Total, r.Stored.Token, claim)
+	}
+	var fenced int64
+	var holder string
+	if err := pool.QueryRow(ctx, `SELECT token, holder FROM fencing_tokens WHERE resource = $1`, resource).Scan(&fenced, &holder); err != nil {
+		t.Fatal(err)
+	}
+	var resources int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM fencing_tokens`).Scan(&resources); err != nil {
+		t.Fatal(err)
+	}
+	if fenced != r.Stored.Token || !strings.HasPrefix(holder, "report rebuild by operator@") || resources != 1 {
+		t.Fatalf("fenced %s at token %d by %q, %d resources; want the rebuild's token %d by the rebuild, and no other resource",
+			resource, fenced, holder, resources, r.Stored.Token)
+	}
+
+	// The slot's claimer, writing after the rebuild with its older claim, is refused.
+	if err := job.Run(ctx, claimed()); !errors.Is(err, fencing.ErrStaleToken) || !strings.Contains(err.Error(), "report rebuild") {
+		t.Fatalf("the slot's claimer after the rebuild: %v; want it refused because of the rebuild", err)
+	}
+
+	missing := snip(t, dbEnv(url), "report", "rebuild", "--config", path, "--week", "2026-W46")
+	if missing.code != 1 || !strings.Contains(missing.stderr, "no stored report") {
+		t.Fatalf("report rebuild of a week never stored: exit %d\n%s%s", missing.code, missing.stdout, missing.stderr)
 	}
 }
