@@ -44,6 +44,50 @@ func TestNoActingMeasuresTheLongestGapAroundAFault(t *testing.T) {
 	}
 }
 
+// "No acting leader" is a gap in the probe's writes, so for a fault aimed at
+// a leader it counts only when the target led the probe; etcd and PostgreSQL
+// faults stop every job, and count always. The figure says over how many.
+func TestNoActingCountsOnlyFaultsThatStruckTheProbesLeader(t *testing.T) {
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	rep := &Report{Jobs: []string{JobProbe, JobReport, JobCerts, JobAggregator}, Faults: []*Fault{
+		{Kind: KillLeader, Led: []string{JobProbe, JobCerts}, NoActing: ms(2300)},
+		{Kind: KillLeader, Led: []string{JobAggregator}, NoActing: ms(260)},
+		{Kind: KillLeader, Led: []string{JobReport}, NoActing: ms(270)},
+		{Kind: PostgresRestart, NoActing: ms(2100)},
+		{Kind: PostgresRestart, NoActing: ms(2200)},
+		// a report written before Led was recorded: the probe's takeover says it was struck
+		{Kind: PauseLeader, Takeovers: []Takeover{{Job: JobProbe}}, NoActing: ms(2400)},
+		{Kind: PauseLeader, Takeovers: []Takeover{{Job: JobCerts}}, NoActing: ms(250)},
+	}}
+	got := map[Kind]KindStats{}
+	for _, s := range rep.ByKind() {
+		got[s.Kind] = s
+	}
+	for _, c := range []struct {
+		kind   Kind
+		faults int
+		want   Dist
+	}{
+		{KillLeader, 3, Dist{N: 1, P50: ms(2300), P99: ms(2300), Max: ms(2300)}},
+		{PostgresRestart, 2, Dist{N: 2, P50: ms(2100), P99: ms(2200), Max: ms(2200)}},
+		{PauseLeader, 2, Dist{N: 1, P50: ms(2400), P99: ms(2400), Max: ms(2400)}},
+	} {
+		if s := got[c.kind]; s.Faults != c.faults || s.NoActing != c.want {
+			t.Errorf("%s: %d faults, no acting leader %+v; want %d faults, %+v", c.kind, s.Faults, s.NoActing, c.faults, c.want)
+		}
+	}
+	md := rep.Markdown()
+	for _, want := range []string{
+		"| kill-leader | 3 | 2.3s / 2.3s / 2.3s (1) |",
+		"| postgres-restart | 2 | 2.1s / 2.2s / 2.2s (2) |",
+		"Leaders struck (faults aimed at a leader whose target led the job): probe 1, weekly-report 1, cert-renewer 1, aggregator 1.",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("the report lacks %q:\n%s", want, md)
+		}
+	}
+}
+
 // writeLogDB is a database with the project's schema and the harness's, and
 // a way to open sessions named as an instance names its own.
 func writeLogDB(t *testing.T) (*pgxpool.Pool, func(app string) *pgx.Conn) {

@@ -40,7 +40,8 @@
 // current certificate per domain, stored by a granted term; no term started,
 // and none acted past its TTL, while etcd had no quorum; the cluster recovered
 // after every fault. It also measures, per fault kind, the time without an
-// accepted probe write and the time to the successor's term.
+// accepted probe write (for faults aimed at a leader, only those that struck
+// the probe's) and the time to the successor's term.
 //
 // Limits: everything runs on one machine, so the clocks of the instances, etcd
 // and PostgreSQL are one clock: the suite cannot show what the stop-early

@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -51,6 +52,16 @@ const (
 	TermLeader Kind = "sigterm-leader"
 )
 
+// HitsLeader reports whether the fault is aimed at one job's leader (one
+// instance), rather than at etcd or PostgreSQL (the whole cluster).
+func (k Kind) HitsLeader() bool {
+	switch k {
+	case KillLeader, PauseLeader, PartitionLeader, PartitionSlowDB, TermLeader:
+		return true
+	}
+	return false
+}
+
 // AllKinds is every fault kind, in the order of the results table.
 var AllKinds = []Kind{KillLeader, PauseLeader, PartitionLeader, PartitionSlowDB, TermLeader,
 	EtcdMemberLoss, EtcdLeaderLoss, QuorumLoss, PostgresRestart}
@@ -75,6 +86,9 @@ type Fault struct {
 	N      int
 	Kind   Kind
 	Target string // instance or etcd member(s)
+	// Led is, for a fault aimed at a leader, the jobs its target led when it
+	// was struck.
+	Led    []string
 	Start  time.Time
 	Healed time.Time // the fault removed (process continued or restarted, link restored)
 	// Settled is when the cluster was whole again; zero if it was not within
@@ -101,10 +115,27 @@ type Fault struct {
 	// members agreed on a new raft leader.
 	EtcdElection time.Duration
 	// NoActing is the longest time during the fault without a probe write
-	// (computed by the checker from the database).
+	// (computed by the checker from the database). It says something about
+	// leadership only when NoActingMeasured.
 	NoActing time.Duration
 	Err      string
 }
+
+// StruckProbe reports whether the fault struck the probe's leader: its
+// target led the probe when it was struck (for reports written before Led
+// was recorded: the probe is among its takeovers).
+func (f *Fault) StruckProbe() bool {
+	if f.Led != nil {
+		return slices.Contains(f.Led, JobProbe)
+	}
+	return slices.ContainsFunc(f.Takeovers, func(t Takeover) bool { return t.Job == JobProbe })
+}
+
+// NoActingMeasured reports whether the fault's NoActing measures a time
+// without an acting leader: for a fault aimed at a leader, only if it struck
+// the probe's (a gap in the probe's writes says nothing about another job's
+// leader); for a fault of etcd or PostgreSQL, always.
+func (f *Fault) NoActingMeasured() bool { return !f.Kind.HitsLeader() || f.StruckProbe() }
 
 func (c *cluster) hold(ctx context.Context, d time.Duration) {
 	select {
@@ -113,8 +144,24 @@ func (c *cluster) hold(ctx context.Context, d time.Duration) {
 	}
 }
 
-// targetJob picks the job whose leader a fault hits.
-func (c *cluster) targetJob(rng *rand.Rand) string { return c.jobs[rng.IntN(len(c.jobs))] }
+// targetJob picks the job whose leader a fault hits: the probe twice as often
+// as each other job (with four jobs, 2/5 against 1/5 each). Only a fault that
+// strikes the probe's leader measures "no acting leader" (the probe's writes
+// are the only steady, precise record of acting). If the four jobs are spread
+// 2-1-1 over the three instances, any pair as likely as another to share one,
+// an even draw strikes each job's leader in 3 leader faults of 8; this one
+// strikes the probe's in 1 of 2 and each other job's in 1 of 3.
+func (c *cluster) targetJob(rng *rand.Rand) string {
+	if i := rng.IntN(len(c.jobs) + 1); i < len(c.jobs) {
+		return c.jobs[i]
+	}
+	return JobProbe
+}
+
+// ledJobs lists the jobs of led, sorted.
+func ledJobs(led map[string]int64) []string {
+	return slices.Sorted(maps.Keys(led))
+}
 
 // ledBy returns the jobs the instance leads now, with their tokens.
 func (c *cluster) ledBy(name string) map[string]int64 {
@@ -251,6 +298,7 @@ func (c *cluster) strikeLeader(ctx context.Context, rng *rand.Rand, f *Fault) (*
 	}
 	f.Target = in.name
 	led := c.ledBy(in.name)
+	f.Led = ledJobs(led)
 	f.Start = time.Now()
 	return in, led, nil
 }
@@ -303,6 +351,7 @@ func (c *cluster) partitionLeader(ctx context.Context, rng *rand.Rand, f *Fault,
 		hold = 2*c.opts.TTL + time.Second
 	}
 	led := c.ledBy(in.name)
+	f.Led = ledJobs(led)
 	f.Start = time.Now()
 	in.partition(true)
 	c.hold(ctx, hold)

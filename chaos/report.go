@@ -37,9 +37,12 @@ func (d Dist) String() string {
 
 // KindStats is the figures of one fault kind.
 type KindStats struct {
-	Kind      Kind
-	Faults    int
-	NoActing  Dist // longest time without an accepted probe write, per fault
+	Kind   Kind
+	Faults int
+	// NoActing is the longest time without an accepted probe write, over the
+	// faults where it measures one (Fault.NoActingMeasured): NoActing.N of
+	// them.
+	NoActing  Dist
 	Takeover  Dist // fault start → new term, per job whose leader was hit
 	KeyGone   Dist // fault start → old leader key deleted (resigned or expired)
 	Handoff   Dist // old key deleted → new term, per job
@@ -59,7 +62,9 @@ func (r *Report) ByKind() []KindStats {
 				continue
 			}
 			s.Faults++
-			noActing = append(noActing, f.NoActing)
+			if f.NoActingMeasured() {
+				noActing = append(noActing, f.NoActing)
+			}
 			for _, t := range f.Takeovers {
 				takeover = append(takeover, t.After)
 				if t.KeyGone > 0 {
@@ -84,6 +89,24 @@ func (r *Report) ByKind() []KindStats {
 		s.NoActing, s.Takeover, s.KeyGone, s.Handoff, s.Restart, s.Election, s.AfterLoss =
 			dist(noActing), dist(takeover), dist(gone), dist(handoff), dist(restart), dist(election), dist(after)
 		out = append(out, s)
+	}
+	return out
+}
+
+// Struck counts, per job, the faults aimed at a leader whose target led that
+// job when it was struck (nil when the report does not record it).
+func (r *Report) Struck() map[string]int {
+	var out map[string]int
+	for _, f := range r.Faults {
+		if !f.Kind.HitsLeader() || f.Led == nil {
+			continue
+		}
+		if out == nil {
+			out = map[string]int{}
+		}
+		for _, j := range f.Led {
+			out[j]++
+		}
 	}
 	return out
 }
@@ -118,11 +141,13 @@ func (r *Report) Markdown() string {
 	}
 	b.WriteString("\nFigures per fault kind, p50 / p99 / max. *No acting leader*: the longest time without an accepted probe write " +
 		"(the probe writes every 250 ms) from the last write before the fault (for partition-slow-db, from the cut: its slowed link " +
-		"spaces the leader's writes before it) until the cluster settled. *New term*: from the fault " +
+		"spaces the leader's writes before it) until the cluster settled; for a fault aimed at a leader, only over the faults whose " +
+		"target led the probe (the other jobs' leaders have no steady record of acting), for etcd and PostgreSQL faults over all; " +
+		"in brackets, how many faults it was measured over. *New term*: from the fault " +
 		"(signal, cut, kill) to the successor's leader key in etcd, for every job the target led.\n\n")
 	b.WriteString("*Key gone*: fault → the old leader key deleted (resigned, or its lease expired at etcd). *Handoff*: key deleted → " +
 		"new key created (the successors' campaign, including the scheduler's spread hold-back).\n\n")
-	b.WriteString("| fault | n | no acting leader | new term after | key gone after | handoff | other |\n|---|---|---|---|---|---|---|\n")
+	b.WriteString("| fault | n | no acting leader (faults measured) | new term after | key gone after | handoff | other |\n|---|---|---|---|---|---|---|\n")
 	for _, s := range r.ByKind() {
 		var other []string
 		if s.Restart.N > 0 {
@@ -134,7 +159,14 @@ func (r *Report) Markdown() string {
 		if s.AfterLoss.N > 0 {
 			other = append(other, "last write of an old term after the loss "+s.AfterLoss.String())
 		}
-		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s |\n", s.Kind, s.Faults, s.NoActing, s.Takeover, s.KeyGone, s.Handoff, strings.Join(other, "; "))
+		fmt.Fprintf(&b, "| %s | %d | %s (%d) | %s | %s | %s | %s |\n", s.Kind, s.Faults, s.NoActing, s.NoActing.N, s.Takeover, s.KeyGone, s.Handoff, strings.Join(other, "; "))
+	}
+	if struck := r.Struck(); len(struck) > 0 {
+		var parts []string
+		for _, job := range r.Jobs {
+			parts = append(parts, fmt.Sprintf("%s %d", job, struck[job]))
+		}
+		fmt.Fprintf(&b, "\nLeaders struck (faults aimed at a leader whose target led the job): %s.\n", strings.Join(parts, ", "))
 	}
 	fmt.Fprintf(&b, "\nProbe: %d writes accepted from %d terms; %d terms granted in all; %d fenced writes refused.\n",
 		r.Probe.Writes, r.Probe.Terms, r.Probe.TermsAll, r.Probe.Rejections)
