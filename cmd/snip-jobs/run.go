@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -31,6 +32,8 @@ import (
 // Bounds of start-up and shutdown steps that the config does not set.
 const (
 	dbPingTimeout    = 5 * time.Second
+	schemaTimeout    = 10 * time.Second // one comparison of the schema with the binary's migrations
+	schemaRetry      = time.Second      // between comparisons while PostgreSQL does not answer
 	minStartTimeout  = 30 * time.Second // WaitReady: at least this, or 3 TTLs
 	closeGrace       = 3 * time.Second  // each closing step once shutdown_timeout has passed
 	stuckLeaseFactor = 3                // watchdog: no lease for this many TTLs while etcd answers = stuck
@@ -49,11 +52,19 @@ development only. The database URL is read from postgres.url_env or
 postgres.url_file and must be set; an unreachable database is logged and
 retried, not fatal.
 
+Unless postgres.migrate_on_start is true (then run applies the migrations
+first), run compares the database's schema with the migrations built into this
+binary: migrations it lacks make run refuse to start, naming them (apply them
+with 'snip-jobs migrate'); migrations a newer binary applied are only warned
+about, for rolling upgrades. When PostgreSQL does not answer at start, run
+starts anyway and compares as soon as it answers; lacking migrations then stop
+it (exit status 1).
+
 Start-up fails (exit status 1) when another live process already uses this
-instance name, or when no etcd lease can be had within max(30s, 3 × ttl). Under
-systemd (Type=notify) it reports READY=1 once the jobs run, pings the watchdog
-while the etcd session and the scheduler are healthy, and reports STOPPING=1 at
-shutdown. /metrics, /healthz, /readyz, /status (JSON) and the cluster's status
+instance name, when the schema lacks migrations, or when no etcd lease can be
+had within max(30s, 3 × ttl). Under systemd (Type=notify) it reports READY=1
+once the jobs run, pings the watchdog while the etcd session and the scheduler
+are healthy, and reports STOPPING=1 at shutdown. /metrics, /healthz, /readyz, /status (JSON) and the cluster's status
 page (/status/, with a timeline of the terms) are served on http.listen.
 
 Sockets passed by systemd's socket activation (LISTEN_FDS) are used by their
@@ -124,12 +135,16 @@ type runner struct {
 
 	schedRunning atomic.Bool
 	lastLease    atomic.Int64 // unix nanos when the session was last seen holding a lease
+
+	schemaErr       chan error         // the schema lacks migrations, found after start-up
+	stopSchemaCheck context.CancelFunc // ends a schema comparison waiting for PostgreSQL; nil when none
 }
 
 // run starts everything, runs until ctx ends (the first signal) or something
 // fails, and shuts down. A nil error means a clean stop.
 func (r *runner) run(ctx context.Context) error {
 	r.notify = notifier{log: r.ilog}
+	r.schemaErr = make(chan error, 1)
 	// ctx ends at the first signal; a second one ends the process at once.
 	sigs := make(chan os.Signal, 2)
 	defer close(sigs)
@@ -154,6 +169,12 @@ func (r *runner) run(ctx context.Context) error {
 			return nil
 		}
 		return err
+	}
+	select {
+	case err := <-r.schemaErr: // PostgreSQL answered during start-up
+		r.shutdown(nil, nil)
+		return err
+	default:
 	}
 
 	runCtx, stopJobs := context.WithCancel(context.WithoutCancel(ctx))
@@ -186,6 +207,7 @@ func (r *runner) run(ctx context.Context) error {
 		failure = fmt.Errorf("the etcd session stopped: %w", r.session.Err())
 	case <-schedDone:
 		failure = errors.New("the scheduler stopped by itself")
+	case failure = <-r.schemaErr:
 	}
 	if failure != nil {
 		r.ilog.Error("shutting down", "err", failure)
@@ -219,19 +241,36 @@ func (r *runner) start(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	if err := pingDB(ctx, pool, dbPingTimeout); err != nil {
+	pingErr := pingDB(ctx, pool, dbPingTimeout)
+	if pingErr != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		r.ilog.Warn("PostgreSQL does not answer yet; jobs that need it fail and retry until it does", "err", err)
+		r.ilog.Warn("PostgreSQL does not answer yet; jobs that need it fail and retry until it does", "err", pingErr)
 	}
-	if f.Postgres.MigrateOnStart {
+	switch {
+	case f.Postgres.MigrateOnStart:
 		url, err := f.DatabaseURL()
 		if err != nil {
 			return fmt.Errorf("database URL: %w", err)
 		}
 		if _, err := migrations.Up(ctx, url, r.ilog); err != nil {
 			return fmt.Errorf("migrate on start: %w", err)
+		}
+	case pingErr != nil:
+		r.checkSchemaLater(ctx)
+	default:
+		err := r.checkSchema(ctx)
+		var cannot *schemaUncheckedError
+		switch {
+		case errors.As(err, &cannot):
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			r.ilog.Warn("cannot compare the database schema with this binary's migrations yet; trying again until it can", "err", cannot.err)
+			r.checkSchemaLater(ctx)
+		case err != nil:
+			return err
 		}
 	}
 
@@ -303,6 +342,77 @@ func (r *runner) start(ctx context.Context) error {
 	return nil
 }
 
+// schemaUncheckedError: the schema could not be compared (PostgreSQL did not
+// answer, or the comparison failed); nothing is known about it.
+type schemaUncheckedError struct{ err error }
+
+func (e *schemaUncheckedError) Error() string {
+	return "cannot compare the database schema with this binary's migrations: " + e.err.Error()
+}
+func (e *schemaUncheckedError) Unwrap() error { return e.err }
+
+// checkSchema compares the database's schema with the migrations built into
+// this binary. Migrations the database lacks are an error naming them and the
+// command that applies them; versions it has that this binary does not know
+// (a newer binary applied them: a rolling upgrade) are logged as a warning.
+// A *schemaUncheckedError means nothing could be compared.
+func (r *runner) checkSchema(ctx context.Context) error {
+	url, err := r.cfg.DatabaseURL()
+	if err != nil {
+		return fmt.Errorf("database URL: %w", err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, schemaTimeout)
+	c, err := migrations.Check(cctx, url)
+	cancel()
+	if err != nil {
+		return &schemaUncheckedError{err: err}
+	}
+	if len(c.Unknown) > 0 {
+		r.ilog.Warn("the database has migrations this binary does not know: a newer binary applied them "+
+			"(a rolling upgrade, or this binary was rolled back); running on the assumption that the schema is compatible",
+			"unknown_versions", c.Unknown, "schema_version", c.Current)
+	}
+	if len(c.Pending) > 0 {
+		return fmt.Errorf("the database schema lacks %d migration(s) this binary needs: %s (schema at version %d); "+
+			"apply them with `snip-jobs migrate --config %s` (or set postgres.migrate_on_start: true) and start again",
+			len(c.Pending), strings.Join(c.Pending, ", "), c.Current, r.cfg.Path)
+	}
+	r.ilog.Info("the database schema has every migration this binary needs", "schema_version", c.Current)
+	return nil
+}
+
+// checkSchemaLater compares the schema in the background, every schemaRetry
+// until it can (PostgreSQL answers), and sends a lacking schema's error to
+// r.schemaErr, which stops the process. A database that does not answer is
+// not fatal; it is logged once here and again only at debug level.
+func (r *runner) checkSchemaLater(ctx context.Context) {
+	ctx, r.stopSchemaCheck = context.WithCancel(ctx)
+	r.ilog.Info("the database schema is compared with this binary's migrations once PostgreSQL answers")
+	go func() {
+		t := time.NewTicker(schemaRetry)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			err := r.checkSchema(ctx)
+			var cannot *schemaUncheckedError
+			if errors.As(err, &cannot) {
+				if ctx.Err() == nil {
+					r.ilog.Debug("the database schema cannot be compared yet", "err", cannot.err)
+				}
+				continue
+			}
+			if err != nil {
+				r.schemaErr <- err // buffered; sent once
+			}
+			return
+		}
+	}()
+}
+
 // startEtcd connects to the configured etcd, or starts the embedded one, and
 // starts the leadership session.
 func (r *runner) startEtcd(ctx context.Context) error {
@@ -343,6 +453,9 @@ func (r *runner) startEtcd(ctx context.Context) error {
 // when the scheduler never ran. It returns an error if a step did not finish.
 func (r *runner) shutdown(stopJobs func(), schedDone <-chan struct{}) error {
 	r.notify.stopping()
+	if r.stopSchemaCheck != nil {
+		r.stopSchemaCheck()
+	}
 	if r.admin != nil {
 		r.admin.Stopping()
 	}

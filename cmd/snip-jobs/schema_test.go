@@ -1,0 +1,186 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"io/fs"
+	"os"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"testing/fstest"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx", for goose
+	"github.com/pressly/goose/v3"
+
+	"github.com/snip/snip-jobs/internal/testenv"
+)
+
+// Without migrate_on_start, run compares the schema with its migrations: a
+// database without the newest one (the previous binary's schema) is refused
+// before any job runs, naming the file and the command that applies it; once
+// migrated, run starts and its fenced writes go through. A database that a
+// newer binary migrated further is only warned about (rolling upgrades).
+func TestRunRefusesASchemaWithoutItsNewestMigrationUntilMigrated(t *testing.T) {
+	t.Parallel()
+	etcd := testenv.StartEtcd(t, 1)
+	url := testenv.PostgresDB(t)
+	env := dbEnv(url)
+	c := config{instance: "server-a", endpoints: []string{etcd.Endpoint(0)}, jobs: pulseJob}
+	files, newest := repoMigrations(t)
+	delete(files, newest)
+	gooseUp(t, url, files)
+	exec1(t, url, pulsesTable)
+
+	in := start(t, c, env)
+	if code := in.wait(); code != 1 {
+		t.Fatalf("run on a schema without %s: exit %d, want 1", newest, code)
+	}
+	checkRefused(t, in, newest)
+	for _, msg := range []string{"lease granted", "running"} {
+		if lines := linesWith(in.logs(), `"msg":"`+msg+`"`); len(lines) != 0 {
+			t.Errorf("run got as far as %q on a schema without %s: %s", msg, newest, lines)
+		}
+	}
+
+	if r := snip(t, env, "migrate", "--config", in.config); r.code != 0 {
+		t.Fatalf("migrate: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	in = start(t, c, env)
+	in.waitReady()
+	eventually(t, "a pulse through the fence", func() bool { return len(pulses(t, url)) > 0 })
+	if lines := linesWith(in.logs(), `"level":"WARN"`, "does not know"); len(lines) != 0 {
+		t.Errorf("a warning about unknown migrations on an up-to-date schema: %s", lines)
+	}
+	stop(t, in)
+
+	// A newer binary migrated further: a version this one does not know.
+	files[newest] = readMigration(t, newest)
+	files["9999_future.sql"] = &fstest.MapFile{Data: []byte("-- +goose Up\nCREATE TABLE future (id int);\n")}
+	gooseUp(t, url, files)
+	in = start(t, c, env)
+	in.waitReady()
+	if lines := linesWith(in.logs(), `"level":"WARN"`, "does not know", `"unknown_versions":[9999]`); len(lines) != 1 {
+		t.Errorf("no warning naming the unknown version 9999:\n%s", in.logs())
+	}
+	stop(t, in)
+}
+
+// A database that does not answer at start is not fatal, as before the
+// schema was compared at start: run starts its jobs, compares the schema once
+// PostgreSQL answers, and then stops if the schema lacks a migration, or
+// carries on when it does not.
+func TestRunComparesTheSchemaOncePostgresAnswers(t *testing.T) {
+	t.Parallel()
+	etcd := testenv.StartEtcd(t, 1)
+	pg := testenv.StartPostgres(t)
+	url := pg.CreateDatabase(t)
+	env := dbEnv(url)
+	c := config{instance: "server-a", endpoints: []string{etcd.Endpoint(0)}, jobs: pulseJob}
+	files, newest := repoMigrations(t)
+	delete(files, newest)
+	gooseUp(t, url, files)
+	exec1(t, url, pulsesTable)
+
+	pg.Stop(t)
+	in := start(t, c, env)
+	waitRunning(t, in)
+	pg.Start(t)
+	if code := in.wait(); code != 1 {
+		t.Fatalf("run on a schema without %s, once PostgreSQL answered: exit %d, want 1", newest, code)
+	}
+	checkRefused(t, in, newest)
+
+	if r := snip(t, env, "migrate", "--config", in.config); r.code != 0 {
+		t.Fatalf("migrate: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	pg.Stop(t)
+	in = start(t, c, env)
+	waitRunning(t, in)
+	pg.Start(t)
+	in.waitReady()
+	eventually(t, "the schema compared", func() bool {
+		return len(linesWith(in.logs(), "the database schema has every migration this binary needs")) == 1
+	})
+	eventually(t, "a pulse through the fence", func() bool { return len(pulses(t, url)) > 0 })
+	stop(t, in)
+}
+
+// checkRefused checks that the exited instance said which migration its
+// database lacks and how to apply it.
+func checkRefused(t *testing.T, in *instance, missing string) {
+	t.Helper()
+	logs := in.logs()
+	for _, want := range []string{
+		"the database schema lacks 1 migration(s) this binary needs: " + missing + " ",
+		"apply them with `snip-jobs migrate --config " + in.config + "`",
+	} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("run's output lacks %q:\n%s", want, logs)
+		}
+	}
+}
+
+// waitRunning waits for the instance to say it runs its jobs.
+func waitRunning(t *testing.T, in *instance) {
+	t.Helper()
+	eventually(t, in.name+" running its jobs while PostgreSQL is down", func() bool {
+		if !in.running() {
+			t.Fatalf("%s exited (%v) while PostgreSQL was down:\n%s", in.name, in.state, in.logs())
+		}
+		return len(linesWith(in.logs(), `"msg":"running"`)) == 1
+	})
+}
+
+// stop ends the instance with SIGTERM and expects a clean exit.
+func stop(t *testing.T, in *instance) {
+	t.Helper()
+	in.signal(syscall.SIGTERM)
+	if code := in.wait(); code != 0 {
+		t.Fatalf("%s: exit %d after SIGTERM", in.name, code)
+	}
+}
+
+// repoMigrations returns the repository's migration files (the ones built
+// into the binary) and the name of the newest.
+func repoMigrations(t *testing.T) (fstest.MapFS, string) {
+	t.Helper()
+	names, err := fs.Glob(os.DirFS("../../migrations"), "*.sql")
+	if err != nil || len(names) < 2 {
+		t.Fatalf("migration files: %v %v", names, err)
+	}
+	slices.Sort(names) // NNNN_name.sql: in version order
+	files := fstest.MapFS{}
+	for _, n := range names {
+		files[n] = readMigration(t, n)
+	}
+	return files, names[len(names)-1]
+}
+
+func readMigration(t *testing.T, name string) *fstest.MapFile {
+	t.Helper()
+	data, err := os.ReadFile("../../migrations/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fstest.MapFile{Data: data}
+}
+
+// gooseUp applies files to the database with goose, as the migrate command of
+// a binary built with those files does.
+func gooseUp(t *testing.T, url string, files fs.FS) {
+	t.Helper()
+	db, err := sql.Open("pgx", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	p, err := goose.NewProvider(goose.DialectPostgres, db, files, goose.WithDisableGlobalRegistry(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Up(context.Background()); err != nil {
+		t.Fatalf("goose up: %v", err)
+	}
+}
