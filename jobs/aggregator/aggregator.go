@@ -78,19 +78,25 @@ func newJob(env scheduler.Env, spec configs.Job) (scheduler.Job, error) {
 func (j *job) Run(ctx context.Context, run *scheduler.Run) error {
 	var span uint64 // 0: the first batch guesses
 	var backoff time.Duration
+	var refused refusal
 	for {
 		if ctx.Err() != nil || !run.Valid() {
 			return nil
 		}
 		started := time.Now()
-		res, err := j.batch(ctx, run, span)
+		res, err := j.batch(ctx, run, span, refused.prev)
 		if err != nil {
-			if stop, err := j.failed(ctx, run, "batch", err, &backoff); stop {
+			if stop, err := j.failed(ctx, run, "batch", err, &backoff, &refused); stop {
 				return err
 			}
 			continue
 		}
 		backoff = 0
+		if refused.batches > 0 {
+			run.Log.Info("aggregator: batches run again: the refused position in click_aggregator_state was reset",
+				"refused_batches", refused.batches)
+			refused = refusal{}
+		}
 		run.Progress()
 		span = nextSpan(res.span, res, j.opts.BatchSize)
 		if !res.windowDone || res.seen >= int64(j.opts.BatchSize) {
@@ -103,7 +109,7 @@ func (j *job) Run(ctx context.Context, run *scheduler.Run) error {
 		if res.unpruned > 0 {
 			n, err := j.pruneOnce(ctx, run)
 			if err != nil {
-				if stop, err := j.failed(ctx, run, "prune", err, &backoff); stop {
+				if stop, err := j.failed(ctx, run, "prune", err, &backoff, nil); stop {
 					return err
 				}
 				continue
@@ -120,10 +126,32 @@ func (j *job) Run(ctx context.Context, run *scheduler.Run) error {
 	}
 }
 
+// refusal is a streak of batches refused because the stored position is not
+// earlier than the database's snapshot (refusedError): the position, and how
+// many batches were refused.
+type refusal struct {
+	prev    string
+	batches int
+}
+
+// What the operator reads, once per refusal streak.
+const (
+	refusedMsg = "aggregator: every batch is refused: the position stored in click_aggregator_state is not earlier than " +
+		"this database's current snapshot, so it comes from another cluster's transaction ids " +
+		"(a pg_dump restore into a new cluster, or the row copied from another database). " +
+		"Nothing is counted until the position is reset; click events are kept meanwhile"
+	refusedRecover = "reset click_aggregator_state as docs/aggregator.md says under \"After a pg_dump restore\": " +
+		"insert again the restored events it had not processed, delete the restored events, set prev to '1:1:'. " +
+		"Do not wait for the error to go away: once this cluster's transaction ids pass the stored ones, " +
+		"a new leader would resume from that position and never count the events inserted meanwhile"
+)
+
 // failed handles a failed batch or prune. stop says Run must return err: the
 // context or term ended (err nil), or the fence refused this term. Otherwise
-// it logs, backs off and lets the loop go on.
-func (j *job) failed(ctx context.Context, run *scheduler.Run, what string, err error, backoff *time.Duration) (stop bool, _ error) {
+// it logs, backs off and lets the loop go on. A batch refused for its stored
+// position (refusedError) is logged at ERROR once per streak, recorded in
+// refused, and retried like any failure: the operator's reset ends it.
+func (j *job) failed(ctx context.Context, run *scheduler.Run, what string, err error, backoff *time.Duration, refused *refusal) (stop bool, _ error) {
 	switch {
 	case ctx.Err() != nil, errors.Is(err, scheduler.ErrTermEnded):
 		return true, nil
@@ -133,7 +161,18 @@ func (j *job) failed(ctx context.Context, run *scheduler.Run, what string, err e
 	}
 	j.m.errors.Inc()
 	*backoff = min(max(2**backoff, minBackoff), maxBackoff)
-	run.Log.Warn("aggregator: "+what+" failed; retrying", "err", err, "backoff", *backoff)
+	var r *refusedError
+	switch {
+	case refused == nil || !errors.As(err, &r):
+		run.Log.Warn("aggregator: "+what+" failed; retrying", "err", err, "backoff", *backoff)
+	case r.prev != refused.prev:
+		*refused = refusal{prev: r.prev, batches: 1}
+		run.Log.Error(refusedMsg, "recover", refusedRecover, "stored_prev", r.prev, "err", err)
+	default:
+		refused.batches++
+		run.Log.Debug("aggregator: batch refused again; the stored position has not been reset",
+			"stored_prev", r.prev, "refused_batches", refused.batches, "backoff", *backoff)
+	}
 	if !sleep(ctx, *backoff) {
 		return true, nil
 	}
@@ -141,7 +180,8 @@ func (j *job) failed(ctx context.Context, run *scheduler.Run, what string, err e
 }
 
 // batch runs one fold in its own fenced transaction and records its metrics.
-func (j *job) batch(ctx context.Context, run *scheduler.Run, span uint64) (batchResult, error) {
+// refused is the stored position this Run refused last (see fold), if any.
+func (j *job) batch(ctx context.Context, run *scheduler.Run, span uint64, refused string) (batchResult, error) {
 	start := time.Now()
 	var res batchResult
 	err := run.Fenced(ctx, func(ctx context.Context, tx pgx.Tx) error {
@@ -149,7 +189,7 @@ func (j *job) batch(ctx context.Context, run *scheduler.Run, span uint64) (batch
 			return fmt.Errorf("settings: %w", err)
 		}
 		var err error
-		res, err = j.fold(ctx, tx, run.Token, span)
+		res, err = j.fold(ctx, tx, run.Token, span, refused)
 		return err
 	})
 	if err != nil {

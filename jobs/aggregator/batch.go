@@ -111,7 +111,11 @@ type batchResult struct {
 // and moves the state past them. span is how many transaction ids the range
 // covers at most; 0 lets fold guess (firstSpan). The result says which span
 // it used.
-func (j *job) fold(ctx context.Context, tx pgx.Tx, token int64, span uint64) (batchResult, error) {
+//
+// refused is a stored position (prev, as text) that an earlier batch of this
+// Run refused with errNotLater: fold refuses it again, even once the check
+// would pass (see refusedError).
+func (j *job) fold(ctx context.Context, tx pgx.Tx, token int64, span uint64, refused string) (batchResult, error) {
 	var (
 		prevText, targetText  string
 		cursorText            *string
@@ -131,8 +135,12 @@ func (j *job) fold(ctx context.Context, tx pgx.Tx, token int64, span uint64) (ba
 	if err != nil {
 		return batchResult{}, fmt.Errorf("state target: %w", err)
 	}
+	if refused != "" && prevText == refused {
+		return batchResult{}, &refusedError{prev: prevText,
+			err: fmt.Errorf("%w: the stored position %s was refused before and has not been reset", errNotLater, prevText)}
+	}
 	if err := checkLater(prev, target); err != nil {
-		return batchResult{}, err
+		return batchResult{}, &refusedError{prev: prevText, err: err}
 	}
 
 	// The events to fold are those of transactions visible in target and not
@@ -271,13 +279,33 @@ func badRows(fixed int, unknown []int64) string {
 }
 
 // errNotLater marks a target snapshot that does not include everything the
-// previous one did: folding towards it could count an event twice.
+// previous one did: folding towards it could count an event twice, or skip
+// one for ever.
 var errNotLater = errors.New("aggregator: new snapshot is not later than the previous one")
 
+// refusedError is errNotLater with the stored position that was refused.
+//
+// On one cluster, snapshots only move forward, so errNotLater means the
+// stored position comes from another cluster's numbering of transactions:
+// typically a pg_dump restore into a new cluster, whose transaction ids are
+// lower than the old one's. The check would pass again once this cluster's
+// ids overtake the stored ones, but folding from that position would skip
+// every event inserted meanwhile (their ids are "visible" in it). So a Run
+// that was refused keeps refusing the same stored position until someone
+// resets it (docs/aggregator.md). A new Run, in this process or another,
+// does not know of the refusal: the check alone decides there.
+type refusedError struct {
+	prev string // click_aggregator_state.prev as text
+	err  error  // wraps errNotLater
+}
+
+func (e *refusedError) Error() string { return e.err.Error() }
+func (e *refusedError) Unwrap() error { return e.err }
+
 // checkLater verifies that every transaction visible in prev is visible in
-// target. Snapshots taken one after the other on a primary always are; the
-// check guards the exactly-once argument against a surprise (a restored
-// state, a standby).
+// target. Snapshots taken one after the other on one cluster always are; the
+// check guards the exactly-once argument against a position from another
+// cluster's numbering of transactions (see refusedError).
 func checkLater(prev, target snapshot) error {
 	if target.xmax < prev.xmax {
 		return fmt.Errorf("%w: xmax %d < %d", errNotLater, target.xmax, prev.xmax)

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -74,6 +76,7 @@ type aggregatorJob struct {
 	cancel context.CancelFunc
 	done   chan error // Run's result
 	reg    *prometheus.Registry
+	logs   *logRecorder
 }
 
 // startAggregator runs an aggregator with token on its own pool (application
@@ -86,7 +89,7 @@ func (d *db) startAggregator(token int64, opts aggregator.Options) *aggregatorJo
 // startAggregatorOn is startAggregator on a given pool.
 func (d *db) startAggregatorOn(pool *pgxpool.Pool, token int64, opts aggregator.Options) *aggregatorJob {
 	d.t.Helper()
-	a := &aggregatorJob{token: token, done: make(chan error, 1), reg: prometheus.NewRegistry()}
+	a := &aggregatorJob{token: token, done: make(chan error, 1), reg: prometheus.NewRegistry(), logs: &logRecorder{}}
 	a.valid.Store(true)
 	instance := fmt.Sprintf("agg-%d", token)
 	job, err := aggregator.Type().New(scheduler.Env{Instance: instance, Pool: pool, Metrics: a.reg}, configs.Job{
@@ -100,7 +103,7 @@ func (d *db) startAggregatorOn(pool *pgxpool.Pool, token int64, opts aggregator.
 		Job: "aggregator", Instance: instance, Token: token,
 		Fence: fencing.New(pool, instance),
 		Valid: a.valid.Load,
-		Log:   testenv.Logger(d.t),
+		Log:   slog.New(recordingHandler{testenv.Logger(d.t).Handler(), a.logs}),
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	a.cancel = cancel
@@ -380,3 +383,63 @@ func (d *db) waitLockWait(app string) int32 {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// logRecorder keeps the level and message of every record an aggregator
+// logs, debug ones included.
+type logRecorder struct {
+	mu      sync.Mutex
+	records []slog.Record
+}
+
+// count returns how many records at level have a message containing s.
+func (r *logRecorder) count(level slog.Level, s string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, rec := range r.records {
+		if rec.Level == level && strings.Contains(rec.Message, s) {
+			n++
+		}
+	}
+	return n
+}
+
+// atLeast returns the messages of the records at level or above.
+func (r *logRecorder) atLeast(level slog.Level) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var msgs []string
+	for _, rec := range r.records {
+		if rec.Level >= level {
+			msgs = append(msgs, rec.Level.String()+" "+rec.Message)
+		}
+	}
+	return msgs
+}
+
+// recordingHandler records every record in rec and passes those its
+// handler wants on to it.
+type recordingHandler struct {
+	slog.Handler
+	rec *logRecorder
+}
+
+func (h recordingHandler) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h recordingHandler) Handle(ctx context.Context, r slog.Record) error {
+	h.rec.mu.Lock()
+	h.rec.records = append(h.rec.records, r.Clone())
+	h.rec.mu.Unlock()
+	if !h.Handler.Enabled(ctx, r.Level) {
+		return nil
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h recordingHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return recordingHandler{h.Handler.WithAttrs(attrs), h.rec}
+}
+
+func (h recordingHandler) WithGroup(name string) slog.Handler {
+	return recordingHandler{h.Handler.WithGroup(name), h.rec}
+}

@@ -1,0 +1,149 @@
+package aggregator_test
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/snip/snip-jobs/internal/pgcluster"
+	"github.com/snip/snip-jobs/internal/testenv"
+)
+
+// A pg_dump of a database whose transaction ids are far ahead, restored into
+// a new cluster: the restored position is later than any snapshot there. The
+// job refuses every batch, says so at ERROR once, and keeps refusing the same
+// position after the new cluster's ids have overtaken it (folding from it
+// would skip the events inserted meanwhile). The reset of docs/aggregator.md,
+// run as written there, lets it count every event exactly once: those
+// processed before the dump (restored counts), those not yet processed at the
+// dump, and those the new cluster took while the job refused.
+func TestAfterAPgDumpRestoreIntoANewClusterBatchesAreRefusedUntilTheReset(t *testing.T) {
+	bindir, err := pgcluster.FindBindir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := newDB(t, testenv.PostgresDB(t))
+	// The old cluster's ids, well above a new cluster's (about 1 000).
+	testenv.Exec(t, src.obs, `DO $$ BEGIN
+	WHILE pg_snapshot_xmax(pg_current_snapshot()) < '10000'::xid8 LOOP
+		PERFORM pg_current_xact_id();
+		COMMIT;
+	END LOOP;
+END $$`)
+
+	l := newLedger()
+	now := time.Now()
+	opts := small()
+	opts.Retention = time.Hour // processed events stay, and are dumped too
+	a := src.startAggregator(1, opts)
+	for i := range 20 {
+		src.commit(l, []event{click(int64(1+i%links), now)}, []string{""})
+	}
+	src.commit(l, []event{click(links+1, now), click(2, now)}, []string{"unknown_link", ""})
+	src.waitProcessed(l.events())
+	if err := a.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	// Not processed when the dump is taken.
+	nullLink := click(1, now)
+	nullLink.link = nil
+	for i := range 10 {
+		src.commit(l, []event{click(int64(1+i%links), now), click(3, now)}, []string{"", ""})
+	}
+	src.commit(l, []event{nullLink, click(links+2, now)}, []string{"null_link", "unknown_link"})
+
+	dump := filepath.Join(t.TempDir(), "snip.dump")
+	command(t, filepath.Join(bindir, "pg_dump"), "--format=custom", "--file", dump, "--dbname", src.url)
+	pg := testenv.StartPostgres(t)
+	d := &db{t: t, url: pg.CreateDatabase(t)}
+	command(t, filepath.Join(bindir, "pg_restore"), "--exit-on-error", "--no-owner", "--dbname", d.url, dump)
+	d.obs = d.pool("observer")
+	restoredMax := testenv.Value[int64](t, d.obs, `SELECT last_value FROM click_events_id_seq`)
+	if !testenv.Value[bool](t, d.obs, `SELECT pg_snapshot_xmax(pg_current_snapshot()) < pg_snapshot_xmax(prev) FROM click_aggregator_state`) {
+		t.Fatalf("the new cluster's ids are not below the restored position %s: the test needs them below",
+			testenv.Value[string](t, d.obs, `SELECT prev::text FROM click_aggregator_state`))
+	}
+	restored := d.state()
+
+	// Every batch is refused; the new cluster's producers go on.
+	agg := d.startAggregator(100, small()) // above the restored fence's token
+	for i := range 10 {
+		d.commit(l, []event{click(int64(1+i%links), now)}, []string{""})
+	}
+	refusals := func() float64 { return agg.counter(t, "snip_aggregator_errors_total", nil) }
+	testenv.Eventually(t, "three refused batches", func() bool { return refusals() >= 3 })
+
+	// The new cluster's ids overtake the restored position: the check alone
+	// would let batches run from it now, and skip the events above.
+	testenv.Exec(t, d.obs, `DO $$
+DECLARE stored xid8 := (SELECT pg_snapshot_xmax(prev) FROM click_aggregator_state);
+BEGIN
+	WHILE pg_snapshot_xmax(pg_current_snapshot()) <= stored LOOP
+		PERFORM pg_current_xact_id();
+		COMMIT;
+	END LOOP;
+END $$`)
+	after := refusals()
+	testenv.Eventually(t, "two more refused batches (the second begun after the ids overtook the position), or a batch that ran", func() bool {
+		return refusals() >= after+2 || d.state() != restored
+	})
+	if s := d.state(); s != restored {
+		t.Fatalf("a batch ran from the restored position once the ids had overtaken it (position %s, %d counted, %d rejected; restored %s, %d, %d): "+
+			"the events the new cluster inserted below it are never counted", s.prev, s.folded, s.rejected, restored.prev, restored.folded, restored.rejected)
+	}
+	if n := agg.logs.count(slog.LevelError, "click_aggregator_state"); n != 1 {
+		t.Errorf("%d ERROR records about click_aggregator_state over %v refused batches; want 1", n, refusals())
+	}
+	if msgs := agg.logs.atLeast(slog.LevelWarn); len(msgs) != 1 {
+		t.Errorf("records at WARN or above: %q; want the one ERROR", msgs)
+	}
+
+	// The reset, as docs/aggregator.md writes it.
+	reset := strings.ReplaceAll(docSQL(t, "## After a pg_dump restore"), ":restored_max_id", fmt.Sprint(restoredMax))
+	testenv.Exec(t, d.obs, reset)
+	for i := range 10 {
+		d.commit(l, []event{click(int64(1+i%links), now)}, []string{""})
+	}
+	d.waitProcessed(l.events())
+	d.wantCounts(l)
+	if n := agg.logs.count(slog.LevelInfo, "batches run again"); n != 1 {
+		t.Errorf("%d INFO records saying batches run again; want 1", n)
+	}
+	agg.wantRunning(t)
+}
+
+// command runs a program, failing the test with its output if it fails.
+func command(t *testing.T, name string, args ...string) {
+	t.Helper()
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", filepath.Base(name), strings.Join(args, " "), err, out)
+	}
+}
+
+// docSQL returns the first sql block after heading in docs/aggregator.md.
+func docSQL(t *testing.T, heading string) string {
+	t.Helper()
+	b, err := os.ReadFile("../../docs/aggregator.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(b), "\n"+heading+"\n")
+	if !ok {
+		t.Fatalf("docs/aggregator.md has no heading %q", heading)
+	}
+	_, block, ok := strings.Cut(section, "\n```sql\n")
+	if !ok {
+		t.Fatalf("docs/aggregator.md: no sql block under %q", heading)
+	}
+	block, _, ok = strings.Cut(block, "\n```\n")
+	if !ok {
+		t.Fatalf("docs/aggregator.md: the sql block under %q does not end", heading)
+	}
+	return block
+}
