@@ -30,10 +30,11 @@
 // producer that commits millions of events at once makes one long batch.
 // Processed events are deleted (or, with Options.Retention, kept that long)
 // only while the job has caught up; under an endless backlog the table
-// grows. The check that an event is valid uses the links table as the batch
-// sees it; a link deleted later keeps its counts. A producer's transaction
-// that stays open for hours delays only its own events, but also keeps
-// PostgreSQL from cleaning up dead rows, which slows every scan.
+// grows. The check that an event is valid uses the links table as the
+// batch's counting statement sees it; a link deleted later keeps its counts.
+// A producer's transaction that stays open for hours delays only its own
+// events, but also keeps PostgreSQL from cleaning up dead rows, which slows
+// every scan.
 //
 // Metrics (with the job's name as label "job"): snip_aggregator_events_folded_total,
 // snip_aggregator_events_rejected_total{reason}, snip_aggregator_batches_total,
