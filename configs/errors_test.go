@@ -339,27 +339,7 @@ func TestEachProblemIsReportedAtItsLine(t *testing.T) {
 			"instance: server/1",
 		), 1, `instance "server/1": use letters, digits`, ""},
 
-		// Leadership timing, reported at the leadership block.
-		{"margin not less than TTL", lines(
-			"instance: a",
-			"leadership:",
-			"  ttl: 5s",
-			"  margin: 5s",
-		), 2, "stop-early margin 5s must be less than the TTL 5s", ""},
-		{"TTL below etcd's minimum", lines(
-			"leadership:",
-			"  ttl: 1s",
-		), 1, "below etcd's minimum lease TTL", ""},
-		{"TTL not whole seconds", lines(
-			"leadership:",
-			"  ttl: 2500ms",
-		), 1, "not a whole number of seconds", ""},
-		{"renew interval too long for two keep-alives", lines(
-			"leadership:",
-			"  ttl: 10s",
-			"  margin: 3s",
-			"  renew_interval: 4s",
-		), 1, "fewer than two keep-alives", ""},
+		// Leadership timing: TestLeadershipTimingProblemsAreReportedAtTheValueToBlame.
 
 		// etcd and PostgreSQL secrets and files.
 		{"url_env and url_file both set", lines(
@@ -520,6 +500,72 @@ func TestEachProblemIsReportedAtItsLine(t *testing.T) {
 			}
 			if c.job != "" && !strings.Contains(e.Error(), `job "`+c.job+`"`) {
 				t.Errorf("message does not name the job: %s", e)
+			}
+		})
+	}
+}
+
+// A leadership timing problem is reported at the value to blame, as written:
+// the TTL's own problems at the TTL, a margin not less than the TTL at the
+// margin, too little room for two keep-alives at the renew interval, else at
+// the margin that left too little room (a 0 is the default: not to blame).
+func TestLeadershipTimingProblemsAreReportedAtTheValueToBlame(t *testing.T) {
+	cases := []struct {
+		name string
+		file []byte
+		want []string // every problem, as printed
+	}{
+		{"margin not less than TTL", lines(
+			"instance: a",
+			"leadership:",
+			"  ttl: 5s",
+			"  margin: 5s",
+		), []string{"test.yaml:4:11: leadership: stop-early margin 5s must be less than the TTL 5s"}},
+		{"margin not less than the default TTL", lines(
+			"leadership:",
+			"  margin: 10s",
+		), []string{"test.yaml:2:11: leadership: stop-early margin 10s must be less than the TTL 10s"}},
+		{"margin not less than TTL, in a flow mapping", lines(
+			"leadership: {ttl: 4s, margin: 6s}",
+		), []string{"test.yaml:1:31: leadership: stop-early margin 6s must be less than the TTL 4s"}},
+		{"TTL below etcd's minimum", lines(
+			"leadership:",
+			"  ttl: 1s",
+		), []string{"test.yaml:2:8: leadership: TTL 1s is below etcd's minimum lease TTL 2s"}},
+		{"TTL not whole seconds", lines(
+			"leadership:",
+			"  ttl: 2500ms",
+		), []string{"test.yaml:2:8: leadership: TTL 2.5s is not a whole number of seconds (etcd grants leases in seconds)"}},
+		{"renew interval too long for two keep-alives", lines(
+			"leadership:",
+			"  ttl: 10s",
+			"  margin: 3s",
+			"  renew_interval: 4s",
+		), []string{"test.yaml:4:19: leadership: renew interval 4s leaves room for fewer than two keep-alives before the deadline (TTL 10s − margin 3s = 7s); use less than 3.5s"}},
+		{"margin leaves no room for two default keep-alives", lines(
+			"leadership:",
+			"  ttl: 10s",
+			"  margin: 5s",
+			"  renew_interval: 0", // the default, TTL/3
+		), []string{"test.yaml:3:11: leadership: renew interval 3.333333333s leaves room for fewer than two keep-alives before the deadline (TTL 10s − margin 5s = 5s); use less than 2.5s"}},
+		{"two problems, each at its value", lines(
+			"leadership:",
+			"  margin: 3s",
+			"  ttl: 2500ms",
+		), []string{
+			"test.yaml:2:11: leadership: stop-early margin 3s must be less than the TTL 2.5s",
+			"test.yaml:3:8: leadership: TTL 2.5s is not a whole number of seconds (etcd grants leases in seconds)",
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			errs := problems(t, c.file)
+			var got []string
+			for _, e := range errs {
+				got = append(got, e.Error())
+			}
+			if strings.Join(got, "\n") != strings.Join(c.want, "\n") {
+				t.Errorf("got:%s\nwant:\n%s", dump(errs), strings.Join(c.want, "\n"))
 			}
 		})
 	}

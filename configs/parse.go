@@ -308,14 +308,40 @@ func (p *parser) leadership(m *mapping) Leadership {
 	ttl, _ := m.duration("ttl", zeroOrPositive)
 	margin, _ := m.duration("margin", zeroOrPositive)
 	renew, _ := m.duration("renew_interval", zeroOrPositive)
+	written := map[string]bool{"ttl": ttl > 0, "margin": margin > 0, "renew_interval": renew > 0} // 0: the default
 	ttl, margin, renew = leadership.TimingDefaults(ttl, margin, renew)
 	if err := leadership.CheckTiming(ttl, margin, renew); err != nil {
 		for _, e := range splitErrors(err) {
-			m.errorf(m.at, "%s", e)
+			pos := m.at // every value to blame came from a default: the section
+			for _, key := range timingBlame(e) {
+				if written[key] {
+					pos = m.valuePos(key)
+					break
+				}
+			}
+			m.errorf(pos, "%s", e)
 		}
 	}
 	m.finish()
 	return Leadership{TTL: ttl, Margin: margin, RenewInterval: renew}
+}
+
+// timingBlame returns the keys a problem reported by leadership.CheckTiming is
+// about, the one it names first: the TTL's own problems are the TTL's; a
+// margin not less than the TTL is the margin's (a default margin is always
+// less), then the TTL's; too little room for two keep-alives is the renew
+// interval's, then the margin's, then the TTL's. The message is reported at
+// the first of them written in the file.
+func timingBlame(msg string) []string {
+	switch {
+	case strings.HasPrefix(msg, "leadership: TTL "):
+		return []string{"ttl"}
+	case strings.HasPrefix(msg, "leadership: stop-early margin "):
+		return []string{"margin", "ttl"}
+	case strings.HasPrefix(msg, "leadership: renew interval "):
+		return []string{"renew_interval", "margin", "ttl"}
+	}
+	return nil
 }
 
 // splitErrors returns the messages of a joined error one by one.

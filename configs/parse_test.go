@@ -51,7 +51,7 @@ func TestEveryProblemIsReportedAtOnceOnePerLineInFileOrder(t *testing.T) {
 	want := strings.Join([]string{
 		`test.yaml:4:9: etcd.tls: cert is set without key; a client certificate needs both`,
 		`test.yaml:7:3: postgres.url_env (line 6) and postgres.url_file are both set: choose one`,
-		`test.yaml:8:1: leadership: stop-early margin 10s must be less than the TTL 10s`,
+		`test.yaml:8:32: leadership: stop-early margin 10s must be less than the TTL 10s`,
 		`test.yaml:9:7: unknown key "levle" in log (did you mean "level"?)`,
 		`test.yaml:12:11: job "cert-renewer": unknown job type "certrenewer"; known types: aggregator, certrenew, weeklyreport`,
 		`test.yaml:14:13: job "cert-renewer": jitter 2h must be less than every 1h`,
