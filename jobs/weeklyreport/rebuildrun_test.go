@@ -73,7 +73,7 @@ func TestRebuildInDatabaseModeIsOrderedWithTheWeeksSlot(t *testing.T) {
 	y, w := lastMonday.Add(-week).ISOWeek()
 	reported := fmt.Sprintf("%04d-W%02d", y, w) // the week the lastMonday slot reports
 
-	job := reportJob(week, configs.Database, configs.All)
+	job := reportJob(week, time.UTC, configs.Database, configs.All)
 	job.Schedule.CatchUpWindow = 3 * week
 	// The job last ran the Monday before: the lastMonday slot is due.
 	d.exec(`INSERT INTO cron_slots (job, slot, state, token, instance) VALUES ($1, $2, 'done', nextval('cron_claim_tokens'), 'server-0')`,
