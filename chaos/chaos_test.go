@@ -31,8 +31,9 @@ func TestMain(m *testing.M) {
 // cluster must recover after each fault.
 func TestEveryFaultKindOnceLeavesEveryInvariantIntact(t *testing.T) {
 	rep, err := chaos.Run(context.Background(), chaos.Options{
-		Faults: len(chaos.AllKinds),
-		Log:    testenv.Logger(t),
+		Faults:      len(chaos.AllKinds),
+		AwaitReport: true, // the report's check must have one to check
+		Log:         testenv.Logger(t),
 	})
 	if err != nil {
 		t.Fatalf("the run could not be done: %v", err)
