@@ -7,8 +7,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/robfig/cron/v3"
+
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/internal/testdb"
+	"github.com/snip/snip-jobs/internal/testenv"
 )
 
 type fiveMinutes struct{}
@@ -108,5 +114,123 @@ func TestFirstSweepOfANewJobStartsHistoryWithoutRunningOldSlots(t *testing.T) {
 	}
 	if runs != 0 || n != 1 || !slot.Equal(time.Date(2026, 11, 2, 8, 0, 0, 0, time.UTC)) {
 		t.Fatalf("first sweep ran %d slots and recorded %d (latest %v); want 0 runs and one skipped 08:00 slot", runs, n, slot)
+	}
+}
+
+// weeklyJob is a job on "0 8 * * MON" (UTC) whose runs are recorded, with a
+// catch-up window (24 h) shorter than its period, on a fresh database.
+func weeklyJob(t *testing.T, policy configs.CatchUpPolicy) (*Scheduler, *[]time.Time, *pgxpool.Pool) {
+	t.Helper()
+	_, pool := testdb.New(t)
+	weekly, err := cron.ParseStandard("0 8 * * MON")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ran []time.Time
+	reg, _ := NewRegistry(Type{Name: "rec", New: func(Env, configs.Job) (Job, error) {
+		return JobFunc(func(ctx context.Context, r *Run) error { ran = append(ran, r.Slot.UTC()); return nil }), nil
+	}})
+	spec := configs.Job{Name: "report", Type: "rec", Singleton: true, Schedule: configs.Schedule{
+		Kind: configs.Cron, Spec: weekly, Location: time.UTC, Coordination: configs.Database,
+		CatchUp: policy, CatchUpWindow: 24 * time.Hour}}
+	s, err := New(Config{File: &configs.File{Instance: "server-1", Jobs: []configs.Job{spec}}, Registry: reg, Pool: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, &ran, pool
+}
+
+// slotStates lists the job's cron_slots as "slot state", oldest first.
+func slotStates(t *testing.T, pool *pgxpool.Pool) []string {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `SELECT slot, state FROM cron_slots WHERE job = 'report' ORDER BY slot`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	var slot time.Time
+	var state string
+	if _, err := pgx.ForEachRow(rows, []any{&slot, &state}, func() error {
+		out = append(out, slot.UTC().Format("Mon 2006-01-02 15:04")+" "+state)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// A weekly job deployed on a Wednesday, with a catch-up window of a day: its
+// first sweep finds nothing due in the window, and history starts at the
+// Monday before (however far back); the next Monday's slot, when it comes,
+// is the job's first on-time slot and runs.
+func TestANewJobRunsItsFirstSlotWhenItsPeriodIsLongerThanTheWindow(t *testing.T) {
+	s, ran, pool := weeklyJob(t, configs.All)
+	deployed := time.Date(2026, 11, 4, 15, 0, 0, 0, time.UTC) // a Wednesday
+	monday := time.Date(2026, 11, 9, 8, 0, 0, 0, time.UTC)
+	for _, now := range []time.Time{deployed, deployed.Add(time.Hour), monday.Add(time.Second)} {
+		if err := s.sweepAt(context.Background(), s.jobs[0], databaseClaims{s: s}, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if fmt.Sprint(*ran) != fmt.Sprint([]time.Time{monday}) {
+		t.Errorf("ran %v, want only the first Monday after the deployment, %v", *ran, monday)
+	}
+	want := []string{"Mon 2026-11-02 08:00 skipped", "Mon 2026-11-09 08:00 done"}
+	if got := slotStates(t, pool); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("cron_slots %q, want %q", got, want)
+	}
+	if n := testutil.ToFloat64(s.m.slotsMissed.WithLabelValues("report")); n != 0 {
+		t.Errorf("%v slots counted missed, want 0: the Monday before the deployment was not the job's", n)
+	}
+}
+
+// Slots missed longer ago than the catch-up window are not run, but they are
+// not lost without a trace either: recorded as skipped, counted and logged.
+// Here the last run was on 2 November and nothing ran until Tuesday 10
+// November 09:00, 25 hours after the 9 November slot.
+func TestSlotsMissedBeforeTheWindowAreRecordedAsSkippedAndCounted(t *testing.T) {
+	for _, policy := range []configs.CatchUpPolicy{configs.All, configs.Latest} {
+		t.Run(policy.String(), func(t *testing.T) {
+			s, ran, pool := weeklyJob(t, policy)
+			testenv.Exec(t, pool, `INSERT INTO cron_slots (job, slot, state, token, instance)
+				VALUES ('report', '2026-11-02 08:00Z', 'done', 1, 'server-0')`)
+			if err := s.sweepAt(context.Background(), s.jobs[0], databaseClaims{s: s}, time.Date(2026, 11, 10, 9, 0, 0, 0, time.UTC)); err != nil {
+				t.Fatal(err)
+			}
+			if len(*ran) != 0 {
+				t.Errorf("ran %v, want nothing: the slot is older than the window", *ran)
+			}
+			want := []string{"Mon 2026-11-02 08:00 done", "Mon 2026-11-09 08:00 skipped"}
+			if got := slotStates(t, pool); fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("cron_slots %q, want %q", got, want)
+			}
+			if n := testutil.ToFloat64(s.m.slotsMissed.WithLabelValues("report")); n != 1 {
+				t.Errorf("%v slots counted missed, want 1", n)
+			}
+		})
+	}
+}
+
+// The slot a new job's history starts at: the latest fire time at or before
+// an instant, however sparse the spec.
+func TestLastFireAtOrBefore(t *testing.T) {
+	at := time.Date(2026, 6, 10, 12, 34, 56, 0, time.UTC)
+	cases := []struct{ spec, want string }{
+		{"*/5 * * * *", "2026-06-10T12:30:00Z"},
+		{"34 12 * * *", "2026-06-10T12:34:00Z"},
+		{"0 8 * * MON", "2026-06-08T08:00:00Z"},
+		{"* * * 1 *", "2026-01-31T23:59:00Z"},  // dense, but months ago
+		{"0 0 29 2 *", "2024-02-29T00:00:00Z"}, // every four years
+		{"0 0 30 2 *", "0001-01-01T00:00:00Z"}, // never
+	}
+	for _, tc := range cases {
+		spec, err := cron.ParseStandard(tc.spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := lastFireAtOrBefore(configs.Schedule{Spec: spec}, at)
+		if got.UTC().Format(time.RFC3339) != tc.want {
+			t.Errorf("%q: %s, want %s", tc.spec, got.UTC().Format(time.RFC3339), tc.want)
+		}
 	}
 }

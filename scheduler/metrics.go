@@ -40,7 +40,7 @@ func newMetrics(reg prometheus.Registerer, session *leadership.Session) *metrics
 		staleHolders: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "snip_jobs_fence_stale_holders_ended_total", Help: "Transactions of an older term that held a resource's row, ended by this instance's newer term waiting for it."}, []string{"resource"}),
 		slotsMissed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "snip_jobs_cron_slots_skipped_total", Help: "Cron slots missed while nobody ran the job and skipped by the catch-up policy."}, []string{"job"}),
+			Name: "snip_jobs_cron_slots_skipped_total", Help: "Cron slots missed while nobody ran the job and skipped: by the catch-up policy, or missed before the catch-up window."}, []string{"job"}),
 		slotsCaughtUp: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "snip_jobs_cron_slots_caught_up_total", Help: "Cron slots run late, after being missed."}, []string{"job"}),
 		overruns: prometheus.NewCounterVec(prometheus.CounterOpts{
