@@ -42,6 +42,9 @@ type Config struct {
 	Log     *slog.Logger
 	Metrics prometheus.Registerer // nil: not exported
 	Mux     *http.ServeMux        // handed to job types; nil gets a private one
+	// ClaimTTL is how long a database-mode claim lasts unless extended
+	// (0: DefaultClaimTTL).
+	ClaimTTL time.Duration
 }
 
 // Ending a lead for a reason of the scheduler's own (context causes).
@@ -536,6 +539,13 @@ func fairShare(singletons, instances int) int64 {
 // than an etcd round trip, far shorter than a TTL.
 func (s *Scheduler) spreadDelay() time.Duration {
 	return max(500*time.Millisecond, s.cfg.Session.Config().RenewInterval/2)
+}
+
+func (s *Scheduler) claimTTL() time.Duration {
+	if s.cfg.ClaimTTL > 0 {
+		return s.cfg.ClaimTTL
+	}
+	return DefaultClaimTTL
 }
 
 // records is the pool the scheduler's own records are written through.
