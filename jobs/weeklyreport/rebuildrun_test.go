@@ -15,6 +15,7 @@ import (
 	"github.com/snip/snip-jobs/internal/jobtest"
 	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/jobs/weeklyreport"
+	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/scheduler"
 )
 
@@ -153,5 +154,52 @@ func TestRebuildInDatabaseModeIsOrderedWithTheWeeksSlot(t *testing.T) {
 	}
 	if got := d.outbox(); len(got) != 1 {
 		t.Errorf("outbox %+v, want one row", got)
+	}
+}
+
+// In leader mode a rebuild's token is newer than the current term's: the
+// leader's next fenced write (its claim of the next slot) is refused, and it
+// takes a new term, newer than the rebuild, and carries on. The rebuilt report
+// stays as it is.
+func TestAfterARebuildInLeaderModeTheLeaderTakesANewTermAndCarriesOn(t *testing.T) {
+	c := jobtest.NewCluster(t)
+	job := reportJob(time.Second, steadyZone(t, time.Now()), configs.Leader, configs.Latest)
+	c.Start("server-1", jobtest.Registry(t, weeklyreport.Type()), []configs.Job{job})
+	jobtest.Eventually(t, "the week to be stored", func() bool { return storedReports(t, c).reports == 1 })
+	var week string
+	if err := c.DB.QueryRow(context.Background(), `SELECT week FROM weekly_reports`).Scan(&week); err != nil {
+		t.Fatal(err)
+	}
+
+	run, err := weeklyreport.RebuildRun(context.Background(), weeklyreport.RebuildConfig{Pool: c.DB, Job: job, Week: week,
+		Operator: "operator@test", LeaderToken: func(ctx context.Context) (int64, error) {
+			return leadership.FreshToken(ctx, c.Obs, c.Prefix)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := weeklyreport.Rebuild(context.Background(), run, week); err != nil {
+		t.Fatalf("Rebuild: %v", err)
+	}
+	var next leadership.Leader
+	jobtest.Eventually(t, "a term newer than the rebuild", func() bool {
+		l, ok := c.Leader(jobName)
+		next = l
+		return ok && l.Token > run.Token
+	})
+	jobtest.Eventually(t, "the new term to complete two slots", func() bool {
+		var n int
+		_ = c.DB.QueryRow(context.Background(), `SELECT count(*) FROM cron_slots WHERE job = $1 AND token = $2 AND state = 'done'`,
+			jobName, next.Token).Scan(&n)
+		return n >= 2
+	})
+	var token int64
+	var replacements, outbox int
+	if err := c.DB.QueryRow(context.Background(), `SELECT token, replacements, (SELECT count(*) FROM weekly_report_outbox)
+		FROM weekly_reports WHERE week = $1`, week).Scan(&token, &replacements, &outbox); err != nil {
+		t.Fatal(err)
+	}
+	if token != run.Token || replacements != 1 || outbox != 1 {
+		t.Fatalf("week %s: token %d, %d replacements, %d outbox rows; want the rebuild's %d, 1, 1", week, token, replacements, outbox, run.Token)
 	}
 }
