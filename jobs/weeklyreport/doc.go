@@ -25,7 +25,9 @@
 //   - The same counts give the same report: every list is fully ordered, and
 //     the counts are read in one statement (one snapshot).
 //   - Rebuild replaces a stored report in place, fenced the same way, and
-//     never adds a row or a mail.
+//     never adds a row or a mail. RebuildRun fences it on the resource the
+//     week's own runs use (in database mode, the week's slot's) with a token
+//     newer than theirs (in database mode, from the claims' sequence: no etcd).
 //
 // What is NOT guaranteed:
 //   - That the report counts every click of its week: it counts what the
