@@ -212,3 +212,19 @@ type Types interface {
 	// Names lists the known types, for "unknown type" messages.
 	Names() []string
 }
+
+// Defaults is what a job type gives the entries of its jobs that leave it
+// out: a schedule (a cron spec, or an interval with its jitter) for an entry
+// that sets none of continuous, every and cron, and for cron schedules the
+// catch-up policy and window. The zero value gives nothing.
+type Defaults struct {
+	Cron          string
+	Every, Jitter time.Duration
+	CatchUp       CatchUpPolicy // applies when the entry has no catch_up
+	CatchUpWindow time.Duration // applies when the entry has no catch_up_window; 0: DefaultCatchUpWindow
+}
+
+// TypeDefaults is implemented by Types whose job types have defaults.
+type TypeDefaults interface {
+	Defaults(jobType string) Defaults
+}

@@ -1,6 +1,7 @@
 package configs
 
 import (
+	"cmp"
 	"fmt"
 	"regexp"
 	"slices"
@@ -124,9 +125,18 @@ func (p *parser) typeNames() string {
 // cronOnlyKeys apply only to cron jobs.
 var cronOnlyKeys = []string{"timezone", "coordination", "catch_up", "catch_up_window"}
 
+// defaults are the job type's defaults (none for an unknown type).
+func (p *parser) defaults(typ string) Defaults {
+	if d, ok := p.types.(TypeDefaults); ok && p.knownType(typ) {
+		return d.Defaults(typ)
+	}
+	return Defaults{}
+}
+
 func (p *parser) schedule(m *mapping, j Job) Schedule {
 	var s Schedule
 	var chosen []string
+	d := p.defaults(j.Type)
 	// A key whose value is bad still counts as chosen: its own problem is reported,
 	// not a missing schedule.
 	if continuous, ok := m.boolean("continuous"); continuous || (!ok && m.has("continuous")) {
@@ -139,6 +149,12 @@ func (p *parser) schedule(m *mapping, j Job) Schedule {
 	spec, hasCron := m.str("cron")
 	if m.has("cron") {
 		chosen = append(chosen, "cron")
+	}
+	switch {
+	case len(chosen) == 0 && d.Cron != "":
+		chosen, spec, hasCron = []string{"cron"}, d.Cron, true
+	case len(chosen) == 0 && d.Every > 0:
+		chosen, every, hasEvery = []string{"every"}, d.Every, true
 	}
 	switch len(chosen) {
 	case 0:
@@ -159,6 +175,9 @@ func (p *parser) schedule(m *mapping, j Job) Schedule {
 
 	// Jitter belongs to interval jobs.
 	jitter, hasJitter := m.duration("jitter", zeroOrPositive)
+	if !m.has("jitter") && d.Jitter > 0 && kind == "every" && !m.has("every") {
+		jitter, hasJitter = d.Jitter, true
+	}
 	if m.has("jitter") && kind != "" && kind != "every" {
 		m.errorf(m.keyPos("jitter"), "jitter applies only to every: schedules, not %s", kind)
 	}
@@ -184,20 +203,20 @@ func (p *parser) schedule(m *mapping, j Job) Schedule {
 		}
 	case "cron":
 		s.Kind = Cron
-		p.cronSchedule(m, j, &s, spec, hasCron)
+		p.cronSchedule(m, j, &s, spec, hasCron, d)
 	}
 	if s.Kind != Cron {
 		// Read the cron-only keys anyway so that their own problems are reported
 		// (and they are not also reported as unknown).
 		var scratch Schedule
-		p.cronSchedule(m, j, &scratch, "", false)
+		p.cronSchedule(m, j, &scratch, "", false, d)
 	}
 	return s
 }
 
 // cronSchedule reads a cron job's spec (if hasSpec), time zone, coordination and
-// catch-up settings into s.
-func (p *parser) cronSchedule(m *mapping, j Job, s *Schedule, spec string, hasSpec bool) {
+// catch-up settings into s, with the type's defaults d for what is left out.
+func (p *parser) cronSchedule(m *mapping, j Job, s *Schedule, spec string, hasSpec bool, d Defaults) {
 	s.Location = time.UTC
 	if tz, ok := m.str("timezone"); ok {
 		loc, msg := loadLocation(tz)
@@ -230,6 +249,7 @@ func (p *parser) cronSchedule(m *mapping, j Job, s *Schedule, spec string, hasSp
 		}
 	}
 
+	s.CatchUp = d.CatchUp
 	if c, ok := m.str("catch_up"); ok {
 		switch c {
 		case "latest":
@@ -242,7 +262,7 @@ func (p *parser) cronSchedule(m *mapping, j Job, s *Schedule, spec string, hasSp
 			m.errorf(m.valuePos("catch_up"), "catch_up %q must be latest, all or none", c)
 		}
 	}
-	s.CatchUpWindow = DefaultCatchUpWindow
+	s.CatchUpWindow = cmp.Or(d.CatchUpWindow, DefaultCatchUpWindow)
 	if w, ok := m.duration("catch_up_window", zeroOrPositive); ok {
 		if s.CatchUp == None && m.has("catch_up") {
 			m.errorf(m.keyPos("catch_up_window"), "catch_up_window has no effect with catch_up: none")

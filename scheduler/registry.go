@@ -38,6 +38,9 @@ type Type struct {
 	Options func() any
 	// New builds the job from its config entry (Options decoded and valid).
 	New func(env Env, spec configs.Job) (Job, error)
+	// Defaults fill in what the type's config entries leave out (a
+	// schedule, catch-up settings).
+	Defaults configs.Defaults
 }
 
 // Env is what a job may use besides its Run.
@@ -95,6 +98,9 @@ func (r *Registry) Names() []string {
 	sort.Strings(names)
 	return names
 }
+
+// Defaults implements configs.TypeDefaults.
+func (r *Registry) Defaults(name string) configs.Defaults { return r.types[name].Defaults }
 
 // Type returns the registered type called name.
 func (r *Registry) Type(name string) (Type, bool) {

@@ -74,3 +74,24 @@ jobs:
 		t.Errorf("unknown option: %v", err)
 	}
 }
+
+// An entry without a schedule renews hourly, jittered (issue: "default
+// hourly, jittered").
+func TestTheRenewerRunsHourlyByDefault(t *testing.T) {
+	reg, err := scheduler.NewRegistry(certrenew.Type())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := configs.Parse("snip-jobs.yaml", []byte(`
+jobs:
+  - name: cert-renewer
+    type: certrenew
+    options: {email: ops@snip.example, key_env: SNIP_CERTRENEW_KEY}
+`), reg)
+	if err != nil {
+		t.Fatalf("parse: %v", err)
+	}
+	if s := f.Jobs[0].Schedule; s.Kind != configs.Interval || s.Every != time.Hour || s.Jitter != 5*time.Minute {
+		t.Errorf("schedule %v every %v jitter %v; want every 1h, jitter 5m", s.Kind, s.Every, s.Jitter)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -46,8 +47,15 @@ func NewType(opts ...TypeOption) scheduler.Type {
 		New: func(env scheduler.Env, spec configs.Job) (scheduler.Job, error) {
 			return newJob(env, spec, tc)
 		},
+		Defaults: configs.Defaults{Every: DefaultEvery, Jitter: DefaultJitter},
 	}
 }
+
+// The schedule of a certrenew entry that sets none: hourly, jittered.
+const (
+	DefaultEvery  = time.Hour
+	DefaultJitter = 5 * time.Minute
+)
 
 // job is one configured certrenew job. It holds no state between runs: every
 // pass starts from PostgreSQL.

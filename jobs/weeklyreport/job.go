@@ -64,8 +64,18 @@ func Type() scheduler.Type {
 			return &o
 		},
 		New: newJob,
+		// Monday 08:00 (in the entry's timezone, UTC without one); a
+		// Monday missed while nobody ran the job is still reported, for up
+		// to two weeks back.
+		Defaults: configs.Defaults{Cron: DefaultCron, CatchUp: configs.All, CatchUpWindow: DefaultCatchUpWindow},
 	}
 }
+
+// The schedule of a weeklyreport entry that sets none.
+const (
+	DefaultCron          = "0 8 * * MON"
+	DefaultCatchUpWindow = 14 * 24 * time.Hour
+)
 
 // job is one configured weeklyreport job.
 type job struct {
