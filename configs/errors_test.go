@@ -282,6 +282,14 @@ func TestEachProblemIsReportedAtItsLine(t *testing.T) {
 			"    every: 1m",
 			"    progress_timeout: 5m",
 		), 6, "progress_timeout applies only to singleton jobs", "agg"},
+		{"progress_timeout on a database-mode job", lines(
+			"jobs:",
+			"  - name: report",
+			"    type: weeklyreport",
+			"    cron: '@daily'",
+			"    coordination: database",
+			"    progress_timeout: 5m",
+		), 6, "progress_timeout applies only to coordination: leader", "report"},
 
 		// Durations and other values.
 		{"duration with a spelled-out unit", lines(

@@ -92,8 +92,11 @@ func (p *parser) job(n ast.Node, names map[string]Pos) (Job, bool) {
 		j.Grace = d
 	}
 	if d, ok := m.duration("progress_timeout", zeroOrPositive); ok {
-		if d > 0 && !j.Singleton {
+		switch {
+		case d > 0 && !j.Singleton:
 			m.errorf(m.keyPos("progress_timeout"), "progress_timeout applies only to singleton jobs (the watchdog ends a term)")
+		case d > 0 && j.Schedule.Kind == Cron && j.Schedule.Coordination == Database:
+			m.errorf(m.keyPos("progress_timeout"), "progress_timeout applies only to coordination: leader (the watchdog ends a term; a database-mode job has none)")
 		}
 		j.ProgressTimeout = d
 	}

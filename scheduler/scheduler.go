@@ -223,12 +223,17 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			switch j.mode {
-			case everywhere:
+			if j.mode == leaderMode {
+				s.runLeader(ctx, j) // bounds each term's run by the grace itself
+				return
+			}
+			stopped := make(chan struct{})
+			defer close(stopped)
+			stopWatch := context.AfterFunc(ctx, func() { s.watchGrace(j, stopped) })
+			defer stopWatch()
+			if j.mode == everywhere {
 				s.runEverywhere(ctx, j)
-			case leaderMode:
-				s.runLeader(ctx, j)
-			case databaseMode:
+			} else {
 				s.runDatabase(ctx, j)
 			}
 		}()
@@ -243,6 +248,24 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	s.log.Info("scheduler stopped")
 	return nil
 }
+
+// watchGrace logs and counts an overrun of a job without terms (everywhere, or
+// database mode) still running its grace period after shutdown began.
+func (s *Scheduler) watchGrace(j *job, stopped <-chan struct{}) {
+	grace := time.NewTimer(j.spec.Grace)
+	defer grace.Stop()
+	select {
+	case <-stopped:
+	case <-grace.C:
+		s.m.overruns.WithLabelValues(j.spec.Name).Inc()
+		j.log.Error(MsgShutdownOverrun, "grace", j.spec.Grace, "mode", j.mode)
+	}
+}
+
+// MsgShutdownOverrun is the message of the log line (level ERROR, with job,
+// instance and grace) for a job without terms still running its grace period
+// after shutdown began.
+const MsgShutdownOverrun = "job still running after its grace period at shutdown; the process will exit without it"
 
 // runEverywhere runs a job that is not a singleton, on this instance, until ctx ends.
 func (s *Scheduler) runEverywhere(ctx context.Context, j *job) {
