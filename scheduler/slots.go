@@ -99,11 +99,12 @@ type databaseClaims struct{ s *Scheduler }
 
 func (c databaseClaims) leader() bool { return false }
 
-// resource fences each database-mode slot separately: claims of different slots
-// have unrelated tokens, and a long run of one slot must not be refused because
-// another instance has since claimed the next.
-func dbResource(j *job, slot time.Time) string {
-	return j.spec.Name + "@" + slot.UTC().Format(time.RFC3339)
+// SlotResource is the fencing resource of the database-mode runs of job's
+// slot: each slot is fenced separately, because claims of different slots
+// have unrelated tokens, and a long run of one slot must not be refused
+// because another instance has since claimed the next.
+func SlotResource(job string, slot time.Time) string {
+	return job + "@" + slot.UTC().Format(time.RFC3339)
 }
 
 func (c databaseClaims) claim(ctx context.Context, j *job, slot time.Time) (int64, string, bool, error) {
@@ -117,7 +118,7 @@ func (c databaseClaims) claim(ctx context.Context, j *job, slot time.Time) (int6
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, "", false, nil
 	}
-	return token, dbResource(j, slot), err == nil, err
+	return token, SlotResource(j.spec.Name, slot), err == nil, err
 }
 
 func (c databaseClaims) skip(ctx context.Context, j *job, slots []time.Time) (int64, error) {

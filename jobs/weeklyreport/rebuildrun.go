@@ -98,7 +98,7 @@ func RebuildRun(ctx context.Context, c RebuildConfig) (*scheduler.Run, error) {
 		if err := c.Pool.QueryRow(ctx, `SELECT nextval('cron_claim_tokens')`).Scan(&rc.Token); err != nil {
 			return nil, fmt.Errorf("weeklyreport: rebuild %s: take a claim token: %w", c.Week, err)
 		}
-		rc.Slot, rc.Resource = slot, slotResource(c.Job.Name, slot)
+		rc.Slot, rc.Resource = slot, scheduler.SlotResource(c.Job.Name, slot)
 		return scheduler.NewRun(rc), nil
 	}
 	if c.LeaderToken == nil {
@@ -110,13 +110,6 @@ func RebuildRun(ctx context.Context, c RebuildConfig) (*scheduler.Run, error) {
 	}
 	rc.Token = token
 	return scheduler.NewRun(rc), nil
-}
-
-// slotResource is the fencing resource of a database-mode run of job's slot,
-// as the scheduler names it (scheduler/slots.go, dbResource); the tests check
-// that a rebuild advances the very row the scheduler's runs wrote.
-func slotResource(job string, slot time.Time) string {
-	return job + "@" + slot.UTC().Format(time.RFC3339)
 }
 
 // slotOfWeek returns the slot of spec's schedule that reports week: the first
