@@ -21,6 +21,14 @@ type Job interface {
 	Run(ctx context.Context, r *Run) error
 }
 
+// Waker is implemented by interval jobs that may be due before their
+// interval has passed (the certificate renewer, when a domain is added).
+// While the scheduler waits for the next run, it calls Wake with a context
+// that ends with the wait; a receive on the channel runs the job at once.
+type Waker interface {
+	Wake(ctx context.Context) <-chan struct{}
+}
+
 // JobFunc adapts a function to Job.
 type JobFunc func(ctx context.Context, r *Run) error
 

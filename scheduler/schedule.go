@@ -59,6 +59,26 @@ func (s *Scheduler) continuous(ctx context.Context, j *job, mk func(time.Time) *
 	return nil
 }
 
+// pauseUnlessWoken waits d, or less if the job is a Waker that wakes.
+func (s *Scheduler) pauseUnlessWoken(ctx context.Context, j *job, d time.Duration) {
+	w, ok := j.impl.(Waker)
+	if !ok || d <= 0 {
+		pause(ctx, d)
+		return
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	woke, start := w.Wake(wctx), time.Now()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	case <-woke:
+		j.log.Debug("woken before its interval", "interval_left", (d - time.Since(start)).Round(time.Second))
+	}
+}
+
 // interval runs the job every Every (+ up to Jitter). A singleton counts from
 // the last run of the job on any instance, as recorded in job_runs, so a
 // failover does not make an hourly job run early; a job that runs everywhere
@@ -70,7 +90,7 @@ func (s *Scheduler) interval(ctx context.Context, j *job, mk func(time.Time) *Ru
 		if sch := j.spec.Schedule; sch.Jitter > 0 && wait > 0 {
 			wait += rand.N(sch.Jitter)
 		}
-		pause(ctx, wait)
+		s.pauseUnlessWoken(ctx, j, wait)
 		if ctx.Err() != nil {
 			return nil
 		}

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/snip/snip-jobs/configs"
@@ -68,6 +70,58 @@ type job struct {
 	log   *slog.Logger
 	m     *metrics
 	dns   DNS01Provider
+	// seen is the fingerprint of the wanted custom_domains rows as the last
+	// pass on this instance loaded them (nil before the first): only a hint
+	// for Wake, never a reason to skip work.
+	seen atomic.Pointer[string]
+}
+
+// domainsFingerprint is a digest of the wanted custom_domains rows: any row
+// added, removed or changing status changes it.
+func (j *job) domainsFingerprint(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}) (string, error) {
+	var fp string
+	err := q.QueryRow(ctx, `SELECT coalesce(md5(string_agg(domain, E'\n' ORDER BY domain)), '')
+		FROM custom_domains WHERE status = ANY($1)`, j.opts.Statuses).Scan(&fp)
+	return fp, err
+}
+
+// Wake implements scheduler.Waker: between passes, every NewDomainCheck, the
+// leader compares the wanted custom_domains with what its last pass loaded,
+// and wakes for a pass at once when they differ (a new domain gets its
+// first certificate within about NewDomainCheck, not at the next interval).
+// A domain the pass could not certify does not wake it again: the rows did
+// not change.
+func (j *job) Wake(ctx context.Context) <-chan struct{} {
+	woke := make(chan struct{}, 1)
+	if j.opts.NewDomainCheck <= 0 {
+		return woke
+	}
+	go func() {
+		t := time.NewTicker(j.opts.NewDomainCheck)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			fp, err := j.domainsFingerprint(ctx, j.pool)
+			if err != nil {
+				if ctx.Err() == nil {
+					j.log.DebugContext(ctx, "cannot look for new custom domains; trying again", "err", err)
+				}
+				continue
+			}
+			if last := j.seen.Load(); last == nil || *last != fp {
+				j.log.InfoContext(ctx, "custom domains changed since the last pass; running one now")
+				woke <- struct{}{}
+				return
+			}
+		}
+	}()
+	return woke
 }
 
 func newJob(env scheduler.Env, spec configs.Job, tc typeConfig) (scheduler.Job, error) {

@@ -75,6 +75,13 @@ type Options struct {
 	// UnavailablePause is how long the whole renewer stops asking the CA
 	// after a 503 that carried no Retry-After. Default 10m.
 	UnavailablePause time.Duration `yaml:"unavailable_pause"`
+
+	// NewDomainCheck is how often the leader, between passes, looks for
+	// custom_domains rows that changed since its last pass (a domain
+	// added, say) and runs a pass at once if any did, so that new domains
+	// get their first certificate promptly rather than at the next
+	// interval. 0 turns it off. Default 30s.
+	NewDomainCheck time.Duration `yaml:"new_domain_check"`
 }
 
 // Defaults and limits of the options.
@@ -85,6 +92,7 @@ const (
 	DefaultShortLifetime    = 240 * time.Hour
 	DefaultOrderTimeout     = 30 * time.Second
 	DefaultUnavailablePause = 10 * time.Minute
+	DefaultNewDomainCheck   = 30 * time.Second
 	MaxConcurrency          = 64
 	// BudgetWindow is the window OrderBudget counts in.
 	BudgetWindow = 3 * time.Hour
@@ -105,6 +113,7 @@ func DefaultOptions() Options {
 		Statuses:           []string{"active"},
 		OrderTimeout:       DefaultOrderTimeout,
 		UnavailablePause:   DefaultUnavailablePause,
+		NewDomainCheck:     DefaultNewDomainCheck,
 	}
 }
 
@@ -170,6 +179,9 @@ func (o *Options) Validate() error {
 	}
 	if o.UnavailablePause < time.Second {
 		add("unavailable_pause must be at least 1s, not %v", o.UnavailablePause)
+	}
+	if o.NewDomainCheck < 0 {
+		add("new_domain_check must be 0 (off) or positive, not %v", o.NewDomainCheck)
 	}
 	return errors.Join(errs...)
 }

@@ -14,12 +14,11 @@ import (
 	"github.com/snip/snip-jobs/jobs/certrenew"
 )
 
-// Under the real scheduler, on real etcd terms: three instances run the
-// renewer every 200 ms; the leader's process crashes while the CA validates
-// its order. The next leader (a higher token, after the lease expired) waits
-// the lock-delay after the crashed term was last seen, resumes the order and
-// stores exactly one certificate.
-func TestUnderTheSchedulerACrashedLeadersOrderIsResumed(t *testing.T) {
+// schedulerCluster starts what the renewer needs under the real scheduler: a
+// jobtest cluster (etcd, PostgreSQL), a test CA whose HTTP-01 requests go to
+// three challenge listeners serving the cluster's database, and options
+// pointing at that CA.
+func schedulerCluster(t *testing.T) (*jobtest.Cluster, *testCA, certrenew.Options) {
 	jc := jobtest.NewCluster(t)
 	ca := newTestCA(t, caOptions{})
 	var addrs []string
@@ -38,6 +37,49 @@ func TestUnderTheSchedulerACrashedLeadersOrderIsResumed(t *testing.T) {
 	opts := certrenew.DefaultOptions()
 	opts.Directory, opts.CARootsFile, opts.Profile = ca.dirURL, ca.rootsFile, "default"
 	opts.KeyFile = writeKeyFile(t, newKey(t))
+	return jc, ca, opts
+}
+
+// A domain added between passes is certified at once, not at the next
+// interval (an hour here): the leader looks for changed custom_domains every
+// new_domain_check and runs a pass when it finds one. A domain that cannot be
+// certified (an invalid name) does not keep waking it.
+func TestANewDomainIsCertifiedWithoutWaitingForTheNextInterval(t *testing.T) {
+	jc, _, opts := schedulerCluster(t)
+	opts.NewDomainCheck = 100 * time.Millisecond
+	job := configs.Job{Name: jobName, Type: "certrenew", Singleton: true, Grace: 2 * time.Second,
+		Schedule: configs.Schedule{Kind: configs.Interval, Every: time.Hour}, Options: &opts}
+	jc.Start("a", jobtest.Registry(t, certrenew.Type()), []configs.Job{job})
+	count := func(sql string, args ...any) int64 { return testenv.Value[int64](t, jc.DB, sql, args...) }
+	passes := func() int64 {
+		return count(`SELECT count(*) FROM job_runs WHERE job = $1 AND finished_at IS NOT NULL`, jobName)
+	}
+	jobtest.Eventually(t, "the first pass, at the start of the term", func() bool { return passes() == 1 })
+
+	testenv.Exec(t, jc.DB, `INSERT INTO custom_domains (domain) VALUES ('new.customer.test'), ('bad name.customer.test')`)
+	jobtest.Eventually(t, "the new domain certified", func() bool {
+		return count(`SELECT count(*) FROM certrenew_certificates WHERE domain = 'new.customer.test' AND current`) == 1
+	})
+	if n := count(`SELECT count(*) FROM certrenew_invalid_domains`); n != 1 {
+		t.Errorf("%d invalid domains recorded, want 1", n)
+	}
+	// Twenty checks later, the invalid name has not woken another pass
+	// (a pass every check would never leave two quiet seconds).
+	jobtest.Eventually(t, "two seconds without a pass", func() bool {
+		return count(`SELECT count(*) FROM job_runs WHERE job = $1 AND (finished_at IS NULL OR finished_at > now() - interval '2 seconds')`, jobName) == 0
+	})
+	if n := passes(); n != 2 {
+		t.Errorf("%d passes, want 2: the start of the term, and one for the new domains", n)
+	}
+}
+
+// Under the real scheduler, on real etcd terms: three instances run the
+// renewer every 200 ms; the leader's process crashes while the CA validates
+// its order. The next leader (a higher token, after the lease expired) waits
+// the lock-delay after the crashed term was last seen, resumes the order and
+// stores exactly one certificate.
+func TestUnderTheSchedulerACrashedLeadersOrderIsResumed(t *testing.T) {
+	jc, ca, opts := schedulerCluster(t)
 	opts.OrderTimeout = 3 * time.Second
 	opts.LockDelay = 3 * time.Second // > 4/3 × the 2 s TTL
 	job := configs.Job{Name: jobName, Type: "certrenew", Singleton: true, Grace: 2 * time.Second,

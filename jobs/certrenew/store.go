@@ -51,7 +51,7 @@ func (p *pass) housekeeping(ctx context.Context) error {
 
 // load reads the wanted domains, their state and current certificates, the
 // pause, and the database's clock.
-func (p *pass) load(ctx context.Context) error {
+func (p *pass) load(ctx context.Context) (err error) {
 	db := p.j.pool
 	var pausedFor float64
 	var pauseReason *string
@@ -69,6 +69,17 @@ func (p *pass) load(ctx context.Context) error {
 		}
 	}
 
+	// Taken before the rows are read: a row committed in between makes the
+	// next look differ (one more pass), never the reverse (a row missed).
+	fp, err := p.j.domainsFingerprint(ctx, db)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err == nil {
+			p.j.seen.Store(&fp)
+		}
+	}()
 	rows, err := db.Query(ctx, `SELECT domain, added_at FROM custom_domains WHERE status = ANY($1) ORDER BY domain`, p.opts.Statuses)
 	if err != nil {
 		return err
