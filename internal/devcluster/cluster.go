@@ -181,7 +181,7 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		return nil, fmt.Errorf("etcd client: %w", err)
 	}
 
-	// The test CA (a seam: none yet), then the demo's jobs. The supervisor
+	// The test CA (with the certrenew type), then the demo's jobs. The supervisor
 	// holds the instances' ports and passes them to each of their processes,
 	// as systemd would (socket activation): nothing else can take a port
 	// between a kill and the restart.

@@ -21,9 +21,9 @@
 // each entry names the type it needs and is left out while that type is not
 // registered, so a job joins the demo by being added to the registry (the
 // aggregator did). The certificate renewer also needs an ACME test CA with its
-// DNS: startCA (ca.go) is the seam where an in-process Pebble is to be
-// started; until it is, the renewer's entry (whose options are checked against
-// the certrenew type by the tests) is left out.
+// DNS: startCA (ca.go) starts an in-process Pebble with challtestsrv when the
+// certrenew type is built in, and the renewer's entry points at it; without
+// the type there is no CA and the entry is left out.
 //
 // The supervisor's control server (control.go) answers GET /dev/state (the
 // children: pid, running / paused / exited / restarting, status page URL) and
