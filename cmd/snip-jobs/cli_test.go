@@ -61,6 +61,22 @@ func TestValidateReportsEveryProblemWithItsFileAndLineAndExits2(t *testing.T) {
 	}
 }
 
+// A file without jobs is valid (a server being set up) but says so: a
+// truncated deploy looks the same.
+func TestValidateWarnsOfAFileWithoutJobs(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "empty.yaml")
+	if err := os.WriteFile(path, []byte("instance: server-1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := snip(t, nil, "validate", "--config", path)
+	if r.code != 0 || !strings.Contains(r.stdout, "ok (instance server-1, 0 job(s))") {
+		t.Fatalf("exit %d, stdout %q; want 0 and ok", r.code, r.stdout)
+	}
+	if want := path + ": warning: no jobs: this instance will run nothing"; !strings.Contains(r.stderr, want) {
+		t.Errorf("stderr %q, want %q", r.stderr, want)
+	}
+}
+
 func TestValidateAcceptsTheExampleConfig(t *testing.T) {
 	example := filepath.Join("..", "..", "configs", "snip-jobs.example.yaml")
 	r := snip(t, nil, "validate", "--config", example)

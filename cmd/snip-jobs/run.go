@@ -187,6 +187,9 @@ func (r *runner) run(ctx context.Context) error {
 		r.schedRunning.Store(false)
 	}()
 	r.ilog.Info("running", "jobs", len(r.cfg.Jobs), "admin", r.admin.Addr().String())
+	if len(r.cfg.Jobs) == 0 {
+		r.ilog.Warn(noJobsWarning, "config", r.cfg.Path)
+	}
 	r.notify.ready(r.statusLine())
 	wdCtx, stopWatchdog := context.WithCancel(runCtx)
 	defer stopWatchdog()

@@ -37,8 +37,15 @@ Job types built into this binary: ` + strings.Join(registry().Names(), ", ") + `
 					return nil
 				}
 				fmt.Fprintf(c.stdout, "%s: ok (instance %s, %d job(s))\n", f.Path, f.Instance, len(f.Jobs))
+				if len(f.Jobs) == 0 {
+					fmt.Fprintf(c.stderr, "%s: warning: %s\n", f.Path, noJobsWarning)
+				}
 				return nil
 			}
 		},
 	}
 }
+
+// noJobsWarning is said by validate and run of a file without jobs: allowed
+// (a server being set up), but a truncated deploy looks the same.
+const noJobsWarning = "no jobs: this instance will run nothing (is the file complete?)"
