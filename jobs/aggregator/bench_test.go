@@ -25,6 +25,7 @@ import (
 // the OS's, and max_wal_size to 4 GB, so that no checkpoint falls in a run.
 //
 //	go test ./jobs/aggregator -run '^$' -bench Backlog -benchtime 1x -timeout 30m
+//	go test ./jobs/aggregator -run '^$' -bench BacklogRejects -benchtime 1x -timeout 30m
 //	go test ./jobs/aggregator -run '^$' -bench Live -benchtime 1x -timeout 30m
 
 const (
@@ -33,6 +34,7 @@ const (
 	otherLinks    = 10_000 // links 2..10001 share the rest
 	eventsPerTx   = 1000   // a producer's transaction (one multi-row insert or COPY)
 	probeLinks    = 100001 // the first of 10 000 links that only probes click
+	unknownLinks  = 500001 // the first of 1 000 link ids that are not in links
 )
 
 // benchDB starts a private cluster tuned as above and returns a database with
@@ -83,18 +85,23 @@ func (d *db) reset(b *testing.B) {
 // loadBacklog resets the database, then commits backlogEvents events in transactions of eventsPerTx (each its own
 // transaction id, as producers' would be), clicked within the last hour, and
 // VACUUMs so that every reader finds the same clean pages.
-func (d *db) loadBacklog(b *testing.B) {
+func (d *db) loadBacklog(b *testing.B) { d.loadBacklogWith(b, 0) }
+
+// loadBacklogWith is loadBacklog with a share of the events, spread evenly,
+// on one of 1 000 links that do not exist.
+func (d *db) loadBacklogWith(b *testing.B, unknownShare float64) {
 	b.Helper()
 	d.reset(b)
 	ctx := context.Background()
 	for _, s := range []string{
 		fmt.Sprintf(`DO $$ BEGIN FOR i IN 1..%d LOOP
 			INSERT INTO click_events (link_id, clicked_at, referrer_host, country)
-			SELECT CASE WHEN random() < %v THEN 1 ELSE 2 + floor(random() * %d)::bigint END,
+			SELECT CASE WHEN random() < %v THEN %d + floor(random() * 1000)::bigint
+				WHEN random() < %v THEN 1 ELSE 2 + floor(random() * %d)::bigint END,
 				now() - random() * interval '1 hour', 'news.example.com', 'FR'
 			FROM generate_series(1, %d);
 			COMMIT;
-		END LOOP; END $$`, backlogEvents/eventsPerTx, viralShare, otherLinks, eventsPerTx),
+		END LOOP; END $$`, backlogEvents/eventsPerTx, unknownShare, unknownLinks, viralShare, otherLinks, eventsPerTx),
 		`VACUUM ANALYZE click_events`,
 		`CHECKPOINT`,
 	} {
@@ -128,42 +135,10 @@ func BenchmarkBacklog(b *testing.B) {
 	}
 	defer jobPool.Close()
 
-	groupBy := func(b *testing.B, pool *pgxpool.Pool, parallel bool) float64 {
-		best := time.Duration(1 << 62)
-		for range 3 {
-			conn, err := pool.Acquire(ctx)
-			if err != nil {
-				b.Fatal(err)
-			}
-			workers := "0"
-			if parallel {
-				workers = "2"
-			}
-			if _, err := conn.Exec(ctx, `SET max_parallel_workers_per_gather = `+workers); err != nil {
-				b.Fatal(err)
-			}
-			start := time.Now()
-			rows, _ := conn.Query(ctx, `SELECT link_id, count(*) FROM click_events GROUP BY link_id`)
-			var n int
-			for rows.Next() {
-				n++
-			}
-			if err := rows.Err(); err != nil {
-				b.Fatal(err)
-			}
-			best = min(best, time.Since(start))
-			conn.Exec(ctx, `RESET max_parallel_workers_per_gather`)
-			conn.Release()
-			if n != otherLinks+1 {
-				b.Fatalf("GROUP BY returned %d links, want %d", n, otherLinks+1)
-			}
-		}
-		return backlogEvents / best.Seconds()
-	}
 	b.Run("groupby", func(b *testing.B) {
 		for range b.N {
-			b.ReportMetric(groupBy(b, d.obs, true), "events/s")
-			b.ReportMetric(groupBy(b, d.obs, false), "serial-events/s")
+			b.ReportMetric(groupByRate(b, d.obs, true), "events/s")
+			b.ReportMetric(groupByRate(b, d.obs, false), "serial-events/s")
 		}
 	})
 
@@ -179,21 +154,21 @@ func BenchmarkBacklog(b *testing.B) {
 				// The same rows, read by GROUP BY first: this also brings
 				// them into shared_buffers (VACUUM left them in the OS's
 				// cache only), so both read warm pages.
-				groupBy(b, jobPool, false) // warms the job's connection
-				groupByRate := groupBy(b, d.obs, true)
+				groupByRate(b, jobPool, false) // warms the job's connection
+				plain := groupByRate(b, d.obs, true)
 				b.StartTimer()
 				start := time.Now()
 				token++
 				a := d.startAggregatorOn(jobPool, token, opts)
-				d.waitFoldedWithin(a, backlogEvents, 10*time.Minute)
+				d.waitProcessedWithin(a, backlogEvents, 10*time.Minute)
 				elapsed := time.Since(start)
 				b.StopTimer()
 				batches := a.counter(b, "snip_aggregator_batches_total", nil)
 				a.stop(b)
 				b.ReportMetric(backlogEvents/elapsed.Seconds(), "events/s")
 				b.ReportMetric(batches, "batches")
-				b.ReportMetric(groupByRate, "groupby-events/s")
-				b.ReportMetric(100*backlogEvents/elapsed.Seconds()/groupByRate, "%-of-groupby")
+				b.ReportMetric(plain, "groupby-events/s")
+				b.ReportMetric(100*backlogEvents/elapsed.Seconds()/plain, "%-of-groupby")
 				d.wantBacklogCounts(b)
 
 				// Then the pruning of the processed backlog, with retention 0.
@@ -207,6 +182,87 @@ func BenchmarkBacklog(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkBacklogRejects is the default batch size of BenchmarkBacklog over
+// a backlog with one event in a thousand on an unknown link, spread evenly:
+// every batch has rejects, so every batch also runs its reject statement over
+// its range. Side by side, the plain GROUP BY over the same rows.
+func BenchmarkBacklogRejects(b *testing.B) {
+	const unknownShare = 0.001
+	d := benchDB(b)
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(d.url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.MaxConns = 1 // as in BenchmarkBacklog
+	jobPool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer jobPool.Close()
+	var token int64
+	for range b.N {
+		b.StopTimer()
+		d.loadBacklogWith(b, unknownShare)
+		groupByRate(b, jobPool, false) // warms the job's connection and the cache, as in BenchmarkBacklog
+		plain := groupByRate(b, d.obs, true)
+		opts := aggregator.DefaultOptions()
+		opts.Retention = time.Hour // the fold only
+		b.StartTimer()
+		start := time.Now()
+		token++
+		a := d.startAggregatorOn(jobPool, token, opts)
+		d.waitProcessedWithin(a, backlogEvents, 10*time.Minute)
+		elapsed := time.Since(start)
+		b.StopTimer()
+		batches := a.counter(b, "snip_aggregator_batches_total", nil)
+		rejected := a.counter(b, "snip_aggregator_events_rejected_total", nil)
+		a.stop(b)
+		b.ReportMetric(backlogEvents/elapsed.Seconds(), "events/s")
+		b.ReportMetric(batches, "batches")
+		b.ReportMetric(rejected, "rejected")
+		b.ReportMetric(plain, "groupby-events/s")
+		b.ReportMetric(100*backlogEvents/elapsed.Seconds()/plain, "%-of-groupby")
+		d.wantBacklogCounts(b)
+	}
+}
+
+// groupByRate is the best of three plain GROUP BYs of the events by link
+// (in parallel or not), in events per second.
+func groupByRate(b *testing.B, pool *pgxpool.Pool, parallel bool) float64 {
+	ctx := context.Background()
+	best := time.Duration(1 << 62)
+	for range 3 {
+		conn, err := pool.Acquire(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		workers := "0"
+		if parallel {
+			workers = "2"
+		}
+		if _, err := conn.Exec(ctx, `SET max_parallel_workers_per_gather = `+workers); err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		rows, _ := conn.Query(ctx, `SELECT link_id, count(*) FROM click_events GROUP BY link_id`)
+		var n int
+		for rows.Next() {
+			n++
+		}
+		if err := rows.Err(); err != nil {
+			b.Fatal(err)
+		}
+		best = min(best, time.Since(start))
+		conn.Exec(ctx, `RESET max_parallel_workers_per_gather`)
+		conn.Release()
+		if n < otherLinks+1 {
+			b.Fatalf("GROUP BY returned %d links, want at least the %d known ones", n, otherLinks+1)
+		}
+	}
+	return backlogEvents / best.Seconds()
 }
 
 // BenchmarkBacklogNaive counts events the naive way: one statement per event
@@ -453,18 +509,20 @@ func probe(b *testing.B, pool *pgxpool.Pool, measure time.Duration) []time.Durat
 	return delays
 }
 
-// waitFoldedWithin waits until the aggregator a has counted n events.
-func (d *db) waitFoldedWithin(a *aggregatorJob, n int64, limit time.Duration) {
+// waitProcessedWithin waits until the aggregator a has counted or rejected n
+// events.
+func (d *db) waitProcessedWithin(a *aggregatorJob, n int64, limit time.Duration) {
 	d.t.Helper()
 	deadline := time.Now().Add(limit)
-	for d.state().folded < n {
+	processed := func() int64 { s := d.state(); return s.folded + s.rejected }
+	for processed() < n {
 		select {
 		case err := <-a.done:
-			d.t.Fatalf("aggregator returned %v before counting %d events", err, n)
+			d.t.Fatalf("aggregator returned %v before processing %d events", err, n)
 		default:
 		}
 		if time.Now().After(deadline) {
-			d.t.Fatalf("%d of %d events counted within %v", d.state().folded, n, limit)
+			d.t.Fatalf("%d of %d events processed within %v", processed(), n, limit)
 		}
 		time.Sleep(10 * time.Millisecond) // coarse: polling must not compete for the two cores
 	}
@@ -489,21 +547,25 @@ func (d *db) waitPruned(limit time.Duration) {
 	}
 }
 
-// wantBacklogCounts checks that the counts equal a GROUP BY of the events.
+// wantBacklogCounts checks that the counts equal a GROUP BY of the events
+// on known links, and that every other event is rejected as unknown_link.
 func (d *db) wantBacklogCounts(b *testing.B) {
 	b.Helper()
-	var wrong int64
-	err := d.obs.QueryRow(context.Background(), `SELECT count(*) FROM (
-		SELECT link_id, hour, count(*) AS clicks FROM click_events GROUP BY 1, 2
-		EXCEPT SELECT link_id, hour, clicks FROM link_hourly_counts) x`).Scan(&wrong)
+	var wrong, total, rejected, unknown int64
+	err := d.obs.QueryRow(context.Background(), `SELECT
+		(SELECT count(*) FROM (
+			SELECT link_id, hour, count(*) AS clicks FROM click_events e
+			WHERE EXISTS (SELECT FROM links l WHERE l.id = e.link_id) GROUP BY 1, 2
+			EXCEPT SELECT link_id, hour, clicks FROM link_hourly_counts) x),
+		(SELECT coalesce(sum(clicks), 0) FROM link_counts)::bigint,
+		(SELECT count(*) FROM click_rejects WHERE reason = 'unknown_link'),
+		(SELECT count(*) FROM click_events e WHERE NOT EXISTS (SELECT FROM links l WHERE l.id = e.link_id))`).
+		Scan(&wrong, &total, &rejected, &unknown)
 	if err != nil {
 		b.Fatal(err)
 	}
-	var total int64
-	if err := d.obs.QueryRow(context.Background(), `SELECT sum(clicks) FROM link_counts`).Scan(&total); err != nil {
-		b.Fatal(err)
-	}
-	if wrong != 0 || total != backlogEvents {
-		b.Fatalf("after the fold: %d hourly counts differ from the events, total %d, want %d", wrong, total, backlogEvents)
+	if wrong != 0 || total+rejected != backlogEvents || rejected != unknown {
+		b.Fatalf("after the fold: %d hourly counts differ from the events, total %d and %d rejected (of %d on unknown links), want %d in all",
+			wrong, total, rejected, unknown, backlogEvents)
 	}
 }
