@@ -283,17 +283,19 @@ func TestUnavailableCAPausesTheWholeRenewer(t *testing.T) {
 }
 
 // The leader is killed in the middle of an order (its term ends without
-// handing over). Its successor waits the lock-delay after the dead term was
-// last seen, resumes the order with the same key, and stores one current
-// certificate.
+// handing over), before the CA took its challenge: the order stays pending.
+// Its successor waits the lock-delay after the dead term was last seen,
+// orders again with the same key, and stores one current certificate.
 func TestLeaderKilledMidOrderIsResumedBySuccessor(t *testing.T) {
 	c := newCluster(t, clusterOptions{})
 	const d = "killed.customer.test"
 	c.addDomains("active", d)
 	leader := c.lead("a", 10)
-	c.ca.setHook(func(ev *caEvent, _ http.ResponseWriter, pebble func()) {
+	c.ca.setHook(func(ev *caEvent, w http.ResponseWriter, pebble func()) {
 		if ev.Kind == "challenge" && ev.Domains[0] == d {
-			leader.kill() // as the challenge reaches the CA
+			leader.kill() // as the challenge is on its way: the CA never takes it
+			problem(w, http.StatusInternalServerError, "urn:ietf:params:acme:error:serverInternal", "lost", "")
+			return
 		}
 		pebble()
 	})
@@ -515,14 +517,15 @@ func TestTheSuccessorStoresAnIssuedCertificateWithoutWaitingForTheLockDelay(t *t
 	c.assertRecovered(d, "c", 30)
 }
 
-// An earlier term paused (not dead) with its finalize on the way to the CA:
-// the successor finds the order not issued, and waits out the lock-delay
-// before ordering. The finalize arrives meanwhile and the CA issues; the
-// successor, looking again once the lock-delay has passed, stores that
-// certificate instead of ordering a second one.
+// An earlier term paused (not dead) with its challenge on the way to the CA:
+// the successor finds the order pending (nothing it can finish), and waits
+// out the lock-delay before ordering. The challenge and the finalize arrive
+// meanwhile and the CA issues; the successor, looking again once the
+// lock-delay has passed, stores that certificate instead of ordering a
+// second one.
 func TestAnOrderIssuedDuringTheLockDelayIsStoredNotOrderedAgain(t *testing.T) {
 	c := newCluster(t, clusterOptions{
-		ca:      caOptions{nonceReject: "0"}, // a refused nonce would leave the held finalize unprocessed
+		ca:      caOptions{nonceReject: "0"}, // a refused nonce would leave the held requests unprocessed
 		options: func(o *certrenew.Options) { o.LockDelay = time.Second },
 	})
 	const d = "issued-during-lock-delay.customer.test"
@@ -531,9 +534,10 @@ func TestAnOrderIssuedDuringTheLockDelayIsStoredNotOrderedAgain(t *testing.T) {
 	var looks atomic.Int32
 	c.ca.setHook(func(ev *caEvent, _ http.ResponseWriter, pebble func()) {
 		switch ev.Kind {
-		case "finalize": // the paused leader's
+		case "challenge": // the paused leader's: the order stays pending meanwhile
 			close(held)
 			<-release
+		case "finalize": // the paused leader's, once its challenge was validated
 			pebble()
 			close(finalized)
 			return
@@ -554,7 +558,7 @@ func TestAnOrderIssuedDuringTheLockDelayIsStoredNotOrderedAgain(t *testing.T) {
 	if n := c.int(`SELECT count(*) FROM certrenew_certificates WHERE domain = $1`, d); n != 0 {
 		t.Fatalf("%d certificates stored before the finalize reached the CA", n)
 	}
-	close(release) // the paused leader's finalize reaches the CA
+	close(release) // the paused leader's challenge, then its finalize, reach the CA
 	if err := <-done; err != nil {
 		t.Fatalf("successor's pass: %v", err)
 	}
@@ -569,6 +573,58 @@ func TestAnOrderIssuedDuringTheLockDelayIsStoredNotOrderedAgain(t *testing.T) {
 		t.Errorf("the paused term is %q, want lapsed: the successor stored before its lock-delay passed", s)
 	}
 	c.assertRecovered(d, "b", 20)
+}
+
+// An earlier term paused with its order validated but not finalized
+// ("ready"), its finalize on the way to the CA: the successor finalizes that
+// order itself, with the order's key, at once (the lock-delay is an hour
+// here) and without ordering again. The CA finalizes an order only once, so
+// the paused leader's own finalize, arriving later, is refused: one
+// certificate, whichever way the two interleave.
+func TestASuccessorFinishesAReadyOrderAtOnceAndThePausedLeadersFinalizeIsRefused(t *testing.T) {
+	c := newCluster(t, clusterOptions{
+		ca:      caOptions{nonceReject: "0"}, // one finalize each, no retries
+		options: func(o *certrenew.Options) { o.LockDelay = time.Hour },
+	})
+	const d = "ready.customer.test"
+	c.addDomains("active", d)
+	resume := c.pauseInPass("a", 10, "finalize")
+
+	done := make(chan error, 1)
+	go func() { done <- c.lead("b", 20).pass() }()
+	testenv.Eventually(t, "the successor stored a certificate (without waiting an hour)", func() bool {
+		return c.int(`SELECT count(*) FROM certrenew_certificates WHERE domain = $1 AND current AND token = 20`, d) == 1
+	})
+	if err := <-done; err != nil {
+		t.Fatalf("successor's pass: %v", err)
+	}
+	if n := len(c.ca.log("newOrder")); n != 1 {
+		t.Errorf("%d orders placed, want 1: the successor ordered again instead of finishing the ready order", n)
+	}
+	if s := c.str(`SELECT state FROM certrenew_terms WHERE token = 10`); s != "running" {
+		t.Errorf("the paused term is %q, want still running: finishing its order waited for the lock-delay", s)
+	}
+	c.assertRecovered(d, "b", 20)
+
+	if err := resume(); err == nil {
+		t.Error("the paused leader's pass succeeded; want its finalize refused")
+	}
+	var accepted, refused int
+	for _, e := range c.ca.log("finalize") {
+		switch {
+		case e.Status < 300:
+			accepted++
+		case e.Problem == "urn:ietf:params:acme:error:orderNotReady":
+			refused++
+		}
+	}
+	if accepted != 1 || refused != 1 {
+		t.Errorf("finalize requests: %d accepted, %d refused as orderNotReady; want 1 and 1: %+v", accepted, refused, c.ca.log("finalize"))
+	}
+	if n := c.int(`SELECT count(*) FROM certrenew_certificates WHERE domain = $1`, d); n != 1 {
+		t.Errorf("%d certificates stored, want 1", n)
+	}
+	c.assertOneCurrentValidCertificate(d)
 }
 
 // The same, when the dead term could not even note its order's URL (no
@@ -620,6 +676,9 @@ func TestPausedLeaderStoreIsRefusedByTheFence(t *testing.T) {
 	c.addDomains("active", d)
 
 	resume := c.pauseInPass("a", 10, "finalize")
+	// The successor must not know the paused order (it would finish it, and
+	// the CA would refuse the paused leader's finalize): it orders its own.
+	c.exec(`DELETE FROM certrenew_order_urls`)
 
 	c.lead("b", 20).mustPass()
 	succ := c.current(d)

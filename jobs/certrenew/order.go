@@ -16,6 +16,7 @@ import (
 
 	"github.com/go-acme/lego/v5/acme"
 	"github.com/go-acme/lego/v5/acme/api"
+	"github.com/go-acme/lego/v5/certcrypto"
 	"github.com/go-acme/lego/v5/certificate"
 	"github.com/go-acme/lego/v5/lego"
 	"github.com/jackc/pgx/v5"
@@ -258,27 +259,36 @@ func (p *pass) recoverIssued(ctx context.Context, client *lego.Client, d *domain
 	if certURL != nil {
 		url = *certURL
 	}
-	if url == "" && orderURL != nil {
-		status, cert, err := p.askOrder(ctx, *orderURL)
-		switch {
-		case err != nil:
-			if ctx.Err() == nil {
-				log.WarnContext(ctx, "could not ask the CA about an unfinished order (it will be ordered again)", "order_url", *orderURL, "err", err)
-			}
-			return ctx.Err() != nil
-		case cert == "":
-			log.InfoContext(ctx, "the CA has not issued an unfinished order (it will be ordered again)", "order_url", *orderURL, "status", status)
-			return false
-		}
-		url = cert
-	}
-	if url == "" {
+	if url == "" && orderURL == nil {
 		return false
 	}
 	key, err := p.j.openOrderKey(d)
 	if err != nil {
 		log.WarnContext(ctx, "the unfinished order's key does not open (it will be ordered again)", "err", err)
 		return false
+	}
+	if url == "" {
+		o, err := p.askOrder(ctx, *orderURL)
+		if err == nil && o.Status == acme.StatusReady {
+			// Validated, never finalized: finish it with the order's own
+			// key. The CA finalizes an order once, so this can never
+			// make a second certificate, even if the term that ordered
+			// it is paused on its way to finalize: its finalize is then
+			// refused. That is why it needs no lock-delay either.
+			log.InfoContext(ctx, "finalizing an unfinished order the CA had validated", "order_url", *orderURL)
+			o, err = p.finalizeReady(ctx, d, *orderURL, o.Finalize, key)
+		}
+		switch {
+		case err != nil:
+			if ctx.Err() == nil {
+				log.WarnContext(ctx, "could not finish an unfinished order (it will be ordered again)", "order_url", *orderURL, "err", err)
+			}
+			return ctx.Err() != nil
+		case o.Certificate == "":
+			log.InfoContext(ctx, "the CA has not issued an unfinished order (it will be ordered again)", "order_url", *orderURL, "status", o.Status)
+			return false
+		}
+		url = o.Certificate
 	}
 	res, err := client.Certificate.Get(ctx, url, true)
 	if err != nil {
@@ -302,29 +312,57 @@ func (p *pass) recoverIssued(ctx context.Context, client *lego.Client, d *domain
 }
 
 // askOrder asks the CA for an order's state, waiting a little while it is
-// still processing; cert is its certificate's URL once it is valid.
-func (p *pass) askOrder(ctx context.Context, orderURL string) (status, cert string, err error) {
-	core, err := api.New(p.caHTTP, userAgent, p.opts.Directory, p.acct.url, p.acct.key)
+// still processing; its Certificate is the certificate's URL once it is valid.
+func (p *pass) askOrder(ctx context.Context, orderURL string) (acme.Order, error) {
+	core, err := p.caCore()
 	if err != nil {
-		return "", "", err
+		return acme.Order{}, err
 	}
 	for i := 1; ; i++ {
 		o, err := core.Orders.Get(ctx, orderURL)
 		if err != nil {
-			return "", "", err
-		}
-		if o.Status == acme.StatusValid && o.Certificate != "" {
-			return o.Status, o.Certificate, nil
+			return acme.Order{}, err
 		}
 		if o.Status != acme.StatusProcessing || i == orderPolls {
-			return o.Status, "", nil
+			if o.Status != acme.StatusValid {
+				o.Certificate = ""
+			}
+			return o.Order, nil
 		}
 		select {
 		case <-ctx.Done():
-			return "", "", context.Cause(ctx)
+			return acme.Order{}, context.Cause(ctx)
 		case <-time.After(orderPollWait):
 		}
 	}
+}
+
+// finalizeReady finalizes the ready order at orderURL with a CSR for d signed
+// by key (the order's own), and returns the order once the CA has processed
+// it (as askOrder).
+func (p *pass) finalizeReady(ctx context.Context, d *domain, orderURL, finalizeURL string, key crypto.Signer) (acme.Order, error) {
+	csr, err := certcrypto.CreateCSR(key, certcrypto.CSROptions{SAN: []string{d.name}})
+	if err != nil {
+		return acme.Order{}, err
+	}
+	core, err := p.caCore()
+	if err != nil {
+		return acme.Order{}, err
+	}
+	o, err := core.Orders.UpdateForCSR(ctx, finalizeURL, csr)
+	if err != nil {
+		return acme.Order{}, fmt.Errorf("finalize: %w", err)
+	}
+	if o.Status == acme.StatusValid && o.Certificate != "" {
+		return o.Order, nil
+	}
+	return p.askOrder(ctx, orderURL)
+}
+
+// caCore is an ACME client core on the pass's CA transport, with the shared
+// account.
+func (p *pass) caCore() (*api.Core, error) {
+	return api.New(p.caHTTP, userAgent, p.opts.Directory, p.acct.url, p.acct.key)
 }
 
 // obtain is client.Certificate.Obtain, except that it returns as soon as ctx

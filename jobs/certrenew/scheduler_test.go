@@ -74,8 +74,8 @@ func TestANewDomainIsCertifiedWithoutWaitingForTheNextInterval(t *testing.T) {
 }
 
 // Under the real scheduler, on real etcd terms: three instances run the
-// renewer every 200 ms; the leader's process crashes while the CA validates
-// its order. The next leader (a higher token, after the lease expired) waits
+// renewer every 200 ms; the leader's process crashes as its challenge is on
+// its way to the CA. The next leader (a higher token, after the lease expired) waits
 // the lock-delay after the crashed term was last seen, resumes the order and
 // stores exactly one certificate.
 func TestUnderTheSchedulerACrashedLeadersOrderIsResumed(t *testing.T) {
@@ -115,9 +115,11 @@ func TestUnderTheSchedulerACrashedLeadersOrderIsResumed(t *testing.T) {
 		at    time.Time
 	}
 	var once sync.Once
-	ca.setHook(func(ev *caEvent, _ http.ResponseWriter, pebble func()) {
+	ca.setHook(func(ev *caEvent, w http.ResponseWriter, pebble func()) {
 		if ev.Kind == "challenge" && ev.Domains[0] == d {
+			crash := false
 			once.Do(func() {
+				crash = true
 				l, ok := jc.Leader(jobName)
 				if !ok {
 					t.Errorf("no leader while ordering")
@@ -128,6 +130,10 @@ func TestUnderTheSchedulerACrashedLeadersOrderIsResumed(t *testing.T) {
 				crashed.token, crashed.name, crashed.at = l.Token, l.Instance, time.Now()
 				crashed.Unlock()
 			})
+			if crash { // the CA never takes the crashed leader's challenge: its order stays pending
+				problem(w, http.StatusInternalServerError, "urn:ietf:params:acme:error:serverInternal", "lost", "")
+				return
+			}
 		}
 		pebble()
 	})
