@@ -194,8 +194,11 @@ func TestSlotsMissedBeforeTheWindowAreRecordedAsSkippedAndCounted(t *testing.T) 
 			s, ran, pool := weeklyJob(t, policy)
 			testenv.Exec(t, pool, `INSERT INTO cron_slots (job, slot, state, token, instance)
 				VALUES ('report', '2026-11-02 08:00Z', 'done', 1, 'server-0')`)
-			if err := s.sweepAt(context.Background(), s.jobs[0], databaseClaims{s: s}, time.Date(2026, 11, 10, 9, 0, 0, 0, time.UTC)); err != nil {
-				t.Fatal(err)
+			// Swept twice, as by two instances in database mode: counted once.
+			for range 2 {
+				if err := s.sweepAt(context.Background(), s.jobs[0], databaseClaims{s: s}, time.Date(2026, 11, 10, 9, 0, 0, 0, time.UTC)); err != nil {
+					t.Fatal(err)
+				}
 			}
 			if len(*ran) != 0 {
 				t.Errorf("ran %v, want nothing: the slot is older than the window", *ran)

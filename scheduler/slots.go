@@ -326,7 +326,8 @@ func (s *Scheduler) sweepAt(ctx context.Context, j *job, c claimer, now time.Tim
 // skipBeyondWindow records as skipped the slots that fell due after last (the
 // job's newest recorded slot) and before the catch-up window began: they were
 // missed while nobody ran the job, longer ago than the policy catches up. It
-// logs and counts them all, and records the newest maxSlotsPerSweep of them.
+// records the newest maxSlotsPerSweep of them and, unless another instance
+// recorded them first, logs and counts them all.
 func (s *Scheduler) skipBeyondWindow(ctx context.Context, j *job, c claimer, last, windowStart time.Time) error {
 	if !last.Before(windowStart) {
 		return nil
@@ -335,12 +336,14 @@ func (s *Scheduler) skipBeyondWindow(ctx context.Context, j *job, c claimer, las
 	if total == 0 {
 		return nil
 	}
-	if _, err := c.skip(ctx, j, old); err != nil {
+	n, err := c.skip(ctx, j, old)
+	if err != nil || n == 0 { // n == 0: another instance recorded them (database mode)
 		return err
 	}
-	s.m.slotsMissed.WithLabelValues(j.spec.Name).Add(float64(total))
+	n += int64(total - len(old)) // too many to record, counted all the same
+	s.m.slotsMissed.WithLabelValues(j.spec.Name).Add(float64(n))
 	j.log.Warn("cron slots missed while nobody ran the job, before the catch-up window: skipped, not run",
-		"skipped", total, "first", old[0], "last", old[len(old)-1], "catch_up_window", j.spec.Schedule.CatchUpWindow)
+		"skipped", n, "first", old[0], "last", old[len(old)-1], "catch_up_window", j.spec.Schedule.CatchUpWindow)
 	return nil
 }
 
