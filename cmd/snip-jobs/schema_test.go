@@ -17,6 +17,18 @@ import (
 	"github.com/snip/snip-jobs/internal/testenv"
 )
 
+// migrateAllButNewest gives the database at url the previous binary's schema
+// (every migration but the newest) and the pulse job's table; it returns the
+// migrations applied and the newest one's name.
+func migrateAllButNewest(t *testing.T, url string) (fstest.MapFS, string) {
+	t.Helper()
+	files, newest := repoMigrations(t)
+	delete(files, newest)
+	gooseUp(t, url, files)
+	exec1(t, url, pulsesTable)
+	return files, newest
+}
+
 // Without migrate_on_start, run compares the schema with its migrations: a
 // database without the newest one (the previous binary's schema) is refused
 // before any job runs, naming the file and the command that applies it; once
@@ -28,10 +40,7 @@ func TestRunRefusesASchemaWithoutItsNewestMigrationUntilMigrated(t *testing.T) {
 	url := testenv.PostgresDB(t)
 	env := dbEnv(url)
 	c := config{instance: "server-a", endpoints: []string{etcd.Endpoint(0)}, jobs: pulseJob}
-	files, newest := repoMigrations(t)
-	delete(files, newest)
-	gooseUp(t, url, files)
-	exec1(t, url, pulsesTable)
+	files, newest := migrateAllButNewest(t, url)
 
 	in := start(t, c, env)
 	if code := in.wait(); code != 1 {
@@ -78,10 +87,7 @@ func TestRunComparesTheSchemaOncePostgresAnswers(t *testing.T) {
 	url := pg.CreateDatabase(t)
 	env := dbEnv(url)
 	c := config{instance: "server-a", endpoints: []string{etcd.Endpoint(0)}, jobs: pulseJob}
-	files, newest := repoMigrations(t)
-	delete(files, newest)
-	gooseUp(t, url, files)
-	exec1(t, url, pulsesTable)
+	_, newest := migrateAllButNewest(t, url)
 
 	pg.Stop(t)
 	in := start(t, c, env)
