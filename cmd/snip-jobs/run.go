@@ -137,6 +137,7 @@ type runner struct {
 	lastLease    atomic.Int64 // unix nanos when the session was last seen holding a lease
 
 	schemaErr       chan error         // the schema lacks migrations, found after start-up
+	schemaPending   atomic.Bool        // the schema is still to be compared (PostgreSQL has not answered yet)
 	stopSchemaCheck context.CancelFunc // ends a schema comparison waiting for PostgreSQL; nil when none
 }
 
@@ -310,6 +311,7 @@ func (r *runner) start(ctx context.Context) error {
 	acfg := admin.Config{
 		Listen: f.HTTP.Listen, Listener: r.socks.take(socketAdmin), Mux: mux, Gatherer: reg, Instance: f.Instance, Version: versionString(),
 		DB: r.pool, Jobs: sched, Page: page, Log: r.ilog,
+		Checks: []admin.Check{{Name: "schema", Err: r.schemaReady}},
 	}
 	if r.session != nil {
 		acfg.Session = r.session
@@ -390,6 +392,7 @@ func (r *runner) checkSchema(ctx context.Context) error {
 // not fatal; it is logged once here and again only at debug level.
 func (r *runner) checkSchemaLater(ctx context.Context) {
 	ctx, r.stopSchemaCheck = context.WithCancel(ctx)
+	r.schemaPending.Store(true)
 	r.ilog.Info("the database schema is compared with this binary's migrations once PostgreSQL answers")
 	go func() {
 		t := time.NewTicker(schemaRetry)
@@ -410,10 +413,22 @@ func (r *runner) checkSchemaLater(ctx context.Context) {
 			}
 			if err != nil {
 				r.schemaErr <- err // buffered; sent once
+				return
 			}
+			r.schemaPending.Store(false)
 			return
 		}
 	}()
+}
+
+// schemaReady is /readyz's schema check: an instance is not ready before
+// its database's schema was compared with its migrations (a schema that
+// lacks one stops the process instead).
+func (r *runner) schemaReady(context.Context) error {
+	if r.schemaPending.Load() {
+		return errors.New("not yet compared with this binary's migrations (PostgreSQL has not answered since start-up)")
+	}
+	return nil
 }
 
 // startEtcd connects to the configured etcd, or starts the embedded one, and

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"io/fs"
+	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -79,7 +80,7 @@ func TestRunRefusesASchemaWithoutItsNewestMigrationUntilMigrated(t *testing.T) {
 // A database that does not answer at start is not fatal, as before the
 // schema was compared at start: run starts its jobs, compares the schema once
 // PostgreSQL answers, and then stops if the schema lacks a migration, or
-// carries on when it does not.
+// carries on when it does not. It is not ready (/readyz) until it compared.
 func TestRunComparesTheSchemaOncePostgresAnswers(t *testing.T) {
 	t.Parallel()
 	etcd := testenv.StartEtcd(t, 1)
@@ -104,11 +105,14 @@ func TestRunComparesTheSchemaOncePostgresAnswers(t *testing.T) {
 	pg.Stop(t)
 	in = start(t, c, env)
 	waitRunning(t, in)
+	if code, body := in.get("/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "not ready: schema: not yet compared") {
+		t.Errorf("/readyz before the schema was compared: %d %q; want 503 naming the schema", code, body)
+	}
 	pg.Start(t)
 	in.waitReady()
-	eventually(t, "the schema compared", func() bool {
-		return len(linesWith(in.logs(), "the database schema has every migration this binary needs")) == 1
-	})
+	if n := len(linesWith(in.logs(), "the database schema has every migration this binary needs")); n != 1 {
+		t.Errorf("ready before the schema was compared (%d lines saying it was):\n%s", n, in.logs())
+	}
 	eventually(t, "a pulse through the fence", func() bool { return len(pulses(t, url)) > 0 })
 	stop(t, in)
 }

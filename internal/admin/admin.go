@@ -4,8 +4,9 @@
 //   - GET /healthz: 200 while the process runs and serves HTTP; a liveness probe.
 //   - GET /readyz: 200 only when every readiness check passes: the etcd session
 //     holds a live lease (when the config needs etcd) and PostgreSQL answers a
-//     ping within CheckTimeout; otherwise 503 with one plain-text line per
-//     failing check. 503 "shutting down" from the moment Stopping is called.
+//     ping within CheckTimeout, and each of Config.Checks passes; otherwise
+//     503 with one plain-text line per failing check. 503 "shutting down"
+//     from the moment Stopping is called.
 //   - GET /status: JSON: the instance, its lease (from leadership.Session.Stats)
 //     and its jobs (scheduler.Status).
 //   - GET /status/…: the cluster's status page (Config.Page, package
@@ -81,6 +82,9 @@ type Config struct {
 	Session Session
 	// DB is pinged by /readyz; nil when no database is configured.
 	DB Pinger
+	// Checks are further readiness checks, run after the database's ping
+	// (each bounded by CheckTimeout) and reported as "<name>: <error>".
+	Checks []Check
 	// Jobs is shown in /status; nil until the scheduler exists (set it later
 	// with SetJobs).
 	Jobs Jobs
@@ -90,6 +94,13 @@ type Config struct {
 	// CheckTimeout bounds each readiness check (default 2 s).
 	CheckTimeout time.Duration
 	Log          *slog.Logger
+}
+
+// Check is a named readiness check: Err returns nil when the instance is
+// ready as far as this check goes.
+type Check struct {
+	Name string
+	Err  func(context.Context) error
 }
 
 // Server is the admin HTTP server.
@@ -111,6 +122,11 @@ func New(cfg Config) (s *Server, err error) {
 		return nil, errors.New("admin: Listen or Listener is required")
 	case cfg.Gatherer == nil:
 		return nil, errors.New("admin: Gatherer is required")
+	}
+	for i, c := range cfg.Checks {
+		if c.Name == "" || c.Err == nil {
+			return nil, fmt.Errorf("admin: readiness check %d needs a Name and an Err", i)
+		}
 	}
 	if cfg.Mux == nil {
 		cfg.Mux = http.NewServeMux()
@@ -215,6 +231,14 @@ func (s *Server) Ready(ctx context.Context) error {
 		cancel()
 		if err != nil {
 			errs = append(errs, fmt.Errorf("postgres: no answer to a ping within %v: %w", s.cfg.CheckTimeout, err))
+		}
+	}
+	for _, c := range s.cfg.Checks {
+		cctx, cancel := context.WithTimeout(ctx, s.cfg.CheckTimeout)
+		err := c.Err(cctx)
+		cancel()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", c.Name, err))
 		}
 	}
 	if sess := s.cfg.Session; sess != nil {

@@ -3,11 +3,13 @@ package admin_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -118,6 +120,32 @@ func TestReadyzNeedsALeaseAndAPostgresPingAndNamesWhatIsMissing(t *testing.T) {
 	}
 	if code, _ := get(t, s, "/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz while stopping: %d, want 200 (the process still runs)", code)
+	}
+}
+
+// A further readiness check (the run command's schema comparison) holds
+// /readyz at 503 under its own name while it fails, after the database's line.
+func TestReadyzNamesAFailingFurtherCheckAfterTheDatabase(t *testing.T) {
+	var pending atomic.Bool
+	pending.Store(true)
+	s := serve(t, admin.Config{Instance: "server-a", DB: pool(t, testenv.PostgresDB(t)), Checks: []admin.Check{{
+		Name: "schema",
+		Err: func(context.Context) error {
+			if pending.Load() {
+				return errors.New("not yet compared with this binary's migrations")
+			}
+			return nil
+		},
+	}}})
+	if code, body := get(t, s, "/readyz"); code != http.StatusServiceUnavailable || body != "not ready: schema: not yet compared with this binary's migrations\n" {
+		t.Errorf("/readyz with the check failing: %d %q", code, body)
+	}
+	pending.Store(false)
+	if code, body := get(t, s, "/readyz"); code != http.StatusOK || body != "ready\n" {
+		t.Errorf("/readyz with the check passing: %d %q", code, body)
+	}
+	if _, err := admin.New(admin.Config{Listen: "127.0.0.1:0", Gatherer: prometheus.NewRegistry(), Checks: []admin.Check{{Name: "x"}}}); err == nil {
+		t.Error("a check without Err was accepted")
 	}
 }
 
