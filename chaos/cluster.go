@@ -282,6 +282,7 @@ const jobsYAML = `  - name: probe
       key_file: %s
       lock_delay: 8s
       order_timeout: 10s
+      require_public_tld: false
   - name: aggregator
     type: aggregator
     singleton: true

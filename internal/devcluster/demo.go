@@ -89,6 +89,7 @@ var demoJobs = []demoJob{
       challenge_listen: {{.Challenge}}
       key_file: {{.CA.KeyFile}}
       lock_delay: 10s
+      require_public_tld: false   # the demo's names are under .test
 `},
 	{Name: "prune-heartbeats", Type: "sql", Everywhere: true, YAML: `
   # Runs on every instance (not a singleton): each prunes old heartbeats.

@@ -846,6 +846,37 @@ func TestInvalidDomainsAreReportedWhileValidOnesAreIssued(t *testing.T) {
 	c.assertOneCurrentValidCertificate("spaceless.customer.test")
 }
 
+// With require_public_tld (the default, for a public CA), names a public CA
+// refuses by policy are recorded invalid instead of ordered and backed off
+// forever: a top-level domain that is not public, a registry's suffix, more
+// labels than Let's Encrypt allows. A name under a public TLD is issued.
+func TestNamesAPublicCARefusesArePolicyInvalidWhenRequired(t *testing.T) {
+	c := newCluster(t, clusterOptions{options: func(o *certrenew.Options) { o.RequirePublicTLD = true }})
+	invalid := map[string]string{
+		"shop.customer.test":            certrenew.InvalidNotPublic,
+		"printer.local":                 certrenew.InvalidNotPublic,
+		"links.shop.comm":               certrenew.InvalidNotPublic, // a typo of .com
+		"co.uk":                         certrenew.InvalidPublicSuffix,
+		"a.b.c.d.e.f.g.h.i.example.com": certrenew.InvalidTooManyLabels,
+	}
+	for raw := range invalid {
+		c.addDomains("active", raw)
+	}
+	c.addDomains("active", "links.shop.example.co.uk", "go.bücher.example.com")
+
+	c.lead("a", 10).mustPass()
+
+	c.assertOneCurrentValidCertificate("links.shop.example.co.uk", "go.xn--bcher-kva.example.com")
+	for raw, code := range invalid {
+		if got := c.str(`SELECT coalesce((SELECT code FROM certrenew_invalid_domains WHERE domain = $1), 'not recorded')`, raw); got != code {
+			t.Errorf("%q: recorded as %q, want %q", raw, got, code)
+		}
+	}
+	if n := len(c.ca.log("newOrder")); n != 2 {
+		t.Errorf("%d orders, want 2 (one per name under a public TLD)", n)
+	}
+}
+
 func readKey(t *testing.T, file string) string {
 	t.Helper()
 	b, err := os.ReadFile(file)

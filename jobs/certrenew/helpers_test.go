@@ -79,6 +79,7 @@ func newCluster(t testing.TB, co clusterOptions) *cluster {
 	c.opts.Profile = "default"
 	c.opts.KeyFile = c.keyFile
 	c.opts.LockDelay = 300 * time.Millisecond
+	c.opts.RequirePublicTLD = false       // the tests' names are under .test, which the test CA's DNS resolves
 	c.opts.OrderTimeout = 3 * time.Second // lego polls a finalizing order every 50 ms
 	if co.options != nil {
 		co.options(&c.opts)

@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/net/idna"
+	"golang.org/x/net/publicsuffix"
 )
 
 // Reasons a custom domain cannot get a certificate (InvalidNameError.Code).
@@ -25,13 +26,18 @@ const (
 	InvalidHyphen        = "hyphen"
 	InvalidReservedLabel = "reserved_label"
 	InvalidSingleLabel   = "single_label"
+	InvalidTooManyLabels = "too_many_labels"
+	InvalidPublicSuffix  = "public_suffix"
 	InvalidIDN           = "idn"
+	InvalidNotPublic     = "not_public" // CheckPublicTLD
 )
 
-// Limits of DNS names (RFC 1035 §2.3.4, in the dotted text form).
+// Limits of DNS names (RFC 1035 §2.3.4, in the dotted text form), and
+// Let's Encrypt's limit on their labels (boulder's policy: 10).
 const (
 	maxNameLength  = 253
 	maxLabelLength = 63
+	maxLabels      = 10
 )
 
 // InvalidNameError says why a custom domain cannot get a certificate.
@@ -81,8 +87,12 @@ var idnaMapping = idna.New(
 // (URL parsers read them as IPv4 addresses), more than 253 characters, labels
 // over 63 or empty, characters other than letters, digits and inner hyphens,
 // labels with "--" as 3rd and 4th characters but not xn--, single-label names,
-// and internationalised names IDNA2008 refuses (emoji, mixed scripts the bidi
-// rule forbids, invalid xn-- labels).
+// names of more than 10 labels (Let's Encrypt's limit), names that are
+// themselves a public suffix in the ICANN section of the Public Suffix List
+// ("co.uk": it belongs to a registry, not a customer), and internationalised
+// names IDNA2008 refuses (emoji, mixed scripts the bidi rule forbids, invalid
+// xn-- labels). Whether the name ends in a public top-level domain is
+// CheckPublicTLD's question.
 func NormalizeDomain(raw string) (string, error) {
 	bad := func(code, format string, args ...any) (string, error) {
 		return "", &InvalidNameError{Domain: raw, Code: code, Reason: fmt.Sprintf(format, args...)}
@@ -151,6 +161,12 @@ func NormalizeDomain(raw string) (string, error) {
 	if len(labels) < 2 {
 		return bad(InvalidSingleLabel, "a single label; public certificates need a registered domain")
 	}
+	if len(labels) > maxLabels {
+		return bad(InvalidTooManyLabels, "%d labels; Let's Encrypt issues for names of at most %d", len(labels), maxLabels)
+	}
+	if suffix, icann := publicsuffix.PublicSuffix(name); icann && suffix == name {
+		return bad(InvalidPublicSuffix, "%s is a public suffix (a registry's, like co.uk), not a domain a customer can hold", name)
+	}
 	// xn-- labels, as written or converted from Unicode: they must be valid
 	// punycode of a valid label (hyphens included: "-bücher" is not), or the
 	// CA refuses the order.
@@ -169,6 +185,23 @@ func NormalizeDomain(raw string) (string, error) {
 		}
 	}
 	return name, nil
+}
+
+// CheckPublicTLD refuses a name (as NormalizeDomain returns it) whose
+// top-level domain is not in the ICANN section of the Public Suffix List, as
+// Let's Encrypt does ("Domain name does not end with a valid public suffix"):
+// internal names (.local, .internal, .lan), reserved ones (.test, .example,
+// .invalid, .localhost) and typos (.comm). The list is the one built into
+// golang.org/x/net/publicsuffix: a TLD delegated after that version was
+// released is refused until the module is updated (the renewer's
+// require_public_tld: false turns the check off).
+func CheckPublicTLD(raw, name string) error {
+	tld := name[strings.LastIndexByte(name, '.')+1:]
+	if _, icann := publicsuffix.PublicSuffix(tld); !icann {
+		return &InvalidNameError{Domain: raw, Code: InvalidNotPublic,
+			Reason: fmt.Sprintf("the top-level domain %q is not a public one (not in the ICANN section of the Public Suffix List); public CAs refuse it", tld)}
+	}
+	return nil
 }
 
 // notIDNA2008 checks the Unicode form of an ASCII name against the core rule

@@ -36,6 +36,36 @@ func TestNormalizeDomainAcceptsHostNamesInTheirASCIIForm(t *testing.T) {
 	}
 }
 
+// Public CAs issue only under a top-level domain in the ICANN section of the
+// Public Suffix List; a private suffix ("github.io") sits under one (".io").
+func TestCheckPublicTLDAcceptsOnlyICANNTopLevelDomains(t *testing.T) {
+	for name, public := range map[string]bool{
+		"shop.example.com":      true,
+		"links.shop.co.uk":      true,
+		"user.github.io":        true,
+		"github.io":             true,
+		"xn--80aswg.xn--p1ai":   true, // сайт.рф
+		"a.b.c.d.e.f.g.h.i.com": true,
+		"shop.customer.test":    false,
+		"printer.local":         false,
+		"nas.home.arpa":         true, // .arpa is an ICANN TLD; its names fail at the CA, not here
+		"intranet.corp":         false,
+		"svc.internal":          false,
+		"shop.example.comm":     false,
+		"shop.example":          false,
+		"shop.localhost":        false,
+	} {
+		err := certrenew.CheckPublicTLD(name, name)
+		var ie *certrenew.InvalidNameError
+		switch {
+		case public && err != nil:
+			t.Errorf("CheckPublicTLD(%q) = %v; want nil", name, err)
+		case !public && (!errors.As(err, &ie) || ie.Code != certrenew.InvalidNotPublic || ie.Domain != name):
+			t.Errorf("CheckPublicTLD(%q) = %#v; want an InvalidNameError with code %s", name, err, certrenew.InvalidNotPublic)
+		}
+	}
+}
+
 func TestNormalizeDomainRefusesWithAReason(t *testing.T) {
 	for raw, code := range map[string]string{
 		"":                                       certrenew.InvalidEmpty,
@@ -56,15 +86,18 @@ func TestNormalizeDomainRefusesWithAReason(t *testing.T) {
 		"10.0.0.300":                             certrenew.InvalidIPAddress, // numeric last label
 		"192.0.2.1:443":                          certrenew.InvalidIPAddress, // with a port
 		"[2001:db8::1]:443":                      certrenew.InvalidIPAddress,
-		"0x7f.0x0.0x0.0x1":                       certrenew.InvalidIPAddress, // the last label a number (WHATWG "ends in a number"): 127.0.0.1 to a browser
-		"1.0x7f":                                 certrenew.InvalidIPAddress, // 1.0.0.127
-		"a.0X1F":                                 certrenew.InvalidIPAddress, // not an address: the browser refuses the URL
-		"shop.example.0x":                        certrenew.InvalidIPAddress, // 0x alone is 0
-		"shop.example.017":                       certrenew.InvalidIPAddress, // octal
-		"shop.example.09":                        certrenew.InvalidIPAddress, // a number, though no octal one
-		"shop.example.０ｘ１Ｆ":                      certrenew.InvalidIPAddress, // full-width, mapped to 0x1f
-		"123":                                    certrenew.InvalidIPAddress, // one label, still an address: 0.0.0.123
-		"0x7f000001":                             certrenew.InvalidIPAddress, // 127.0.0.1
+		"0x7f.0x0.0x0.0x1":                       certrenew.InvalidIPAddress,    // the last label a number (WHATWG "ends in a number"): 127.0.0.1 to a browser
+		"1.0x7f":                                 certrenew.InvalidIPAddress,    // 1.0.0.127
+		"co.uk":                                  certrenew.InvalidPublicSuffix, // a registry's, in the PSL's ICANN section
+		"Com.AU":                                 certrenew.InvalidPublicSuffix,
+		"a.b.c.d.e.f.g.h.i.example.com":          certrenew.InvalidTooManyLabels, // 11; Let's Encrypt's limit is 10
+		"a.0X1F":                                 certrenew.InvalidIPAddress,     // not an address: the browser refuses the URL
+		"shop.example.0x":                        certrenew.InvalidIPAddress,     // 0x alone is 0
+		"shop.example.017":                       certrenew.InvalidIPAddress,     // octal
+		"shop.example.09":                        certrenew.InvalidIPAddress,     // a number, though no octal one
+		"shop.example.０ｘ１Ｆ":                      certrenew.InvalidIPAddress,     // full-width, mapped to 0x1f
+		"123":                                    certrenew.InvalidIPAddress,     // one label, still an address: 0.0.0.123
+		"0x7f000001":                             certrenew.InvalidIPAddress,     // 127.0.0.1
 		strings.Repeat("a", 64) + ".example":     certrenew.InvalidLabelTooLong,
 		strings.Repeat("abcdefghi.", 26) + "com": certrenew.InvalidTooLong, // 263 characters
 		strings.Repeat("x", 5000):                certrenew.InvalidTooLong,

@@ -68,6 +68,11 @@ type Options struct {
 	// Statuses are the custom_domains.status values that want a
 	// certificate. Default [active].
 	Statuses []string `yaml:"statuses"`
+	// RequirePublicTLD marks invalid (not_public) the names whose
+	// top-level domain is not a public one (CheckPublicTLD), which public
+	// CAs refuse, instead of ordering for them and backing off forever.
+	// Default true; false for a private or test CA (names under .test).
+	RequirePublicTLD bool `yaml:"require_public_tld"`
 
 	// OrderTimeout bounds lego's wait for a finalized order (it polls 60
 	// times within it). Default 30s.
@@ -111,6 +116,7 @@ func DefaultOptions() Options {
 		ShortRenewFraction: 0.5,
 		ShortLifetime:      DefaultShortLifetime,
 		Statuses:           []string{"active"},
+		RequirePublicTLD:   true,
 		OrderTimeout:       DefaultOrderTimeout,
 		UnavailablePause:   DefaultUnavailablePause,
 		NewDomainCheck:     DefaultNewDomainCheck,

@@ -37,6 +37,7 @@ func schedulerCluster(t *testing.T) (*jobtest.Cluster, *testCA, certrenew.Option
 	opts := certrenew.DefaultOptions()
 	opts.Directory, opts.CARootsFile, opts.Profile = ca.dirURL, ca.rootsFile, "default"
 	opts.KeyFile = writeKeyFile(t, newKey(t))
+	opts.RequirePublicTLD = false // names under .test
 	return jc, ca, opts
 }
 

@@ -99,6 +99,9 @@ func (p *pass) load(ctx context.Context) (err error) {
 	var names []string
 	for _, s := range srcs {
 		name, err := NormalizeDomain(s.raw)
+		if err == nil && p.opts.RequirePublicTLD {
+			err = CheckPublicTLD(s.raw, name)
+		}
 		if err != nil {
 			var ie *InvalidNameError
 			errors.As(err, &ie)
