@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -1022,6 +1023,73 @@ func TestFailingDomainBacksOffWithoutStoppingOthers(t *testing.T) {
 	}
 	if got := c.inst["a"].counter("snip_certrenew_certificates", "state", certrenew.StateFailing); got != 1 {
 		t.Errorf("certificates{state=failing}: %v, want 1", got)
+	}
+}
+
+// An operator's retry request (certs retry) makes the next pass order for a
+// backing-off domain at once; the leader, not the operator, clears the
+// back-off, fenced, and the failure count goes on. Asking for a domain that
+// is not backing off, or for an invalid name, records nothing. List shows
+// each domain's state as the renewer sees it.
+func TestAnOperatorsRetryRequestEndsTheBackOffAtTheNextPass(t *testing.T) {
+	c := newCluster(t, clusterOptions{})
+	const blocked, fine = "blocked.customer.test", "fine.customer.test"
+	c.addDomains("active", blocked, fine, "bad name.customer.test")
+	if err := c.ca.db.AddBlockedDomain(blocked); err != nil { // the CA's policy refuses it
+		t.Fatal(err)
+	}
+	leader := c.lead("a", 10)
+	leader.mustPass()
+	ctx := context.Background()
+
+	list, err := certrenew.List(ctx, c.pool, c.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	states := map[string]string{}
+	for _, s := range list {
+		states[s.Domain] = s.State + "/" + s.ErrorReason
+	}
+	want := map[string]string{
+		"bad name.customer.test": certrenew.StateInvalid + "/" + certrenew.InvalidWhitespace,
+		blocked:                  certrenew.StateFailing + "/" + certrenew.ReasonRejected,
+		fine:                     certrenew.StateValid + "/",
+	}
+	if !maps.Equal(states, want) {
+		t.Errorf("List: %v, want %v", states, want)
+	}
+
+	if _, err := certrenew.RequestRetry(ctx, c.pool, c.opts, fine, "ops@test"); !errors.Is(err, certrenew.ErrNotBackingOff) {
+		t.Errorf("retry of a domain with a valid certificate: %v, want ErrNotBackingOff", err)
+	}
+	var ie *certrenew.InvalidNameError
+	if _, err := certrenew.RequestRetry(ctx, c.pool, c.opts, "bad name.customer.test", "ops@test"); !errors.As(err, &ie) {
+		t.Errorf("retry of an invalid name: %v, want an InvalidNameError", err)
+	}
+	if n := c.int(`SELECT count(*) FROM certrenew_retry_requests`); n != 0 {
+		t.Fatalf("%d requests recorded for names that cannot be retried", n)
+	}
+
+	leader.mustPass() // inside the back-off: no order
+	if n := len(c.ca.ordersFor(blocked)); n != 1 {
+		t.Fatalf("%d orders during the back-off, want 1", n)
+	}
+	r, err := certrenew.RequestRetry(ctx, c.pool, c.opts, "BLOCKED.customer.test", "ops@test")
+	if err != nil || r.Name != blocked || r.Failures != 1 || r.ErrorReason != certrenew.ReasonRejected {
+		t.Fatalf("RequestRetry: %+v, %v", r, err)
+	}
+	if n := c.int(`SELECT count(*) FROM certrenew_domains WHERE domain = $1 AND next_attempt_at > now()`, blocked); n != 1 {
+		t.Error("the request changed the renewer's state itself; only the leader may")
+	}
+	leader.mustPass()
+	if n := len(c.ca.ordersFor(blocked)); n != 2 {
+		t.Errorf("%d orders after the retry request, want 2", n)
+	}
+	if n := c.int(`SELECT count(*) FROM certrenew_retry_requests`); n != 0 {
+		t.Errorf("the request is still there after the pass that handled it")
+	}
+	if n := c.int(`SELECT failures FROM certrenew_domains WHERE domain = $1 AND token = 10`, blocked); n != 2 {
+		t.Errorf("failures after the retried order failed again: %d, want 2 (written by the leader)", n)
 	}
 }
 

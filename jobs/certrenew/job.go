@@ -70,29 +70,32 @@ type job struct {
 	log   *slog.Logger
 	m     *metrics
 	dns   DNS01Provider
-	// seen is the fingerprint of the wanted custom_domains rows as the last
-	// pass on this instance loaded them (nil before the first): only a hint
-	// for Wake, never a reason to skip work.
+	// seen is the fingerprint (fingerprint) of what the last pass on this
+	// instance loaded and left (nil before the first): only a hint for
+	// Wake, never a reason to skip work.
 	seen atomic.Pointer[string]
 }
 
-// domainsFingerprint is a digest of the wanted custom_domains rows: any row
-// added, removed or changing status changes it.
-func (j *job) domainsFingerprint(ctx context.Context, q interface {
+// fingerprint is a digest of the wanted custom_domains rows (any row added,
+// removed or changing status changes it) and, after a slash, of the
+// operators' retry requests ("" when there are none).
+func (j *job) fingerprint(ctx context.Context, q interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
-}) (string, error) {
-	var fp string
-	err := q.QueryRow(ctx, `SELECT coalesce(md5(string_agg(domain, E'\n' ORDER BY domain)), '')
-		FROM custom_domains WHERE status = ANY($1)`, j.opts.Statuses).Scan(&fp)
-	return fp, err
+}) (domains, requests string, err error) {
+	err = q.QueryRow(ctx, `SELECT
+			(SELECT coalesce(md5(string_agg(domain, E'\n' ORDER BY domain)), '') FROM custom_domains WHERE status = ANY($1)),
+			(SELECT coalesce(md5(string_agg(domain || ' ' || requested_at, E'\n' ORDER BY domain)), '') FROM certrenew_retry_requests)`,
+		j.opts.Statuses).Scan(&domains, &requests)
+	return domains, requests, err
 }
 
 // Wake implements scheduler.Waker: between passes, every NewDomainCheck, the
 // leader compares the wanted custom_domains with what its last pass loaded,
-// and wakes for a pass at once when they differ (a new domain gets its
-// first certificate within about NewDomainCheck, not at the next interval).
-// A domain the pass could not certify does not wake it again: the rows did
-// not change.
+// and looks for retry requests (certs retry), and wakes for a pass at once
+// when the domains differ or a request waits (a new domain gets its first
+// certificate within about NewDomainCheck, not at the next interval). A
+// domain the pass could not certify does not wake it again: the rows did not
+// change.
 func (j *job) Wake(ctx context.Context) <-chan struct{} {
 	woke := make(chan struct{}, 1)
 	if j.opts.NewDomainCheck <= 0 {
@@ -107,7 +110,8 @@ func (j *job) Wake(ctx context.Context) <-chan struct{} {
 				return
 			case <-t.C:
 			}
-			fp, err := j.domainsFingerprint(ctx, j.pool)
+			domains, requests, err := j.fingerprint(ctx, j.pool)
+			fp := domains + "/" + requests
 			if err != nil {
 				if ctx.Err() == nil {
 					j.log.DebugContext(ctx, "cannot look for new custom domains; trying again", "err", err)
@@ -115,7 +119,7 @@ func (j *job) Wake(ctx context.Context) <-chan struct{} {
 				continue
 			}
 			if last := j.seen.Load(); last == nil || *last != fp {
-				j.log.InfoContext(ctx, "custom domains changed since the last pass; running one now")
+				j.log.InfoContext(ctx, "custom domains changed, or a retry was requested, since the last pass; running one now")
 				woke <- struct{}{}
 				return
 			}

@@ -169,6 +169,10 @@ func (p *pass) work(ctx context.Context) error {
 	if err := p.load(ctx); err != nil {
 		return fmt.Errorf("certrenew: load domains: %w", err)
 	}
+	if err := p.applyRetryRequests(ctx); err != nil {
+		p.checkStale(err)
+		return fmt.Errorf("certrenew: retry requests: %w", err)
+	}
 	if err := p.recordInvalid(ctx); err != nil {
 		p.checkStale(err)
 		return fmt.Errorf("certrenew: record invalid domains: %w", err)
@@ -251,15 +255,23 @@ func (p *pass) settleAll() {
 
 // stateOf is a domain's certificate state (the metric's label).
 func (p *pass) stateOf(d *domain) string {
-	now := p.now()
+	if d.cert == nil {
+		return stateAt(p.now(), d.failures, nil, nil)
+	}
+	return stateAt(p.now(), d.failures, &d.cert.notAfter, &d.cert.renewAt)
+}
+
+// stateAt is the state of a valid name at now, given its failures and its
+// current certificate's not-after and renewal instant (nil: no certificate).
+func stateAt(now time.Time, failures int, notAfter, renewAt *time.Time) string {
 	switch {
-	case d.cert == nil && d.failures > 0:
+	case notAfter == nil && failures > 0:
 		return StateFailing
-	case d.cert == nil:
+	case notAfter == nil:
 		return StatePending
-	case !now.Before(d.cert.notAfter):
+	case !now.Before(*notAfter):
 		return StateExpired
-	case !now.Before(d.cert.renewAt):
+	case !now.Before(*renewAt):
 		return StateDue
 	}
 	return StateValid

@@ -74,6 +74,44 @@ func TestANewDomainIsCertifiedWithoutWaitingForTheNextInterval(t *testing.T) {
 	}
 }
 
+// A retry request wakes the leader between passes too: the backing-off
+// domain is ordered again within new_domain_check, not at the next interval,
+// and the handled request does not wake it again.
+func TestARetryRequestWakesTheLeader(t *testing.T) {
+	jc, ca, opts := schedulerCluster(t)
+	opts.NewDomainCheck = 100 * time.Millisecond
+	const blocked = "blocked.customer.test"
+	if err := ca.db.AddBlockedDomain(blocked); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Exec(t, jc.DB, `INSERT INTO custom_domains (domain) VALUES ($1)`, blocked)
+	job := configs.Job{Name: jobName, Type: "certrenew", Singleton: true, Grace: 2 * time.Second,
+		Schedule: configs.Schedule{Kind: configs.Interval, Every: time.Hour}, Options: &opts}
+	jc.Start("a", jobtest.Registry(t, certrenew.Type()), []configs.Job{job})
+	count := func(sql string, args ...any) int64 { return testenv.Value[int64](t, jc.DB, sql, args...) }
+	passes := func() int64 {
+		return count(`SELECT count(*) FROM job_runs WHERE job = $1 AND finished_at IS NOT NULL`, jobName)
+	}
+	jobtest.Eventually(t, "the first pass, its order refused", func() bool {
+		return passes() == 1 && count(`SELECT count(*) FROM certrenew_domains WHERE failures = 1`) == 1
+	})
+	if _, err := certrenew.RequestRetry(context.Background(), jc.DB, opts, blocked, "ops@test"); err != nil {
+		t.Fatal(err)
+	}
+	jobtest.Eventually(t, "the domain ordered again", func() bool {
+		return count(`SELECT count(*) FROM certrenew_domains WHERE failures = 2`) == 1
+	})
+	jobtest.Eventually(t, "two seconds without a pass", func() bool {
+		return count(`SELECT count(*) FROM job_runs WHERE job = $1 AND (finished_at IS NULL OR finished_at > now() - interval '2 seconds')`, jobName) == 0
+	})
+	if n := passes(); n != 2 {
+		t.Errorf("%d passes, want 2: the start of the term, and one for the request", n)
+	}
+	if n := len(ca.ordersFor(blocked)); n != 2 {
+		t.Errorf("%d orders, want 2", n)
+	}
+}
+
 // Under the real scheduler, on real etcd terms: three instances run the
 // renewer every 200 ms; the leader's process crashes as its challenge is on
 // its way to the CA. The next leader (a higher token, after the lease expired) waits

@@ -71,12 +71,16 @@ func (p *pass) load(ctx context.Context) (err error) {
 
 	// Taken before the rows are read: a row committed in between makes the
 	// next look differ (one more pass), never the reverse (a row missed).
-	fp, err := p.j.domainsFingerprint(ctx, db)
+	// The requests' part is left empty: the pass handles (deletes) every
+	// request it reads, so a request still there at the next look is one it
+	// did not see.
+	domainsFP, _, err := p.j.fingerprint(ctx, db)
 	if err != nil {
 		return err
 	}
 	defer func() {
 		if err == nil {
+			fp := domainsFP + "/"
 			p.j.seen.Store(&fp)
 		}
 	}()
@@ -98,10 +102,7 @@ func (p *pass) load(ctx context.Context) (err error) {
 	byName := map[string]*domain{}
 	var names []string
 	for _, s := range srcs {
-		name, err := NormalizeDomain(s.raw)
-		if err == nil && p.opts.RequirePublicTLD {
-			err = CheckPublicTLD(s.raw, name)
-		}
+		name, err := p.opts.certName(s.raw)
 		if err != nil {
 			var ie *InvalidNameError
 			errors.As(err, &ie)
