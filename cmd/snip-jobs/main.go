@@ -33,7 +33,7 @@ type command struct {
 }
 
 func commands() []command {
-	return []command{runCommand(), devCommand(), validateCommand(), migrateCommand(), statusCommand(), resignCommand(), reportCommand(), versionCommand()}
+	return []command{runCommand(), devCommand(), validateCommand(), migrateCommand(), statusCommand(), resignCommand(), reportCommand(), certsCommand(), versionCommand()}
 }
 
 // cli is what commands write to.

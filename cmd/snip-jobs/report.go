@@ -51,7 +51,7 @@ or after a fix. The write is fenced like the job's own runs of that week:
 					writeLines(c.stderr, "", err.Error())
 					return &exitError{code: 2, err: errSilent}
 				}
-				spec, err := reportJob(f, *job)
+				spec, err := jobOfType(f, "weeklyreport", *job)
 				if err != nil {
 					return &exitError{code: 2, err: err}
 				}
@@ -106,11 +106,12 @@ or after a fix. The write is fenced like the job's own runs of that week:
 	}
 }
 
-// reportJob finds the weeklyreport job: the one named, or the only one.
-func reportJob(f *configs.File, name string) (configs.Job, error) {
+// jobOfType finds the config's job of type typ: the one named, or the only
+// one.
+func jobOfType(f *configs.File, typ, name string) (configs.Job, error) {
 	var found []configs.Job
 	for _, j := range f.Jobs {
-		if j.Type == "weeklyreport" && (name == "" || j.Name == name) {
+		if j.Type == typ && (name == "" || j.Name == name) {
 			found = append(found, j)
 		}
 	}
@@ -118,11 +119,11 @@ func reportJob(f *configs.File, name string) (configs.Job, error) {
 	case len(found) == 1:
 		return found[0], nil
 	case name != "":
-		return configs.Job{}, fmt.Errorf("%s: no weeklyreport job called %q", f.Path, name)
+		return configs.Job{}, fmt.Errorf("%s: no %s job called %q", f.Path, typ, name)
 	case len(found) == 0:
-		return configs.Job{}, fmt.Errorf("%s: no job of type weeklyreport", f.Path)
+		return configs.Job{}, fmt.Errorf("%s: no job of type %s", f.Path, typ)
 	default:
-		return configs.Job{}, fmt.Errorf("%s: several weeklyreport jobs; name one with --job", f.Path)
+		return configs.Job{}, fmt.Errorf("%s: several %s jobs; name one with --job", f.Path, typ)
 	}
 }
 

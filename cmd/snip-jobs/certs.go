@@ -1,0 +1,155 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/snip/snip-jobs/jobs/certrenew"
+	"github.com/snip/snip-jobs/scheduler"
+)
+
+func certsCommand() command {
+	return command{
+		name:    "certs",
+		args:    "list | retry DOMAIN...",
+		summary: "show each custom domain's certificate, or retry a failing domain now",
+		about: `certs list shows every wanted custom domain as the certificate renewer sees it:
+its state (valid, due, expired, pending, failing, invalid), its certificate's
+not-after and renewal instant, an order in flight, its failures, when it will be
+tried again, and the last error (or why its name is invalid). It only reads
+PostgreSQL. --failing shows only the domains that are not valid; --json prints
+the same as JSON.
+
+certs retry DOMAIN... asks the renewer to try each domain at its next pass
+instead of at the end of its back-off (which grows to a day), once the cause of
+its failures is fixed: its DNS points at Snip again, its CAA record allows the
+CA. Only a request is written; the leader clears the back-off in its own fenced
+transaction, and wakes for it within new_domain_check. Every order counts
+against order_budget and the CA's limits: retry after the fix, not before. A
+domain that is not backing off, or an invalid name, is an error (exit 1).`,
+		flags: func(fs *flag.FlagSet, c *cli) func(context.Context, []string) error {
+			path := configFlag(fs)
+			job := fs.String("job", "", "the certrenew job's name (default: the config's only certrenew job)")
+			asJSON := fs.Bool("json", false, "list: print JSON instead of a table")
+			failing := fs.Bool("failing", false, "list: only the domains whose state is not valid")
+			return func(ctx context.Context, args []string) error {
+				switch {
+				case len(args) == 1 && args[0] == "list":
+				case len(args) > 1 && args[0] == "retry":
+				default:
+					return usageError("usage: certs list [--failing] [--json] | certs retry DOMAIN...")
+				}
+				f, err := loadConfig(*path)
+				if err != nil {
+					writeLines(c.stderr, "", err.Error())
+					return &exitError{code: 2, err: errSilent}
+				}
+				spec, err := jobOfType(f, "certrenew", *job)
+				if err != nil {
+					return &exitError{code: 2, err: err}
+				}
+				opts, err := scheduler.Options(spec, certrenew.DefaultOptions())
+				if err != nil {
+					return &exitError{code: 2, err: err}
+				}
+				ctx, cancel := context.WithTimeout(ctx, time.Minute)
+				defer cancel()
+				pool, err := openPool(ctx, f, "certs")
+				if err != nil {
+					return err
+				}
+				defer pool.Close()
+				if args[0] == "list" {
+					list, err := certrenew.List(ctx, pool, opts)
+					if err != nil {
+						return err
+					}
+					if *failing {
+						kept := list[:0]
+						for _, d := range list {
+							if d.State != certrenew.StateValid {
+								kept = append(kept, d)
+							}
+						}
+						list = kept
+					}
+					if *asJSON {
+						enc := json.NewEncoder(c.stdout)
+						enc.SetIndent("", "  ")
+						return enc.Encode(list)
+					}
+					printCerts(c.stdout, list)
+					return nil
+				}
+				host, _ := os.Hostname()
+				var failed bool
+				for _, raw := range args[1:] {
+					r, err := certrenew.RequestRetry(ctx, pool, opts, raw, "operator@"+host)
+					if err != nil {
+						failed = true
+						var ie *certrenew.InvalidNameError
+						switch {
+						case errors.As(err, &ie):
+							fmt.Fprintf(c.stderr, "snip-jobs certs retry: %q: invalid name (%s): %s\n", raw, ie.Code, ie.Reason)
+						case errors.Is(err, certrenew.ErrNotBackingOff):
+							fmt.Fprintf(c.stderr, "snip-jobs certs retry: %s has no back-off to end (no failure recorded, or its next attempt is already due): nothing to retry\n", r.Name)
+						default:
+							fmt.Fprintf(c.stderr, "snip-jobs certs retry: %q: %v\n", raw, err)
+						}
+						continue
+					}
+					fmt.Fprintf(c.stdout, "%s: retry requested (%d failure(s), last %s; would have been tried at %s); the leader tries it at its next pass\n",
+						r.Name, r.Failures, r.ErrorReason, r.NextAttempt.UTC().Format(time.RFC3339))
+				}
+				if failed {
+					return errSilent
+				}
+				return nil
+			}
+		},
+	}
+}
+
+// printCerts prints certs list's table.
+func printCerts(w io.Writer, list []certrenew.DomainStatus) {
+	at := func(t *time.Time) string {
+		if t == nil {
+			return "-"
+		}
+		return t.UTC().Format("2006-01-02 15:04Z")
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "DOMAIN\tSTATE\tNOT AFTER\tRENEW AT\tORDER SINCE\tFAILURES\tNEXT ATTEMPT\tREASON")
+	var errs []string
+	for _, d := range list {
+		next := at(d.NextAttempt)
+		if d.RetryAsked != nil {
+			next += " (retry requested)"
+		}
+		reason := d.ErrorReason
+		if reason == "" {
+			reason = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", d.Domain, d.State, at(d.NotAfter), at(d.RenewAt), at(d.OrderStarted), d.Failures, next, reason)
+		if d.Error != "" {
+			errs = append(errs, fmt.Sprintf("%s: %s", d.Domain, d.Error))
+		}
+	}
+	tw.Flush()
+	if len(errs) > 0 {
+		fmt.Fprintln(w)
+		for _, e := range errs {
+			fmt.Fprintln(w, e)
+		}
+	}
+	if len(list) == 0 {
+		fmt.Fprintln(w, "(no wanted custom domains)")
+	}
+}
