@@ -285,10 +285,12 @@ func TestUnavailableCAPausesTheWholeRenewer(t *testing.T) {
 
 // The leader is killed in the middle of an order (its term ends without
 // handing over), before the CA took its challenge: the order stays pending.
-// Its successor waits the lock-delay after the dead term was last seen,
-// orders again with the same key, and stores one current certificate.
-func TestLeaderKilledMidOrderIsResumedBySuccessor(t *testing.T) {
-	c := newCluster(t, clusterOptions{})
+// Its successor resumes that order — answers its challenge, finalizes it
+// with the key recorded with it — at once (the lock-delay is an hour here:
+// resuming orders nothing), and stores one current certificate. The CA sees
+// one order.
+func TestAPendingOrderOfAKilledLeaderIsCompletedByTheSuccessorWithoutOrderingAgain(t *testing.T) {
+	c := newCluster(t, clusterOptions{options: func(o *certrenew.Options) { o.LockDelay = time.Hour }})
 	const d = "killed.customer.test"
 	c.addDomains("active", d)
 	leader := c.lead("a", 10)
@@ -300,22 +302,59 @@ func TestLeaderKilledMidOrderIsResumedBySuccessor(t *testing.T) {
 		}
 		pebble()
 	})
-	err := leader.pass()
-	if !errors.Is(err, context.Canceled) {
+	if err := leader.pass(); !errors.Is(err, context.Canceled) {
 		t.Fatalf("killed leader's pass: %v, want context.Canceled", err)
 	}
 	c.ca.setHook(nil)
 	if tok := c.int(`SELECT order_token FROM certrenew_domains WHERE domain = $1`, d); tok != 10 {
 		t.Fatalf("order in flight recorded with token %d, want 10", tok)
 	}
+	inflightKey := c.inflightKey(d)
+
+	c.lead("b", 20).mustPass()
+
+	if n := len(c.ca.ordersFor(d)); n != 1 {
+		t.Errorf("%d orders placed, want 1: the successor ordered again instead of resuming", n)
+	}
+	if n := len(c.ca.log("finalize")); n != 1 {
+		t.Errorf("%d finalize requests, want 1", n)
+	}
+	c.assertRecovered(d, "b", 20)
+	if r := c.str(`SELECT string_agg(result || ':' || token, ',' ORDER BY id) FROM certrenew_orders WHERE domain = $1`, d); r != "issued:10" {
+		t.Errorf("order log %q, want issued:10 (the order token 10 placed, finished by its successor)", r)
+	}
+	if st := c.str(`SELECT state FROM certrenew_terms WHERE token = 10`); st != "running" {
+		t.Errorf("dead term's row: %q, want running: the successor had no reason to wait out the lock-delay", st)
+	}
+	c.assertKeyOf(d, inflightKey)
+}
+
+// The leader is killed as its new order is on its way, before the CA made
+// it: the successor knows of an order in flight but not where the CA has it
+// (if anywhere). It waits the lock-delay after the dead term was last seen,
+// orders again with the same key, and stores one current certificate.
+func TestAnOrderThatNeverReachedTheCAIsOrderedAgainAfterTheLockDelay(t *testing.T) {
+	c := newCluster(t, clusterOptions{})
+	const d = "killed.customer.test"
+	c.addDomains("active", d)
+	leader := c.lead("a", 10)
+	c.ca.setHook(func(ev *caEvent, w http.ResponseWriter, pebble func()) {
+		if ev.Kind == "newOrder" && ev.Domains[0] == d {
+			leader.kill()
+			problem(w, http.StatusInternalServerError, "urn:ietf:params:acme:error:serverInternal", "lost", "")
+			return
+		}
+		pebble()
+	})
+	if err := leader.pass(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("killed leader's pass: %v, want context.Canceled", err)
+	}
+	c.ca.setHook(nil)
 	if st := c.str(`SELECT state FROM certrenew_terms WHERE token = 10`); st != "running" {
 		t.Fatalf("killed term's row: %q, want running (it could not say goodbye)", st)
 	}
 	lastSeen := c.time(`SELECT seen_at FROM certrenew_terms WHERE token = 10`)
-	var inflightKey []byte
-	if err := c.pool.QueryRow(context.Background(), `SELECT order_key_sealed FROM certrenew_domains WHERE domain = $1`, d).Scan(&inflightKey); err != nil {
-		t.Fatal(err)
-	}
+	inflightKey := c.inflightKey(d)
 
 	before := len(c.ca.log("newOrder"))
 	c.lead("b", 20).mustPass()
@@ -331,24 +370,13 @@ func TestLeaderKilledMidOrderIsResumedBySuccessor(t *testing.T) {
 		t.Errorf("dead term's row after the successor waited: %q, want lapsed", st)
 	}
 	c.assertOneCurrentValidCertificate(d)
-	cur := c.current(d)
-	if cur.Token != 20 {
+	if cur := c.current(d); cur.Token != 20 {
 		t.Errorf("current certificate stored by token %d, want 20", cur.Token)
-	}
-	if n := c.int(`SELECT count(*) FROM certrenew_certificates WHERE domain = $1`, d); n != 1 {
-		t.Errorf("%d certificates stored for %s, want 1", n, d)
 	}
 	if r := c.str(`SELECT string_agg(result || ':' || token, ',' ORDER BY id) FROM certrenew_orders WHERE domain = $1`, d); r != "abandoned:10,issued:20" {
 		t.Errorf("order log %q, want abandoned:10,issued:20", r)
 	}
-	// Resumed with the key the dead term stored with its order.
-	keyPEM, err := c.keys.Open(inflightKey, "snip-jobs certrenew certificate key\x00"+d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(keyPEM) != string(cur.KeyPEM) {
-		t.Errorf("the successor did not reuse the key of the interrupted order")
-	}
+	c.assertKeyOf(d, inflightKey) // ordered again with the key the dead term stored with its order
 }
 
 // A term that ends while lego waits for the CA to issue (the order still
@@ -519,59 +547,100 @@ func TestTheSuccessorStoresAnIssuedCertificateWithoutWaitingForTheLockDelay(t *t
 }
 
 // An earlier term paused (not dead) with its challenge on the way to the CA:
-// the successor finds the order pending (nothing it can finish), and waits
-// out the lock-delay before ordering. The challenge and the finalize arrive
-// meanwhile and the CA issues; the successor, looking again once the
-// lock-delay has passed, stores that certificate instead of ordering a
-// second one.
-func TestAnOrderIssuedDuringTheLockDelayIsStoredNotOrderedAgain(t *testing.T) {
+// the successor finds the order pending and finishes it at once (the
+// lock-delay is an hour): it answers the challenge and finalizes. The paused
+// leader's own challenge, arriving later, is refused by the CA (the challenge
+// is no longer pending), and its pass ends without a write: one order, one
+// finalize, one certificate.
+func TestAPausedLeadersPendingOrderIsFinishedByTheSuccessorAndItsLateChallengeRefused(t *testing.T) {
 	c := newCluster(t, clusterOptions{
-		ca:      caOptions{nonceReject: "0"}, // a refused nonce would leave the held requests unprocessed
+		ca:      caOptions{nonceReject: "0"},
+		options: func(o *certrenew.Options) { o.LockDelay = time.Hour },
+	})
+	const d = "paused-pending.customer.test"
+	c.addDomains("active", d)
+	resume := c.pauseInPass("a", 10, "challenge")
+
+	c.lead("b", 20).mustPass()
+	if n := c.int(`SELECT count(*) FROM certrenew_certificates WHERE domain = $1 AND token = 20`, d); n != 1 {
+		t.Fatalf("the successor stored %d certificates, want 1", n)
+	}
+
+	err := resume() // the paused leader's challenge reaches the CA
+	var stale *fencing.StaleTokenError
+	if !errors.As(err, &stale) {
+		t.Errorf("paused leader's pass: %v, want a stale-token refusal", err)
+	}
+	if n := len(c.ca.ordersFor(d)); n != 1 {
+		t.Errorf("%d orders placed, want 1", n)
+	}
+	if n := len(c.ca.log("finalize")); n != 1 {
+		t.Errorf("%d finalize requests, want 1", n)
+	}
+	late := c.ca.log("challenge")
+	if last := late[len(late)-1]; last.Status != http.StatusBadRequest {
+		t.Errorf("the paused leader's late challenge: %d %s, want 400 (no longer pending)", last.Status, last.Problem)
+	}
+	c.assertRecovered(d, "b", 20)
+}
+
+// An earlier term paused as the CA's answer to its new order was on its way
+// back: the CA has the order, the successor does not know where. It waits the
+// lock-delay; meanwhile the paused leader wakes, its transport notes the
+// order's URL as the answer arrives, and its next request fails (its pass
+// then ends, fenced). Looking again once the lock-delay has passed, the
+// successor finds the order pending and finishes it instead of ordering a
+// second time.
+func TestAnOrderLearntOfDuringTheLockDelayIsFinishedNotOrderedAgain(t *testing.T) {
+	c := newCluster(t, clusterOptions{
+		ca:      caOptions{nonceReject: "0"},
 		options: func(o *certrenew.Options) { o.LockDelay = time.Second },
 	})
-	const d = "issued-during-lock-delay.customer.test"
+	const d = "learnt-during-lock-delay.customer.test"
 	c.addDomains("active", d)
-	held, release, finalized := make(chan struct{}), make(chan struct{}), make(chan struct{})
-	var looks atomic.Int32
-	c.ca.setHook(func(ev *caEvent, _ http.ResponseWriter, pebble func()) {
-		switch ev.Kind {
-		case "challenge": // the paused leader's: the order stays pending meanwhile
+	waiting := c.logged("waiting out the lock-delay before ordering")
+	passed := c.logged("lock-delay passed; ordering")
+	held, release := make(chan struct{}), make(chan struct{})
+	var answered atomic.Bool
+	c.ca.setHook(func(ev *caEvent, w http.ResponseWriter, pebble func()) {
+		select {
+		case <-passed: // the successor's requests, after its lock-delay
+			pebble()
+			return
+		default:
+		}
+		switch {
+		case ev.Kind == "newOrder": // the paused leader's: made at the CA, its answer held
+			pebble()
 			close(held)
 			<-release
-		case "finalize": // the paused leader's, once its challenge was validated
+			answered.Store(true)
+		case answered.Load(): // the paused leader's next requests, while the successor waits
+			problem(w, http.StatusInternalServerError, "urn:ietf:params:acme:error:serverInternal", "lost", "")
+		default: // before the order: accounts, nonces
 			pebble()
-			close(finalized)
-			return
-		case "order": // only the successor looks at the order before the finalize
-			if looks.Add(1) > 1 {
-				<-finalized // its look after the lock-delay comes after the finalize arrived
-			}
 		}
-		pebble()
 	})
-	paused := make(chan error, 1)
-	go func() { paused <- c.lead("a", 10).pass() }()
+	pausedDone := make(chan error, 1)
+	go func() { pausedDone <- c.lead("a", 10).pass() }()
 	<-held
 
 	done := make(chan error, 1)
 	go func() { done <- c.lead("b", 20).pass() }()
-	testenv.Eventually(t, "the successor looked at the order", func() bool { return looks.Load() > 0 })
-	if n := c.int(`SELECT count(*) FROM certrenew_certificates WHERE domain = $1`, d); n != 0 {
-		t.Fatalf("%d certificates stored before the finalize reached the CA", n)
-	}
-	close(release) // the paused leader's challenge, then its finalize, reach the CA
+	<-waiting // its first look found the order in flight, and no URL
+	close(release)
 	if err := <-done; err != nil {
 		t.Fatalf("successor's pass: %v", err)
 	}
-	<-paused // refused or cancelled: its term is over
-	if n := len(c.ca.log("newOrder")); n != 1 {
-		t.Errorf("%d orders placed, want 1: the successor ordered again instead of storing the certificate issued during its lock-delay", n)
+	var stale *fencing.StaleTokenError
+	if err := <-pausedDone; !errors.As(err, &stale) {
+		t.Errorf("paused leader's pass: %v, want a stale-token refusal", err)
 	}
-	if n := len(c.ca.log("finalize")); n != 1 {
-		t.Errorf("%d orders finalized, want 1", n)
+	if n := len(c.ca.ordersFor(d)); n != 1 {
+		t.Errorf("%d orders placed, want 1: the successor ordered again instead of finishing the order it learnt of", n)
 	}
 	if s := c.str(`SELECT state FROM certrenew_terms WHERE token = 10`); s != "lapsed" {
-		t.Errorf("the paused term is %q, want lapsed: the successor stored before its lock-delay passed", s)
+		t.Errorf("the paused term is %q, want lapsed: the successor waited the lock-delay", s)
 	}
 	c.assertRecovered(d, "b", 20)
 }

@@ -24,11 +24,13 @@
 //     directory fetch lego makes with context.Background().
 //   - An order is recorded (fenced) before the first request to the CA: the
 //     domain, the term, the certificate key (sealed) and the "replaces". A
-//     successor finds it and resumes it with the same key; it never orders
-//     while an earlier term may still be talking to the CA: if that term
-//     ended in the middle of a pass without marking itself idle (expiry,
-//     crash), no order is placed until lock_delay after it was last seen
-//     alive.
+//     successor finds it and finishes that order at the CA when the CA has
+//     it (answers its challenges, finalizes it with the sealed key, or
+//     fetches what it issued: none of which orders anew), or else orders
+//     again with the same key; it never orders while an earlier term may
+//     still be talking to the CA: if that term ended in the middle of a pass
+//     without marking itself idle (expiry, crash), no order is placed until
+//     lock_delay after it was last seen alive.
 //   - Orders in any 3 hours never exceed order_budget, counted in PostgreSQL
 //     across terms and instances; at most concurrency orders are in flight.
 //   - A failing domain backs off (1 m, 10 m, 100 m, then daily); a rate

@@ -42,13 +42,86 @@ type cluster struct {
 	opts    certrenew.Options
 	inst    map[string]*instance
 	quiet   bool
+	tap     logTap // logged
 }
 
 func (c *cluster) logger() *slog.Logger {
-	if c.quiet {
-		return slog.New(slog.DiscardHandler)
+	var next slog.Handler = slog.DiscardHandler
+	if !c.quiet {
+		next = testenv.Logger(c.t).Handler()
 	}
-	return testenv.Logger(c.t)
+	return slog.New(&tapHandler{Handler: next, tap: &c.tap})
+}
+
+// logTap tells tests when a message is first logged.
+type logTap struct {
+	mu      sync.Mutex
+	waiting map[string]chan struct{}
+}
+
+// logged returns a channel closed when any instance first logs msg after
+// this call.
+func (c *cluster) logged(msg string) <-chan struct{} {
+	c.tap.mu.Lock()
+	defer c.tap.mu.Unlock()
+	if c.tap.waiting == nil {
+		c.tap.waiting = map[string]chan struct{}{}
+	}
+	ch := make(chan struct{})
+	c.tap.waiting[msg] = ch
+	return ch
+}
+
+type tapHandler struct {
+	slog.Handler
+	tap *logTap
+}
+
+func (h *tapHandler) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h *tapHandler) Handle(ctx context.Context, r slog.Record) error {
+	h.tap.mu.Lock()
+	if ch, ok := h.tap.waiting[r.Message]; ok {
+		close(ch)
+		delete(h.tap.waiting, r.Message)
+	}
+	h.tap.mu.Unlock()
+	if !h.Handler.Enabled(ctx, r.Level) {
+		return nil
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h *tapHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return &tapHandler{Handler: h.Handler.WithAttrs(as), tap: h.tap}
+}
+
+func (h *tapHandler) WithGroup(name string) slog.Handler {
+	return &tapHandler{Handler: h.Handler.WithGroup(name), tap: h.tap}
+}
+
+// inflightKey is the sealed certificate key recorded with d's order in
+// flight.
+func (c *cluster) inflightKey(d string) []byte {
+	c.t.Helper()
+	var k []byte
+	if err := c.pool.QueryRow(context.Background(), `SELECT order_key_sealed FROM certrenew_domains WHERE domain = $1`, d).Scan(&k); err != nil || k == nil {
+		c.t.Fatalf("no key recorded with the order of %s in flight: %v", d, err)
+	}
+	return k
+}
+
+// assertKeyOf checks that d's current certificate has the key sealed in
+// sealed (an order's).
+func (c *cluster) assertKeyOf(d string, sealed []byte) {
+	c.t.Helper()
+	keyPEM, err := c.keys.Open(sealed, "snip-jobs certrenew certificate key\x00"+d)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if string(keyPEM) != string(c.current(d).KeyPEM) {
+		c.t.Errorf("%s: the current certificate's key is not the one recorded with the order", d)
+	}
 }
 
 type instance struct {

@@ -18,6 +18,7 @@ import (
 	"github.com/go-acme/lego/v5/acme/api"
 	"github.com/go-acme/lego/v5/certcrypto"
 	"github.com/go-acme/lego/v5/certificate"
+	"github.com/go-acme/lego/v5/challenge/resolver"
 	"github.com/go-acme/lego/v5/lego"
 	"github.com/jackc/pgx/v5"
 )
@@ -52,12 +53,13 @@ func (p *pass) do(ctx context.Context, client *lego.Client, d *domain) string {
 		log.DebugContext(ctx, "due, but the renewer is paused", "reason", reason)
 		return p.stateOf(d)
 	}
-	// The CA may have issued the order an earlier term left in flight.
-	// Fetching and storing that certificate orders nothing (it only reads
-	// from the CA, and the store is fenced), so it need not wait for the
-	// lock-delay. It is tried again after the lock-delay: an earlier term
-	// that was paused, not dead, may have finished its order meanwhile.
-	recovered := func() bool { return d.orderID != nil && p.recoverIssued(ctx, client, d, replacesOf(d), log) }
+	// The CA may have the order an earlier term left in flight. Finishing
+	// it (answering its challenges, finalizing it, fetching and storing its
+	// certificate) orders nothing new, and the CA moves an order through
+	// its states once, so it need not wait for the lock-delay. It is tried
+	// again after the lock-delay: an earlier term that was paused, not dead,
+	// may have noted where the CA has its order meanwhile.
+	recovered := func() bool { return d.orderID != nil && p.finishUnfinished(ctx, client, d, replacesOf(d), log) }
 	if recovered() {
 		return p.stateOf(d)
 	}
@@ -178,7 +180,7 @@ func (p *pass) order(ctx context.Context, client *lego.Client, d *domain, log *s
 		// rather than fail the order and, later, order a second one.
 		log.WarnContext(ctx, "ordering failed after the CA accepted the CSR; fetching the certificate it issued",
 			"order_id", orderID, "err", err)
-		if p.recoverIssued(ctx, client, d, replaces, log) {
+		if p.finishUnfinished(ctx, client, d, replaces, log) {
 			return
 		}
 	}
@@ -232,14 +234,15 @@ const (
 	orderPollWait = time.Second
 )
 
-// recoverIssued finishes the unfinished order d has in flight (d.orderID),
-// when the CA issued its certificate: one an earlier term left, or this
-// term's whose lego call failed after the CA accepted the CSR. It takes the
-// certificate's URL the transport noted, or asks the CA about the order at
-// the URL it noted, fetches the certificate and stores it. It reports whether
-// the domain is dealt with for this pass (stored, or this term's store
-// refused); false means: order as usual.
-func (p *pass) recoverIssued(ctx context.Context, client *lego.Client, d *domain, replaces string, log *slog.Logger) bool {
+// finishUnfinished finishes the unfinished order d has in flight
+// (d.orderID) at the CA: one an earlier term left, or this term's whose lego
+// call failed after the CA accepted the CSR. It takes the certificate's URL
+// the transport noted, or asks the CA about the order at the URL it noted —
+// answering its challenges if it is pending, finalizing it if it is ready —
+// then fetches the certificate and stores it. It reports whether the domain
+// is dealt with for this pass (stored, this term's store refused, or the
+// order's failure recorded); false means: order as usual.
+func (p *pass) finishUnfinished(ctx context.Context, client *lego.Client, d *domain, replaces string, log *slog.Logger) bool {
 	orderID := *d.orderID
 	var orderURL, certURL *string
 	var token int64
@@ -269,6 +272,22 @@ func (p *pass) recoverIssued(ctx context.Context, client *lego.Client, d *domain
 	}
 	if url == "" {
 		o, err := p.askOrder(ctx, *orderURL)
+		if err == nil && o.Status == acme.StatusPending {
+			// Not validated yet: answer its challenges. The order exists
+			// already, so this orders nothing and needs no lock-delay: if
+			// the term that placed it is only paused, its own challenge
+			// or finalize reaches a CA that has moved on, and is refused.
+			log.InfoContext(ctx, "resuming an unfinished order: answering its challenges", "order_url", *orderURL)
+			octx, obs := observe(ctx, nil)
+			if err := p.solvePending(octx, client, o); err != nil {
+				if ctx.Err() != nil {
+					return true
+				}
+				p.orderFailed(ctx, d, orderID, classify(err, obs), log)
+				return true
+			}
+			o, err = p.askOrder(ctx, *orderURL)
+		}
 		if err == nil && o.Status == acme.StatusReady {
 			// Validated, never finalized: finish it with the order's own
 			// key. The CA finalizes an order once, so this can never
@@ -309,6 +328,69 @@ func (p *pass) recoverIssued(ctx context.Context, client *lego.Client, d *domain
 	p.j.m.recovered.WithLabelValues(p.r.Job).Inc()
 	log.InfoContext(ctx, "stored the certificate the CA issued to an unfinished order, without ordering again")
 	return true
+}
+
+// solvePending answers the challenges of the pending order o, with the
+// pass's HTTP-01 (or DNS-01) provider: authorizations that are pending and
+// whose challenges the CA is not already validating (a paused term may have
+// asked it to) are solved through lego's resolver; those already being
+// validated are waited for. It returns once every authorization is valid, or
+// with the first failure (an invalid authorization is the order's failure).
+func (p *pass) solvePending(ctx context.Context, client *lego.Client, o acme.Order) error {
+	core, err := p.caCore()
+	if err != nil {
+		return err
+	}
+	var solve []acme.Authorization
+	var validating []string
+	for _, u := range o.Authorizations {
+		a, err := core.Authorizations.Get(ctx, u)
+		if err != nil {
+			return fmt.Errorf("authorization %s: %w", u, err)
+		}
+		switch {
+		case a.Status != acme.StatusPending:
+			// valid: nothing to do; invalid: the order is too, and
+			// askOrder will say so.
+		case slices.ContainsFunc(a.Challenges, func(c acme.Challenge) bool { return c.Status == acme.StatusProcessing }):
+			validating = append(validating, u)
+		default:
+			solve = append(solve, a)
+		}
+	}
+	if err := resolver.NewProber(client.Challenge).Solve(ctx, solve); err != nil {
+		return err
+	}
+	for _, u := range validating {
+		for i := 1; ; i++ {
+			a, err := core.Authorizations.Get(ctx, u)
+			if err != nil {
+				return fmt.Errorf("authorization %s: %w", u, err)
+			}
+			if a.Status == acme.StatusInvalid {
+				return fmt.Errorf("invalid authorization %s: %w", u, authzError(a))
+			}
+			if a.Status != acme.StatusPending || i == orderPolls {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			case <-time.After(orderPollWait):
+			}
+		}
+	}
+	return nil
+}
+
+// authzError is the problem of an invalid authorization's failed challenge.
+func authzError(a acme.Authorization) error {
+	for _, c := range a.Challenges {
+		if c.Status == acme.StatusInvalid && c.Error != nil {
+			return c.Err()
+		}
+	}
+	return errors.New("no challenge error given")
 }
 
 // askOrder asks the CA for an order's state, waiting a little while it is

@@ -113,11 +113,11 @@ func TestARetryRequestWakesTheLeader(t *testing.T) {
 }
 
 // Under the real scheduler, on real etcd terms: three instances run the
-// renewer every 200 ms; the leader's process crashes as its challenge is on
-// its way to the CA. The next leader (a higher token, after the lease expired) waits
-// the lock-delay after the crashed term was last seen, resumes the order and
-// stores exactly one certificate.
-func TestUnderTheSchedulerACrashedLeadersOrderIsResumed(t *testing.T) {
+// renewer every 200 ms; the leader's process crashes as its new order is on
+// its way to the CA (which never makes it). The next leader (a higher token,
+// after the lease expired) waits the lock-delay after the crashed term was
+// last seen, orders again and stores exactly one certificate.
+func TestUnderTheSchedulerALostOrderIsPlacedAgainAfterTheLockDelay(t *testing.T) {
 	jc, ca, opts := schedulerCluster(t)
 	opts.OrderTimeout = 3 * time.Second
 	opts.LockDelay = 3 * time.Second // > 4/3 × the 2 s TTL
@@ -155,7 +155,7 @@ func TestUnderTheSchedulerACrashedLeadersOrderIsResumed(t *testing.T) {
 	}
 	var once sync.Once
 	ca.setHook(func(ev *caEvent, w http.ResponseWriter, pebble func()) {
-		if ev.Kind == "challenge" && ev.Domains[0] == d {
+		if ev.Kind == "newOrder" && ev.Domains[0] == d {
 			crash := false
 			once.Do(func() {
 				crash = true
@@ -169,7 +169,7 @@ func TestUnderTheSchedulerACrashedLeadersOrderIsResumed(t *testing.T) {
 				crashed.token, crashed.name, crashed.at = l.Token, l.Instance, time.Now()
 				crashed.Unlock()
 			})
-			if crash { // the CA never takes the crashed leader's challenge: its order stays pending
+			if crash { // the CA never takes the crashed leader's order
 				problem(w, http.StatusInternalServerError, "urn:ietf:params:acme:error:serverInternal", "lost", "")
 				return
 			}
@@ -205,10 +205,10 @@ func TestUnderTheSchedulerACrashedLeadersOrderIsResumed(t *testing.T) {
 	}
 	orders := ca.ordersFor(d)
 	if len(orders) != 2 {
-		t.Fatalf("%d orders for %s, want 2 (the crashed one, the resumed one)", len(orders), d)
+		t.Fatalf("%d orders for %s, want 2 (the crashed one, the one after the lock-delay)", len(orders), d)
 	}
 	if earliest := lastSeen.Add(opts.LockDelay); orders[1].At.Before(earliest) {
-		t.Errorf("resumed at %v, before the lock-delay after the crashed term was last seen (%v)", orders[1].At, earliest)
+		t.Errorf("ordered again at %v, before the lock-delay after the crashed term was last seen (%v)", orders[1].At, earliest)
 	}
 	if n := count(`SELECT count(*) FROM certrenew_orders WHERE domain = $1 AND result = 'abandoned' AND token = $2`, d, crashed.token); n != 1 {
 		t.Errorf("the crashed order is not recorded as abandoned")

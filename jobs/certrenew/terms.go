@@ -77,6 +77,8 @@ func (p *pass) beforeOrder(ctx context.Context) (delayed bool, err error) {
 
 func (p *pass) waitLockDelay(ctx context.Context) error {
 	deadline := p.gate.until
+	p.log.InfoContext(ctx, "waiting out the lock-delay before ordering", "earlier_tokens", p.gate.lapsed,
+		"left", time.Until(deadline).Round(time.Millisecond))
 	tick := time.NewTicker(max(min(time.Until(deadline)/4, 10*time.Second), 10*time.Millisecond))
 	defer tick.Stop()
 	for {
