@@ -84,7 +84,7 @@ func (j *job) Run(ctx context.Context, run *scheduler.Run) error {
 			return nil
 		}
 		started := time.Now()
-		res, err := j.batch(ctx, run, span, refused.prev)
+		res, err := j.batch(ctx, run, span)
 		if err != nil {
 			if stop, err := j.failed(ctx, run, "batch", err, &backoff, &refused); stop {
 				return err
@@ -180,8 +180,9 @@ func (j *job) failed(ctx context.Context, run *scheduler.Run, what string, err e
 }
 
 // batch runs one fold in its own fenced transaction and records its metrics.
-// refused is the stored position this Run refused last (see fold), if any.
-func (j *job) batch(ctx context.Context, run *scheduler.Run, span uint64, refused string) (batchResult, error) {
+// A batch that refused the stored position (fold) returns its
+// *refusedError once its transaction, which records the refusal, committed.
+func (j *job) batch(ctx context.Context, run *scheduler.Run, span uint64) (batchResult, error) {
 	start := time.Now()
 	var res batchResult
 	err := run.Fenced(ctx, func(ctx context.Context, tx pgx.Tx) error {
@@ -189,11 +190,14 @@ func (j *job) batch(ctx context.Context, run *scheduler.Run, span uint64, refuse
 			return fmt.Errorf("settings: %w", err)
 		}
 		var err error
-		res, err = j.fold(ctx, tx, run.Token, span, refused)
+		res, err = j.fold(ctx, tx, run.Token, span)
 		return err
 	})
 	if err != nil {
 		return batchResult{}, err
+	}
+	if res.refused != nil {
+		return batchResult{}, res.refused
 	}
 	took := time.Since(start)
 	run.Log.Debug("aggregator: batch", "seen", res.seen, "folded", res.folded, "txid_from", res.lo, "txid_to", res.hi,

@@ -17,8 +17,12 @@ const (
 	// the target: every transaction that finished before it is in it.
 	stateSQL = `SELECT prev::text, coalesce(target, pg_current_snapshot())::text, cursor_txid::text,
 	now() + $1::bigint * interval '1 microsecond', now() - $2::bigint * interval '1 microsecond',
-	greatest(pg_stat_get_live_tuples('click_events'::regclass) - unpruned, 0)
+	greatest(pg_stat_get_live_tuples('click_events'::regclass) - unpruned, 0),
+	coalesce(refused_prev = prev::text, false)
 FROM click_aggregator_state FOR UPDATE`
+
+	// refuseSQL records that the stored position was refused (see fold).
+	refuseSQL = `UPDATE click_aggregator_state SET refused_prev = prev::text WHERE refused_prev IS DISTINCT FROM prev::text`
 
 	// foldSQL folds the events of the transactions that the condition
 	// %[1]s selects (built by window). It counts them by (link, hour) in one
@@ -104,6 +108,9 @@ type batchResult struct {
 	lo, hi     uint64
 	clipped    bool // hi was the target's xmax, not lo + span
 	span       uint64
+	// refused: the batch refused the stored position and recorded that
+	// (its transaction commits only that); Run reports it as the error.
+	refused *refusedError
 }
 
 // fold runs one batch in tx, which the caller has fenced: it folds the
@@ -112,18 +119,21 @@ type batchResult struct {
 // covers at most; 0 lets fold guess (firstSpan). The result says which span
 // it used.
 //
-// refused is a stored position (prev, as text) that an earlier batch of this
-// Run refused with errNotLater: fold refuses it again, even once the check
-// would pass (see refusedError).
-func (j *job) fold(ctx context.Context, tx pgx.Tx, token int64, span uint64, refused string) (batchResult, error) {
+// A stored position that is not earlier than the target (checkLater) is
+// refused: fold records the refusal in the state row (refused_prev) and
+// returns it in batchResult.refused, to be committed, so that every later
+// batch, of any term, refuses the same position, even once the check would
+// pass (see refusedError).
+func (j *job) fold(ctx context.Context, tx pgx.Tx, token int64, span uint64) (batchResult, error) {
 	var (
 		prevText, targetText  string
 		cursorText            *string
 		futureBound, oldBound time.Time
 		backlog               int64
+		refusedBefore         bool
 	)
 	err := tx.QueryRow(ctx, stateSQL, j.opts.MaxFutureSkew.Microseconds(), j.opts.MaxAge.Microseconds()).
-		Scan(&prevText, &targetText, &cursorText, &futureBound, &oldBound, &backlog)
+		Scan(&prevText, &targetText, &cursorText, &futureBound, &oldBound, &backlog, &refusedBefore)
 	if err != nil {
 		return batchResult{}, fmt.Errorf("read state: %w", err)
 	}
@@ -135,12 +145,15 @@ func (j *job) fold(ctx context.Context, tx pgx.Tx, token int64, span uint64, ref
 	if err != nil {
 		return batchResult{}, fmt.Errorf("state target: %w", err)
 	}
-	if refused != "" && prevText == refused {
-		return batchResult{}, &refusedError{prev: prevText,
-			err: fmt.Errorf("%w: the stored position %s was refused before and has not been reset", errNotLater, prevText)}
+	if refusedBefore {
+		return batchResult{refused: &refusedError{prev: prevText,
+			err: fmt.Errorf("%w: the stored position %s was refused before and has not been reset", errNotLater, prevText)}}, nil
 	}
 	if err := checkLater(prev, target); err != nil {
-		return batchResult{}, &refusedError{prev: prevText, err: err}
+		if _, err := tx.Exec(ctx, refuseSQL); err != nil {
+			return batchResult{}, fmt.Errorf("record the refused position: %w", err)
+		}
+		return batchResult{refused: &refusedError{prev: prevText, err: err}}, nil
 	}
 
 	// The events to fold are those of transactions visible in target and not
@@ -290,10 +303,11 @@ var errNotLater = errors.New("aggregator: new snapshot is not later than the pre
 // typically a pg_dump restore into a new cluster, whose transaction ids are
 // lower than the old one's. The check would pass again once this cluster's
 // ids overtake the stored ones, but folding from that position would skip
-// every event inserted meanwhile (their ids are "visible" in it). So a Run
-// that was refused keeps refusing the same stored position until someone
-// resets it (docs/aggregator.md). A new Run, in this process or another,
-// does not know of the refusal: the check alone decides there.
+// every event inserted meanwhile (their ids are "visible" in it). So the
+// refusal is recorded with the position (click_aggregator_state.refused_prev),
+// and every batch of every later term refuses the same stored position until
+// someone resets it (docs/aggregator.md). What it cannot catch: a restored
+// position no batch ever looked at before this cluster's ids overtook it.
 type refusedError struct {
 	prev string // click_aggregator_state.prev as text
 	err  error  // wraps errNotLater

@@ -18,7 +18,8 @@ import (
 // a new cluster: the restored position is later than any snapshot there. The
 // job refuses every batch, says so at ERROR once, and keeps refusing the same
 // position after the new cluster's ids have overtaken it (folding from it
-// would skip the events inserted meanwhile). The reset of docs/aggregator.md,
+// would skip the events inserted meanwhile) — and so does a new leader, which
+// finds the refusal recorded with the position. The reset of docs/aggregator.md,
 // run as written there, lets it count every event exactly once: those
 // processed before the dump (restored counts), those not yet processed at the
 // dump, and those the new cluster took while the job refused.
@@ -101,6 +102,22 @@ END $$`)
 	}
 	if msgs := agg.logs.atLeast(slog.LevelWarn); len(msgs) != 1 {
 		t.Errorf("records at WARN or above: %q; want the one ERROR", msgs)
+	}
+
+	// A new leader (a failover, a restart), whose check alone would pass now.
+	if err := agg.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	agg = d.startAggregator(101, small())
+	refusals = func() float64 { return agg.counter(t, "snip_aggregator_errors_total", nil) }
+	testenv.Eventually(t, "the new leader's two refused batches, or a batch that ran", func() bool {
+		return refusals() >= 2 || d.state() != restored
+	})
+	if s := d.state(); s != restored {
+		t.Fatalf("a new leader ran a batch from the restored position once the ids had overtaken it (position %s; restored %s)", s.prev, restored.prev)
+	}
+	if n := agg.logs.count(slog.LevelError, "click_aggregator_state"); n != 1 {
+		t.Errorf("%d ERROR records about click_aggregator_state from the new leader; want 1", n)
 	}
 
 	// The reset, as docs/aggregator.md writes it.
