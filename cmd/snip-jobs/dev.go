@@ -138,8 +138,9 @@ func printBanner(w io.Writer, c *devcluster.Cluster, self string) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
 	jobs := c.Jobs()
 	var names []string
-	example := ""
+	example, certs := "", false
 	for _, j := range jobs {
+		certs = certs || j.Type == "certrenew"
 		kind := "singleton"
 		if !j.Singleton {
 			kind = "everywhere"
@@ -198,6 +199,9 @@ func printBanner(w io.Writer, c *devcluster.Cluster, self string) {
 	}
 	fmt.Fprintf(tw, "  or by hand\t%s; -STOP / -CONT to pause\n", strings.Join(byHand, ", "))
 	fmt.Fprintf(tw, "  the cluster in a terminal\t%s status --config %s\n", self, first.Config)
+	if certs {
+		fmt.Fprintf(tw, "  the certificates\t%s certs list --config %s\n", self, first.Config)
+	}
 	tw.Flush()
 	p("")
 	p("What happens, as etcd reports it:")

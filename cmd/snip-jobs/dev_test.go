@@ -407,6 +407,17 @@ func TestDevRunsAClusterWhoseStatusPageShowsAFailoverInABrowser(t *testing.T) {
 	}
 	t.Logf("screenshot: %s", path)
 
+	// The printed certs command shows the demo's domains, certified by the
+	// renewer against the in-process CA.
+	certs := regexp.MustCompile(`the certificates +\S.* certs list --config (\S+)`).FindStringSubmatch(dev.stdout())
+	if certs == nil {
+		t.Fatalf("dev did not print the certs command:\n%s", dev.stdout())
+	}
+	eventually(t, "the demo's custom domains certified, as certs list shows them", func() bool {
+		r := snip(t, nil, "certs", "list", "--config", certs[1])
+		return r.code == 0 && strings.Count(r.stdout, " valid ") == 3
+	})
+
 	// Ctrl-C: everything stops, every file goes.
 	files := dirsNamedIn(dev.stdout(), `(/\S*/snip-jobs-dev-\d+)`, `data in (/\S*/snip-jobs-dev-pg-\d+)`)
 	if len(files) != 2 {
