@@ -107,6 +107,9 @@ domain that is not backing off, or an invalid name, is an error (exit 1).`,
 					}
 					fmt.Fprintf(c.stdout, "%s: retry requested (%d failure(s), last %s; would have been tried at %s); the leader tries it at its next pass\n",
 						r.Name, r.Failures, r.ErrorReason, r.NextAttempt.UTC().Format(time.RFC3339))
+					if r.ErrorReason == certrenew.ReasonRateLimited {
+						fmt.Fprintf(c.stderr, "snip-jobs certs retry: warning: %s is waiting for the CA's rate limit (its Retry-After); an order before then is refused again and still spends the order budget\n", r.Name)
+					}
 				}
 				if failed {
 					return errSilent

@@ -102,6 +102,15 @@ func TestCertsListShowsTheDomainsAndRetryAsksOnlyForBackingOffOnes(t *testing.T)
 	if r := snip(t, env, "certs", "list", "--config", path); !strings.Contains(r.stdout, "(retry requested)") {
 		t.Errorf("certs list does not show the pending request:\n%s", r.stdout)
 	}
+
+	// A domain waiting for the CA's rate limit: the request is recorded, with a warning.
+	exec1(t, url, `INSERT INTO custom_domains (domain) VALUES ('busy.example.com');
+		INSERT INTO certrenew_domains (domain, source, failures, next_attempt_at, last_error_reason, token)
+		VALUES ('busy.example.com', 'busy.example.com', 0, now() + interval '1 hour', 'rate_limited', 7)`)
+	r = snip(t, env, "certs", "retry", "busy.example.com", "--config", path)
+	if r.code != 0 || !strings.Contains(r.stderr, "warning: busy.example.com is waiting for the CA's rate limit") {
+		t.Errorf("certs retry of a rate-limited domain: exit %d, want 0 and a warning\n%s%s", r.code, r.stdout, r.stderr)
+	}
 	if r := snip(t, env, "certs", "renew", "--config", path); r.code != 2 {
 		t.Errorf("certs renew: exit %d, want 2 (usage)", r.code)
 	}
