@@ -1160,6 +1160,17 @@ func TestAnOperatorsRetryRequestEndsTheBackOffAtTheNextPass(t *testing.T) {
 	if n := c.int(`SELECT failures FROM certrenew_domains WHERE domain = $1 AND token = 10`, blocked); n != 2 {
 		t.Errorf("failures after the retried order failed again: %d, want 2 (written by the leader)", n)
 	}
+
+	// A request for a name that is no longer wanted (written before the
+	// domain went) is dropped by the next pass, changing nothing else.
+	c.exec(`INSERT INTO certrenew_retry_requests (domain, requested_by) VALUES ('gone.customer.test', 'ops@test')`)
+	leader.mustPass()
+	if n := c.int(`SELECT count(*) FROM certrenew_retry_requests`); n != 0 {
+		t.Errorf("a request for a name that is not wanted was left in place")
+	}
+	if n := len(c.ca.ordersFor("gone.customer.test")); n != 0 {
+		t.Errorf("%d orders for a name that is not wanted", n)
+	}
 }
 
 // No more than concurrency orders are in flight at once, and that many are.
