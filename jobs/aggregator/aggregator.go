@@ -199,6 +199,11 @@ func (j *job) batch(ctx context.Context, run *scheduler.Run, span uint64) (batch
 	if res.refused != nil {
 		return batchResult{}, res.refused
 	}
+	if res.movedFrom != 0 {
+		run.Log.Info("aggregator: the database is on another PostgreSQL cluster than the last batch (a pg_upgrade, a physical copy "+
+			"or a promoted standby) with no sign of another numbering of transactions: carrying on from the stored position",
+			"from_system_identifier", res.movedFrom, "system_identifier", res.cluster)
+	}
 	took := time.Since(start)
 	run.Log.Debug("aggregator: batch", "seen", res.seen, "folded", res.folded, "txid_from", res.lo, "txid_to", res.hi,
 		"window_done", res.windowDone, "took", took)

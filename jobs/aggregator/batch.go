@@ -18,8 +18,17 @@ const (
 	stateSQL = `SELECT prev::text, coalesce(target, pg_current_snapshot())::text, cursor_txid::text,
 	now() + $1::bigint * interval '1 microsecond', now() - $2::bigint * interval '1 microsecond',
 	greatest(pg_stat_get_live_tuples('click_events'::regclass) - unpruned, 0),
-	coalesce(refused_prev = prev::text, false)
+	coalesce(refused_prev = prev::text, false),
+	cluster_id, (SELECT system_identifier FROM pg_control_system()), prev_max_id,
+	CASE WHEN target IS NOT NULL THEN target_max_id
+	     ELSE (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM click_events_id_seq) END
 FROM click_aggregator_state FOR UPDATE`
+
+	// numberedAfterSQL looks for evidence that prev ($2) is another
+	// cluster's numbering: an event given an id after prev was taken
+	// (above $1, prev_max_id) whose transaction looks finished in prev.
+	numberedAfterSQL = `SELECT count(*) FROM (SELECT FROM click_events
+	WHERE id > $1 AND pg_visible_in_snapshot(txid, $2::text::pg_snapshot) LIMIT 1000) e`
 
 	// refuseSQL records that the stored position was refused (see fold).
 	refuseSQL = `UPDATE click_aggregator_state SET refused_prev = prev::text WHERE refused_prev IS DISTINCT FROM prev::text`
@@ -85,7 +94,9 @@ SELECT reason, count(*) FROM ins GROUP BY reason`
 	saveSQL = `UPDATE click_aggregator_state SET
 	prev = coalesce($1::text::pg_snapshot, prev), target = $2::text::pg_snapshot, cursor_txid = $3::xid8,
 	folded = folded + $4, rejected = rejected + $5, unpruned = unpruned + $4 + $5,
-	token = $6, updated_at = now()
+	token = $6, updated_at = now(), cluster_id = $7,
+	prev_max_id = CASE WHEN $1::text IS NULL THEN prev_max_id ELSE $8 END,
+	target_max_id = CASE WHEN $1::text IS NULL THEN $8 END
 RETURNING greatest(pg_stat_get_live_tuples('click_events'::regclass) - unpruned, 0), unpruned`
 
 	// horizonSQL records, about once a minute, the horizon below which every
@@ -111,6 +122,9 @@ type batchResult struct {
 	// refused: the batch refused the stored position and recorded that
 	// (its transaction commits only that); Run reports it as the error.
 	refused *refusedError
+	// movedFrom: the system identifier of the cluster the previous batch
+	// ran on, when it was another one (0: the same, or not known).
+	movedFrom, cluster int64
 }
 
 // fold runs one batch in tx, which the caller has fenced: it folds the
@@ -126,14 +140,18 @@ type batchResult struct {
 // pass (see refusedError).
 func (j *job) fold(ctx context.Context, tx pgx.Tx, token int64, span uint64) (batchResult, error) {
 	var (
-		prevText, targetText  string
-		cursorText            *string
-		futureBound, oldBound time.Time
-		backlog               int64
-		refusedBefore         bool
+		prevText, targetText   string
+		cursorText             *string
+		futureBound, oldBound  time.Time
+		backlog                int64
+		refusedBefore          bool
+		storedCluster          *int64
+		cluster                int64
+		prevMaxID, targetMaxID *int64
 	)
 	err := tx.QueryRow(ctx, stateSQL, j.opts.MaxFutureSkew.Microseconds(), j.opts.MaxAge.Microseconds()).
-		Scan(&prevText, &targetText, &cursorText, &futureBound, &oldBound, &backlog, &refusedBefore)
+		Scan(&prevText, &targetText, &cursorText, &futureBound, &oldBound, &backlog, &refusedBefore,
+			&storedCluster, &cluster, &prevMaxID, &targetMaxID)
 	if err != nil {
 		return batchResult{}, fmt.Errorf("read state: %w", err)
 	}
@@ -149,11 +167,29 @@ func (j *job) fold(ctx context.Context, tx pgx.Tx, token int64, span uint64) (ba
 		return batchResult{refused: &refusedError{prev: prevText,
 			err: fmt.Errorf("%w: the stored position %s was refused before and has not been reset", errNotLater, prevText)}}, nil
 	}
-	if err := checkLater(prev, target); err != nil {
+	refuse := func(err error) (batchResult, error) {
 		if _, err := tx.Exec(ctx, refuseSQL); err != nil {
 			return batchResult{}, fmt.Errorf("record the refused position: %w", err)
 		}
 		return batchResult{refused: &refusedError{prev: prevText, err: err}}, nil
+	}
+	var movedFrom int64
+	if storedCluster != nil && *storedCluster != cluster {
+		movedFrom = *storedCluster
+		if prevMaxID != nil {
+			var n int64
+			if err := tx.QueryRow(ctx, numberedAfterSQL, *prevMaxID, prevText).Scan(&n); err != nil {
+				return batchResult{}, fmt.Errorf("compare the position with this cluster's events: %w", err)
+			}
+			if n > 0 {
+				return refuse(fmt.Errorf("%w: the position was stored on PostgreSQL cluster %d and this is cluster %d, "+
+					"where %d event(s) (or more) inserted after it (id above %d) look processed in it: "+
+					"its transaction ids are the other cluster's numbering", errNotLater, movedFrom, cluster, n, *prevMaxID))
+			}
+		}
+	}
+	if err := checkLater(prev, target); err != nil {
+		return refuse(err)
 	}
 
 	// The events to fold are those of transactions visible in target and not
@@ -187,7 +223,7 @@ func (j *job) fold(ctx context.Context, tx pgx.Tx, token int64, span uint64) (ba
 		}
 	}
 
-	res := batchResult{lo: lo, hi: hi, clipped: clipped, windowDone: clipped, span: span}
+	res := batchResult{lo: lo, hi: hi, clipped: clipped, windowDone: clipped, span: span, movedFrom: movedFrom, cluster: cluster}
 	cond, extra := window(4, stragglers, running)
 	args := append([]any{strconv.FormatUint(lo, 10), strconv.FormatUint(hi, 10), futureBound, oldBound}, extra...)
 	var unknown []int64 // links not in links, as the fold saw them
@@ -239,7 +275,8 @@ func (j *job) fold(ctx context.Context, tx pgx.Tx, token int64, span uint64) (ba
 		s, c := target.String(), strconv.FormatUint(hi, 10)
 		newTargetArg, cursorArg = &s, &c
 	}
-	if err := tx.QueryRow(ctx, saveSQL, newPrev, newTargetArg, cursorArg, res.folded, rejected, token).Scan(&res.backlog, &res.unpruned); err != nil {
+	if err := tx.QueryRow(ctx, saveSQL, newPrev, newTargetArg, cursorArg, res.folded, rejected, token, cluster, targetMaxID).
+		Scan(&res.backlog, &res.unpruned); err != nil {
 		return batchResult{}, fmt.Errorf("save state: %w", err)
 	}
 	if clipped {
@@ -306,8 +343,10 @@ var errNotLater = errors.New("aggregator: new snapshot is not later than the pre
 // every event inserted meanwhile (their ids are "visible" in it). So the
 // refusal is recorded with the position (click_aggregator_state.refused_prev),
 // and every batch of every later term refuses the same stored position until
-// someone resets it (docs/aggregator.md). What it cannot catch: a restored
-// position no batch ever looked at before this cluster's ids overtook it.
+// someone resets it (docs/aggregator.md). A position no batch looked at
+// before this cluster's ids overtook it is caught by fold's other guard: on
+// another cluster (cluster_id), events numbered after the position
+// (prev_max_id) that look finished in it.
 type refusedError struct {
 	prev string // click_aggregator_state.prev as text
 	err  error  // wraps errNotLater

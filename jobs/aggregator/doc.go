@@ -34,10 +34,11 @@
 // batch's counting statement sees it; a link deleted later keeps its counts.
 // A producer's transaction that stays open for hours delays only its own
 // events, but also keeps PostgreSQL from cleaning up dead rows, which slows
-// every scan. After a pg_dump restore into another cluster, the position is
-// refused (and the refusal recorded, for every later term) while the new
-// cluster's transaction ids are below it; one that no batch saw before they
-// overtook it is trusted: reset it right after a restore (docs/aggregator.md).
+// every scan. After a pg_dump restore into another cluster, the stored
+// position is another numbering of transactions: batches refuse it (and
+// record the refusal, for every later term) until an operator resets it
+// (docs/aggregator.md); the evidence for a cluster change relies on event ids
+// coming from the table's sequence.
 //
 // Metrics (with the job's name as label "job"): snip_aggregator_events_folded_total,
 // snip_aggregator_events_rejected_total{reason}, snip_aggregator_batches_total,

@@ -24,52 +24,9 @@ import (
 // processed before the dump (restored counts), those not yet processed at the
 // dump, and those the new cluster took while the job refused.
 func TestAfterAPgDumpRestoreIntoANewClusterBatchesAreRefusedUntilTheReset(t *testing.T) {
-	bindir, err := pgcluster.FindBindir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := newDB(t, testenv.PostgresDB(t))
-	// The old cluster's ids, well above a new cluster's (about 1 000).
-	testenv.Exec(t, src.obs, `DO $$ BEGIN
-	WHILE pg_snapshot_xmax(pg_current_snapshot()) < '10000'::xid8 LOOP
-		PERFORM pg_current_xact_id();
-		COMMIT;
-	END LOOP;
-END $$`)
-
-	l := newLedger()
-	now := time.Now()
-	opts := small()
-	opts.Retention = time.Hour // processed events stay, and are dumped too
-	a := src.startAggregator(1, opts)
-	for i := range 20 {
-		src.commit(l, []event{click(int64(1+i%links), now)}, []string{""})
-	}
-	src.commit(l, []event{click(links+1, now), click(2, now)}, []string{"unknown_link", ""})
-	src.waitProcessed(l.events())
-	if err := a.stop(t); err != nil {
-		t.Fatal(err)
-	}
-	// Not processed when the dump is taken.
-	nullLink := click(1, now)
-	nullLink.link = nil
-	for i := range 10 {
-		src.commit(l, []event{click(int64(1+i%links), now), click(3, now)}, []string{"", ""})
-	}
-	src.commit(l, []event{nullLink, click(links+2, now)}, []string{"null_link", "unknown_link"})
-
-	dump := filepath.Join(t.TempDir(), "snip.dump")
-	command(t, filepath.Join(bindir, "pg_dump"), "--format=custom", "--file", dump, "--dbname", src.url)
-	pg := testenv.StartPostgres(t)
-	d := &db{t: t, url: pg.CreateDatabase(t)}
-	command(t, filepath.Join(bindir, "pg_restore"), "--exit-on-error", "--no-owner", "--dbname", d.url, dump)
-	d.obs = d.pool("observer")
-	restoredMax := testenv.Value[int64](t, d.obs, `SELECT last_value FROM click_events_id_seq`)
-	if !testenv.Value[bool](t, d.obs, `SELECT pg_snapshot_xmax(pg_current_snapshot()) < pg_snapshot_xmax(prev) FROM click_aggregator_state`) {
-		t.Fatalf("the new cluster's ids are not below the restored position %s: the test needs them below",
-			testenv.Value[string](t, d.obs, `SELECT prev::text FROM click_aggregator_state`))
-	}
+	d, l, restoredMax := restoredFromAhead(t)
 	restored := d.state()
+	now := time.Now()
 
 	// Every batch is refused; the new cluster's producers go on.
 	agg := d.startAggregator(100, small()) // above the restored fence's token
@@ -81,14 +38,7 @@ END $$`)
 
 	// The new cluster's ids overtake the restored position: the check alone
 	// would let batches run from it now, and skip the events above.
-	testenv.Exec(t, d.obs, `DO $$
-DECLARE stored xid8 := (SELECT pg_snapshot_xmax(prev) FROM click_aggregator_state);
-BEGIN
-	WHILE pg_snapshot_xmax(pg_current_snapshot()) <= stored LOOP
-		PERFORM pg_current_xact_id();
-		COMMIT;
-	END LOOP;
-END $$`)
+	overtake(t, d)
 	after := refusals()
 	testenv.Eventually(t, "two more refused batches (the second begun after the ids overtook the position), or a batch that ran", func() bool {
 		return refusals() >= after+2 || d.state() != restored
@@ -132,6 +82,147 @@ END $$`)
 		t.Errorf("%d INFO records saying batches run again; want 1", n)
 	}
 	agg.wantRunning(t)
+}
+
+// A restored position that no batch looked at while the new cluster's ids
+// were below it: by the time the aggregator starts, the ids have overtaken it,
+// and the check of the snapshots alone passes. The batch sees that the
+// database is another cluster than the one the position was stored on, and
+// that events numbered after the position look processed in it: it refuses,
+// and the reset lets every event be counted exactly once.
+func TestARestoredPositionNoBatchSawBeforeTheIdsOvertookItIsStillRefused(t *testing.T) {
+	d, l, restoredMax := restoredFromAhead(t)
+	restored := d.state()
+	now := time.Now()
+	for i := range 5 { // below the restored position, in the new numbering
+		d.commit(l, []event{click(int64(1+i%links), now)}, []string{""})
+	}
+	overtake(t, d)
+	for i := range 5 {
+		d.commit(l, []event{click(int64(1+i%links), now)}, []string{""})
+	}
+
+	agg := d.startAggregator(100, small())
+	refusals := func() float64 { return agg.counter(t, "snip_aggregator_errors_total", nil) }
+	testenv.Eventually(t, "two refused batches, or a batch that ran", func() bool {
+		return refusals() >= 2 || d.state() != restored
+	})
+	if s := d.state(); s != restored {
+		t.Fatalf("a batch ran from the restored position (position %s, %d counted; restored %s, %d): "+
+			"the 5 events the new cluster numbered below it are never counted", s.prev, s.folded, restored.prev, restored.folded)
+	}
+	if n := agg.logs.count(slog.LevelError, "click_aggregator_state"); n != 1 {
+		t.Errorf("%d ERROR records about click_aggregator_state; want 1", n)
+	}
+
+	reset := strings.ReplaceAll(docSQL(t, "## After a pg_dump restore"), ":restored_max_id", fmt.Sprint(restoredMax))
+	testenv.Exec(t, d.obs, reset)
+	d.waitProcessed(l.events())
+	d.wantCounts(l)
+	agg.wantRunning(t)
+}
+
+// Another cluster with the same numbering of transactions (pg_upgrade, a
+// physical copy, a promoted standby): the batch finds no event numbered after
+// the position that looks processed in it, records the new cluster, says so
+// at INFO, and goes on counting.
+func TestAnotherClusterWithTheSameNumberingCarriesOn(t *testing.T) {
+	d := newDB(t, testenv.PostgresDB(t))
+	l := newLedger()
+	now := time.Now()
+	agg := d.startAggregator(1, small())
+	for i := range 10 {
+		d.commit(l, []event{click(int64(1+i%links), now)}, []string{""})
+	}
+	d.waitProcessed(l.events())
+	real := testenv.Value[int64](t, d.obs, `SELECT cluster_id FROM click_aggregator_state`)
+	if want := testenv.Value[int64](t, d.obs, `SELECT system_identifier FROM pg_control_system()`); real != want {
+		t.Fatalf("cluster_id %d, want this cluster's system identifier %d", real, want)
+	}
+	// As a pg_upgrade leaves it: another cluster's identifier stored.
+	testenv.Exec(t, d.obs, `UPDATE click_aggregator_state SET cluster_id = 42`)
+	for i := range 10 {
+		d.commit(l, []event{click(int64(1+i%links), now)}, []string{""})
+	}
+	d.waitProcessed(l.events())
+	d.wantCounts(l)
+	if n := agg.logs.count(slog.LevelInfo, "on another PostgreSQL cluster than the last batch"); n != 1 {
+		t.Errorf("%d INFO records about the cluster change; want 1", n)
+	}
+	if got := testenv.Value[int64](t, d.obs, `SELECT cluster_id FROM click_aggregator_state`); got != real {
+		t.Errorf("cluster_id after the change: %d, want %d", got, real)
+	}
+	if msgs := agg.logs.atLeast(slog.LevelWarn); len(msgs) != 0 {
+		t.Errorf("records at WARN or above: %q; want none", msgs)
+	}
+	agg.wantRunning(t)
+}
+
+// restoredFromAhead makes a database whose transaction ids are far ahead
+// (about 10 000), runs an aggregator on it, leaves events unprocessed, dumps
+// it and restores the dump into a new cluster (ids near 1 000). It returns the
+// restored database, the ledger of every event committed, and the highest
+// event id the restore loaded.
+func restoredFromAhead(t *testing.T) (*db, *ledger, int64) {
+	t.Helper()
+	bindir, err := pgcluster.FindBindir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := newDB(t, testenv.PostgresDB(t))
+	testenv.Exec(t, src.obs, `DO $$ BEGIN
+	WHILE pg_snapshot_xmax(pg_current_snapshot()) < '10000'::xid8 LOOP
+		PERFORM pg_current_xact_id();
+		COMMIT;
+	END LOOP;
+END $$`)
+
+	l := newLedger()
+	now := time.Now()
+	opts := small()
+	opts.Retention = time.Hour // processed events stay, and are dumped too
+	a := src.startAggregator(1, opts)
+	for i := range 20 {
+		src.commit(l, []event{click(int64(1+i%links), now)}, []string{""})
+	}
+	src.commit(l, []event{click(links+1, now), click(2, now)}, []string{"unknown_link", ""})
+	src.waitProcessed(l.events())
+	if err := a.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	// Not processed when the dump is taken.
+	nullLink := click(1, now)
+	nullLink.link = nil
+	for i := range 10 {
+		src.commit(l, []event{click(int64(1+i%links), now), click(3, now)}, []string{"", ""})
+	}
+	src.commit(l, []event{nullLink, click(links+2, now)}, []string{"null_link", "unknown_link"})
+
+	dump := filepath.Join(t.TempDir(), "snip.dump")
+	command(t, filepath.Join(bindir, "pg_dump"), "--format=custom", "--file", dump, "--dbname", src.url)
+	pg := testenv.StartPostgres(t)
+	d := &db{t: t, url: pg.CreateDatabase(t)}
+	command(t, filepath.Join(bindir, "pg_restore"), "--exit-on-error", "--no-owner", "--dbname", d.url, dump)
+	d.obs = d.pool("observer")
+	restoredMax := testenv.Value[int64](t, d.obs, `SELECT last_value FROM click_events_id_seq`)
+	if !testenv.Value[bool](t, d.obs, `SELECT pg_snapshot_xmax(pg_current_snapshot()) < pg_snapshot_xmax(prev) FROM click_aggregator_state`) {
+		t.Fatalf("the new cluster's ids are not below the restored position %s: the test needs them below",
+			testenv.Value[string](t, d.obs, `SELECT prev::text FROM click_aggregator_state`))
+	}
+	return d, l, restoredMax
+}
+
+// overtake runs transactions in d until its ids pass the stored position's.
+func overtake(t *testing.T, d *db) {
+	t.Helper()
+	testenv.Exec(t, d.obs, `DO $$
+DECLARE stored xid8 := (SELECT pg_snapshot_xmax(prev) FROM click_aggregator_state);
+BEGIN
+	WHILE pg_snapshot_xmax(pg_current_snapshot()) <= stored LOOP
+		PERFORM pg_current_xact_id();
+		COMMIT;
+	END LOOP;
+END $$`)
 }
 
 // command runs a program, failing the test with its output if it fails.
