@@ -293,19 +293,7 @@ func TestAPendingOrderOfAKilledLeaderIsCompletedByTheSuccessorWithoutOrderingAga
 	c := newCluster(t, clusterOptions{options: func(o *certrenew.Options) { o.LockDelay = time.Hour }})
 	const d = "killed.customer.test"
 	c.addDomains("active", d)
-	leader := c.lead("a", 10)
-	c.ca.setHook(func(ev *caEvent, w http.ResponseWriter, pebble func()) {
-		if ev.Kind == "challenge" && ev.Domains[0] == d {
-			leader.kill() // as the challenge is on its way: the CA never takes it
-			problem(w, http.StatusInternalServerError, "urn:ietf:params:acme:error:serverInternal", "lost", "")
-			return
-		}
-		pebble()
-	})
-	if err := leader.pass(); !errors.Is(err, context.Canceled) {
-		t.Fatalf("killed leader's pass: %v, want context.Canceled", err)
-	}
-	c.ca.setHook(nil)
+	c.killLeaderAt("a", 10, "challenge", d) // as the challenge is on its way: the CA never takes it
 	if tok := c.int(`SELECT order_token FROM certrenew_domains WHERE domain = $1`, d); tok != 10 {
 		t.Fatalf("order in flight recorded with token %d, want 10", tok)
 	}
@@ -337,19 +325,7 @@ func TestAnOrderThatNeverReachedTheCAIsOrderedAgainAfterTheLockDelay(t *testing.
 	c := newCluster(t, clusterOptions{})
 	const d = "killed.customer.test"
 	c.addDomains("active", d)
-	leader := c.lead("a", 10)
-	c.ca.setHook(func(ev *caEvent, w http.ResponseWriter, pebble func()) {
-		if ev.Kind == "newOrder" && ev.Domains[0] == d {
-			leader.kill()
-			problem(w, http.StatusInternalServerError, "urn:ietf:params:acme:error:serverInternal", "lost", "")
-			return
-		}
-		pebble()
-	})
-	if err := leader.pass(); !errors.Is(err, context.Canceled) {
-		t.Fatalf("killed leader's pass: %v, want context.Canceled", err)
-	}
-	c.ca.setHook(nil)
+	c.killLeaderAt("a", 10, "newOrder", d) // the CA never makes the order
 	if st := c.str(`SELECT state FROM certrenew_terms WHERE token = 10`); st != "running" {
 		t.Fatalf("killed term's row: %q, want running (it could not say goodbye)", st)
 	}

@@ -282,6 +282,26 @@ func (c *cluster) pauseInPass(instance string, token int64, kind string) (resume
 	}
 }
 
+// killLeaderAt runs a pass of instance's term with token and kills the term
+// (without handing over) as its first request of kind for domain reaches the
+// CA, which never takes that request (500). The pass must end cancelled.
+func (c *cluster) killLeaderAt(instance string, token int64, kind, domain string) {
+	c.t.Helper()
+	leader := c.lead(instance, token)
+	c.ca.setHook(func(ev *caEvent, w http.ResponseWriter, pebble func()) {
+		if ev.Kind == kind && len(ev.Domains) > 0 && ev.Domains[0] == domain {
+			leader.kill()
+			problem(w, http.StatusInternalServerError, "urn:ietf:params:acme:error:serverInternal", "lost", "")
+			return
+		}
+		pebble()
+	})
+	defer c.ca.setHook(nil)
+	if err := leader.pass(); !errors.Is(err, context.Canceled) {
+		c.t.Fatalf("killed leader's pass: %v, want context.Canceled", err)
+	}
+}
+
 // kill ends the term without handing over.
 func (tm *term) kill() {
 	tm.valid.Store(false)
