@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -50,6 +51,9 @@ const localSettingsSQL = `SELECT set_config('plan_cache_mode', 'force_custom_pla
 type job struct {
 	opts Options
 	m    *metrics
+	// clusterProbe: whether the database lets batches read its cluster's
+	// identifier (clusterID); probeUnknown until the first batch asks.
+	clusterProbe atomic.Int32
 }
 
 func newJob(env scheduler.Env, spec configs.Job) (scheduler.Job, error) {
@@ -198,6 +202,11 @@ func (j *job) batch(ctx context.Context, run *scheduler.Run, span uint64) (batch
 	}
 	if res.refused != nil {
 		return batchResult{}, res.refused
+	}
+	if res.clusterDenied != nil {
+		run.Log.Warn("aggregator: the database does not let this role read pg_control_system(): "+
+			"the guard against a position restored from another cluster that no batch looked at is off "+
+			"(the other guards stay; reset the position right after any pg_dump restore)", "err", res.clusterDenied)
 	}
 	if res.movedFrom != 0 {
 		run.Log.Info("aggregator: the database is on another PostgreSQL cluster than the last batch (a pg_upgrade, a physical copy "+

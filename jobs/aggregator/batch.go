@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 const (
@@ -19,7 +20,7 @@ const (
 	now() + $1::bigint * interval '1 microsecond', now() - $2::bigint * interval '1 microsecond',
 	greatest(pg_stat_get_live_tuples('click_events'::regclass) - unpruned, 0),
 	coalesce(refused_prev = prev::text, false),
-	cluster_id, (SELECT system_identifier FROM pg_control_system()), prev_max_id,
+	cluster_id, prev_max_id,
 	CASE WHEN target IS NOT NULL THEN target_max_id
 	     ELSE (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM click_events_id_seq) END
 FROM click_aggregator_state FOR UPDATE`
@@ -94,7 +95,7 @@ SELECT reason, count(*) FROM ins GROUP BY reason`
 	saveSQL = `UPDATE click_aggregator_state SET
 	prev = coalesce($1::text::pg_snapshot, prev), target = $2::text::pg_snapshot, cursor_txid = $3::xid8,
 	folded = folded + $4, rejected = rejected + $5, unpruned = unpruned + $4 + $5,
-	token = $6, updated_at = now(), cluster_id = $7,
+	token = $6, updated_at = now(), cluster_id = coalesce($7, cluster_id),
 	prev_max_id = CASE WHEN $1::text IS NULL THEN prev_max_id ELSE $8 END,
 	target_max_id = CASE WHEN $1::text IS NULL THEN $8 END
 RETURNING greatest(pg_stat_get_live_tuples('click_events'::regclass) - unpruned, 0), unpruned`
@@ -125,6 +126,9 @@ type batchResult struct {
 	// movedFrom: the system identifier of the cluster the previous batch
 	// ran on, when it was another one (0: the same, or not known).
 	movedFrom, cluster int64
+	// clusterDenied: this batch found that the database refuses to say
+	// which cluster it is (see clusterID).
+	clusterDenied error
 }
 
 // fold runs one batch in tx, which the caller has fenced: it folds the
@@ -146,14 +150,17 @@ func (j *job) fold(ctx context.Context, tx pgx.Tx, token int64, span uint64) (ba
 		backlog                int64
 		refusedBefore          bool
 		storedCluster          *int64
-		cluster                int64
 		prevMaxID, targetMaxID *int64
 	)
 	err := tx.QueryRow(ctx, stateSQL, j.opts.MaxFutureSkew.Microseconds(), j.opts.MaxAge.Microseconds()).
 		Scan(&prevText, &targetText, &cursorText, &futureBound, &oldBound, &backlog, &refusedBefore,
-			&storedCluster, &cluster, &prevMaxID, &targetMaxID)
+			&storedCluster, &prevMaxID, &targetMaxID)
 	if err != nil {
 		return batchResult{}, fmt.Errorf("read state: %w", err)
+	}
+	cluster, denied, err := j.clusterID(ctx, tx)
+	if err != nil {
+		return batchResult{}, fmt.Errorf("read the cluster's system identifier: %w", err)
 	}
 	prev, err := parseSnapshot(prevText)
 	if err != nil {
@@ -174,7 +181,7 @@ func (j *job) fold(ctx context.Context, tx pgx.Tx, token int64, span uint64) (ba
 		return batchResult{refused: &refusedError{prev: prevText, err: err}}, nil
 	}
 	var movedFrom int64
-	if storedCluster != nil && *storedCluster != cluster {
+	if storedCluster != nil && cluster != nil && *storedCluster != *cluster {
 		movedFrom = *storedCluster
 		if prevMaxID != nil {
 			var n int64
@@ -184,7 +191,7 @@ func (j *job) fold(ctx context.Context, tx pgx.Tx, token int64, span uint64) (ba
 			if n > 0 {
 				return refuse(fmt.Errorf("%w: the position was stored on PostgreSQL cluster %d and this is cluster %d, "+
 					"where %d event(s) (or more) inserted after it (id above %d) look processed in it: "+
-					"its transaction ids are the other cluster's numbering", errNotLater, movedFrom, cluster, n, *prevMaxID))
+					"its transaction ids are the other cluster's numbering", errNotLater, movedFrom, *cluster, n, *prevMaxID))
 			}
 		}
 	}
@@ -223,7 +230,10 @@ func (j *job) fold(ctx context.Context, tx pgx.Tx, token int64, span uint64) (ba
 		}
 	}
 
-	res := batchResult{lo: lo, hi: hi, clipped: clipped, windowDone: clipped, span: span, movedFrom: movedFrom, cluster: cluster}
+	res := batchResult{lo: lo, hi: hi, clipped: clipped, windowDone: clipped, span: span, movedFrom: movedFrom, clusterDenied: denied}
+	if cluster != nil {
+		res.cluster = *cluster
+	}
 	cond, extra := window(4, stragglers, running)
 	args := append([]any{strconv.FormatUint(lo, 10), strconv.FormatUint(hi, 10), futureBound, oldBound}, extra...)
 	var unknown []int64 // links not in links, as the fold saw them
@@ -286,6 +296,57 @@ func (j *job) fold(ctx context.Context, tx pgx.Tx, token int64, span uint64) (ba
 	}
 	return res, nil
 }
+
+// clusterID reads the system identifier of the database's cluster
+// (pg_control_system()), or nil when the database refuses to say: some
+// managed services revoke the function. The first time, it asks in a
+// savepoint, so that a refusal costs the batch nothing; it then says so once
+// (denied, for the caller to log) and the guard that needs it is off for
+// the life of the job. It returns an error only for other failures.
+func (j *job) clusterID(ctx context.Context, tx pgx.Tx) (id *int64, denied, err error) {
+	const q = `SELECT system_identifier FROM pg_control_system()`
+	var v int64
+	switch j.clusterProbe.Load() {
+	case probeDenied:
+		return nil, nil, nil
+	case probeAllowed:
+		if err := tx.QueryRow(ctx, q).Scan(&v); err != nil {
+			return nil, nil, err
+		}
+		return &v, nil, nil
+	}
+	sp, err := tx.Begin(ctx) // a savepoint
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := sp.QueryRow(ctx, q).Scan(&v); err != nil {
+		if rerr := sp.Rollback(ctx); rerr != nil {
+			return nil, nil, rerr
+		}
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == insufficientPrivilege {
+			j.clusterProbe.Store(probeDenied)
+			return nil, err, nil
+		}
+		return nil, nil, err
+	}
+	if err := sp.Commit(ctx); err != nil { // releases the savepoint
+		return nil, nil, err
+	}
+	j.clusterProbe.Store(probeAllowed)
+	return &v, nil, nil
+}
+
+// insufficientPrivilege is PostgreSQL's SQLSTATE for a permission denied.
+const insufficientPrivilege = "42501"
+
+// Whether the database lets the job read its cluster's identifier
+// (job.clusterProbe).
+const (
+	probeUnknown int32 = iota
+	probeAllowed
+	probeDenied
+)
 
 // firstSpan guesses the range of transaction ids of a Run's first batch,
 // which has no density of events seen before to go by: the backlog estimate

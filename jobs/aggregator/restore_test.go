@@ -1,6 +1,7 @@
 package aggregator_test
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/snip/snip-jobs/internal/pgcluster"
 	"github.com/snip/snip-jobs/internal/testenv"
@@ -154,6 +157,43 @@ func TestAnotherClusterWithTheSameNumberingCarriesOn(t *testing.T) {
 	}
 	if msgs := agg.logs.atLeast(slog.LevelWarn); len(msgs) != 0 {
 		t.Errorf("records at WARN or above: %q; want none", msgs)
+	}
+	agg.wantRunning(t)
+}
+
+// A database that will not say which cluster it is (pg_control_system()
+// revoked, as some managed services do): the job counts as ever, warns once
+// that the guard needing it is off, and records no cluster.
+func TestADatabaseThatHidesItsClusterStillCountsAndSaysTheGuardIsOff(t *testing.T) {
+	d := newDB(t, testenv.PostgresDB(t))
+	testenv.Exec(t, d.obs, `CREATE ROLE aggregator_job LOGIN;
+		GRANT ALL ON ALL TABLES IN SCHEMA public TO aggregator_job;
+		GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO aggregator_job;
+		REVOKE EXECUTE ON FUNCTION pg_control_system() FROM PUBLIC`)
+	cfg, err := pgxpool.ParseConfig(d.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.User = "aggregator_job"
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+
+	l := newLedger()
+	now := time.Now()
+	agg := d.startAggregatorOn(pool, 1, small())
+	for i := range 10 {
+		d.commit(l, []event{click(int64(1+i%links), now)}, []string{""})
+	}
+	d.waitProcessed(l.events())
+	d.wantCounts(l)
+	if msgs := agg.logs.atLeast(slog.LevelWarn); len(msgs) != 1 || !strings.Contains(msgs[0], "pg_control_system()") {
+		t.Errorf("records at WARN or above: %q; want one saying pg_control_system() is not readable", msgs)
+	}
+	if n := testenv.Value[int64](t, d.obs, `SELECT count(*) FROM click_aggregator_state WHERE cluster_id IS NULL`); n != 1 {
+		t.Errorf("a cluster recorded without reading it")
 	}
 	agg.wantRunning(t)
 }
