@@ -116,29 +116,13 @@ func (d *db) loadBacklogWith(b *testing.B, unknownShare float64) {
 // the same rows (the practical limit of a fold that reads every event).
 func BenchmarkBacklog(b *testing.B) {
 	d := benchDB(b)
-	ctx := context.Background()
 	d.loadBacklog(b)
-
-	// The job's pool lives across runs, as a server's does. A backend's
-	// first scan of the table is about twice as slow as the next ones (it
-	// maps the shared buffers' pages into its address space): each run
-	// first reads the rows through this pool's connection, as a long-running
-	// job's connection would have before.
-	cfg, err := pgxpool.ParseConfig(d.url)
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg.MaxConns = 1 // the job uses one connection at a time: always the warm one
-	jobPool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer jobPool.Close()
+	jobPool := d.warmPool(b)
 
 	b.Run("groupby", func(b *testing.B) {
 		for range b.N {
-			b.ReportMetric(groupByRate(b, d.obs, true), "events/s")
-			b.ReportMetric(groupByRate(b, d.obs, false), "serial-events/s")
+			b.ReportMetric(bestOf(groupByRound, b, d.obs, true), "events/s")
+			b.ReportMetric(bestOf(groupByRound, b, d.obs, false), "serial-events/s")
 		}
 	})
 
@@ -150,30 +134,11 @@ func BenchmarkBacklog(b *testing.B) {
 				d.loadBacklog(b)
 				opts := aggregator.DefaultOptions()
 				opts.BatchSize = size
-				opts.Retention = time.Hour // measure the fold; pruning is measured on its own below
-				// The same rows, read by GROUP BY first: this also brings
-				// them into shared_buffers (VACUUM left them in the OS's
-				// cache only), so both read warm pages.
-				groupByRate(b, jobPool, false) // warms the job's connection
-				plain := groupByRate(b, d.obs, true)
-				b.StartTimer()
-				start := time.Now()
-				token++
-				a := d.startAggregatorOn(jobPool, token, opts)
-				d.waitProcessedWithin(a, backlogEvents, 10*time.Minute)
-				elapsed := time.Since(start)
-				b.StopTimer()
-				batches := a.counter(b, "snip_aggregator_batches_total", nil)
-				a.stop(b)
-				b.ReportMetric(backlogEvents/elapsed.Seconds(), "events/s")
-				b.ReportMetric(batches, "batches")
-				b.ReportMetric(plain, "groupby-events/s")
-				b.ReportMetric(100*backlogEvents/elapsed.Seconds()/plain, "%-of-groupby")
-				d.wantBacklogCounts(b)
+				d.foldRounds(b, jobPool, opts, &token)
 
 				// Then the pruning of the processed backlog, with retention 0.
 				opts.Retention = 0
-				start = time.Now()
+				start := time.Now()
 				token++
 				pruner := d.startAggregatorOn(jobPool, token, opts)
 				d.waitPruned(10 * time.Minute)
@@ -191,78 +156,137 @@ func BenchmarkBacklog(b *testing.B) {
 func BenchmarkBacklogRejects(b *testing.B) {
 	const unknownShare = 0.001
 	d := benchDB(b)
-	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(d.url)
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg.MaxConns = 1 // as in BenchmarkBacklog
-	jobPool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer jobPool.Close()
+	jobPool := d.warmPool(b)
 	var token int64
 	for range b.N {
 		b.StopTimer()
 		d.loadBacklogWith(b, unknownShare)
-		groupByRate(b, jobPool, false) // warms the job's connection and the cache, as in BenchmarkBacklog
-		plain := groupByRate(b, d.obs, true)
-		opts := aggregator.DefaultOptions()
-		opts.Retention = time.Hour // the fold only
-		b.StartTimer()
-		start := time.Now()
-		token++
-		a := d.startAggregatorOn(jobPool, token, opts)
-		d.waitProcessedWithin(a, backlogEvents, 10*time.Minute)
-		elapsed := time.Since(start)
-		b.StopTimer()
-		batches := a.counter(b, "snip_aggregator_batches_total", nil)
-		rejected := a.counter(b, "snip_aggregator_events_rejected_total", nil)
-		a.stop(b)
-		b.ReportMetric(backlogEvents/elapsed.Seconds(), "events/s")
-		b.ReportMetric(batches, "batches")
-		b.ReportMetric(rejected, "rejected")
-		b.ReportMetric(plain, "groupby-events/s")
-		b.ReportMetric(100*backlogEvents/elapsed.Seconds()/plain, "%-of-groupby")
-		d.wantBacklogCounts(b)
+		d.foldRounds(b, jobPool, aggregator.DefaultOptions(), &token)
 	}
 }
 
-// groupByRate is the best of three plain GROUP BYs of the events by link
-// (in parallel or not), in events per second.
-func groupByRate(b *testing.B, pool *pgxpool.Pool, parallel bool) float64 {
-	ctx := context.Background()
-	best := time.Duration(1 << 62)
-	for range 3 {
-		conn, err := pool.Acquire(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
-		workers := "0"
-		if parallel {
-			workers = "2"
-		}
-		if _, err := conn.Exec(ctx, `SET max_parallel_workers_per_gather = `+workers); err != nil {
-			b.Fatal(err)
-		}
-		start := time.Now()
-		rows, _ := conn.Query(ctx, `SELECT link_id, count(*) FROM click_events GROUP BY link_id`)
-		var n int
-		for rows.Next() {
-			n++
-		}
-		if err := rows.Err(); err != nil {
-			b.Fatal(err)
-		}
-		best = min(best, time.Since(start))
-		conn.Exec(ctx, `RESET max_parallel_workers_per_gather`)
-		conn.Release()
-		if n < otherLinks+1 {
-			b.Fatalf("GROUP BY returned %d links, want at least the %d known ones", n, otherLinks+1)
-		}
+// foldRounds measures the job against the plain GROUP BY over the loaded
+// backlog, three rounds of each, alternated: each round of the job folds the
+// whole backlog again, from the position it started from, with a new term. It
+// reports the best round of each, and their ratio: the machine is shared and
+// noisy, and the best of three is what each can do when it is left alone.
+// Every round's counts are checked.
+func (d *db) foldRounds(b *testing.B, jobPool *pgxpool.Pool, opts aggregator.Options, token *int64) {
+	b.Helper()
+	opts.Retention = time.Hour      // measure the fold; pruning is measured on its own
+	groupByRound(b, jobPool, false) // warms the job's connection and brings the rows into shared_buffers
+	var start string                // the position before the backlog: refold goes back to it
+	if err := d.obs.QueryRow(context.Background(), `SELECT prev::text FROM click_aggregator_state`).Scan(&start); err != nil {
+		b.Fatal(err)
 	}
-	return backlogEvents / best.Seconds()
+	var bestJob, bestPlain, batchSeconds, batches, rejected float64
+	for range 3 {
+		bestPlain = max(bestPlain, groupByRound(b, d.obs, true))
+		d.refold(b, start)
+		*token++
+		b.StartTimer()
+		start := time.Now()
+		a := d.startAggregatorOn(jobPool, *token, opts)
+		d.waitProcessedWithin(a, backlogEvents, 10*time.Minute)
+		elapsed := time.Since(start)
+		b.StopTimer()
+		if rate := backlogEvents / elapsed.Seconds(); rate > bestJob {
+			bestJob = rate
+			batchSeconds = a.counter(b, "snip_aggregator_batch_duration_seconds", nil)
+			batches = a.counter(b, "snip_aggregator_batches_total", nil)
+			rejected = a.counter(b, "snip_aggregator_events_rejected_total", nil)
+		}
+		a.stop(b)
+		d.wantBacklogCounts(b)
+	}
+	b.ReportMetric(bestJob, "events/s")
+	b.ReportMetric(batchSeconds, "batch-s")
+	b.ReportMetric(batches, "batches")
+	b.ReportMetric(rejected, "rejected")
+	b.ReportMetric(bestPlain, "groupby-events/s")
+	b.ReportMetric(100*bestJob/bestPlain, "%-of-groupby")
+}
+
+// refold empties the counts and the rejects and moves the aggregator's
+// position back to prev, taken before the backlog was loaded, so that the
+// next aggregator folds the whole backlog again, in batches sized as the
+// first time: from '1:1:' its first range would be every transaction id the
+// cluster ever gave, nearly all without events.
+func (d *db) refold(b *testing.B, prev string) {
+	b.Helper()
+	ctx := context.Background()
+	if _, err := d.obs.Exec(ctx, `TRUNCATE link_counts, link_hourly_counts, click_rejects, click_aggregator_horizons`); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := d.obs.Exec(ctx, `UPDATE click_aggregator_state SET prev = $1::text::pg_snapshot, target = NULL, cursor_txid = NULL,
+		folded = 0, rejected = 0, unpruned = 0, refused_prev = NULL, target_max_id = NULL`, prev); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// warmPool is the job's pool, which lives across runs as a server's does,
+// with one connection: the job uses one at a time, always the warm one. A
+// backend's first scan of the table is about twice as slow as the next ones
+// (it maps the shared buffers' pages into its address space), so each run
+// first reads the rows through it, as a long-running job's connection would
+// have before.
+func (d *db) warmPool(b *testing.B) *pgxpool.Pool {
+	b.Helper()
+	cfg, err := pgxpool.ParseConfig(d.url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	return pool
+}
+
+// bestOf is the best of three rounds of f, in events per second.
+func bestOf(f func(*testing.B, *pgxpool.Pool, bool) float64, b *testing.B, pool *pgxpool.Pool, parallel bool) float64 {
+	var best float64
+	for range 3 {
+		best = max(best, f(b, pool, parallel))
+	}
+	return best
+}
+
+// groupByRound is one plain GROUP BY of the events by link (in parallel or
+// not), in events per second. Parallel workers are new processes, which pay
+// the same first-scan cost as a new backend: on the test machines parallel
+// and serial run about as fast.
+func groupByRound(b *testing.B, pool *pgxpool.Pool, parallel bool) float64 {
+	ctx := context.Background()
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Release()
+	workers := "0"
+	if parallel {
+		workers = "2"
+	}
+	if _, err := conn.Exec(ctx, `SET max_parallel_workers_per_gather = `+workers); err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Exec(ctx, `RESET max_parallel_workers_per_gather`)
+	start := time.Now()
+	rows, _ := conn.Query(ctx, `SELECT link_id, count(*) FROM click_events GROUP BY link_id`)
+	var n int
+	for rows.Next() {
+		n++
+	}
+	if err := rows.Err(); err != nil {
+		b.Fatal(err)
+	}
+	took := time.Since(start)
+	if n < otherLinks+1 {
+		b.Fatalf("GROUP BY returned %d links, want at least the %d known ones", n, otherLinks+1)
+	}
+	return backlogEvents / took.Seconds()
 }
 
 // BenchmarkBacklogNaive counts events the naive way: one statement per event

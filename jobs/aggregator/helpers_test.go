@@ -170,7 +170,7 @@ func (a *aggregatorJob) counter(t testing.TB, name string, labels map[string]str
 					continue metric
 				}
 			}
-			sum += m.GetCounter().GetValue()
+			sum += m.GetCounter().GetValue() + m.GetHistogram().GetSampleSum()
 		}
 	}
 	return sum
