@@ -150,8 +150,9 @@ func (a *aggregatorJob) wantRunning(t testing.TB) {
 	}
 }
 
-// counter returns the value of a counter of the aggregator's registry, the
-// sum over label values that match labels.
+// counter returns the value of a counter of the aggregator's registry (of a
+// histogram: the sum of its samples), the sum over label values that match
+// labels.
 func (a *aggregatorJob) counter(t testing.TB, name string, labels map[string]string) float64 {
 	t.Helper()
 	families, err := a.reg.Gather()
