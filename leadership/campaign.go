@@ -57,25 +57,41 @@ func (s *Session) Campaign(ctx context.Context, job string, opts ...CampaignOpti
 		opt(&o)
 	}
 	s.mu.Lock()
-	if s.busyJobs[job] {
+	if b := s.busyJobs[job]; b != nil && (b.term == nil || b.term.Err() == nil) {
 		s.mu.Unlock()
 		return nil, fmt.Errorf("%w: %s", ErrBusy, job)
 	}
-	s.busyJobs[job] = true
+	slot := &busySlot{}
+	s.busyJobs[job] = slot
 	s.mu.Unlock()
 
 	t, err := s.campaign(ctx, job, o)
 	if err != nil {
-		s.release(job)
+		s.release(job, slot)
 		return nil, err
 	}
-	context.AfterFunc(t.ctx, func() { s.release(job) })
+	s.mu.Lock()
+	slot.term = t.ctx
+	s.mu.Unlock()
+	context.AfterFunc(t.ctx, func() { s.release(job, slot) })
 	return t, nil
 }
 
-func (s *Session) release(job string) {
+// busySlot is a job's place in Session.busyJobs: a campaign in progress
+// (term nil) or the context of the term it won. A term whose context is done
+// no longer holds the job, even before release has run: release runs on its
+// own goroutine after the context ends, and a Campaign made as soon as Resign
+// returns must not be refused for it.
+type busySlot struct {
+	term context.Context
+}
+
+// release frees job unless another campaign has taken its place since.
+func (s *Session) release(job string, slot *busySlot) {
 	s.mu.Lock()
-	delete(s.busyJobs, job)
+	if s.busyJobs[job] == slot {
+		delete(s.busyJobs, job)
+	}
 	s.mu.Unlock()
 }
 

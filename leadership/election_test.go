@@ -427,6 +427,29 @@ func TestCampaignForAJobAlreadyHeldIsRefused(t *testing.T) {
 	}
 }
 
+// A term that has ended no longer holds its job in the session: a campaign
+// made as soon as Resign returns, or as soon as the term's context is done,
+// is not refused with ErrBusy. (The scheduler campaigns again at once; a
+// refusal would cost it an error and a second.)
+func TestAJobIsFreeToCampaignForAsSoonAsItsTermHasEnded(t *testing.T) {
+	etcd := testenv.StartEtcd(t, 1)
+	cli := etcd.Client(t)
+	a := startSession(t, cli, "server-a")
+	for i := range 100 {
+		term := mustWin(t, a, "aggregator")
+		if i%2 == 0 {
+			if err := term.Resign(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			if _, err := cli.Delete(context.Background(), leadership.LeaderKey(prefix(t), "aggregator")); err != nil {
+				t.Fatal(err)
+			}
+			<-term.Context().Done()
+		}
+	}
+}
+
 func TestKeyDeletedUnderATermEndsIt(t *testing.T) {
 	etcd := testenv.StartEtcd(t, 1)
 	cli := etcd.Client(t)

@@ -34,7 +34,7 @@ type Session struct {
 	changed  chan struct{} // closed and replaced whenever cur changes
 	fatal    error         // set when the session cannot go on (duplicate instance)
 	held     []clientv3.LeaseID
-	busyJobs map[string]bool // jobs with a campaign in progress or a live term
+	busyJobs map[string]*busySlot // jobs with a campaign in progress or a live term
 
 	stats stats
 
@@ -111,7 +111,7 @@ func NewSession(cfg Config) (*Session, error) {
 		cancel:   cancel,
 		done:     make(chan struct{}),
 		changed:  make(chan struct{}),
-		busyJobs: map[string]bool{},
+		busyJobs: map[string]*busySlot{},
 	}
 	go s.run()
 	return s, nil
