@@ -11,6 +11,7 @@ import (
 
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/internal/jobtest"
+	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/scheduler"
 )
 
@@ -59,8 +60,7 @@ func TestKillingTheLeaderMovesTheJob(t *testing.T) {
 	for _, name := range []string{"server-1", "server-2", "server-3"} {
 		nodes[name] = c.Start(name, reg, jobs)
 	}
-	jobtest.Eventually(t, "a leader writing", func() bool { return len(events(t, c, "aggregator")) > 5 })
-	first, _ := c.Leader("aggregator")
+	first := writingLeader(t, c, "aggregator")
 	nodes[first.Instance].Crash()
 
 	jobtest.Eventually(t, "another instance to lead and write", func() bool {
@@ -85,6 +85,22 @@ func TestKillingTheLeaderMovesTheJob(t *testing.T) {
 	}
 }
 
+// writingLeader waits for a leader of job that knows it leads: the newest
+// row its job wrote carries the leader key's token. The key alone can be an
+// instance's whose campaign answer has not reached it yet; stopped or killed
+// then, it never had a term.
+func writingLeader(t *testing.T, c *jobtest.Cluster, job string) leadership.Leader {
+	t.Helper()
+	var leader leadership.Leader
+	jobtest.Eventually(t, "a leader writing", func() bool {
+		l, ok := c.Leader(job)
+		evs := events(t, c, job)
+		leader = l
+		return ok && len(evs) > 0 && evs[len(evs)-1].Token == l.Token
+	})
+	return leader
+}
+
 // SIGTERM-style shutdown hands over at once: the successor's term starts while
 // the old lease still had most of its TTL.
 func TestShutdownHandsOverWithoutWaitingForExpiry(t *testing.T) {
@@ -96,8 +112,7 @@ func TestShutdownHandsOverWithoutWaitingForExpiry(t *testing.T) {
 	for _, name := range []string{"server-1", "server-2"} {
 		nodes[name] = c.Start(name, reg, jobs, slow)
 	}
-	jobtest.Eventually(t, "a leader", func() bool { _, ok := c.Leader("aggregator"); return ok })
-	first, _ := c.Leader("aggregator")
+	first := writingLeader(t, c, "aggregator")
 	ttl, err := c.Obs.TimeToLive(context.Background(), first.Lease)
 	if err != nil {
 		t.Fatal(err)
