@@ -175,14 +175,14 @@ func (d *db) foldRounds(b *testing.B, jobPool *pgxpool.Pool, opts aggregator.Opt
 	b.Helper()
 	opts.Retention = time.Hour      // measure the fold; pruning is measured on its own
 	groupByRound(b, jobPool, false) // warms the job's connection and brings the rows into shared_buffers
-	var start string                // the position before the backlog: refold goes back to it
-	if err := d.obs.QueryRow(context.Background(), `SELECT prev::text FROM click_aggregator_state`).Scan(&start); err != nil {
+	var from string                 // the position before the backlog: refold goes back to it
+	if err := d.obs.QueryRow(context.Background(), `SELECT prev::text FROM click_aggregator_state`).Scan(&from); err != nil {
 		b.Fatal(err)
 	}
 	var bestJob, bestPlain, batchSeconds, batches, rejected float64
 	for range 3 {
 		bestPlain = max(bestPlain, groupByRound(b, d.obs, true))
-		d.refold(b, start)
+		d.refold(b, from)
 		*token++
 		b.StartTimer()
 		start := time.Now()
