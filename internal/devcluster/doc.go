@@ -5,7 +5,7 @@
 // Start brings up, in this order: a throwaway PostgreSQL from the machine's
 // server binaries (package pgcluster; an error naming the Debian package
 // postgresql-15 if they are missing), with every migration applied and demo
-// data (links, a week of hourly counts for the weekly report, custom domains
+// data (links, two weeks of hourly counts for the weekly report, custom domains
 // when the table exists, and a dev-only table for the heartbeat job); an
 // embedded single-member etcd (package etcdlocal); the supervisor's HTTP
 // control server; and the instances (three by default) as child processes —

@@ -254,7 +254,6 @@ const (
 	ReasonCAError     = "ca_error"
 	ReasonNetwork     = "network"
 	ReasonCertificate = "bad_certificate"
-	ReasonStore       = "store"
 	ReasonARI         = "ari"
 	ReasonOther       = "other"
 )
