@@ -93,8 +93,14 @@ func TestThreeInstancesRunASingletonOnOneAndHandOverOnResignAndSIGTERM(t *testin
 		j.Leader.Token != first.Token || j.Leader.LeaseTTLSeconds <= 0 || j.LastRun.Instance != first.Instance || len(cs.Instances) != 3 {
 		t.Errorf("status --json: %+v", cs)
 	}
+	for _, in := range cs.Instances {
+		if in.LeaseGrantedSeconds != 10 || in.LeaseTTLSeconds <= 0 || in.LeaseTTLSeconds > in.LeaseGrantedSeconds {
+			t.Errorf("status --json: instance %s's lease %gs left of %gs; want a live lease of 10s", in.Instance, in.LeaseTTLSeconds, in.LeaseGrantedSeconds)
+		}
+	}
 	if r := snip(t, env, "status", "--config", leader.config); r.code != 0 ||
-		len(linesWith(r.stdout, "pulse", "leader", first.Instance, fmt.Sprint(first.Token), "ok")) != 1 {
+		len(linesWith(r.stdout, "pulse", "leader", first.Instance, fmt.Sprint(first.Token), "ok")) != 1 ||
+		strings.Count(r.stdout, "s left of 10s)") != 3 {
 		t.Errorf("status: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 

@@ -84,6 +84,12 @@ type instanceStatus struct {
 	PID      int       `json:"pid"`
 	Started  time.Time `json:"started"`
 	Lease    string    `json:"lease"` // hex, as etcdctl prints it
+	// LeaseTTLSeconds is what etcd says is left on the instance's lease, of
+	// LeaseGrantedSeconds. A running instance renews it every renew interval;
+	// one that stopped renewing (killed, paused, cut off from etcd) stays
+	// listed while it counts down to 0.
+	LeaseTTLSeconds     float64 `json:"lease_ttl_seconds"`
+	LeaseGrantedSeconds float64 `json:"lease_granted_seconds"`
 }
 
 type jobStatus struct {
@@ -141,8 +147,14 @@ func readStatus(ctx context.Context, f *configs.File, endpoints string, log *slo
 			fail(err)
 		}
 		for _, r := range regs {
-			st.Instances = append(st.Instances, instanceStatus{Instance: r.Instance, Host: r.Host, PID: r.PID, Started: r.Started,
-				Lease: strconv.FormatInt(r.Lease, 16)})
+			is := instanceStatus{Instance: r.Instance, Host: r.Host, PID: r.PID, Started: r.Started,
+				Lease: strconv.FormatInt(r.Lease, 16)}
+			if ttl, err := cli.TimeToLive(ctx, clientv3.LeaseID(r.Lease)); err != nil {
+				fail(fmt.Errorf("lease of instance %s: %w", r.Instance, err))
+			} else {
+				is.LeaseTTLSeconds, is.LeaseGrantedSeconds = float64(max(ttl.TTL, 0)), float64(ttl.GrantedTTL)
+			}
+			st.Instances = append(st.Instances, is)
 		}
 	}
 	for _, j := range jobs {
@@ -169,7 +181,8 @@ func printStatus(w io.Writer, st clusterStatus, now time.Time) {
 	if len(st.Instances) > 0 {
 		var up []string
 		for _, r := range st.Instances {
-			up = append(up, fmt.Sprintf("%s (host %s, pid %d, up %s)", r.Instance, r.Host, r.PID, ago(now, r.Started)))
+			up = append(up, fmt.Sprintf("%s (host %s, pid %d, up %s, lease %gs left of %gs)",
+				r.Instance, r.Host, r.PID, ago(now, r.Started), r.LeaseTTLSeconds, r.LeaseGrantedSeconds))
 		}
 		fmt.Fprintf(w, "instances up: %s\n\n", strings.Join(up, ", "))
 	}
