@@ -37,7 +37,7 @@ func richSnapshot() Snapshot {
 	s.Jobs[0].LastRun = &scheduler.RunRecord{Instance: "server-a", Token: 40, Started: now.Add(-time.Second), Result: "ok"}
 	s.Jobs = append(s.Jobs, Job{Name: "prune", Type: "sql", Mode: "everywhere", Schedule: "every 30s"})
 	s.Rejections = []scheduler.Rejection{{Resource: "pulse", Token: 30, Current: 40, Instance: "server-c", At: at(199 * time.Second)}}
-	s.Instances = []Instance{{Name: "server-a", Up: true, Leads: 1, Terms: 2, Process: "running"},
+	s.Instances = []Instance{{Name: "server-a", Up: true, LeaseLeftSeconds: 5, Leads: 1, Terms: 2, Process: "running"},
 		{Name: "server-b", Terms: 1, Process: "exited"}, {Name: "server-c", Up: true, Terms: 1, Process: "paused"}}
 	s.Dev = &DevState{Control: "http://127.0.0.1:9470", Instances: []DevInstance{
 		{Name: "server-a", PID: 11, State: "running", Page: "http://127.0.0.1:9471/status/"},
@@ -101,6 +101,7 @@ func TestThePageIsReadableWithoutJavaScript(t *testing.T) {
 		`<tr class="job" data-job="prune" data-mode="everywhere" data-leader="" data-token="">`,
 		`<tr class="instance" data-instance="server-b" data-up="false" data-leads="0">`,
 		`<span class="process paused">paused</span>`,
+		`<span class="up">up</span> <span class="muted" title="time left on its etcd lease: near the TTL while it renews, counting down once it stopped">lease 5s</span>`,
 		// the dev buttons are plain forms that post to the supervisor
 		`<form class="dev" method="post" action="http://127.0.0.1:9470/dev/kill"><input type="hidden" name="job" value="pulse">`,
 		`<input type="hidden" name="back" value="http://127.0.0.1:9471/status/">`,
@@ -168,8 +169,9 @@ func TestThePageReadsTheClusterFromEtcdAndPostgres(t *testing.T) {
 		t.Errorf("prune: %+v", s.Jobs[1])
 	}
 	if len(s.Instances) != 2 || s.Instances[0].Name != "server-a" || !s.Instances[0].Up || s.Instances[0].Leads != 1 ||
-		s.Instances[1].Name != "server-b" || s.Instances[1].Up || s.Instances[1].Terms != 1 {
-		t.Errorf("instances: %+v; want server-a up leading one job, server-b down with one term in the window", s.Instances)
+		s.Instances[0].LeaseLeftSeconds <= 0 || s.Instances[0].LeaseLeftSeconds > 2 ||
+		s.Instances[1].Name != "server-b" || s.Instances[1].Up || s.Instances[1].Terms != 1 || s.Instances[1].LeaseLeftSeconds != 0 {
+		t.Errorf("instances: %+v; want server-a up on a live 2 s lease leading one job, server-b down with one term in the window", s.Instances)
 	}
 	if len(s.Terms) != 2 || len(s.Rejections) != 1 || !s.LeadersKnown || s.WindowSeconds != 300 {
 		t.Errorf("history: %d terms, %d rejections, leaders known %v, window %v", len(s.Terms), len(s.Rejections), s.LeadersKnown, s.WindowSeconds)

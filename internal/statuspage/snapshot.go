@@ -84,10 +84,14 @@ type Leader struct {
 type Instance struct {
 	Name string `json:"instance"`
 	// Up: registered in etcd on a live lease.
-	Up      bool      `json:"up"`
-	Host    string    `json:"host,omitempty"`
-	PID     int       `json:"pid,omitempty"`
-	Started time.Time `json:"started,omitzero"`
+	Up bool `json:"up"`
+	// LeaseLeftSeconds is etcd's time left on its lease while it is up: near
+	// the TTL while it renews, counting down once it stopped (killed, paused,
+	// cut off from etcd).
+	LeaseLeftSeconds float64   `json:"lease_left_seconds"`
+	Host             string    `json:"host,omitempty"`
+	PID              int       `json:"pid,omitempty"`
+	Started          time.Time `json:"started,omitzero"`
 	// Leads is the number of jobs it leads now (etcd).
 	Leads int `json:"leads"`
 	// Terms is the number of terms it held in the window (job_terms).
@@ -173,9 +177,24 @@ func (p *Page) read(ctx context.Context, window time.Duration) Snapshot {
 	if err != nil {
 		fail(err)
 	}
+	leaseLeft := map[int64]float64{} // by lease id
+	for _, l := range leaders {
+		leaseLeft[int64(l.Lease)] = l.LeaseTTL.Seconds()
+	}
 	if cfg.Etcd != nil && s.LeadersKnown {
 		if regs, err = leadership.Instances(ctx, cfg.Etcd, cfg.Prefix); err != nil {
 			fail(err)
+		}
+		for _, r := range regs { // the leaders' leases are known already: one process, one lease
+			if _, ok := leaseLeft[r.Lease]; ok {
+				continue
+			}
+			ttl, err := cfg.Etcd.TimeToLive(ctx, clientv3.LeaseID(r.Lease))
+			if err != nil {
+				fail(fmt.Errorf("lease of instance %s: %w", r.Instance, err))
+				continue
+			}
+			leaseLeft[r.Lease] = float64(max(ttl.TTL, 0))
 		}
 	}
 	if cfg.Pool != nil {
@@ -214,13 +233,13 @@ func (p *Page) read(ctx context.Context, window time.Duration) Snapshot {
 		}
 		s.Jobs = append(s.Jobs, j)
 	}
-	s.Instances = instances(regs, s.Terms, s.Dev, leads)
+	s.Instances = instances(regs, leaseLeft, s.Terms, s.Dev, leads)
 	return s
 }
 
 // instances merges the registrations (up), the names seen in the history and
 // the dev supervisor's children, sorted by name.
-func instances(regs []leadership.Registration, terms []scheduler.TermRecord, dev *DevState, leads map[string]int) []Instance {
+func instances(regs []leadership.Registration, leaseLeft map[int64]float64, terms []scheduler.TermRecord, dev *DevState, leads map[string]int) []Instance {
 	byName := map[string]*Instance{}
 	get := func(name string) *Instance {
 		if in, ok := byName[name]; ok {
@@ -232,7 +251,7 @@ func instances(regs []leadership.Registration, terms []scheduler.TermRecord, dev
 	}
 	for _, r := range regs {
 		in := get(r.Instance)
-		in.Up, in.Host, in.PID, in.Started = true, r.Host, r.PID, r.Started
+		in.Up, in.Host, in.PID, in.Started, in.LeaseLeftSeconds = true, r.Host, r.PID, r.Started, leaseLeft[r.Lease]
 	}
 	for _, t := range terms {
 		get(t.Instance).Terms++
