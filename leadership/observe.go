@@ -3,6 +3,7 @@ package leadership
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -94,6 +95,37 @@ func Instances(ctx context.Context, cli *clientv3.Client, prefix string) ([]Regi
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Instance < out[j].Instance })
 	return out, nil
+}
+
+// InstanceLease is an instance that is up, with what etcd says of its lease:
+// the time left (about the TTL while the instance renews it; counting down
+// once it stopped: killed, paused, cut off from etcd) and the TTL granted.
+type InstanceLease struct {
+	Registration
+	LeaseTTL, LeaseGranted time.Duration
+}
+
+// InstanceLeases is Instances with each instance's lease, one TimeToLive per
+// instance: for status output, not for loops. An instance whose lease could
+// not be read is returned without it, and the error says which.
+func InstanceLeases(ctx context.Context, cli *clientv3.Client, prefix string) ([]InstanceLease, error) {
+	regs, err := Instances(ctx, cli, prefix)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]InstanceLease, len(regs))
+	var errs []error
+	for i, r := range regs {
+		out[i].Registration = r
+		ttl, err := cli.TimeToLive(ctx, clientv3.LeaseID(r.Lease))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("leadership: lease of instance %s: %w", r.Instance, err))
+			continue
+		}
+		out[i].LeaseTTL = time.Duration(max(ttl.TTL, 0)) * time.Second
+		out[i].LeaseGranted = time.Duration(ttl.GrantedTTL) * time.Second
+	}
+	return out, errors.Join(errs...)
 }
 
 // FreshToken returns a fencing token larger than that of every term granted so

@@ -142,19 +142,15 @@ func readStatus(ctx context.Context, f *configs.File, endpoints string, log *slo
 		}
 	}
 	if cli != nil {
-		regs, err := leadership.Instances(ctx, cli, f.Etcd.Prefix)
+		regs, err := leadership.InstanceLeases(ctx, cli, f.Etcd.Prefix)
 		if err != nil {
-			fail(err)
+			for _, e := range splitJoined(err) {
+				fail(e)
+			}
 		}
 		for _, r := range regs {
-			is := instanceStatus{Instance: r.Instance, Host: r.Host, PID: r.PID, Started: r.Started,
-				Lease: strconv.FormatInt(r.Lease, 16)}
-			if ttl, err := cli.TimeToLive(ctx, clientv3.LeaseID(r.Lease)); err != nil {
-				fail(fmt.Errorf("lease of instance %s: %w", r.Instance, err))
-			} else {
-				is.LeaseTTLSeconds, is.LeaseGrantedSeconds = float64(max(ttl.TTL, 0)), float64(ttl.GrantedTTL)
-			}
-			st.Instances = append(st.Instances, is)
+			st.Instances = append(st.Instances, instanceStatus{Instance: r.Instance, Host: r.Host, PID: r.PID, Started: r.Started,
+				Lease: strconv.FormatInt(r.Lease, 16), LeaseTTLSeconds: r.LeaseTTL.Seconds(), LeaseGrantedSeconds: r.LeaseGranted.Seconds()})
 		}
 	}
 	for _, j := range jobs {

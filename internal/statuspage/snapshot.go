@@ -161,7 +161,6 @@ func (p *Page) read(ctx context.Context, window time.Duration) Snapshot {
 
 	// Leaders are read apart from ClusterStatus, to know whether etcd answered.
 	leaders := map[string]leadership.Leader{}
-	var regs []leadership.Registration
 	if cfg.Etcd != nil {
 		ls, err := leadership.Leaders(ctx, cfg.Etcd, cfg.Prefix)
 		if err != nil {
@@ -177,24 +176,10 @@ func (p *Page) read(ctx context.Context, window time.Duration) Snapshot {
 	if err != nil {
 		fail(err)
 	}
-	leaseLeft := map[int64]float64{} // by lease id
-	for _, l := range leaders {
-		leaseLeft[int64(l.Lease)] = l.LeaseTTL.Seconds()
-	}
+	var regs []leadership.InstanceLease
 	if cfg.Etcd != nil && s.LeadersKnown {
-		if regs, err = leadership.Instances(ctx, cfg.Etcd, cfg.Prefix); err != nil {
+		if regs, err = leadership.InstanceLeases(ctx, cfg.Etcd, cfg.Prefix); err != nil {
 			fail(err)
-		}
-		for _, r := range regs { // the leaders' leases are known already: one process, one lease
-			if _, ok := leaseLeft[r.Lease]; ok {
-				continue
-			}
-			ttl, err := cfg.Etcd.TimeToLive(ctx, clientv3.LeaseID(r.Lease))
-			if err != nil {
-				fail(fmt.Errorf("lease of instance %s: %w", r.Instance, err))
-				continue
-			}
-			leaseLeft[r.Lease] = float64(max(ttl.TTL, 0))
 		}
 	}
 	if cfg.Pool != nil {
@@ -233,13 +218,13 @@ func (p *Page) read(ctx context.Context, window time.Duration) Snapshot {
 		}
 		s.Jobs = append(s.Jobs, j)
 	}
-	s.Instances = instances(regs, leaseLeft, s.Terms, s.Dev, leads)
+	s.Instances = instances(regs, s.Terms, s.Dev, leads)
 	return s
 }
 
 // instances merges the registrations (up), the names seen in the history and
 // the dev supervisor's children, sorted by name.
-func instances(regs []leadership.Registration, leaseLeft map[int64]float64, terms []scheduler.TermRecord, dev *DevState, leads map[string]int) []Instance {
+func instances(regs []leadership.InstanceLease, terms []scheduler.TermRecord, dev *DevState, leads map[string]int) []Instance {
 	byName := map[string]*Instance{}
 	get := func(name string) *Instance {
 		if in, ok := byName[name]; ok {
@@ -251,7 +236,7 @@ func instances(regs []leadership.Registration, leaseLeft map[int64]float64, term
 	}
 	for _, r := range regs {
 		in := get(r.Instance)
-		in.Up, in.Host, in.PID, in.Started, in.LeaseLeftSeconds = true, r.Host, r.PID, r.Started, leaseLeft[r.Lease]
+		in.Up, in.Host, in.PID, in.Started, in.LeaseLeftSeconds = true, r.Host, r.PID, r.Started, r.LeaseTTL.Seconds()
 	}
 	for _, t := range terms {
 		get(t.Instance).Terms++
