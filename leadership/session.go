@@ -41,6 +41,12 @@ type Session struct {
 	// afterWinTxn, when set by a test in this package, runs between etcd's answer
 	// to a winning campaign and the deadline check: a pause at the worst moment.
 	afterWinTxn func()
+	// onKeepAlive, when set by a test in this package, is called as each
+	// keep-alive is sent: why, and the send time its answer would count from.
+	onKeepAlive func(why sendReason, sentAt time.Time)
+	// kaMember is the address of the member the newest keep-alive stream
+	// reached (for tests in this package).
+	kaMember atomic.Pointer[string]
 }
 
 // lease is one etcd lease of the session and the terms hanging on it.
@@ -98,6 +104,17 @@ type Stats struct {
 // lease, registers the instance, and keeps the lease alive until Close. It returns
 // at once; WaitReady waits for the first lease.
 func NewSession(cfg Config) (*Session, error) {
+	s, err := newSession(cfg)
+	if err != nil {
+		return nil, err
+	}
+	go s.run()
+	return s, nil
+}
+
+// newSession is NewSession without the start, for tests in this package that
+// set hooks first.
+func newSession(cfg Config) (*Session, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
@@ -113,7 +130,11 @@ func NewSession(cfg Config) (*Session, error) {
 		changed:  make(chan struct{}),
 		busyJobs: map[string]*busySlot{},
 	}
-	go s.run()
+	if !ridesOutElections(cfg.TTL, cfg.Margin, cfg.RenewInterval) {
+		s.log.Warn("an etcd leader election can end this instance's terms: TTL − margin − renew interval is less than "+
+			"twice etcd's default election timeout (docs/operations.md, \"The smallest safe TTL\")",
+			"ttl", cfg.TTL, "margin", cfg.Margin, "renew_interval", cfg.RenewInterval, "election_allowance", ElectionAllowance)
+	}
 	return s, nil
 }
 
@@ -325,53 +346,6 @@ func (s *Session) startLease() (*lease, error) {
 func (s *Session) checkDeadline(l *lease) {
 	if now := s.now(); !l.dl.valid(now) {
 		l.end(now, ended(ReasonExpired, "no keep-alive acknowledged in time"))
-	}
-}
-
-// keepAlive sends a keep-alive every RenewInterval (retrying failures quickly)
-// until the lease ends. It reports why, and whether any keep-alive succeeded.
-func (s *Session) keepAlive(l *lease) (cause *EndedError, renewed bool) {
-	next := l.sentAt + int64(s.cfg.RenewInterval)
-	for {
-		wait := time.NewTimer(time.Duration(next - s.now()))
-		select {
-		case <-s.ctx.Done():
-			wait.Stop()
-			return ended(ReasonShutdown, ""), renewed
-		case <-l.ctx.Done():
-			wait.Stop()
-			var cause *EndedError
-			errors.As(context.Cause(l.ctx), &cause)
-			return cause, renewed
-		case <-wait.C:
-		}
-		sentAt := s.now()
-		v := l.dl.load()
-		if v == deadNs {
-			continue // l.ctx is about to be (or was) cancelled
-		}
-		ctx, cancel := context.WithDeadline(l.ctx, s.at(v))
-		s.stats.keepAlivesSent.Add(1)
-		resp, err := s.cfg.Client.KeepAliveOnce(ctx, l.id)
-		cancel()
-		now := s.now()
-		switch {
-		case errors.Is(err, rpctypes.ErrLeaseNotFound):
-			return ended(ReasonLeaseLost, "etcd reports lease %x gone", int64(l.id)), renewed
-		case err != nil:
-			s.stats.keepAliveFailures.Add(1)
-			s.log.Debug("keep-alive failed; retrying", "lease", int64(l.id), "err", err)
-			next = now + int64(s.cfg.RenewInterval/8)
-			continue
-		}
-		nd, ok := l.dl.renew(sentAt, time.Duration(resp.TTL)*time.Second, s.cfg.Margin, now)
-		if !ok {
-			return ended(ReasonExpired, "keep-alive acknowledged after the deadline"), renewed
-		}
-		renewed = true
-		l.lastDeadline.Store(nd)
-		l.timer.Reset(time.Duration(nd - now))
-		next = sentAt + int64(s.cfg.RenewInterval)
 	}
 }
 

@@ -1,0 +1,257 @@
+package leadership
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/snip/snip-jobs/internal/testenv"
+)
+
+// sends records every keep-alive a session sends (its onKeepAlive hook).
+type sends struct {
+	mu  sync.Mutex
+	log []sent
+}
+
+type sent struct {
+	why sendReason
+	at  time.Time
+}
+
+func (r *sends) hook(why sendReason, at time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.log = append(r.log, sent{why, at})
+}
+
+// since returns the keep-alives sent after t, in order.
+func (r *sends) since(t time.Time) []sent {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []sent
+	for _, s := range r.log {
+		if s.at.After(t) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func (r *sends) has(at time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.ContainsFunc(r.log, func(s sent) bool { return s.at.Equal(at) })
+}
+
+// recordedSession starts a session whose keep-alives are recorded, and waits
+// for its first lease.
+func recordedSession(t *testing.T, cli *clientv3.Client, cfg Config) (*Session, *sends) {
+	t.Helper()
+	cfg.Client, cfg.Logger = cli, testenv.Logger(t)
+	if cfg.Prefix == "" {
+		cfg.Prefix = "/ka-test/" + t.Name()
+	}
+	if cfg.TTL == 0 {
+		cfg.TTL, cfg.Margin = 2*time.Second, 500*time.Millisecond
+	}
+	s, err := newSession(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &sends{}
+	s.onKeepAlive = rec.hook
+	go s.run()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = s.Close(ctx)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := s.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return s, rec
+}
+
+// nextRenewal waits until the session's newest acknowledged keep-alive is
+// newer than after, and returns its send time.
+func nextRenewal(t *testing.T, s *Session, after time.Time) time.Time {
+	t.Helper()
+	var at time.Time
+	testenv.Eventually(t, "a keep-alive acknowledged", func() bool {
+		at = s.Stats().LastRenewal
+		return at.After(after)
+	})
+	return at
+}
+
+// leaseKeepAlives is what etcd counted of LeaseKeepAlive: streams opened and
+// requests received.
+func leaseKeepAlives(m testenv.EtcdMetrics) (streams, requests float64) {
+	return m.Sum("grpc_server_started_total", `grpc_method="LeaseKeepAlive"`),
+		m.Sum("grpc_server_msg_received_total", `grpc_method="LeaseKeepAlive"`)
+}
+
+// In steady state a session asks etcd for one thing: one keep-alive per renew
+// interval, on one stream it keeps open, whatever the number of terms it
+// holds; etcd ends nothing with an error. Counted at etcd's /metrics.
+func TestSteadyStateIsOneKeepAlivePerIntervalOnOneStream(t *testing.T) {
+	etcd := testenv.StartEtcd(t, 1)
+	s, _ := recordedSession(t, etcd.Client(t), Config{Instance: "steady"})
+	for i := range 50 {
+		if _, err := s.Campaign(context.Background(), fmt.Sprint("job-", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Between two acknowledgements nothing is in flight: the counts on both
+	// sides are complete.
+	last := nextRenewal(t, s, time.Time{})
+	last = nextRenewal(t, s, last)
+	before, sentBefore := etcd.Metrics(t, 0), s.Stats().KeepAlivesSent
+	for range 3 {
+		last = nextRenewal(t, s, last)
+	}
+	d, sent := etcd.Metrics(t, 0).Minus(before), s.Stats().KeepAlivesSent-sentBefore
+
+	streams, requests := leaseKeepAlives(d)
+	if streams != 0 {
+		t.Errorf("etcd saw %v new LeaseKeepAlive streams over %d keep-alives; want the one stream kept open", streams, sent)
+	}
+	if requests != float64(sent) || sent < 3 {
+		t.Errorf("etcd received %v keep-alives, the session sent %d", requests, sent)
+	}
+	if all := d.Sum("grpc_server_msg_received_total"); all != requests {
+		t.Errorf("etcd received %v requests in all, %v of them keep-alives: the session asks for more than keep-alives in steady state", all, requests)
+	}
+	if bad := d.NotOK(); bad != 0 {
+		t.Errorf("etcd ended %v calls with an error code", bad)
+	}
+}
+
+// On the one stream, an answer still counts from the send time of the request
+// it answers, not from its arrival: through a link that delays each way, the
+// lease's newest renewal is the send time of a keep-alive, at least the
+// link's delay before the answer could arrive.
+func TestAKeepAliveAnsweredLateCountsFromItsSendTime(t *testing.T) {
+	etcd := testenv.StartEtcd(t, 1)
+	link := etcd.Proxy(t, 0)
+	const delay = 150 * time.Millisecond
+	s, rec := recordedSession(t, etcd.Client(t, link.Endpoint()), Config{Instance: "late", TTL: 4 * time.Second, Margin: time.Second})
+	link.Delay(delay)
+	last := nextRenewal(t, s, time.Now()) // sent through the delay
+	for range 3 {
+		last = nextRenewal(t, s, last)
+		seen := time.Now()
+		if !rec.has(last) {
+			t.Fatalf("the lease's newest renewal %v is not the send time of any keep-alive", last)
+		}
+		if seen.Sub(last) < 2*delay {
+			t.Fatalf("renewal counted from %v, only %v before its answer was seen through a link that delays %v each way",
+				last, seen.Sub(last), delay)
+		}
+	}
+}
+
+// A keep-alive whose member goes away is sent again at once, on a new stream
+// that the client puts on another member, and acknowledged there: the lease
+// and its term carry on.
+func TestAFailedKeepAliveIsSentAgainAtOnceOnAnotherMember(t *testing.T) {
+	etcd := testenv.StartEtcd(t, 3)
+	cfg := Config{Instance: "moving", TTL: 10 * time.Second, Margin: 3 * time.Second}
+	s, rec := recordedSession(t, etcd.Client(t), cfg)
+	term, err := s.Campaign(context.Background(), "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := nextRenewal(t, s, time.Time{}) // the grant
+	nextRenewal(t, s, first)                // a keep-alive
+	carrier := s.keepAliveMember(t, etcd)
+	lease := s.Stats().Lease
+	stopped := time.Now()
+	etcd.Stop(t, carrier)
+	renewed := nextRenewal(t, s, stopped)
+
+	after := rec.since(stopped)
+	i := slices.IndexFunc(after, func(x sent) bool { return x.why != sendScheduled })
+	if i < 0 || after[i].why != sendAtOnce {
+		t.Fatalf("keep-alives after member %d stopped: %v; want the first retry sent at once", carrier, after)
+	}
+	if renewed.Before(after[i].at) {
+		t.Fatalf("renewed by a keep-alive sent at %v, before the retry at %v", renewed, after[i].at)
+	}
+	if got := s.Stats().Lease; got != lease || !term.Valid() {
+		t.Fatalf("lease %x → %x, term valid %v: the loss of one member ended the lease", int64(lease), int64(got), term.Valid())
+	}
+	nextRenewal(t, s, renewed)
+	if now := s.keepAliveMember(t, etcd); now == carrier {
+		t.Fatalf("the keep-alive stream is still on member %d", carrier)
+	}
+}
+
+// keepAliveMember is the index of the member the session's keep-alive
+// stream reached.
+func (s *Session) keepAliveMember(t *testing.T, etcd *testenv.EtcdCluster) int {
+	t.Helper()
+	if m := s.kaMember.Load(); m != nil {
+		for i := range etcd.Size() {
+			if strings.HasSuffix(etcd.Endpoint(i), "//"+*m) {
+				return i
+			}
+		}
+		t.Fatalf("the keep-alive stream reached %s, which is no member", *m)
+	}
+	t.Fatal("no keep-alive stream has reached a member")
+	return -1
+}
+
+// With no member answering, a keep-alive is given up on after the patience,
+// sent again at once, then at the retry pace, until the deadline; none is
+// sent once the lease has ended.
+func TestUnansweredKeepAlivesAreRetriedAtAPaceUntilTheDeadline(t *testing.T) {
+	etcd := testenv.StartEtcd(t, 1)
+	link := etcd.Proxy(t, 0)
+	s, rec := recordedSession(t, etcd.Client(t, link.Endpoint()), Config{Instance: "cut", TTL: 4 * time.Second, Margin: time.Second})
+	term, err := s.Campaign(context.Background(), "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := time.Now()
+	link.Blackhole()
+	select {
+	case <-term.Context().Done():
+	case <-time.After(time.Minute):
+		t.Fatal("the term outlived a minute without etcd")
+	}
+	if r := term.Reason(); r != ReasonExpired {
+		t.Fatalf("term ended %q, want %q", r, ReasonExpired)
+	}
+	end := term.EndedAt()
+	var whys []sendReason
+	for _, x := range rec.since(cut) {
+		if x.at.After(end) {
+			t.Errorf("a keep-alive was sent at %v, after the lease ended at %v", x.at, end)
+		}
+		whys = append(whys, x.why)
+	}
+	at := slices.Index(whys, sendAtOnce)
+	if at < 0 || at+1 >= len(whys) || whys[at+1] != sendPaced || slices.Index(whys[at+1:], sendAtOnce) >= 0 {
+		t.Fatalf("keep-alives after the cut: %v; want a retry at once, then retries at the pace (%v apart)", whys, s.retryPace())
+	}
+	if f := s.Stats().KeepAliveFailures; f < int64(len(whys)-1) {
+		t.Fatalf("%d failures counted for %d keep-alives", f, len(whys))
+	}
+}
+
+func (r sendReason) String() string {
+	return [...]string{"scheduled", "at-once", "paced"}[r]
+}
+
+func (x sent) String() string { return x.why.String() }
