@@ -176,6 +176,79 @@ func (etcdElectionImpl) round(b *testing.B, etcd *testenv.EtcdCluster, job strin
 	return d
 }
 
+// Death of a leader whose host lives, side by side with etcd's own
+// concurrency.Election, at TTL 10 s, rounds alternated in one run. b.N is the
+// number of rounds of each:
+//
+//	go test ./leadership -run '^$' -bench DeathReclaim -benchtime 20x -timeout 30m
+//
+// A child process leads the job; a successor in this process campaigns for it;
+// the child is SIGKILLed. For snip-jobs, this process then does what systemd's
+// ExecStopPost= does for the service: it reaps the child and calls
+// leadership.Reclaim. concurrency.Election has nothing of the kind: its
+// successor wins when etcd expires the dead child's lease. Measured from just
+// before the SIGKILL to the successor's win (for snip-jobs its term's start).
+func BenchmarkDeathReclaim(b *testing.B) {
+	const ttl = 10 * time.Second
+	etcd := testenv.StartEtcd(b, 1)
+	b.Run("ttl=10s", func(b *testing.B) {
+		var snip, election []time.Duration
+		for i := 0; i < b.N; i++ {
+			snip = append(snip, deathReclaimRound(b, etcd, fmt.Sprint("snip-", i), ttl))
+			election = append(election, deathElectionRound(b, etcd, fmt.Sprint("election-", i), ttl))
+		}
+		reportPercentilesAs(b, "snip-", snip)
+		reportPercentilesAs(b, "election-", election)
+		b.ReportMetric(0, "ns/op")
+	})
+}
+
+func deathReclaimRound(b *testing.B, etcd *testenv.EtcdCluster, job string, ttl time.Duration) time.Duration {
+	child, _, _ := startChild(b, etcd.Endpoints(), job+"-leader", job, childTTLEnv+"="+ttl.String())
+	follower := startSession(b, etcd.Client(b), job+"-follower", withTTL(ttl, ttl*3/10))
+	next := campaign(context.Background(), follower, job)
+	eventually(b, "the follower to wait for the leader", func() bool { return follower.Stats().Waiting == 1 })
+
+	from := time.Now()
+	_ = child.Process.Kill()
+	_ = child.Wait()
+	if _, err := leadership.Reclaim(context.Background(), etcd.Client(b), prefix(b), job+"-leader", ""); err != nil {
+		b.Fatal(err)
+	}
+	won := await(b, next, "follower")
+	d := won.Started().Sub(from)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = follower.Close(ctx)
+	return d
+}
+
+func deathElectionRound(b *testing.B, etcd *testenv.EtcdCluster, job string, ttl time.Duration) time.Duration {
+	pfx := prefix(b) + "/" + job
+	child, _, _ := startChild(b, etcd.Endpoints(), "leader", job, childTTLEnv+"="+ttl.String(), childImplEnv+"=election")
+	fs, err := concurrency.NewSession(etcd.Client(b), concurrency.WithTTL(int(ttl/time.Second)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer fs.Close()
+	fe := concurrency.NewElection(fs, pfx)
+	wonAt := make(chan time.Time, 1)
+	go func() {
+		if err := fe.Campaign(context.Background(), "follower"); err != nil {
+			b.Error(err)
+		}
+		wonAt <- time.Now()
+	}()
+	waitCampaigning(b, etcd.Client(b), pfx)
+
+	from := time.Now()
+	_ = child.Process.Kill()
+	_ = child.Wait()
+	d := (<-wonAt).Sub(from)
+	_ = fe.Resign(context.Background())
+	return d
+}
+
 // spinUntil polls cond every millisecond: finer than eventually, so that a
 // crash follows the keep-alive it is timed from by at most a millisecond.
 func spinUntil(cond func() bool) {
@@ -195,12 +268,18 @@ func waitCampaigning(b *testing.B, cli *clientv3.Client, pfx string) {
 }
 
 func reportPercentiles(b *testing.B, samples []time.Duration) {
+	reportPercentilesAs(b, "", samples)
+	b.ReportMetric(0, "ns/op")
+}
+
+// reportPercentilesAs reports p50, p99 (nearest rank) and max, in
+// milliseconds, with unit names starting with prefix.
+func reportPercentilesAs(b *testing.B, prefix string, samples []time.Duration) {
 	slices.Sort(samples)
 	pct := func(p float64) time.Duration { return samples[min(len(samples)-1, int(p*float64(len(samples))))] }
-	b.ReportMetric(float64(pct(0.50).Milliseconds()), "p50-ms")
-	b.ReportMetric(float64(pct(0.99).Milliseconds()), "p99-ms")
-	b.ReportMetric(float64(samples[len(samples)-1].Milliseconds()), "max-ms")
-	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(float64(pct(0.50).Milliseconds()), prefix+"p50-ms")
+	b.ReportMetric(float64(pct(0.99).Milliseconds()), prefix+"p99-ms")
+	b.ReportMetric(float64(samples[len(samples)-1].Milliseconds()), prefix+"max-ms")
 }
 
 // What one instance asks of etcd, holding 1, 100 and 1,000 elections on its

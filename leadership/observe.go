@@ -97,6 +97,65 @@ func Instances(ctx context.Context, cli *clientv3.Client, prefix string) ([]Regi
 	return out, nil
 }
 
+// WatchInstances calls f with the names of the instances that are up, sorted:
+// once read, and again after each change, until ctx ends. It reads the
+// registrations once and then follows a watch from that revision, so that it
+// asks etcd nothing while nothing changes; a broken watch (compaction, a
+// member without a leader) is followed by a fresh read, retried every retry
+// while etcd does not answer.
+func WatchInstances(ctx context.Context, cli *clientv3.Client, prefix string, retry time.Duration, f func(names []string)) {
+	pfx := InstanceKey(prefix, "")
+	for ctx.Err() == nil {
+		resp, err := cli.Get(ctx, pfx, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		if err != nil {
+			pauseCtx(ctx, retry)
+			continue
+		}
+		up := map[string]bool{}
+		for _, kv := range resp.Kvs {
+			up[strings.TrimPrefix(string(kv.Key), pfx)] = true
+		}
+		f(sortedKeys(up))
+		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		for wr := range cli.Watch(wctx, pfx, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithRev(resp.Header.Revision+1)) {
+			if wr.Err() != nil {
+				break
+			}
+			for _, ev := range wr.Events {
+				name := strings.TrimPrefix(string(ev.Kv.Key), pfx)
+				up[name] = ev.Type == clientv3.EventTypePut
+				if !up[name] {
+					delete(up, name)
+				}
+			}
+			if len(wr.Events) > 0 {
+				f(sortedKeys(up))
+			}
+		}
+		cancel()
+		pauseCtx(ctx, retry)
+	}
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// pauseCtx waits for d or until ctx is done.
+func pauseCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
 // InstanceLease is an instance that is up, with what etcd says of its lease:
 // the time left (about the TTL while the instance renews it; counting down
 // once it stopped: killed, paused, cut off from etcd) and the TTL granted.

@@ -14,25 +14,50 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
 
 	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/leadership"
 )
 
-// The test binary doubles as a child process that leads a job until killed.
-const childEnv = "LEADERSHIP_TEST_CHILD"
+// The test binary doubles as a child process that leads a job until killed:
+// with a snip-jobs session (TTL 30 s unless the child's TTL says otherwise),
+// or, for the benchmarks, with etcd's concurrency.Election.
+const (
+	childEnv     = "LEADERSHIP_TEST_CHILD"
+	childTTLEnv  = "LEADERSHIP_TEST_CHILD_TTL"
+	childImplEnv = "LEADERSHIP_TEST_CHILD_IMPL" // "election": concurrency.Election
+)
 
 func childMain() int {
 	var endpoints, prefix, instance, job string
 	fmt.Sscan(os.Getenv(childEnv), &endpoints, &prefix, &instance, &job)
+	ttl := 30 * time.Second
+	if d, err := time.ParseDuration(os.Getenv(childTTLEnv)); err == nil {
+		ttl = d
+	}
 	cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(endpoints, ","), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		fmt.Println("error", err)
 		return 1
 	}
+	if os.Getenv(childImplEnv) == "election" {
+		es, err := concurrency.NewSession(cli, concurrency.WithTTL(int(ttl/time.Second)))
+		if err != nil {
+			fmt.Println("error", err)
+			return 1
+		}
+		e := concurrency.NewElection(es, prefix+"/"+job)
+		if err := e.Campaign(context.Background(), instance); err != nil {
+			fmt.Println("error", err)
+			return 1
+		}
+		fmt.Println("leading", e.Rev(), int64(es.Lease()))
+		select {} // until killed
+	}
 	s, err := leadership.NewSession(leadership.Config{
-		Client: cli, Prefix: prefix, Instance: instance, TTL: 30 * time.Second,
+		Client: cli, Prefix: prefix, Instance: instance, TTL: ttl,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, nil)),
 	})
 	if err != nil {
@@ -49,11 +74,14 @@ func childMain() int {
 }
 
 // startChild starts a child process leading job as instance, and waits until it leads.
-func startChild(t *testing.T, endpoints []string, instance, job string) (*exec.Cmd, int64, clientv3.LeaseID) {
+func startChild(t testing.TB, endpoints []string, instance, job string, env ...string) (*exec.Cmd, int64, clientv3.LeaseID) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
 	cmd.Env = append(os.Environ(), childEnv+"="+strings.Join([]string{strings.Join(endpoints, ","), prefix(t), instance, job}, " "))
-	cmd.Stderr = os.Stderr
+	cmd.Env = append(cmd.Env, env...)
+	if _, bench := t.(*testing.B); !bench {
+		cmd.Stderr = os.Stderr
+	}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -175,5 +203,86 @@ func TestDeregisterKeepsTheTermsButLeavesTheInstanceList(t *testing.T) {
 	}
 	if !term.Valid() {
 		t.Fatal("deregistering ended the term")
+	}
+}
+
+// Death reclaim without a restart: the supervisor that saw the process exit
+// (systemd's ExecStopPost=, snip-jobs dev, the chaos harness) calls Reclaim;
+// the dead process's lease is revoked, its leader keys go with it, and the
+// instance waiting for its job wins at once instead of after the 30 s lease.
+func TestDeathReclaimMovesADeadProcesssJobsAtOnce(t *testing.T) {
+	etcd := testenv.StartEtcd(t, 1)
+	observer := etcd.Client(t)
+	child, oldToken, oldLease := startChild(t, etcd.Endpoints(), "server-a", "aggregator")
+	other := startSession(t, etcd.Client(t), "server-b", withTTL(30*time.Second, 9*time.Second))
+	next := campaign(context.Background(), other, "aggregator")
+	ttl, err := observer.TimeToLive(context.Background(), oldLease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expiresBy := time.Now().Add(time.Duration(ttl.TTL) * time.Second) // had nobody revoked it
+
+	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = child.Wait() // the supervisor reaps it, then reclaims
+	got, err := leadership.Reclaim(context.Background(), observer, prefix(t), "server-a", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.Found || !got.Revoked || got.Registration.PID != child.Process.Pid {
+		t.Fatalf("Reclaim = %+v; want the registration of pid %d found and its lease revoked", got, child.Process.Pid)
+	}
+	term := await(t, next, "server-b")
+	if !term.Started().Before(expiresBy) {
+		t.Fatal("the job moved only when the dead process's lease would have expired")
+	}
+	if leaseAlive(t, observer, oldLease) {
+		t.Fatal("the dead process's lease is still alive")
+	}
+	if term.Token() <= oldToken {
+		t.Fatalf("token %d not above the dead leader's %d", term.Token(), oldToken)
+	}
+	again, err := leadership.Reclaim(context.Background(), observer, prefix(t), "server-a", "")
+	if err != nil || again.Found {
+		t.Fatalf("a second Reclaim = %+v, %v; want nothing found", again, err)
+	}
+}
+
+// Reclaim never revokes the lease of a process that runs: a supervisor that
+// calls it by mistake (or for a process it did not start) changes nothing.
+func TestDeathReclaimLeavesARunningProcessAlone(t *testing.T) {
+	etcd := testenv.StartEtcd(t, 1)
+	observer := etcd.Client(t)
+	child, token, lease := startChild(t, etcd.Endpoints(), "server-a", "aggregator")
+	got, err := leadership.Reclaim(context.Background(), observer, prefix(t), "server-a", "")
+	if !errors.Is(err, leadership.ErrStillRunning) || got.Revoked {
+		t.Fatalf("Reclaim of a running process = %+v, %v; want ErrStillRunning", got, err)
+	}
+	if !strings.Contains(err.Error(), fmt.Sprint(child.Process.Pid)) {
+		t.Fatalf("the refusal does not name pid %d: %v", child.Process.Pid, err)
+	}
+	if !leaseAlive(t, observer, lease) {
+		t.Fatal("Reclaim revoked a running process's lease")
+	}
+	if l, ok, err := leadership.Observe(context.Background(), observer, prefix(t), "aggregator"); err != nil || !ok || l.Token != token {
+		t.Fatalf("leader after the refused reclaim = %+v, %v, %v; want token %d", l, ok, err, token)
+	}
+}
+
+// Only the host that ran the process can tell that it is gone.
+func TestDeathReclaimRefusesAnotherHostsRegistration(t *testing.T) {
+	etcd := testenv.StartEtcd(t, 1)
+	observer := etcd.Client(t)
+	s := startSession(t, etcd.Client(t), "server-a", withHost("host-1"))
+	got, err := leadership.Reclaim(context.Background(), observer, prefix(t), "server-a", "host-2")
+	if !errors.Is(err, leadership.ErrOtherHost) || got.Revoked || !strings.Contains(err.Error(), `"host-1"`) {
+		t.Fatalf("Reclaim from host-2 = %+v, %v; want ErrOtherHost naming host-1", got, err)
+	}
+	if !leaseAlive(t, observer, s.Stats().Lease) {
+		t.Fatal("Reclaim revoked another host's lease")
+	}
+	if got, err := leadership.Reclaim(context.Background(), observer, prefix(t), "server-z", "host-1"); err != nil || got.Found {
+		t.Fatalf("Reclaim of an instance with no registration = %+v, %v; want nothing to do", got, err)
 	}
 }

@@ -11,28 +11,28 @@ import (
 	"github.com/snip/snip-jobs/leadership"
 )
 
-// spreadLoop counts the live instances every few seconds (for fairShare) and,
-// when this instance leads more than its fair share while others are up, hands
-// one term over.
+// spreadLoop keeps the count of live instances (for fairShare) from a watch
+// on their registrations, asking etcd nothing while nobody comes or goes, and
+// every few seconds, when this instance leads more than its fair share while
+// others are up, hands one term over.
 func (s *Scheduler) spreadLoop(ctx context.Context) {
 	cfg := s.cfg.Session.Config()
 	every := max(time.Second, cfg.RenewInterval)
+	go leadership.WatchInstances(ctx, cfg.Client, cfg.Prefix, every, func(names []string) {
+		if len(names) > 0 {
+			s.instances.Store(int64(len(names)))
+		}
+	})
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
-		qctx, cancel := context.WithTimeout(ctx, every)
-		regs, err := leadership.Instances(qctx, cfg.Client, cfg.Prefix)
-		cancel()
-		if err == nil && len(regs) > 0 {
-			s.instances.Store(int64(len(regs)))
-			if len(regs) > 1 && s.leading.Load() > s.fairShare() {
-				s.handOverOne()
-			}
-		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if s.instances.Load() > 1 && s.leading.Load() > s.fairShare() {
+			s.handOverOne()
 		}
 	}
 }

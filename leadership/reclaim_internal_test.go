@@ -1,0 +1,64 @@
+package leadership
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/snip/snip-jobs/internal/testenv"
+)
+
+// A registration names its process by PID and start time. When the PID now
+// belongs to another process (the kernel reused it), the registered process is
+// gone: Reclaim revokes its lease, and leaves the process now using the PID
+// alone. The same registration with that process's true start time names a
+// running process, and is refused.
+func TestDeathReclaimTellsAReusedPIDFromTheRegisteredProcess(t *testing.T) {
+	etcd := testenv.StartEtcd(t, 1)
+	cli := etcd.Client(t)
+	host, _ := os.Hostname()
+	pid := os.Getpid() // a running process: this one
+	start, err := processStart(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	register := func(name string, procStart uint64) clientv3.LeaseID {
+		t.Helper()
+		lease, err := cli.Grant(context.Background(), 60)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, _ := json.Marshal(Registration{Instance: name, Host: host, PID: pid, ProcStart: procStart, Started: time.Now(), Lease: int64(lease.ID)})
+		if _, err := cli.Put(context.Background(), InstanceKey("/reuse", name), string(v), clientv3.WithLease(lease.ID)); err != nil {
+			t.Fatal(err)
+		}
+		return lease.ID
+	}
+	alive := func(id clientv3.LeaseID) bool {
+		r, err := cli.TimeToLive(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.TTL > 0
+	}
+
+	reused := register("reused", start-1) // started earlier than the process now at pid
+	got, err := Reclaim(context.Background(), cli, "/reuse", "reused", host)
+	if err != nil || !got.Revoked {
+		t.Fatalf("Reclaim of a registration whose pid was reused = %+v, %v; want its lease revoked", got, err)
+	}
+	if alive(reused) {
+		t.Fatal("the lease of the gone process is alive")
+	}
+
+	running := register("running", start)
+	got, err = Reclaim(context.Background(), cli, "/reuse", "running", host)
+	if !errors.Is(err, ErrStillRunning) || got.Revoked || !alive(running) {
+		t.Fatalf("Reclaim of a running process's registration = %+v, %v, lease alive %v; want it refused and left alone", got, err, alive(running))
+	}
+}
