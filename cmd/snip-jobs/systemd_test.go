@@ -46,6 +46,11 @@ func TestTheSystemdUnitsVerifyAndPassOnlySocketsRunTakes(t *testing.T) {
 		}
 		units = append(units, path)
 	}
+	if service, err := os.ReadFile(filepath.Join(src, "snip-jobs.service")); err != nil {
+		t.Error(err)
+	} else if !regexp.MustCompile(`(?m)^ExecStopPost=-/usr/local/bin/snip-jobs reclaim$`).Match(service) {
+		t.Error("snip-jobs.service does not run `snip-jobs reclaim` after the main process exits (ExecStopPost=): a killed leader's jobs would wait out its lease")
+	}
 	if len(units) < 2 {
 		t.Fatalf("deploy/systemd has %d units, want the service and its socket", len(units))
 	}

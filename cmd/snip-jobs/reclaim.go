@@ -1,0 +1,77 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/snip/snip-jobs/leadership"
+)
+
+func reclaimCommand() command {
+	return command{
+		name:    "reclaim",
+		summary: "revoke the etcd lease of this server's snip-jobs process once it has died, so its jobs move now",
+		about: `Run after this server's snip-jobs process has exited, for whatever reason:
+systemd runs it as ExecStopPost= (deploy/systemd/snip-jobs.service). If the
+process registered under the config's instance on this host is no longer
+running (its PID and start time say so), revokes its etcd lease: its leader
+keys go with it, so the other servers take its jobs at once instead of when
+the lease expires (ttl). A process that stopped cleanly has revoked its lease
+already: nothing to do. It never touches the lease of a running process, nor
+another host's: it then says so and exits 1. Why the process ended is logged
+from systemd's $SERVICE_RESULT, $EXIT_CODE and $EXIT_STATUS when set.`,
+		flags: func(fs *flag.FlagSet, c *cli) func(context.Context, []string) error {
+			path := configFlag(fs)
+			endpoints := fs.String("endpoints", "", "comma-separated etcd endpoints to use instead of the config's")
+			timeout := fs.Duration("timeout", 10*time.Second, "give up after this long")
+			return func(ctx context.Context, args []string) error {
+				if len(args) != 0 {
+					return usageError("usage: reclaim takes no arguments")
+				}
+				f, err := loadConfig(*path)
+				if err != nil {
+					writeLines(c.stderr, "", err.Error())
+					return &exitError{code: 2, err: errSilent}
+				}
+				log := newLogger(f.Log, c.stderr).With("instance", f.Instance)
+				why := []any{}
+				for _, v := range []string{"SERVICE_RESULT", "EXIT_CODE", "EXIT_STATUS"} {
+					if s := os.Getenv(v); s != "" {
+						why = append(why, v, s)
+					}
+				}
+				if f.Etcd.Embedded() && *endpoints == "" {
+					log.Info("reclaim: nothing to do: the embedded etcd ended with the process", why...)
+					return nil
+				}
+				cli, err := newEtcdClient(f, etcdEndpoints(f, *endpoints), log)
+				if err != nil {
+					return err
+				}
+				defer cli.Close()
+				ctx, cancel := context.WithTimeout(ctx, *timeout)
+				defer cancel()
+				got, err := leadership.Reclaim(ctx, cli, f.Etcd.Prefix, f.Instance, "")
+				reg := got.Registration
+				switch {
+				case errors.Is(err, leadership.ErrStillRunning), errors.Is(err, leadership.ErrOtherHost):
+					log.Warn("reclaim: lease left alone", append(why, "pid", reg.PID, "host", reg.Host, "lease", reg.Lease, "reason", err.Error())...)
+					return fmt.Errorf("lease left alone: %w", err)
+				case err != nil:
+					log.Error("reclaim failed: the dead process's jobs move when its lease expires", append(why, "err", err.Error())...)
+					return err
+				case !got.Found:
+					log.Info("reclaim: nothing to do: no registration left (the process revoked its lease, or it expired)", why...)
+				default:
+					log.Info("reclaim: the process is gone; revoked its lease, its jobs move now",
+						append(why, "pid", reg.PID, "lease", reg.Lease, "since", reg.Started)...)
+				}
+				return nil
+			}
+		},
+	}
+}
