@@ -23,6 +23,12 @@ const (
 	// KillLeader SIGKILLs the leader of a random job, waits until every job it
 	// led has a new term, then restarts it (the restart of a killed instance).
 	KillLeader Kind = "kill-leader"
+	// KillLeaderReclaim SIGKILLs the leader of a random job and, once the
+	// process has exited, runs `snip-jobs reclaim` for it, as systemd's
+	// ExecStopPost= does: the death reclaim, which moves the jobs without
+	// waiting for the lease to expire and without a restart. The instance is
+	// restarted once every job it led has a new term.
+	KillLeaderReclaim Kind = "kill-leader-reclaim"
 	// PauseLeader SIGSTOPs the leader of a random job for TTL + 1.5 s, then
 	// SIGCONTs it.
 	PauseLeader Kind = "pause-leader"
@@ -56,14 +62,14 @@ const (
 // instance), rather than at etcd or PostgreSQL (the whole cluster).
 func (k Kind) HitsLeader() bool {
 	switch k {
-	case KillLeader, PauseLeader, PartitionLeader, PartitionSlowDB, TermLeader:
+	case KillLeader, KillLeaderReclaim, PauseLeader, PartitionLeader, PartitionSlowDB, TermLeader:
 		return true
 	}
 	return false
 }
 
 // AllKinds is every fault kind, in the order of the results table.
-var AllKinds = []Kind{KillLeader, PauseLeader, PartitionLeader, PartitionSlowDB, TermLeader,
+var AllKinds = []Kind{KillLeader, KillLeaderReclaim, PauseLeader, PartitionLeader, PartitionSlowDB, TermLeader,
 	EtcdMemberLoss, EtcdLeaderLoss, QuorumLoss, PostgresRestart}
 
 // Takeover is one job's change of term caused by a fault.
@@ -99,6 +105,13 @@ type Fault struct {
 	Restart time.Duration
 	// ExitCode of an instance stopped by SIGTERM.
 	ExitCode int
+	// Reclaim is, for KillLeaderReclaim, how long `snip-jobs reclaim` took,
+	// from its start (after the killed process was reaped) to its exit.
+	Reclaim time.Duration
+	// TermsEnded is, for etcd faults, how many terms ended on their own
+	// side (expired: no keep-alive acknowledged in time; or lease lost)
+	// between the fault and the cluster settling, from the instances' logs.
+	TermsEnded int
 	// LossStart/LossEnd bound a time without etcd quorum (QuorumLoss): from the
 	// second member's death until both were back and a leader agreed.
 	LossStart, LossEnd time.Time
@@ -182,6 +195,8 @@ func (c *cluster) inject(ctx context.Context, rng *rand.Rand, n int, k Kind) *Fa
 	switch k {
 	case KillLeader:
 		err = c.killLeader(ctx, rng, f)
+	case KillLeaderReclaim:
+		err = c.killLeaderReclaim(ctx, rng, f)
 	case PauseLeader:
 		err = c.pauseLeader(ctx, rng, f)
 	case PartitionLeader:
@@ -313,6 +328,24 @@ func (c *cluster) killLeader(ctx context.Context, rng *rand.Rand, f *Fault) erro
 	}
 	in.wait(10 * time.Second)
 	err = c.takeovers(ctx, f, led, 3*c.opts.TTL+10*time.Second)
+	return joinErrs(err, c.restart(ctx, f, in))
+}
+
+// killLeaderReclaim is killLeader with systemd's ExecStopPost= between the
+// death and the takeover: `snip-jobs reclaim` run once the process is reaped.
+func (c *cluster) killLeaderReclaim(ctx context.Context, rng *rand.Rand, f *Fault) error {
+	in, led, err := c.strikeLeader(ctx, rng, f)
+	if err != nil {
+		return err
+	}
+	if err := in.signal(syscall.SIGKILL); err != nil {
+		return err
+	}
+	in.wait(10 * time.Second)
+	begin := time.Now()
+	err = in.reclaim(ctx, "SERVICE_RESULT=signal", "EXIT_CODE=killed", "EXIT_STATUS=KILL")
+	f.Reclaim = time.Since(begin)
+	err = joinErrs(err, c.takeovers(ctx, f, led, 3*c.opts.TTL+10*time.Second))
 	return joinErrs(err, c.restart(ctx, f, in))
 }
 

@@ -95,6 +95,27 @@ func (in *instance) startLocked() error {
 	return nil
 }
 
+// reclaim runs `snip-jobs reclaim` for the instance, as systemd's
+// ExecStopPost= does once the process has exited, with env (systemd's
+// SERVICE_RESULT, EXIT_CODE, EXIT_STATUS); its output goes to the instance's
+// log.
+func (in *instance) reclaim(ctx context.Context, env ...string) error {
+	logf, err := os.OpenFile(in.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, in.binary, "reclaim", "--config", in.config)
+	cmd.Env = append(cleanEnv(), env...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("snip-jobs reclaim for %s: %w", in.name, err)
+	}
+	return nil
+}
+
 // cleanEnv is this process's environment without what snip-jobs reads.
 func cleanEnv() []string {
 	var env []string

@@ -49,6 +49,10 @@ type KindStats struct {
 	Restart   Dist // restarted instance → ready
 	Election  Dist // etcd leader loss: kill → new raft leader
 	AfterLoss Dist // quorum loss: loss → last accepted write of an old term
+	Reclaim   Dist // kill-leader-reclaim: `snip-jobs reclaim`'s run
+	// TermsEnded is, for etcd member and leader losses, the terms that ended
+	// on their own side (expired, lease lost) during the faults, in all.
+	TermsEnded int
 }
 
 // ByKind computes the figures of each fault kind that occurred.
@@ -56,7 +60,7 @@ func (r *Report) ByKind() []KindStats {
 	var out []KindStats
 	for _, k := range AllKinds {
 		var s KindStats
-		var noActing, takeover, gone, handoff, restart, election, after []time.Duration
+		var noActing, takeover, gone, handoff, restart, election, after, reclaim []time.Duration
 		for _, f := range r.Faults {
 			if f.Kind != k {
 				continue
@@ -81,13 +85,17 @@ func (r *Report) ByKind() []KindStats {
 			if k == QuorumLoss {
 				after = append(after, f.LastWriteAfterLoss)
 			}
+			if f.Reclaim > 0 {
+				reclaim = append(reclaim, f.Reclaim)
+			}
+			s.TermsEnded += f.TermsEnded
 		}
 		if s.Faults == 0 {
 			continue
 		}
 		s.Kind = k
-		s.NoActing, s.Takeover, s.KeyGone, s.Handoff, s.Restart, s.Election, s.AfterLoss =
-			dist(noActing), dist(takeover), dist(gone), dist(handoff), dist(restart), dist(election), dist(after)
+		s.NoActing, s.Takeover, s.KeyGone, s.Handoff, s.Restart, s.Election, s.AfterLoss, s.Reclaim =
+			dist(noActing), dist(takeover), dist(gone), dist(handoff), dist(restart), dist(election), dist(after), dist(reclaim)
 		out = append(out, s)
 	}
 	return out
@@ -158,6 +166,12 @@ func (r *Report) Markdown() string {
 		}
 		if s.AfterLoss.N > 0 {
 			other = append(other, "last write of an old term after the loss "+s.AfterLoss.String())
+		}
+		if s.Reclaim.N > 0 {
+			other = append(other, "`snip-jobs reclaim` ran "+s.Reclaim.String())
+		}
+		if s.Kind == EtcdLeaderLoss || s.Kind == EtcdMemberLoss {
+			other = append(other, fmt.Sprintf("terms ended by the instances (expired, lease lost): %d", s.TermsEnded))
 		}
 		fmt.Fprintf(&b, "| %s | %d | %s (%d) | %s | %s | %s | %s |\n", s.Kind, s.Faults, s.NoActing, s.NoActing.N, s.Takeover, s.KeyGone, s.Handoff, strings.Join(other, "; "))
 	}

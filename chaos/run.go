@@ -229,6 +229,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	rep.Probe = ProbeStats{Writes: len(f.probe), Terms: len(tokens), Rejections: f.rejections, TermsAll: len(f.terms)}
 	rep.Writes = writeStats(f.writes)
 	rep.Overruns = overruns(c.instances)
+	termsEnded(c.instances, rep.Faults)
 	if o.KeepDir {
 		o.Log.Info("kept the run's folder", "dir", c.dir)
 	}
@@ -336,4 +337,39 @@ func overruns(instances []*instance) map[string]int {
 		}
 	}
 	return n
+}
+
+// termsEnded counts, for each etcd fault, the terms that ended on their own
+// side (expired: no keep-alive acknowledged in time; or their lease lost)
+// between the fault and the cluster settling, from the instances' logs. etcd
+// keeps every lease through a member's or its leader's loss (a new leader
+// extends them all), so each is a term ended for nothing.
+func termsEnded(instances []*instance, faults []*Fault) {
+	var ends []time.Time
+	for _, in := range instances {
+		for line := range strings.Lines(in.logs()) {
+			var e struct {
+				Time        time.Time
+				Msg, Reason string
+			}
+			if json.Unmarshal([]byte(line), &e) == nil && e.Msg == "term ended" &&
+				(e.Reason == string(leadership.ReasonExpired) || e.Reason == string(leadership.ReasonLeaseLost)) {
+				ends = append(ends, e.Time)
+			}
+		}
+	}
+	for _, f := range faults {
+		if f.Kind != EtcdLeaderLoss && f.Kind != EtcdMemberLoss {
+			continue
+		}
+		until := f.Settled
+		if until.IsZero() {
+			until = f.Healed.Add(readyBound)
+		}
+		for _, t := range ends {
+			if !t.Before(f.Start) && !t.After(until) {
+				f.TermsEnded++
+			}
+		}
+	}
 }

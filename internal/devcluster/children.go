@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/snip/snip-jobs/internal/pdeathsig"
+	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/internal/sockact"
 )
 
@@ -109,13 +110,31 @@ func (ch *child) start() error {
 		expected := ch.expected
 		ch.mu.Unlock()
 		ch.c.routeChallenges()
+		reclaimed := ch.reclaim()
 		close(done)
 		if !expected && !ch.c.closing() {
-			ch.c.say("%s exited (%s); restart it with the page's button or POST %s/dev/restart?instance=%s",
-				ch.name, describeExit(err), ch.c.controlURL, ch.name)
+			ch.c.say("%s exited (%s)%s; restart it with the page's button or POST %s/dev/restart?instance=%s",
+				ch.name, describeExit(err), reclaimed, ch.c.controlURL, ch.name)
 		}
 	}()
 	return nil
+}
+
+// reclaim does what systemd's ExecStopPost= does for the service once the
+// process has exited (and been reaped): it revokes the lease the process left
+// behind, if any, so that its jobs move now rather than when the lease
+// expires. It returns what to add to the exit's announcement.
+func (ch *child) reclaim() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	got, err := leadership.Reclaim(ctx, ch.c.cli, prefix, ch.name, "")
+	switch {
+	case err != nil:
+		return fmt.Sprintf(" and its lease could not be revoked (%v): its jobs move once it expires, within %v", err, ch.c.cfg.TTL)
+	case got.Revoked:
+		return fmt.Sprintf("; revoked the lease it left (pid %d), so its jobs move now", got.Registration.PID)
+	}
+	return ""
 }
 
 func describeExit(err error) string {

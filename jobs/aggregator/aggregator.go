@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/fencing"
@@ -51,6 +52,7 @@ const localSettingsSQL = `SELECT set_config('plan_cache_mode', 'force_custom_pla
 type job struct {
 	opts Options
 	m    *metrics
+	pool *pgxpool.Pool // for the read that finds work (pending); nil: always look
 	// clusterProbe: whether the database lets batches read its cluster's
 	// identifier (clusterID); probeUnknown until the first batch asks.
 	clusterProbe atomic.Int32
@@ -71,7 +73,7 @@ func newJob(env scheduler.Env, spec configs.Job) (scheduler.Job, error) {
 	if err != nil {
 		return nil, fmt.Errorf("aggregator %q: %w", spec.Name, err)
 	}
-	return &job{opts: opts, m: m}, nil
+	return &job{opts: opts, m: m, pool: env.Pool}, nil
 }
 
 // Run folds batches until ctx ends or the term does; it returns nil then. A
@@ -83,11 +85,40 @@ func (j *job) Run(ctx context.Context, run *scheduler.Run) error {
 	var span uint64 // 0: the first batch guesses
 	var backoff time.Duration
 	var refused refusal
+	more := false // the last batch left events waiting: no need to ask
 	for {
 		if ctx.Err() != nil || !run.Valid() {
 			return nil
 		}
 		started := time.Now()
+		if !more {
+			// Idle means idle: a read decides whether there is anything to
+			// do before a fenced transaction, which writes, is opened.
+			w, err := j.pending(ctx)
+			if err != nil {
+				if stop, err := j.failed(ctx, run, "look for work", err, &backoff, nil); stop {
+					return err
+				}
+				continue
+			}
+			if !w.fold {
+				backoff = 0
+				j.m.backlog.Set(0)
+				j.m.idle.Inc()
+				run.Progress()
+				again, stop, err := j.idleWork(ctx, run, w, &backoff)
+				if stop {
+					return err
+				}
+				if again {
+					continue
+				}
+				if !sleep(ctx, j.opts.Interval-time.Since(started)) {
+					return nil
+				}
+				continue
+			}
+		}
 		res, err := j.batch(ctx, run, span)
 		if err != nil {
 			if stop, err := j.failed(ctx, run, "batch", err, &backoff, &refused); stop {
@@ -103,8 +134,8 @@ func (j *job) Run(ctx context.Context, run *scheduler.Run) error {
 		}
 		run.Progress()
 		span = nextSpan(res.span, res, j.opts.BatchSize)
-		if !res.windowDone || res.seen >= int64(j.opts.BatchSize) {
-			continue // more is waiting
+		if more = !res.windowDone || res.seen >= int64(j.opts.BatchSize); more {
+			continue
 		}
 
 		// Caught up: delete processed events while there is time. Every
@@ -128,6 +159,27 @@ func (j *job) Run(ctx context.Context, run *scheduler.Run) error {
 			return nil
 		}
 	}
+}
+
+// idleWork does what an idle job may have to: prune events whose retention
+// has passed, record the horizon once. again: look again at once (a full
+// prune chunk, or a failure handled); stop: Run returns err.
+func (j *job) idleWork(ctx context.Context, run *scheduler.Run, w work, backoff *time.Duration) (again, stop bool, err error) {
+	if w.horizon {
+		if err := j.recordHorizon(ctx, run); err != nil {
+			stop, err := j.failed(ctx, run, "record horizon", err, backoff, nil)
+			return true, stop, err
+		}
+	}
+	if w.prune {
+		n, err := j.pruneOnce(ctx, run)
+		if err != nil {
+			stop, err := j.failed(ctx, run, "prune", err, backoff, nil)
+			return true, stop, err
+		}
+		return n >= pruneChunk, false, nil
+	}
+	return false, false, nil
 }
 
 // refusal is a streak of batches refused because the stored position is not

@@ -68,6 +68,43 @@ func TestAnEventCommittedAfterHigherIdsIsCountedOnceWhenItCommits(t *testing.T) 
 	d.wantCounts(l)
 }
 
+// Idle means idle: once every committed event is counted, the aggregator
+// only reads, and writes nothing (neither its fencing token's row nor its
+// position's) however often it looks, until an event commits; then it counts
+// it at once.
+func TestAnIdleAggregatorWritesNothingUntilAnEventCommits(t *testing.T) {
+	d := newDB(t, testenv.PostgresDB(t))
+	l := newLedger()
+	now := time.Now()
+	a := d.startAggregator(1, small())
+	for i := range 10 {
+		d.commit(l, []event{click(int64(1+i%links), now)}, []string{""})
+	}
+	d.waitProcessed(l.events())
+	a.waitIdlePolls(t, 1) // past any prune of the processed events
+	versions := func() string { // the rows' versions change with every write
+		var v string
+		err := d.obs.QueryRow(context.Background(), `SELECT
+			(SELECT xmin::text || ctid::text FROM fencing_tokens WHERE resource = 'aggregator') || ' ' ||
+			(SELECT xmin::text || ctid::text FROM click_aggregator_state)`).Scan(&v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	before := versions()
+	a.waitIdlePolls(t, 20)
+	if after := versions(); after != before {
+		t.Fatalf("the idle aggregator wrote: row versions %s → %s", before, after)
+	}
+	d.commit(l, []event{click(1, now)}, []string{""})
+	d.waitProcessed(l.events())
+	d.wantCounts(l)
+	if after := versions(); after == before {
+		t.Fatal("the event was counted without a fenced batch")
+	}
+}
+
 func TestConcurrentProducersWithInterleavedCommitsAreCountedExactly(t *testing.T) {
 	d := newDB(t, testenv.PostgresDB(t))
 	l := newLedger()
@@ -223,14 +260,17 @@ func TestTwoAggregatorsWithDifferentTokensCountOnce(t *testing.T) {
 		}
 		d.waitProcessed(l.events())
 
+		// The older opens a batch only when it finds something to fold:
+		// events commit until it has, and has been refused.
 		older := d.startAggregator(10, small())
+		testenv.Eventually(t, "the older aggregator to open a batch", func() bool {
+			d.commit(l, []event{click(1, now)}, []string{""})
+			return older.returned()
+		})
 		err := older.wait(t)
 		var stale *fencing.StaleTokenError
 		if !errors.As(err, &stale) || stale.Current != 20 {
 			t.Fatalf("older aggregator returned %v; want a StaleTokenError naming token 20", err)
-		}
-		for i := range 30 {
-			d.commit(l, []event{click(int64(1+i%links), now)}, []string{""})
 		}
 		d.waitProcessed(l.events())
 		d.wantCounts(l)
@@ -344,18 +384,19 @@ func TestAPausedLeaderThatFinishesItsBatchAfterItsSuccessorStartedCountsOnce(t *
 	d.waitLockWait("agg-11")
 
 	// The leader wakes up and finishes its batch; the successor goes on
-	// after it, and the leader's next batch is refused.
+	// after it. With new events, the leader's next batch is refused (with
+	// none, neither opens a batch: idle means idle).
 	if err := hold.Rollback(ctx); err != nil {
 		t.Fatal(err)
+	}
+	for i := range 40 {
+		d.commit(l, []event{click(int64(1+i%links), now)}, []string{""})
 	}
 	if err := leader.wait(t); !errors.Is(err, fencing.ErrStaleToken) {
 		t.Fatalf("the paused leader returned %v; want ErrStaleToken", err)
 	}
 	if got := leader.counter(t, "snip_aggregator_batches_total", nil); got < 1 {
 		t.Errorf("the paused leader committed %v batches; want the one it had started", got)
-	}
-	for i := range 40 {
-		d.commit(l, []event{click(int64(1+i%links), now)}, []string{""})
 	}
 	d.waitProcessed(l.events())
 	d.wantCounts(l)
@@ -463,7 +504,7 @@ func TestTheLoopStopsWhenTheTermEnds(t *testing.T) {
 	d := newDB(t, testenv.PostgresDB(t))
 	t.Run("Valid turns false", func(t *testing.T) {
 		a := d.startAggregator(1, small())
-		d.waitWindows(1)
+		a.waitIdlePolls(t, 1)
 		a.valid.Store(false)
 		if err := a.wait(t); err != nil {
 			t.Errorf("Run returned %v; want nil", err)
@@ -473,7 +514,7 @@ func TestTheLoopStopsWhenTheTermEnds(t *testing.T) {
 		opts := small()
 		opts.Interval = time.Hour // it is asleep when the context ends
 		a := d.startAggregator(2, opts)
-		d.waitWindows(1)
+		a.waitIdlePolls(t, 1)
 		if err := a.stop(t); err != nil {
 			t.Errorf("Run returned %v; want nil", err)
 		}
@@ -512,22 +553,29 @@ func TestProcessedEventsAreDeletedOrKeptForTheRetention(t *testing.T) {
 		l := newLedger()
 		opts := small()
 		opts.Retention = time.Hour
-		d.startAggregator(1, opts)
+		a := d.startAggregator(1, opts)
 		for i := range 30 {
 			d.commit(l, []event{click(int64(1+i%links), now)}, []string{""})
 		}
 		d.waitProcessed(l.events())
-		d.waitWindows(3)
+		a.waitIdlePolls(t, 3)
 		if n := count(t, d); n != 30 {
 			t.Fatalf("click_events holds %d events within the retention, want 30", n)
 		}
 		// An hour and a half passes, as far as the horizons say: the job
-		// records one (the first since a minute) after every event was
-		// processed, which the test then moves back in time.
+		// records one (the first since a minute, once, even while idle)
+		// after every event was processed, which the test then moves back
+		// in time.
 		if _, err := d.obs.Exec(ctx, `DELETE FROM click_aggregator_horizons`); err != nil {
 			t.Fatal(err)
 		}
-		d.waitWindows(2)
+		testenv.Eventually(t, "a horizon recorded", func() bool {
+			var n int
+			if err := d.obs.QueryRow(ctx, `SELECT count(*) FROM click_aggregator_horizons`).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n > 0
+		})
 		if _, err := d.obs.Exec(ctx, `UPDATE click_aggregator_horizons SET recorded_at = recorded_at - interval '90 minutes'`); err != nil {
 			t.Fatal(err)
 		}

@@ -289,6 +289,101 @@ func groupByRound(b *testing.B, pool *pgxpool.Pool, parallel bool) float64 {
 	return backlogEvents / took.Seconds()
 }
 
+// BenchmarkIdle measures, at PostgreSQL, what the aggregator writes once it
+// has caught up and no click event arrives: over 60 s, the write
+// transactions (transaction ids assigned: the current snapshot's xmax moves
+// by one for each, cluster-wide), the WAL bytes (pg_current_wal_insert_lsn),
+// and the rows inserted, updated or deleted (pg_stat_user_tables). Side by
+// side, alternated, the same window without an aggregator: what the cluster
+// does by itself. The job runs at its default options (a look for work every
+// 100 ms).
+//
+//	go test ./jobs/aggregator -run '^$' -bench Idle -benchtime 1x -timeout 30m
+func BenchmarkIdle(b *testing.B) {
+	const window = 60 * time.Second
+	d := benchDB(b)
+	d.reset(b)
+	l := newLedger()
+	now := time.Now()
+	for i := range 1000 {
+		d.commit(l, []event{click(int64(1+i%links), now)}, []string{""})
+	}
+	var token int64
+	for range b.N {
+		for _, withJob := range []bool{false, true} {
+			name := "no-aggregator"
+			var a *aggregatorJob
+			if withJob {
+				name = "aggregator"
+				token++
+				a = d.startAggregator(token, aggregator.DefaultOptions())
+				d.waitProcessed(l.events())
+				d.waitPruned(time.Minute)
+			}
+			d.vacuum(b) // nothing left for autovacuum in the window
+			time.Sleep(11 * time.Second) // idle backends report their statistics within 10 s
+			before := d.writes(b)
+			polls := a.idlePolls(b)
+			time.Sleep(window)
+			after := d.writes(b)
+			b.ReportMetric(float64(after.xids-before.xids), name+"-write-xacts")
+			b.ReportMetric(d.walBytes(b, before.lsn, after.lsn), name+"-wal-bytes")
+			b.ReportMetric(float64(after.rows-before.rows), name+"-rows-written")
+			if a != nil {
+				b.ReportMetric(a.idlePolls(b)-polls, "aggregator-idle-polls")
+				a.stop(b)
+			}
+		}
+	}
+	b.ReportMetric(0, "ns/op")
+}
+
+// writeCounters are PostgreSQL's counts of writes, at one moment.
+type writeCounters struct {
+	xids int64  // the next transaction id: ids are assigned to writing transactions only
+	lsn  string // WAL insert position
+	rows int64  // rows inserted, updated and deleted in this database's tables
+}
+
+func (d *db) writes(b *testing.B) writeCounters {
+	b.Helper()
+	var w writeCounters
+	if err := d.obs.QueryRow(context.Background(), `SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint,
+		pg_current_wal_insert_lsn()::text, (SELECT sum(n_tup_ins + n_tup_upd + n_tup_del) FROM pg_stat_user_tables)::bigint`).
+		Scan(&w.xids, &w.lsn, &w.rows); err != nil {
+		b.Fatal(err)
+	}
+	return w
+}
+
+func (d *db) walBytes(b *testing.B, from, to string) float64 {
+	b.Helper()
+	var n float64
+	if err := d.obs.QueryRow(context.Background(), `SELECT pg_wal_lsn_diff($2::text::pg_lsn, $1::text::pg_lsn)`, from, to).Scan(&n); err != nil {
+		b.Fatal(err)
+	}
+	return n
+}
+
+func (d *db) vacuum(b *testing.B) {
+	b.Helper()
+	if _, err := d.obs.Exec(context.Background(), `VACUUM ANALYZE`); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := d.obs.Exec(context.Background(), `CHECKPOINT`); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// idlePolls is the aggregator's count of looks that found nothing (0 for
+// no aggregator).
+func (a *aggregatorJob) idlePolls(b *testing.B) float64 {
+	if a == nil {
+		return 0
+	}
+	return a.counter(b, "snip_aggregator_idle_polls_total", nil)
+}
+
 // BenchmarkBacklogNaive counts events the naive way: one statement per event
 // adding 1 to its link's total and hour (no exactly-once bookkeeping at all),
 // over the first 200 000 events of the same backlog.

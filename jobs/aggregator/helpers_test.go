@@ -139,6 +139,17 @@ func (a *aggregatorJob) wait(t testing.TB) error {
 	}
 }
 
+// returned reports whether Run has returned, without waiting.
+func (a *aggregatorJob) returned() bool {
+	select {
+	case err := <-a.done:
+		a.done <- err
+		return true
+	default:
+		return false
+	}
+}
+
 // wantRunning fails if the aggregator's Run has returned.
 func (a *aggregatorJob) wantRunning(t testing.TB) {
 	t.Helper()
@@ -296,29 +307,44 @@ func (d *db) waitProcessed(n int64) {
 		}
 		return s.folded+s.rejected == n
 	})
-	d.waitWindows(2)
+	d.waitCaughtUp()
 	if s := d.state(); s.folded+s.rejected != n {
 		d.t.Fatalf("aggregator processed %d events after it had reached the %d committed", s.folded+s.rejected, n)
 	}
+}
+
+// waitCaughtUp waits until the aggregator's position covers every committed
+// event: no window in progress, and every event's transaction visible in its
+// prev snapshot. From then on it has nothing to fold, and opens no batch,
+// until an event commits.
+func (d *db) waitCaughtUp() {
+	d.t.Helper()
+	testenv.Eventually(d.t, "the aggregator's position to cover every committed event", func() bool {
+		var done bool
+		err := d.obs.QueryRow(context.Background(), `SELECT target IS NULL AND NOT EXISTS (
+			SELECT FROM click_events e WHERE NOT pg_visible_in_snapshot(e.txid, s.prev)) FROM click_aggregator_state s`).Scan(&done)
+		if err != nil {
+			d.t.Fatal(err)
+		}
+		return done
+	})
+}
+
+// waitIdlePolls waits until a has looked for work and found none k more
+// times.
+func (a *aggregatorJob) waitIdlePolls(t testing.TB, k int) {
+	t.Helper()
+	const name = "snip_aggregator_idle_polls_total"
+	want := a.counter(t, name, nil) + float64(k)
+	testenv.Eventually(t, fmt.Sprintf("the aggregator to find nothing to do %d more times", k), func() bool {
+		return a.counter(t, name, nil) >= want
+	})
 }
 
 // waitFolded waits until the aggregator has counted at least n events.
 func (d *db) waitFolded(n int64) {
 	d.t.Helper()
 	testenv.Eventually(d.t, fmt.Sprintf("%d events counted", n), func() bool { return d.state().folded >= n })
-}
-
-// waitWindows waits until the aggregator's prev snapshot has moved k times.
-func (d *db) waitWindows(k int) {
-	d.t.Helper()
-	last := d.state().prev
-	testenv.Eventually(d.t, fmt.Sprintf("the aggregator's snapshot to move %d times", k), func() bool {
-		if p := d.state().prev; p != last {
-			last = p
-			k--
-		}
-		return k == 0
-	})
 }
 
 // wantCounts checks link_counts, link_hourly_counts and click_rejects against

@@ -17,6 +17,7 @@ type metrics struct {
 	backlog  prometheus.Gauge     // estimate of committed events not yet folded
 	pruned   prometheus.Counter
 	errors   prometheus.Counter // failed batches or prunes, retried
+	idle     prometheus.Counter // reads that found nothing to fold
 }
 
 func newMetrics(reg prometheus.Registerer, job string) (*metrics, error) {
@@ -37,6 +38,8 @@ func newMetrics(reg prometheus.Registerer, job string) (*metrics, error) {
 			Name: "snip_aggregator_events_pruned_total", Help: "Processed click events deleted from click_events."}),
 		errors: prometheus.NewCounter(prometheus.CounterOpts{ConstLabels: labels,
 			Name: "snip_aggregator_errors_total", Help: "Batches or prunes that failed and were retried after a back-off."}),
+		idle: prometheus.NewCounter(prometheus.CounterOpts{ConstLabels: labels,
+			Name: "snip_aggregator_idle_polls_total", Help: "Reads that found no click event to fold: no batch was opened, nothing written."}),
 	}
 	if reg == nil {
 		return m, nil
@@ -61,6 +64,9 @@ func newMetrics(reg prometheus.Registerer, job string) (*metrics, error) {
 		return nil, err
 	}
 	if m.errors, err = register(reg, m.errors); err != nil {
+		return nil, err
+	}
+	if m.idle, err = register(reg, m.idle); err != nil {
 		return nil, err
 	}
 	return m, nil

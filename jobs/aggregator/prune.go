@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/snip/snip-jobs/scheduler"
 )
 
 const (
@@ -32,6 +34,59 @@ FROM (SELECT pg_snapshot_xmin(prev) AS xmin, (SELECT max(horizon) FROM click_agg
 	forgetHorizonsSQL = `DELETE FROM click_aggregator_horizons WHERE recorded_at < (
 	SELECT max(recorded_at) FROM click_aggregator_horizons WHERE recorded_at <= now() - $1::bigint * interval '1 microsecond')`
 )
+
+// pendingSQL decides, reading only, what has work: a batch, when a window is
+// in progress, when a transaction finished since prev has events (one at or
+// above prev's xmax, or one of prev's in-progress ones), or when the current
+// snapshot is not later than prev (a position from another cluster: the batch
+// refuses it and records that); a prune, when processed events are below its
+// bound (pruneBoundSQL; $1 is the retention in microseconds); with a
+// retention, the record of the horizon, when no record a minute old or newer
+// covers prev's (an idle job records it once, then writes nothing). The
+// EXISTS on click_events go through its primary key.
+const pendingSQL = `SELECT
+	s.target IS NOT NULL
+	OR pg_snapshot_xmax(pg_current_snapshot()) < pg_snapshot_xmax(s.prev)
+	OR EXISTS (SELECT FROM click_events WHERE txid >= pg_snapshot_xmax(s.prev))
+	OR EXISTS (SELECT FROM click_events WHERE txid = ANY (ARRAY(SELECT pg_snapshot_xip(s.prev)))),
+	s.unpruned > 0 AND EXISTS (SELECT FROM click_events WHERE txid < (
+		SELECT CASE WHEN $1::bigint = 0 THEN x WHEN old > x THEN x ELSE old END
+		FROM (SELECT pg_snapshot_xmin(s.prev) AS x, (SELECT max(horizon) FROM click_aggregator_horizons
+			WHERE recorded_at <= now() - $1::bigint * interval '1 microsecond') AS old) b)),
+	$1::bigint > 0 AND NOT EXISTS (SELECT FROM click_aggregator_horizons
+		WHERE recorded_at > now() - interval '1 minute' OR horizon >= pg_snapshot_xmin(s.prev))
+FROM click_aggregator_state s`
+
+// work is what pending found to do.
+type work struct{ fold, prune, horizon bool }
+
+// pending reads what has work. Without a pool (a job built for a test of its
+// options) everything is assumed to.
+func (j *job) pending(ctx context.Context) (work, error) {
+	if j.pool == nil {
+		return work{fold: true}, nil
+	}
+	var w work
+	if err := j.pool.QueryRow(ctx, pendingSQL, j.opts.Retention.Microseconds()).Scan(&w.fold, &w.prune, &w.horizon); err != nil {
+		return work{}, fmt.Errorf("look for work: %w", err)
+	}
+	return w, nil
+}
+
+// recordHorizonSQL is horizonSQL for a job that has caught up: prev's xmin.
+const recordHorizonSQL = `INSERT INTO click_aggregator_horizons (recorded_at, horizon)
+SELECT now(), pg_snapshot_xmin(prev) FROM click_aggregator_state
+WHERE NOT EXISTS (SELECT FROM click_aggregator_horizons WHERE recorded_at > now() - interval '1 minute')`
+
+// recordHorizon records the horizon in its own fenced transaction.
+func (j *job) recordHorizon(ctx context.Context, run *scheduler.Run) error {
+	return run.Fenced(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, recordHorizonSQL); err != nil {
+			return fmt.Errorf("record horizon: %w", err)
+		}
+		return nil
+	})
+}
 
 // pruneChunk is how many events one prune deletes at most: about 50 ms of
 // work, the delay a prune can add to a batch waiting behind it.
