@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/snip/snip-jobs/internal/pdeathsig"
-	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/internal/sockact"
+	"github.com/snip/snip-jobs/leadership"
 )
 
 // Process states, as /dev/state and the status pages show them.

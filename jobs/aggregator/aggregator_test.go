@@ -81,7 +81,7 @@ func TestAnIdleAggregatorWritesNothingUntilAnEventCommits(t *testing.T) {
 		d.commit(l, []event{click(int64(1+i%links), now)}, []string{""})
 	}
 	d.waitProcessed(l.events())
-	a.waitIdlePolls(t, 1) // past any prune of the processed events
+	a.waitIdlePolls(t, 1)       // past any prune of the processed events
 	versions := func() string { // the rows' versions change with every write
 		var v string
 		err := d.obs.QueryRow(context.Background(), `SELECT

@@ -320,7 +320,7 @@ func BenchmarkIdle(b *testing.B) {
 				d.waitProcessed(l.events())
 				d.waitPruned(time.Minute)
 			}
-			d.vacuum(b) // nothing left for autovacuum in the window
+			d.vacuum(b)                  // nothing left for autovacuum in the window
 			time.Sleep(11 * time.Second) // idle backends report their statistics within 10 s
 			before := d.writes(b)
 			polls := a.idlePolls(b)
