@@ -27,6 +27,11 @@ var ErrStillRunning = errors.New("leadership: the registered process is still ru
 // host's: this host cannot tell whether that process lives.
 var ErrOtherHost = errors.New("leadership: the registration is another host's")
 
+// ErrOtherPIDNamespace is wrapped by Reclaim's error when the registration's
+// PID is in another PID namespace (a container): that PID names another
+// process here, if any.
+var ErrOtherPIDNamespace = errors.New("leadership: the registration's PID is in another PID namespace")
+
 // Reclaimed is what Reclaim found and did.
 type Reclaimed struct {
 	// Found: a registration of the instance was there; Registration is it.
@@ -42,11 +47,11 @@ type Reclaimed struct {
 // session was given, by default os.Hostname) that is no longer running. No
 // registration (the process revoked its lease on its way out, or the lease
 // expired) is nothing to do. A registration by a process that runs, or by
-// another host, is refused (ErrStillRunning, ErrOtherHost) and left alone.
+// another host, or from another PID namespace, is refused (ErrStillRunning,
+// ErrOtherHost, ErrOtherPIDNamespace) and left alone.
 //
 // It revokes only the lease the registration sits on: the process wrote its
 // own registration on its own lease, so that lease is the dead process's.
-// It must run in the PID namespace of the processes it judges.
 func Reclaim(ctx context.Context, cli *clientv3.Client, prefix, instance, host string) (Reclaimed, error) {
 	if err := checkName("instance", instance); err != nil {
 		return Reclaimed{}, err
@@ -75,6 +80,8 @@ func Reclaim(ctx context.Context, cli *clientv3.Client, prefix, instance, host s
 	switch {
 	case reg.Host != host:
 		return out, fmt.Errorf("%w: instance %s is registered by host %q (pid %d), this is %q", ErrOtherHost, instance, reg.Host, reg.PID, host)
+	case reg.PIDNamespace != "" && reg.PIDNamespace != pidNamespace():
+		return out, fmt.Errorf("%w: instance %s is pid %d in %s, this is %s", ErrOtherPIDNamespace, instance, reg.PID, reg.PIDNamespace, pidNamespace())
 	case processAlive(reg.PID, reg.ProcStart):
 		return out, fmt.Errorf("%w: instance %s is pid %d on this host, started at tick %d", ErrStillRunning, instance, reg.PID, reg.ProcStart)
 	}

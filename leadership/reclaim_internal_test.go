@@ -29,23 +29,9 @@ func TestDeathReclaimTellsAReusedPIDFromTheRegisteredProcess(t *testing.T) {
 	}
 	register := func(name string, procStart uint64) clientv3.LeaseID {
 		t.Helper()
-		lease, err := cli.Grant(context.Background(), 60)
-		if err != nil {
-			t.Fatal(err)
-		}
-		v, _ := json.Marshal(Registration{Instance: name, Host: host, PID: pid, ProcStart: procStart, Started: time.Now(), Lease: int64(lease.ID)})
-		if _, err := cli.Put(context.Background(), InstanceKey("/reuse", name), string(v), clientv3.WithLease(lease.ID)); err != nil {
-			t.Fatal(err)
-		}
-		return lease.ID
+		return registerAs(t, cli, Registration{Instance: name, Host: host, PID: pid, ProcStart: procStart, PIDNamespace: pidNamespace()})
 	}
-	alive := func(id clientv3.LeaseID) bool {
-		r, err := cli.TimeToLive(context.Background(), id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r.TTL > 0
-	}
+	alive := func(id clientv3.LeaseID) bool { return leaseLives(t, cli, id) }
 
 	reused := register("reused", start-1) // started earlier than the process now at pid
 	got, err := Reclaim(context.Background(), cli, "/reuse", "reused", host)
@@ -61,4 +47,45 @@ func TestDeathReclaimTellsAReusedPIDFromTheRegisteredProcess(t *testing.T) {
 	if !errors.Is(err, ErrStillRunning) || got.Revoked || !alive(running) {
 		t.Fatalf("Reclaim of a running process's registration = %+v, %v, lease alive %v; want it refused and left alone", got, err, alive(running))
 	}
+}
+
+// A PID means a process only in its PID namespace: a registration written
+// in another (a container's) is left alone, even when its PID names no
+// process here.
+func TestDeathReclaimLeavesAnotherPIDNamespacesRegistrationAlone(t *testing.T) {
+	if pidNamespace() == "" {
+		t.Fatal("/proc/self/ns/pid is unreadable: the PID namespace check cannot be shown")
+	}
+	etcd := testenv.StartEtcd(t, 1)
+	cli := etcd.Client(t)
+	host, _ := os.Hostname()
+	lease := registerAs(t, cli, Registration{Instance: "contained", Host: host, PID: 1 << 30, PIDNamespace: "pid:[1]"})
+	got, err := Reclaim(context.Background(), cli, "/reuse", "contained", host)
+	if !errors.Is(err, ErrOtherPIDNamespace) || got.Revoked || !leaseLives(t, cli, lease) {
+		t.Fatalf("Reclaim of another PID namespace's registration = %+v, %v; want it refused and left alone", got, err)
+	}
+}
+
+// registerAs writes r under /reuse on a new lease, as a session would.
+func registerAs(t *testing.T, cli *clientv3.Client, r Registration) clientv3.LeaseID {
+	t.Helper()
+	lease, err := cli.Grant(context.Background(), 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Started, r.Lease = time.Now(), int64(lease.ID)
+	v, _ := json.Marshal(r)
+	if _, err := cli.Put(context.Background(), InstanceKey("/reuse", r.Instance), string(v), clientv3.WithLease(lease.ID)); err != nil {
+		t.Fatal(err)
+	}
+	return lease.ID
+}
+
+func leaseLives(t *testing.T, cli *clientv3.Client, id clientv3.LeaseID) bool {
+	t.Helper()
+	r, err := cli.TimeToLive(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.TTL > 0
 }

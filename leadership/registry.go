@@ -26,7 +26,10 @@ type Registration struct {
 	// ProcStart is the process start time from /proc/<pid>/stat (clock ticks since
 	// boot): with PID it identifies the process even if the PID is reused.
 	ProcStart uint64 `json:"proc_start,omitempty"`
-	Lease     int64  `json:"lease"`
+	// PIDNamespace names the PID namespace PID is in (/proc/self/ns/pid, e.g.
+	// "pid:[4026531836]"): a PID means that process only in that namespace.
+	PIDNamespace string `json:"pid_ns,omitempty"`
+	Lease        int64  `json:"lease"`
 }
 
 // DuplicateInstanceError means another live process already uses this instance
@@ -64,7 +67,7 @@ func (s *Session) register(ctx context.Context, l *lease) error {
 	procStart, _ := processStart(pid)
 	me, err := json.Marshal(Registration{
 		Instance: s.cfg.Instance, Host: s.cfg.Host, PID: pid, Started: time.Now(),
-		ProcStart: procStart, Lease: int64(l.id),
+		ProcStart: procStart, PIDNamespace: pidNamespace(), Lease: int64(l.id),
 	})
 	if err != nil {
 		return err
@@ -131,6 +134,12 @@ func processAlive(pid int, procStart uint64) bool {
 		return false
 	}
 	return procStart == 0 || start == procStart
+}
+
+// pidNamespace names this process's PID namespace ("" if unknown).
+func pidNamespace() string {
+	ns, _ := os.Readlink("/proc/self/ns/pid")
+	return ns
 }
 
 // processStart is the start time of pid in clock ticks since boot (Linux).

@@ -58,7 +58,7 @@ from systemd's $SERVICE_RESULT, $EXIT_CODE and $EXIT_STATUS when set.`,
 				got, err := leadership.Reclaim(ctx, cli, f.Etcd.Prefix, f.Instance, "")
 				reg := got.Registration
 				switch {
-				case errors.Is(err, leadership.ErrStillRunning), errors.Is(err, leadership.ErrOtherHost):
+				case errors.Is(err, leadership.ErrStillRunning), errors.Is(err, leadership.ErrOtherHost), errors.Is(err, leadership.ErrOtherPIDNamespace):
 					log.Warn("reclaim: lease left alone", append(why, "pid", reg.PID, "host", reg.Host, "lease", reg.Lease, "reason", err.Error())...)
 					return fmt.Errorf("lease left alone: %w", err)
 				case err != nil:
