@@ -3,8 +3,11 @@
 // can no longer act.
 //
 // A Session owns one etcd lease per process, shared by all of that process's
-// elections, and keeps it alive on its own goroutine: nothing a job does can delay
-// a keep-alive. Campaign creates <prefix>/leaders/<job> if absent, attached to that
+// elections, and keeps it alive on its own goroutine, over one long-lived
+// LeaseKeepAlive stream with one request out at a time: nothing a job does can
+// delay a keep-alive, and each answer counts from its own request's send time.
+// A failed keep-alive is sent again at once on another member, then at a short
+// pace until the deadline. Campaign creates <prefix>/leaders/<job> if absent, attached to that
 // lease; the winner gets a Term. A Term carries:
 //
 //   - Token: the leader key's CreateRevision. etcd revisions are global and only
@@ -27,7 +30,10 @@
 // the margin covers the gap between our clock and etcd's). Tokens of a job's terms
 // strictly increase. A leader that crashes is replaced after its lease expires at
 // etcd (TTL after its last keep-alive arrived, plus etcd's expiry scan, about
-// 500 ms). Resign and Close hand over at once.
+// 500 ms), or, when its host lives, as soon as a supervisor there has seen it
+// exit and called Reclaim, which revokes the lease of a process proven gone by
+// its PID and start time (never a running one's). Resign and Close hand over
+// at once.
 //
 // What is NOT guaranteed: that a process stops acting the instant its term ends.
 // A process can be paused (GC, SIGSTOP, a suspended VM) between checking Valid and
