@@ -40,8 +40,13 @@
 // (docs/aggregator.md); the evidence for a cluster change relies on event ids
 // coming from the table's sequence.
 //
+// Idle means idle: once caught up, the job reads whether any event (or a
+// prune) is waiting before it opens a fenced transaction, so a job with
+// nothing to do writes nothing (docs/aggregator.md, "Idle means idle").
+//
 // Metrics (with the job's name as label "job"): snip_aggregator_events_folded_total,
 // snip_aggregator_events_rejected_total{reason}, snip_aggregator_batches_total,
 // snip_aggregator_batch_duration_seconds, snip_aggregator_backlog_events,
-// snip_aggregator_events_pruned_total, snip_aggregator_errors_total.
+// snip_aggregator_events_pruned_total, snip_aggregator_errors_total,
+// snip_aggregator_idle_polls_total.
 package aggregator
