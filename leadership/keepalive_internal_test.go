@@ -95,7 +95,7 @@ func nextRenewal(t *testing.T, s *Session, after time.Time) time.Time {
 
 // leaseKeepAlives is what etcd counted of LeaseKeepAlive: streams opened and
 // requests received.
-func leaseKeepAlives(m testenv.EtcdMetrics) (streams, requests float64) {
+func leaseKeepAlives(m testenv.Metrics) (streams, requests float64) {
 	return m.Sum("grpc_server_started_total", `grpc_method="LeaseKeepAlive"`),
 		m.Sum("grpc_server_msg_received_total", `grpc_method="LeaseKeepAlive"`)
 }

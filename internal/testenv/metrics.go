@@ -11,27 +11,27 @@ import (
 	"time"
 )
 
-// EtcdMetrics is one scrape of an etcd member's /metrics (Prometheus text
-// format): each sample's value by its series, "name{label="value",...}".
-// What etcd counts is the measure of what a client asked of it: every gRPC
+// Metrics is one scrape of a /metrics page (Prometheus text format): each
+// sample's value by its series, "name{label="value",...}". What an etcd
+// member counts is the measure of what a client asked of it: every gRPC
 // request (grpc_server_msg_received_total), every stream opened
 // (grpc_server_started_total), every call ended, by code
 // (grpc_server_handled_total).
-type EtcdMetrics map[string]float64
+type Metrics map[string]float64
 
 // Metrics scrapes member i's /metrics, served on its client URL.
-func (c *EtcdCluster) Metrics(t testing.TB, i int) EtcdMetrics {
+func (c *EtcdCluster) Metrics(t testing.TB, i int) Metrics {
 	t.Helper()
-	m, err := ScrapeEtcdMetrics(context.Background(), c.Endpoint(i))
+	m, err := ScrapeMetrics(context.Background(), c.Endpoint(i))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return m
 }
 
-// ScrapeEtcdMetrics reads the /metrics of the etcd member serving endpoint
-// (its client URL, http://host:port).
-func ScrapeEtcdMetrics(ctx context.Context, endpoint string) (EtcdMetrics, error) {
+// ScrapeMetrics reads base + "/metrics": an etcd member's client URL
+// (http://host:port), or a snip-jobs instance's admin URL.
+func ScrapeMetrics(ctx context.Context, endpoint string) (Metrics, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(endpoint, "/")+"/metrics", nil)
@@ -40,13 +40,13 @@ func ScrapeEtcdMetrics(ctx context.Context, endpoint string) (EtcdMetrics, error
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("testenv: etcd metrics of %s: %w", endpoint, err)
+		return nil, fmt.Errorf("testenv: metrics of %s: %w", endpoint, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("testenv: etcd metrics of %s: %s", endpoint, resp.Status)
+		return nil, fmt.Errorf("testenv: metrics of %s: %s", endpoint, resp.Status)
 	}
-	m := EtcdMetrics{}
+	m := Metrics{}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<16), 1<<20)
 	for sc.Scan() {
@@ -65,14 +65,14 @@ func ScrapeEtcdMetrics(ctx context.Context, endpoint string) (EtcdMetrics, error
 		m[line[:i]] = v
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("testenv: etcd metrics of %s: %w", endpoint, err)
+		return nil, fmt.Errorf("testenv: metrics of %s: %w", endpoint, err)
 	}
 	return m, nil
 }
 
 // Sum adds the samples of the metric called name whose labels include every
 // pair given as `label="value"` (e.g. `grpc_method="LeaseKeepAlive"`).
-func (m EtcdMetrics) Sum(name string, labels ...string) float64 {
+func (m Metrics) Sum(name string, labels ...string) float64 {
 	var sum float64
 	for series, v := range m {
 		if !strings.HasPrefix(series, name) {
@@ -98,14 +98,14 @@ func (m EtcdMetrics) Sum(name string, labels ...string) float64 {
 
 // NotOK adds grpc_server_handled_total over every code but OK: the calls and
 // streams etcd ended with an error.
-func (m EtcdMetrics) NotOK() float64 {
+func (m Metrics) NotOK() float64 {
 	return m.Sum("grpc_server_handled_total") - m.Sum("grpc_server_handled_total", `grpc_code="OK"`)
 }
 
 // Minus is the change of every series from before to m (series absent before
 // count from zero).
-func (m EtcdMetrics) Minus(before EtcdMetrics) EtcdMetrics {
-	d := EtcdMetrics{}
+func (m Metrics) Minus(before Metrics) Metrics {
+	d := Metrics{}
 	for k, v := range m {
 		d[k] = v - before[k]
 	}
