@@ -3,7 +3,11 @@ package leadership_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -183,36 +187,60 @@ func (etcdElectionImpl) round(b *testing.B, etcd *testenv.EtcdCluster, job strin
 //	go test ./leadership -run '^$' -bench DeathReclaim -benchtime 20x -timeout 30m
 //
 // A child process leads the job; a successor in this process campaigns for it;
-// the child is SIGKILLed. For snip-jobs, this process then does what systemd's
-// ExecStopPost= does for the service: it reaps the child and calls
-// leadership.Reclaim. concurrency.Election has nothing of the kind: its
-// successor wins when etcd expires the dead child's lease. Measured from just
-// before the SIGKILL to the successor's win (for snip-jobs its term's start).
+// the child is SIGKILLed. For snip-jobs, this process then does what the
+// supervisor does: it reaps the child and reclaims its lease, either by
+// calling leadership.Reclaim (snip-jobs dev, in-process) or by running the
+// real `snip-jobs reclaim` command, built from this module (systemd's
+// ExecStopPost=, which also pays for starting the binary and dialling etcd).
+// concurrency.Election has nothing of the kind: its successor wins when etcd
+// expires the dead child's lease. Measured from just before the SIGKILL to
+// the successor's win (for snip-jobs its term's start).
 func BenchmarkDeathReclaim(b *testing.B) {
 	const ttl = 10 * time.Second
 	etcd := testenv.StartEtcd(b, 1)
+	bin := filepath.Join(b.TempDir(), "snip-jobs")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/snip-jobs").CombinedOutput(); err != nil {
+		b.Fatalf("go build ./cmd/snip-jobs: %v\n%s", err, out)
+	}
 	b.Run("ttl=10s", func(b *testing.B) {
-		var snip, election []time.Duration
+		var inproc, command, election []time.Duration
 		for i := 0; i < b.N; i++ {
-			snip = append(snip, deathReclaimRound(b, etcd, fmt.Sprint("snip-", i), ttl))
+			inproc = append(inproc, deathReclaimRound(b, etcd, fmt.Sprint("snip-", i), ttl, ""))
+			command = append(command, deathReclaimRound(b, etcd, fmt.Sprint("exec-", i), ttl, bin))
 			election = append(election, deathElectionRound(b, etcd, fmt.Sprint("election-", i), ttl))
 		}
-		reportPercentilesAs(b, "snip-", snip)
+		reportPercentilesAs(b, "snip-", inproc)
+		reportPercentilesAs(b, "snip-command-", command)
 		reportPercentilesAs(b, "election-", election)
 		b.ReportMetric(0, "ns/op")
 	})
 }
 
-func deathReclaimRound(b *testing.B, etcd *testenv.EtcdCluster, job string, ttl time.Duration) time.Duration {
+// deathReclaimRound is one snip-jobs round: with bin, the reclaim is the
+// `snip-jobs reclaim` command; without, leadership.Reclaim.
+func deathReclaimRound(b *testing.B, etcd *testenv.EtcdCluster, job string, ttl time.Duration, bin string) time.Duration {
 	child, _, _ := startChild(b, etcd.Endpoints(), job+"-leader", job, childTTLEnv+"="+ttl.String())
 	follower := startSession(b, etcd.Client(b), job+"-follower", withTTL(ttl, ttl*3/10))
 	next := campaign(context.Background(), follower, job)
 	eventually(b, "the follower to wait for the leader", func() bool { return follower.Stats().Waiting == 1 })
+	var config string
+	if bin != "" {
+		config = filepath.Join(b.TempDir(), "reclaim.yaml")
+		yaml := fmt.Sprintf("instance: %s-leader\netcd:\n  endpoints: [%s]\n  prefix: %s\nlog:\n  format: json\njobs: []\n",
+			job, strings.Join(etcd.Endpoints(), ", "), prefix(b))
+		if err := os.WriteFile(config, []byte(yaml), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
 
 	from := time.Now()
 	_ = child.Process.Kill()
 	_ = child.Wait()
-	if _, err := leadership.Reclaim(context.Background(), etcd.Client(b), prefix(b), job+"-leader", ""); err != nil {
+	if bin != "" {
+		if out, err := exec.Command(bin, "reclaim", "--config", config).CombinedOutput(); err != nil {
+			b.Fatalf("snip-jobs reclaim: %v\n%s", err, out)
+		}
+	} else if _, err := leadership.Reclaim(context.Background(), etcd.Client(b), prefix(b), job+"-leader", ""); err != nil {
 		b.Fatal(err)
 	}
 	won := await(b, next, "follower")
