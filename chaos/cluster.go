@@ -233,7 +233,7 @@ func startCluster(ctx context.Context, o Options) (_ *cluster, err error) {
 		q.Set("connect_timeout", "10")
 		u.RawQuery = q.Encode()
 		in.databaseURL = u.String()
-		if err := writeInstanceConfig(c.dir, in, eps, o.TTL, jobs); err != nil {
+		if err := writeInstanceConfig(c.dir, in, eps, o, jobs); err != nil {
 			return nil, err
 		}
 	}

@@ -416,7 +416,7 @@ func (c *cluster) partitionLeader(ctx context.Context, rng *rand.Rand, f *Fault,
 func (c *cluster) slowProbeLeader(ctx context.Context) (*instance, error) {
 	ctx, cancel := context.WithTimeout(ctx, 6*c.opts.TTL+20*time.Second)
 	defer cancel()
-	d := c.opts.TTL - RenewInterval(c.opts.TTL)*3/4
+	d := c.opts.TTL - c.opts.renewInterval()*3/4
 	var in *instance
 	defer func() {
 		if ctx.Err() != nil && in != nil {

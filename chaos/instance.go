@@ -229,12 +229,16 @@ func (in *instance) logTail(n int) string {
 }
 
 // writeInstanceConfig writes the instance's config file.
-func writeInstanceConfig(dir string, in *instance, endpoints []string, ttl time.Duration, jobs string) error {
+func writeInstanceConfig(dir string, in *instance, endpoints []string, o Options, jobs string) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "instance: %s\n", in.name)
 	fmt.Fprintf(&b, "etcd:\n  endpoints: [%s]\n  prefix: %s\n  dial_timeout: 2s\n", strings.Join(endpoints, ", "), Prefix)
 	b.WriteString("postgres:\n  url_env: SNIP_JOBS_DATABASE_URL\n")
-	fmt.Fprintf(&b, "leadership:\n  ttl: %s\n  margin: %s\n  renew_interval: %s\n", ttl, Margin(ttl), RenewInterval(ttl))
+	if o.DefaultTiming {
+		fmt.Fprintf(&b, "leadership:\n  ttl: %s\n", o.TTL)
+	} else {
+		fmt.Fprintf(&b, "leadership:\n  ttl: %s\n  margin: %s\n  renew_interval: %s\n", o.TTL, o.margin(), o.renewInterval())
+	}
 	fmt.Fprintf(&b, "http:\n  listen: %s\n", strings.TrimPrefix(in.adminURL, "http://"))
 	b.WriteString("log:\n  format: json\n  level: info\n")
 	b.WriteString("shutdown_timeout: 10s\n")

@@ -136,8 +136,8 @@ func (r *Report) ViolationCounts() map[string]int {
 func (r *Report) Markdown() string {
 	var b strings.Builder
 	ttl := r.Options.TTL
-	fmt.Fprintf(&b, "%d faults in %v (seed %d, TTL %v, margin %v, broken build: %v); jobs: %s.\n\n",
-		len(r.Faults), r.Duration.Round(time.Second), r.Seed, ttl, Margin(ttl), r.Options.Broken, strings.Join(r.Jobs, ", "))
+	fmt.Fprintf(&b, "%d faults in %v (seed %d, TTL %v, margin %v, renew interval %v, broken build: %v); jobs: %s.\n\n",
+		len(r.Faults), r.Duration.Round(time.Second), r.Seed, ttl, r.Options.margin(), r.Options.renewInterval(), r.Options.Broken, strings.Join(r.Jobs, ", "))
 	b.WriteString("| invariant | violations |\n|---|---|\n")
 	counts := r.ViolationCounts()
 	for _, inv := range Invariants {

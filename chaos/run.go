@@ -27,6 +27,9 @@ type Options struct {
 	// TTL of the instances' leases (default 2 s, etcd's practical minimum);
 	// the margin is TTL/4, keep-alives every TTL/5.
 	TTL time.Duration
+	// DefaultTiming leaves the margin and the renew interval to snip-jobs'
+	// defaults for the TTL (leadership.TimingDefaults) instead.
+	DefaultTiming bool
 	// Broken builds snip-jobs with the chaos_broken tag: stop-early margin
 	// zero and the fence check disabled. The checker must then report
 	// violations.
@@ -49,6 +52,23 @@ type Options struct {
 	KeepDir bool
 	// Log receives progress. Default: discard.
 	Log *slog.Logger `json:"-"`
+}
+
+// margin and renewInterval are the instances' timing.
+func (o Options) margin() time.Duration {
+	if o.DefaultTiming {
+		_, m, _ := leadership.TimingDefaults(o.TTL, 0, 0)
+		return m
+	}
+	return Margin(o.TTL)
+}
+
+func (o Options) renewInterval() time.Duration {
+	if o.DefaultTiming {
+		_, _, r := leadership.TimingDefaults(o.TTL, 0, 0)
+		return r
+	}
+	return RenewInterval(o.TTL)
 }
 
 // Report is a run's outcome.
@@ -129,7 +149,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.TTL == 0 {
 		o.TTL = 2 * time.Second
 	}
-	if err := leadership.CheckTiming(o.TTL, Margin(o.TTL), RenewInterval(o.TTL)); err != nil {
+	if err := leadership.CheckTiming(o.TTL, o.margin(), o.renewInterval()); err != nil {
 		return nil, err
 	}
 	if len(o.Kinds) == 0 {

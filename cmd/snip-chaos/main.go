@@ -35,6 +35,7 @@ func run(args []string) int {
 	faults := fs.Int("faults", 200, "how many faults to inject (the first ones cover every kind once)")
 	seed := fs.Uint64("seed", 0, "seed of the random draws (0: from the clock)")
 	ttl := fs.Duration("ttl", 2*time.Second, "the instances' lease TTL (margin TTL/4, keep-alives every TTL/5)")
+	defTiming := fs.Bool("default-timing", false, "leave margin and renew interval to snip-jobs' defaults for the TTL")
 	kinds := fs.String("kinds", "", "comma-separated fault kinds to draw from (default all: "+kindList()+")")
 	broken := fs.Bool("broken", false, "build snip-jobs with -tags chaos_broken (stop-early margin 0, no fence check)")
 	stop := fs.Bool("stop-at-violation", false, "stop injecting at the first write (of any job) accepted out of token order")
@@ -60,7 +61,7 @@ func run(args []string) int {
 		return 0
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	o := chaos.Options{Faults: *faults, Seed: *seed, TTL: *ttl, Broken: *broken, StopAtViolation: *stop, KeepDir: *keep, Log: log}
+	o := chaos.Options{Faults: *faults, Seed: *seed, TTL: *ttl, DefaultTiming: *defTiming, Broken: *broken, StopAtViolation: *stop, KeepDir: *keep, Log: log}
 	if *kinds != "" {
 		for _, k := range strings.Split(*kinds, ",") {
 			o.Kinds = append(o.Kinds, chaos.Kind(strings.TrimSpace(k)))
