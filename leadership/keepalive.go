@@ -9,6 +9,7 @@ import (
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/peer"
 )
 
@@ -84,7 +85,7 @@ func (s *Session) keepAlive(l *lease) (cause *EndedError, renewed bool) {
 	next, why := l.sentAt+int64(s.cfg.RenewInterval), sendScheduled
 	for {
 		wake := next
-		if k.cur != nil && k.cur.sentAt >= 0 {
+		if k.out() {
 			wake = k.cur.sentAt + int64(s.patience())
 		}
 		timer := time.NewTimer(time.Duration(wake - s.now()))
@@ -104,15 +105,12 @@ func (s *Session) keepAlive(l *lease) (cause *EndedError, renewed bool) {
 			}
 			sentAt := a.st.sentAt
 			a.st.sentAt = -1
-			switch {
-			case a.err == nil && a.resp.TTL <= 0:
-				return ended(ReasonLeaseLost, "etcd reports lease %x gone", int64(l.id)), renewed
-			case a.err == nil && a.resp.ID != int64(l.id):
-				a.err = fmt.Errorf("answer for lease %x on a stream renewing %x", a.resp.ID, int64(l.id))
-			}
-			if a.err != nil {
-				next, why = k.failed(a.err)
+			if err := a.check(l.id); err != nil {
+				next, why = k.failed(err)
 				continue
+			}
+			if a.resp.TTL <= 0 {
+				return ended(ReasonLeaseLost, "etcd reports lease %x gone", int64(l.id)), renewed
 			}
 			if c := k.renewed(sentAt, a.resp); c != nil {
 				return c, renewed
@@ -121,17 +119,34 @@ func (s *Session) keepAlive(l *lease) (cause *EndedError, renewed bool) {
 			next, why = sentAt+int64(s.cfg.RenewInterval), sendScheduled
 		case <-timer.C:
 			now := s.now()
-			if k.cur != nil && k.cur.sentAt >= 0 {
+			if k.out() {
 				if now < k.cur.sentAt+int64(s.patience()) {
 					continue
 				}
 				next, why = k.failed(fmt.Errorf("no answer within %v", s.patience()))
 			}
-			if now >= next && l.dl.load() != deadNs {
+			switch {
+			case l.dl.load() == deadNs:
+				s.checkDeadline(l) // a reader saw the deadline pass: end the lease now
+			case now >= next:
 				k.sendNow(now, why)
 			}
 		}
 	}
+}
+
+// out reports whether a keep-alive is out on the current stream.
+func (k *keeper) out() bool { return k.cur != nil && k.cur.sentAt >= 0 }
+
+// check returns why a's answer cannot renew lease id, if it cannot.
+func (a kaAnswer) check(id clientv3.LeaseID) error {
+	switch {
+	case a.err != nil:
+		return a.err
+	case a.resp.ID != int64(id):
+		return fmt.Errorf("answer for lease %x on a stream renewing %x", a.resp.ID, int64(id))
+	}
+	return nil
 }
 
 // renewed applies an acknowledged keep-alive sent at sentAt; a non-nil cause
