@@ -565,3 +565,30 @@ func TestFreshTokenIsAboveEveryTermsToken(t *testing.T) {
 		t.Fatalf("a later term's token %d is not above the operator's %d", next.Token(), tok)
 	}
 }
+
+// A resignation sent while etcd elects a new leader (its proposal lost with
+// the old leader, or refused for want of one) is sent again until it lands:
+// the key goes once there is a leader, not at etcd's request timeout, and the
+// successor does not wait for the resigning instance's lease.
+func TestResignDuringAnEtcdElectionDeletesTheKeyOnceThereIsALeader(t *testing.T) {
+	etcd := testenv.StartEtcd(t, 3)
+	lead := etcd.LeaderIndex(t)
+	follower := (lead + 1) % 3
+	observer := etcd.Client(t, etcd.Endpoint(follower))
+	opts := []option{withTTL(10*time.Second, 3*time.Second), withRenew(time.Second)}
+	a := startSession(t, etcd.Client(t, etcd.Endpoint(follower)), "server-a", opts...)
+	term := mustWin(t, a, "weekly-report")
+
+	etcd.Kill(t, lead)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	if err := term.Resign(ctx); err != nil {
+		t.Fatalf("resign during the election: %v", err)
+	}
+	if _, ok, err := leadership.Observe(ctx, observer, prefix(t), "weekly-report"); err != nil || ok {
+		t.Fatalf("after the resignation the leader key is still there (%v, %v)", ok, err)
+	}
+	if !leaseAlive(t, observer, a.Stats().Lease) {
+		t.Fatal("the resigning instance's lease ended: the key went with it, not with the resignation")
+	}
+}

@@ -167,17 +167,32 @@ func (t *Term) Resign(ctx context.Context) error {
 		return nil
 	}
 	t.end(ended(ReasonResigned, ""))
-	resp, err := t.s.cfg.Client.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(t.key), "=", t.token)).
-		Then(clientv3.OpDelete(t.key)).
-		Commit()
-	if err != nil {
-		t.log.Warn("resign: leader key not deleted; successor waits for the lease to end", "err", err)
-		return fmt.Errorf("leadership: resign %s (token %d): %w", t.job, t.token, err)
+	for attempts := 1; ; attempts++ {
+		began := time.Now()
+		actx, cancel := context.WithTimeout(ctx, resignAttempt)
+		resp, err := t.s.cfg.Client.Txn(actx).
+			If(clientv3.Compare(clientv3.CreateRevision(t.key), "=", t.token)).
+			Then(clientv3.OpDelete(t.key)).
+			Commit()
+		cancel()
+		if err == nil {
+			t.log.Info("resigned", "deleted", resp.Succeeded, "attempts", attempts)
+			return nil
+		}
+		if ctx.Err() != nil {
+			t.log.Warn("resign: leader key not deleted; successor waits for the lease to end", "err", err, "attempts", attempts)
+			return fmt.Errorf("leadership: resign %s (token %d): %w", t.job, t.token, err)
+		}
+		t.s.pause(ctx, resignAttempt-time.Since(began)) // one that failed at once (no leader) waits out its second
 	}
-	t.log.Info("resigned", "deleted", resp.Succeeded)
-	return nil
 }
+
+// resignAttempt bounds one attempt of Resign's delete. A request whose
+// proposal reached an etcd leader that then died is answered only at etcd's
+// request timeout (seconds), after the election has long ended: Resign tries
+// again rather than wait for it. The delete is guarded by the token, so
+// trying again is harmless.
+const resignAttempt = time.Second
 
 // watchKey ends the term if its leader key is deleted or replaced. A broken
 // watch (compaction, reconnect) is followed by a Get that re-checks the key.
