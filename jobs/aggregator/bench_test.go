@@ -6,6 +6,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -341,11 +342,13 @@ func groupByRound(b *testing.B, pool *pgxpool.Pool, parallel bool) float64 {
 // BenchmarkIdle measures, at PostgreSQL, what the aggregator writes once it
 // has caught up and no click event arrives: over 60 s, the write
 // transactions (transaction ids assigned: the current snapshot's xmax moves
-// by one for each, cluster-wide), the WAL bytes (pg_current_wal_insert_lsn),
-// and the rows inserted, updated or deleted (pg_stat_user_tables). Side by
-// side, alternated, the same window without an aggregator: what the cluster
-// does by itself. The job runs at its default options (a look for work every
-// 100 ms).
+// by one for each, cluster-wide), the WAL bytes (pg_current_wal_insert_lsn;
+// the records are logged by kind, from pg_walinspect), and the rows
+// inserted, updated or deleted (pg_stat_user_tables). Side by side,
+// alternated, the same window without an aggregator: what the cluster does by
+// itself (autovacuum off, so that it does not analyze other databases'
+// catalogs meanwhile). The job runs at its default options (a look for work
+// every 100 ms).
 //
 //	go test ./jobs/aggregator -run '^$' -bench Idle -benchtime 1x -timeout 30m
 func BenchmarkIdle(b *testing.B) {
@@ -357,6 +360,10 @@ func BenchmarkIdle(b *testing.B) {
 	for i := range 1000 {
 		d.commit(l, []event{click(int64(1+i%links), now)}, []string{""})
 	}
+	// Nothing else writes in the windows: autovacuum, which would analyze and
+	// vacuum the catalogs of the cluster's other databases, is off for them.
+	d.setSystem(b, "autovacuum", "off")
+	defer d.setSystem(b, "autovacuum", "on")
 	var token int64
 	for range b.N {
 		for _, withJob := range []bool{false, true} {
@@ -378,6 +385,7 @@ func BenchmarkIdle(b *testing.B) {
 			b.ReportMetric(float64(after.xids-before.xids), name+"-write-xacts")
 			b.ReportMetric(d.walBytes(b, before.lsn, after.lsn), name+"-wal-bytes")
 			b.ReportMetric(float64(after.rows-before.rows), name+"-rows-written")
+			b.Logf("%s: WAL records in the window: %s", name, d.walRecords(b, before.lsn, after.lsn))
 			if a != nil {
 				b.ReportMetric(a.idlePolls(b)-polls, "aggregator-idle-polls")
 				a.stop(b)
@@ -403,6 +411,41 @@ func (d *db) writes(b *testing.B) writeCounters {
 		b.Fatal(err)
 	}
 	return w
+}
+
+// setSystem sets a server parameter for the whole cluster, at once.
+func (d *db) setSystem(b *testing.B, name, value string) {
+	b.Helper()
+	ctx := context.Background()
+	if _, err := d.obs.Exec(ctx, fmt.Sprintf(`ALTER SYSTEM SET %s = '%s'`, name, value)); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := d.obs.Exec(ctx, `SELECT pg_reload_conf()`); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// walRecords describes the WAL records between two positions: count and
+// bytes by resource manager, record type and relation (pg_walinspect).
+func (d *db) walRecords(b *testing.B, from, to string) string {
+	b.Helper()
+	ctx := context.Background()
+	if _, err := d.obs.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_walinspect`); err != nil {
+		b.Fatal(err)
+	}
+	rows, err := d.obs.Query(ctx, `SELECT format('%s/%s %s: %s records, %s bytes', rm, rt, rel, count(*), sum(len))
+		FROM (SELECT resource_manager AS rm, record_type AS rt, coalesce(substring(block_ref from 'rel [0-9/]+'), '-') AS rel,
+			record_length AS len
+			FROM pg_get_wal_records_info($1::text::pg_lsn, least($2::text::pg_lsn, pg_current_wal_flush_lsn()))) r
+		GROUP BY rm, rt, rel ORDER BY sum(len) DESC`, from, to)
+	if err != nil {
+		b.Fatal(err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		b.Fatal(err)
+	}
+	return strings.Join(lines, "; ")
 }
 
 func (d *db) walBytes(b *testing.B, from, to string) float64 {
