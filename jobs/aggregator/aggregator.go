@@ -85,7 +85,8 @@ func (j *job) Run(ctx context.Context, run *scheduler.Run) error {
 	var span uint64 // 0: the first batch guesses
 	var backoff time.Duration
 	var refused refusal
-	more := false // the last batch left events waiting: no need to ask
+	more := false    // the last batch left events waiting: no need to ask
+	pruning := false // the last prune deleted a full chunk: more is prunable
 	for {
 		if ctx.Err() != nil || !run.Valid() {
 			return nil
@@ -94,7 +95,7 @@ func (j *job) Run(ctx context.Context, run *scheduler.Run) error {
 		if !more {
 			// Idle means idle: a read decides whether there is anything to
 			// do before a fenced transaction, which writes, is opened.
-			w, err := j.pending(ctx)
+			w, err := j.pending(ctx, pruning)
 			if err != nil {
 				if stop, err := j.failed(ctx, run, "look for work", err, &backoff, nil); stop {
 					return err
@@ -110,6 +111,7 @@ func (j *job) Run(ctx context.Context, run *scheduler.Run) error {
 				if stop {
 					return err
 				}
+				pruning = again && w.prune
 				if again {
 					continue
 				}
@@ -149,7 +151,7 @@ func (j *job) Run(ctx context.Context, run *scheduler.Run) error {
 				}
 				continue
 			}
-			if n >= pruneChunk {
+			if pruning = n >= pruneChunk; pruning {
 				continue // more to prune, after looking for new events
 			}
 		}

@@ -283,7 +283,7 @@ func TestTwoAggregatorsWithDifferentTokensCountOnce(t *testing.T) {
 		}
 	})
 
-	t.Run("both run at once while producers commit; the older is refused from the newer's first batch", func(t *testing.T) {
+	t.Run("both run at once while producers commit; the older is refused at its first batch after the newer's first", func(t *testing.T) {
 		d := newDB(t, testenv.PostgresDB(t))
 		l := newLedger()
 		now := time.Now()
@@ -294,9 +294,15 @@ func TestTwoAggregatorsWithDifferentTokensCountOnce(t *testing.T) {
 				d.commit(l, []event{click(int64(1+i%links), now), click(1, now)}, []string{"", ""})
 			}
 		})
-		// Start the newer one while the older is folding.
+		// Start the newer one while the older is folding. The older opens a
+		// batch only when it finds something to fold: events commit until it
+		// has, and has been refused.
 		d.waitFolded(20)
 		newer := d.startAggregator(20, small())
+		testenv.Eventually(t, "the older aggregator to open a batch after the newer's", func() bool {
+			d.commit(l, []event{click(1, now)}, []string{""})
+			return older.returned()
+		})
 		err := older.wait(t)
 		if !errors.Is(err, fencing.ErrStaleToken) {
 			t.Fatalf("older aggregator returned %v; want ErrStaleToken", err)
@@ -384,14 +390,15 @@ func TestAPausedLeaderThatFinishesItsBatchAfterItsSuccessorStartedCountsOnce(t *
 	d.waitLockWait("agg-11")
 
 	// The leader wakes up and finishes its batch; the successor goes on
-	// after it. With new events, the leader's next batch is refused (with
-	// none, neither opens a batch: idle means idle).
+	// after it. The leader's next batch is refused: events commit until it
+	// has opened one (with none to fold, neither opens a batch).
 	if err := hold.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for i := range 40 {
-		d.commit(l, []event{click(int64(1+i%links), now)}, []string{""})
-	}
+	testenv.Eventually(t, "the paused leader to open its next batch", func() bool {
+		d.commit(l, []event{click(1, now)}, []string{""})
+		return leader.returned()
+	})
 	if err := leader.wait(t); !errors.Is(err, fencing.ErrStaleToken) {
 		t.Fatalf("the paused leader returned %v; want ErrStaleToken", err)
 	}
