@@ -11,6 +11,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/snip/snip-jobs/jobs/certrenew"
 	"github.com/snip/snip-jobs/scheduler"
 )
@@ -18,8 +20,8 @@ import (
 func certsCommand() command {
 	return command{
 		name:    "certs",
-		args:    "list | retry DOMAIN...",
-		summary: "show each custom domain's certificate, or retry a failing domain now",
+		args:    "list | retry DOMAIN... | renew DOMAIN...",
+		summary: "show each custom domain's certificate, retry a failing domain now, or renew a certificate now",
 		about: `certs list shows every wanted custom domain as the certificate renewer sees it:
 its state (valid, due, expired, pending, failing, invalid), its certificate's
 not-after and renewal instant, an order in flight, its failures, when it will be
@@ -33,7 +35,14 @@ its failures is fixed: its DNS points at Snip again, its CAA record allows the
 CA. Only a request is written; the leader clears the back-off in its own fenced
 transaction, and wakes for it within new_domain_check. Every order counts
 against order_budget and the CA's limits: retry after the fix, not before. A
-domain that is not backing off, or an invalid name, is an error (exit 1).`,
+domain that is not backing off, or an invalid name, is an error (exit 1).
+
+certs renew DOMAIN... asks the renewer to renew each domain's current
+certificate at its next pass, whatever its renewal instant: a private key
+thought compromised, a certificate to re-issue. As with retry, only a request is
+written and the leader acts on it, fenced, within new_domain_check; the renewal
+replaces the current certificate (an ARI renewal where the CA supports it). A
+domain without a current certificate, or an invalid name, is an error (exit 1).`,
 		flags: func(fs *flag.FlagSet, c *cli) func(context.Context, []string) error {
 			path := configFlag(fs)
 			job := fs.String("job", "", "the certrenew job's name (default: the config's only certrenew job)")
@@ -42,9 +51,9 @@ domain that is not backing off, or an invalid name, is an error (exit 1).`,
 			return func(ctx context.Context, args []string) error {
 				switch {
 				case len(args) == 1 && args[0] == "list":
-				case len(args) > 1 && args[0] == "retry":
+				case len(args) > 1 && (args[0] == "retry" || args[0] == "renew"):
 				default:
-					return usageError("usage: certs list [--failing] [--json] | certs retry DOMAIN...")
+					return usageError("usage: certs list [--failing] [--json] | certs retry DOMAIN... | certs renew DOMAIN...")
 				}
 				f, err := loadConfig(*path)
 				if err != nil {
@@ -89,6 +98,9 @@ domain that is not backing off, or an invalid name, is an error (exit 1).`,
 					return nil
 				}
 				host, _ := os.Hostname()
+				if args[0] == "renew" {
+					return requestRenewals(ctx, c, pool, opts, args[1:], "operator@"+host)
+				}
 				var failed bool
 				for _, raw := range args[1:] {
 					r, err := certrenew.RequestRetry(ctx, pool, opts, raw, "operator@"+host)
@@ -118,6 +130,30 @@ domain that is not backing off, or an invalid name, is an error (exit 1).`,
 			}
 		},
 	}
+}
+
+// requestRenewals is certs renew: one request per domain, each refusal on
+// stderr.
+func requestRenewals(ctx context.Context, c *cli, pool *pgxpool.Pool, opts certrenew.Options, names []string, by string) error {
+	var failed bool
+	for _, raw := range names {
+		r, err := certrenew.RequestRenewal(ctx, pool, opts, raw, by)
+		var ie *certrenew.InvalidNameError
+		switch {
+		case errors.As(err, &ie):
+			fmt.Fprintf(c.stderr, "snip-jobs certs renew: %q: invalid name (%s): %s\n", raw, ie.Code, ie.Reason)
+		case err != nil:
+			fmt.Fprintf(c.stderr, "snip-jobs certs renew: %q: %v\n", raw, err)
+		default:
+			fmt.Fprintf(c.stdout, "%s: renewal requested (current certificate %s, not after %s); the leader renews it at its next pass\n",
+				r.Name, r.Serial, r.NotAfter.UTC().Format(time.RFC3339))
+		}
+		failed = failed || err != nil
+	}
+	if failed {
+		return errSilent
+	}
+	return nil
 }
 
 // printCerts prints certs list's table.

@@ -19,7 +19,7 @@ const ChallengePath = "/.well-known/acme-challenge/"
 
 // Defaults of a request for a token not in memory (see the package doc).
 const (
-	DefaultMissWait   = time.Second
+	DefaultMissWait   = 250 * time.Millisecond
 	DefaultMaxWaiters = 64
 )
 

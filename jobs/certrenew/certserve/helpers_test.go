@@ -101,6 +101,19 @@ func (f *fixture) storeSilently(domain string) string {
 func (f *fixture) storeWith(domain string, keys *keyring.Keyring, first string) string {
 	f.t.Helper()
 	serial, chain, key := f.issue(domain)
+	f.storeIssuedWith(domain, serial, chain, key, keys, first)
+	return serial
+}
+
+// storeIssued stores an issued certificate as the renewer does and returns
+// when the transaction committed.
+func (f *fixture) storeIssued(domain, serial, chain string, key []byte) time.Time {
+	f.t.Helper()
+	return f.storeIssuedWith(domain, serial, chain, key, f.keys, "")
+}
+
+func (f *fixture) storeIssuedWith(domain, serial, chain string, key []byte, keys *keyring.Keyring, first string) time.Time {
+	f.t.Helper()
 	err := pgx.BeginFunc(context.Background(), f.pool, func(tx pgx.Tx) error {
 		if first != "" {
 			if _, err := tx.Exec(context.Background(), first); err != nil {
@@ -119,7 +132,7 @@ func (f *fixture) storeWith(domain string, keys *keyring.Keyring, first string) 
 	if err != nil {
 		f.t.Fatalf("store a certificate for %s: %v", domain, err)
 	}
-	return serial
+	return time.Now()
 }
 
 // issue makes a certificate for domain signed by the fixture's CA.
@@ -209,13 +222,16 @@ func waitServed(t testing.TB, src *certserve.Certificates, domain, serial string
 	}
 }
 
-// readerQueries is how many statements PostgreSQL ran for the readers
-// (pg_stat_statements, counted by the server), on the fixture's database.
+// readerQueries is how many statements reading the renewer's certificates
+// or challenges PostgreSQL ran on the fixture's database
+// (pg_stat_statements, counted by the server): the readers' and any
+// per-request lookup's.
 func (f *fixture) readerQueries() int64 {
 	f.t.Helper()
 	return testenv.Value[int64](f.t, f.pool, `SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements
 		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
-		  AND (query LIKE '%FROM certrenew_certificates WHERE current%' OR query LIKE '%FROM certrenew_challenges WHERE expires_at%')`)
+		  AND query ILIKE 'SELECT%' AND query NOT LIKE '%pg_stat_statements%'
+		  AND (query LIKE '%certrenew_certificates%' OR query LIKE '%certrenew_challenges%')`)
 }
 
 // tlsServer serves TLS handshakes with src's certificates on loopback.
