@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -418,6 +421,24 @@ func TestDevRunsAClusterWhoseStatusPageShowsAFailoverInABrowser(t *testing.T) {
 		return r.code == 0 && strings.Count(r.stdout, " valid ") == 3
 	})
 
+	// The banner's HTTPS line: the demo's web tier serves a domain with the
+	// certificate the renewer stored; the banner's renew command changes it.
+	https := regexp.MustCompile(`a domain over HTTPS +curl --cacert (\S+) --resolve (\S+):(\d+):127\.0\.0\.1 `).FindStringSubmatch(dev.stdout())
+	renew := regexp.MustCompile(`renew its certificate +\S.* certs renew (\S+) --config (\S+)`).FindStringSubmatch(dev.stdout())
+	if https == nil || renew == nil || renew[1] != https[2] {
+		t.Fatalf("dev did not print the HTTPS and renew commands for one domain:\n%s", dev.stdout())
+	}
+	served := servedSerial(t, https[1], https[2], "127.0.0.1:"+https[3])
+	var first string
+	eventually(t, "the demo's web tier serving "+https[2], func() bool { first = served(); return first != "" })
+	if r := snip(t, nil, "certs", "renew", renew[1], "--config", renew[2]); r.code != 0 {
+		t.Fatalf("the banner's renew command: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	eventually(t, "a new certificate served for "+https[2]+" after certs renew", func() bool {
+		s := served()
+		return s != "" && s != first
+	})
+
 	// Ctrl-C: everything stops, every file goes.
 	files := dirsNamedIn(dev.stdout(), `(/\S*/snip-jobs-dev-\d+)`, `data in (/\S*/snip-jobs-dev-pg-\d+)`)
 	if len(files) != 2 {
@@ -447,6 +468,28 @@ func TestDevRunsAClusterWhoseStatusPageShowsAFailoverInABrowser(t *testing.T) {
 		if err := syscall.Kill(in.PID, 0); !errors.Is(err, syscall.ESRCH) {
 			t.Errorf("%s (pid %d) still runs after dev stopped", in.Name, in.PID)
 		}
+	}
+}
+
+// servedSerial returns a function that connects to addr as domain, trusting
+// only the root in rootFile, and returns the serial of the certificate it was
+// served ("" when the handshake fails).
+func servedSerial(t *testing.T, rootFile, domain, addr string) func() string {
+	pem, err := os.ReadFile(rootFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(pem) {
+		t.Fatalf("%s holds no certificate", rootFile)
+	}
+	return func() string {
+		c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, &tls.Config{ServerName: domain, RootCAs: roots})
+		if err != nil {
+			return ""
+		}
+		defer c.Close()
+		return c.ConnectionState().PeerCertificates[0].SerialNumber.Text(16)
 	}
 }
 

@@ -82,6 +82,7 @@ type Cluster struct {
 	etcd    *etcdlocal.Server
 	cli     *clientv3.Client
 	ca      *acmeCA
+	web     *webTier // with the CA only
 	jobs    []demoJob
 	domains int
 
@@ -202,6 +203,11 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		return nil, fmt.Errorf("ACME test CA: %w", err)
 	}
 	c.jobs = selectDemoJobs(cfg.Types, c.ca)
+	if c.ca != nil {
+		if c.web, err = startWebTier(c.dbURL, c.ca.KeyFile, cfg.HTTPBase+webTierOffset, c.log); err != nil {
+			return nil, err
+		}
+	}
 	events, err := tableExists(ctx, c.pool, "click_events")
 	if err != nil {
 		return nil, err
@@ -323,6 +329,7 @@ func (c *Cluster) close(ctx context.Context) error {
 		cancel()
 		<-c.served
 	}
+	c.web.close()
 	c.ca.Close()
 	for _, ln := range c.held {
 		ln.Close()
@@ -434,6 +441,25 @@ func (c *Cluster) hasJobType(t string) bool {
 		}
 	}
 	return false
+}
+
+// webTierOffset places the demo's HTTPS server after the instances' ports.
+const webTierOffset = 10
+
+// HTTPS is the demo's web tier as the banner shows it.
+type HTTPS struct {
+	Addr     string   // host:port of the TLS server
+	RootFile string   // the CA's issuing root, for curl --cacert
+	Domains  []string // the demo's custom domains
+}
+
+// WebTier returns the demo's HTTPS server; ok is false without the
+// certificate renewer.
+func (c *Cluster) WebTier() (h HTTPS, ok bool) {
+	if c.web == nil {
+		return HTTPS{}, false
+	}
+	return HTTPS{Addr: c.web.addr, RootFile: c.ca.IssuerRootFile, Domains: demoDomains}, true
 }
 
 // Instance is one instance as the banner shows it.
