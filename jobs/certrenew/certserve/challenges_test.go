@@ -173,9 +173,15 @@ func TestARequestThatOvertakesItsTokensNotificationWaitsForIt(t *testing.T) {
 func TestTheChallengeServerClosesWhatClientsLeaveOpen(t *testing.T) {
 	f := newFixture(t)
 	h, _ := f.challenges(nil, certserve.WithMissWait(0, 0))
-	limits := certserve.DefaultServerLimits()
-	limits.IdleTimeout, limits.ReadTimeout, limits.ReadHeaderTimeout = 200*time.Millisecond, 300*time.Millisecond, 300*time.Millisecond
-	addr := serveChallenges(t, h, limits)
+	// Two servers, each cutting one thing short, so that no timeout can cut
+	// what the test must still get to do on a slow machine: the idle one
+	// lets a request's headers take their time, then closes the
+	// kept-alive connection; the other closes clients that send nothing,
+	// or a body a byte at a time.
+	idle, slow := certserve.DefaultServerLimits(), certserve.DefaultServerLimits()
+	idle.IdleTimeout, idle.ReadHeaderTimeout, idle.ReadTimeout = 200*time.Millisecond, testenv.Patience, testenv.Patience
+	slow.ReadHeaderTimeout, slow.ReadTimeout = 300*time.Millisecond, 300*time.Millisecond
+	idleAddr, slowAddr := serveChallenges(t, h, idle), serveChallenges(t, h, slow)
 
 	// 1,000 kept-alive connections after one request each, and as many
 	// that never send one: every one is closed by the server.
@@ -185,14 +191,18 @@ func TestTheChallengeServerClosesWhatClientsLeaveOpen(t *testing.T) {
 		wg.Add(1)
 		go func(request bool) {
 			defer wg.Done()
-			errs <- closedByServer(addr, request)
+			if request {
+				errs <- closedByServer(idleAddr, true)
+			} else {
+				errs <- closedByServer(slowAddr, false)
+			}
 		}(i%2 == 0)
 	}
 	// A body trickled one byte at a time.
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		errs <- trickle(addr)
+		errs <- trickle(slowAddr)
 	}()
 	wg.Wait()
 	close(errs)
