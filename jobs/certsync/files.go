@@ -264,10 +264,12 @@ func (j *Job) removeStale(ctx context.Context, log *slog.Logger, onDisk map[stri
 		return false, fmt.Errorf("certsync: cannot ask PostgreSQL which certificates are still current, so no file is removed: %w", err)
 	}
 	var errs []error
+	var kept []string
 	for _, d := range stale {
 		path := filepath.Join(j.opts.Dir, FileName(d))
 		if current[d] {
 			files[d] = ""
+			kept = append(kept, d)
 			if !j.kept[d] {
 				j.kept[d] = true
 				log.WarnContext(ctx, "certsync: file kept: its domain has a current certificate in PostgreSQL that this job cannot serve (see the reader's log: its key does not open?)",
@@ -290,6 +292,16 @@ func (j *Job) removeStale(ctx context.Context, log *slog.Logger, onDisk map[stri
 		removed = true
 		j.m.removals.Inc()
 		log.InfoContext(ctx, "certsync: certificate file removed: its domain has no current certificate", "domain", d, "file", path)
+	}
+	if len(kept) > 0 {
+		// Not in sync: retried (with back-off) until the reader serves them
+		// or PostgreSQL no longer holds them.
+		slices.Sort(kept)
+		if len(kept) > 5 {
+			kept = append(kept[:5], "…")
+		}
+		errs = append(errs, fmt.Errorf("certsync: file(s) kept but not served: their domains have a current certificate this job cannot open: %s",
+			strings.Join(kept, ", ")))
 	}
 	return removed, errors.Join(errs...)
 }
