@@ -310,7 +310,9 @@ func TestAJobThatCannotOpenTheKeysRemovesNoFileThatPostgreSQLStillHolds(t *testi
 	// A file whose domain PostgreSQL no longer holds is removed all the same
 	// (at the retry: this reader saw no change).
 	testenv.Exec(t, r.Pool, `UPDATE certrenew_certificates SET current = false WHERE domain = 'blog.test' AND current`)
-	s.waitFor(t, "blog.test removed", func(st certsync.Status) bool { return fmtFiles(st.Files) == fmtFiles(map[string]string{"shop.test": ""}) })
+	s.waitFor(t, "blog.test removed", func(st certsync.Status) bool {
+		return fmtFiles(st.Files) == fmtFiles(map[string]string{"shop.test": ""})
+	})
 	if got := entries(t, dir); !slices.Equal(got, []string{".certsync", "shop.test.pem"}) {
 		t.Errorf("the directory holds %v", got)
 	}
