@@ -34,7 +34,7 @@ type nginx struct {
 // the sockets of lns (which it inherits; the test's copies are closed). As
 // root, its workers run as nobody:nogroup, as a packaged nginx's run as an
 // unprivileged user; otherwise as this user.
-func startNginx(t *testing.T, prefix, httpConf string, lns ...*net.TCPListener) *nginx {
+func startNginx(t testing.TB, prefix, httpConf string, lns ...*net.TCPListener) *nginx {
 	t.Helper()
 	if _, err := os.Stat(nginxBinary); err != nil {
 		t.Fatalf("nginx is required (Debian's nginx-light; .ci/run installs it): %v", err)
