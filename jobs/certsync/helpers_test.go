@@ -51,7 +51,7 @@ func startSyncer(t *testing.T, r *certtest.Renewer, opts func(*certsync.Options)
 	opts(&o)
 	s := &syncer{reg: prometheus.NewRegistry(), logs: &lockedBuffer{}}
 	log := slog.New(slog.NewMultiHandler(testenv.Logger(t).Handler(), slog.NewJSONHandler(s.logs, nil)))
-	job, err := certsync.Type().New(scheduler.Env{Instance: "server-2", Pool: r.Pool, Log: log.With("job", "cert-files"), Metrics: s.reg},
+	job, err := certsync.Type().New(scheduler.Env{Instance: "server-2", Pool: r.Pool, Log: log.With("instance", "server-2", "job", "cert-files"), Metrics: s.reg},
 		configs.Job{Name: "cert-files", Type: "certsync", Schedule: configs.Schedule{Kind: configs.Continuous}, Options: &o})
 	if err != nil {
 		t.Fatalf("build the certsync job: %v", err)

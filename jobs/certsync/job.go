@@ -16,6 +16,7 @@ import (
 
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/jobs/certrenew/certserve"
+	"github.com/snip/snip-jobs/jobs/certrenew/keyring"
 	"github.com/snip/snip-jobs/scheduler"
 )
 
@@ -41,7 +42,6 @@ const (
 // Job is one configured certsync job. Its Run keeps the directory in sync
 // until its context ends.
 type Job struct {
-	name string
 	opts Options
 	gid  int // the files' group; -1: the process's own
 	src  *certserve.Certificates
@@ -99,17 +99,11 @@ func New(env scheduler.Env, spec configs.Job) (scheduler.Job, error) {
 	if err != nil {
 		return nil, fmt.Errorf("certsync %q: %w", spec.Name, err)
 	}
-	log := env.Log
+	log := env.Log // carries job and instance
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	db := env.Pool.Config().ConnConfig.Copy()
-	db.RuntimeParams["application_name"] = "snip-jobs certsync " + spec.Name + " " + env.Instance
-	var reg prometheus.Registerer
-	if env.Metrics != nil {
-		reg = tolerant{env.Metrics}
-	}
-	src, err := certserve.NewCertificates(certserve.Config{DB: db, Log: log.With("instance", env.Instance), Metrics: reg}, keys)
+	src, err := newReader(env, spec.Name, log, keys)
 	if err != nil {
 		return nil, fmt.Errorf("certsync %q: %w", spec.Name, err)
 	}
@@ -117,11 +111,23 @@ func New(env scheduler.Env, spec configs.Job) (scheduler.Job, error) {
 	if err != nil {
 		return nil, fmt.Errorf("certsync %q: metrics: %w", spec.Name, err)
 	}
-	log.Info("certsync configured", "instance", env.Instance, "dir", opts.Dir, "group", opts.Group,
+	log.Info("certsync configured", "dir", opts.Dir, "group", opts.Group,
 		"reload", opts.Reload, "settle", opts.Settle, "keys", keys)
-	return &Job{name: spec.Name, opts: opts, gid: gid, src: src, pool: env.Pool, m: m,
+	return &Job{opts: opts, gid: gid, src: src, pool: env.Pool, m: m,
 		written: map[string]int64{}, badNames: map[string]bool{}, kept: map[string]bool{},
 		synced: make(chan struct{})}, nil
+}
+
+// newReader is the job's own certificate source: a connection of its own,
+// named for pg_stat_activity.
+func newReader(env scheduler.Env, job string, log *slog.Logger, keys *keyring.Keyring) (*certserve.Certificates, error) {
+	db := env.Pool.Config().ConnConfig.Copy()
+	db.RuntimeParams["application_name"] = "snip-jobs certsync " + job + " " + env.Instance
+	var reg prometheus.Registerer
+	if env.Metrics != nil {
+		reg = tolerant{env.Metrics}
+	}
+	return certserve.NewCertificates(certserve.Config{DB: db, Log: log, Metrics: reg}, keys)
 }
 
 // lookupGroup resolves group to a gid; -1 when it is empty.
@@ -129,7 +135,7 @@ func lookupGroup(group string) (int, error) {
 	if group == "" {
 		return -1, nil
 	}
-	if id, err := strconv.Atoi(group); err == nil {
+	if id, err := strconv.Atoi(group); err == nil && id >= 0 {
 		return id, nil
 	}
 	g, err := user.LookupGroup(group)
