@@ -14,6 +14,7 @@ import (
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/jobs/aggregator"
 	"github.com/snip/snip-jobs/jobs/certrenew"
+	"github.com/snip/snip-jobs/jobs/certsync"
 	"github.com/snip/snip-jobs/jobs/weeklyreport"
 	"github.com/snip/snip-jobs/scheduler"
 )
@@ -25,6 +26,7 @@ func registry() *scheduler.Registry {
 		aggregator.Type(),
 		weeklyreport.Type(),
 		certrenew.Type(),
+		certsync.Type(),
 	)
 	if err != nil {
 		panic(fmt.Sprintf("snip-jobs: job type registry: %v", err)) // a programming error

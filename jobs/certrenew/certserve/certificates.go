@@ -41,7 +41,8 @@ func (e *UnknownNameError) Error() string {
 }
 
 // Certificates holds every current certificate in memory, for
-// tls.Config.GetCertificate and for Sync. Run keeps it current.
+// tls.Config.GetCertificate and for the certsync job's files. Run keeps it
+// current.
 type Certificates struct {
 	feed feed
 	keys *keyring.Keyring

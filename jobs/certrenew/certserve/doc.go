@@ -1,9 +1,10 @@
 // Package certserve serves what the certificate renewer (package certrenew)
 // stores in PostgreSQL, from memory: certificates to TLS servers
-// (Certificates.GetCertificate for a tls.Config, or files for a server that is
-// not Go: Sync) and HTTP-01 key authorizations to the ACME CA (Challenges, an
-// http.Handler for /.well-known/acme-challenge/). It needs no leadership and no
-// etcd: Snip's web tier imports it, and every snip-jobs instance uses it.
+// (Certificates.GetCertificate for a tls.Config, or, for a server that is not
+// Go, files: package jobs/certsync) and HTTP-01 key authorizations to the ACME
+// CA (Challenges, an http.Handler for /.well-known/acme-challenge/). It needs
+// no leadership and no etcd: Snip's web tier imports it, and every snip-jobs
+// instance uses it.
 //
 // Each reader holds one PostgreSQL connection of its own (never a pool's, so
 // it can neither take nor be starved of the jobs' connections), LISTENs on a
