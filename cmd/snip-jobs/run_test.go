@@ -58,6 +58,17 @@ func TestThreeInstancesRunASingletonOnOneAndHandOverOnResignAndSIGTERM(t *testin
 	if code, body := leader.get("/metrics"); code != http.StatusOK || !strings.Contains(body, `snip_jobs_leader{job="pulse"} 1`) {
 		t.Errorf("/metrics of the leader: %d, want snip_jobs_leader{job=\"pulse\"} 1 in:\n%s", code, body)
 	}
+	// The others say 0 though they never led it: the alert "nobody leads
+	// pulse" (every instance's 0) needs the series before any term.
+	for name, p := range procs {
+		if name == first.Instance {
+			continue
+		}
+		if code, body := p.get("/metrics"); code != http.StatusOK || !strings.Contains(body, `snip_jobs_leader{job="pulse"} 0`) ||
+			!strings.Contains(body, `snip_jobs_term_starts_total{job="pulse"} 0`) {
+			t.Errorf("/metrics of %s, which never led pulse: %d, want snip_jobs_leader{job=\"pulse\"} 0 and no term started in:\n%s", name, code, body)
+		}
+	}
 	var st struct {
 		Instance string `json:"instance"`
 		Ready    bool   `json:"ready"`
