@@ -98,6 +98,7 @@ type Cluster struct {
 	feedDone   chan struct{}
 	stopWatch  context.CancelFunc
 	watchDone  chan struct{}
+	ends       endLog // why terms ended, as narrated (why.go)
 	closeOnce  sync.Once
 	closeErr   error
 	closingMu  sync.Mutex
@@ -331,6 +332,9 @@ func (c *Cluster) close(ctx context.Context) error {
 	}
 	c.web.close()
 	c.ca.Close()
+	for _, ch := range c.children {
+		ch.stopDown()
+	}
 	for _, ln := range c.held {
 		ln.Close()
 	}

@@ -98,7 +98,7 @@ func (c *Cluster) home(w http.ResponseWriter, r *http.Request) {
 
 // State is the body of GET /dev/state.
 func (c *Cluster) State() statuspage.DevState {
-	st := statuspage.DevState{Control: c.controlURL, Instances: []statuspage.DevInstance{}}
+	st := statuspage.DevState{Control: c.controlURL, Instances: []statuspage.DevInstance{}, Ends: c.ends.list()}
 	for _, ch := range c.children {
 		i := ch.info()
 		st.Instances = append(st.Instances, statuspage.DevInstance{Name: ch.name, PID: i.PID, State: i.State, Exit: i.Exit, Page: ch.page})
