@@ -199,7 +199,7 @@ func printBanner(w io.Writer, c *devcluster.Cluster, self string) {
 		byHand = append(byHand, fmt.Sprintf("kill -KILL %d (%s)", in.PID, in.Name))
 	}
 	fmt.Fprintf(tw, "  or by hand\t%s; -STOP / -CONT to pause\n", strings.Join(byHand, ", "))
-	fmt.Fprintf(tw, "  the cluster in a terminal\t%s status --config %s\n", self, first.Config)
+	fmt.Fprintf(tw, "  the cluster in a terminal\t%s status --watch --config %s\n", self, first.Config)
 	if certs {
 		fmt.Fprintf(tw, "  the certificates\t%s certs list --config %s\n", self, first.Config)
 	}

@@ -11,7 +11,7 @@ func EndReason(label string) string {
 	case "resigned":
 		return "resigned"
 	case "rebalance":
-		return "handed over to spread the singletons over the instances (rebalance)"
+		return "handed over to spread the singletons (rebalance)"
 	case "shutdown":
 		return "its instance shut down and handed over"
 	case "watchdog":

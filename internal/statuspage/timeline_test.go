@@ -247,7 +247,7 @@ func TestTimelineSaysWhyEachTermEndedOnHover(t *testing.T) {
 	s.Dev = &DevState{Ends: []DevEnd{{Job: "pulse", Token: 20, Reason: "server-b was killed by SIGKILL: its lease expired"}}}
 	bars := lane(t, Layout(s), "pulse").Terms
 	for i, want := range []string{
-		"ended: handed over to spread the singletons over the instances (rebalance)",
+		"ended: handed over to spread the singletons (rebalance)",
 		"ended: server-b was killed by SIGKILL: its lease expired; its end was never recorded",
 		"leading now",
 	} {
