@@ -22,6 +22,7 @@ import (
 
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/fencing"
+	"github.com/snip/snip-jobs/internal/certtest"
 	"github.com/snip/snip-jobs/internal/testdb"
 	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/jobs/certrenew"
@@ -216,21 +217,7 @@ func challengeHandler(t testing.TB, pool *pgxpool.Pool, log *slog.Logger) http.H
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = h.Run(ctx)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
-	select {
-	case <-h.Ready():
-	case <-time.After(testenv.Patience):
-		t.Fatalf("the challenge handler did not read the tokens within %v", testenv.Patience)
-	}
+	certtest.Run(t, h.Run, h.Ready())
 	return h
 }
 
