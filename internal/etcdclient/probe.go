@@ -106,7 +106,10 @@ func Usable(eps []Endpoint) error {
 func probe(ctx context.Context, cfg Config, tc *tls.Config, ep string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
 	defer cancel()
-	version, err := getVersion(ctx, tc, ep)
+	version, err := getVersion(ctx, tls12(tc), ep)
+	if err != nil && strings.Contains(err.Error(), "protocol version") {
+		version, err = getVersion(ctx, tc, ep) // a TLS 1.3-only server
+	}
 	if err != nil {
 		return "", classify(cfg, ep, err)
 	}
@@ -114,6 +117,19 @@ func probe(ctx context.Context, cfg Config, tc *tls.Config, ep string) (string, 
 		return version, nil
 	}
 	return version, login(ctx, cfg, ep)
+}
+
+// tls12 is tc limited to TLS 1.2, for the probe: in TLS 1.3 the client's
+// handshake completes before the server has checked the client certificate,
+// and a refusal may then reach the client as a reset connection instead of the
+// server's alert; in TLS 1.2 the handshake fails with the alert.
+func tls12(tc *tls.Config) *tls.Config {
+	if tc == nil {
+		return nil
+	}
+	c := tc.Clone()
+	c.MaxVersion = tls.VersionTLS12
+	return c
 }
 
 // getVersion is GET <ep>/version: the server's version, or why the request

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -449,6 +450,46 @@ func (c *EtcdCluster) client(t testing.TB, endpoints []string, user, password st
 	}
 	t.Cleanup(func() { _ = cli.Close() })
 	return cli
+}
+
+// Metric returns the sum of the member i's Prometheus series named name
+// whose labels contain every one of labels (e.g. `grpc_method="Authenticate"`),
+// read from its /metrics on the client URL: what the etcd server itself
+// counted.
+func (c *EtcdCluster) Metric(t testing.TB, i int, name string, labels ...string) float64 {
+	t.Helper()
+	hc := &http.Client{Timeout: etcdDialTimeout}
+	if pki := c.member(i).tls; pki != nil {
+		tc, err := transport.TLSInfo{CertFile: pki.ClientCert, KeyFile: pki.ClientKey, TrustedCAFile: pki.CA}.ClientConfig()
+		if err != nil {
+			t.Fatalf("testenv: Metric: %v", err)
+		}
+		hc.Transport = &http.Transport{TLSClientConfig: tc, ForceAttemptHTTP2: true}
+	}
+	resp, err := hc.Get(c.Endpoint(i) + "/metrics")
+	if err != nil {
+		t.Fatalf("testenv: Metric: %v", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("testenv: Metric: %v", err)
+	}
+	var sum float64
+	for line := range strings.Lines(string(body)) {
+		series, value, ok := strings.Cut(strings.TrimSpace(line), " ")
+		if !ok || (series != name && !strings.HasPrefix(series, name+"{")) {
+			continue
+		}
+		match := true
+		for _, l := range labels {
+			match = match && strings.Contains(series, l)
+		}
+		if v, err := strconv.ParseFloat(value, 64); err == nil && match {
+			sum += v
+		}
+	}
+	return sum
 }
 
 // Stop stops member i cleanly, as a real etcd process does on SIGTERM
