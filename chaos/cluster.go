@@ -57,16 +57,17 @@ type cluster struct {
 	dir    string
 	binary string
 
-	etcd      *etcdCluster
-	pg        *pgcluster.Cluster
-	dbURL     string // direct, for the harness
-	pool      *pgxpool.Pool
-	ca        *acmetest.CA
-	instances []*instance
-	routeMu   sync.Mutex // routeChallenges
-	obs       *observer
-	jobs      []string // leader-mode jobs, JobProbe first
-	load      *load
+	etcd        *etcdCluster
+	etcdVersion string // the members' server version
+	pg          *pgcluster.Cluster
+	dbURL       string // direct, for the harness
+	pool        *pgxpool.Pool
+	ca          *acmetest.CA
+	instances   []*instance
+	routeMu     sync.Mutex // routeChallenges
+	obs         *observer
+	jobs        []string // leader-mode jobs, JobProbe first
+	load        *load
 }
 
 // jobTypes lists the job types built into binary, from `validate --help`.
@@ -143,7 +144,18 @@ func startCluster(ctx context.Context, o Options) (_ *cluster, err error) {
 	}
 	c.log.Info("built snip-jobs", "broken", o.Broken, "types", types, "took", time.Since(begin).Round(time.Millisecond))
 
-	if c.etcd, err = startEtcd(ctx, self, c.dir, 3); err != nil {
+	exe, native := self, false
+	if o.EtcdBinary != "" {
+		exe, native = o.EtcdBinary, true
+	}
+	if c.etcd, err = startEtcd(ctx, exe, native, c.dir, 3); err != nil {
+		return nil, err
+	}
+	if c.etcdVersion, err = c.etcd.version(ctx); err != nil {
+		return nil, err
+	}
+	secure, err := c.etcdSettings()
+	if err != nil {
 		return nil, err
 	}
 	if _, err := c.etcd.waitLeader(ctx, readyBound); err != nil {
@@ -222,7 +234,7 @@ func startCluster(ctx context.Context, o Options) (_ *cluster, err error) {
 				return nil, err
 			}
 			in.etcd = append(in.etcd, p)
-			eps = append(eps, "http://"+p.addr())
+			eps = append(eps, "https://"+p.addr())
 		}
 		if in.db, err = newDelayProxy(pgu.Host); err != nil {
 			return nil, err
@@ -233,7 +245,7 @@ func startCluster(ctx context.Context, o Options) (_ *cluster, err error) {
 		q.Set("connect_timeout", "10")
 		u.RawQuery = q.Encode()
 		in.databaseURL = u.String()
-		if err := writeInstanceConfig(c.dir, in, eps, o.TTL, jobs); err != nil {
+		if err := writeInstanceConfig(c.dir, in, eps, secure, o.TTL, jobs); err != nil {
 			return nil, err
 		}
 	}
@@ -251,6 +263,19 @@ func startCluster(ctx context.Context, o Options) (_ *cluster, err error) {
 	}
 	c.log.Info("cluster up", "dir", c.dir, "jobs", c.jobs, "took", time.Since(begin).Round(time.Millisecond))
 	return c, nil
+}
+
+// etcdSettings is the etcd block's TLS and auth settings of every instance:
+// the harness's CA, its client certificate, and snip-jobs' user (whose role
+// covers the prefix only), the password in a file.
+func (c *cluster) etcdSettings() (string, error) {
+	pw := filepath.Join(c.dir, "etcd-password")
+	if err := os.WriteFile(pw, []byte(c.etcd.auth.Password+"\n"), 0o600); err != nil {
+		return "", err
+	}
+	p := c.etcd.pki
+	return fmt.Sprintf("  tls:\n    ca: %s\n    cert: %s\n    key: %s\n  auth:\n    user: %s\n    password_file: %s\n",
+		p.CA, p.ClientCert, p.ClientKey, c.etcd.auth.User, pw), nil
 }
 
 // jobsYAML is the job list every instance runs.

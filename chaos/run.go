@@ -47,20 +47,26 @@ type Options struct {
 	// temporary folder); KeepDir keeps it (logs, configs, etcd data).
 	WorkDir string
 	KeepDir bool
+	// EtcdBinary is an etcd server binary (etcd's own, of any version) to
+	// run the members with; empty: this program's embedded etcd
+	// (MemberMain, the etcd of this module's go.mod).
+	EtcdBinary string
 	// Log receives progress. Default: discard.
 	Log *slog.Logger `json:"-"`
 }
 
 // Report is a run's outcome.
 type Report struct {
-	Options    Options
-	Seed       uint64
-	Jobs       []string
-	Started    time.Time
-	Duration   time.Duration
-	Faults     []*Fault
-	Violations []Violation
-	Probe      ProbeStats
+	Options Options
+	Seed    uint64
+	// EtcdVersion is the members' etcd server version.
+	EtcdVersion string
+	Jobs        []string
+	Started     time.Time
+	Duration    time.Duration
+	Faults      []*Fault
+	Violations  []Violation
+	Probe       ProbeStats
 	// Writes is, per job other than the probe, its logged writes (the rows
 	// that carry its term's token: see loggedWrites), whose order and
 	// ownership the checker checked.
@@ -150,7 +156,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	defer c.close()
-	rep.Jobs = c.jobs
+	rep.Jobs, rep.EtcdVersion = c.jobs, c.etcdVersion
 	rng := rand.New(rand.NewPCG(o.Seed, 0x5eed))
 	order := make([]Kind, 0, o.Faults)
 	for _, i := range rng.Perm(len(o.Kinds)) {
