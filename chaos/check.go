@@ -549,7 +549,7 @@ func (k *checker) checkRecovery(faults []*Fault) {
 		if f.Err != "" {
 			k.violate(InvRecovery, "fault %d (%s of %s): %s", f.N, f.Kind, f.Target, f.Err)
 		}
-		if f.Kind == TermLeader && f.ExitCode != 0 {
+		if (f.Kind == TermLeader || f.Kind == UpgradeRestart) && f.ExitCode != 0 {
 			k.violate(InvRecovery, "fault %d: %s exited with status %d after SIGTERM", f.N, f.Target, f.ExitCode)
 		}
 	}

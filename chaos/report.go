@@ -55,7 +55,7 @@ type KindStats struct {
 // ByKind computes the figures of each fault kind that occurred.
 func (r *Report) ByKind() []KindStats {
 	var out []KindStats
-	for _, k := range AllKinds {
+	for _, k := range append(slices.Clone(AllKinds), UpgradeRestart) {
 		var s KindStats
 		var noActing, takeover, gone, handoff, restart, election, after, stepDown []time.Duration
 		for _, f := range r.Faults {

@@ -62,8 +62,12 @@ starts anyway and compares as soon as it answers; lacking migrations then stop
 it (exit status 1).
 
 Start-up fails (exit status 1) when another live process already uses this
-instance name, when the schema lacks migrations, or when no etcd lease can be
-had within max(30s, 3 × ttl). Under systemd (Type=notify) it reports READY=1
+instance name, when the schema lacks migrations, when etcd answers but refuses
+this instance (a wrong CA, a client certificate it does not accept or that
+expired, a wrong password: at once, one error naming the endpoint and the
+cause), or when no etcd lease can be had within max(30s, 3 × ttl). While etcd
+does not answer it waits the same way with or without a login (etcd.auth):
+/healthz answers, /readyz says the session holds no lease. Under systemd (Type=notify) it reports READY=1
 once the jobs run, pings the watchdog while the etcd session and the scheduler
 are healthy, and reports STOPPING=1 at shutdown. /metrics, /healthz, /readyz, /status (JSON) and the cluster's status
 page (/status/, with a timeline of the terms) are served on http.listen.
