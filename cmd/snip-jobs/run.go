@@ -311,7 +311,7 @@ func (r *runner) start(ctx context.Context) error {
 		return err
 	}
 	r.admin = a
-	if r.acme, err = startChallengeServers(f, r.pool, r.ilog, r.socks.take(socketChallenge)); err != nil {
+	if r.acme, err = startChallengeServers(f, r.pool, reg, r.ilog, r.socks.take(socketChallenge)); err != nil {
 		return err
 	}
 

@@ -25,6 +25,7 @@ import (
 	"github.com/snip/snip-jobs/internal/testdb"
 	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/jobs/certrenew"
+	"github.com/snip/snip-jobs/jobs/certrenew/certserve"
 	"github.com/snip/snip-jobs/scheduler"
 )
 
@@ -170,7 +171,7 @@ func newCluster(t testing.TB, co clusterOptions) *cluster {
 func (c *cluster) start(name string) *instance {
 	t := c.t
 	in := &instance{name: name, reg: prometheus.NewRegistry()}
-	h := certrenew.NewChallengeHandler(c.pool, c.logger().With("instance", name))
+	h := challengeHandler(t, c.pool, c.logger().With("instance", name))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -204,6 +205,33 @@ func (c *cluster) build(name string, reg prometheus.Registerer, o certrenew.Opti
 		c.t.Fatalf("build the job on %s: %v", name, err)
 	}
 	return j
+}
+
+// challengeHandler is what every instance serves on port 80: the shared
+// tokens, from memory (certserve.Challenges), kept current until the test
+// ends.
+func challengeHandler(t testing.TB, pool *pgxpool.Pool, log *slog.Logger) http.Handler {
+	t.Helper()
+	h, err := certserve.NewChallenges(certserve.Config{DB: pool.Config().ConnConfig, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = h.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	select {
+	case <-h.Ready():
+	case <-time.After(testenv.Patience):
+		t.Fatalf("the challenge handler did not read the tokens within %v", testenv.Patience)
+	}
+	return h
 }
 
 type statusWriter struct {

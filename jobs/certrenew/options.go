@@ -34,7 +34,7 @@ type Options struct {
 	CARootsFile string `yaml:"ca_roots_file"`
 
 	// ChallengeListen is where every instance serves HTTP-01 tokens
-	// (NewChallengeHandler), e.g. ":80". The CA connects to port 80 of the
+	// (certserve.Challenges), e.g. ":80". The CA connects to port 80 of the
 	// domain: this address must receive that traffic. Read by cmd, which
 	// mounts the handler; the job itself does not listen.
 	ChallengeListen string `yaml:"challenge_listen"`

@@ -25,10 +25,6 @@ const (
 	keepReplacedCert = 30 * 24 * time.Hour // after its not-after
 )
 
-// aadCert and aadAccount bind a sealed key to its row.
-func aadCert(domain string) string       { return "snip-jobs certrenew certificate key\x00" + domain }
-func aadAccount(directory string) string { return "snip-jobs certrenew account key\x00" + directory }
-
 // housekeeping removes expired challenge tokens and old history.
 func (p *pass) housekeeping(ctx context.Context) error {
 	return p.r.Fenced(ctx, func(ctx context.Context, tx pgx.Tx) error {
