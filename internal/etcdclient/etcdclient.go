@@ -2,10 +2,10 @@
 // user, and says plainly why it cannot.
 //
 // What is guaranteed: Probe asks each endpoint for its version over the same
-// TLS settings the client uses, and, with a user, logs in on it; a failure is an
-// *EndpointError naming the endpoint and the cause in words (wrong CA, a
-// server certificate not for this host, our client certificate refused or
-// expired, wrong password, http:// against a TLS-only member). Refused tells a
+// TLS settings the client uses; a failure is an *EndpointError naming the
+// endpoint and the cause in words (wrong CA, a server certificate not for
+// this host, our client certificate refused or expired, http:// against a
+// TLS-only member); Connect's login names a wrong password the same way. Refused tells a
 // server that answered and refused (waiting will not help) from one that does
 // not answer. Connect waits while no endpoint answers, until its context ends,
 // the same way with or without a user: clientv3.New logs in at once and gives
@@ -25,6 +25,7 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -105,25 +106,36 @@ const retryEvery = time.Second
 // once without a user (clientv3 connects in the background, and keeps trying
 // while etcd does not answer), and with a user once it has logged in. While
 // no endpoint answers it calls waiting with the reason (on the first failed
-// round and whenever the reason changes) and, with a user, tries again every
-// second until ctx ends. It returns at once, with the endpoints' errors, when
-// the endpoints that answer all refuse us.
+// round and whenever the reason changes) and, with a user, probes again every
+// second until ctx ends; once one answers, it logs in once, with as long as
+// ctx leaves (a login is a bcrypt check and a raft round on the member:
+// retrying a slow one every few seconds would only pile up abandoned ones).
+// It returns at once, with the endpoints' errors, when the endpoints that
+// answer all refuse us, or the login is refused.
 func Connect(ctx context.Context, cfg Config, waiting func(error)) (*clientv3.Client, []Endpoint, error) {
 	var said string
 	for {
 		eps := Probe(ctx, cfg)
 		err := Usable(eps)
-		if err == nil || (cfg.User == "" && !refused(eps)) {
+		switch {
+		case refused(eps):
+			return nil, eps, err
+		case cfg.User == "":
 			if err != nil && waiting != nil {
 				waiting(err)
 			}
 			cli, nerr := New(cfg)
-			if nerr == nil {
+			return cli, eps, nerr
+		case err == nil:
+			cli, lerr := login(ctx, cfg)
+			if lerr == nil {
 				return cli, eps, nil
 			}
-			err = nerr // a login that did not finish in time: etcd went again
-		} else if refused(eps) {
-			return nil, eps, err
+			var ee *EndpointError
+			if errors.As(lerr, &ee) && ee.Refused {
+				return nil, eps, lerr
+			}
+			err = lerr // etcd went again, or the login did not finish in time
 		}
 		if msg := err.Error(); msg != said && waiting != nil {
 			said = msg
@@ -135,6 +147,23 @@ func Connect(ctx context.Context, cfg Config, waiting func(error)) (*clientv3.Cl
 		case <-time.After(retryEvery):
 		}
 	}
+}
+
+// login makes a client that logs in, waiting for the login as long as ctx
+// allows (clientv3 bounds it by DialTimeout, which is only used at creation).
+func login(ctx context.Context, cfg Config) (*clientv3.Client, error) {
+	if d, ok := ctx.Deadline(); ok {
+		cfg.DialTimeout = max(cfg.DialTimeout, time.Until(d))
+	}
+	cli, err := New(cfg)
+	if errors.Is(err, rpctypes.ErrAuthFailed) {
+		return nil, &EndpointError{Endpoint: strings.Join(cfg.Endpoints, ", "), Refused: true,
+			Cause: fmt.Sprintf("login as user %q refused: wrong user name or password (etcd.auth)", cfg.User), Err: rpctypes.ErrAuthFailed}
+	}
+	if err != nil {
+		return nil, &EndpointError{Endpoint: strings.Join(cfg.Endpoints, ", "), Cause: "cannot log in", Err: err}
+	}
+	return cli, nil
 }
 
 // refused reports whether some endpoint answered and every endpoint that

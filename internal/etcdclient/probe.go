@@ -15,9 +15,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Endpoint is what Probe learned of one endpoint.
@@ -48,7 +45,8 @@ func (e *EndpointError) Error() string {
 func (e *EndpointError) Unwrap() error { return e.Err }
 
 // Probe asks every endpoint for its version (GET /version over the client's
-// TLS settings) and, with a user, logs in on it, each bounded by DialTimeout.
+// TLS settings), each bounded by DialTimeout. It does not log in: a login
+// costs the member a bcrypt check and a raft round.
 func Probe(ctx context.Context, cfg Config) []Endpoint {
 	out := make([]Endpoint, len(cfg.Endpoints))
 	tc, err := cfg.tlsConfig()
@@ -113,10 +111,7 @@ func probe(ctx context.Context, cfg Config, tc *tls.Config, ep string) (string, 
 	if err != nil {
 		return "", classify(cfg, ep, err)
 	}
-	if cfg.User == "" {
-		return version, nil
-	}
-	return version, login(ctx, cfg, ep)
+	return version, nil
 }
 
 // tls12 is tc limited to TLS 1.2, for the probe: in TLS 1.3 the client's
@@ -158,30 +153,6 @@ func getVersion(ctx context.Context, tc *tls.Config, ep string) (string, error) 
 }
 
 var errPlainToTLS = errors.New("an HTTP request reached a TLS-only server")
-
-// login logs in on ep alone, without the client's automatic retries.
-func login(ctx context.Context, cfg Config, ep string) error {
-	one := cfg
-	one.Endpoints, one.User, one.Password = []string{ep}, "", ""
-	cc, err := one.clientConfig()
-	if err != nil {
-		return &EndpointError{Endpoint: ep, Refused: true, Cause: "cannot load the TLS files", Err: err}
-	}
-	cli, err := clientv3.New(cc)
-	if err != nil {
-		return &EndpointError{Endpoint: ep, Cause: "cannot connect", Err: err}
-	}
-	defer cli.Close()
-	_, err = cli.Authenticate(ctx, cfg.User, cfg.Password)
-	switch {
-	case err == nil, errors.Is(err, rpctypes.ErrAuthNotEnabled):
-		return nil
-	case errors.Is(err, rpctypes.ErrAuthFailed):
-		return &EndpointError{Endpoint: ep, Refused: true,
-			Cause: fmt.Sprintf("login as user %q refused: wrong user name or password (etcd.auth)", cfg.User), Err: err}
-	}
-	return &EndpointError{Endpoint: ep, Cause: "cannot log in", Err: err}
-}
 
 // classify turns the version request's error into an *EndpointError.
 func classify(cfg Config, ep string, err error) error {

@@ -40,6 +40,7 @@ const (
 	etcdDialTimeout    = 5 * time.Second // clientv3.Config.DialTimeout of Client
 	etcdStartAttempts  = 3               // fresh ports when a reserved port was taken meanwhile
 	etcdProxyCloseWait = 2 * time.Second // Proxy cleanup until its open connections end
+	etcdBcryptCost     = 4               // bcrypt.MinCost: see etcdMember.config
 )
 
 // EtcdCluster is a cluster of real etcd members running in the test process.
@@ -254,6 +255,11 @@ func (m *etcdMember) config(initialCluster, state string, stopping <-chan struct
 	cfg.LogLevel = "error"
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(etcdLogger(m.name))
 	cfg.UnsafeNoFsync = true
+	// bcrypt's minimum cost for the users' passwords: a login then costs the
+	// member about a millisecond instead of about 100 ms, which tests that
+	// run many processes on two cores cannot spare (what a login costs is
+	// counted, not timed: TestKeepAlivesShareOneStreamAndOneLogin).
+	cfg.BcryptCost = etcdBcryptCost
 	if m.tls != nil {
 		cfg.ClientTLSInfo = transport.TLSInfo{
 			CertFile: m.tls.ServerCert, KeyFile: m.tls.ServerKey,
