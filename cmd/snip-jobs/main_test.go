@@ -121,6 +121,11 @@ type config struct {
 	passed      []sockact.Socket // more sockets to pass (an "admin" one here makes in.admin its address)
 	ttl         string           // leadership block, e.g. "ttl: 2s\n  margin: 500ms"
 	jobs        string           // the jobs list, YAML
+	// etcd: TLS files (ca, cert, key), a user and its password file, and
+	// dial_timeout, each left out when empty.
+	tlsCA, tlsCert, tlsKey string
+	user, passwordFile     string
+	dialTimeout            string
 }
 
 // pulseJob is a singleton sql job that records every run as (instance, token)
@@ -148,6 +153,15 @@ func writeConfig(t *testing.T, c config) string {
 		fmt.Fprintf(&b, "  embedded_dir: %s\n", c.embeddedDir)
 	}
 	fmt.Fprintf(&b, "  prefix: %s\n", testPrefix)
+	if c.dialTimeout != "" {
+		fmt.Fprintf(&b, "  dial_timeout: %s\n", c.dialTimeout)
+	}
+	if c.tlsCA != "" || c.tlsCert != "" {
+		fmt.Fprintf(&b, "  tls:\n    ca: %s\n    cert: %s\n    key: %s\n", c.tlsCA, c.tlsCert, c.tlsKey)
+	}
+	if c.user != "" {
+		fmt.Fprintf(&b, "  auth:\n    user: %s\n    password_file: %s\n", c.user, c.passwordFile)
+	}
 	b.WriteString("postgres:\n  url_env: SNIP_JOBS_DATABASE_URL\n")
 	if c.ttl == "" {
 		c.ttl = "ttl: 2s\n  margin: 500ms\n  renew_interval: 400ms"

@@ -22,6 +22,7 @@ import (
 
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/internal/admin"
+	"github.com/snip/snip-jobs/internal/etcdclient"
 	"github.com/snip/snip-jobs/internal/etcdlocal"
 	"github.com/snip/snip-jobs/internal/statuspage"
 	"github.com/snip/snip-jobs/leadership"
@@ -61,8 +62,12 @@ starts anyway and compares as soon as it answers; lacking migrations then stop
 it (exit status 1).
 
 Start-up fails (exit status 1) when another live process already uses this
-instance name, when the schema lacks migrations, or when no etcd lease can be
-had within max(30s, 3 × ttl). Under systemd (Type=notify) it reports READY=1
+instance name, when the schema lacks migrations, when etcd answers but refuses
+this instance (a wrong CA, a client certificate it does not accept or that
+expired, a wrong password: at once, one error naming the endpoint and the
+cause), or when no etcd lease can be had within max(30s, 3 × ttl). While etcd
+does not answer it waits the same way with or without a login (etcd.auth):
+/healthz answers, /readyz says the session holds no lease. Under systemd (Type=notify) it reports READY=1
 once the jobs run, pings the watchdog while the etcd session and the scheduler
 are healthy, and reports STOPPING=1 at shutdown. /metrics, /healthz, /readyz, /status (JSON) and the cluster's status
 page (/status/, with a timeline of the terms) are served on http.listen.
@@ -278,14 +283,9 @@ func (r *runner) start(ctx context.Context) error {
 		}
 	}
 
-	if needsEtcd(f) {
-		if err := r.startEtcd(ctx); err != nil {
-			return err
-		}
-	} else {
-		r.ilog.Info("no job is led through etcd (no singleton outside database mode): not using etcd")
-	}
-
+	// The admin server comes first: while etcd does not answer (with or
+	// without a user to log in), /healthz answers and /readyz says the
+	// session holds no lease, the same way in both cases.
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		collectors.NewGoCollector(),
@@ -293,28 +293,15 @@ func (r *runner) start(ctx context.Context) error {
 		collectors.NewBuildInfoCollector(),
 	)
 	mux := http.NewServeMux()
-	sched, err := scheduler.New(scheduler.Config{
-		File: f, Registry: registry(), Session: r.session, Pool: r.pool, Records: r.records, Log: r.log, Metrics: reg, Mux: mux,
-	})
-	if err != nil {
-		return err
-	}
-	r.sched = sched
-
-	page, err := statuspage.New(statuspage.Config{
-		Instance: f.Instance, Version: versionString(), Etcd: r.etcd, Prefix: f.Etcd.Prefix, Pool: r.pool,
-		Jobs: f.Jobs, DevControl: r.devControl,
-	}, r.ilog)
-	if err != nil {
-		return err
-	}
+	page := &lateHandler{}
 	acfg := admin.Config{
 		Listen: f.HTTP.Listen, Listener: r.socks.take(socketAdmin), Mux: mux, Gatherer: reg, Instance: f.Instance, Version: versionString(),
-		DB: r.pool, Jobs: sched, Page: page, Log: r.ilog,
+		DB: r.pool, Page: page, Log: r.ilog,
 		Checks: []admin.Check{{Name: "schema", Err: r.schemaReady}},
 	}
-	if r.session != nil {
-		acfg.Session = r.session
+	session := &lateSession{}
+	if needsEtcd(f) {
+		acfg.Session = session
 	}
 	a, err := admin.New(acfg)
 	if err != nil {
@@ -328,11 +315,43 @@ func (r *runner) start(ctx context.Context) error {
 		return err
 	}
 
+	// One bound for the whole wait for etcd: logging in, then the first lease.
+	wait := max(minStartTimeout, 3*f.Leadership.TTL)
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	if needsEtcd(f) {
+		if err := r.startEtcd(ctx, wctx, wait); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return err
+		}
+		session.set(r.session)
+	} else {
+		r.ilog.Info("no job is led through etcd (no singleton outside database mode): not using etcd")
+	}
+
+	// Job types get the mux after the admin routes are on it: a conflicting
+	// route panics in ServeMux, at start.
+	sched, err := scheduler.New(scheduler.Config{
+		File: f, Registry: registry(), Session: r.session, Pool: r.pool, Records: r.records, Log: r.log, Metrics: reg, Mux: mux,
+	})
+	if err != nil {
+		return err
+	}
+	r.sched = sched
+	a.SetJobs(sched)
+	p, err := statuspage.New(statuspage.Config{
+		Instance: f.Instance, Version: versionString(), Etcd: r.etcd, Prefix: f.Etcd.Prefix, Pool: r.pool,
+		Jobs: f.Jobs, DevControl: r.devControl,
+	}, r.ilog)
+	if err != nil {
+		return err
+	}
+	page.set(p)
+
 	if r.session != nil {
-		wait := max(minStartTimeout, 3*f.Leadership.TTL)
-		wctx, cancel := context.WithTimeout(ctx, wait)
 		err := r.session.WaitReady(wctx)
-		cancel()
 		var dup *leadership.DuplicateInstanceError
 		switch {
 		case errors.As(err, &dup):
@@ -345,6 +364,41 @@ func (r *runner) start(ctx context.Context) error {
 		r.lastLease.Store(time.Now().UnixNano())
 	}
 	return nil
+}
+
+// lateSession is the admin server's view of the etcd session, which exists
+// only once etcd answered: until then it holds no lease.
+type lateSession struct {
+	s atomic.Pointer[leadership.Session]
+}
+
+func (l *lateSession) set(s *leadership.Session) { l.s.Store(s) }
+
+func (l *lateSession) Stats() leadership.Stats {
+	if s := l.s.Load(); s != nil {
+		return s.Stats()
+	}
+	return leadership.Stats{}
+}
+
+func (l *lateSession) Err() error {
+	if s := l.s.Load(); s != nil {
+		return s.Err()
+	}
+	return nil
+}
+
+// lateHandler serves the status page once it exists, 503 before.
+type lateHandler struct{ h atomic.Pointer[http.Handler] }
+
+func (l *lateHandler) set(h http.Handler) { l.h.Store(&h) }
+
+func (l *lateHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	if h := l.h.Load(); h != nil {
+		(*h).ServeHTTP(w, req)
+		return
+	}
+	http.Error(w, "starting: waiting for etcd", http.StatusServiceUnavailable)
 }
 
 // schemaUncheckedError: the schema could not be compared (PostgreSQL did not
@@ -431,9 +485,12 @@ func (r *runner) schemaReady(context.Context) error {
 	return nil
 }
 
-// startEtcd connects to the configured etcd, or starts the embedded one, and
-// starts the leadership session.
-func (r *runner) startEtcd(ctx context.Context) error {
+// startEtcd connects to the configured etcd, or starts the embedded one (under
+// ctx), and starts the leadership session. It waits (up to wctx, which ends
+// after wait) while etcd does not answer to a login, and fails at once when
+// etcd answers and refuses us (etcdclient.Connect); without a login the
+// session does the waiting.
+func (r *runner) startEtcd(ctx, wctx context.Context, wait time.Duration) error {
 	f := r.cfg
 	endpoints := f.Etcd.Endpoints
 	if f.Etcd.Embedded() {
@@ -448,9 +505,29 @@ func (r *runner) startEtcd(ctx context.Context) error {
 			"and every one of them would run every singleton. Several servers need a shared etcd cluster (etcd.endpoints).",
 			"endpoint", srv.Endpoint(), "data_dir", srv.Dir())
 	}
-	cli, err := newEtcdClient(f, endpoints, r.log)
+	cfg, err := etcdConfig(f, endpoints, r.log)
 	if err != nil {
 		return err
+	}
+	cli, eps, err := etcdclient.Connect(wctx, cfg, func(err error) {
+		r.ilog.Warn("etcd does not answer yet; waiting", "err", err, "for_at_most", wait)
+	})
+	switch {
+	case err != nil && wctx.Err() != nil:
+		return fmt.Errorf("no etcd lease within %v (is etcd reachable at %v?): %w", wait, endpoints, err)
+	case err != nil:
+		return err
+	}
+	for _, e := range eps {
+		if e.Version == "" {
+			continue
+		}
+		if minimum, below := etcdclient.BelowMinimum(e.Version); below {
+			r.ilog.Warn("this etcd member runs a version older than snip-jobs supports: upgrade it (docs/operations.md, \"etcd versions\")",
+				"endpoint", e.URL, "version", e.Version, "minimum", minimum)
+		} else {
+			r.ilog.Info("etcd member", "endpoint", e.URL, "version", e.Version)
+		}
 	}
 	r.etcd = cli
 	s, err := leadership.NewSession(leadership.Config{
