@@ -394,7 +394,20 @@ func contains(n ast.Node, tk *token.Token) bool { return find(n, tk) != nil }
 // name, so that the YAML library can decode a subtree without the rest of the file
 // (its own alias handling needs the anchors it has decoded itself). Containers are
 // copied; n is unchanged.
+//
+// Nodes produced through an alias count against MaxAliasNodes; past it, an
+// alias expands to null (the problem is reported once).
 func (p *parser) expand(n ast.Node, job string) ast.Node {
+	if p.outer != nil {
+		ok, problem := p.spend(1)
+		if problem != nil {
+			problem.Job = job
+			p.errs = append(p.errs, problem)
+		}
+		if !ok {
+			return ast.Null(p.outer.GetToken())
+		}
+	}
 	switch v := n.(type) {
 	case *ast.AnchorNode:
 		return p.expand(v.Value, job)
@@ -403,6 +416,7 @@ func (p *parser) expand(n ast.Node, job string) ast.Node {
 		if target == nil {
 			return ast.Null(v.GetToken())
 		}
+		defer p.enter(v)()
 		return p.expand(target, job)
 	case *ast.MappingNode:
 		c := *v

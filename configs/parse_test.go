@@ -220,7 +220,7 @@ func TestEverySetting(t *testing.T) {
 	f := mustParse(t, lines(
 		"instance: server-2",
 		"etcd:",
-		"  endpoints: [https://10.0.0.1:2379, http://10.0.0.2:2379/]",
+		"  endpoints: [https://10.0.0.1:2379, HTTPS://10.0.0.2:2379/]",
 		"  prefix: /jobs/",
 		"  dial_timeout: 2s",
 		"  tls: {ca: /ca.pem, cert: /c.pem, key: /k.pem}",
@@ -252,7 +252,7 @@ func TestEverySetting(t *testing.T) {
 		"    continuous: true",
 	))
 	want := configs.Etcd{
-		Endpoints:   []string{"https://10.0.0.1:2379", "http://10.0.0.2:2379/"},
+		Endpoints:   []string{"https://10.0.0.1:2379", "HTTPS://10.0.0.2:2379/"},
 		EmbeddedDir: configs.DefaultEtcdEmbeddedDir,
 		Prefix:      "/jobs",
 		DialTimeout: 2 * time.Second,
