@@ -258,7 +258,7 @@ func startCluster(ctx context.Context, o Options) (_ *cluster, err error) {
 const jobsYAML = `  - name: probe
     type: sql
     singleton: true
-    every: 250ms
+    every: 1s
     grace: 2s
     options:
       statement: INSERT INTO chaos_probe (instance, token) VALUES (@instance, @token)
