@@ -396,14 +396,11 @@ func timingBlame(msg string) []string {
 
 // splitErrors returns the messages of a joined error one by one.
 func splitErrors(err error) []string {
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		var out []string
-		for _, e := range j.Unwrap() {
-			out = append(out, splitErrors(e)...)
-		}
-		return out
+	var out []string
+	for _, e := range splitErrorValues(err) {
+		out = append(out, e.Error())
 	}
-	return []string{err.Error()}
+	return out
 }
 
 func (p *parser) http(m *mapping) HTTP {

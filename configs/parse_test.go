@@ -377,6 +377,26 @@ func TestEveryProblemFromTheOptionsValidateIsReported(t *testing.T) {
 	}
 }
 
+// A problem Validate says is about one option is reported at that option's
+// value; the others at options:.
+func TestAnOptionErrorIsReportedAtTheOptionsValue(t *testing.T) {
+	errs := problems(t, lines(
+		"jobs:",
+		"  - name: agg",
+		"    type: aggregator",
+		"    continuous: true",
+		"    options:",
+		"      flush_every: 1s",
+		"      batch_size: -5",
+	))
+	if e := findProblem(errs, 7, "options.batch_size: -5 is negative"); e == nil || e.Pos.Col != 19 || e.Job != "agg" {
+		t.Errorf("want the option's problem at 7:19 in job agg; got:%s", dump(errs))
+	}
+	if findProblem(errs, 6, "options: something about the whole") == nil {
+		t.Errorf("want the other problem at options: (line 6); got:%s", dump(errs))
+	}
+}
+
 // noOptionTypes has one type that takes no options.
 type noOptionTypes struct{}
 
