@@ -2,8 +2,8 @@
 // sees them, so that a config file's statement can be checked before it runs:
 // how many statements it holds, and which keywords start each.
 //
-// It knows what can hide a ';' from the split: string constants ('…', with ”
-// inside; E'…' with backslash escapes too), quoted identifiers ("…"), dollar
+// It knows what can hide a ';' from the split: string constants ('…', a quote
+// doubled inside; E'…' with backslash escapes too), quoted identifiers ("…"), dollar
 // quoting ($$…$$, $tag$…$tag$), line comments (-- …) and block comments
 // (/* … */, nested). It is not a parser: a statement it counts as one may still
 // be invalid SQL, and the server's own lexer is the final word (the sql job
