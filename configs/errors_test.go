@@ -431,6 +431,23 @@ func TestEachProblemIsReportedAtItsLine(t *testing.T) {
 			"    - http://10.0.0.1:2379",
 			"  auth: {user: snip, password_env: PW}",
 		), 3, `is plain HTTP, so etcd.auth's password (line 4) would travel in clear text: write https://`, ""},
+		{"an IP address in allowed_hosts", lines(
+			"http:",
+			"  allowed_hosts: [snip-1.internal, 10.0.0.5]",
+		), 2, `http.allowed_hosts: "10.0.0.5" is an IP address, and IP addresses are always accepted`, ""},
+		{"localhost in allowed_hosts", lines(
+			"http:",
+			"  allowed_hosts:",
+			"    - localhost",
+		), 3, `"localhost" is a loopback name, always accepted`, ""},
+		{"a URL in allowed_hosts", lines(
+			"http:",
+			"  allowed_hosts: [snip-1.internal, 'https://snip-1.internal:9469']",
+		), 2, `"https://snip-1.internal:9469" must be a host name such as snip-1.internal`, ""},
+		{"a wildcard in allowed_hosts", lines(
+			"http:",
+			"  allowed_hosts: ['*.internal']",
+		), 2, `must be a host name`, ""},
 		{"endpoint listed twice", lines(
 			"etcd:",
 			"  endpoints:",

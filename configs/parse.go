@@ -412,9 +412,31 @@ func (p *parser) http(m *mapping) HTTP {
 			h.Listen = listen
 		}
 	}
+	hosts, _ := m.strings("allowed_hosts")
+	seen := map[string]int{}
+	for _, it := range hosts {
+		name := strings.ToLower(strings.TrimSuffix(it.s, "."))
+		switch {
+		case net.ParseIP(strings.Trim(name, "[]")) != nil:
+			m.errorf(it.pos, "http.allowed_hosts: %q is an IP address, and IP addresses are always accepted: list host names only", it.s)
+		case name == "localhost" || strings.HasSuffix(name, ".localhost"):
+			m.errorf(it.pos, "http.allowed_hosts: %q is a loopback name, always accepted: list the other names of this server", it.s)
+		case !hostNamePattern.MatchString(name) || len(name) > 253:
+			m.errorf(it.pos, "http.allowed_hosts: %q must be a host name such as snip-1.internal (no scheme, port or wildcard)", it.s)
+		case seen[name] > 0:
+			m.errorf(it.pos, "http.allowed_hosts: %q is listed twice (first at line %d)", it.s, seen[name])
+		default:
+			seen[name] = it.pos.Line
+			h.AllowedHosts = append(h.AllowedHosts, name)
+		}
+	}
 	m.finish()
 	return h
 }
+
+// hostNamePattern is a DNS name: dot-separated labels of letters, digits and
+// hyphens, none starting or ending with a hyphen.
+var hostNamePattern = regexp.MustCompile(`^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$`)
 
 func checkListen(addr string) string {
 	_, port, err := net.SplitHostPort(addr)

@@ -227,7 +227,7 @@ func TestEverySetting(t *testing.T) {
 		"  auth: {user: snip, password_env: ETCD_PW}",
 		"postgres: {url_file: /etc/db-url, migrate_on_start: true}",
 		"leadership: {ttl: 6s, margin: 2s, renew_interval: 1s}",
-		"http: {listen: ':0'}",
+		"http: {listen: ':0', allowed_hosts: [Snip-1.Internal., jobs.example.com]}",
 		"log: {format: json, level: debug}",
 		"shutdown_timeout: 1m",
 		"jobs:",
@@ -268,7 +268,7 @@ func TestEverySetting(t *testing.T) {
 	if f.Leadership != (configs.Leadership{TTL: 6 * time.Second, Margin: 2 * time.Second, RenewInterval: time.Second}) {
 		t.Errorf("leadership: got %+v", f.Leadership)
 	}
-	if f.HTTP.Listen != ":0" || f.Log != (configs.Log{Format: configs.LogJSON, Level: slog.LevelDebug}) || f.ShutdownTimeout != time.Minute {
+	if f.HTTP.Listen != ":0" || !reflect.DeepEqual(f.HTTP.AllowedHosts, []string{"snip-1.internal", "jobs.example.com"}) || f.Log != (configs.Log{Format: configs.LogJSON, Level: slog.LevelDebug}) || f.ShutdownTimeout != time.Minute {
 		t.Errorf("http/log/shutdown: got %+v %+v %v", f.HTTP, f.Log, f.ShutdownTimeout)
 	}
 

@@ -309,7 +309,8 @@ func (r *runner) start(ctx context.Context) error {
 		return err
 	}
 	acfg := admin.Config{
-		Listen: f.HTTP.Listen, Listener: r.socks.take(socketAdmin), Mux: mux, Gatherer: reg, Instance: f.Instance, Version: versionString(),
+		Listen: f.HTTP.Listen, Listener: r.socks.take(socketAdmin), AllowedHosts: f.HTTP.AllowedHosts,
+		Mux: mux, Gatherer: reg, Instance: f.Instance, Version: versionString(),
 		DB: r.pool, Jobs: sched, Page: page, Log: r.ilog,
 		Checks: []admin.Check{{Name: "schema", Err: r.schemaReady}},
 	}
