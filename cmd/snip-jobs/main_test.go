@@ -120,6 +120,7 @@ type config struct {
 	adminPort   int              // http.listen's port; 0: a port the test holds, passed as the "admin" socket
 	passed      []sockact.Socket // more sockets to pass (an "admin" one here makes in.admin its address)
 	ttl         string           // leadership block, e.g. "ttl: 2s\n  margin: 500ms"
+	urlFile     string           // postgres.url_file; "": url_env SNIP_JOBS_DATABASE_URL
 	jobs        string           // the jobs list, YAML
 }
 
@@ -148,7 +149,11 @@ func writeConfig(t *testing.T, c config) string {
 		fmt.Fprintf(&b, "  embedded_dir: %s\n", c.embeddedDir)
 	}
 	fmt.Fprintf(&b, "  prefix: %s\n", testPrefix)
-	b.WriteString("postgres:\n  url_env: SNIP_JOBS_DATABASE_URL\n")
+	if c.urlFile != "" {
+		fmt.Fprintf(&b, "postgres:\n  url_file: %s\n", c.urlFile)
+	} else {
+		b.WriteString("postgres:\n  url_env: SNIP_JOBS_DATABASE_URL\n")
+	}
 	if c.ttl == "" {
 		c.ttl = "ttl: 2s\n  margin: 500ms\n  renew_interval: 400ms"
 	}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/snip/snip-jobs/internal/testdb"
 	"github.com/snip/snip-jobs/internal/testenv"
 )
 
@@ -372,5 +373,51 @@ func TestRunTellsSystemdReadyWatchdogAndStopping(t *testing.T) {
 		if m != "WATCHDOG=1" && !strings.HasPrefix(m, "STATUS=") {
 			t.Errorf("unexpected notification %q in %v", m, got)
 		}
+	}
+}
+
+// A secret file the config names that its group or others may read stops run
+// at start (exit 1), naming each file, its setting, its mode and the flag;
+// with --allow-readable-secrets run starts and warns about each instead.
+func TestRunRefusesSecretFilesOthersCanReadUnlessAllowed(t *testing.T) {
+	t.Parallel()
+	url := testdb.URL(t)
+	dir := t.TempDir()
+	urlFile := filepath.Join(dir, "database-url")
+	keyFile := filepath.Join(dir, "certificate-keys")
+	for path, content := range map[string]string{urlFile: url, keyFile: "MDEyMzQ1Njc4OTAxMjM0NTY3ODkwMTIzNDU2Nzg5MDE=\n"} {
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(urlFile, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(keyFile, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	refused := writeConfig(t, config{instance: "server-1", endpoints: []string{"https://127.0.0.1:1"}, adminPort: freePort(t), urlFile: urlFile,
+		jobs: strings.Replace(certsJobYAML, "key_env: SNIP_TEST_CERT_KEY", "key_file: "+keyFile, 1)})
+	r := snip(t, nil, "run", "--config", refused)
+	for _, want := range []string{
+		"secret files must be readable by their owner only",
+		"postgres.url_file " + urlFile + " is readable by its group and others (mode 0644): chmod go-rwx " + urlFile,
+		`job "cert-renewer": options.key_file ` + keyFile + " is readable by its group (mode 0640)",
+		"--allow-readable-secrets",
+	} {
+		if r.code != 1 || !strings.Contains(r.stderr, want) {
+			t.Errorf("run with readable secret files: exit %d, want 1 and %q in:\n%s", r.code, want, r.stderr)
+		}
+	}
+
+	everywhere := "\n  - name: noop\n    type: sql\n    singleton: false\n    every: 1h\n    options: {statement: SELECT 1}\n"
+	in := start(t, config{instance: "server-2", endpoints: []string{"https://127.0.0.1:1"}, urlFile: urlFile, jobs: everywhere}, nil, "--allow-readable-secrets")
+	in.waitReady()
+	if lines := linesWith(in.logs(), "secret file readable by other users", urlFile); len(lines) != 1 {
+		t.Errorf("want one warning naming %s; logs:\n%s", urlFile, in.logs())
+	}
+	in.signal(syscall.SIGTERM)
+	if code := in.wait(); code != 0 {
+		t.Errorf("exit %d after SIGTERM, want 0", code)
 	}
 }
