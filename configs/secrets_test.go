@@ -160,7 +160,9 @@ type secretOptions struct {
 	KeyFile string `yaml:"key_file"`
 }
 
-func (o *secretOptions) SecretFiles() map[string]string { return map[string]string{"key_file": o.KeyFile} }
+func (o *secretOptions) SecretFiles() map[string]string {
+	return map[string]string{"key_file": o.KeyFile}
+}
 
 type secretTypes struct{}
 
