@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/fencing"
 	"github.com/snip/snip-jobs/internal/testdb"
@@ -20,8 +22,7 @@ import (
 // runs everywhere executes plainly.
 func TestSQLJobFencesSingletonsAndCompletesCronSlotsWithTheStatement(t *testing.T) {
 	ctx := context.Background()
-	url, pool := testdb.New(t)
-	testenv.Exec(t, pool, pulsesTable)
+	url, pool := runtimeDB(t)
 	file, err := configs.Parse("test.yaml", []byte(`
 instance: server-a
 jobs:
@@ -66,6 +67,32 @@ jobs:
 	got := pulses(t, url)
 	if len(got) != 2 || got[0].token != 20 || got[1].token != 0 {
 		t.Fatalf("rows %+v: want the token-20 run and the unfenced one, nothing from token 19", got)
+	}
+}
+
+// runtimeDB is a database set up as docs/operations.md says with the pulses
+// table granted to the runtime role: the superuser's URL (for checks) and a
+// pool as the runtime role (the job's).
+func runtimeDB(t *testing.T) (string, *pgxpool.Pool) {
+	t.Helper()
+	db := testdb.NewDB(t)
+	exec1(t, db.Owner, pulsesTable+"; GRANT INSERT ON pulses TO "+testdb.RuntimeRole+"; GRANT USAGE ON SEQUENCE pulses_id_seq TO "+testdb.RuntimeRole)
+	return db.Super, testdb.Pool(t, db.Runtime)
+}
+
+// A statement on a table the runtime role was not granted fails with
+// PostgreSQL's words naming the table.
+func TestASQLStatementWithoutItsGrantFailsNamingTheTable(t *testing.T) {
+	_, pool := runtimeDB(t)
+	typ, _ := registry().Type("sql")
+	job, err := typ.New(scheduler.Env{Instance: "server-a", Pool: pool}, configs.Job{Name: "prune", Type: "sql",
+		Options: &sqlOptions{Statement: "DELETE FROM pulses WHERE token < @token"}, Schedule: configs.Schedule{Kind: configs.Interval}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = job.Run(context.Background(), scheduler.NewRun(scheduler.RunConfig{Job: "prune", Instance: "server-a", Token: 3, Fence: fencing.New(pool, "server-a")}))
+	if err == nil || !strings.Contains(err.Error(), "permission denied for table pulses") {
+		t.Errorf("a DELETE the runtime role was not granted: %v; want the refusal naming pulses", err)
 	}
 }
 
@@ -126,8 +153,7 @@ jobs:
 // run before the cron slot is marked done.
 func TestTheSQLJobRunsOneStatementInsideTheFenceWhateverItIsGiven(t *testing.T) {
 	ctx := context.Background()
-	url, pool := testdb.New(t)
-	testenv.Exec(t, pool, pulsesTable)
+	url, pool := runtimeDB(t)
 	fence := fencing.New(pool, "server-a")
 	slot := time.Date(2026, 11, 23, 7, 0, 0, 0, time.UTC)
 	testenv.Exec(t, pool, `INSERT INTO cron_slots (job, slot, state, token, instance) VALUES ('stamp', '2026-11-23T07:00:00Z', 'running', 20, 'server-a')`)

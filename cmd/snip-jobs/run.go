@@ -416,6 +416,11 @@ func (r *runner) checkSchema(ctx context.Context) error {
 			"apply them with `snip-jobs migrate --config %s` (or set postgres.migrate_on_start: true) and start again",
 			len(c.Pending), strings.Join(c.Pending, ", "), c.Current, r.cfg.Path)
 	}
+	if len(c.Missing) > 0 {
+		return fmt.Errorf("the database role lacks privileges this binary needs: %s; grant them with "+
+			"`snip-jobs migrate --grant-to ROLE` run as the schema's owner (docs/operations.md, \"Database roles\") and start again",
+			strings.Join(c.Missing, ", "))
+	}
 	r.ilog.Info("the database schema has every migration this binary needs", "schema_version", c.Current)
 	return nil
 }

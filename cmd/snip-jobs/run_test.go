@@ -28,14 +28,13 @@ func TestThreeInstancesRunASingletonOnOneAndHandOverOnResignAndSIGTERM(t *testin
 	etcd := testenv.StartEtcd(t, 1)
 	observer := etcdClient(t, etcd.Endpoint(0))
 	url := testenv.PostgresDB(t)
-	env := dbEnv(url)
 	// A 10 s lease: a successor that waited for expiry would be easy to tell
 	// from one that was handed the job.
 	slow := "ttl: 10s\n  margin: 3s"
 	mk := func(name string) config {
 		return config{instance: name, endpoints: []string{etcd.Endpoint(0)}, ttl: slow, jobs: pulseJob}
 	}
-	migrate(t, writeConfig(t, mk("migrator")), url)
+	env := dbEnv(migrate(t, writeConfig(t, mk("migrator")), url))
 	if r := snip(t, env, "migrate", "--status", "--config", writeConfig(t, mk("migrator"))); r.code != 0 || !strings.Contains(r.stdout, "0 pending") {
 		t.Fatalf("migrate --status: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
@@ -168,11 +167,10 @@ func TestKilledLeaderIsReplacedAfterItsLeaseExpires(t *testing.T) {
 	etcd := testenv.StartEtcd(t, 1)
 	observer := etcdClient(t, etcd.Endpoint(0))
 	url := testenv.PostgresDB(t)
-	env := dbEnv(url)
 	mk := func(name string) config {
 		return config{instance: name, endpoints: []string{etcd.Endpoint(0)}, jobs: pulseJob}
 	}
-	migrate(t, writeConfig(t, mk("migrator")), url)
+	env := dbEnv(migrate(t, writeConfig(t, mk("migrator")), url))
 	procs := map[string]*instance{}
 	for _, name := range []string{"server-a", "server-b", "server-c"} {
 		procs[name] = start(t, mk(name), env)
@@ -203,9 +201,8 @@ func TestASecondProcessWithTheSameInstanceNameExits1(t *testing.T) {
 	t.Parallel()
 	etcd := testenv.StartEtcd(t, 1)
 	url := testenv.PostgresDB(t)
-	env := dbEnv(url)
 	c := config{instance: "server-a", endpoints: []string{etcd.Endpoint(0)}, jobs: pulseJob}
-	migrate(t, writeConfig(t, c), url)
+	env := dbEnv(migrate(t, writeConfig(t, c), url))
 	first := start(t, c, env)
 	first.waitReady()
 
@@ -229,9 +226,8 @@ func TestReadyzFollowsTheEtcdLeaseAndPostgres(t *testing.T) {
 	etcd := testenv.StartEtcd(t, 1)
 	pg := testenv.StartPostgres(t)
 	url := pg.CreateDatabase(t)
-	env := dbEnv(url)
 	c := config{instance: "server-a", endpoints: []string{etcd.Endpoint(0)}, jobs: pulseJob}
-	migrate(t, writeConfig(t, c), url)
+	env := dbEnv(migrate(t, writeConfig(t, c), url))
 
 	etcd.Stop(t, 0)
 	in := start(t, c, env)
@@ -268,9 +264,8 @@ func TestReadyzFollowsTheEtcdLeaseAndPostgres(t *testing.T) {
 func TestRunWithoutEtcdEndpointsStartsAnEmbeddedEtcd(t *testing.T) {
 	t.Parallel()
 	url := testenv.PostgresDB(t)
-	env := dbEnv(url)
 	c := config{instance: "solo", embeddedDir: filepath.Join(t.TempDir(), "etcd"), jobs: pulseJob}
-	migrate(t, writeConfig(t, c), url)
+	env := dbEnv(migrate(t, writeConfig(t, c), url))
 	// Port 0: etcd picks a free port (and retries if it loses it), and the
 	// warning says which.
 	in := start(t, c, env, "--embedded-etcd-listen", "127.0.0.1:0")
@@ -307,9 +302,8 @@ func TestRunTellsSystemdReadyWatchdogAndStopping(t *testing.T) {
 	t.Parallel()
 	etcd := testenv.StartEtcd(t, 1)
 	url := testenv.PostgresDB(t)
-	env := dbEnv(url)
 	c := config{instance: "server-a", endpoints: []string{etcd.Endpoint(0)}, jobs: pulseJob}
-	migrate(t, writeConfig(t, c), url)
+	env := dbEnv(migrate(t, writeConfig(t, c), url))
 
 	dir, err := os.MkdirTemp("", "sd") // a socket path must be short
 	if err != nil {
@@ -419,5 +413,24 @@ func TestRunRefusesSecretFilesOthersCanReadUnlessAllowed(t *testing.T) {
 	in.signal(syscall.SIGTERM)
 	if code := in.wait(); code != 0 {
 		t.Errorf("exit %d after SIGTERM, want 0", code)
+	}
+}
+
+// run as the runtime role of docs/operations.md checks its grants at start: a
+// missing one stops it (exit 1) before any job runs, naming the table.
+func TestRunRefusesToStartWithoutAGrantItNeedsNamingTheTable(t *testing.T) {
+	t.Parallel()
+	url := testenv.PostgresDB(t)
+	c := config{instance: "server-a", endpoints: []string{"https://127.0.0.1:1"}, jobs: pulseJob}
+	runtime := migrate(t, writeConfig(t, c), url)
+	exec1(t, url, "REVOKE INSERT ON job_runs FROM "+testdb.RuntimeRole+"; REVOKE SELECT ON custom_domains FROM "+testdb.RuntimeRole)
+	r := snip(t, dbEnv(runtime), "run", "--config", writeConfig(t, c))
+	want := "the database role lacks privileges this binary needs: INSERT on job_runs, SELECT on custom_domains; " +
+		"grant them with `snip-jobs migrate --grant-to ROLE` run as the schema's owner"
+	if r.code != 1 || !strings.Contains(r.stderr, want) {
+		t.Errorf("run without two grants: exit %d, want 1 and %q in:\n%s", r.code, want, r.stderr)
+	}
+	if n := testenv.Value[int64](t, testdb.Pool(t, url), `SELECT count(*) FROM job_runs`); n != 0 {
+		t.Errorf("%d runs were recorded; want none before the check", n)
 	}
 }

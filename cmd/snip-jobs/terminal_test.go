@@ -24,9 +24,8 @@ func TestStringsFromTheDatabaseArePrintedEscapedAndJSONIsUnchanged(t *testing.T)
 	t.Parallel()
 	etcd := testenv.StartEtcd(t, 1)
 	url := testenv.PostgresDB(t)
-	env := dbEnv(url)
 	path := writeConfig(t, config{instance: "server-1", endpoints: etcd.Endpoints(), adminPort: freePort(t), jobs: certsJobYAML + reportJobYAML})
-	migrate(t, path, url)
+	env := dbEnv(migrate(t, path, url))
 	domain := "shop" + hostile + ".example.com"
 	exec1(t, url, `INSERT INTO custom_domains (domain) VALUES ('`+domain+`');
 		INSERT INTO certrenew_domains (domain, source, failures, next_attempt_at, last_error, last_error_reason, last_error_at, token)
