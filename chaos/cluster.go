@@ -305,7 +305,7 @@ func (c *cluster) etcdSettings() (string, error) {
 const jobsYAML = `  - name: probe
     type: sql
     singleton: true
-    every: 250ms
+    every: 1s
     grace: 2s
     options:
       statement: INSERT INTO chaos_probe (instance, token) VALUES (@instance, @token)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/snip/snip-jobs/internal/termsafe"
 	"github.com/snip/snip-jobs/jobs/certrenew"
 	"github.com/snip/snip-jobs/scheduler"
 )
@@ -109,18 +110,18 @@ domain without a current certificate, or an invalid name, is an error (exit 1).`
 						var ie *certrenew.InvalidNameError
 						switch {
 						case errors.As(err, &ie):
-							fmt.Fprintf(c.stderr, "snip-jobs certs retry: %q: invalid name (%s): %s\n", raw, ie.Code, ie.Reason)
+							fmt.Fprintf(c.stderr, "snip-jobs certs retry: %q: invalid name (%s): %s\n", raw, ie.Code, termsafe.String(ie.Reason))
 						case errors.Is(err, certrenew.ErrNotBackingOff):
-							fmt.Fprintf(c.stderr, "snip-jobs certs retry: %s has no back-off to end (no failure recorded, or its next attempt is already due): nothing to retry\n", r.Name)
+							fmt.Fprintf(c.stderr, "snip-jobs certs retry: %s has no back-off to end (no failure recorded, or its next attempt is already due): nothing to retry\n", termsafe.String(r.Name))
 						default:
-							fmt.Fprintf(c.stderr, "snip-jobs certs retry: %q: %v\n", raw, err)
+							fmt.Fprintf(c.stderr, "snip-jobs certs retry: %q: %s\n", raw, termsafe.String(err.Error()))
 						}
 						continue
 					}
 					fmt.Fprintf(c.stdout, "%s: retry requested (%d failure(s), last %s; would have been tried at %s); the leader tries it at its next pass\n",
-						r.Name, r.Failures, r.ErrorReason, r.NextAttempt.UTC().Format(time.RFC3339))
+						termsafe.String(r.Name), r.Failures, termsafe.String(r.ErrorReason), r.NextAttempt.UTC().Format(time.RFC3339))
 					if r.ErrorReason == certrenew.ReasonRateLimited {
-						fmt.Fprintf(c.stderr, "snip-jobs certs retry: warning: %s is waiting for the CA's rate limit (its Retry-After); an order before then is refused again and still spends the order budget\n", r.Name)
+						fmt.Fprintf(c.stderr, "snip-jobs certs retry: warning: %s is waiting for the CA's rate limit (its Retry-After); an order before then is refused again and still spends the order budget\n", termsafe.String(r.Name))
 					}
 				}
 				if failed {
@@ -141,12 +142,12 @@ func requestRenewals(ctx context.Context, c *cli, pool *pgxpool.Pool, opts certr
 		var ie *certrenew.InvalidNameError
 		switch {
 		case errors.As(err, &ie):
-			fmt.Fprintf(c.stderr, "snip-jobs certs renew: %q: invalid name (%s): %s\n", raw, ie.Code, ie.Reason)
+			fmt.Fprintf(c.stderr, "snip-jobs certs renew: %q: invalid name (%s): %s\n", raw, ie.Code, termsafe.String(ie.Reason))
 		case err != nil:
-			fmt.Fprintf(c.stderr, "snip-jobs certs renew: %q: %v\n", raw, err)
+			fmt.Fprintf(c.stderr, "snip-jobs certs renew: %q: %s\n", raw, termsafe.String(err.Error()))
 		default:
 			fmt.Fprintf(c.stdout, "%s: renewal requested (current certificate %s, not after %s); the leader renews it at its next pass\n",
-				r.Name, r.Serial, r.NotAfter.UTC().Format(time.RFC3339))
+				termsafe.String(r.Name), termsafe.String(r.Serial), r.NotAfter.UTC().Format(time.RFC3339))
 		}
 		failed = failed || err != nil
 	}
@@ -156,7 +157,8 @@ func requestRenewals(ctx context.Context, c *cli, pool *pgxpool.Pool, opts certr
 	return nil
 }
 
-// printCerts prints certs list's table.
+// printCerts prints certs list's table. Every string from the database is
+// escaped (termsafe): a domain or a CA's error text may hold terminal controls.
 func printCerts(w io.Writer, list []certrenew.DomainStatus) {
 	at := func(t *time.Time) string {
 		if t == nil {
@@ -176,9 +178,10 @@ func printCerts(w io.Writer, list []certrenew.DomainStatus) {
 		if reason == "" {
 			reason = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", d.Domain, d.State, at(d.NotAfter), at(d.RenewAt), at(d.OrderStarted), d.Failures, next, reason)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", termsafe.String(d.Domain), termsafe.String(d.State),
+			at(d.NotAfter), at(d.RenewAt), at(d.OrderStarted), d.Failures, next, termsafe.String(reason))
 		if d.Error != "" {
-			errs = append(errs, fmt.Sprintf("%s: %s", d.Domain, d.Error))
+			errs = append(errs, fmt.Sprintf("%s: %s", termsafe.String(d.Domain), termsafe.String(d.Error)))
 		}
 	}
 	tw.Flush()

@@ -65,9 +65,14 @@ Start-up fails (exit status 1) when another live process already uses this
 instance name, when the schema lacks migrations, when etcd answers but refuses
 this instance (a wrong CA, a client certificate it does not accept or that
 expired, a wrong password: at once, one error naming the endpoint and the
-cause), or when no etcd lease can be had within max(30s, 3 × ttl). While etcd
-does not answer it waits the same way with or without a login (etcd.auth):
-/healthz answers, /readyz says the session holds no lease. Under systemd (Type=notify) it reports READY=1
+cause), when no etcd lease can be had within max(30s, 3 × ttl), or when a
+secret file the config names (postgres.url_file, etcd.auth.password_file,
+etcd.tls.key, a job's key_file) is readable by its group or others: chmod
+go-rwx it, or pass --allow-readable-secrets to start with a warning for each
+instead. Files under $CREDENTIALS_DIRECTORY (systemd's LoadCredential) are not
+checked. While etcd does not answer it waits the same way with or without a
+login (etcd.auth): /healthz answers, /readyz says the session holds no lease.
+Under systemd (Type=notify) it reports READY=1
 once the jobs run, pings the watchdog while the etcd session and the scheduler
 are healthy, and reports STOPPING=1 at shutdown. /metrics, /healthz, /readyz, /status (JSON) and the cluster's status
 page (/status/, with a timeline of the terms) are served on http.listen.
@@ -86,6 +91,8 @@ not stop in time). A second signal exits at once.`,
 			path := configFlag(fs)
 			listen := fs.String("embedded-etcd-listen", etcdlocal.DefaultClientAddr,
 				"client address of the embedded etcd, used only when the config has no etcd endpoints\n(a loopback host:port; port 0 picks a free port, logged at start)")
+			allowReadable := fs.Bool("allow-readable-secrets", false,
+				"start even when a secret file (postgres.url_file, etcd.auth.password_file, etcd.tls.key, a job's\nkey_file) is readable by its group or others; each is then logged as a warning")
 			devControl := fs.String("dev-control", "",
 				"base URL of the snip-jobs dev supervisor (set by dev for its instances): the status page\nthen shows buttons that ask it to kill, pause, restart an instance or resign a job")
 			return func(ctx context.Context, args []string) error {
@@ -105,6 +112,10 @@ not stop in time). A second signal exits at once.`,
 				}
 				r := &runner{cfg: f, log: newLogger(f.Log, c.stderr), embeddedListen: *listen, devControl: *devControl, socks: socks}
 				r.ilog = r.log.With("instance", f.Instance)
+				if err := checkSecretFiles(f, *allowReadable, r.ilog); err != nil {
+					r.ilog.Error("exiting", "err", err)
+					return err
+				}
 				// lego logs through a process-wide logger (to stdout at Info by
 				// default): route it to ours, warnings and up.
 				legolog.SetDefault(newLogger(configs.Log{Format: f.Log.Format, Level: max(f.Log.Level, slog.LevelWarn)}, c.stderr).
@@ -117,6 +128,29 @@ not stop in time). A second signal exits at once.`,
 			}
 		},
 	}
+}
+
+// checkSecretFiles refuses secret files their group or others may read: an
+// error naming each (and the flag that allows them), or with allow a
+// warning for each.
+func checkSecretFiles(f *configs.File, allow bool, log *slog.Logger) error {
+	exposed := f.ExposedSecrets()
+	if len(exposed) == 0 {
+		return nil
+	}
+	if allow {
+		for _, e := range exposed {
+			log.Warn("secret file readable by other users (allowed by --allow-readable-secrets)", "file", e.Path, "setting", e.Key,
+				"job", e.Job, "mode", fmt.Sprintf("%04o", e.Mode), "problem", e.String())
+		}
+		return nil
+	}
+	lines := make([]string, len(exposed))
+	for i, e := range exposed {
+		lines[i] = e.String()
+	}
+	return fmt.Errorf("%s: secret files must be readable by their owner only:\n%s\n"+
+		"(or start with --allow-readable-secrets to run with a warning instead)", f.Path, strings.Join(lines, "\n"))
 }
 
 // runner is one `snip-jobs run` process: what it started, for shutdown.
@@ -295,7 +329,8 @@ func (r *runner) start(ctx context.Context) error {
 	mux := http.NewServeMux()
 	page := &lateHandler{}
 	acfg := admin.Config{
-		Listen: f.HTTP.Listen, Listener: r.socks.take(socketAdmin), Mux: mux, Gatherer: reg, Instance: f.Instance, Version: versionString(),
+		Listen: f.HTTP.Listen, Listener: r.socks.take(socketAdmin), AllowedHosts: f.HTTP.AllowedHosts,
+		Mux: mux, Gatherer: reg, Instance: f.Instance, Version: versionString(),
 		DB: r.pool, Page: page, Log: r.ilog,
 		Checks: []admin.Check{{Name: "schema", Err: r.schemaReady}},
 	}
@@ -435,6 +470,11 @@ func (r *runner) checkSchema(ctx context.Context) error {
 		return fmt.Errorf("the database schema lacks %d migration(s) this binary needs: %s (schema at version %d); "+
 			"apply them with `snip-jobs migrate --config %s` (or set postgres.migrate_on_start: true) and start again",
 			len(c.Pending), strings.Join(c.Pending, ", "), c.Current, r.cfg.Path)
+	}
+	if len(c.Missing) > 0 {
+		return fmt.Errorf("the database role lacks privileges this binary needs: %s; grant them with "+
+			"`snip-jobs migrate --grant-to ROLE` run as the schema's owner (docs/operations.md, \"Database roles\") and start again",
+			strings.Join(c.Missing, ", "))
 	}
 	r.ilog.Info("the database schema has every migration this binary needs", "schema_version", c.Current)
 	return nil
