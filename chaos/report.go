@@ -148,7 +148,7 @@ func (r *Report) Markdown() string {
 		fmt.Fprintf(&b, "| %s%s | %d |\n", inv, note, counts[inv])
 	}
 	b.WriteString("\nFigures per fault kind, p50 / p99 / max. *No acting leader*: the longest time without an accepted probe write " +
-		"(the probe writes every 250 ms) from the last write before the fault (for partition-slow-db, from the cut: its slowed link " +
+		"(the probe writes every second, the lowest `every` allowed) from the last write before the fault (for partition-slow-db, from the cut: its slowed link " +
 		"spaces the leader's writes before it) until the cluster settled; for a fault aimed at a leader, only over the faults whose " +
 		"target led the probe (the other jobs' leaders have no steady record of acting), for etcd and PostgreSQL faults over all; " +
 		"in brackets, how many faults it was measured over. *New term*: from the fault " +
