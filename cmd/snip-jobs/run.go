@@ -271,7 +271,54 @@ func (r *runner) run(ctx context.Context) error {
 func (r *runner) start(ctx context.Context) error {
 	f := r.cfg
 	r.ilog.Info("starting", "version", versionString(), "config", f.Path)
+	if err := r.startDatabase(ctx); err != nil {
+		return err
+	}
 
+	// The admin server comes first: while etcd does not answer (with or
+	// without a user to log in), /healthz answers and /readyz says the
+	// session holds no lease, the same way in both cases.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		collectors.NewBuildInfoCollector(),
+	)
+	mux := http.NewServeMux()
+	page, session, err := r.startAdmin(reg, mux)
+	if err != nil {
+		return err
+	}
+	if r.acme, err = startChallengeServers(f, r.pool, reg, r.ilog, r.socks.take(socketChallenge)); err != nil {
+		return err
+	}
+
+	// One bound for the whole wait for etcd: logging in, then the first lease.
+	wait := max(minStartTimeout, 3*f.Leadership.TTL)
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	if needsEtcd(f) {
+		if err := r.startEtcd(ctx, wctx, wait); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return err
+		}
+		session.set(r.session)
+	} else {
+		r.ilog.Info("no job is led through etcd (no singleton outside database mode): not using etcd")
+	}
+	if err := r.startScheduler(reg, mux, page); err != nil {
+		return err
+	}
+	return r.waitFirstLease(ctx, wctx, wait)
+}
+
+// startDatabase opens the pools and compares the schema with the binary's
+// migrations (or applies them, with migrate_on_start); a database that does
+// not answer yet is compared once it does.
+func (r *runner) startDatabase(ctx context.Context) error {
+	f := r.cfg
 	pool, err := openPool(ctx, f, "run")
 	if err != nil {
 		return fmt.Errorf("%w (run needs PostgreSQL: set it in the environment or the file the config names)", err)
@@ -316,17 +363,13 @@ func (r *runner) start(ctx context.Context) error {
 			return err
 		}
 	}
+	return nil
+}
 
-	// The admin server comes first: while etcd does not answer (with or
-	// without a user to log in), /healthz answers and /readyz says the
-	// session holds no lease, the same way in both cases.
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		collectors.NewBuildInfoCollector(),
-	)
-	mux := http.NewServeMux()
+// startAdmin starts the admin server before the scheduler and the etcd
+// session exist: the page and the session it shows are set once they do.
+func (r *runner) startAdmin(reg *prometheus.Registry, mux *http.ServeMux) (*lateHandler, *lateSession, error) {
+	f := r.cfg
 	page := &lateHandler{}
 	acfg := admin.Config{
 		Listen: f.HTTP.Listen, Listener: r.socks.take(socketAdmin), AllowedHosts: f.HTTP.AllowedHosts,
@@ -340,34 +383,20 @@ func (r *runner) start(ctx context.Context) error {
 	}
 	a, err := admin.New(acfg)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	if err := a.Start(); err != nil {
-		return err
+		return nil, nil, err
 	}
 	r.admin = a
-	if r.acme, err = startChallengeServers(f, r.pool, reg, r.ilog, r.socks.take(socketChallenge)); err != nil {
-		return err
-	}
+	return page, session, nil
+}
 
-	// One bound for the whole wait for etcd: logging in, then the first lease.
-	wait := max(minStartTimeout, 3*f.Leadership.TTL)
-	wctx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
-	if needsEtcd(f) {
-		if err := r.startEtcd(ctx, wctx, wait); err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return err
-		}
-		session.set(r.session)
-	} else {
-		r.ilog.Info("no job is led through etcd (no singleton outside database mode): not using etcd")
-	}
-
-	// Job types get the mux after the admin routes are on it: a conflicting
-	// route panics in ServeMux, at start.
+// startScheduler builds the scheduler and the status page, and hands them to
+// the admin server. Job types get the mux after the admin routes are on it:
+// a conflicting route panics in ServeMux, at start.
+func (r *runner) startScheduler(reg *prometheus.Registry, mux *http.ServeMux, page *lateHandler) error {
+	f := r.cfg
 	sched, err := scheduler.New(scheduler.Config{
 		File: f, Registry: registry(), Session: r.session, Pool: r.pool, Records: r.records, Log: r.log, Metrics: reg, Mux: mux,
 	})
@@ -375,7 +404,7 @@ func (r *runner) start(ctx context.Context) error {
 		return err
 	}
 	r.sched = sched
-	a.SetJobs(sched)
+	r.admin.SetJobs(sched)
 	p, err := statuspage.New(statuspage.Config{
 		Instance: f.Instance, Version: versionString(), Etcd: r.etcd, Prefix: f.Etcd.Prefix, Pool: r.pool,
 		Jobs: f.Jobs, DevControl: r.devControl,
@@ -384,20 +413,26 @@ func (r *runner) start(ctx context.Context) error {
 		return err
 	}
 	page.set(p)
+	return nil
+}
 
-	if r.session != nil {
-		err := r.session.WaitReady(wctx)
-		var dup *leadership.DuplicateInstanceError
-		switch {
-		case errors.As(err, &dup):
-			return err
-		case err != nil && ctx.Err() != nil:
-			return ctx.Err()
-		case err != nil:
-			return fmt.Errorf("no etcd lease within %v (is etcd reachable at %v?): %w", wait, r.etcd.Endpoints(), err)
-		}
-		r.lastLease.Store(time.Now().UnixNano())
+// waitFirstLease waits, within wctx (wait long), for the session's first
+// lease; without a session there is nothing to wait for.
+func (r *runner) waitFirstLease(ctx, wctx context.Context, wait time.Duration) error {
+	if r.session == nil {
+		return nil
 	}
+	err := r.session.WaitReady(wctx)
+	var dup *leadership.DuplicateInstanceError
+	switch {
+	case errors.As(err, &dup):
+		return err
+	case err != nil && ctx.Err() != nil:
+		return ctx.Err()
+	case err != nil:
+		return fmt.Errorf("no etcd lease within %v (is etcd reachable at %v?): %w", wait, r.etcd.Endpoints(), err)
+	}
+	r.lastLease.Store(time.Now().UnixNano())
 	return nil
 }
 
