@@ -37,6 +37,7 @@ type Session struct {
 	busyJobs map[string]*busySlot // jobs with a campaign in progress or a live term
 
 	stats stats
+	ka    kaStream // the keep-alive stream; used by run's goroutine only
 
 	// afterWinTxn, when set by a test in this package, runs between etcd's answer
 	// to a winning campaign and the deadline check: a pause at the worst moment.
@@ -238,6 +239,7 @@ func (s *Session) heldBefore(id clientv3.LeaseID) bool {
 // run grants leases and keeps each alive until it is lost, until Close.
 func (s *Session) run() {
 	defer close(s.done)
+	defer s.ka.close()
 	retry := s.cfg.RenewInterval / 8
 	for s.ctx.Err() == nil {
 		l, err := s.startLease()
@@ -352,7 +354,7 @@ func (s *Session) keepAlive(l *lease) (cause *EndedError, renewed bool) {
 		}
 		ctx, cancel := context.WithDeadline(l.ctx, s.at(v))
 		s.stats.keepAlivesSent.Add(1)
-		resp, err := s.cfg.Client.KeepAliveOnce(ctx, l.id)
+		resp, err := s.keepAliveOnce(ctx, l.id)
 		cancel()
 		now := s.now()
 		switch {

@@ -248,6 +248,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		go func() { defer wg.Done(); s.spreadLoop(ctx) }()
 		go func() { defer wg.Done(); s.watchResignRequests(ctx) }()
 	}
+	<-ctx.Done() // also without jobs: the scheduler runs until it is stopped
 	wg.Wait()
 	s.recordWrites.Wait()
 	s.log.Info("scheduler stopped")

@@ -27,9 +27,8 @@ const certsJobYAML = `
 func TestCertsListShowsTheDomainsAndRetryAsksOnlyForBackingOffOnes(t *testing.T) {
 	t.Parallel()
 	url := testenv.PostgresDB(t)
-	env := dbEnv(url)
 	path := writeConfig(t, config{instance: "server-1", endpoints: []string{"http://127.0.0.1:1"}, adminPort: freePort(t), jobs: certsJobYAML})
-	migrate(t, path, url)
+	env := dbEnv(migrate(t, path, url))
 	exec1(t, url, `INSERT INTO custom_domains (domain) VALUES ('Shop.Example.com'), ('printer.local'), ('new.example.org'), ('go.example.net');
 		INSERT INTO certrenew_certificates (domain, chain_pem, key_sealed, key_id, serial, ari_cert_id, not_before, not_after,
 			renew_at, ari_next_check, token, instance)

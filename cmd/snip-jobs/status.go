@@ -17,6 +17,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/snip/snip-jobs/configs"
+	"github.com/snip/snip-jobs/internal/termsafe"
 	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/scheduler"
 )
@@ -78,7 +79,7 @@ on call: the problems of the last read are shown under it, and Ctrl-C exits 0.`,
 				}
 				if len(st.Errors) > 0 {
 					for _, e := range st.Errors {
-						fmt.Fprintf(c.stderr, "snip-jobs status: %s\n", e)
+						fmt.Fprintf(c.stderr, "snip-jobs status: %s\n", termsafe.String(e))
 					}
 					return errSilent
 				}
@@ -216,12 +217,16 @@ func splitJoined(err error) []error {
 	return []error{err}
 }
 
+// printStatus prints status's table. Every string read from etcd or the
+// database is escaped (termsafe): an error text, even an instance's host name
+// in etcd, may hold terminal controls.
 func printStatus(w io.Writer, st clusterStatus, now time.Time) {
+	esc := termsafe.String
 	if len(st.Instances) > 0 {
 		var up []string
 		for _, r := range st.Instances {
 			up = append(up, fmt.Sprintf("%s (host %s, pid %d, up %s, lease %gs left of %gs)",
-				r.Instance, r.Host, r.PID, ago(now, r.Started), r.LeaseTTLSeconds, r.LeaseGrantedSeconds))
+				esc(r.Instance), esc(r.Host), r.PID, ago(now, r.Started), r.LeaseTTLSeconds, r.LeaseGrantedSeconds))
 		}
 		fmt.Fprintf(w, "instances up: %s\n\n", strings.Join(up, ", "))
 	}
@@ -232,7 +237,7 @@ func printStatus(w io.Writer, st clusterStatus, now time.Time) {
 		leader, token, since, left := "-", "-", "-", "-"
 		switch {
 		case j.Leader != nil:
-			leader, token = j.Leader.Instance, strconv.FormatInt(j.Leader.Token, 10)
+			leader, token = esc(j.Leader.Instance), strconv.FormatInt(j.Leader.Token, 10)
 			since = ago(now, j.Leader.Since) + " ago"
 			left = (time.Duration(j.Leader.LeaseTTLSeconds) * time.Second).String()
 		case j.Mode == "leader":
@@ -240,18 +245,18 @@ func printStatus(w io.Writer, st clusterStatus, now time.Time) {
 		}
 		lastRun, result := "-", "-"
 		if r := j.LastRun; r != nil {
-			lastRun = fmt.Sprintf("%s, %s ago", r.Instance, ago(now, r.Started))
-			result = r.Result
+			lastRun = fmt.Sprintf("%s, %s ago", esc(r.Instance), ago(now, r.Started))
+			result = esc(r.Result)
 			if result == "" {
 				result = "running"
 			}
 			if r.Error != "" {
-				failures = append(failures, fmt.Sprintf("%s: last run on %s (token %d): %s: %s", j.Job, r.Instance, r.Token, r.Result, r.Error))
+				failures = append(failures, fmt.Sprintf("%s: last run on %s (token %d): %s: %s", j.Job, esc(r.Instance), r.Token, esc(r.Result), esc(r.Error)))
 			}
 		}
 		slot, slotState := "-", "-"
 		if s := j.LastSlot; s != nil {
-			slot, slotState = s.Slot.Format(time.RFC3339), s.State
+			slot, slotState = s.Slot.Format(time.RFC3339), esc(s.State)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", j.Job, j.Mode, leader, token, since, left, lastRun, result, slot, slotState)
 	}

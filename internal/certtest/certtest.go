@@ -10,6 +10,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"errors"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -162,18 +163,18 @@ func (r *Renewer) Certificates(app string) *certserve.Certificates {
 	return src
 }
 
-// Run runs a reader until the test ends and waits until it is ready.
+// Run runs a reader until the test ends and waits until it is ready. The
+// reader must end with the test's cancellation, and only with it.
 func Run(t testing.TB, run func(context.Context) error, ready <-chan struct{}) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = run(ctx)
-	}()
+	done := make(chan error, 1)
+	go func() { done <- run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		<-done
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("certtest: a reader ended with %v, want context.Canceled", err)
+		}
 	})
 	select {
 	case <-ready:

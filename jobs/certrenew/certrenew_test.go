@@ -1087,7 +1087,7 @@ func TestAnOperatorsRetryRequestEndsTheBackOffAtTheNextPass(t *testing.T) {
 	leader.mustPass()
 	ctx := context.Background()
 
-	list, err := certrenew.List(ctx, c.pool, c.opts)
+	list, err := certrenew.List(ctx, c.svc, c.opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1104,11 +1104,11 @@ func TestAnOperatorsRetryRequestEndsTheBackOffAtTheNextPass(t *testing.T) {
 		t.Errorf("List: %v, want %v", states, want)
 	}
 
-	if _, err := certrenew.RequestRetry(ctx, c.pool, c.opts, fine, "ops@test"); !errors.Is(err, certrenew.ErrNotBackingOff) {
+	if _, err := certrenew.RequestRetry(ctx, c.svc, c.opts, fine, "ops@test"); !errors.Is(err, certrenew.ErrNotBackingOff) {
 		t.Errorf("retry of a domain with a valid certificate: %v, want ErrNotBackingOff", err)
 	}
 	var ie *certrenew.InvalidNameError
-	if _, err := certrenew.RequestRetry(ctx, c.pool, c.opts, "bad name.customer.test", "ops@test"); !errors.As(err, &ie) {
+	if _, err := certrenew.RequestRetry(ctx, c.svc, c.opts, "bad name.customer.test", "ops@test"); !errors.As(err, &ie) {
 		t.Errorf("retry of an invalid name: %v, want an InvalidNameError", err)
 	}
 	if n := c.int(`SELECT count(*) FROM certrenew_retry_requests`); n != 0 {
@@ -1119,7 +1119,7 @@ func TestAnOperatorsRetryRequestEndsTheBackOffAtTheNextPass(t *testing.T) {
 	if n := len(c.ca.ordersFor(blocked)); n != 1 {
 		t.Fatalf("%d orders during the back-off, want 1", n)
 	}
-	r, err := certrenew.RequestRetry(ctx, c.pool, c.opts, "BLOCKED.customer.test", "ops@test")
+	r, err := certrenew.RequestRetry(ctx, c.svc, c.opts, "BLOCKED.customer.test", "ops@test")
 	if err != nil || r.Name != blocked || r.Failures != 1 || r.ErrorReason != certrenew.ReasonRejected {
 		t.Fatalf("RequestRetry: %+v, %v", r, err)
 	}

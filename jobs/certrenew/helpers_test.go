@@ -22,6 +22,7 @@ import (
 
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/fencing"
+	"github.com/snip/snip-jobs/internal/certtest"
 	"github.com/snip/snip-jobs/internal/testdb"
 	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/jobs/certrenew"
@@ -37,7 +38,8 @@ const jobName = "certs"
 type cluster struct {
 	t       testing.TB
 	ca      *testCA
-	pool    *pgxpool.Pool
+	pool    *pgxpool.Pool // the test's fixtures and checks, as the superuser
+	svc     *pgxpool.Pool // the instances' jobs, challenge servers, CLI calls: the runtime role of docs/operations.md
 	keyFile string
 	keys    *certrenew.Keyring
 	opts    certrenew.Options
@@ -141,8 +143,9 @@ type clusterOptions struct {
 
 func newCluster(t testing.TB, co clusterOptions) *cluster {
 	t.Helper()
-	_, pool := testdb.New(t)
-	c := &cluster{t: t, ca: newTestCA(t, co.ca), pool: pool, inst: map[string]*instance{}, quiet: co.quiet}
+	db := testdb.NewDB(t)
+	c := &cluster{t: t, ca: newTestCA(t, co.ca), pool: testdb.Pool(t, db.Super), svc: testdb.Pool(t, db.Runtime),
+		inst: map[string]*instance{}, quiet: co.quiet}
 	c.keyFile = writeKeyFile(t, newKey(t))
 	c.keys = c.keyring(c.keyFile)
 
@@ -171,7 +174,7 @@ func newCluster(t testing.TB, co clusterOptions) *cluster {
 func (c *cluster) start(name string) *instance {
 	t := c.t
 	in := &instance{name: name, reg: prometheus.NewRegistry()}
-	h := challengeHandler(t, c.pool, c.logger().With("instance", name))
+	h := challengeHandler(t, c.svc, c.logger().With("instance", name))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -195,7 +198,7 @@ func (c *cluster) start(name string) *instance {
 func (c *cluster) build(name string, reg prometheus.Registerer, o certrenew.Options) scheduler.Job {
 	c.t.Helper()
 	j, err := certrenew.Type().New(scheduler.Env{
-		Instance: name, Pool: c.pool, Log: c.logger().With("instance", name), Metrics: reg,
+		Instance: name, Pool: c.svc, Log: c.logger().With("instance", name), Metrics: reg,
 	}, configs.Job{
 		Name: jobName, Type: "certrenew", Singleton: true,
 		Schedule: configs.Schedule{Kind: configs.Interval, Every: time.Hour},
@@ -216,21 +219,7 @@ func challengeHandler(t testing.TB, pool *pgxpool.Pool, log *slog.Logger) http.H
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = h.Run(ctx)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
-	select {
-	case <-h.Ready():
-	case <-time.After(testenv.Patience):
-		t.Fatalf("the challenge handler did not read the tokens within %v", testenv.Patience)
-	}
+	certtest.Run(t, h.Run, h.Ready())
 	return h
 }
 
@@ -264,7 +253,7 @@ func (c *cluster) lead(instance string, token int64) *term {
 func (tm *term) run() *scheduler.Run {
 	return scheduler.NewRun(scheduler.RunConfig{
 		Job: jobName, Instance: tm.in.name, Token: tm.token,
-		Fence: fencing.New(tm.c.pool, tm.in.name),
+		Fence: fencing.New(tm.c.svc, tm.in.name),
 		Valid: tm.valid.Load,
 		Log:   tm.c.logger(),
 	})
@@ -368,7 +357,7 @@ func (c *cluster) time(sql string, args ...any) time.Time {
 // configured keys.
 func (c *cluster) current(domain string) *certrenew.Certificate {
 	c.t.Helper()
-	crt, err := certrenew.Current(context.Background(), c.pool, c.keys, domain)
+	crt, err := certrenew.Current(context.Background(), c.svc, c.keys, domain)
 	if err != nil {
 		c.t.Fatalf("current certificate of %s: %v", domain, err)
 	}

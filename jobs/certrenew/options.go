@@ -190,6 +190,12 @@ func (o *Options) Validate() error {
 	return errors.Join(errs...)
 }
 
+// SecretFiles names the file holding the sealing keys, for the start-up check
+// of secret files' permissions (configs.File.ExposedSecrets).
+func (o *Options) SecretFiles() map[string]string {
+	return map[string]string{"key_file": o.KeyFile}
+}
+
 // Keyring reads the encryption keys from key_file or key_env. Errors name
 // the file or variable, never the value.
 func (o *Options) Keyring() (*Keyring, error) {

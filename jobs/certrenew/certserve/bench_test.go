@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/snip/snip-jobs/internal/certtest"
 	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/jobs/certrenew"
 	"github.com/snip/snip-jobs/jobs/certrenew/certserve"
@@ -68,27 +69,6 @@ func BenchmarkHandshake(b *testing.B) {
 	}
 }
 
-func tlsServerWith(b testing.TB, cfg *tls.Config) string {
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				_ = c.(*tls.Conn).Handshake()
-			}()
-		}
-	}()
-	return ln.Addr().String()
-}
-
 // BenchmarkCommitToServed: the time from the commit of a renewal (the
 // renewer's storing transaction) to the new certificate being what
 // GetCertificate returns, over b.N renewals; p50, p99 and max.
@@ -134,8 +114,7 @@ func BenchmarkChallengeFlood(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		run(b, h.Run)
-		waitFor(b, "the challenges", h.Ready())
+		certtest.Run(b, h.Run, h.Ready())
 		return serveChallenges(b, h, certserve.DefaultServerLimits())
 	}
 	waiting, noWait := listener(), listener(certserve.WithMissWait(0, 0))

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/snip/snip-jobs/internal/certtest"
 	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/jobs/certrenew/certserve"
 )
@@ -84,8 +85,7 @@ func TestAKeyThatCannotBeOpenedIsLoggedWithItsDomainAndTheRestAreServed(t *testi
 	if err != nil {
 		t.Fatal(err)
 	}
-	run(t, src.Run)
-	waitFor(t, "the first read", src.Ready())
+	certtest.Run(t, src.Run, src.Ready())
 
 	if crt, ok := src.Lookup("good.example.com"); !ok || crt.Serial != good {
 		t.Errorf("good.example.com not served after another domain's key failed to open")
@@ -127,8 +127,7 @@ func TestTheFullReadEveryResyncFindsWhatNoNotificationSaid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run(t, src.Run)
-	waitFor(t, "the first read", src.Ready())
+	certtest.Run(t, src.Run, src.Ready())
 
 	renewed := f.storeSilently("shop.example.com")
 	waitServed(t, src, "shop.example.com", renewed)

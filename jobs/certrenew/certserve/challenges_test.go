@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/snip/snip-jobs/internal/certtest"
 	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/jobs/certrenew/certserve"
 )
@@ -27,8 +28,7 @@ func (f *fixture) challenges(arrived func(), opts ...certserve.ChallengesOption)
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	run(f.t, h.Run)
-	waitFor(f.t, "the first read of the challenges", h.Ready())
+	certtest.Run(f.t, h.Run, h.Ready())
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if arrived != nil {
 			arrived()

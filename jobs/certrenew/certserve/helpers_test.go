@@ -11,7 +11,6 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/pem"
-	"errors"
 	"math/big"
 	"net"
 	"os"
@@ -21,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/snip/snip-jobs/internal/certtest"
 	"github.com/snip/snip-jobs/internal/testdb"
 	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/jobs/certrenew/certserve"
@@ -178,23 +178,11 @@ func (f *fixture) certificates(keys *keyring.Keyring) *certserve.Certificates {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	run(f.t, src.Run)
-	waitFor(f.t, "the first read of the certificates", src.Ready())
+	certtest.Run(f.t, src.Run, src.Ready())
 	return src
 }
 
 // run runs a reader until the test ends.
-func run(t testing.TB, r func(context.Context) error) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; !errors.Is(err, context.Canceled) {
-			t.Errorf("reader ended with %v, want context.Canceled", err)
-		}
-	})
-}
 
 func waitFor(t testing.TB, what string, ch <-chan struct{}) {
 	t.Helper()
@@ -237,7 +225,13 @@ func (f *fixture) readerQueries() int64 {
 // tlsServer serves TLS handshakes with src's certificates on loopback.
 func tlsServer(t testing.TB, src *certserve.Certificates) string {
 	t.Helper()
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{GetCertificate: src.GetCertificate})
+	return tlsServerWith(t, &tls.Config{GetCertificate: src.GetCertificate})
+}
+
+// tlsServerWith serves TLS handshakes with cfg on loopback.
+func tlsServerWith(t testing.TB, cfg *tls.Config) string {
+	t.Helper()
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
