@@ -608,8 +608,16 @@ func (w *watcher) visitDown(name string) {
 		w.t.Fatal(err)
 	}
 	w.on = name
+	var last string // what the browser shows, for the failure message
+	defer func() {
+		if w.t.Failed() {
+			w.t.Logf("the browser, last: %s", last)
+		}
+	}()
 	eventually(w.t, name+"'s own page, live, after the down page's restart", func() bool {
 		v, err := chromedp.Run(w.ctx, chromedp.Evaluate[pageView](readPage))
+		href, _ := chromedp.Run(w.ctx, chromedp.Evaluate[string](`location.href + ' ' + document.title + ' ' + document.body.innerText.slice(0, 300)`))
+		last = fmt.Sprintf("%s: %+v, %v", href, v, err)
 		return err == nil && v.Conn == "live" && len(v.Jobs) > 0 // errors while the browser navigates
 	})
 }

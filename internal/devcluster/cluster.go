@@ -271,27 +271,35 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 func (c *Cluster) waitReady(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, readyBound)
 	defer cancel()
-	client := http.Client{Timeout: 2 * time.Second}
 	for _, ch := range c.children {
-		for {
-			if st := ch.info(); st.State == stateExited {
-				return fmt.Errorf("%s exited during start-up (%s); its last lines:\n%s", ch.name, st.Exit, indent(tail(ch.logPath, 15)))
-			}
-			resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", ch.port))
-			if err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
-					break
-				}
-			}
-			select {
-			case <-ctx.Done():
-				return fmt.Errorf("%s not ready (%w); its last lines:\n%s", ch.name, ctx.Err(), indent(tail(ch.logPath, 15)))
-			case <-time.After(50 * time.Millisecond):
-			}
+		if err := ch.waitReady(ctx); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// waitReady waits until the instance answers /readyz with 200, failing as
+// soon as it exits.
+func (ch *child) waitReady(ctx context.Context) error {
+	client := http.Client{Timeout: 2 * time.Second}
+	for {
+		if st := ch.info(); st.State == stateExited {
+			return fmt.Errorf("%s exited during start-up (%s); its last lines:\n%s", ch.name, st.Exit, indent(tail(ch.logPath, 15)))
+		}
+		resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", ch.port))
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s not ready (%w); its last lines:\n%s", ch.name, ctx.Err(), indent(tail(ch.logPath, 15)))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // Close stops the instances (SIGTERM, then SIGKILL after StopBound), the

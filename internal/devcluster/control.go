@@ -181,6 +181,15 @@ func (c *Cluster) Do(ctx context.Context, action, instance, job string) (string,
 		if msg, err = ch.restart(ctx); err != nil {
 			return "", err
 		}
+		// Answer once it is ready: a browser sent back to its page then
+		// finds the page, not "starting".
+		rctx, cancel := context.WithTimeout(ctx, readyBound)
+		err = ch.waitReady(rctx)
+		cancel()
+		if err != nil {
+			return "", err
+		}
+		msg += "; ready"
 	}
 	c.say("dev: %s", msg)
 	return msg, nil

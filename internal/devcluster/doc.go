@@ -29,7 +29,8 @@
 // children: pid, running / paused / exited / restarting, status page URL) and
 // POST /dev/kill, /dev/pause, /dev/resume, /dev/restart (?instance=NAME, or
 // ?job=NAME for the job's current leader; /dev/resume alone resumes every
-// paused instance) and /dev/resign?job=NAME. The status pages' buttons post
+// paused instance; /dev/restart answers once the instance is ready) and
+// /dev/resign?job=NAME. The status pages' buttons post
 // there. It listens on 127.0.0.1 only and refuses requests whose Origin is not
 // one of the cluster's own pages (a web page elsewhere cannot drive it); a
 // request without Origin (curl) is accepted.
