@@ -205,7 +205,11 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	}
 	c.jobs = selectDemoJobs(cfg.Types, c.ca)
 	if c.ca != nil {
-		if c.web, err = startWebTier(c.dbURL, c.ca.KeyFile, cfg.HTTPBase+webTierOffset, c.log); err != nil {
+		port := 0 // a negative base: free ports for all
+		if cfg.HTTPBase > 0 {
+			port = cfg.HTTPBase + webTierOffset
+		}
+		if c.web, err = startWebTier(c.dbURL, c.ca.KeyFile, port, c.log); err != nil {
 			return nil, err
 		}
 	}

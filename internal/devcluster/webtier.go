@@ -28,8 +28,8 @@ type webTier struct {
 	done chan struct{}
 }
 
-// startWebTier serves on 127.0.0.1:port (or a free port if that one is
-// taken) with the certificates in the database at dbURL, opening their keys
+// startWebTier serves on 127.0.0.1:port (a free port for 0, or if that one
+// is taken) with the certificates in the database at dbURL, opening their keys
 // with the key file the renewer seals them with.
 func startWebTier(dbURL, keyFile string, port int, log *slog.Logger) (*webTier, error) {
 	data, err := os.ReadFile(keyFile)
