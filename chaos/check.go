@@ -469,14 +469,23 @@ func (k *checker) checkCerts(ctx context.Context, f *facts, issued map[string]in
 // checkQuorum: while only one etcd member ran, no term was recorded as started
 // (job_terms, 1 s allowed for the best-effort record of a term won just
 // before), no term with a token newer than etcd's revision before the loss
-// existed, and no probe write was accepted later than TTL after the loss
-// began (every term's deadline is before that).
+// existed, and no probe write was accepted later than TTL after etcd stopped
+// renewing leases: from the loss for a quorum loss (every term's deadline is
+// before that), from the isolated leader's step-down for a loss of both
+// followers (it may renew until then).
 func (k *checker) checkQuorum(f *facts, faults []*Fault) {
 	for _, q := range faults {
-		if q.Kind != QuorumLoss || q.LossStart.IsZero() {
+		if (q.Kind != QuorumLoss && q.Kind != FollowersLoss) || q.LossStart.IsZero() {
 			continue
 		}
 		end := q.LossEnd
+		renewing := q.LossStart // until when etcd may have renewed a lease
+		if q.Kind == FollowersLoss {
+			renewing = q.StepDown
+			if renewing.IsZero() {
+				renewing = q.RestartAt
+			}
+		}
 		for _, t := range f.jobTerms {
 			if t.Started.After(q.LossStart.Add(time.Second)) && t.Started.Before(q.RestartAt) {
 				k.violate(InvQuorum, "fault %d: %s started a term of %s (token %d) at %s, while etcd had one member of three",
@@ -487,9 +496,9 @@ func (k *checker) checkQuorum(f *facts, faults []*Fault) {
 			}
 		}
 		for _, r := range f.probe {
-			if r.Committed.After(q.LossStart.Add(k.ttl)) && r.Committed.Before(q.RestartAt) {
-				k.violate(InvQuorum, "fault %d: probe write by %s (token %d) accepted at %s, %v after etcd lost quorum (TTL %v)",
-					q.N, r.Instance, r.Token, r.Committed.Format("15:04:05.000"), r.Committed.Sub(q.LossStart).Round(time.Millisecond), k.ttl)
+			if r.Committed.After(renewing.Add(k.ttl)) && r.Committed.Before(q.RestartAt) {
+				k.violate(InvQuorum, "fault %d (%s): probe write by %s (token %d) accepted at %s, %v after etcd last could renew a lease (TTL %v)",
+					q.N, q.Kind, r.Instance, r.Token, r.Committed.Format("15:04:05.000"), r.Committed.Sub(renewing).Round(time.Millisecond), k.ttl)
 			}
 			if r.Committed.After(q.LossStart) && r.Committed.Before(end) && r.Token <= q.PreLossRevision {
 				q.LastWriteAfterLoss = max(q.LastWriteAfterLoss, r.Committed.Sub(q.LossStart))
@@ -540,7 +549,7 @@ func (k *checker) checkRecovery(faults []*Fault) {
 		if f.Err != "" {
 			k.violate(InvRecovery, "fault %d (%s of %s): %s", f.N, f.Kind, f.Target, f.Err)
 		}
-		if f.Kind == TermLeader && f.ExitCode != 0 {
+		if (f.Kind == TermLeader || f.Kind == UpgradeRestart) && f.ExitCode != 0 {
 			k.violate(InvRecovery, "fault %d: %s exited with status %d after SIGTERM", f.N, f.Target, f.ExitCode)
 		}
 	}

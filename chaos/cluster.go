@@ -57,16 +57,17 @@ type cluster struct {
 	dir    string
 	binary string
 
-	etcd      *etcdCluster
-	pg        *pgcluster.Cluster
-	dbURL     string // direct, for the harness
-	pool      *pgxpool.Pool
-	ca        *acmetest.CA
-	instances []*instance
-	routeMu   sync.Mutex // routeChallenges
-	obs       *observer
-	jobs      []string // leader-mode jobs, JobProbe first
-	load      *load
+	etcd        *etcdCluster
+	etcdVersion string // the members' server version
+	pg          *pgcluster.Cluster
+	dbURL       string // direct, for the harness
+	pool        *pgxpool.Pool
+	ca          *acmetest.CA
+	instances   []*instance
+	routeMu     sync.Mutex // routeChallenges
+	obs         *observer
+	jobs        []string // leader-mode jobs, JobProbe first
+	load        *load
 }
 
 // jobTypes lists the job types built into binary, from `validate --help`.
@@ -137,13 +138,28 @@ func startCluster(ctx context.Context, o Options) (_ *cluster, err error) {
 	if c.binary, err = buildBinary(ctx, c.dir, o.Broken); err != nil {
 		return nil, err
 	}
-	types, err := jobTypes(ctx, c.binary)
+	runs := c.binary // what the instances start with
+	if o.previous != "" {
+		runs = o.previous
+	}
+	types, err := jobTypes(ctx, runs)
 	if err != nil {
 		return nil, err
 	}
 	c.log.Info("built snip-jobs", "broken", o.Broken, "types", types, "took", time.Since(begin).Round(time.Millisecond))
 
-	if c.etcd, err = startEtcd(ctx, self, c.dir, 3); err != nil {
+	exe, native := self, false
+	if o.EtcdBinary != "" {
+		exe, native = o.EtcdBinary, true
+	}
+	if c.etcd, err = startEtcd(ctx, exe, native, c.dir, 3); err != nil {
+		return nil, err
+	}
+	if c.etcdVersion, err = c.etcd.version(ctx); err != nil {
+		return nil, err
+	}
+	secure, err := c.etcdSettings()
+	if err != nil {
 		return nil, err
 	}
 	if _, err := c.etcd.waitLeader(ctx, readyBound); err != nil {
@@ -155,8 +171,12 @@ func startCluster(ctx context.Context, o Options) (_ *cluster, err error) {
 	if c.dbURL, err = c.pg.CreateDatabase(ctx, "chaos"); err != nil {
 		return nil, err
 	}
-	if _, err := migrations.Up(ctx, c.dbURL, nil); err != nil {
-		return nil, fmt.Errorf("migrations: %w", err)
+	if o.previous == "" {
+		if _, err := migrations.Up(ctx, c.dbURL, nil); err != nil {
+			return nil, fmt.Errorf("migrations: %w", err)
+		}
+	} else if err := c.migrateWith(ctx, o.previous); err != nil {
+		return nil, err
 	}
 	if c.pool, err = pgxpool.New(ctx, c.dbURL); err != nil {
 		return nil, err
@@ -195,7 +215,7 @@ func startCluster(ctx context.Context, o Options) (_ *cluster, err error) {
 	for i := range 3 {
 		in := &instance{
 			name:    fmt.Sprintf("server-%c", 'a'+i),
-			binary:  c.binary,
+			binary:  runs,
 			logPath: filepath.Join(c.dir, fmt.Sprintf("server-%c.log", 'a'+i)),
 			changed: c.routeChallenges,
 		}
@@ -222,7 +242,7 @@ func startCluster(ctx context.Context, o Options) (_ *cluster, err error) {
 				return nil, err
 			}
 			in.etcd = append(in.etcd, p)
-			eps = append(eps, "http://"+p.addr())
+			eps = append(eps, "https://"+p.addr())
 		}
 		if in.db, err = newDelayProxy(pgu.Host); err != nil {
 			return nil, err
@@ -233,7 +253,7 @@ func startCluster(ctx context.Context, o Options) (_ *cluster, err error) {
 		q.Set("connect_timeout", "10")
 		u.RawQuery = q.Encode()
 		in.databaseURL = u.String()
-		if err := writeInstanceConfig(c.dir, in, eps, o, jobs); err != nil {
+		if err := writeInstanceConfig(c.dir, in, eps, secure, o, jobs); err != nil {
 			return nil, err
 		}
 	}
@@ -253,12 +273,39 @@ func startCluster(ctx context.Context, o Options) (_ *cluster, err error) {
 	return c, nil
 }
 
+// migrateWith runs `binary migrate` on the database, as an operator does.
+func (c *cluster) migrateWith(ctx context.Context, binary string) error {
+	cfg := filepath.Join(c.dir, "migrate.yaml")
+	if err := os.WriteFile(cfg, []byte("instance: migrator\npostgres:\n  url_env: SNIP_JOBS_DATABASE_URL\njobs: []\n"), 0o600); err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, binary, "migrate", "--config", cfg)
+	cmd.Env = append(cleanEnv(), "SNIP_JOBS_DATABASE_URL="+c.dbURL)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%s migrate: %w\n%s", binary, err, out)
+	}
+	return nil
+}
+
+// etcdSettings is the etcd block's TLS and auth settings of every instance:
+// the harness's CA, its client certificate, and snip-jobs' user (whose role
+// covers the prefix only), the password in a file.
+func (c *cluster) etcdSettings() (string, error) {
+	pw := filepath.Join(c.dir, "etcd-password")
+	if err := os.WriteFile(pw, []byte(c.etcd.auth.Password+"\n"), 0o600); err != nil {
+		return "", err
+	}
+	p := c.etcd.pki
+	return fmt.Sprintf("  tls:\n    ca: %s\n    cert: %s\n    key: %s\n  auth:\n    user: %s\n    password_file: %s\n",
+		p.CA, p.ClientCert, p.ClientKey, c.etcd.auth.User, pw), nil
+}
+
 // jobsYAML is the job list every instance runs.
 // {{challenge}} becomes the instance's own HTTP-01 listener.
 const jobsYAML = `  - name: probe
     type: sql
     singleton: true
-    every: 250ms
+    every: 1s
     grace: 2s
     options:
       statement: INSERT INTO chaos_probe (instance, token) VALUES (@instance, @token)
@@ -383,7 +430,10 @@ var loggedWrites = []loggedWrite{
 	{JobCerts, "certrenew_account", "INSERT", "", "token", ""},
 }
 
-// triggersSQL creates the deferred constraint triggers of loggedWrites.
+// triggersSQL creates the deferred constraint triggers of loggedWrites, on
+// the tables that exist and lack theirs: a previous release's schema may not
+// have a table yet (see Upgrade), whose trigger is created once a migration
+// adds it.
 func triggersSQL() string {
 	var b strings.Builder
 	for i, w := range loggedWrites {
@@ -391,12 +441,15 @@ func triggersSQL() string {
 		if w.when != "" {
 			when = " WHEN (" + w.when + ")"
 		}
-		args := fmt.Sprintf("'%s', '%s'", w.job, w.token)
+		args := fmt.Sprintf("''%s'', ''%s''", w.job, w.token)
 		if w.instance != "" {
-			args += fmt.Sprintf(", '%s'", w.instance)
+			args += fmt.Sprintf(", ''%s''", w.instance)
 		}
-		fmt.Fprintf(&b, "CREATE CONSTRAINT TRIGGER chaos_write_%d AFTER %s ON %s DEFERRABLE INITIALLY DEFERRED FOR EACH ROW%s EXECUTE FUNCTION chaos_write_committed(%s);\n",
-			i, w.events, w.table, when, args)
+		fmt.Fprintf(&b, `DO $$ BEGIN
+IF to_regclass('%[2]s') IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'chaos_write_%[1]d') THEN
+EXECUTE 'CREATE CONSTRAINT TRIGGER chaos_write_%[1]d AFTER %[3]s ON %[2]s DEFERRABLE INITIALLY DEFERRED FOR EACH ROW%[4]s EXECUTE FUNCTION chaos_write_committed(%[5]s)';
+END IF; END $$;
+`, i, w.table, w.events, strings.ReplaceAll(when, "'", "''"), args)
 	}
 	return b.String()
 }
@@ -405,6 +458,11 @@ func setupSchema(ctx context.Context, pool *pgxpool.Pool) error {
 	if _, err := pool.Exec(ctx, schemaSQL); err != nil {
 		return fmt.Errorf("chaos schema: %w", err)
 	}
+	return installTriggers(ctx, pool)
+}
+
+// installTriggers adds the write log's missing triggers (after a migration).
+func installTriggers(ctx context.Context, pool *pgxpool.Pool) error {
 	if _, err := pool.Exec(ctx, triggersSQL()); err != nil {
 		return fmt.Errorf("chaos schema: the write log's triggers: %w", err)
 	}

@@ -17,7 +17,7 @@
 //     cut heals, as a network partition does to TCP, and PostgreSQL through
 //     another, whose latency can be raised.
 //     They run every singleton built into the binary: a `sql` probe that
-//     inserts (instance, token) every 250 ms through the fence, the weekly
+//     inserts (instance, token) every second through the fence, the weekly
 //     report (a cron slot every minute), the certificate renewer (every 2 s),
 //     and the aggregator (a binary without one of these types is an error).
 //     Leases: TTL 2 s, margin TTL/4, keep-alives every TTL/5;

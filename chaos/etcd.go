@@ -11,15 +11,19 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 
+	"github.com/snip/snip-jobs/internal/etcdsecure"
 	"github.com/snip/snip-jobs/internal/pdeathsig"
 )
 
@@ -29,8 +33,12 @@ import (
 const MemberCommand = "etcd-member"
 
 // memberReady is the line a member process prints on stdout once it serves
-// client requests.
-const memberReady = "etcd-member: ready"
+// client requests; nativeReady is in the line an etcd server binary logs on
+// stderr then (3.5 and 3.6: embed/serve.go, after ReadyNotify).
+const (
+	memberReady = "etcd-member: ready"
+	nativeReady = `"msg":"ready to serve client requests"`
+)
 
 // Bounds for etcd members. Generous: they decide how long a broken setup takes
 // to fail, not whether a working one passes.
@@ -38,6 +46,13 @@ const (
 	memberReadyTimeout = 60 * time.Second
 	etcdOpTimeout      = 3 * time.Second
 )
+
+// bcryptCost is the members' cost of hashing the users' passwords: bcrypt's
+// minimum, so that a login costs a member about a millisecond instead of about
+// 100 ms on two cores shared by ten processes. (Logins happen when a client
+// opens a gRPC stream; their count, not their time, is what snip-jobs
+// controls: see leadership's keep-alive stream.)
+const bcryptCost = 4
 
 // How long a member process tries to bind its ports.
 const (
@@ -59,6 +74,9 @@ func MemberMain(args []string) int {
 	peer := fs.String("peer", "", "peer URL (http://127.0.0.1:port)")
 	initial := fs.String("initial-cluster", "", "name=peerURL,...")
 	state := fs.String("state", embed.ClusterStateFlagNew, "new or existing")
+	cert := fs.String("cert", "", "server certificate (PEM); with it, clients must present a certificate signed by --ca")
+	key := fs.String("key", "", "server key (PEM)")
+	ca := fs.String("ca", "", "CA of the client certificates (PEM)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -85,6 +103,10 @@ func MemberMain(args []string) int {
 	cfg.ClusterState = *state
 	cfg.LogLevel = "error"
 	cfg.UnsafeNoFsync = true
+	cfg.BcryptCost = bcryptCost
+	if *cert != "" {
+		cfg.ClientTLSInfo = transport.TLSInfo{CertFile: *cert, KeyFile: *key, TrustedCAFile: *ca, ClientCertAuth: true}
+	}
 	// A restarted member binds the ports it had: while it was down, another
 	// process's outgoing connection may have been given one of them as its
 	// ephemeral port. Such connections are short-lived here, so try again
@@ -133,17 +155,21 @@ type etcdMember struct {
 	peerURL    string
 	logPath    string
 	executable string
-	args       []string // after the command: the fixed flags
+	native     bool     // executable is an etcd server binary, not MemberMain
+	args       []string // the fixed flags (after MemberCommand for MemberMain)
 
 	mu   sync.Mutex
 	proc *exec.Cmd
 	done chan struct{}
 }
 
-// etcdCluster is three member processes.
+// etcdCluster is three member processes, serving clients over TLS only
+// (client certificates required) with authentication on.
 type etcdCluster struct {
 	members []*etcdMember
-	cli     *clientv3.Client // on every member's client URL directly (not through a proxy)
+	pki     *etcdsecure.PKI
+	auth    etcdsecure.Auth
+	cli     *clientv3.Client // as root, on every member's client URL directly (not through a proxy)
 }
 
 // startEtcd starts an n-member cluster on free ports. etcd binds its ports
@@ -151,9 +177,13 @@ type etcdCluster struct {
 // between the pick and the bind. A member process waits a few seconds for a
 // taken port (MemberMain); if that is not enough, the cluster is started
 // again on new ports (twice at most), the failed attempt's logs kept beside.
-func startEtcd(ctx context.Context, executable, dir string, n int) (*etcdCluster, error) {
+func startEtcd(ctx context.Context, executable string, native bool, dir string, n int) (*etcdCluster, error) {
+	pki, err := etcdsecure.NewPKI(filepath.Join(dir, "pki"))
+	if err != nil {
+		return nil, err
+	}
 	for attempt := 1; ; attempt++ {
-		c, err := startEtcdOnce(ctx, executable, dir, n)
+		c, err := startEtcdOnce(ctx, executable, native, dir, n, pki)
 		if err == nil {
 			return c, nil
 		}
@@ -178,43 +208,76 @@ func lostAPort(c *etcdCluster) bool {
 	return false
 }
 
-func startEtcdOnce(ctx context.Context, executable, dir string, n int) (*etcdCluster, error) {
+func startEtcdOnce(ctx context.Context, executable string, native bool, dir string, n int, pki *etcdsecure.PKI) (*etcdCluster, error) {
 	ports, err := freePorts(2 * n)
 	if err != nil {
 		return nil, err
 	}
-	c := &etcdCluster{}
+	c := &etcdCluster{pki: pki, auth: etcdsecure.NewAuth(Prefix)}
 	var peers []string
 	for i := range n {
 		m := &etcdMember{
 			name:       fmt.Sprintf("m%d", i),
 			dir:        filepath.Join(dir, fmt.Sprintf("etcd-m%d", i)),
-			clientURL:  fmt.Sprintf("http://127.0.0.1:%d", ports[2*i]),
+			clientURL:  fmt.Sprintf("https://127.0.0.1:%d", ports[2*i]),
 			peerURL:    fmt.Sprintf("http://127.0.0.1:%d", ports[2*i+1]),
 			logPath:    filepath.Join(dir, fmt.Sprintf("etcd-m%d.log", i)),
 			executable: executable,
+			native:     native,
 		}
 		c.members = append(c.members, m)
 		peers = append(peers, m.name+"="+m.peerURL)
 	}
 	initial := strings.Join(peers, ",")
 	for _, m := range c.members {
-		m.args = []string{"--name", m.name, "--dir", m.dir, "--client", m.clientURL, "--peer", m.peerURL, "--initial-cluster", initial}
+		m.args = memberArgs(m, initial, pki)
 	}
 	if err := c.startMembers(ctx, embed.ClusterStateFlagNew, c.members...); err != nil {
 		c.close()
 		return c, err // closed: for lostAPort
 	}
-	var eps []string
-	for _, m := range c.members {
-		eps = append(eps, m.clientURL)
+	// Authentication on, as docs/operations.md says; the harness is root.
+	admin, err := c.client("", "")
+	if err == nil {
+		gctx, cancel := context.WithTimeout(ctx, memberReadyTimeout)
+		err = etcdsecure.Grant(gctx, admin, c.auth)
+		cancel()
+		admin.Close()
 	}
-	c.cli, err = clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err == nil {
+		c.cli, err = c.client("root", c.auth.RootPassword)
+	}
 	if err != nil {
 		c.close()
-		return nil, fmt.Errorf("etcd client: %w", err)
+		return nil, fmt.Errorf("etcd: %w", err)
 	}
 	return c, nil
+}
+
+// memberArgs is the member's command line without --state (MemberMain's
+// flags, or an etcd server binary's).
+func memberArgs(m *etcdMember, initial string, pki *etcdsecure.PKI) []string {
+	if !m.native {
+		return []string{"--name", m.name, "--dir", m.dir, "--client", m.clientURL, "--peer", m.peerURL, "--initial-cluster", initial,
+			"--cert", pki.ServerCert, "--key", pki.ServerKey, "--ca", pki.CA}
+	}
+	return []string{"--name", m.name, "--data-dir", m.dir,
+		"--listen-client-urls", m.clientURL, "--advertise-client-urls", m.clientURL,
+		"--listen-peer-urls", m.peerURL, "--initial-advertise-peer-urls", m.peerURL,
+		"--initial-cluster", initial, "--initial-cluster-token", "snip-chaos",
+		"--cert-file", pki.ServerCert, "--key-file", pki.ServerKey, "--trusted-ca-file", pki.CA, "--client-cert-auth",
+		"--unsafe-no-fsync", "--log-level", "info", "--bcrypt-cost", strconv.Itoa(bcryptCost)}
+}
+
+// client is a client on every member's client URL, over TLS with the
+// harness's client certificate, logged in as user (none when empty).
+func (c *etcdCluster) client(user, password string) (*clientv3.Client, error) {
+	tc, err := transport.TLSInfo{CertFile: c.pki.ClientCert, KeyFile: c.pki.ClientKey, TrustedCAFile: c.pki.CA}.ClientConfig()
+	if err != nil {
+		return nil, err
+	}
+	return clientv3.New(clientv3.Config{Endpoints: c.endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		TLS: tc, Username: user, Password: password})
 }
 
 // startMembers starts the given stopped members at once and waits until each
@@ -257,9 +320,25 @@ func (m *etcdMember) start(state string) (<-chan error, error) {
 		return nil, err
 	}
 	defer logf.Close()
-	cmd := exec.Command(m.executable, append(append([]string{MemberCommand}, m.args...), "--state", state)...)
-	cmd.Stderr = logf
-	out, err := cmd.StdoutPipe()
+	args := append(append([]string{MemberCommand}, m.args...), "--state", state)
+	readyLine := func(line string) bool { return line == memberReady }
+	if m.native {
+		args = append(slices.Clone(m.args), "--initial-cluster-state", state)
+		readyLine = func(line string) bool { return strings.Contains(line, nativeReady) }
+	}
+	cmd := exec.Command(m.executable, args...)
+	var out io.ReadCloser
+	if m.native { // it logs to stderr, the ready line among the rest
+		cmd.Stdout = logf
+		out, err = cmd.StderrPipe()
+	} else {
+		cmd.Stderr = logf
+		out, err = cmd.StdoutPipe()
+	}
+	if err != nil {
+		return nil, err
+	}
+	logCopy, err := os.OpenFile(m.logPath, os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
@@ -271,15 +350,20 @@ func (m *etcdMember) start(state string) (<-chan error, error) {
 	ready := make(chan error, 1)
 	done := m.done
 	go func() {
+		defer logCopy.Close()
 		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		said := false
 		for sc.Scan() {
-			if sc.Text() == memberReady && !said {
+			if m.native {
+				fmt.Fprintln(logCopy, sc.Text())
+			}
+			if readyLine(sc.Text()) && !said {
 				said = true
 				ready <- nil
 			}
 		}
-		_, _ = io.Copy(io.Discard, out)
+		_, _ = io.Copy(logCopy, out)
 		err := cmd.Wait()
 		if !said {
 			ready <- fmt.Errorf("exited before it was ready: %v (see %s)", err, m.logPath)
@@ -332,6 +416,31 @@ func (c *etcdCluster) leader(ctx context.Context) int {
 	return -1
 }
 
+// waitStepDown watches the raft leader m, alone since its followers died,
+// until it no longer leads (it answers no Status, or names no leader or
+// another one) and returns when it first saw that; zero if until fires
+// first. Polled every 10 ms: the step-down is seen at most that late (plus a
+// Status round trip), which only widens the bounds the checker derives from it.
+func (c *etcdCluster) waitStepDown(ctx context.Context, m *etcdMember, until <-chan time.Time) time.Time {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		sctx, cancel := context.WithTimeout(ctx, etcdOpTimeout)
+		st, err := c.cli.Status(sctx, m.clientURL)
+		cancel()
+		if err != nil || st.Leader != st.Header.MemberId {
+			return time.Now()
+		}
+		select {
+		case <-tick.C:
+		case <-until:
+			return time.Time{}
+		case <-ctx.Done():
+			return time.Time{}
+		}
+	}
+}
+
 // waitLeader waits until the running members agree on a running leader.
 func (c *etcdCluster) waitLeader(ctx context.Context, bound time.Duration) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, bound)
@@ -346,6 +455,21 @@ func (c *etcdCluster) waitLeader(ctx context.Context, bound time.Duration) (int,
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// version is the members' etcd server version (the first that answers).
+func (c *etcdCluster) version(ctx context.Context) (string, error) {
+	var errs []error
+	for _, m := range c.members {
+		sctx, cancel := context.WithTimeout(ctx, etcdOpTimeout)
+		st, err := c.cli.Status(sctx, m.clientURL)
+		cancel()
+		if err == nil {
+			return st.Version, nil
+		}
+		errs = append(errs, err)
+	}
+	return "", fmt.Errorf("etcd's version: %w", errors.Join(errs...))
 }
 
 func (c *etcdCluster) endpoints() []string {

@@ -50,6 +50,12 @@ const (
 	// QuorumLoss SIGKILLs two of the three etcd members for TTL + 2 s, then
 	// restarts them.
 	QuorumLoss Kind = "etcd-quorum-loss"
+	// FollowersLoss SIGKILLs both etcd followers for TTL + 2 s, then restarts
+	// them. The raft leader keeps running alone: it may answer keep-alives
+	// until check-quorum makes it step down (about an election timeout), so
+	// terms may be renewed after the loss began; they must still end before
+	// any successor starts, and their writes stop TTL after the step-down.
+	FollowersLoss Kind = "etcd-followers-loss"
 	// PostgresRestart stops PostgreSQL (fast shutdown: open transactions are
 	// aborted) and starts it again after 1 s.
 	PostgresRestart Kind = "postgres-restart"
@@ -70,7 +76,7 @@ func (k Kind) HitsLeader() bool {
 
 // AllKinds is every fault kind, in the order of the results table.
 var AllKinds = []Kind{KillLeader, KillLeaderReclaim, PauseLeader, PartitionLeader, PartitionSlowDB, TermLeader,
-	EtcdMemberLoss, EtcdLeaderLoss, QuorumLoss, PostgresRestart}
+	EtcdMemberLoss, EtcdLeaderLoss, QuorumLoss, FollowersLoss, PostgresRestart}
 
 // Takeover is one job's change of term caused by a fault.
 type Takeover struct {
@@ -124,6 +130,9 @@ type Fault struct {
 	// LastWriteAfterLoss is how long after the quorum loss the last probe
 	// write of a term granted before it was accepted (the checker fills it).
 	LastWriteAfterLoss time.Duration
+	// StepDown is, for FollowersLoss, when the isolated raft leader was first
+	// seen no longer leading (zero: not seen before the followers were back).
+	StepDown time.Time
 	// EtcdElection is, for EtcdLeaderLoss, from the kill until the other
 	// members agreed on a new raft leader.
 	EtcdElection time.Duration
@@ -209,6 +218,8 @@ func (c *cluster) inject(ctx context.Context, rng *rand.Rand, n int, k Kind) *Fa
 		err = c.memberLoss(ctx, rng, f, k == EtcdLeaderLoss)
 	case QuorumLoss:
 		err = c.quorumLoss(ctx, rng, f)
+	case FollowersLoss:
+		err = c.followersLoss(ctx, f)
 	case PostgresRestart:
 		err = c.postgresRestart(ctx, f)
 	default:
@@ -542,6 +553,42 @@ func (c *cluster) quorumLoss(ctx context.Context, rng *rand.Rand, f *Fault) erro
 	b.kill()
 	f.LossStart = time.Now()
 	c.hold(ctx, c.opts.TTL+2*time.Second)
+	f.RestartAt = time.Now()
+	err = c.etcd.startMembers(ctx, "existing", a, b)
+	if err == nil {
+		_, err = c.etcd.waitLeader(ctx, readyBound)
+	}
+	f.LossEnd = time.Now()
+	f.Healed = f.LossEnd
+	return err
+}
+
+func (c *cluster) followersLoss(ctx context.Context, f *Fault) error {
+	lead, err := c.etcd.waitLeader(ctx, readyBound)
+	if err != nil {
+		return err
+	}
+	a, b := c.etcd.members[(lead+1)%3], c.etcd.members[(lead+2)%3]
+	leader := c.etcd.members[lead]
+	f.Target = a.name + "+" + b.name
+	rctx, cancel := context.WithTimeout(ctx, etcdOpTimeout)
+	resp, err := c.etcd.cli.Get(rctx, "/snip-chaos-revision")
+	cancel()
+	if err != nil {
+		return fmt.Errorf("read etcd's revision: %w", err)
+	}
+	f.PreLossRevision = resp.Header.Revision
+	f.Start = time.Now()
+	a.kill()
+	b.kill()
+	f.LossStart = time.Now()
+	hold := time.NewTimer(c.opts.TTL + 2*time.Second)
+	defer hold.Stop()
+	f.StepDown = c.etcd.waitStepDown(ctx, leader, hold.C)
+	select {
+	case <-hold.C:
+	case <-ctx.Done():
+	}
 	f.RestartAt = time.Now()
 	err = c.etcd.startMembers(ctx, "existing", a, b)
 	if err == nil {

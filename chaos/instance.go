@@ -229,10 +229,11 @@ func (in *instance) logTail(n int) string {
 }
 
 // writeInstanceConfig writes the instance's config file.
-func writeInstanceConfig(dir string, in *instance, endpoints []string, o Options, jobs string) error {
+// etcd is the TLS and auth lines of its etcd block.
+func writeInstanceConfig(dir string, in *instance, endpoints []string, etcd string, o Options, jobs string) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "instance: %s\n", in.name)
-	fmt.Fprintf(&b, "etcd:\n  endpoints: [%s]\n  prefix: %s\n  dial_timeout: 2s\n", strings.Join(endpoints, ", "), Prefix)
+	fmt.Fprintf(&b, "etcd:\n  endpoints: [%s]\n  prefix: %s\n  dial_timeout: 2s\n%s", strings.Join(endpoints, ", "), Prefix, etcd)
 	b.WriteString("postgres:\n  url_env: SNIP_JOBS_DATABASE_URL\n")
 	if o.DefaultTiming {
 		fmt.Fprintf(&b, "leadership:\n  ttl: %s\n", o.TTL)

@@ -48,7 +48,8 @@ type KindStats struct {
 	Handoff   Dist // old key deleted → new term, per job
 	Restart   Dist // restarted instance → ready
 	Election  Dist // etcd leader loss: kill → new raft leader
-	AfterLoss Dist // quorum loss: loss → last accepted write of an old term
+	AfterLoss Dist // quorum or followers loss: loss → last accepted write of an old term
+	StepDown  Dist // followers loss: loss → the isolated etcd leader stepped down
 	Reclaim   Dist // kill-leader-reclaim: `snip-jobs reclaim`'s run
 	// TermsEnded is, for etcd member and leader losses, the terms that ended
 	// on their own side (expired, lease lost) during the faults, in all.
@@ -58,9 +59,9 @@ type KindStats struct {
 // ByKind computes the figures of each fault kind that occurred.
 func (r *Report) ByKind() []KindStats {
 	var out []KindStats
-	for _, k := range AllKinds {
+	for _, k := range append(slices.Clone(AllKinds), UpgradeRestart) {
 		var s KindStats
-		var noActing, takeover, gone, handoff, restart, election, after, reclaim []time.Duration
+		var noActing, takeover, gone, handoff, restart, election, after, stepDown, reclaim []time.Duration
 		for _, f := range r.Faults {
 			if f.Kind != k {
 				continue
@@ -82,8 +83,11 @@ func (r *Report) ByKind() []KindStats {
 			if f.EtcdElection > 0 {
 				election = append(election, f.EtcdElection)
 			}
-			if k == QuorumLoss {
+			if k == QuorumLoss || k == FollowersLoss {
 				after = append(after, f.LastWriteAfterLoss)
+			}
+			if !f.StepDown.IsZero() {
+				stepDown = append(stepDown, f.StepDown.Sub(f.LossStart))
 			}
 			if f.Reclaim > 0 {
 				reclaim = append(reclaim, f.Reclaim)
@@ -94,8 +98,8 @@ func (r *Report) ByKind() []KindStats {
 			continue
 		}
 		s.Kind = k
-		s.NoActing, s.Takeover, s.KeyGone, s.Handoff, s.Restart, s.Election, s.AfterLoss, s.Reclaim =
-			dist(noActing), dist(takeover), dist(gone), dist(handoff), dist(restart), dist(election), dist(after), dist(reclaim)
+		s.NoActing, s.Takeover, s.KeyGone, s.Handoff, s.Restart, s.Election, s.AfterLoss, s.StepDown, s.Reclaim =
+			dist(noActing), dist(takeover), dist(gone), dist(handoff), dist(restart), dist(election), dist(after), dist(stepDown), dist(reclaim)
 		out = append(out, s)
 	}
 	return out
@@ -136,8 +140,12 @@ func (r *Report) ViolationCounts() map[string]int {
 func (r *Report) Markdown() string {
 	var b strings.Builder
 	ttl := r.Options.TTL
-	fmt.Fprintf(&b, "%d faults in %v (seed %d, TTL %v, margin %v, renew interval %v, broken build: %v); jobs: %s.\n\n",
-		len(r.Faults), r.Duration.Round(time.Second), r.Seed, ttl, r.Options.margin(), r.Options.renewInterval(), r.Options.Broken, strings.Join(r.Jobs, ", "))
+	etcd := ""
+	if r.EtcdVersion != "" { // reports written before the version was recorded lack it
+		etcd = "; etcd " + r.EtcdVersion + " over TLS with authentication"
+	}
+	fmt.Fprintf(&b, "%d faults in %v (seed %d, TTL %v, margin %v, renew interval %v, broken build: %v); jobs: %s%s.\n\n",
+		len(r.Faults), r.Duration.Round(time.Second), r.Seed, ttl, r.Options.margin(), r.Options.renewInterval(), r.Options.Broken, strings.Join(r.Jobs, ", "), etcd)
 	b.WriteString("| invariant | violations |\n|---|---|\n")
 	counts := r.ViolationCounts()
 	for _, inv := range Invariants {
@@ -148,7 +156,7 @@ func (r *Report) Markdown() string {
 		fmt.Fprintf(&b, "| %s%s | %d |\n", inv, note, counts[inv])
 	}
 	b.WriteString("\nFigures per fault kind, p50 / p99 / max. *No acting leader*: the longest time without an accepted probe write " +
-		"(the probe writes every 250 ms) from the last write before the fault (for partition-slow-db, from the cut: its slowed link " +
+		"(the probe writes every second, the lowest `every` allowed) from the last write before the fault (for partition-slow-db, from the cut: its slowed link " +
 		"spaces the leader's writes before it) until the cluster settled; for a fault aimed at a leader, only over the faults whose " +
 		"target led the probe (the other jobs' leaders have no steady record of acting), for etcd and PostgreSQL faults over all; " +
 		"in brackets, how many faults it was measured over. *New term*: from the fault " +
@@ -163,6 +171,9 @@ func (r *Report) Markdown() string {
 		}
 		if s.Election.N > 0 {
 			other = append(other, "new etcd leader "+s.Election.String())
+		}
+		if s.StepDown.N > 0 {
+			other = append(other, "isolated etcd leader stepped down after "+s.StepDown.String())
 		}
 		if s.AfterLoss.N > 0 {
 			other = append(other, "last write of an old term after the loss "+s.AfterLoss.String())

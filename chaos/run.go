@@ -50,8 +50,16 @@ type Options struct {
 	// temporary folder); KeepDir keeps it (logs, configs, etcd data).
 	WorkDir string
 	KeepDir bool
+	// EtcdBinary is an etcd server binary (etcd's own, of any version) to
+	// run the members with; empty: this program's embedded etcd
+	// (MemberMain, the etcd of this module's go.mod).
+	EtcdBinary string
 	// Log receives progress. Default: discard.
 	Log *slog.Logger `json:"-"`
+
+	// previous is the previous release's snip-jobs, which the instances
+	// start with and which migrates the database first (Upgrade).
+	previous string
 }
 
 // margin and renewInterval are the instances' timing.
@@ -73,14 +81,16 @@ func (o Options) renewInterval() time.Duration {
 
 // Report is a run's outcome.
 type Report struct {
-	Options    Options
-	Seed       uint64
-	Jobs       []string
-	Started    time.Time
-	Duration   time.Duration
-	Faults     []*Fault
-	Violations []Violation
-	Probe      ProbeStats
+	Options Options
+	Seed    uint64
+	// EtcdVersion is the members' etcd server version.
+	EtcdVersion string
+	Jobs        []string
+	Started     time.Time
+	Duration    time.Duration
+	Faults      []*Fault
+	Violations  []Violation
+	Probe       ProbeStats
 	// Writes is, per job other than the probe, its logged writes (the rows
 	// that carry its term's token: see loggedWrites), whose order and
 	// ownership the checker checked.
@@ -89,6 +99,8 @@ type Report struct {
 	Reports ReportStats
 	Certs   CertStats
 	Load    LoadStats
+	// Upgrade is set by Upgrade.
+	Upgrade *UpgradeStats `json:",omitempty"`
 	// Overruns counts, per job, the runs still going after the grace period
 	// that followed the end of their term (from the instances' logs): each
 	// held that job's next campaign on its instance.
@@ -146,23 +158,9 @@ type LoadStats struct {
 // everything and checks the invariants. An error means the run could not be
 // done; violations are in the report.
 func Run(ctx context.Context, o Options) (*Report, error) {
-	if o.TTL == 0 {
-		o.TTL = 2 * time.Second
-	}
-	if err := leadership.CheckTiming(o.TTL, o.margin(), o.renewInterval()); err != nil {
+	o, err := o.withDefaults()
+	if err != nil {
 		return nil, err
-	}
-	if len(o.Kinds) == 0 {
-		o.Kinds = AllKinds
-	}
-	if o.Seed == 0 {
-		o.Seed = uint64(time.Now().UnixNano())
-	}
-	if o.Pause == 0 {
-		o.Pause = time.Second
-	}
-	if o.Log == nil {
-		o.Log = slog.New(slog.DiscardHandler)
 	}
 	rep := &Report{Options: o, Seed: o.Seed, Started: time.Now()}
 	c, err := startCluster(ctx, o)
@@ -170,7 +168,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	defer c.close()
-	rep.Jobs = c.jobs
+	rep.Jobs, rep.EtcdVersion = c.jobs, c.etcdVersion
 	rng := rand.New(rand.NewPCG(o.Seed, 0x5eed))
 	order := make([]Kind, 0, o.Faults)
 	for _, i := range rng.Perm(len(o.Kinds)) {
@@ -203,7 +201,36 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 		c.hold(ctx, o.Pause)
 	}
+	return c.conclude(ctx, rep)
+}
 
+func (o Options) withDefaults() (Options, error) {
+	if o.TTL == 0 {
+		o.TTL = 2 * time.Second
+	}
+	if err := leadership.CheckTiming(o.TTL, o.margin(), o.renewInterval()); err != nil {
+		return o, err
+	}
+	if len(o.Kinds) == 0 {
+		o.Kinds = AllKinds
+	}
+	if o.Seed == 0 {
+		o.Seed = uint64(time.Now().UnixNano())
+	}
+	if o.Pause == 0 {
+		o.Pause = time.Second
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	return o, nil
+}
+
+// conclude ends a run: it stops the load, lets the aggregator catch up, stops
+// the instances, and checks every invariant over everything the resources
+// accepted since the start.
+func (c *cluster) conclude(ctx context.Context, rep *Report) (*Report, error) {
+	o := c.opts
 	// Quiesce: stop the load, let the aggregator catch up, stop the instances.
 	c.load.stop()
 	rep.Load = LoadStats{ClickCommits: c.load.clicks.Load(), ClickFailed: c.load.failed.Load(), Domains: c.load.domains.Load()}

@@ -9,6 +9,12 @@
 // no effect where they are written (a time zone on an interval job, TLS files for the
 // embedded etcd) are errors.
 //
+// A hostile or mangled file costs bounded work: Parse refuses a file over
+// MaxFileSize, text that is not UTF-8 (at the first bad byte; a UTF-8 byte order
+// mark is skipped), and aliases and merge keys that would produce more than
+// MaxAliasNodes nodes (at the alias whose expansion crosses it), instead of
+// expanding them. The YAML library still parses the whole file as written.
+//
 // Secrets are never held in a File: the file names where they live (an environment
 // variable or a file), and DatabaseURL and EtcdPassword read them when asked. The
 // values never appear in an error or in Redacted.

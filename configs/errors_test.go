@@ -237,6 +237,19 @@ func TestEachProblemIsReportedAtItsLine(t *testing.T) {
 			"    type: aggregator",
 			"    every: 0",
 		), 4, "every must be more than 0", "agg"},
+		{"every under a second", lines(
+			"jobs:",
+			"  - name: agg",
+			"    type: aggregator",
+			"    every: 1ns",
+		), 4, "every 1ns is too short: the least is 1s", "agg"},
+		{"jitter under a second", lines(
+			"jobs:",
+			"  - name: agg",
+			"    type: aggregator",
+			"    every: 1m",
+			"    jitter: 500ms",
+		), 5, "jitter 500ms is too short: 0 (none) or at least 1s", "agg"},
 		{"coordination: database on an interval job", lines(
 			"jobs:",
 			"  - name: agg",
@@ -407,6 +420,34 @@ func TestEachProblemIsReportedAtItsLine(t *testing.T) {
 			"    - https://10.0.0.1:2379",
 			"    - 10.0.0.2:2379",
 		), 4, `etcd.endpoints: "10.0.0.2:2379" must be a URL`, ""},
+		{"TLS with a plain-HTTP endpoint", lines(
+			"etcd:",
+			"  endpoints: [https://10.0.0.1:2379, http://10.0.0.2:2379]",
+			"  tls: {ca: /etc/ca.pem}",
+		), 2, `etcd.endpoints: "http://10.0.0.2:2379" is plain HTTP, so etcd.tls (line 3) would not be used: write https://`, ""},
+		{"auth with a plain-HTTP endpoint", lines(
+			"etcd:",
+			"  endpoints:",
+			"    - http://10.0.0.1:2379",
+			"  auth: {user: snip, password_env: PW}",
+		), 3, `is plain HTTP, so etcd.auth's password (line 4) would travel in clear text: write https://`, ""},
+		{"an IP address in allowed_hosts", lines(
+			"http:",
+			"  allowed_hosts: [snip-1.internal, 10.0.0.5]",
+		), 2, `http.allowed_hosts: "10.0.0.5" is an IP address, and IP addresses are always accepted`, ""},
+		{"localhost in allowed_hosts", lines(
+			"http:",
+			"  allowed_hosts:",
+			"    - localhost",
+		), 3, `"localhost" is a loopback name, always accepted`, ""},
+		{"a URL in allowed_hosts", lines(
+			"http:",
+			"  allowed_hosts: [snip-1.internal, 'https://snip-1.internal:9469']",
+		), 2, `"https://snip-1.internal:9469" must be a host name such as snip-1.internal`, ""},
+		{"a wildcard in allowed_hosts", lines(
+			"http:",
+			"  allowed_hosts: ['*.internal']",
+		), 2, `must be a host name`, ""},
 		{"endpoint listed twice", lines(
 			"etcd:",
 			"  endpoints:",

@@ -82,6 +82,10 @@ type Leadership struct {
 // HTTP is the listener for /metrics, /healthz, /readyz and /status.
 type HTTP struct {
 	Listen string // host:port
+	// AllowedHosts are the host names (lower case, no final dot) requests may
+	// name in Host besides loopback names and IP addresses: the DNS-rebinding
+	// guard of package admin.
+	AllowedHosts []string
 }
 
 // LogFormat is how log lines are written.

@@ -34,6 +34,14 @@ type aggregatorOptions struct {
 	FlushEvery time.Duration `yaml:"flush_every"`
 }
 
+// Validate reports a negative batch size as being about that option.
+func (o *aggregatorOptions) Validate() error {
+	if o.BatchSize < 0 {
+		return errors.Join(errors.New("something about the whole"), &configs.OptionError{Key: "batch_size", Err: fmt.Errorf("%d is negative", o.BatchSize)})
+	}
+	return nil
+}
+
 type reportOptions struct {
 	Recipients []string `yaml:"recipients"`
 	Title      string   `yaml:"title"`

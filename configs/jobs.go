@@ -13,6 +13,13 @@ import (
 	"github.com/robfig/cron/v3"
 )
 
+// Lower bounds of an interval schedule: a run a second is as often as a job
+// that competes for a term, a connection and a fenced row should be started.
+const (
+	MinEvery  = time.Second
+	MinJitter = time.Second // or 0: none
+)
+
 var jobName = regexp.MustCompile(`^[a-z0-9][a-z0-9-]*$`)
 
 // cronReference is where "does this cron spec ever fire?" starts looking. A fixed
@@ -196,6 +203,14 @@ func (p *parser) schedule(m *mapping, j Job) Schedule {
 		s.Kind = Continuous
 	case "every":
 		s.Kind = Interval
+		if hasEvery && every < MinEvery && m.has("every") {
+			m.errorf(m.valuePos("every"), "every %s is too short: the least is %s", fmtDuration(every), fmtDuration(MinEvery))
+			hasEvery = false
+		}
+		if hasJitter && jitter > 0 && jitter < MinJitter && m.has("jitter") {
+			m.errorf(m.valuePos("jitter"), "jitter %s is too short: 0 (none) or at least %s", fmtDuration(jitter), fmtDuration(MinJitter))
+			hasJitter = false
+		}
 		if hasEvery {
 			s.Every = every
 			if hasJitter && jitter >= every {

@@ -57,12 +57,54 @@ func (p *parser) options(m *mapping, j Job, typeKnown bool) any {
 	}
 	if v, ok := opts.(interface{ Validate() error }); ok {
 		if err := v.Validate(); err != nil {
-			for _, msg := range splitErrors(err) {
-				m.errorf(pos, "options: %s", msg)
+			for _, e := range splitErrorValues(err) {
+				var oe *OptionError
+				if errors.As(e, &oe) && present {
+					m.errorf(p.optionPos(node, oe.Key, pos), "options.%s: %v", oe.Key, oe.Err)
+				} else {
+					m.errorf(pos, "options: %v", e)
+				}
 			}
 		}
 	}
 	return opts
+}
+
+// OptionError is a problem a job type's Validate finds with one option: Parse
+// reports it at that option's value rather than at options:.
+type OptionError struct {
+	Key string // the option's key, as written in the file
+	Err error
+}
+
+func (e *OptionError) Error() string { return e.Key + ": " + e.Err.Error() }
+func (e *OptionError) Unwrap() error { return e.Err }
+
+// optionPos is where the value of the option key is written in the options
+// mapping node, or fallback (a key brought in by a merge key, say).
+func (p *parser) optionPos(node ast.Node, key string, fallback Pos) Pos {
+	values, _ := mappingValues(node)
+	for _, mv := range values {
+		if k, ok := keyText(mv.Key); ok && k == key {
+			if v := p.resolveQuiet(mv.Value); v != nil {
+				return p.pos(v)
+			}
+			return p.pos(mv.Key)
+		}
+	}
+	return fallback
+}
+
+// splitErrorValues returns the errors of a joined error one by one.
+func splitErrorValues(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range j.Unwrap() {
+			out = append(out, splitErrorValues(e)...)
+		}
+		return out
+	}
+	return []error{err}
 }
 
 // checkWholeNumbers reports numbers with a fraction written where t has an
@@ -394,7 +436,20 @@ func contains(n ast.Node, tk *token.Token) bool { return find(n, tk) != nil }
 // name, so that the YAML library can decode a subtree without the rest of the file
 // (its own alias handling needs the anchors it has decoded itself). Containers are
 // copied; n is unchanged.
+//
+// Nodes produced through an alias count against MaxAliasNodes; past it, an
+// alias expands to null (the problem is reported once).
 func (p *parser) expand(n ast.Node, job string) ast.Node {
+	if p.outer != nil {
+		ok, problem := p.spend(1)
+		if problem != nil {
+			problem.Job = job
+			p.errs = append(p.errs, problem)
+		}
+		if !ok {
+			return ast.Null(p.outer.GetToken())
+		}
+	}
 	switch v := n.(type) {
 	case *ast.AnchorNode:
 		return p.expand(v.Value, job)
@@ -403,6 +458,7 @@ func (p *parser) expand(n ast.Node, job string) ast.Node {
 		if target == nil {
 			return ast.Null(v.GetToken())
 		}
+		defer p.enter(v)()
 		return p.expand(target, job)
 	case *ast.MappingNode:
 		c := *v

@@ -3,6 +3,7 @@ package configs
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net"
@@ -24,7 +25,7 @@ import (
 // gives an error naming path (errors.Is(err, fs.ErrNotExist) for a missing one);
 // problems in the file give Errors.
 func Load(path string, types Types) (*File, error) {
-	data, err := os.ReadFile(path)
+	data, err := readFile(path)
 	if err != nil {
 		var pe *fs.PathError
 		if errors.As(err, &pe) {
@@ -38,17 +39,44 @@ func Load(path string, types Types) (*File, error) {
 	return Parse(path, data, types)
 }
 
+// readFile reads at most MaxFileSize bytes past a byte order mark, and one
+// more: enough for Parse to say where the file crosses the limit without
+// reading a huge file into memory.
+func readFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, int64(len(utf8BOM)+MaxFileSize+1)))
+}
+
 // Parse checks the configuration in data, read from filename (used in positions),
 // and returns it with every default filled in. If anything is wrong it returns a
 // nil File and Errors listing every problem found, sorted by position.
+//
+// The file must be UTF-8 (a leading byte order mark is allowed) and at most
+// MaxFileSize bytes; its aliases and merge keys may produce at most
+// MaxAliasNodes nodes.
 func Parse(filename string, data []byte, types Types) (*File, error) {
+	f, _, err := parseCounting(filename, data, types)
+	return f, err
+}
+
+// parseCounting is Parse, also returning how many nodes aliases and merge keys
+// produced (for tests).
+func parseCounting(filename string, data []byte, types Types) (*File, int, error) {
+	data, textErr := checkText(filename, data)
+	if textErr != nil {
+		return nil, 0, Errors{textErr}
+	}
 	p := &parser{file: filename, data: data, types: types, aliases: map[*ast.AliasNode]ast.Node{}}
 	f := p.parse()
 	if len(p.errs) > 0 {
 		sortErrors(p.errs)
-		return nil, dedupe(p.errs)
+		return nil, p.aliasNodes, dedupe(p.errs)
 	}
-	return f, nil
+	return f, p.aliasNodes, nil
 }
 
 func (p *parser) parse() *File {
@@ -233,8 +261,30 @@ func (p *parser) etcd(m *mapping) Etcd {
 		auth.errorf(auth.at, "etcd.auth has a password but no user: set user")
 	}
 	auth.finish()
+	p.plainEndpoints(m, endpoints)
 	m.finish()
 	return e
+}
+
+// plainEndpoints refuses http:// endpoints when etcd.tls or etcd.auth is set:
+// the etcd client would talk plain HTTP to them, dropping the TLS settings and
+// sending the password in clear text, without a word.
+func (p *parser) plainEndpoints(m *mapping, endpoints []item) {
+	var why []string
+	if m.has("tls") {
+		why = append(why, fmt.Sprintf("etcd.tls (line %d) would not be used", m.keyPos("tls").Line))
+	}
+	if m.has("auth") {
+		why = append(why, fmt.Sprintf("etcd.auth's password (line %d) would travel in clear text", m.keyPos("auth").Line))
+	}
+	if len(why) == 0 {
+		return
+	}
+	for _, ep := range endpoints {
+		if u, err := url.Parse(ep.s); err == nil && u.Scheme == "http" {
+			m.errorf(ep.pos, "etcd.endpoints: %q is plain HTTP, so %s: write https://", ep.s, strings.Join(why, " and "))
+		}
+	}
 }
 
 // checkEndpoint returns what is wrong with an etcd endpoint URL, or "".
@@ -346,14 +396,11 @@ func timingBlame(msg string) []string {
 
 // splitErrors returns the messages of a joined error one by one.
 func splitErrors(err error) []string {
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		var out []string
-		for _, e := range j.Unwrap() {
-			out = append(out, splitErrors(e)...)
-		}
-		return out
+	var out []string
+	for _, e := range splitErrorValues(err) {
+		out = append(out, e.Error())
 	}
-	return []string{err.Error()}
+	return out
 }
 
 func (p *parser) http(m *mapping) HTTP {
@@ -365,9 +412,31 @@ func (p *parser) http(m *mapping) HTTP {
 			h.Listen = listen
 		}
 	}
+	hosts, _ := m.strings("allowed_hosts")
+	seen := map[string]int{}
+	for _, it := range hosts {
+		name := strings.ToLower(strings.TrimSuffix(it.s, "."))
+		switch {
+		case net.ParseIP(strings.Trim(name, "[]")) != nil:
+			m.errorf(it.pos, "http.allowed_hosts: %q is an IP address, and IP addresses are always accepted: list host names only", it.s)
+		case name == "localhost" || strings.HasSuffix(name, ".localhost"):
+			m.errorf(it.pos, "http.allowed_hosts: %q is a loopback name, always accepted: list the other names of this server", it.s)
+		case !hostNamePattern.MatchString(name) || len(name) > 253:
+			m.errorf(it.pos, "http.allowed_hosts: %q must be a host name such as snip-1.internal (no scheme, port or wildcard)", it.s)
+		case seen[name] > 0:
+			m.errorf(it.pos, "http.allowed_hosts: %q is listed twice (first at line %d)", it.s, seen[name])
+		default:
+			seen[name] = it.pos.Line
+			h.AllowedHosts = append(h.AllowedHosts, name)
+		}
+	}
 	m.finish()
 	return h
 }
+
+// hostNamePattern is a DNS name: dot-separated labels of letters, digits and
+// hyphens, none starting or ending with a hyphen.
+var hostNamePattern = regexp.MustCompile(`^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$`)
 
 func checkListen(addr string) string {
 	_, port, err := net.SplitHostPort(addr)

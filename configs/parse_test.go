@@ -220,14 +220,14 @@ func TestEverySetting(t *testing.T) {
 	f := mustParse(t, lines(
 		"instance: server-2",
 		"etcd:",
-		"  endpoints: [https://10.0.0.1:2379, http://10.0.0.2:2379/]",
+		"  endpoints: [https://10.0.0.1:2379, HTTPS://10.0.0.2:2379/]",
 		"  prefix: /jobs/",
 		"  dial_timeout: 2s",
 		"  tls: {ca: /ca.pem, cert: /c.pem, key: /k.pem}",
 		"  auth: {user: snip, password_env: ETCD_PW}",
 		"postgres: {url_file: /etc/db-url, migrate_on_start: true}",
 		"leadership: {ttl: 6s, margin: 2s, renew_interval: 1s}",
-		"http: {listen: ':0'}",
+		"http: {listen: ':0', allowed_hosts: [Snip-1.Internal., jobs.example.com]}",
 		"log: {format: json, level: debug}",
 		"shutdown_timeout: 1m",
 		"jobs:",
@@ -252,7 +252,7 @@ func TestEverySetting(t *testing.T) {
 		"    continuous: true",
 	))
 	want := configs.Etcd{
-		Endpoints:   []string{"https://10.0.0.1:2379", "http://10.0.0.2:2379/"},
+		Endpoints:   []string{"https://10.0.0.1:2379", "HTTPS://10.0.0.2:2379/"},
 		EmbeddedDir: configs.DefaultEtcdEmbeddedDir,
 		Prefix:      "/jobs",
 		DialTimeout: 2 * time.Second,
@@ -268,7 +268,7 @@ func TestEverySetting(t *testing.T) {
 	if f.Leadership != (configs.Leadership{TTL: 6 * time.Second, Margin: 2 * time.Second, RenewInterval: time.Second}) {
 		t.Errorf("leadership: got %+v", f.Leadership)
 	}
-	if f.HTTP.Listen != ":0" || f.Log != (configs.Log{Format: configs.LogJSON, Level: slog.LevelDebug}) || f.ShutdownTimeout != time.Minute {
+	if f.HTTP.Listen != ":0" || !reflect.DeepEqual(f.HTTP.AllowedHosts, []string{"snip-1.internal", "jobs.example.com"}) || f.Log != (configs.Log{Format: configs.LogJSON, Level: slog.LevelDebug}) || f.ShutdownTimeout != time.Minute {
 		t.Errorf("http/log/shutdown: got %+v %+v %v", f.HTTP, f.Log, f.ShutdownTimeout)
 	}
 
@@ -374,6 +374,26 @@ func TestEveryProblemFromTheOptionsValidateIsReported(t *testing.T) {
 		if findProblem(errs, 2, phrase) == nil {
 			t.Errorf("no problem at the job's line containing %q; got:%s", phrase, dump(errs))
 		}
+	}
+}
+
+// A problem Validate says is about one option is reported at that option's
+// value; the others at options:.
+func TestAnOptionErrorIsReportedAtTheOptionsValue(t *testing.T) {
+	errs := problems(t, lines(
+		"jobs:",
+		"  - name: agg",
+		"    type: aggregator",
+		"    continuous: true",
+		"    options:",
+		"      flush_every: 1s",
+		"      batch_size: -5",
+	))
+	if e := findProblem(errs, 7, "options.batch_size: -5 is negative"); e == nil || e.Pos.Col != 19 || e.Job != "agg" {
+		t.Errorf("want the option's problem at 7:19 in job agg; got:%s", dump(errs))
+	}
+	if findProblem(errs, 6, "options: something about the whole") == nil {
+		t.Errorf("want the other problem at options: (line 6); got:%s", dump(errs))
 	}
 }
 

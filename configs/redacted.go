@@ -94,7 +94,7 @@ func (f *File) Redacted() string {
 			{Key: "margin", Value: dur(f.Leadership.Margin)},
 			{Key: "renew_interval", Value: dur(f.Leadership.RenewInterval)},
 		}},
-		{Key: "http", Value: m{{Key: "listen", Value: f.HTTP.Listen}}},
+		{Key: "http", Value: httpSection(f.HTTP)},
 		{Key: "log", Value: m{{Key: "format", Value: string(f.Log.Format)}, {Key: "level", Value: strings.ToLower(f.Log.Level.String())}}},
 		{Key: "shutdown_timeout", Value: dur(f.ShutdownTimeout)},
 		{Key: "jobs", Value: jobs},
@@ -105,4 +105,12 @@ func (f *File) Redacted() string {
 		return fmt.Sprintf("# %s: cannot print the configuration: %v\n", f.Path, err)
 	}
 	return fmt.Sprintf("# effective configuration of %s (defaults filled in; secrets are never shown)\n%s", f.Path, out)
+}
+
+func httpSection(h HTTP) yaml.MapSlice {
+	sec := yaml.MapSlice{{Key: "listen", Value: h.Listen}}
+	if len(h.AllowedHosts) > 0 {
+		sec = append(sec, yaml.MapItem{Key: "allowed_hosts", Value: h.AllowedHosts})
+	}
+	return sec
 }

@@ -154,3 +154,79 @@ func TestRedactedIsAConfigFileMeaningTheSame(t *testing.T) {
 		}
 	}
 }
+
+// secretOptions names a secret file of a job's own, as certrenew's key_file.
+type secretOptions struct {
+	KeyFile string `yaml:"key_file"`
+}
+
+func (o *secretOptions) SecretFiles() map[string]string {
+	return map[string]string{"key_file": o.KeyFile}
+}
+
+type secretTypes struct{}
+
+func (secretTypes) Options(jobType string) (any, bool) { return &secretOptions{}, jobType == "sealer" }
+func (secretTypes) Names() []string                    { return []string{"sealer"} }
+
+// Every secret file the config names is checked: readable by its group or by
+// others is exposed, whatever the reader; the owner's own bits do not matter;
+// a file systemd passed as a credential is its business.
+func TestSecretFilesReadableByGroupOrOthersAreExposed(t *testing.T) {
+	dir := t.TempDir()
+	file := func(name string, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("secret\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	url, pw, key, seal := file("url", 0o644), file("pw", 0o640), file("key", 0o400), file("seal", 0o604)
+	creds := filepath.Join(dir, "credentials")
+	if err := os.Mkdir(creds, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	passed := filepath.Join(creds, "database-url")
+	if err := os.WriteFile(passed, []byte("secret"), 0o440); err != nil {
+		t.Fatal(err)
+	}
+	f, err := configs.Parse("test.yaml", lines(
+		"postgres: {url_file: "+url+"}",
+		"etcd:",
+		"  endpoints: [https://10.0.0.1:2379]",
+		"  tls: {ca: /ca.pem, cert: /c.pem, key: "+key+"}",
+		"  auth: {user: snip, password_file: "+pw+"}",
+		"jobs:",
+		"  - {name: sealer, type: sealer, every: 1h, options: {key_file: "+seal+"}}",
+	), secretTypes{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(f.SecretFiles()); got != 4 {
+		t.Errorf("SecretFiles: %d files, want 4: %+v", got, f.SecretFiles())
+	}
+	var got []string
+	for _, e := range f.ExposedSecrets() {
+		got = append(got, e.String())
+	}
+	want := []string{
+		"postgres.url_file " + url + " is readable by its group and others (mode 0644): chmod go-rwx " + url,
+		"etcd.auth.password_file " + pw + " is readable by its group (mode 0640): chmod go-rwx " + pw,
+		`job "sealer": options.key_file ` + seal + " is readable by others (mode 0604): chmod go-rwx " + seal,
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("ExposedSecrets:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+
+	t.Setenv("CREDENTIALS_DIRECTORY", creds)
+	f, err = configs.Parse("test.yaml", lines("postgres: {url_file: "+passed+"}"), secretTypes{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := f.ExposedSecrets(); len(e) != 0 {
+		t.Errorf("a credential passed by systemd is reported exposed: %v", e)
+	}
+}

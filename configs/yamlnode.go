@@ -19,6 +19,44 @@ type parser struct {
 	// aliases maps each alias to the value of the anchor it names (the nearest
 	// one before it, as YAML says). An alias with no anchor before it is absent.
 	aliases map[*ast.AliasNode]ast.Node
+	// aliasNodes counts the nodes that aliases and merge keys have produced,
+	// up to MaxAliasNodes; outer is the alias (or merge key's value) whose
+	// expansion is in progress, outermost first, where crossing the limit is
+	// reported; overBudget is set once it has been.
+	aliasNodes int
+	outer      ast.Node
+	overBudget bool
+}
+
+// enter makes n the expansion in progress if there is none, and returns the
+// function that ends it.
+func (p *parser) enter(n ast.Node) (leave func()) {
+	if p.outer != nil {
+		return func() {}
+	}
+	p.outer = n
+	return func() { p.outer = nil }
+}
+
+// spend counts n nodes produced by the expansion in progress. ok is false once
+// they have crossed MaxAliasNodes: the caller then produces nothing more.
+// problem is set only by the call that crosses it, and is to be reported (with
+// the job's name): it names the outermost alias.
+func (p *parser) spend(n int) (ok bool, problem *Error) {
+	if p.overBudget {
+		return false, nil
+	}
+	p.aliasNodes += n
+	if p.aliasNodes <= MaxAliasNodes {
+		return true, nil
+	}
+	p.overBudget = true
+	what := "this merge key (<<)"
+	if a, isAlias := p.outer.(*ast.AliasNode); isAlias {
+		what = "alias *" + aliasName(a)
+	}
+	return false, &Error{Pos: p.pos(p.outer), Msg: fmt.Sprintf("%s would expand to more than %d YAML nodes, the limit for a config file "+
+		"(anchors that repeat other anchors multiply: write the values out, or share fewer levels)", what, MaxAliasNodes)}
 }
 
 func (p *parser) errorf(pos Pos, job, format string, args ...any) {
@@ -247,7 +285,18 @@ func (m *mapping) add(values []*ast.MappingValueNode, own bool) {
 				m.keyProblems = append(m.keyProblems, &Error{Pos: p.pos(mv.Value), Msg: "a merge key (<<) must be followed by a mapping, an alias of one, or a list of those"})
 				continue
 			}
-			m.add(vals, false)
+			leave := p.enter(mv.Value)
+			more, problem := p.spend(len(vals))
+			if problem != nil {
+				m.keyProblems = append(m.keyProblems, problem)
+			}
+			if more {
+				m.add(vals, false)
+			}
+			leave()
+			if !more {
+				return
+			}
 		}
 	}
 }

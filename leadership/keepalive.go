@@ -14,7 +14,10 @@ import (
 )
 
 // A session renews its lease over one long-lived LeaseKeepAlive stream, one
-// request per renew interval. etcd answers the requests of a stream one at a
+// request per renew interval. (clientv3's KeepAliveOnce opens a stream per
+// call, which etcd counts as a call ended by the client, "Unavailable"; with
+// etcd's authentication, clientv3 also logs in for every new stream: a bcrypt
+// check and a raft round on the member.) etcd answers the requests of a stream one at a
 // time, in order, once each (or ends the stream); the session never has more
 // than one request out on a stream, so every answer is the answer to the
 // request whose send time the stream holds, and the deadline counts from that
@@ -71,8 +74,12 @@ type keeper struct {
 }
 
 // patience is how long a keep-alive may stay unanswered before it is sent
-// again on another stream.
-func (s *Session) patience() time.Duration { return s.cfg.RenewInterval / 2 }
+// again on another stream: half a renew interval, and no less than a quarter
+// of TTL − margin, so that a slow answer does not cost a new stream (and,
+// with etcd's authentication, a login) at short intervals.
+func (s *Session) patience() time.Duration {
+	return max(s.cfg.RenewInterval/2, (s.cfg.TTL-s.cfg.Margin)/4)
+}
 
 // retryPace is the time between retries after the first.
 func (s *Session) retryPace() time.Duration { return s.cfg.RenewInterval / 8 }

@@ -123,6 +123,11 @@ type Comparison struct {
 	// has no file for, in ascending order: a newer binary applied them (a
 	// rolling upgrade in progress, or a binary rolled back).
 	Unknown []int64
+	// Missing lists the privileges the connected role lacks of those the
+	// service needs on the schema (GrantSQL), as "INSERT on job_runs":
+	// `snip-jobs migrate --grant-to ROLE` (Grant) gives them. Empty for the
+	// schema's owner; only read when nothing is Pending.
+	Missing []string
 }
 
 // Check compares the database at databaseURL with this binary's migrations.
@@ -267,6 +272,11 @@ func check(ctx context.Context, databaseURL string, o options) (Comparison, erro
 		}
 	}
 	slices.Sort(c.Unknown)
+	if len(c.Pending) == 0 {
+		if c.Missing, err = missingPrivileges(ctx, db); err != nil {
+			return Comparison{}, err
+		}
+	}
 	return c, nil
 }
 

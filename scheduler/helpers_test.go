@@ -10,19 +10,24 @@ import (
 
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/internal/jobtest"
+	"github.com/snip/snip-jobs/internal/testdb"
 	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/scheduler"
 )
 
 func TestMain(m *testing.M) { os.Exit(testenv.RunMain(m)) }
 
-// newCluster is a jobtest cluster with the table test jobs write to.
+// newCluster is a jobtest cluster with the table test jobs write to, which
+// the instances' runtime role may insert into, as an operator grants for a
+// job's own table.
 func newCluster(t *testing.T) *jobtest.Cluster {
 	t.Helper()
 	c := jobtest.NewCluster(t)
 	if _, err := c.DB.Exec(context.Background(), `CREATE TABLE test_events (
 		id bigserial PRIMARY KEY, job text NOT NULL, instance text NOT NULL, token bigint NOT NULL,
-		slot timestamptz, at timestamptz NOT NULL DEFAULT clock_timestamp())`); err != nil {
+		slot timestamptz, at timestamptz NOT NULL DEFAULT clock_timestamp());
+		GRANT INSERT ON test_events TO `+testdb.RuntimeRole+`;
+		GRANT USAGE ON SEQUENCE test_events_id_seq TO `+testdb.RuntimeRole); err != nil {
 		t.Fatal(err)
 	}
 	return c

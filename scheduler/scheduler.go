@@ -165,6 +165,11 @@ func New(cfg Config) (*Scheduler, error) {
 		s.jobs = append(s.jobs, j)
 		if j.mode == leaderMode {
 			s.leaderJobs++
+			// Exported from the start, so that "nobody leads it" (every
+			// instance's 0) is a series before any term, and the first term
+			// start counts as an increase.
+			s.m.leader.WithLabelValues(spec.Name).Set(0)
+			s.m.termStarts.WithLabelValues(spec.Name)
 		}
 	}
 	return s, errors.Join(errs...)
@@ -243,6 +248,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		go func() { defer wg.Done(); s.spreadLoop(ctx) }()
 		go func() { defer wg.Done(); s.watchResignRequests(ctx) }()
 	}
+	<-ctx.Done() // also without jobs: the scheduler runs until it is stopped
 	wg.Wait()
 	s.recordWrites.Wait()
 	s.log.Info("scheduler stopped")

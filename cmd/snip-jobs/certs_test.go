@@ -27,9 +27,8 @@ const certsJobYAML = `
 func TestCertsListShowsTheDomainsAndRetryAsksOnlyForBackingOffOnes(t *testing.T) {
 	t.Parallel()
 	url := testenv.PostgresDB(t)
-	env := dbEnv(url)
 	path := writeConfig(t, config{instance: "server-1", endpoints: []string{"http://127.0.0.1:1"}, adminPort: freePort(t), jobs: certsJobYAML})
-	migrate(t, path, url)
+	env := dbEnv(migrate(t, path, url))
 	exec1(t, url, `INSERT INTO custom_domains (domain) VALUES ('Shop.Example.com'), ('printer.local'), ('new.example.org'), ('go.example.net');
 		INSERT INTO certrenew_certificates (domain, chain_pem, key_sealed, key_id, serial, ari_cert_id, not_before, not_after,
 			renew_at, ari_next_check, token, instance)
@@ -113,5 +112,15 @@ func TestCertsListShowsTheDomainsAndRetryAsksOnlyForBackingOffOnes(t *testing.T)
 	}
 	if r := snip(t, env, "certs", "renew", "--config", path); r.code != 2 {
 		t.Errorf("certs renew: exit %d, want 2 (usage)", r.code)
+	}
+
+	// certs renew: a request for a domain with a certificate, a refusal for one without.
+	r = snip(t, env, "certs", "renew", "GO.example.net", "new.example.org", "--config", path)
+	if r.code != 1 || !strings.Contains(r.stdout, "go.example.net: renewal requested (current certificate 01,") ||
+		!strings.Contains(r.stderr, "no current certificate to renew: new.example.org") {
+		t.Errorf("certs renew of a certified and a new domain: exit %d, want 1\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if n := testenv.Value[int64](t, pool, `SELECT count(*) FROM certrenew_retry_requests WHERE renew`); n != 1 {
+		t.Errorf("%d renewal requests recorded, want 1 (go.example.net)", n)
 	}
 }

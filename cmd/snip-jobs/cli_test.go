@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -58,6 +59,26 @@ func TestValidateReportsEveryProblemWithItsFileAndLineAndExits2(t *testing.T) {
 		if !every.MatchString(line) {
 			t.Errorf("line %q does not start with file:line:col", line)
 		}
+	}
+}
+
+// The ten-deep alias bomb in a sql job's statement, which validate
+// used to expand without limit (18 GB, killed after 309 s), is refused at the
+// alias, with its file and line; so is what it would run.
+func TestValidateRefusesAnAliasBombAtTheAlias(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("x-bomb:\n  - &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]\n") // lines 1, 2
+	for i := 1; i <= 10; i++ {                                                             // lines 3–12
+		b.WriteString("  - &a" + strconv.Itoa(i) + " [" + strings.TrimSuffix(strings.Repeat("*a"+strconv.Itoa(i-1)+", ", 10), ", ") + "]\n")
+	}
+	b.WriteString("jobs:\n  - name: prune\n    type: sql\n    every: 1h\n    options:\n      statement: *a10\n") // lines 13–18
+	path := filepath.Join(t.TempDir(), "bomb.yaml")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := snip(t, nil, "validate", "--config", path)
+	if r.code != 2 || !strings.Contains(r.stderr, path+":18:18: job \"prune\": alias *a10 would expand to more than 10000 YAML nodes") {
+		t.Errorf("validate of the alias bomb: exit %d, want 2 and the problem at %s:18:18\n%s", r.code, path, r.stderr)
 	}
 }
 

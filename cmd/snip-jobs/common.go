@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -13,12 +12,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap/zapcore"
 	"golang.org/x/sys/unix"
 
 	"github.com/snip/snip-jobs/configs"
+	"github.com/snip/snip-jobs/internal/etcdclient"
 	"github.com/snip/snip-jobs/internal/etcdlocal"
 )
 
@@ -97,42 +96,36 @@ func etcdEndpoints(f *configs.File, override string) []string {
 	return []string{"http://" + etcdlocal.DefaultClientAddr}
 }
 
-// newEtcdClient connects to endpoints with the config's TLS and auth. etcd's
-// own log lines (errors only) go to log.
-func newEtcdClient(f *configs.File, endpoints []string, log *slog.Logger) (*clientv3.Client, error) {
-	cc := clientv3.Config{
-		Endpoints:            endpoints,
-		DialTimeout:          f.Etcd.DialTimeout,
-		DialKeepAliveTime:    10 * time.Second,
-		DialKeepAliveTimeout: 5 * time.Second,
-		Logger:               etcdlocal.ZapLogger(log.With("component", "etcd-client"), zapcore.ErrorLevel),
-	}
-	if t := f.Etcd.TLS; t != (configs.TLS{}) {
-		tc, err := transport.TLSInfo{TrustedCAFile: t.CA, CertFile: t.Cert, KeyFile: t.Key}.ClientConfig()
-		if err != nil {
-			return nil, fmt.Errorf("etcd TLS: %w", err)
-		}
-		cc.TLS = tc
-	} else {
-		for _, e := range endpoints {
-			if strings.HasPrefix(e, "https://") {
-				cc.TLS = &tls.Config{MinVersion: tls.VersionTLS12} // system roots
-				break
-			}
-		}
+// etcdConfig is how to reach endpoints with the config's TLS files and user.
+// etcd's own log lines (errors only) go to log.
+func etcdConfig(f *configs.File, endpoints []string, log *slog.Logger) (etcdclient.Config, error) {
+	cfg := etcdclient.Config{
+		Endpoints: endpoints, DialTimeout: f.Etcd.DialTimeout,
+		CA: f.Etcd.TLS.CA, Cert: f.Etcd.TLS.Cert, Key: f.Etcd.TLS.Key,
+		Logger: etcdlocal.ZapLogger(log.With("component", "etcd-client"), zapcore.ErrorLevel),
 	}
 	if f.Etcd.Auth.User != "" {
 		pw, err := f.EtcdPassword()
 		if err != nil {
-			return nil, fmt.Errorf("etcd auth: %w", err)
+			return cfg, fmt.Errorf("etcd auth: %w", err)
 		}
-		cc.Username, cc.Password = f.Etcd.Auth.User, pw
+		cfg.User, cfg.Password = f.Etcd.Auth.User, pw
 	}
-	cli, err := clientv3.New(cc)
+	return cfg, nil
+}
+
+// newEtcdClient connects a client command (status, resign, report) to
+// endpoints: within dial_timeout, or with an error that names the endpoint
+// and what is wrong (etcdclient.Connect).
+func newEtcdClient(f *configs.File, endpoints []string, log *slog.Logger) (*clientv3.Client, error) {
+	cfg, err := etcdConfig(f, endpoints, log)
 	if err != nil {
-		return nil, fmt.Errorf("etcd client for %s: %w", strings.Join(endpoints, ","), err)
+		return nil, err
 	}
-	return cli, nil
+	ctx, cancel := context.WithTimeout(context.Background(), f.Etcd.DialTimeout)
+	defer cancel()
+	cli, _, err := etcdclient.Connect(ctx, cfg, nil)
+	return cli, err
 }
 
 // openPool builds a PostgreSQL pool from the config's database URL. It does

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -198,9 +199,15 @@ func printBanner(w io.Writer, c *devcluster.Cluster, self string) {
 		byHand = append(byHand, fmt.Sprintf("kill -KILL %d (%s)", in.PID, in.Name))
 	}
 	fmt.Fprintf(tw, "  or by hand\t%s; -STOP / -CONT to pause\n", strings.Join(byHand, ", "))
-	fmt.Fprintf(tw, "  the cluster in a terminal\t%s status --config %s\n", self, first.Config)
+	fmt.Fprintf(tw, "  the cluster in a terminal\t%s status --watch --config %s\n", self, first.Config)
 	if certs {
 		fmt.Fprintf(tw, "  the certificates\t%s certs list --config %s\n", self, first.Config)
+	}
+	if web, ok := c.WebTier(); ok && len(web.Domains) > 0 {
+		d := web.Domains[0]
+		_, port, _ := net.SplitHostPort(web.Addr)
+		fmt.Fprintf(tw, "  a domain over HTTPS\tcurl --cacert %s --resolve %s:%s:127.0.0.1 https://%s:%s/\n", web.RootFile, d, port, d, port)
+		fmt.Fprintf(tw, "  renew its certificate\t%s certs renew %s --config %s\n", self, d, first.Config)
 	}
 	tw.Flush()
 	p("")

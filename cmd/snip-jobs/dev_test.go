@@ -2,17 +2,22 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -29,7 +34,8 @@ type devProcess struct {
 	out     string // file holding its stdout
 	errOut  string // and its stderr
 	exited  chan struct{}
-	control string // the supervisor's URL, from what dev printed
+	control string    // the supervisor's URL, from what dev printed
+	began   time.Time // when its banner was read
 }
 
 // startDev runs `snip-jobs dev` on free ports and waits for its banner. It is
@@ -82,6 +88,7 @@ func startDev(t *testing.T) *devProcess {
 		}
 		return false
 	})
+	d.began = time.Now()
 	return d
 }
 
@@ -125,9 +132,26 @@ func chromium(t *testing.T) string {
 	return ""
 }
 
-// browser starts a headless chromium with a fresh profile, for the test.
-func browser(t *testing.T) context.Context {
+// chromiumBrowser is a headless chromium with a fresh profile.
+type chromiumBrowser struct {
+	ctx     context.Context // its first tab
+	profile string          // --user-data-dir
+	tmp     string          // its TMPDIR
+	close   func()          // closes it (idempotent) and removes tmp
+}
+
+// browser starts a headless chromium for the test. Its temporary files go to
+// a folder of the test's (TMPDIR), and close shuts it down cleanly (a killed
+// chromium leaves /tmp/org.chromium.Chromium.* behind); the test's cleanup
+// closes it too, if the test did not.
+func browser(t *testing.T) *chromiumBrowser {
 	t.Helper()
+	// Short: chromium puts its singleton socket there (at most 107 bytes).
+	tmp, err := os.MkdirTemp("", "snip-jobs-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &chromiumBrowser{profile: t.TempDir(), tmp: tmp}
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
 		chromedp.ExecPath(chromium(t)),
 		chromedp.Headless,
@@ -138,15 +162,66 @@ func browser(t *testing.T) context.Context {
 		chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true),
 		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.UserDataDir(t.TempDir()),
+		chromedp.UserDataDir(b.profile),
+		chromedp.Env("TMPDIR="+tmp),
 		chromedp.WindowSize(1280, 960),
 	)
 	ctx, cancel := chromedp.NewContext(actx)
-	t.Cleanup(func() { cancel(); cancelAlloc() })
+	var once sync.Once
+	b.ctx, b.close = ctx, func() {
+		once.Do(func() {
+			if err := chromedp.Cancel(ctx); err != nil { // Browser.close, and waits for the process
+				t.Logf("close chromium: %v", err)
+			}
+			cancel()
+			cancelAlloc()
+			if err := os.RemoveAll(tmp); err != nil {
+				t.Errorf("remove chromium's TMPDIR: %v", err)
+			}
+		})
+	}
+	t.Cleanup(b.close)
 	if err := chromedp.Do(ctx); err != nil { // starts the browser
 		t.Fatalf("start chromium: %v", err)
 	}
-	return ctx
+	return b
+}
+
+// chromiumLitter lists what chromium leaves in /tmp when it is not shut down
+// cleanly: a folder (and shared-memory files) named after it.
+func chromiumLitter(t *testing.T) map[string]bool {
+	t.Helper()
+	entries, err := os.ReadDir(os.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := map[string]bool{}
+	for _, e := range entries {
+		if strings.Contains(e.Name(), "org.chromium.") || strings.HasPrefix(e.Name(), "snip-jobs-chromium-") {
+			found[filepath.Join(os.TempDir(), e.Name())] = true
+		}
+	}
+	return found
+}
+
+// checkNoLitter closes the browser and fails if it left anything in /tmp that
+// was not there before: its TMPDIR, or a chromium folder holding its cookie
+// (other tests' browsers may run meanwhile; their folders are theirs).
+func (b *chromiumBrowser) checkNoLitter(t *testing.T, before map[string]bool) {
+	t.Helper()
+	cookie, err := os.Readlink(filepath.Join(b.profile, "SingletonCookie"))
+	if err != nil {
+		t.Fatalf("chromium's profile has no SingletonCookie (%v): cannot tell its folders from other browsers'", err)
+	}
+	b.close()
+	for path := range chromiumLitter(t) {
+		if before[path] {
+			continue
+		}
+		if theirs, _ := os.Readlink(filepath.Join(path, "SingletonCookie")); path == b.tmp || theirs == cookie {
+			t.Errorf("the browser left %s behind", path)
+		}
+	}
 }
 
 // pageView is what the test reads off the page in the browser.
@@ -171,7 +246,9 @@ type pageView struct {
 		Instance string `json:"instance"`
 		State    string `json:"state"`
 		LateEnd  bool   `json:"late"`
+		Title    string `json:"title"` // the tooltip
 	} `json:"terms"`
+	Window string `json:"window"` // the timeline's span
 }
 
 const readPage = `(() => ({
@@ -184,7 +261,8 @@ const readPage = `(() => ({
 		name: r.dataset.job, mode: r.dataset.mode, leader: r.dataset.leader, token: r.dataset.token})),
 	terms: [...document.querySelectorAll('svg.timeline g.lane g.term')].map(g => ({
 		job: g.closest('g.lane').dataset.job, token: +g.dataset.token, instance: g.dataset.instance, state: g.dataset.state,
-		late: g.dataset.lateEnd === 'true'})),
+		late: g.dataset.lateEnd === 'true', title: g.querySelector('title').textContent})),
+	window: document.querySelector('[data-window]').dataset.window,
 }))()`
 
 // read reads the page as it is now in the browser (no reload: the page's
@@ -269,12 +347,17 @@ func (w *watcher) until(what string, cond func(v pageView) bool) pageView {
 }
 
 func (v pageView) term(job string, token int64) (state string, late bool) {
+	state, late, _ = v.termTitled(job, token)
+	return state, late
+}
+
+func (v pageView) termTitled(job string, token int64) (state string, late bool, title string) {
 	for _, tm := range v.Terms {
 		if tm.Job == job && tm.Token == token {
-			return tm.State, tm.LateEnd
+			return tm.State, tm.LateEnd, tm.Title
 		}
 	}
-	return "", false
+	return "", false, ""
 }
 
 // successor is the ongoing term of job after token, on another instance than
@@ -299,16 +382,21 @@ func atoi64(t *testing.T, s string) int64 {
 
 // One command brings up a three-instance cluster. Each instance's status
 // page, in a real browser, shows the three instances and a leader for each
-// singleton. With the page's buttons: the leader of a job resigns, and the
-// timeline (refreshed by the page's script, without a reload) shows the
-// hand-over, its term ended and a successor's with a higher token; the leader
-// is killed, and its term, never closed, is cut at its successor's start; the
-// killed instance is restarted; a leader is paused (SIGSTOP), replaced, and
-// resumed, and its term's end, recorded late, is drawn apart. Ctrl-C stops
-// everything and removes every file.
+// singleton, over a window that fits the young cluster. With the page's
+// buttons: the leader of a job resigns, and the timeline (refreshed by the
+// page's script, without a reload) shows the hand-over, its term ended and a
+// successor's with a higher token; the leader is killed, and its term, never
+// closed, is cut at its successor's start; the killed instance's link answers
+// at once with the supervisor's down page, whose button restarts it; a leader
+// is paused (SIGSTOP), replaced, and resumed, and its term's end, recorded
+// late, is drawn apart. Each term's tooltip and the narration say why it
+// ended. Ctrl-C stops everything and removes every file, and the browser
+// leaves nothing in /tmp.
 func TestDevRunsAClusterWhoseStatusPageShowsAFailoverInABrowser(t *testing.T) {
 	t.Parallel()
-	ctx := browser(t)
+	litter := chromiumLitter(t)
+	b := browser(t)
+	ctx := b.ctx
 	dev := startDev(t)
 	st := dev.state()
 	if len(st.Instances) != 3 {
@@ -323,7 +411,7 @@ func TestDevRunsAClusterWhoseStatusPageShowsAFailoverInABrowser(t *testing.T) {
 	}
 
 	w.open("")
-	w.until("three instances up and a leader for each singleton", func(v pageView) bool {
+	opened := w.until("three instances up and a leader for each singleton", func(v pageView) bool {
 		up := 0
 		for _, in := range v.Instances {
 			if in.Up && in.Process == "running" {
@@ -341,28 +429,36 @@ func TestDevRunsAClusterWhoseStatusPageShowsAFailoverInABrowser(t *testing.T) {
 		}
 		return up == 3 && singletons >= 2
 	})
+	if d, err := time.ParseDuration(opened.Window); err != nil || d >= 5*time.Minute {
+		t.Errorf("the timeline of a cluster %v old spans %q; want it fitted to the history, under 5m", time.Since(dev.began), opened.Window)
+	}
 
 	// Resign: a clean hand-over.
 	m := w.press(`button[data-action="resign"][data-job="heartbeat"]`,
 		`heartbeat: (server-\d) \(token (\d+)\) resigned; (server-\d) took over \(token (\d+)\)`)
-	resigned, token := m[1], atoi64(t, m[2])
-	w.until(fmt.Sprintf("heartbeat's term %d ended and a successor's", token), func(v pageView) bool {
-		state, _ := v.term("heartbeat", token)
-		return state == "ended" && v.successor("heartbeat", token, resigned)
+	resigned, resignToken := m[1], atoi64(t, m[2])
+	why := map[string]string{} // narration and tooltips: why each term ended
+	why[fmt.Sprintf("%s's term is over (token %d)", resigned, resignToken)] = "resigned at an operator's request (snip-jobs resign)"
+	w.until(fmt.Sprintf("heartbeat's term %d ended and a successor's, its tooltip saying why", resignToken), func(v pageView) bool {
+		state, _, title := v.termTitled("heartbeat", resignToken)
+		return state == "ended" && v.successor("heartbeat", resignToken, resigned) &&
+			strings.Contains(title, "ended: resigned at an operator's request (snip-jobs resign)")
 	})
 
 	// Kill the leader: its term never closes.
 	m = w.press(`button[data-action="kill"][data-job="heartbeat"]`,
 		`killed (server-\d) \(pid \d+, SIGKILL\), the leader of heartbeat \(token (\d+)\)`)
-	victim, token := m[1], atoi64(t, m[2])
+	victim, killToken := m[1], atoi64(t, m[2])
+	why[fmt.Sprintf("%s's term is over (token %d)", victim, killToken)] = victim + " was killed by SIGKILL: no resign"
 	if victim == w.on {
 		w.open(victim)
 	}
-	v := w.until(fmt.Sprintf("heartbeat handed over from the killed %s (token %d)", victim, token), func(v pageView) bool {
+	v := w.until(fmt.Sprintf("heartbeat handed over from the killed %s (token %d), the tooltip saying so", victim, killToken), func(v pageView) bool {
 		_, process := v.instance(victim)
-		return process == "exited" && v.successor("heartbeat", token, victim)
+		_, _, title := v.termTitled("heartbeat", killToken)
+		return process == "exited" && v.successor("heartbeat", killToken, victim) && strings.Contains(title, "ended: "+victim+" was killed by SIGKILL")
 	})
-	if state, _ := v.term("heartbeat", token); state != "unclosed" {
+	if state, _ := v.term("heartbeat", killToken); state != "unclosed" {
 		t.Errorf("the killed leader's term is drawn %q; want it cut at its successor's start (unclosed)", state)
 	}
 	w.until(victim+" shown down", func(v pageView) bool { up, _ := v.instance(victim); return !up })
@@ -370,26 +466,43 @@ func TestDevRunsAClusterWhoseStatusPageShowsAFailoverInABrowser(t *testing.T) {
 		t.Errorf("dev did not say that %s was killed:\n%s", victim, dev.stdout())
 	}
 
-	// Restart it.
-	w.press(`button[data-action="restart"][data-instance="`+victim+`"]`, `started `+victim+` again \(pid \d+\)`)
-	w.until(victim+" up again", func(v pageView) bool { up, process := v.instance(victim); return up && process == "running" })
+	// Its link answers at once: the supervisor's page saying it is down,
+	// linking to the others; its button restarts it and brings the browser
+	// back to its status page.
+	w.visitDown(victim)
+	w.until(victim+" up again, on its own page", func(v pageView) bool { up, process := v.instance(victim); return up && process == "running" })
 
 	// Pause the leader of weekly-report; resume it once replaced.
 	m = w.press(`button[data-action="pause"][data-job="weekly-report"]`,
 		`paused (server-\d) \(pid \d+, SIGSTOP\), the leader of weekly-report \(token (\d+)\)`)
-	sleeper, token := m[1], atoi64(t, m[2])
+	sleeper, pauseToken := m[1], atoi64(t, m[2])
+	why[fmt.Sprintf("%s's term is over (token %d)", sleeper, pauseToken)] = sleeper + " is paused (SIGSTOP): its lease expired"
 	if sleeper == w.on { // its page froze with it
 		w.open(sleeper)
 	}
-	w.until(fmt.Sprintf("a successor of the paused %s (token %d)", sleeper, token), func(v pageView) bool {
+	w.until(fmt.Sprintf("a successor of the paused %s (token %d)", sleeper, pauseToken), func(v pageView) bool {
 		_, process := v.instance(sleeper)
-		return process == "paused" && v.successor("weekly-report", token, sleeper)
+		return process == "paused" && v.successor("weekly-report", pauseToken, sleeper)
 	})
 	w.press(`button[data-action="resume"][data-instance="`+sleeper+`"]`, `resumed `+sleeper)
-	w.until(fmt.Sprintf("the paused term (token %d) drawn with its late end", token), func(v pageView) bool {
-		state, late := v.term("weekly-report", token)
-		return state == "ended" && late
+	w.until(fmt.Sprintf("the paused term (token %d) drawn with its late end, the tooltip saying why", pauseToken), func(v pageView) bool {
+		state, late, title := v.termTitled("weekly-report", pauseToken)
+		return state == "ended" && late && strings.Contains(title, "ended: "+sleeper+" is paused (SIGSTOP)")
 	})
+
+	// The narration said why each of those terms ended, and gave a reason
+	// for every other (the instances spreading the singletons at start-up).
+	out := dev.stdout()
+	for over, reason := range why {
+		if !strings.Contains(out, over+": "+reason+"; no leader until another instance wins") {
+			t.Errorf("dev did not narrate %q with %q:\n%s", over, reason, out)
+		}
+	}
+	for _, line := range linesWith(out, "'s term is over (token") {
+		if strings.Contains(line, "recorded no reason") {
+			t.Errorf("dev narrated a term's end without its reason: %s", line)
+		}
+	}
 
 	// The picture for the README: the last 30 seconds.
 	w.query = "?window=30s"
@@ -416,6 +529,24 @@ func TestDevRunsAClusterWhoseStatusPageShowsAFailoverInABrowser(t *testing.T) {
 	eventually(t, "the demo's custom domains certified, as certs list shows them", func() bool {
 		r := snip(t, nil, "certs", "list", "--config", certs[1])
 		return r.code == 0 && strings.Count(r.stdout, " valid ") == 3
+	})
+
+	// The banner's HTTPS line: the demo's web tier serves a domain with the
+	// certificate the renewer stored; the banner's renew command changes it.
+	https := regexp.MustCompile(`a domain over HTTPS +curl --cacert (\S+) --resolve (\S+):(\d+):127\.0\.0\.1 `).FindStringSubmatch(dev.stdout())
+	renew := regexp.MustCompile(`renew its certificate +\S.* certs renew (\S+) --config (\S+)`).FindStringSubmatch(dev.stdout())
+	if https == nil || renew == nil || renew[1] != https[2] {
+		t.Fatalf("dev did not print the HTTPS and renew commands for one domain:\n%s", dev.stdout())
+	}
+	served := servedSerial(t, https[1], https[2], "127.0.0.1:"+https[3])
+	var first string
+	eventually(t, "the demo's web tier serving "+https[2], func() bool { first = served(); return first != "" })
+	if r := snip(t, nil, "certs", "renew", renew[1], "--config", renew[2]); r.code != 0 {
+		t.Fatalf("the banner's renew command: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	eventually(t, "a new certificate served for "+https[2]+" after certs renew", func() bool {
+		s := served()
+		return s != "" && s != first
 	})
 
 	// Ctrl-C: everything stops, every file goes.
@@ -447,6 +578,69 @@ func TestDevRunsAClusterWhoseStatusPageShowsAFailoverInABrowser(t *testing.T) {
 		if err := syscall.Kill(in.PID, 0); !errors.Is(err, syscall.ESRCH) {
 			t.Errorf("%s (pid %d) still runs after dev stopped", in.Name, in.PID)
 		}
+	}
+	b.checkNoLitter(t, litter)
+}
+
+// visitDown opens the page of the instance name, whose process is not
+// running, expects the supervisor's down page, and presses its restart
+// button: the form posts to the supervisor, which sends the browser back to
+// the instance's status page once it has started the process again.
+func (w *watcher) visitDown(name string) {
+	w.t.Helper()
+	if err := chromedp.Do(w.ctx, chromedp.Navigate(w.pages[name])); err != nil {
+		w.t.Fatalf("open %s's page while it is down: %v", name, err)
+	}
+	type downPage struct {
+		Down string   `json:"down"`
+		Live []string `json:"live"`
+	}
+	page, err := chromedp.Run(w.ctx, chromedp.Evaluate[downPage](`(() => ({
+		down: (document.getElementById('down') || {dataset: {}}).dataset.instance || '',
+		live: [...document.querySelectorAll('ul.live a')].map(a => a.textContent)}))()`))
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	if page.Down != name || len(page.Live) != 2 || slices.Contains(page.Live, name) {
+		w.t.Fatalf("%s's page while it is down: %+v; want the down page of %s linking to the two others", name, page, name)
+	}
+	if _, err := chromedp.Run(w.ctx, chromedp.Evaluate[bool](`(() => { document.getElementById('restart').click(); return true; })()`)); err != nil {
+		w.t.Fatal(err)
+	}
+	w.on = name
+	var last string // what the browser shows, for the failure message
+	defer func() {
+		if w.t.Failed() {
+			w.t.Logf("the browser, last: %s", last)
+		}
+	}()
+	eventually(w.t, name+"'s own page, live, after the down page's restart", func() bool {
+		v, err := chromedp.Run(w.ctx, chromedp.Evaluate[pageView](readPage))
+		href, _ := chromedp.Run(w.ctx, chromedp.Evaluate[string](`location.href + ' ' + document.title + ' ' + document.body.innerText.slice(0, 300)`))
+		last = fmt.Sprintf("%s: %+v, %v", href, v, err)
+		return err == nil && v.Conn == "live" && len(v.Jobs) > 0 // errors while the browser navigates
+	})
+}
+
+// servedSerial returns a function that connects to addr as domain, trusting
+// only the root in rootFile, and returns the serial of the certificate it was
+// served ("" when the handshake fails).
+func servedSerial(t *testing.T, rootFile, domain, addr string) func() string {
+	pem, err := os.ReadFile(rootFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(pem) {
+		t.Fatalf("%s holds no certificate", rootFile)
+	}
+	return func() string {
+		c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, &tls.Config{ServerName: domain, RootCAs: roots})
+		if err != nil {
+			return ""
+		}
+		defer c.Close()
+		return c.ConnectionState().PeerCertificates[0].SerialNumber.Text(16)
 	}
 }
 

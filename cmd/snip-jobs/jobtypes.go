@@ -4,16 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/snip/snip-jobs/configs"
+	"github.com/snip/snip-jobs/internal/sqltext"
 	"github.com/snip/snip-jobs/jobs/aggregator"
 	"github.com/snip/snip-jobs/jobs/certrenew"
+	"github.com/snip/snip-jobs/jobs/certsync"
 	"github.com/snip/snip-jobs/jobs/weeklyreport"
 	"github.com/snip/snip-jobs/scheduler"
 )
@@ -25,6 +29,7 @@ func registry() *scheduler.Registry {
 		aggregator.Type(),
 		weeklyreport.Type(),
 		certrenew.Type(),
+		certsync.Type(),
 	)
 	if err != nil {
 		panic(fmt.Sprintf("snip-jobs: job type registry: %v", err)) // a programming error
@@ -34,9 +39,11 @@ func registry() *scheduler.Registry {
 
 // sqlOptions are the options of a job of type sql.
 type sqlOptions struct {
-	// Statement is one SQL statement. It may use the named parameters @job,
-	// @instance, @token (0 when the job is not a singleton) and @slot (the cron
-	// slot's instant, NULL for other schedules).
+	// Statement is exactly one SQL statement, not transaction control:
+	// trusted operator input, run with the service's role. It may use the
+	// named parameters @job, @instance, @token (0 when the job is not a
+	// singleton) and @slot (the cron slot's instant, NULL for other
+	// schedules).
 	Statement string `yaml:"statement"`
 	// Resource is the fencing resource of a singleton's statement (default: the
 	// job's name). Not allowed in database mode, where each slot is fenced on
@@ -48,11 +55,50 @@ func (o *sqlOptions) Validate() error {
 	var errs []error
 	if strings.TrimSpace(o.Statement) == "" {
 		errs = append(errs, errors.New("statement is required"))
+	} else if err := checkStatement(o.Statement); err != nil {
+		errs = append(errs, &configs.OptionError{Key: "statement", Err: err})
 	}
 	if o.Resource != "" && strings.ContainsFunc(o.Resource, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) {
 		errs = append(errs, fmt.Errorf("resource %q: no spaces or control characters", o.Resource))
 	}
 	return errors.Join(errs...)
+}
+
+// transactionControl are the statements that end, start or split a
+// transaction: a singleton's statement runs inside the term's fenced
+// transaction, which they would commit early or leave (COMMIT AND CHAIN goes
+// on unfenced), so they are refused, whatever the job's mode.
+var transactionControl = [][]string{
+	{"BEGIN"}, {"START", "TRANSACTION"}, {"COMMIT"}, {"END"}, {"ROLLBACK"}, {"ABORT"},
+	{"SAVEPOINT"}, {"RELEASE"}, {"PREPARE", "TRANSACTION"},
+	{"SET", "TRANSACTION"}, {"SET", "SESSION", "CHARACTERISTICS"},
+}
+
+// checkStatement says what is wrong with a sql job's statement: more than one
+// statement, or transaction control.
+func checkStatement(text string) error {
+	stmts := sqltext.Split(text)
+	if len(stmts) > 1 {
+		return fmt.Errorf("holds %d statements (the second starts at character %d: %q); a job runs exactly one: "+
+			"put the others in jobs of their own, or in a function", len(stmts), utf8.RuneCountInString(text[:stmts[1].Start])+1, abbreviate(stmts[1].Text))
+	}
+	words := sqltext.Words(text, 3)
+	for _, tc := range transactionControl {
+		if len(words) >= len(tc) && slices.Equal(words[:len(tc)], tc) {
+			return fmt.Errorf("%s is transaction control, which a job's statement must not use: "+
+				"a singleton's statement runs inside the term's fenced transaction and must not end it", strings.Join(tc, " "))
+		}
+	}
+	return nil
+}
+
+// abbreviate shortens a statement for a message.
+func abbreviate(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > 40 {
+		return string(r[:40]) + "…"
+	}
+	return s
 }
 
 // sqlType runs one SQL statement per run: pruning old rows, refreshing a
@@ -99,7 +145,10 @@ func (j *sqlJob) Run(ctx context.Context, r *scheduler.Run) error {
 	if r.Token > 0 {
 		fn := func(ctx context.Context, tx pgx.Tx) error {
 			var err error
-			if tag, err = tx.Exec(ctx, j.statement, args); err != nil {
+			if tag, err = execOne(ctx, tx.Conn(), j.statement, args); err != nil {
+				return err
+			}
+			if err := stillInTransaction(tx.Conn(), tag); err != nil {
 				return err
 			}
 			if !r.Slot.IsZero() {
@@ -113,7 +162,11 @@ func (j *sqlJob) Run(ctx context.Context, r *scheduler.Run) error {
 			err = r.Fenced(ctx, fn)
 		}
 	} else {
-		tag, err = j.pool.Exec(ctx, j.statement, args)
+		err = j.pool.AcquireFunc(ctx, func(c *pgxpool.Conn) error {
+			var err error
+			tag, err = execOne(ctx, c.Conn(), j.statement, args)
+			return err
+		})
 	}
 	if err != nil {
 		return fmt.Errorf("sql: %w", err)
@@ -123,6 +176,39 @@ func (j *sqlJob) Run(ctx context.Context, r *scheduler.Run) error {
 		r.Log.Info("statement done", "command", tag.String(), "rows", n)
 	} else {
 		r.Log.Debug("statement done", "command", tag.String(), "rows", n)
+	}
+	return nil
+}
+
+// execOne runs statement with PostgreSQL's extended protocol, which refuses
+// text holding more than one statement ("cannot insert multiple commands into
+// a prepared statement"). pgx sends a statement without arguments with the
+// simple protocol, which would run every statement of the text, a COMMIT among
+// them: so the named arguments are bound here, and a statement left without
+// any is sent with ExecParams.
+func execOne(ctx context.Context, conn *pgx.Conn, statement string, named pgx.NamedArgs) (pgconn.CommandTag, error) {
+	sql, args, err := named.RewriteQuery(ctx, conn, statement, nil)
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	if len(args) > 0 {
+		// The mode is explicit: the URL's default_query_exec_mode may say simple_protocol.
+		return conn.Exec(ctx, sql, append([]any{pgx.QueryExecModeCacheStatement}, args...)...)
+	}
+	res := conn.PgConn().ExecParams(ctx, sql, nil, nil, nil, nil).Read()
+	return res.CommandTag, res.Err
+}
+
+// stillInTransaction refuses a statement that ended or replaced the fenced
+// transaction (validate refuses transaction control; this holds whatever
+// reached the job): what follows must not run unfenced.
+func stillInTransaction(conn *pgx.Conn, tag pgconn.CommandTag) error {
+	if conn.PgConn().TxStatus() != 'T' {
+		return fmt.Errorf("the statement ended the fenced transaction (%s): transaction control is not allowed", tag)
+	}
+	switch tag.String() {
+	case "BEGIN", "START TRANSACTION", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE", "PREPARE TRANSACTION":
+		return fmt.Errorf("the statement is transaction control (%s), which a job's statement must not use", tag)
 	}
 	return nil
 }

@@ -3,8 +3,12 @@ package main
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/fencing"
@@ -18,8 +22,7 @@ import (
 // runs everywhere executes plainly.
 func TestSQLJobFencesSingletonsAndCompletesCronSlotsWithTheStatement(t *testing.T) {
 	ctx := context.Background()
-	url, pool := testdb.New(t)
-	testenv.Exec(t, pool, pulsesTable)
+	url, pool := runtimeDB(t)
 	file, err := configs.Parse("test.yaml", []byte(`
 instance: server-a
 jobs:
@@ -64,5 +67,140 @@ jobs:
 	got := pulses(t, url)
 	if len(got) != 2 || got[0].token != 20 || got[1].token != 0 {
 		t.Fatalf("rows %+v: want the token-20 run and the unfenced one, nothing from token 19", got)
+	}
+}
+
+// runtimeDB is a database set up as docs/operations.md says with the pulses
+// table granted to the runtime role: the superuser's URL (for checks) and a
+// pool as the runtime role (the job's).
+func runtimeDB(t *testing.T) (string, *pgxpool.Pool) {
+	t.Helper()
+	db := testdb.NewDB(t)
+	exec1(t, db.Owner, pulsesTable+"; GRANT INSERT ON pulses TO "+testdb.RuntimeRole+"; GRANT USAGE ON SEQUENCE pulses_id_seq TO "+testdb.RuntimeRole)
+	return db.Super, testdb.Pool(t, db.Runtime)
+}
+
+// A statement on a table the runtime role was not granted fails with
+// PostgreSQL's words naming the table.
+func TestASQLStatementWithoutItsGrantFailsNamingTheTable(t *testing.T) {
+	_, pool := runtimeDB(t)
+	typ, _ := registry().Type("sql")
+	job, err := typ.New(scheduler.Env{Instance: "server-a", Pool: pool}, configs.Job{Name: "prune", Type: "sql",
+		Options: &sqlOptions{Statement: "DELETE FROM pulses WHERE token < @token"}, Schedule: configs.Schedule{Kind: configs.Interval}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = job.Run(context.Background(), scheduler.NewRun(scheduler.RunConfig{Job: "prune", Instance: "server-a", Token: 3, Fence: fencing.New(pool, "server-a")}))
+	if err == nil || !strings.Contains(err.Error(), "permission denied for table pulses") {
+		t.Errorf("a DELETE the runtime role was not granted: %v; want the refusal naming pulses", err)
+	}
+}
+
+// `validate` refuses a statement that is several, or transaction control, at
+// the statement's line, naming the job.
+func TestValidateRefusesSeveralStatementsAndTransactionControl(t *testing.T) {
+	refused := []struct{ statement, phrase string }{
+		{"SELECT 1; SELECT 2", `holds 2 statements (the second starts at character 10: "SELECT 2")`},
+		{"COMMIT; INSERT INTO pulses (instance, token) VALUES ('x', 1)", "holds 2 statements"},
+		{"commit", "COMMIT is transaction control"},
+		{"COMMIT AND CHAIN", "COMMIT is transaction control"},
+		{"END", "END is transaction control"},
+		{"/* first */ begin", "BEGIN is transaction control"},
+		{"START TRANSACTION ISOLATION LEVEL SERIALIZABLE", "START TRANSACTION is transaction control"},
+		{"rollback", "ROLLBACK is transaction control"},
+		{"SAVEPOINT a", "SAVEPOINT is transaction control"},
+		{"RELEASE SAVEPOINT a", "RELEASE is transaction control"},
+		{"SET TRANSACTION ISOLATION LEVEL SERIALIZABLE", "SET TRANSACTION is transaction control"},
+		{"SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY", "SET SESSION CHARACTERISTICS is transaction control"},
+		{"PREPARE TRANSACTION 'x'", "PREPARE TRANSACTION is transaction control"},
+	}
+	for _, c := range refused {
+		_, err := configs.Parse("jobs.yaml", sqlJobYAML(c.statement), registry())
+		want := `jobs.yaml:7:18: job "stamp": options.statement: ` + c.phrase
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("statement %q: got %v\nwant a problem starting %q", c.statement, err, want)
+		}
+	}
+	for _, ok := range []string{
+		"DELETE FROM pulses WHERE token < @token;",
+		"SELECT ';' AS semicolon -- and; a comment",
+		"DO $$ BEGIN PERFORM 1; END $$",
+		"SET LOCAL lock_timeout = '1s'",
+		"SELECT set_config('x.y', 'commit', true)",
+	} {
+		if _, err := configs.Parse("jobs.yaml", sqlJobYAML(ok), registry()); err != nil {
+			t.Errorf("statement %q refused: %v", ok, err)
+		}
+	}
+}
+
+// sqlJobYAML is a config with one sql job; the statement's value starts at
+// line 7, column 18.
+func sqlJobYAML(statement string) []byte {
+	return []byte(`instance: server-a
+jobs:
+  - name: stamp
+    type: sql
+    every: 1m
+    options:
+      statement: ` + strconv.Quote(statement) + "\n")
+}
+
+// Whatever reaches the job (validate is a separate step), its statement is
+// sent with the extended protocol, which refuses several statements: a COMMIT
+// can no longer end the fenced transaction and let an INSERT escape the fence,
+// and a statement that ends or replaces the transaction on its own fails the
+// run before the cron slot is marked done.
+func TestTheSQLJobRunsOneStatementInsideTheFenceWhateverItIsGiven(t *testing.T) {
+	ctx := context.Background()
+	url, pool := runtimeDB(t)
+	fence := fencing.New(pool, "server-a")
+	slot := time.Date(2026, 11, 23, 7, 0, 0, 0, time.UTC)
+	testenv.Exec(t, pool, `INSERT INTO cron_slots (job, slot, state, token, instance) VALUES ('stamp', '2026-11-23T07:00:00Z', 'running', 20, 'server-a')`)
+	typ, _ := registry().Type("sql")
+	run := func(statement string, token int64, slot time.Time) error {
+		spec := configs.Job{Name: "stamp", Type: "sql", Singleton: token > 0, Options: &sqlOptions{Statement: statement},
+			Schedule: configs.Schedule{Kind: configs.Interval}}
+		job, err := typ.New(scheduler.Env{Instance: "server-a", Pool: pool}, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var f *fencing.Fence
+		if token > 0 {
+			f = fence
+		}
+		return job.Run(ctx, scheduler.NewRun(scheduler.RunConfig{Job: "stamp", Instance: "server-a", Token: token, Slot: slot, Fence: f}))
+	}
+
+	for _, c := range []struct {
+		statement string
+		token     int64
+	}{
+		{"COMMIT; INSERT INTO pulses (instance, token) VALUES ('escaped', 1)", 20}, // no arguments: pgx would use the simple protocol
+		{"COMMIT; INSERT INTO pulses (instance, token) VALUES (@instance, @token)", 20},
+		{"SELECT 1; SELECT 2", 20},
+		{"SELECT 1; SELECT 2", 0},
+		{"INSERT INTO pulses (instance, token) VALUES ('everywhere', 0); SELECT 2", 0},
+	} {
+		err := run(c.statement, c.token, time.Time{})
+		if err == nil || !strings.Contains(err.Error(), "cannot insert multiple commands into a prepared statement") {
+			t.Errorf("statement %q (token %d): %v; want PostgreSQL's refusal of several statements", c.statement, c.token, err)
+		}
+	}
+	for _, statement := range []string{"COMMIT", "COMMIT AND CHAIN", "ROLLBACK", "ROLLBACK AND CHAIN"} {
+		if err := run(statement, 20, slot); err == nil || !strings.Contains(err.Error(), "transaction control") {
+			t.Errorf("statement %q at a cron slot: %v; want a refusal naming transaction control", statement, err)
+		}
+	}
+	if got := pulses(t, url); len(got) != 0 {
+		t.Errorf("rows %+v were written; want none", got)
+	}
+	var state string
+	if err := pool.QueryRow(ctx, `SELECT state FROM cron_slots WHERE job = 'stamp' AND slot = $1`, slot).Scan(&state); err != nil || state != "running" {
+		t.Errorf("slot state %q, %v; want running: no statement that ended the fenced transaction may complete it", state, err)
+	}
+	// One statement with no arguments runs (through ExecParams).
+	if err := run("INSERT INTO pulses (instance, token) VALUES ('plain', 0)", 0, time.Time{}); err != nil {
+		t.Fatalf("one statement without arguments: %v", err)
 	}
 }

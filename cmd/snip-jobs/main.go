@@ -19,6 +19,8 @@ import (
 	"strings"
 	"syscall"
 	"text/tabwriter"
+
+	"github.com/snip/snip-jobs/internal/termsafe"
 )
 
 // command is one subcommand.
@@ -115,7 +117,9 @@ func runMain(ctx context.Context, args []string, c *cli) int {
 		code = ee.code
 	}
 	if !errors.Is(err, errSilent) {
-		fmt.Fprintf(c.stderr, "snip-jobs %s: %v\n", cmd.name, err)
+		// An error may quote the database (a PostgreSQL message, a stored error):
+		// escaped (termsafe), its lines kept.
+		fmt.Fprintf(c.stderr, "snip-jobs %s: %s\n", cmd.name, termsafe.Text(err.Error()))
 		if code == 2 && strings.HasPrefix(err.Error(), "usage:") {
 			fmt.Fprintf(c.stderr, "Run 'snip-jobs %s --help' for usage.\n", cmd.name)
 		}

@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/snip/snip-jobs/internal/sockact"
+	"github.com/snip/snip-jobs/internal/testdb"
 	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/leadership"
 )
@@ -120,7 +121,13 @@ type config struct {
 	adminPort   int              // http.listen's port; 0: a port the test holds, passed as the "admin" socket
 	passed      []sockact.Socket // more sockets to pass (an "admin" one here makes in.admin its address)
 	ttl         string           // leadership block, e.g. "ttl: 2s\n  margin: 500ms"
+	urlFile     string           // postgres.url_file; "": url_env SNIP_JOBS_DATABASE_URL
 	jobs        string           // the jobs list, YAML
+	// etcd: TLS files (ca, cert, key), a user and its password file, and
+	// dial_timeout, each left out when empty.
+	tlsCA, tlsCert, tlsKey string
+	user, passwordFile     string
+	dialTimeout            string
 }
 
 // pulseJob is a singleton sql job that records every run as (instance, token)
@@ -148,7 +155,20 @@ func writeConfig(t *testing.T, c config) string {
 		fmt.Fprintf(&b, "  embedded_dir: %s\n", c.embeddedDir)
 	}
 	fmt.Fprintf(&b, "  prefix: %s\n", testPrefix)
-	b.WriteString("postgres:\n  url_env: SNIP_JOBS_DATABASE_URL\n")
+	if c.dialTimeout != "" {
+		fmt.Fprintf(&b, "  dial_timeout: %s\n", c.dialTimeout)
+	}
+	if c.tlsCA != "" || c.tlsCert != "" {
+		fmt.Fprintf(&b, "  tls:\n    ca: %s\n    cert: %s\n    key: %s\n", c.tlsCA, c.tlsCert, c.tlsKey)
+	}
+	if c.user != "" {
+		fmt.Fprintf(&b, "  auth:\n    user: %s\n    password_file: %s\n", c.user, c.passwordFile)
+	}
+	if c.urlFile != "" {
+		fmt.Fprintf(&b, "postgres:\n  url_file: %s\n", c.urlFile)
+	} else {
+		b.WriteString("postgres:\n  url_env: SNIP_JOBS_DATABASE_URL\n")
+	}
 	if c.ttl == "" {
 		c.ttl = "ttl: 2s\n  margin: 500ms\n  renew_interval: 400ms"
 	}
@@ -300,14 +320,21 @@ func (in *instance) waitReady() {
 	})
 }
 
-// migrate applies the schema with `snip-jobs migrate` and creates the pulses table.
-func migrate(t *testing.T, configPath, url string) {
+// migrate sets up the empty database at url (a superuser's) as
+// docs/operations.md says: the two roles (testdb.Roles), the schema applied
+// with `snip-jobs migrate --grant-to snip_jobs` as the owner, and the pulses
+// table, the sql jobs' own, granted to the runtime role by its owner. It
+// returns the URL of the runtime role, which the commands under test use;
+// the test's fixtures and checks keep url.
+func migrate(t *testing.T, configPath, url string) (runtime string) {
 	t.Helper()
-	r := snip(t, dbEnv(url), "migrate", "--config", configPath)
-	if r.code != 0 {
-		t.Fatalf("migrate: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	owner, runtime := testdb.Roles(t, url)
+	r := snip(t, dbEnv(owner), "migrate", "--grant-to", testdb.RuntimeRole, "--config", configPath)
+	if r.code != 0 || !strings.Contains(r.stdout, "granted role "+testdb.RuntimeRole) || r.stderr != "" && strings.Contains(r.stderr, "warning") {
+		t.Fatalf("migrate --grant-to: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	exec1(t, url, pulsesTable)
+	exec1(t, owner, pulsesTable+"; GRANT SELECT, INSERT ON pulses TO "+testdb.RuntimeRole+"; GRANT USAGE ON SEQUENCE pulses_id_seq TO "+testdb.RuntimeRole)
+	return runtime
 }
 
 func exec1(t *testing.T, url, sql string) {

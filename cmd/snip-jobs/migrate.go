@@ -21,10 +21,19 @@ its own transaction. Several servers may run it at once: a PostgreSQL advisory
 lock makes one apply the migrations while the others wait and then find nothing
 to do. With --status it changes nothing and lists every migration as applied
 (with its time) or pending. 'run' applies migrations itself at start when the
-config says postgres.migrate_on_start: true.`,
+config says postgres.migrate_on_start: true.
+
+With --grant-to ROLE (the runtime role the servers connect as, when the
+database URL here is the schema owner's), it then grants ROLE exactly what the
+service needs on the schema's tables and sequences, in one transaction; run it
+again after every upgrade (GRANT is idempotent). Snip's own tables (links,
+custom_domains) are granted only when the connected role owns them; for the
+others it prints the GRANT their owner must run. docs/operations.md
+("Database roles") lists the grants and how to create the roles.`,
 		flags: func(fs *flag.FlagSet, c *cli) func(context.Context, []string) error {
 			path := configFlag(fs)
 			status := fs.Bool("status", false, "list migrations as applied or pending; change nothing")
+			grantTo := fs.String("grant-to", "", "after migrating, grant this role (the servers' runtime role) what the service needs")
 			return func(ctx context.Context, args []string) error {
 				if len(args) > 0 {
 					return usageError("usage: migrate takes no arguments")
@@ -59,6 +68,9 @@ config says postgres.migrate_on_start: true.`,
 					fmt.Fprintf(c.stdout, "%d pending\n", pending)
 					return nil
 				}
+				if *status && *grantTo != "" {
+					return usageError("usage: migrate --status changes nothing; --grant-to does")
+				}
 				log := newLogger(f.Log, c.stderr)
 				res, err := migrations.Up(ctx, url, log)
 				if err != nil {
@@ -66,13 +78,24 @@ config says postgres.migrate_on_start: true.`,
 				}
 				if len(res.Applied) == 0 {
 					fmt.Fprintf(c.stdout, "schema up to date at version %d\n", res.Current)
+				} else {
+					vs := make([]string, len(res.Applied))
+					for i, v := range res.Applied {
+						vs[i] = strconv.FormatInt(v, 10)
+					}
+					fmt.Fprintf(c.stdout, "applied %d migration(s) (%s); schema at version %d\n", len(vs), strings.Join(vs, ", "), res.Current)
+				}
+				if *grantTo == "" {
 					return nil
 				}
-				vs := make([]string, len(res.Applied))
-				for i, v := range res.Applied {
-					vs[i] = strconv.FormatInt(v, 10)
+				notes, err := migrations.Grant(ctx, url, *grantTo)
+				if err != nil {
+					return err
 				}
-				fmt.Fprintf(c.stdout, "applied %d migration(s) (%s); schema at version %d\n", len(vs), strings.Join(vs, ", "), res.Current)
+				fmt.Fprintf(c.stdout, "granted role %s what the service needs\n", *grantTo)
+				for _, n := range notes {
+					fmt.Fprintf(c.stderr, "snip-jobs migrate: warning: %s\n", n)
+				}
 				return nil
 			}
 		},

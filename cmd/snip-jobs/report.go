@@ -5,10 +5,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/snip/snip-jobs/configs"
+	"github.com/snip/snip-jobs/internal/termsafe"
 	"github.com/snip/snip-jobs/jobs/weeklyreport"
 	"github.com/snip/snip-jobs/leadership"
 )
@@ -63,10 +66,16 @@ or after a fix. The write is fenced like the job's own runs of that week:
 				}
 				defer pool.Close()
 				if args[0] == "show" {
-					err := weeklyreport.Print(ctx, pool, c.stdout, *week)
+					// The report holds link slugs and titles: escaped (termsafe), line breaks kept.
+					var text strings.Builder
+					err := weeklyreport.Print(ctx, pool, &text, *week)
 					if errors.Is(err, weeklyreport.ErrNotFound) {
 						return fmt.Errorf("no stored report for %s", orLatest(*week))
 					}
+					if err != nil {
+						return err
+					}
+					_, err = io.WriteString(c.stdout, termsafe.Text(text.String()))
 					return err
 				}
 				if *week == "" {

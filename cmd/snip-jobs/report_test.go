@@ -33,7 +33,7 @@ func TestReportShowAndRebuild(t *testing.T) {
 	etcd := testenv.StartEtcd(t, 1)
 	url := testenv.PostgresDB(t)
 	path := writeConfig(t, config{instance: "server-1", endpoints: etcd.Endpoints(), adminPort: freePort(t), jobs: reportJobYAML})
-	migrate(t, path, url)
+	env := dbEnv(migrate(t, path, url))
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
@@ -67,14 +67,14 @@ func TestReportShowAndRebuild(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	show := snip(t, dbEnv(url), "report", "show", "--config", path, "--week", "2026-W47")
+	show := snip(t, env, "report", "show", "--config", path, "--week", "2026-W47")
 	if show.code != 0 || !strings.Contains(show.stdout, "2026-W47") || !strings.Contains(show.stdout, "40") {
 		t.Fatalf("report show: exit %d\n%s%s", show.code, show.stdout, show.stderr)
 	}
 
 	// Late clicks were counted; the operator rebuilds the week.
 	exec1(t, url, `UPDATE link_hourly_counts SET clicks = 75 WHERE link_id = 1`)
-	rebuild := snip(t, dbEnv(url), "report", "rebuild", "--config", path, "--week", "2026-W47")
+	rebuild := snip(t, env, "report", "rebuild", "--config", path, "--week", "2026-W47")
 	if rebuild.code != 0 || !strings.Contains(rebuild.stdout, "rebuilt") {
 		t.Fatalf("report rebuild: exit %d\n%s%s", rebuild.code, rebuild.stdout, rebuild.stderr)
 	}
@@ -97,7 +97,7 @@ func TestReportShowAndRebuild(t *testing.T) {
 		t.Fatalf("a rebuild with the leader's older token after the operator's: %v; want it refused", err)
 	}
 
-	missing := snip(t, dbEnv(url), "report", "show", "--config", path, "--week", "2020-W01")
+	missing := snip(t, env, "report", "show", "--config", path, "--week", "2020-W01")
 	if missing.code != 1 || !strings.Contains(missing.stderr, "no stored report for 2020-W01") {
 		t.Fatalf("report show of a missing week: exit %d\n%s", missing.code, missing.stderr)
 	}
@@ -111,7 +111,7 @@ func TestReportRebuildInDatabaseModeNeedsNoEtcd(t *testing.T) {
 	nobody := testenv.Listen(t) // accepts connections, never answers
 	path := writeConfig(t, config{instance: "server-1", endpoints: []string{"http://" + nobody.Addr().String()},
 		adminPort: freePort(t), jobs: reportJobYAML + "    coordination: database\n"})
-	migrate(t, path, url)
+	env := dbEnv(migrate(t, path, url))
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
@@ -152,7 +152,7 @@ func TestReportRebuildInDatabaseModeNeedsNoEtcd(t *testing.T) {
 	}
 
 	exec1(t, url, `UPDATE link_hourly_counts SET clicks = 75 WHERE link_id = 1`)
-	rebuild := snip(t, dbEnv(url), "report", "rebuild", "--config", path, "--week", "2026-W47")
+	rebuild := snip(t, env, "report", "rebuild", "--config", path, "--week", "2026-W47")
 	if rebuild.code != 0 || !strings.Contains(rebuild.stdout, "rebuilt (claim token") {
 		t.Fatalf("report rebuild: exit %d\n%s%s", rebuild.code, rebuild.stdout, rebuild.stderr)
 	}
@@ -182,7 +182,7 @@ func TestReportRebuildInDatabaseModeNeedsNoEtcd(t *testing.T) {
 		t.Fatalf("the slot's claimer after the rebuild: %v; want it refused because of the rebuild", err)
 	}
 
-	missing := snip(t, dbEnv(url), "report", "rebuild", "--config", path, "--week", "2026-W46")
+	missing := snip(t, env, "report", "rebuild", "--config", path, "--week", "2026-W46")
 	if missing.code != 1 || !strings.Contains(missing.stderr, "no stored report") {
 		t.Fatalf("report rebuild of a week never stored: exit %d\n%s%s", missing.code, missing.stdout, missing.stderr)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/snip/snip-jobs/configs"
+	"github.com/snip/snip-jobs/internal/termsafe"
 	"github.com/snip/snip-jobs/scheduler"
 )
 
@@ -53,7 +54,7 @@ etcd (not database-mode cron jobs) have a leader.`,
 					return fmt.Errorf("%s has no leader now: nothing to resign (is any instance running it?)", name)
 				}
 				if before.Instance != "" {
-					fmt.Fprintf(c.stdout, "%s: leader was %s (token %d)\n", name, before.Instance, before.Token)
+					fmt.Fprintf(c.stdout, "%s: leader was %s (token %d)\n", name, termsafe.String(before.Instance), before.Token)
 				}
 				if err != nil {
 					return err
@@ -62,9 +63,9 @@ etcd (not database-mode cron jobs) have a leader.`,
 				case after == nil:
 					fmt.Fprintf(c.stdout, "%s: handed over; no instance has taken it yet\n", name)
 				case after.Instance == before.Instance:
-					fmt.Fprintf(c.stdout, "%s: now %s again (token %d): no other instance took it; are the others running?\n", name, after.Instance, after.Token)
+					fmt.Fprintf(c.stdout, "%s: now %s again (token %d): no other instance took it; are the others running?\n", name, termsafe.String(after.Instance), after.Token)
 				default:
-					fmt.Fprintf(c.stdout, "%s: now %s (token %d)\n", name, after.Instance, after.Token)
+					fmt.Fprintf(c.stdout, "%s: now %s (token %d)\n", name, termsafe.String(after.Instance), after.Token)
 				}
 				return nil
 			}

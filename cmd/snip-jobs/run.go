@@ -22,6 +22,7 @@ import (
 
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/internal/admin"
+	"github.com/snip/snip-jobs/internal/etcdclient"
 	"github.com/snip/snip-jobs/internal/etcdlocal"
 	"github.com/snip/snip-jobs/internal/statuspage"
 	"github.com/snip/snip-jobs/leadership"
@@ -61,8 +62,17 @@ starts anyway and compares as soon as it answers; lacking migrations then stop
 it (exit status 1).
 
 Start-up fails (exit status 1) when another live process already uses this
-instance name, when the schema lacks migrations, or when no etcd lease can be
-had within max(30s, 3 × ttl). Under systemd (Type=notify) it reports READY=1
+instance name, when the schema lacks migrations, when etcd answers but refuses
+this instance (a wrong CA, a client certificate it does not accept or that
+expired, a wrong password: at once, one error naming the endpoint and the
+cause), when no etcd lease can be had within max(30s, 3 × ttl), or when a
+secret file the config names (postgres.url_file, etcd.auth.password_file,
+etcd.tls.key, a job's key_file) is readable by its group or others: chmod
+go-rwx it, or pass --allow-readable-secrets to start with a warning for each
+instead. Files under $CREDENTIALS_DIRECTORY (systemd's LoadCredential) are not
+checked. While etcd does not answer it waits the same way with or without a
+login (etcd.auth): /healthz answers, /readyz says the session holds no lease.
+Under systemd (Type=notify) it reports READY=1
 once the jobs run, pings the watchdog while the etcd session and the scheduler
 are healthy, and reports STOPPING=1 at shutdown. /metrics, /healthz, /readyz, /status (JSON) and the cluster's status
 page (/status/, with a timeline of the terms) are served on http.listen.
@@ -81,6 +91,8 @@ not stop in time). A second signal exits at once.`,
 			path := configFlag(fs)
 			listen := fs.String("embedded-etcd-listen", etcdlocal.DefaultClientAddr,
 				"client address of the embedded etcd, used only when the config has no etcd endpoints\n(a loopback host:port; port 0 picks a free port, logged at start)")
+			allowReadable := fs.Bool("allow-readable-secrets", false,
+				"start even when a secret file (postgres.url_file, etcd.auth.password_file, etcd.tls.key, a job's\nkey_file) is readable by its group or others; each is then logged as a warning")
 			devControl := fs.String("dev-control", "",
 				"base URL of the snip-jobs dev supervisor (set by dev for its instances): the status page\nthen shows buttons that ask it to kill, pause, restart an instance or resign a job")
 			return func(ctx context.Context, args []string) error {
@@ -100,6 +112,10 @@ not stop in time). A second signal exits at once.`,
 				}
 				r := &runner{cfg: f, log: newLogger(f.Log, c.stderr), embeddedListen: *listen, devControl: *devControl, socks: socks}
 				r.ilog = r.log.With("instance", f.Instance)
+				if err := checkSecretFiles(f, *allowReadable, r.ilog); err != nil {
+					r.ilog.Error("exiting", "err", err)
+					return err
+				}
 				// lego logs through a process-wide logger (to stdout at Info by
 				// default): route it to ours, warnings and up.
 				legolog.SetDefault(newLogger(configs.Log{Format: f.Log.Format, Level: max(f.Log.Level, slog.LevelWarn)}, c.stderr).
@@ -112,6 +128,29 @@ not stop in time). A second signal exits at once.`,
 			}
 		},
 	}
+}
+
+// checkSecretFiles refuses secret files their group or others may read: an
+// error naming each (and the flag that allows them), or with allow a
+// warning for each.
+func checkSecretFiles(f *configs.File, allow bool, log *slog.Logger) error {
+	exposed := f.ExposedSecrets()
+	if len(exposed) == 0 {
+		return nil
+	}
+	if allow {
+		for _, e := range exposed {
+			log.Warn("secret file readable by other users (allowed by --allow-readable-secrets)", "file", e.Path, "setting", e.Key,
+				"job", e.Job, "mode", fmt.Sprintf("%04o", e.Mode), "problem", e.String())
+		}
+		return nil
+	}
+	lines := make([]string, len(exposed))
+	for i, e := range exposed {
+		lines[i] = e.String()
+	}
+	return fmt.Errorf("%s: secret files must be readable by their owner only:\n%s\n"+
+		"(or start with --allow-readable-secrets to run with a warning instead)", f.Path, strings.Join(lines, "\n"))
 }
 
 // runner is one `snip-jobs run` process: what it started, for shutdown.
@@ -232,7 +271,54 @@ func (r *runner) run(ctx context.Context) error {
 func (r *runner) start(ctx context.Context) error {
 	f := r.cfg
 	r.ilog.Info("starting", "version", versionString(), "config", f.Path)
+	if err := r.startDatabase(ctx); err != nil {
+		return err
+	}
 
+	// The admin server comes first: while etcd does not answer (with or
+	// without a user to log in), /healthz answers and /readyz says the
+	// session holds no lease, the same way in both cases.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		collectors.NewBuildInfoCollector(),
+	)
+	mux := http.NewServeMux()
+	page, session, err := r.startAdmin(reg, mux)
+	if err != nil {
+		return err
+	}
+	if r.acme, err = startChallengeServers(f, r.pool, reg, r.ilog, r.socks.take(socketChallenge)); err != nil {
+		return err
+	}
+
+	// One bound for the whole wait for etcd: logging in, then the first lease.
+	wait := max(minStartTimeout, 3*f.Leadership.TTL)
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	if needsEtcd(f) {
+		if err := r.startEtcd(ctx, wctx, wait); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return err
+		}
+		session.set(r.session)
+	} else {
+		r.ilog.Info("no job is led through etcd (no singleton outside database mode): not using etcd")
+	}
+	if err := r.startScheduler(reg, mux, page); err != nil {
+		return err
+	}
+	return r.waitFirstLease(ctx, wctx, wait)
+}
+
+// startDatabase opens the pools and compares the schema with the binary's
+// migrations (or applies them, with migrate_on_start); a database that does
+// not answer yet is compared once it does.
+func (r *runner) startDatabase(ctx context.Context) error {
+	f := r.cfg
 	pool, err := openPool(ctx, f, "run")
 	if err != nil {
 		return fmt.Errorf("%w (run needs PostgreSQL: set it in the environment or the file the config names)", err)
@@ -277,22 +363,40 @@ func (r *runner) start(ctx context.Context) error {
 			return err
 		}
 	}
+	return nil
+}
 
-	if needsEtcd(f) {
-		if err := r.startEtcd(ctx); err != nil {
-			return err
-		}
-	} else {
-		r.ilog.Info("no job is led through etcd (no singleton outside database mode): not using etcd")
+// startAdmin starts the admin server before the scheduler and the etcd
+// session exist: the page and the session it shows are set once they do.
+func (r *runner) startAdmin(reg *prometheus.Registry, mux *http.ServeMux) (*lateHandler, *lateSession, error) {
+	f := r.cfg
+	page := &lateHandler{}
+	acfg := admin.Config{
+		Listen: f.HTTP.Listen, Listener: r.socks.take(socketAdmin), AllowedHosts: f.HTTP.AllowedHosts,
+		Mux: mux, Gatherer: reg, Instance: f.Instance, Version: versionString(),
+		DB: r.pool, Page: page, Log: r.ilog,
+		Checks: []admin.Check{{Name: "schema", Err: r.schemaReady}},
 	}
+	session := &lateSession{}
+	if needsEtcd(f) {
+		acfg.Session = session
+	}
+	a, err := admin.New(acfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := a.Start(); err != nil {
+		return nil, nil, err
+	}
+	r.admin = a
+	return page, session, nil
+}
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		collectors.NewBuildInfoCollector(),
-	)
-	mux := http.NewServeMux()
+// startScheduler builds the scheduler and the status page, and hands them to
+// the admin server. Job types get the mux after the admin routes are on it:
+// a conflicting route panics in ServeMux, at start.
+func (r *runner) startScheduler(reg *prometheus.Registry, mux *http.ServeMux, page *lateHandler) error {
+	f := r.cfg
 	sched, err := scheduler.New(scheduler.Config{
 		File: f, Registry: registry(), Session: r.session, Pool: r.pool, Records: r.records, Log: r.log, Metrics: reg, Mux: mux,
 	})
@@ -300,51 +404,71 @@ func (r *runner) start(ctx context.Context) error {
 		return err
 	}
 	r.sched = sched
-
-	page, err := statuspage.New(statuspage.Config{
+	r.admin.SetJobs(sched)
+	p, err := statuspage.New(statuspage.Config{
 		Instance: f.Instance, Version: versionString(), Etcd: r.etcd, Prefix: f.Etcd.Prefix, Pool: r.pool,
 		Jobs: f.Jobs, DevControl: r.devControl,
 	}, r.ilog)
 	if err != nil {
 		return err
 	}
-	acfg := admin.Config{
-		Listen: f.HTTP.Listen, Listener: r.socks.take(socketAdmin), Mux: mux, Gatherer: reg, Instance: f.Instance, Version: versionString(),
-		DB: r.pool, Jobs: sched, Page: page, Log: r.ilog,
-		Checks: []admin.Check{{Name: "schema", Err: r.schemaReady}},
-	}
-	if r.session != nil {
-		acfg.Session = r.session
-	}
-	a, err := admin.New(acfg)
-	if err != nil {
-		return err
-	}
-	if err := a.Start(); err != nil {
-		return err
-	}
-	r.admin = a
-	if r.acme, err = startChallengeServers(f, r.pool, r.ilog, r.socks.take(socketChallenge)); err != nil {
-		return err
-	}
+	page.set(p)
+	return nil
+}
 
-	if r.session != nil {
-		wait := max(minStartTimeout, 3*f.Leadership.TTL)
-		wctx, cancel := context.WithTimeout(ctx, wait)
-		err := r.session.WaitReady(wctx)
-		cancel()
-		var dup *leadership.DuplicateInstanceError
-		switch {
-		case errors.As(err, &dup):
-			return err
-		case err != nil && ctx.Err() != nil:
-			return ctx.Err()
-		case err != nil:
-			return fmt.Errorf("no etcd lease within %v (is etcd reachable at %v?): %w", wait, r.etcd.Endpoints(), err)
-		}
-		r.lastLease.Store(time.Now().UnixNano())
+// waitFirstLease waits, within wctx (wait long), for the session's first
+// lease; without a session there is nothing to wait for.
+func (r *runner) waitFirstLease(ctx, wctx context.Context, wait time.Duration) error {
+	if r.session == nil {
+		return nil
+	}
+	err := r.session.WaitReady(wctx)
+	var dup *leadership.DuplicateInstanceError
+	switch {
+	case errors.As(err, &dup):
+		return err
+	case err != nil && ctx.Err() != nil:
+		return ctx.Err()
+	case err != nil:
+		return fmt.Errorf("no etcd lease within %v (is etcd reachable at %v?): %w", wait, r.etcd.Endpoints(), err)
+	}
+	r.lastLease.Store(time.Now().UnixNano())
+	return nil
+}
+
+// lateSession is the admin server's view of the etcd session, which exists
+// only once etcd answered: until then it holds no lease.
+type lateSession struct {
+	s atomic.Pointer[leadership.Session]
+}
+
+func (l *lateSession) set(s *leadership.Session) { l.s.Store(s) }
+
+func (l *lateSession) Stats() leadership.Stats {
+	if s := l.s.Load(); s != nil {
+		return s.Stats()
+	}
+	return leadership.Stats{}
+}
+
+func (l *lateSession) Err() error {
+	if s := l.s.Load(); s != nil {
+		return s.Err()
 	}
 	return nil
+}
+
+// lateHandler serves the status page once it exists, 503 before.
+type lateHandler struct{ h atomic.Pointer[http.Handler] }
+
+func (l *lateHandler) set(h http.Handler) { l.h.Store(&h) }
+
+func (l *lateHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	if h := l.h.Load(); h != nil {
+		(*h).ServeHTTP(w, req)
+		return
+	}
+	http.Error(w, "starting: waiting for etcd", http.StatusServiceUnavailable)
 }
 
 // schemaUncheckedError: the schema could not be compared (PostgreSQL did not
@@ -381,6 +505,11 @@ func (r *runner) checkSchema(ctx context.Context) error {
 		return fmt.Errorf("the database schema lacks %d migration(s) this binary needs: %s (schema at version %d); "+
 			"apply them with `snip-jobs migrate --config %s` (or set postgres.migrate_on_start: true) and start again",
 			len(c.Pending), strings.Join(c.Pending, ", "), c.Current, r.cfg.Path)
+	}
+	if len(c.Missing) > 0 {
+		return fmt.Errorf("the database role lacks privileges this binary needs: %s; grant them with "+
+			"`snip-jobs migrate --grant-to ROLE` run as the schema's owner (docs/operations.md, \"Database roles\") and start again",
+			strings.Join(c.Missing, ", "))
 	}
 	r.ilog.Info("the database schema has every migration this binary needs", "schema_version", c.Current)
 	return nil
@@ -431,9 +560,12 @@ func (r *runner) schemaReady(context.Context) error {
 	return nil
 }
 
-// startEtcd connects to the configured etcd, or starts the embedded one, and
-// starts the leadership session.
-func (r *runner) startEtcd(ctx context.Context) error {
+// startEtcd connects to the configured etcd, or starts the embedded one (under
+// ctx), and starts the leadership session. It waits (up to wctx, which ends
+// after wait) while etcd does not answer to a login, and fails at once when
+// etcd answers and refuses us (etcdclient.Connect); without a login the
+// session does the waiting.
+func (r *runner) startEtcd(ctx, wctx context.Context, wait time.Duration) error {
 	f := r.cfg
 	endpoints := f.Etcd.Endpoints
 	if f.Etcd.Embedded() {
@@ -448,9 +580,29 @@ func (r *runner) startEtcd(ctx context.Context) error {
 			"and every one of them would run every singleton. Several servers need a shared etcd cluster (etcd.endpoints).",
 			"endpoint", srv.Endpoint(), "data_dir", srv.Dir())
 	}
-	cli, err := newEtcdClient(f, endpoints, r.log)
+	cfg, err := etcdConfig(f, endpoints, r.log)
 	if err != nil {
 		return err
+	}
+	cli, eps, err := etcdclient.Connect(wctx, cfg, func(err error) {
+		r.ilog.Warn("etcd does not answer yet; waiting", "err", err, "for_at_most", wait)
+	})
+	switch {
+	case err != nil && wctx.Err() != nil:
+		return fmt.Errorf("no etcd lease within %v (is etcd reachable at %v?): %w", wait, endpoints, err)
+	case err != nil:
+		return err
+	}
+	for _, e := range eps {
+		if e.Version == "" {
+			continue
+		}
+		if minimum, below := etcdclient.BelowMinimum(e.Version); below {
+			r.ilog.Warn("this etcd member runs a version older than snip-jobs supports: upgrade it (docs/operations.md, \"etcd versions\")",
+				"endpoint", e.URL, "version", e.Version, "minimum", minimum)
+		} else {
+			r.ilog.Info("etcd member", "endpoint", e.URL, "version", e.Version)
+		}
 	}
 	r.etcd = cli
 	s, err := leadership.NewSession(leadership.Config{

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/snip/snip-jobs/internal/testdb"
 	"github.com/snip/snip-jobs/internal/testenv"
 )
 
@@ -27,14 +28,13 @@ func TestThreeInstancesRunASingletonOnOneAndHandOverOnResignAndSIGTERM(t *testin
 	etcd := testenv.StartEtcd(t, 1)
 	observer := etcdClient(t, etcd.Endpoint(0))
 	url := testenv.PostgresDB(t)
-	env := dbEnv(url)
 	// A 10 s lease: a successor that waited for expiry would be easy to tell
 	// from one that was handed the job.
 	slow := "ttl: 10s\n  margin: 3s"
 	mk := func(name string) config {
 		return config{instance: name, endpoints: []string{etcd.Endpoint(0)}, ttl: slow, jobs: pulseJob}
 	}
-	migrate(t, writeConfig(t, mk("migrator")), url)
+	env := dbEnv(migrate(t, writeConfig(t, mk("migrator")), url))
 	if r := snip(t, env, "migrate", "--status", "--config", writeConfig(t, mk("migrator"))); r.code != 0 || !strings.Contains(r.stdout, "0 pending") {
 		t.Fatalf("migrate --status: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
@@ -57,6 +57,17 @@ func TestThreeInstancesRunASingletonOnOneAndHandOverOnResignAndSIGTERM(t *testin
 	leader := procs[first.Instance]
 	if code, body := leader.get("/metrics"); code != http.StatusOK || !strings.Contains(body, `snip_jobs_leader{job="pulse"} 1`) {
 		t.Errorf("/metrics of the leader: %d, want snip_jobs_leader{job=\"pulse\"} 1 in:\n%s", code, body)
+	}
+	// The others say 0 though they never led it: the alert "nobody leads
+	// pulse" (every instance's 0) needs the series before any term.
+	for name, p := range procs {
+		if name == first.Instance {
+			continue
+		}
+		if code, body := p.get("/metrics"); code != http.StatusOK || !strings.Contains(body, `snip_jobs_leader{job="pulse"} 0`) ||
+			!strings.Contains(body, `snip_jobs_term_starts_total{job="pulse"} 0`) {
+			t.Errorf("/metrics of %s, which never led pulse: %d, want snip_jobs_leader{job=\"pulse\"} 0 and no term started in:\n%s", name, code, body)
+		}
 	}
 	var st struct {
 		Instance string `json:"instance"`
@@ -167,11 +178,10 @@ func TestKilledLeaderIsReplacedAfterItsLeaseExpires(t *testing.T) {
 	etcd := testenv.StartEtcd(t, 1)
 	observer := etcdClient(t, etcd.Endpoint(0))
 	url := testenv.PostgresDB(t)
-	env := dbEnv(url)
 	mk := func(name string) config {
 		return config{instance: name, endpoints: []string{etcd.Endpoint(0)}, jobs: pulseJob}
 	}
-	migrate(t, writeConfig(t, mk("migrator")), url)
+	env := dbEnv(migrate(t, writeConfig(t, mk("migrator")), url))
 	procs := map[string]*instance{}
 	for _, name := range []string{"server-a", "server-b", "server-c"} {
 		procs[name] = start(t, mk(name), env)
@@ -202,9 +212,8 @@ func TestASecondProcessWithTheSameInstanceNameExits1(t *testing.T) {
 	t.Parallel()
 	etcd := testenv.StartEtcd(t, 1)
 	url := testenv.PostgresDB(t)
-	env := dbEnv(url)
 	c := config{instance: "server-a", endpoints: []string{etcd.Endpoint(0)}, jobs: pulseJob}
-	migrate(t, writeConfig(t, c), url)
+	env := dbEnv(migrate(t, writeConfig(t, c), url))
 	first := start(t, c, env)
 	first.waitReady()
 
@@ -228,9 +237,8 @@ func TestReadyzFollowsTheEtcdLeaseAndPostgres(t *testing.T) {
 	etcd := testenv.StartEtcd(t, 1)
 	pg := testenv.StartPostgres(t)
 	url := pg.CreateDatabase(t)
-	env := dbEnv(url)
 	c := config{instance: "server-a", endpoints: []string{etcd.Endpoint(0)}, jobs: pulseJob}
-	migrate(t, writeConfig(t, c), url)
+	env := dbEnv(migrate(t, writeConfig(t, c), url))
 
 	etcd.Stop(t, 0)
 	in := start(t, c, env)
@@ -267,9 +275,8 @@ func TestReadyzFollowsTheEtcdLeaseAndPostgres(t *testing.T) {
 func TestRunWithoutEtcdEndpointsStartsAnEmbeddedEtcd(t *testing.T) {
 	t.Parallel()
 	url := testenv.PostgresDB(t)
-	env := dbEnv(url)
 	c := config{instance: "solo", embeddedDir: filepath.Join(t.TempDir(), "etcd"), jobs: pulseJob}
-	migrate(t, writeConfig(t, c), url)
+	env := dbEnv(migrate(t, writeConfig(t, c), url))
 	// Port 0: etcd picks a free port (and retries if it loses it), and the
 	// warning says which.
 	in := start(t, c, env, "--embedded-etcd-listen", "127.0.0.1:0")
@@ -306,9 +313,8 @@ func TestRunTellsSystemdReadyWatchdogAndStopping(t *testing.T) {
 	t.Parallel()
 	etcd := testenv.StartEtcd(t, 1)
 	url := testenv.PostgresDB(t)
-	env := dbEnv(url)
 	c := config{instance: "server-a", endpoints: []string{etcd.Endpoint(0)}, jobs: pulseJob}
-	migrate(t, writeConfig(t, c), url)
+	env := dbEnv(migrate(t, writeConfig(t, c), url))
 
 	dir, err := os.MkdirTemp("", "sd") // a socket path must be short
 	if err != nil {
@@ -372,5 +378,70 @@ func TestRunTellsSystemdReadyWatchdogAndStopping(t *testing.T) {
 		if m != "WATCHDOG=1" && !strings.HasPrefix(m, "STATUS=") {
 			t.Errorf("unexpected notification %q in %v", m, got)
 		}
+	}
+}
+
+// A secret file the config names that its group or others may read stops run
+// at start (exit 1), naming each file, its setting, its mode and the flag;
+// with --allow-readable-secrets run starts and warns about each instead.
+func TestRunRefusesSecretFilesOthersCanReadUnlessAllowed(t *testing.T) {
+	t.Parallel()
+	url := testdb.URL(t)
+	dir := t.TempDir()
+	urlFile := filepath.Join(dir, "database-url")
+	keyFile := filepath.Join(dir, "certificate-keys")
+	for path, content := range map[string]string{urlFile: url, keyFile: "MDEyMzQ1Njc4OTAxMjM0NTY3ODkwMTIzNDU2Nzg5MDE=\n"} {
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(urlFile, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(keyFile, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	refused := writeConfig(t, config{instance: "server-1", endpoints: []string{"https://127.0.0.1:1"}, adminPort: freePort(t), urlFile: urlFile,
+		jobs: strings.Replace(certsJobYAML, "key_env: SNIP_TEST_CERT_KEY", "key_file: "+keyFile, 1)})
+	r := snip(t, nil, "run", "--config", refused)
+	for _, want := range []string{
+		"secret files must be readable by their owner only",
+		"postgres.url_file " + urlFile + " is readable by its group and others (mode 0644): chmod go-rwx " + urlFile,
+		`job "cert-renewer": options.key_file ` + keyFile + " is readable by its group (mode 0640)",
+		"--allow-readable-secrets",
+	} {
+		if r.code != 1 || !strings.Contains(r.stderr, want) {
+			t.Errorf("run with readable secret files: exit %d, want 1 and %q in:\n%s", r.code, want, r.stderr)
+		}
+	}
+
+	everywhere := "\n  - name: noop\n    type: sql\n    singleton: false\n    every: 1h\n    options: {statement: SELECT 1}\n"
+	in := start(t, config{instance: "server-2", endpoints: []string{"https://127.0.0.1:1"}, urlFile: urlFile, jobs: everywhere}, nil, "--allow-readable-secrets")
+	in.waitReady()
+	if lines := linesWith(in.logs(), "secret file readable by other users", urlFile); len(lines) != 1 {
+		t.Errorf("want one warning naming %s; logs:\n%s", urlFile, in.logs())
+	}
+	in.signal(syscall.SIGTERM)
+	if code := in.wait(); code != 0 {
+		t.Errorf("exit %d after SIGTERM, want 0", code)
+	}
+}
+
+// run as the runtime role of docs/operations.md checks its grants at start: a
+// missing one stops it (exit 1) before any job runs, naming the table.
+func TestRunRefusesToStartWithoutAGrantItNeedsNamingTheTable(t *testing.T) {
+	t.Parallel()
+	url := testenv.PostgresDB(t)
+	c := config{instance: "server-a", endpoints: []string{"https://127.0.0.1:1"}, jobs: pulseJob}
+	runtime := migrate(t, writeConfig(t, c), url)
+	exec1(t, url, "REVOKE INSERT ON job_runs FROM "+testdb.RuntimeRole+"; REVOKE SELECT ON custom_domains FROM "+testdb.RuntimeRole)
+	r := snip(t, dbEnv(runtime), "run", "--config", writeConfig(t, c))
+	want := "the database role lacks privileges this binary needs: INSERT on job_runs, SELECT on custom_domains; " +
+		"grant them with `snip-jobs migrate --grant-to ROLE` run as the schema's owner"
+	if r.code != 1 || !strings.Contains(r.stderr, want) {
+		t.Errorf("run without two grants: exit %d, want 1 and %q in:\n%s", r.code, want, r.stderr)
+	}
+	if n := testenv.Value[int64](t, testdb.Pool(t, url), `SELECT count(*) FROM job_runs`); n != 0 {
+		t.Errorf("%d runs were recorded; want none before the check", n)
 	}
 }

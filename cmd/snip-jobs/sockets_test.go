@@ -24,8 +24,8 @@ func TestRunServesTheAdminOnThePassedSocketInsteadOfHTTPListen(t *testing.T) {
 	c := config{instance: "activated", endpoints: []string{etcd.Endpoint(0)}, jobs: pulseJob,
 		adminPort: busy.Addr().(*net.TCPAddr).Port,
 		passed:    []sockact.Socket{{Name: "admin", Listener: admin}}}
-	migrate(t, writeConfig(t, c), url)
-	in := start(t, c, dbEnv(url))
+	env := dbEnv(migrate(t, writeConfig(t, c), url))
+	in := start(t, c, env)
 	if in.admin != "http://"+admin.Addr().String() {
 		t.Fatalf("the test would ask %s, not the passed socket %s", in.admin, admin.Addr())
 	}

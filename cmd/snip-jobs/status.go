@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -16,6 +17,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/snip/snip-jobs/configs"
+	"github.com/snip/snip-jobs/internal/termsafe"
 	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/scheduler"
 )
@@ -31,24 +33,41 @@ job's last slot and its state), and which instances are up. It needs no running
 instance and can be run on any machine that reaches etcd and the database.
 --json prints the same as one JSON object. If etcd or the database cannot be
 read, what could be read is shown, the problems are printed on standard error,
-and the exit status is 1.`,
+and the exit status is 1.
+
+--watch redraws the table every --interval (1s) until Ctrl-C, for a terminal
+on call: the problems of the last read are shown under it, and Ctrl-C exits 0.`,
 		flags: func(fs *flag.FlagSet, c *cli) func(context.Context, []string) error {
 			path := configFlag(fs)
 			asJSON := fs.Bool("json", false, "print JSON instead of a table")
 			endpoints := fs.String("endpoints", "", "comma-separated etcd endpoints to use instead of the config's\n(with an embedded etcd the default is http://127.0.0.1:2379)")
-			timeout := fs.Duration("timeout", 10*time.Second, "give up reading etcd and PostgreSQL after this long")
+			timeout := fs.Duration("timeout", 10*time.Second, "give up reading etcd and PostgreSQL after this long (each read, with --watch)")
+			watch := fs.Bool("watch", false, "redraw the table every --interval until Ctrl-C")
+			interval := fs.Duration("interval", time.Second, "how often --watch redraws")
 			return func(ctx context.Context, args []string) error {
-				if len(args) > 0 {
+				switch {
+				case len(args) > 0:
 					return usageError("usage: status takes no arguments")
+				case *watch && *asJSON:
+					return usageError("--watch redraws the table: it does not go with --json")
+				case *interval <= 0:
+					return usageError("--interval %v: want a positive duration", *interval)
 				}
 				f, err := loadConfig(*path)
 				if err != nil {
 					writeLines(c.stderr, "", err.Error())
 					return &exitError{code: 2, err: errSilent}
 				}
+				log := newLogger(f.Log, c.stderr)
+				if *watch {
+					src := openStatusSource(f, *endpoints, log)
+					defer src.close()
+					watchStatus(ctx, c.stdout, src, *interval, *timeout)
+					return nil
+				}
 				ctx, cancel := context.WithTimeout(ctx, *timeout)
 				defer cancel()
-				st := readStatus(ctx, f, *endpoints, newLogger(f.Log, c.stderr))
+				st := readStatus(ctx, f, *endpoints, log)
 				if *asJSON {
 					enc := json.NewEncoder(c.stdout)
 					enc.SetIndent("", "  ")
@@ -60,7 +79,7 @@ and the exit status is 1.`,
 				}
 				if len(st.Errors) > 0 {
 					for _, e := range st.Errors {
-						fmt.Fprintf(c.stderr, "snip-jobs status: %s\n", e)
+						fmt.Fprintf(c.stderr, "snip-jobs status: %s\n", termsafe.String(e))
 					}
 					return errSilent
 				}
@@ -115,26 +134,51 @@ type leaderStatus struct {
 }
 
 func readStatus(ctx context.Context, f *configs.File, endpoints string, log *slog.Logger) clusterStatus {
-	st := clusterStatus{Instances: []instanceStatus{}, Jobs: []jobStatus{}}
-	fail := func(err error) { st.Errors = append(st.Errors, err.Error()) }
+	src := openStatusSource(f, endpoints, log)
+	defer src.close()
+	return src.read(ctx)
+}
 
-	var cli *clientv3.Client
+// statusSource is what status reads from: etcd and PostgreSQL clients, opened
+// once (and kept across the redraws of --watch). Neither connects until read.
+type statusSource struct {
+	f        *configs.File
+	cli      *clientv3.Client
+	pool     *pgxpool.Pool
+	openErrs []string // why a client could not be made, shown at every read
+}
+
+func openStatusSource(f *configs.File, endpoints string, log *slog.Logger) *statusSource {
+	src := &statusSource{f: f}
 	if needsEtcd(f) || endpoints != "" {
-		var err error
-		cli, err = newEtcdClient(f, etcdEndpoints(f, endpoints), log)
+		cli, err := newEtcdClient(f, etcdEndpoints(f, endpoints), log)
 		if err != nil {
-			fail(err)
-		} else {
-			defer cli.Close()
+			src.openErrs = append(src.openErrs, err.Error())
 		}
+		src.cli = cli
 	}
-	var pool *pgxpool.Pool
-	if p, err := openPool(ctx, f, "status"); err != nil {
-		fail(fmt.Errorf("%w: last runs and slots are not shown", err))
-	} else {
-		pool = p
-		defer pool.Close()
+	pool, err := openPool(context.Background(), f, "status")
+	if err != nil {
+		src.openErrs = append(src.openErrs, fmt.Errorf("%w: last runs and slots are not shown", err).Error())
 	}
+	src.pool = pool
+	return src
+}
+
+func (src *statusSource) close() {
+	if src.cli != nil {
+		_ = src.cli.Close()
+	}
+	if src.pool != nil {
+		src.pool.Close()
+	}
+}
+
+// read reads the cluster once; what cannot be read is listed in Errors.
+func (src *statusSource) read(ctx context.Context) clusterStatus {
+	f, cli, pool := src.f, src.cli, src.pool
+	st := clusterStatus{Instances: []instanceStatus{}, Jobs: []jobStatus{}, Errors: slices.Clone(src.openErrs)}
+	fail := func(err error) { st.Errors = append(st.Errors, err.Error()) }
 	jobs, err := scheduler.ClusterStatus(ctx, cli, f.Etcd.Prefix, pool, f.Jobs)
 	if err != nil {
 		for _, e := range splitJoined(err) {
@@ -173,12 +217,16 @@ func splitJoined(err error) []error {
 	return []error{err}
 }
 
+// printStatus prints status's table. Every string read from etcd or the
+// database is escaped (termsafe): an error text, even an instance's host name
+// in etcd, may hold terminal controls.
 func printStatus(w io.Writer, st clusterStatus, now time.Time) {
+	esc := termsafe.String
 	if len(st.Instances) > 0 {
 		var up []string
 		for _, r := range st.Instances {
 			up = append(up, fmt.Sprintf("%s (host %s, pid %d, up %s, lease %gs left of %gs)",
-				r.Instance, r.Host, r.PID, ago(now, r.Started), r.LeaseTTLSeconds, r.LeaseGrantedSeconds))
+				esc(r.Instance), esc(r.Host), r.PID, ago(now, r.Started), r.LeaseTTLSeconds, r.LeaseGrantedSeconds))
 		}
 		fmt.Fprintf(w, "instances up: %s\n\n", strings.Join(up, ", "))
 	}
@@ -189,7 +237,7 @@ func printStatus(w io.Writer, st clusterStatus, now time.Time) {
 		leader, token, since, left := "-", "-", "-", "-"
 		switch {
 		case j.Leader != nil:
-			leader, token = j.Leader.Instance, strconv.FormatInt(j.Leader.Token, 10)
+			leader, token = esc(j.Leader.Instance), strconv.FormatInt(j.Leader.Token, 10)
 			since = ago(now, j.Leader.Since) + " ago"
 			left = (time.Duration(j.Leader.LeaseTTLSeconds) * time.Second).String()
 		case j.Mode == "leader":
@@ -197,18 +245,18 @@ func printStatus(w io.Writer, st clusterStatus, now time.Time) {
 		}
 		lastRun, result := "-", "-"
 		if r := j.LastRun; r != nil {
-			lastRun = fmt.Sprintf("%s, %s ago", r.Instance, ago(now, r.Started))
-			result = r.Result
+			lastRun = fmt.Sprintf("%s, %s ago", esc(r.Instance), ago(now, r.Started))
+			result = esc(r.Result)
 			if result == "" {
 				result = "running"
 			}
 			if r.Error != "" {
-				failures = append(failures, fmt.Sprintf("%s: last run on %s (token %d): %s: %s", j.Job, r.Instance, r.Token, r.Result, r.Error))
+				failures = append(failures, fmt.Sprintf("%s: last run on %s (token %d): %s: %s", j.Job, esc(r.Instance), r.Token, esc(r.Result), esc(r.Error)))
 			}
 		}
 		slot, slotState := "-", "-"
 		if s := j.LastSlot; s != nil {
-			slot, slotState = s.Slot.Format(time.RFC3339), s.State
+			slot, slotState = s.Slot.Format(time.RFC3339), esc(s.State)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", j.Job, j.Mode, leader, token, since, left, lastRun, result, slot, slotState)
 	}

@@ -21,6 +21,7 @@ package acmetest
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
@@ -56,6 +57,11 @@ type CA struct {
 	DirectoryURL string
 	// RootsFile holds the PEM certificate of the ACME server's TLS listener.
 	RootsFile string
+	// IssuerRoot is the root the CA issues certificates under: what a TLS
+	// client of the issued certificates trusts. IssuerRootFile holds it (PEM),
+	// for curl --cacert.
+	IssuerRoot     *x509.Certificate
+	IssuerRootFile string
 
 	store  *db.MemoryStore
 	acme   http.Handler
@@ -112,7 +118,20 @@ func Start(dir string) (_ *CA, err error) {
 	if err := os.WriteFile(c.RootsFile, crt, 0o600); err != nil {
 		return nil, err
 	}
+	c.IssuerRoot = authority.GetRootCert(0).Cert
+	c.IssuerRootFile = filepath.Join(dir, "issuer-root.pem")
+	root := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.IssuerRoot.Raw})
+	if err := os.WriteFile(c.IssuerRootFile, root, 0o644); err != nil {
+		return nil, err
+	}
 	return c, nil
+}
+
+// IssuerRoots is a pool holding IssuerRoot only.
+func (c *CA) IssuerRoots() *x509.CertPool {
+	p := x509.NewCertPool()
+	p.AddCert(c.IssuerRoot)
+	return p
 }
 
 // Route sets the addresses (host:port) the front door forwards HTTP-01

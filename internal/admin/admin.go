@@ -18,11 +18,28 @@
 // What is guaranteed: Start returns only once the listener is bound (a port in
 // use is an error, not a log line); Shutdown stops accepting connections and
 // waits for requests in flight until its context ends. A readiness check never
-// takes longer than CheckTimeout. What is NOT guaranteed: that /readyz's answer
-// still holds when the caller acts on it; a lease can end right after.
+// takes longer than CheckTimeout. A connection is bounded in time: its
+// request must arrive within ReadTimeout, its answer be written within
+// WriteTimeout (a client that stops reading is cut off), and it is closed
+// after IdleTimeout without a request.
+//
+// Requests are answered only when their Host names this server: a loopback
+// name or address (localhost, 127.0.0.1, [::1]), any IP address, or one of
+// Config.AllowedHosts; any other gets 421 Misdirected Request. That defeats
+// DNS rebinding, where a web page's script reaches the listener through a
+// name the attacker controls (re-pointed at 127.0.0.1) and reads
+// /status/cluster.json: the browser sends that name as the Host. An IP
+// address cannot be rebound, so it is always accepted (Prometheus scrapes
+// by address).
+//
+// What is NOT guaranteed: that /readyz's answer still holds when the caller
+// acts on it; a lease can end right after. Host checking is no
+// authentication: anything that can open a connection to the listener can
+// send an accepted Host; keep it on loopback or a private network.
 package admin
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -43,6 +60,15 @@ import (
 
 // DefaultCheckTimeout bounds each readiness check.
 const DefaultCheckTimeout = 2 * time.Second
+
+// Connection time limits (Config's defaults). WriteTimeout covers the
+// slowest handler with room to spare: /readyz runs its checks one after the
+// other, the status page reads etcd and PostgreSQL within its own bound.
+const (
+	DefaultReadTimeout  = 10 * time.Second
+	DefaultWriteTimeout = 30 * time.Second
+	DefaultIdleTimeout  = 60 * time.Second
+)
 
 // Session is what admin needs of a leadership session.
 type Session interface {
@@ -93,7 +119,13 @@ type Config struct {
 	Page http.Handler
 	// CheckTimeout bounds each readiness check (default 2 s).
 	CheckTimeout time.Duration
-	Log          *slog.Logger
+	// AllowedHosts are the host names, besides loopback and IP addresses,
+	// that requests may name in Host (http.allowed_hosts), lower case.
+	AllowedHosts []string
+	// ReadTimeout, WriteTimeout and IdleTimeout bound a connection (see the
+	// package comment); 0 means the Default….
+	ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	Log                                    *slog.Logger
 }
 
 // Check is a named readiness check: Err returns nil when the instance is
@@ -134,6 +166,9 @@ func New(cfg Config) (s *Server, err error) {
 	if cfg.CheckTimeout <= 0 {
 		cfg.CheckTimeout = DefaultCheckTimeout
 	}
+	cfg.ReadTimeout = cmp.Or(cfg.ReadTimeout, DefaultReadTimeout)
+	cfg.WriteTimeout = cmp.Or(cfg.WriteTimeout, DefaultWriteTimeout)
+	cfg.IdleTimeout = cmp.Or(cfg.IdleTimeout, DefaultIdleTimeout)
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
@@ -159,11 +194,46 @@ func New(cfg Config) (s *Server, err error) {
 		cfg.Mux.Handle("GET /{$}", http.RedirectHandler("/status/", http.StatusFound))
 	}
 	s.srv = &http.Server{
-		Handler:           cfg.Mux,
-		ReadHeaderTimeout: 10 * time.Second,
+		Handler:           s.checkHost(cfg.Mux),
+		ReadHeaderTimeout: cfg.ReadTimeout,
+		ReadTimeout:       cfg.ReadTimeout,
+		WriteTimeout:      cfg.WriteTimeout,
+		IdleTimeout:       cfg.IdleTimeout,
+		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(cfg.Log.Handler(), slog.LevelWarn),
 	}
 	return s, nil
+}
+
+// checkHost answers 421 to a request whose Host does not name this server
+// (see the package comment).
+func (s *Server) checkHost(next http.Handler) http.Handler {
+	allowed := map[string]bool{}
+	for _, h := range s.cfg.AllowedHosts {
+		allowed[strings.ToLower(h)] = true
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := hostName(r.Host)
+		if host == "localhost" || strings.HasSuffix(host, ".localhost") || net.ParseIP(host) != nil || allowed[host] {
+			next.ServeHTTP(w, r)
+			return
+		}
+		s.cfg.Log.Debug("admin: request refused: its Host names another server", "host", r.Host, "remote", r.RemoteAddr, "path", r.URL.Path)
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(http.StatusMisdirectedRequest)
+		fmt.Fprintf(w, "Host %q is not served here: use a loopback or IP address, or add the name to http.allowed_hosts\n", r.Host)
+	})
+}
+
+// hostName is the host of a Host header, without port, brackets or a final
+// dot, in lower case.
+func hostName(hostport string) string {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	return strings.ToLower(strings.TrimSuffix(host, "."))
 }
 
 // SetJobs sets what /status shows as jobs (the scheduler, once built).

@@ -25,6 +25,9 @@ type acmeCA struct {
 	KeyFile string
 	// Profile is the ACME profile the CA offers.
 	Profile string
+	// IssuerRootFile holds the root the CA issues under (PEM): what a client
+	// of the demo's HTTPS trusts.
+	IssuerRootFile string
 
 	close func()
 	route func(addrs ...string)
@@ -76,7 +79,8 @@ func startCA(_ context.Context, dir string, challenge []string, log *slog.Logger
 		return nil, err
 	}
 	log.Debug("ACME test CA up", "directory", ca.DirectoryURL)
-	return &acmeCA{Directory: ca.DirectoryURL, RootsFile: ca.RootsFile, KeyFile: keyFile, Profile: acmetest.Profile, close: ca.Close, route: ca.Route}, nil
+	return &acmeCA{Directory: ca.DirectoryURL, RootsFile: ca.RootsFile, KeyFile: keyFile, Profile: acmetest.Profile,
+		IssuerRootFile: ca.IssuerRootFile, close: ca.Close, route: ca.Route}, nil
 }
 
 func (ca *acmeCA) Close() {

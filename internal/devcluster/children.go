@@ -46,6 +46,7 @@ type child struct {
 	exit     string        // how the last process ended
 	done     chan struct{} // closed when the current process has exited
 	expected bool          // its exit was asked for (restart, Close)
+	down     *downServer   // answers its port while no process runs (down.go)
 }
 
 type childInfo struct {
@@ -69,6 +70,7 @@ func (ch *child) info() childInfo {
 func (ch *child) start() error {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
+	ch.stopDownLocked() // the port is the new process's
 	logf, err := os.OpenFile(ch.logPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
 		return fmt.Errorf("devcluster: %w", err)
@@ -111,6 +113,7 @@ func (ch *child) start() error {
 		ch.mu.Unlock()
 		ch.c.routeChallenges()
 		reclaimed := ch.reclaim()
+		ch.serveDown()
 		close(done)
 		if !expected && !ch.c.closing() {
 			ch.c.say("%s exited (%s)%s; restart it with the page's button or POST %s/dev/restart?instance=%s",

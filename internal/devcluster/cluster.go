@@ -82,6 +82,7 @@ type Cluster struct {
 	etcd    *etcdlocal.Server
 	cli     *clientv3.Client
 	ca      *acmeCA
+	web     *webTier // with the CA only
 	jobs    []demoJob
 	domains int
 
@@ -97,6 +98,7 @@ type Cluster struct {
 	feedDone   chan struct{}
 	stopWatch  context.CancelFunc
 	watchDone  chan struct{}
+	ends       endLog // why terms ended, as narrated (why.go)
 	closeOnce  sync.Once
 	closeErr   error
 	closingMu  sync.Mutex
@@ -202,6 +204,15 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		return nil, fmt.Errorf("ACME test CA: %w", err)
 	}
 	c.jobs = selectDemoJobs(cfg.Types, c.ca)
+	if c.ca != nil {
+		port := 0 // a negative base: free ports for all
+		if cfg.HTTPBase > 0 {
+			port = cfg.HTTPBase + webTierOffset
+		}
+		if c.web, err = startWebTier(c.dbURL, c.ca.KeyFile, port, c.log); err != nil {
+			return nil, err
+		}
+	}
 	events, err := tableExists(ctx, c.pool, "click_events")
 	if err != nil {
 		return nil, err
@@ -264,27 +275,35 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 func (c *Cluster) waitReady(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, readyBound)
 	defer cancel()
-	client := http.Client{Timeout: 2 * time.Second}
 	for _, ch := range c.children {
-		for {
-			if st := ch.info(); st.State == stateExited {
-				return fmt.Errorf("%s exited during start-up (%s); its last lines:\n%s", ch.name, st.Exit, indent(tail(ch.logPath, 15)))
-			}
-			resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", ch.port))
-			if err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
-					break
-				}
-			}
-			select {
-			case <-ctx.Done():
-				return fmt.Errorf("%s not ready (%w); its last lines:\n%s", ch.name, ctx.Err(), indent(tail(ch.logPath, 15)))
-			case <-time.After(50 * time.Millisecond):
-			}
+		if err := ch.waitReady(ctx); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// waitReady waits until the instance answers /readyz with 200, failing as
+// soon as it exits.
+func (ch *child) waitReady(ctx context.Context) error {
+	client := http.Client{Timeout: 2 * time.Second}
+	for {
+		if st := ch.info(); st.State == stateExited {
+			return fmt.Errorf("%s exited during start-up (%s); its last lines:\n%s", ch.name, st.Exit, indent(tail(ch.logPath, 15)))
+		}
+		resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", ch.port))
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s not ready (%w); its last lines:\n%s", ch.name, ctx.Err(), indent(tail(ch.logPath, 15)))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // Close stops the instances (SIGTERM, then SIGKILL after StopBound), the
@@ -323,7 +342,11 @@ func (c *Cluster) close(ctx context.Context) error {
 		cancel()
 		<-c.served
 	}
+	c.web.close()
 	c.ca.Close()
+	for _, ch := range c.children {
+		ch.stopDown()
+	}
 	for _, ln := range c.held {
 		ln.Close()
 	}
@@ -434,6 +457,25 @@ func (c *Cluster) hasJobType(t string) bool {
 		}
 	}
 	return false
+}
+
+// webTierOffset places the demo's HTTPS server after the instances' ports.
+const webTierOffset = 10
+
+// HTTPS is the demo's web tier as the banner shows it.
+type HTTPS struct {
+	Addr     string   // host:port of the TLS server
+	RootFile string   // the CA's issuing root, for curl --cacert
+	Domains  []string // the demo's custom domains
+}
+
+// WebTier returns the demo's HTTPS server; ok is false without the
+// certificate renewer.
+func (c *Cluster) WebTier() (h HTTPS, ok bool) {
+	if c.web == nil {
+		return HTTPS{}, false
+	}
+	return HTTPS{Addr: c.web.addr, RootFile: c.ca.IssuerRootFile, Domains: demoDomains}, true
 }
 
 // Instance is one instance as the banner shows it.

@@ -98,7 +98,7 @@ func (c *Cluster) home(w http.ResponseWriter, r *http.Request) {
 
 // State is the body of GET /dev/state.
 func (c *Cluster) State() statuspage.DevState {
-	st := statuspage.DevState{Control: c.controlURL, Instances: []statuspage.DevInstance{}}
+	st := statuspage.DevState{Control: c.controlURL, Instances: []statuspage.DevInstance{}, Ends: c.ends.list()}
 	for _, ch := range c.children {
 		i := ch.info()
 		st.Instances = append(st.Instances, statuspage.DevInstance{Name: ch.name, PID: i.PID, State: i.State, Exit: i.Exit, Page: ch.page})
@@ -182,6 +182,15 @@ func (c *Cluster) Do(ctx context.Context, action, instance, job string) (string,
 		if msg, err = ch.restart(ctx); err != nil {
 			return "", err
 		}
+		// Answer once it is ready: a browser sent back to its page then
+		// finds the page, not "starting".
+		rctx, cancel := context.WithTimeout(ctx, readyBound)
+		err = ch.waitReady(rctx)
+		cancel()
+		if err != nil {
+			return "", err
+		}
+		msg += "; ready"
 	}
 	c.say("dev: %s", msg)
 	return msg, nil

@@ -89,6 +89,7 @@ var demoJobs = []demoJob{
       challenge_listen: {{.Challenge}}
       key_file: {{.CA.KeyFile}}
       lock_delay: 10s
+      new_domain_check: 1s        # new domains and certs retry/renew acted on within a second
       require_public_tld: false   # the demo's names are under .test
 `},
 	{Name: "prune-heartbeats", Type: "sql", Everywhere: true, YAML: `

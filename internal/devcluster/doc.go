@@ -29,10 +29,26 @@
 // children: pid, running / paused / exited / restarting, status page URL) and
 // POST /dev/kill, /dev/pause, /dev/resume, /dev/restart (?instance=NAME, or
 // ?job=NAME for the job's current leader; /dev/resume alone resumes every
-// paused instance) and /dev/resign?job=NAME. The status pages' buttons post
+// paused instance; /dev/restart answers once the instance is ready) and
+// /dev/resign?job=NAME. The status pages' buttons post
 // there. It listens on 127.0.0.1 only and refuses requests whose Origin is not
 // one of the cluster's own pages (a web page elsewhere cannot drive it); a
 // request without Origin (curl) is accepted.
+//
+// Narrate (narrate.go, why.go) says every change of leader as etcd reports
+// it, and why each term ended, in the status page's words
+// (statuspage.EndReason): the reason its instance recorded in job_terms just
+// after handing over (resign, rebalance, shutdown, watchdog, expired...), or
+// what the supervisor did to the process (killed, paused), since such an
+// instance records nothing and etcd alone cannot tell a resignation from a
+// lease that ran out. /dev/state carries those words (Ends) for the pages'
+// timelines.
+//
+// While an instance's process is not running, the supervisor answers its port
+// itself (down.go): 503 and a page that says so, links to the instances that
+// run and a restart button. It serves a duplicate of the held socket and
+// steps aside before the next process starts, so that process gets every
+// connection.
 //
 // Close stops everything and removes all of it: the children get SIGTERM (a
 // clean hand-over) and SIGKILL after a bound; then etcd and PostgreSQL stop

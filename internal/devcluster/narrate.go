@@ -21,10 +21,13 @@ type lineWriter struct {
 }
 
 // say writes one timestamped line to the cluster's Out.
-func (c *Cluster) say(format string, args ...any) {
+func (c *Cluster) say(format string, args ...any) { c.sayAt(time.Now(), format, args...) }
+
+// sayAt writes a line about something that happened at at.
+func (c *Cluster) sayAt(at time.Time, format string, args ...any) {
 	c.out.mu.Lock()
 	defer c.out.mu.Unlock()
-	fmt.Fprintf(c.out.w, "%s  %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+	fmt.Fprintf(c.out.w, "%s  %s\n", at.Format("15:04:05.000"), fmt.Sprintf(format, args...))
 }
 
 // Narrate says who leads each job now, and from then on every change of
@@ -64,7 +67,10 @@ func (c *Cluster) narrate(ctx context.Context) {
 			case ev.Type == clientv3.EventTypePut && ev.IsCreate():
 				c.say("%-16s → %s leads (token %d)", job, leaderName(ev.Kv.Value), ev.Kv.CreateRevision)
 			case ev.Type == clientv3.EventTypeDelete && ev.PrevKv != nil:
-				c.say("%-16s   %s's term is over (token %d): no leader until another instance wins", job, leaderName(ev.PrevKv.Value), ev.PrevKv.CreateRevision)
+				at, name, token := time.Now(), leaderName(ev.PrevKv.Value), ev.PrevKv.CreateRevision
+				why := c.whyEnded(ctx, job, name, token)
+				c.ends.note(job, token, why)
+				c.sayAt(at, "%-16s   %s's term is over (token %d): %s; no leader until another instance wins", job, name, token, why)
 			}
 		}
 	}

@@ -17,9 +17,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/snip/snip-jobs/configs"
+	"github.com/snip/snip-jobs/internal/testdb"
 	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/leadership"
-	"github.com/snip/snip-jobs/migrations"
 	"github.com/snip/snip-jobs/scheduler"
 )
 
@@ -27,15 +27,18 @@ import (
 const Patience = testenv.Patience
 
 // Cluster is a real etcd member and a migrated PostgreSQL database shared by the
-// instances a test starts. The test's package needs
+// instances a test starts. The instances connect as the runtime role of
+// docs/operations.md (testdb.NewDB), with only the grants the service needs;
+// the test's own view connects as the schema's owner. The test's package needs
 // func TestMain(m *testing.M) { os.Exit(testenv.RunMain(m)) }.
 type Cluster struct {
-	T      *testing.T
-	Etcd   *testenv.EtcdCluster
-	URL    string           // database URL
-	DB     *pgxpool.Pool    // the test's own view of the database
-	Obs    *clientv3.Client // the test's own etcd client
-	Prefix string
+	T          *testing.T
+	Etcd       *testenv.EtcdCluster
+	URL        string           // database URL as the schema's owner: the test's fixtures and checks
+	RuntimeURL string           // database URL as the runtime role: what the instances use
+	DB         *pgxpool.Pool    // the test's own view of the database
+	Obs        *clientv3.Client // the test's own etcd client
+	Prefix     string
 	// TTL of the instances' leases (default 2 s; margin a quarter of it).
 	TTL time.Duration
 }
@@ -43,25 +46,26 @@ type Cluster struct {
 // NewCluster starts etcd and a fresh database with every migration applied.
 func NewCluster(t *testing.T) *Cluster {
 	t.Helper()
-	c := &Cluster{T: t, Etcd: testenv.StartEtcd(t, 1), URL: testenv.PostgresDB(t), TTL: 2 * time.Second,
+	db := testdb.NewDB(t)
+	c := &Cluster{T: t, Etcd: testenv.StartEtcd(t, 1), URL: db.Owner, RuntimeURL: db.Runtime, TTL: 2 * time.Second,
 		Prefix: "/test/" + strings.ReplaceAll(t.Name(), "/", "-")}
-	if _, err := migrations.Up(context.Background(), c.URL, nil); err != nil {
-		t.Fatal(err)
-	}
 	c.DB = c.Pool()
 	c.Obs = c.Etcd.Client(t)
 	return c
 }
 
-// Pool opens a new pool on the database, closed at the end of the test.
+// Pool opens a new pool on the database as the schema's owner, closed at the
+// end of the test.
 func (c *Cluster) Pool() *pgxpool.Pool {
 	c.T.Helper()
-	p, err := pgxpool.New(context.Background(), c.URL)
-	if err != nil {
-		c.T.Fatal(err)
-	}
-	c.T.Cleanup(p.Close)
-	return p
+	return testdb.Pool(c.T, c.URL)
+}
+
+// RuntimePool opens a new pool on the database as the runtime role, closed at
+// the end of the test: what an instance connects with.
+func (c *Cluster) RuntimePool() *pgxpool.Pool {
+	c.T.Helper()
+	return testdb.Pool(c.T, c.RuntimeURL)
 }
 
 // Node is one snip-jobs instance running in the test process.
@@ -108,7 +112,7 @@ func (c *Cluster) Start(name string, reg *scheduler.Registry, jobs []configs.Job
 		}
 		n.Session = s
 	}
-	n.pool = c.Pool()
+	n.pool = c.RuntimePool()
 	sched, err := scheduler.New(scheduler.Config{File: file, Registry: reg, Session: n.Session, Pool: n.pool,
 		Log: testenv.Logger(c.T), Metrics: n.Metrics})
 	if err != nil {

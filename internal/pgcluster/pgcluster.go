@@ -144,6 +144,9 @@ max_connections = 200
 fsync = off
 synchronous_commit = off
 full_page_writes = off
+# what each statement cost, counted by the server itself: tests and
+# benchmarks that claim "no query" read pg_stat_statements
+shared_preload_libraries = 'pg_stat_statements'
 `, strings.ReplaceAll(c.dir, "'", "''"))
 	f, err := os.OpenFile(filepath.Join(c.dataDir(), "postgresql.conf"), os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {

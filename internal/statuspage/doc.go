@@ -11,7 +11,8 @@
 // every second, and turns the dev buttons into requests that do not leave the
 // page. Routes, all GET, under /status/ (package admin mounts the handler):
 //
-//   - /status/              the page (?window=10m: 30s to 1h; default 5m)
+//   - /status/              the page (?window=10m: 30s to 1h; default: the
+//     history's age rounded up, at most 5m, so a young cluster fills the width)
 //   - /status/live          the page's live part alone, for the script
 //   - /status/cluster.json  the same data as JSON (Snapshot)
 //   - /status/static/…      style.css and page.js
@@ -24,6 +25,10 @@
 // request reads the whole cluster, not only this instance; reads are shared by
 // requests within half a second of each other, so open tabs do not multiply
 // the load.
+//
+// Each term's tooltip says why it ended, in the words of EndReason (the reason
+// its instance recorded) or, in dev, of the supervisor (a process it killed or
+// paused records nothing).
 //
 // What the timeline guarantees: a term is drawn from its recorded start to its
 // recorded end; a term whose end was never recorded (its instance was killed,

@@ -105,7 +105,8 @@ type view struct {
 	// Back is this page's own URL, where the dev supervisor sends a browser
 	// without JavaScript back to after a button.
 	Back string
-	// WindowParam is the window as given (?window=), "" for the default.
+	// WindowParam is the window as given (?window=), "" for the default
+	// (FitWindow).
 	WindowParam string
 	Windows     []windowLink
 	// Pages are the dev supervisor's children other than this instance.
@@ -113,11 +114,14 @@ type view struct {
 }
 
 type windowLink struct {
-	Label, Query string
-	Current      bool
+	Label, Query, Title string
+	Current             bool
 }
 
-func (p *Page) view(r *http.Request) (view, error) {
+// view reads what r asks for. fit: without ?window=, draw the window that
+// fits the history (FitWindow) rather than DefaultWindow (the JSON keeps the
+// window it read).
+func (p *Page) view(r *http.Request, fit bool) (view, error) {
 	window := DefaultWindow
 	param := r.URL.Query().Get("window")
 	if param != "" {
@@ -128,14 +132,15 @@ func (p *Page) view(r *http.Request) (view, error) {
 		window = d
 	}
 	s := p.Snapshot(r.Context(), window)
+	if fit && param == "" {
+		s.WindowSeconds = FitWindow(s).Seconds() // a shorter window of the same read
+	}
 	v := view{Snapshot: s, TL: Layout(s), WindowParam: param,
 		Back: (&url.URL{Scheme: "http", Host: r.Host, Path: "/status/", RawQuery: r.URL.RawQuery}).String()}
+	v.Windows = append(v.Windows, windowLink{Label: "fit", Query: "./", Current: param == "",
+		Title: fmt.Sprintf("the history's age, up to %s", short(DefaultWindow))})
 	for _, w := range []time.Duration{time.Minute, 5 * time.Minute, 15 * time.Minute, time.Hour} {
-		q := "?window=" + short(w)
-		if w == DefaultWindow {
-			q = "./"
-		}
-		v.Windows = append(v.Windows, windowLink{Label: short(w), Query: q, Current: w == window})
+		v.Windows = append(v.Windows, windowLink{Label: short(w), Query: "?window=" + short(w), Current: param != "" && w == window})
 	}
 	if s.Dev != nil {
 		for _, d := range s.Dev.Instances {
@@ -151,7 +156,7 @@ func (p *Page) page(w http.ResponseWriter, r *http.Request) { p.render(w, r, "pa
 func (p *Page) live(w http.ResponseWriter, r *http.Request) { p.render(w, r, "live") }
 
 func (p *Page) render(w http.ResponseWriter, r *http.Request, name string) {
-	v, err := p.view(r)
+	v, err := p.view(r, true)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
@@ -177,7 +182,7 @@ func (p *Page) render(w http.ResponseWriter, r *http.Request, name string) {
 }
 
 func (p *Page) json(w http.ResponseWriter, r *http.Request) {
-	v, err := p.view(r)
+	v, err := p.view(r, false)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return

@@ -177,6 +177,12 @@ func TestThePageReadsTheClusterFromEtcdAndPostgres(t *testing.T) {
 		t.Errorf("history: %d terms, %d rejections, leaders known %v, window %v", len(s.Terms), len(s.Rejections), s.LeadersKnown, s.WindowSeconds)
 	}
 
+	// Without ?window=, the page fits its window to the history (a minute
+	// old: two minutes), while the JSON keeps the window it read.
+	if html := get(t, srv.URL+"/status/", http.StatusOK); !strings.Contains(html, `data-window="2m">who led each singleton, last 2m`) ||
+		!strings.Contains(html, `<a href="./" title="the history&#39;s age, up to 5m" class="current" aria-current="true">fit</a>`) {
+		t.Errorf("the page without ?window= is not drawn over the history's age (2m):\n%s", html)
+	}
 	html := get(t, srv.URL+"/status/?window=1m", http.StatusOK)
 	for _, want := range []string{
 		`data-leader="server-a"`,

@@ -107,6 +107,17 @@ type DevState struct {
 	// Control is the supervisor's base URL; the page's buttons post there.
 	Control   string        `json:"control"`
 	Instances []DevInstance `json:"instances"`
+	// Ends are why terms ended, in the supervisor's words (as it narrated
+	// them): it knows what no instance could record, a process it killed
+	// or paused. Newest last, bounded.
+	Ends []DevEnd `json:"ends,omitempty"`
+}
+
+// DevEnd is the supervisor's word on the end of one term.
+type DevEnd struct {
+	Job    string `json:"job"`
+	Token  int64  `json:"token"`
+	Reason string `json:"reason"`
 }
 
 // DevInstance is one child process of the dev supervisor.

@@ -28,6 +28,32 @@ type Timeline struct {
 	Colors []InstanceColor
 }
 
+// FitWindow is the window the page draws when none is asked for: the
+// history's age (from the oldest term's start), rounded up to a step and
+// bounded by DefaultWindow, so that a young cluster is not a row of slivers at
+// the right edge. Without terms it is DefaultWindow.
+func FitWindow(s Snapshot) time.Duration {
+	if len(s.Terms) == 0 {
+		return DefaultWindow
+	}
+	oldest := s.Terms[0].Started
+	for _, t := range s.Terms {
+		if t.Started.Before(oldest) {
+			oldest = t.Started
+		}
+	}
+	age := s.Now.Sub(oldest)
+	for _, w := range fitSteps {
+		if age <= w*9/10 { // a little room on the left of the oldest term
+			return w
+		}
+	}
+	return DefaultWindow
+}
+
+// fitSteps are the windows FitWindow picks from.
+var fitSteps = []time.Duration{MinWindow, time.Minute, 2 * time.Minute, DefaultWindow}
+
 // Tick is a mark on the time axis.
 type Tick struct {
 	X     float64
@@ -74,9 +100,11 @@ type Bar struct {
 	Instance string
 	Color    string
 	State    BarState
-	Reason   string    // why it ended, as recorded
-	Start    time.Time // as recorded
-	End      time.Time // as drawn: see BarState
+	// Reason is why it ended, in words: as its instance recorded it, or as
+	// the dev supervisor saw it (a killed or paused process).
+	Reason string
+	Start  time.Time // as recorded
+	End    time.Time // as drawn: see BarState
 	// ClippedLeft: it started before the window.
 	ClippedLeft bool
 	// LateEnd is a recorded end later than the successor's start (an instance
@@ -140,6 +168,16 @@ func Layout(s Snapshot) Timeline {
 	for _, in := range s.Instances {
 		names = append(names, in.Name)
 	}
+	// The dev supervisor's words on ends, by job and token.
+	devEnds := map[string]map[int64]string{}
+	if s.Dev != nil {
+		for _, e := range s.Dev.Ends {
+			if devEnds[e.Job] == nil {
+				devEnds[e.Job] = map[int64]string{}
+			}
+			devEnds[e.Job][e.Token] = e.Reason
+		}
+	}
 	for _, t := range s.Terms {
 		names = append(names, t.Instance)
 	}
@@ -181,7 +219,10 @@ func Layout(s Snapshot) Timeline {
 		var prevEnd time.Time // drawn end of the previous term
 		var last Bar          // the newest term, drawn or not
 		for k, t := range terms {
-			b := Bar{Token: t.Token, Instance: t.Instance, Color: color[t.Instance], Reason: t.Reason, Start: t.Started}
+			b := Bar{Token: t.Token, Instance: t.Instance, Color: color[t.Instance], Reason: EndReason(t.Reason), Start: t.Started}
+			if why := devEnds[job][t.Token]; why != "" {
+				b.Reason = why
+			}
 			var next *scheduler.TermRecord
 			if k+1 < len(terms) {
 				next = &terms[k+1]
@@ -297,9 +338,15 @@ func barTitle(b Bar, next *scheduler.TermRecord) string {
 	case Ongoing:
 		fmt.Fprintf(&sb, ", leading now (%s)", short(b.End.Sub(b.Start)))
 	case Unclosed:
+		if b.Reason != "" {
+			fmt.Fprintf(&sb, ", ended: %s", b.Reason)
+		}
 		fmt.Fprintf(&sb, "; its end was never recorded (the instance died or lost the database): drawn up to the start of token %d at %s",
 			next.Token, clock(b.End))
 	case Lost:
+		if b.Reason != "" {
+			fmt.Fprintf(&sb, ", ended: %s", b.Reason)
+		}
 		fmt.Fprint(&sb, "; no end recorded, and etcd no longer names it the leader: it ended at an unknown instant")
 	}
 	return sb.String()

@@ -2,6 +2,7 @@ package statuspage
 
 import (
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -232,4 +233,52 @@ func equal(a, b []string) bool {
 		}
 	}
 	return true
+}
+
+// The tooltip of a term says why it ended: the recorded reason in words, or
+// the dev supervisor's word where the instance could record nothing (killed).
+func TestTimelineSaysWhyEachTermEndedOnHover(t *testing.T) {
+	s := snap(30,
+		term(10, "server-a", 10*time.Second, 60*time.Second),
+		term(20, "server-b", 60*time.Second, open),
+		term(30, "server-c", 130*time.Second, open),
+	)
+	s.Terms[0].Reason = "rebalance"
+	s.Dev = &DevState{Ends: []DevEnd{{Job: "pulse", Token: 20, Reason: "server-b was killed by SIGKILL: its lease expired"}}}
+	bars := lane(t, Layout(s), "pulse").Terms
+	for i, want := range []string{
+		"ended: handed over to spread the singletons (rebalance)",
+		"ended: server-b was killed by SIGKILL: its lease expired; its end was never recorded",
+		"leading now",
+	} {
+		if !strings.Contains(bars[i].Title, want) {
+			t.Errorf("term %d's tooltip %q lacks %q", bars[i].Token, bars[i].Title, want)
+		}
+	}
+	if strings.Contains(bars[2].Title, "ended") {
+		t.Errorf("the ongoing term's tooltip says it ended: %q", bars[2].Title)
+	}
+}
+
+// Without ?window=, the page draws the history's age rounded up to a step
+// (at most the default), so that a young cluster fills the width.
+func TestTheDefaultWindowFitsTheHistorysAge(t *testing.T) {
+	for _, c := range []struct {
+		age  time.Duration // of the oldest term
+		want time.Duration
+	}{
+		{20 * time.Second, 30 * time.Second},
+		{40 * time.Second, time.Minute},
+		{100 * time.Second, 2 * time.Minute},
+		{200 * time.Second, 5 * time.Minute},
+		{2 * time.Hour, 5 * time.Minute}, // an old term still running
+	} {
+		s := snap(2, term(1, "server-a", 5*time.Minute-c.age, 5*time.Minute-c.age+time.Second), term(2, "server-b", 5*time.Minute-5*time.Second, open))
+		if got := FitWindow(s); got != c.want {
+			t.Errorf("history %v old: window %v, want %v", c.age, got, c.want)
+		}
+	}
+	if got := FitWindow(snap(0)); got != DefaultWindow {
+		t.Errorf("no history: window %v, want %v", got, DefaultWindow)
+	}
 }

@@ -2,22 +2,45 @@
 // schema: a new database in the test binary's shared throwaway cluster
 // (testenv.PostgresDB) with every migration applied (migrations.Up).
 //
+// NewDB sets the database up as docs/operations.md ("Database roles") tells
+// operators to: the two roles it creates (the SQL is read from that page and
+// run as written, once per cluster), the schema migrated by the owner role, and
+// the runtime role granted what the service needs (migrations.Grant). Tests run
+// the service with DB.Runtime, so a missing grant fails them; their fixtures and
+// checks use DB.Owner.
+//
 // It is a package of its own, not part of testenv, because the migrations'
 // own tests use testenv.
 package testdb
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"sync"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/migrations"
 )
 
-// URL returns the URL of a new database with the schema. The test's package
-// must run its tests through testenv.RunMain.
+// The roles of docs/operations.md.
+const (
+	OwnerRole   = "snip_jobs_owner"
+	RuntimeRole = "snip_jobs"
+)
+
+// URL returns the URL of a new database with the schema, as the superuser.
+// The test's package must run its tests through testenv.RunMain.
 func URL(t testing.TB) string {
 	t.Helper()
 	return Migrate(t, testenv.PostgresDB(t))
@@ -44,9 +67,129 @@ func Pool(t testing.TB, url string) *pgxpool.Pool {
 }
 
 // New returns the URL of a new database with the schema, and a pool on it
-// closed when the test ends.
+// closed when the test ends, both as the superuser.
 func New(t testing.TB) (string, *pgxpool.Pool) {
 	t.Helper()
 	url := URL(t)
 	return url, Pool(t, url)
+}
+
+// DB is a database set up with the two roles of docs/operations.md.
+type DB struct {
+	// Super connects as the superuser: for a test's fixtures and checks,
+	// which may need to see what neither role may (other roles' sessions).
+	Super string
+	// Owner connects as the owner of the schema, which migrated it.
+	Owner string
+	// Runtime connects as the runtime role, with only the grants
+	// migrations.Grant gives: what the service under test uses.
+	Runtime string
+}
+
+// NewDB returns a new database migrated by the owner role, the runtime role
+// granted what the service needs.
+func NewDB(t testing.TB) DB {
+	t.Helper()
+	return Setup(t, testenv.PostgresDB(t))
+}
+
+// Setup is NewDB on the empty database at super, a superuser's URL (a
+// database of a private cluster, say).
+func Setup(t testing.TB, super string) DB {
+	t.Helper()
+	owner, runtime := Roles(t, super)
+	Migrate(t, owner)
+	notes, err := migrations.Grant(context.Background(), owner, RuntimeRole)
+	if err != nil || len(notes) > 0 {
+		t.Fatalf("testdb: grant the runtime role: %v %q", err, notes)
+	}
+	return DB{Super: super, Owner: owner, Runtime: runtime}
+}
+
+// Roles sets up the database at url (a superuser's URL) as docs/operations.md
+// says, before any migration: the roles (once per cluster) and their rights
+// on the schema. It returns the URLs of the database as the owner and as the
+// runtime role.
+func Roles(t testing.TB, url string) (owner, runtime string) {
+	t.Helper()
+	ctx := context.Background()
+	cluster, database, err := docsSQL()
+	if err != nil {
+		t.Fatalf("testdb: %v", err)
+	}
+	if err := createRoles(ctx, url, cluster); err != nil {
+		t.Fatalf("testdb: create the roles: %v", err)
+	}
+	if err := exec(ctx, url, database); err != nil {
+		t.Fatalf("testdb: the roles' rights on the database: %v", err)
+	}
+	return asRole(t, url, OwnerRole), asRole(t, url, RuntimeRole)
+}
+
+// created remembers the clusters (host:port) whose roles exist: roles belong to
+// the cluster, not to a database.
+var created sync.Map
+
+func createRoles(ctx context.Context, dbURL, sql string) error {
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		return err
+	}
+	once, _ := created.LoadOrStore(u.Host, &sync.Once{})
+	var runErr error
+	once.(*sync.Once).Do(func() {
+		runErr = exec(ctx, dbURL, sql)
+		var pe *pgconn.PgError
+		if errors.As(runErr, &pe) && pe.Code == "42710" { // duplicate_object: an earlier binary's cluster
+			runErr = nil
+		}
+	})
+	return runErr
+}
+
+func exec(ctx context.Context, url, sql string) error {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, sql)
+	return err
+}
+
+// asRole is url with role as its user.
+func asRole(t testing.TB, dbURL, role string) string {
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatalf("testdb: %v", err)
+	}
+	u.User = url.User(role)
+	return u.String()
+}
+
+// docsSQL reads docs/operations.md's SQL blocks for the roles: the one run
+// once per cluster and the one run in the database.
+func docsSQL() (cluster, database string, err error) {
+	_, self, _, ok := runtime.Caller(0)
+	if !ok {
+		return "", "", errors.New("cannot find docs/operations.md: no caller information")
+	}
+	path := filepath.Join(filepath.Dir(self), "..", "..", "docs", "operations.md")
+	doc, err := os.ReadFile(path)
+	if err != nil {
+		return "", "", err
+	}
+	block := func(name string) (string, error) {
+		re := regexp.MustCompile("(?s)<!-- sql: " + regexp.QuoteMeta(name) + "[ (][^\n]*-->\n```sql\n(.*?)```")
+		m := re.FindSubmatch(doc)
+		if m == nil {
+			return "", fmt.Errorf("%s: no ```sql block after <!-- sql: %s -->", path, name)
+		}
+		return string(m[1]), nil
+	}
+	if cluster, err = block("roles-cluster"); err != nil {
+		return "", "", err
+	}
+	database, err = block("roles-database")
+	return cluster, database, err
 }

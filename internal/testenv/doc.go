@@ -6,7 +6,9 @@
 //     own data directory, whose members a test can stop, kill and restart
 //     (including the current raft leader), and etcd's own fault proxy
 //     (go.etcd.io/etcd/pkg/v3/proxy) to put between a client and a member
-//     to drop or delay its traffic: a network partition.
+//     to drop or delay its traffic: a network partition. StartSecureEtcd
+//     serves clients over TLS only, with client certificates required and
+//     etcd's authentication on (package etcdsecure).
 //   - PostgreSQL (postgres.go): a throwaway cluster from the machine's
 //     PostgreSQL server binaries (initdb, postgres; package pgcluster), in
 //     a temporary directory, on a free port.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/pkg/v3/proxy"
 	"go.etcd.io/etcd/server/v3/embed"
@@ -24,6 +26,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/snip/snip-jobs/internal/etcdsecure"
 )
 
 // Bounds for waiting on etcd. They are generous on purpose: they only decide
@@ -36,6 +40,7 @@ const (
 	etcdDialTimeout    = 5 * time.Second // clientv3.Config.DialTimeout of Client
 	etcdStartAttempts  = 3               // fresh ports when a reserved port was taken meanwhile
 	etcdProxyCloseWait = 2 * time.Second // Proxy cleanup until its open connections end
+	etcdBcryptCost     = 4               // bcrypt.MinCost: see etcdMember.config
 )
 
 // EtcdCluster is a cluster of real etcd members running in the test process.
@@ -44,9 +49,18 @@ const (
 type EtcdCluster struct {
 	mu      sync.Mutex // guards members[*].etcd; held during Stop and Restart
 	members []*etcdMember
+	secure  *EtcdSecurity // nil: plain http, no authentication
+}
+
+// EtcdSecurity is the TLS material and the users of a cluster started by
+// StartSecureEtcd.
+type EtcdSecurity struct {
+	PKI  *etcdsecure.PKI
+	Auth etcdsecure.Auth
 }
 
 type etcdMember struct {
+	tls       *etcdsecure.PKI // nil: plain http
 	name      string
 	dir       string
 	clientURL url.URL
@@ -66,6 +80,41 @@ type etcdMember struct {
 // durability across a machine crash.
 func StartEtcd(t testing.TB, n int) *EtcdCluster {
 	t.Helper()
+	return startEtcd(t, n, nil)
+}
+
+// StartSecureEtcd starts an n-member cluster as StartEtcd does, whose members
+// serve clients over TLS only (https:// client URLs, a server certificate for
+// 127.0.0.1 signed by a CA made for the test, and a client certificate of
+// that CA required), with authentication enabled: a root user, and a user
+// whose role may read and write the keys under prefix and nothing else (the
+// grants of docs/operations.md, see etcdsecure.Grant). Client returns clients
+// that log in as root; Security gives the files and users for snip-jobs.
+func StartSecureEtcd(t testing.TB, n int, prefix string) *EtcdCluster {
+	t.Helper()
+	pki, err := etcdsecure.NewPKI(filepath.Join(t.TempDir(), "pki"))
+	if err != nil {
+		t.Fatalf("testenv: StartSecureEtcd: %v", err)
+	}
+	c := startEtcd(t, n, pki)
+	admin := c.client(t, c.Endpoints(), "", "") // auth still off
+	a := etcdsecure.NewAuth(prefix)
+	ctx, cancel := context.WithTimeout(context.Background(), etcdReadyTimeout)
+	defer cancel()
+	if err := etcdsecure.Grant(ctx, admin, a); err != nil {
+		t.Fatalf("testenv: StartSecureEtcd: %v", err)
+	}
+	_ = admin.Close()
+	c.secure = &EtcdSecurity{PKI: pki, Auth: a}
+	return c
+}
+
+// Security returns the TLS files and users of a cluster started by
+// StartSecureEtcd, nil for a plain one.
+func (c *EtcdCluster) Security() *EtcdSecurity { return c.secure }
+
+func startEtcd(t testing.TB, n int, pki *etcdsecure.PKI) *EtcdCluster {
+	t.Helper()
 	if n != 1 && n != 3 {
 		t.Fatalf("testenv: StartEtcd: n = %d, want 1 or 3", n)
 	}
@@ -78,7 +127,7 @@ func StartEtcd(t testing.TB, n int) *EtcdCluster {
 
 	var lastErr error
 	for attempt := 1; attempt <= etcdStartAttempts; attempt++ {
-		err := c.start(base, attempt, n)
+		err := c.start(base, attempt, n, pki)
 		if err == nil {
 			c.LeaderIndex(t)
 			return c
@@ -95,7 +144,7 @@ func StartEtcd(t testing.TB, n int) *EtcdCluster {
 
 // start reserves ports, starts the n members one after the other and waits
 // until each is ready. On failure it stops what it started.
-func (c *EtcdCluster) start(base string, attempt, n int) error {
+func (c *EtcdCluster) start(base string, attempt, n int, pki *etcdsecure.PKI) error {
 	ports, release, err := etcdReservePorts(2 * n)
 	if err != nil {
 		return err
@@ -104,10 +153,14 @@ func (c *EtcdCluster) start(base string, attempt, n int) error {
 	peers := make([]string, n)
 	for i := range members {
 		m := &etcdMember{
+			tls:       pki,
 			name:      fmt.Sprintf("m%d", i),
 			dir:       filepath.Join(base, fmt.Sprintf("try%d-m%d", attempt, i)),
 			clientURL: etcdLoopbackURL(ports[2*i]),
 			peerURL:   etcdLoopbackURL(ports[2*i+1]),
+		}
+		if pki != nil {
+			m.clientURL.Scheme = "https"
 		}
 		members[i] = m
 		peers[i] = m.name + "=" + m.peerURL.String()
@@ -202,6 +255,17 @@ func (m *etcdMember) config(initialCluster, state string, stopping <-chan struct
 	cfg.LogLevel = "error"
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(etcdLogger(m.name))
 	cfg.UnsafeNoFsync = true
+	// bcrypt's minimum cost for the users' passwords: a login then costs the
+	// member about a millisecond instead of about 100 ms, which tests that
+	// run many processes on two cores cannot spare (what a login costs is
+	// counted, not timed: TestKeepAlivesShareOneStreamAndOneLogin).
+	cfg.BcryptCost = etcdBcryptCost
+	if m.tls != nil {
+		cfg.ClientTLSInfo = transport.TLSInfo{
+			CertFile: m.tls.ServerCert, KeyFile: m.tls.ServerKey,
+			TrustedCAFile: m.tls.CA, ClientCertAuth: true,
+		}
+	}
 	cfg.GRPCAdditionalServerOptions = []grpc.ServerOption{
 		grpc.ChainStreamInterceptor(etcdCutStreams(stopping)),
 	}
@@ -326,7 +390,8 @@ func (c *EtcdCluster) Endpoints() []string {
 	return eps
 }
 
-// Endpoint returns the client URL of member i ("http://127.0.0.1:port").
+// Endpoint returns the client URL of member i ("http://127.0.0.1:port", or
+// https for a cluster of StartSecureEtcd).
 func (c *EtcdCluster) Endpoint(i int) string {
 	return c.member(i).clientURL.String()
 }
@@ -342,23 +407,95 @@ func (c *EtcdCluster) member(i int) *etcdMember {
 }
 
 // Client returns a clientv3 client on the given endpoints, or on all
-// members' client URLs when none are given. It is closed at t.Cleanup;
-// closing it earlier (to simulate a crashed process) is harmless.
+// members' client URLs when none are given; on a cluster of
+// StartSecureEtcd it presents the test's client certificate and logs in as
+// root. It is closed at t.Cleanup; closing it earlier (to simulate a crashed
+// process) is harmless.
 func (c *EtcdCluster) Client(t testing.TB, endpoints ...string) *clientv3.Client {
 	t.Helper()
 	if len(endpoints) == 0 {
 		endpoints = c.Endpoints()
 	}
-	cli, err := clientv3.New(clientv3.Config{
+	if c.secure == nil {
+		return c.client(t, endpoints, "", "")
+	}
+	return c.client(t, endpoints, "root", c.secure.Auth.RootPassword)
+}
+
+// UserClient is Client logged in as snip-jobs' user (only its prefix).
+func (c *EtcdCluster) UserClient(t testing.TB, endpoints ...string) *clientv3.Client {
+	t.Helper()
+	if c.secure == nil {
+		t.Fatal("testenv: UserClient: the cluster has no authentication (use StartSecureEtcd)")
+	}
+	if len(endpoints) == 0 {
+		endpoints = c.Endpoints()
+	}
+	return c.client(t, endpoints, c.secure.Auth.User, c.secure.Auth.Password)
+}
+
+func (c *EtcdCluster) client(t testing.TB, endpoints []string, user, password string) *clientv3.Client {
+	t.Helper()
+	cfg := clientv3.Config{
 		Endpoints:   endpoints,
 		DialTimeout: etcdDialTimeout,
 		Logger:      zap.NewNop(),
-	})
+		Username:    user,
+		Password:    password,
+	}
+	if pki := c.member(0).tls; pki != nil {
+		tc, err := transport.TLSInfo{CertFile: pki.ClientCert, KeyFile: pki.ClientKey, TrustedCAFile: pki.CA}.ClientConfig()
+		if err != nil {
+			t.Fatalf("testenv: etcd client TLS: %v", err)
+		}
+		cfg.TLS = tc
+	}
+	cli, err := clientv3.New(cfg)
 	if err != nil {
 		t.Fatalf("testenv: etcd client on %v: %v", endpoints, err)
 	}
 	t.Cleanup(func() { _ = cli.Close() })
 	return cli
+}
+
+// Metric returns the sum of the member i's Prometheus series named name
+// whose labels contain every one of labels (e.g. `grpc_method="Authenticate"`),
+// read from its /metrics on the client URL: what the etcd server itself
+// counted.
+func (c *EtcdCluster) Metric(t testing.TB, i int, name string, labels ...string) float64 {
+	t.Helper()
+	hc := &http.Client{Timeout: etcdDialTimeout}
+	if pki := c.member(i).tls; pki != nil {
+		tc, err := transport.TLSInfo{CertFile: pki.ClientCert, KeyFile: pki.ClientKey, TrustedCAFile: pki.CA}.ClientConfig()
+		if err != nil {
+			t.Fatalf("testenv: Metric: %v", err)
+		}
+		hc.Transport = &http.Transport{TLSClientConfig: tc, ForceAttemptHTTP2: true}
+	}
+	resp, err := hc.Get(c.Endpoint(i) + "/metrics")
+	if err != nil {
+		t.Fatalf("testenv: Metric: %v", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("testenv: Metric: %v", err)
+	}
+	var sum float64
+	for line := range strings.Lines(string(body)) {
+		series, value, ok := strings.Cut(strings.TrimSpace(line), " ")
+		if !ok || (series != name && !strings.HasPrefix(series, name+"{")) {
+			continue
+		}
+		match := true
+		for _, l := range labels {
+			match = match && strings.Contains(series, l)
+		}
+		if v, err := strconv.ParseFloat(value, 64); err == nil && match {
+			sum += v
+		}
+	}
+	return sum
 }
 
 // Stop stops member i cleanly, as a real etcd process does on SIGTERM
@@ -504,7 +641,7 @@ func (c *EtcdCluster) Proxy(t testing.TB, i int) *Proxy {
 	to := c.member(i).clientURL
 	var lastErr error
 	for attempt := 1; attempt <= etcdStartAttempts; attempt++ {
-		p, err := etcdStartProxy(to)
+		p, err := etcdStartProxy(to) // bytes only: TLS goes through it end to end
 		if err == nil {
 			t.Cleanup(func() { p.close(t) })
 			return p
@@ -542,6 +679,7 @@ func etcdStartProxy(to url.URL) (*Proxy, error) {
 			return nil, fmt.Errorf("listen on %s failed", from.Host)
 		}
 	}
+	from.Scheme = to.Scheme // the client speaks to the member through it
 	p := &Proxy{srv: srv, endpoint: from.String(), drained: make(chan struct{})}
 	// The proxy reports every failed dial, read and write on Error, a
 	// channel with room for 16; once it is full, the accept loop and the
@@ -580,8 +718,8 @@ func (p *Proxy) close(t testing.TB) {
 	}
 }
 
-// Endpoint returns the proxy's URL ("http://127.0.0.1:port"), usable as a
-// clientv3 endpoint.
+// Endpoint returns the proxy's URL ("http://127.0.0.1:port", https in front
+// of a member of StartSecureEtcd), usable as a clientv3 endpoint.
 func (p *Proxy) Endpoint() string { return p.endpoint }
 
 // Blackhole drops all traffic in both directions, on open connections as

@@ -1,6 +1,7 @@
 package aggregator_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -37,14 +38,19 @@ const links = 50
 // db is one test's database with the real schema and links 1..links.
 type db struct {
 	t   testing.TB
-	url string
+	url string        // the superuser: the test's own reads and the producers
+	job string        // the aggregators: the runtime role of docs/operations.md ("" = url)
 	obs *pgxpool.Pool // the test's own reads and producers
 }
 
+// newDB sets up the empty database at url (a superuser's) as
+// docs/operations.md says: migrated by the owner role, the aggregators
+// connecting as the runtime role.
 func newDB(t testing.TB, url string) *db {
 	t.Helper()
 	ctx := context.Background()
-	d := &db{t: t, url: testdb.Migrate(t, url)}
+	roles := testdb.Setup(t, url)
+	d := &db{t: t, url: url, job: roles.Runtime}
 	d.obs = d.pool("observer")
 	if _, err := d.obs.Exec(ctx, `INSERT INTO links (id, slug) SELECT g, 'l' || g FROM generate_series(1, $1::int) g`, links); err != nil {
 		t.Fatal(err)
@@ -55,7 +61,18 @@ func newDB(t testing.TB, url string) *db {
 // pool returns a new pool whose connections carry application_name app.
 func (d *db) pool(app string) *pgxpool.Pool {
 	d.t.Helper()
-	cfg, err := pgxpool.ParseConfig(d.url)
+	return d.poolOn(d.url, app)
+}
+
+// jobPool is pool as the aggregators' role.
+func (d *db) jobPool(app string) *pgxpool.Pool {
+	d.t.Helper()
+	return d.poolOn(cmp.Or(d.job, d.url), app)
+}
+
+func (d *db) poolOn(url, app string) *pgxpool.Pool {
+	d.t.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		d.t.Fatal(err)
 	}
@@ -83,7 +100,7 @@ type aggregatorJob struct {
 // name "agg-<token>") until stop or the test's end.
 func (d *db) startAggregator(token int64, opts aggregator.Options) *aggregatorJob {
 	d.t.Helper()
-	return d.startAggregatorOn(d.pool(fmt.Sprintf("agg-%d", token)), token, opts)
+	return d.startAggregatorOn(d.jobPool(fmt.Sprintf("agg-%d", token)), token, opts)
 }
 
 // startAggregatorOn is startAggregator on a given pool.

@@ -30,7 +30,9 @@ func TestALinkDeletedAndAnotherCreatedDuringTheFoldLeaveEveryEventCountedOrRejec
 	if n := testenv.Value[int](t, d.obs, `SELECT count(*) FROM pg_constraint WHERE contype = 'f' AND confrelid = 'links'::regclass`); n != 0 {
 		t.Fatalf("%d foreign keys reference links; the test's delete of a link assumes none", n)
 	}
-	testenv.Exec(t, d.obs, fmt.Sprintf(`CREATE FUNCTION test_swap_links() RETURNS trigger LANGUAGE plpgsql AS $$
+	// SECURITY DEFINER: the swap is Snip's application's doing, not the
+	// aggregator's role's, which may only read links.
+	testenv.Exec(t, d.obs, fmt.Sprintf(`CREATE FUNCTION test_swap_links() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER AS $$
 BEGIN
 	DELETE FROM links WHERE id = %[1]d;
 	IF FOUND THEN

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/snip/snip-jobs/internal/pgcluster"
+	"github.com/snip/snip-jobs/internal/testdb"
 	"github.com/snip/snip-jobs/internal/testenv"
 )
 
@@ -242,6 +243,9 @@ END $$`)
 	command(t, filepath.Join(bindir, "pg_dump"), "--format=custom", "--file", dump, "--dbname", src.url)
 	pg := testenv.StartPostgres(t)
 	d := &db{t: t, url: pg.CreateDatabase(t)}
+	// The new cluster has the roles too, so the dump's grants restore: the
+	// aggregators run as the runtime role, as before the dump.
+	_, d.job = testdb.Roles(t, d.url)
 	command(t, filepath.Join(bindir, "pg_restore"), "--exit-on-error", "--no-owner", "--dbname", d.url, dump)
 	d.obs = d.pool("observer")
 	restoredMax := testenv.Value[int64](t, d.obs, `SELECT last_value FROM click_events_id_seq`)

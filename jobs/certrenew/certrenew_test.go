@@ -1087,7 +1087,7 @@ func TestAnOperatorsRetryRequestEndsTheBackOffAtTheNextPass(t *testing.T) {
 	leader.mustPass()
 	ctx := context.Background()
 
-	list, err := certrenew.List(ctx, c.pool, c.opts)
+	list, err := certrenew.List(ctx, c.svc, c.opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1104,11 +1104,11 @@ func TestAnOperatorsRetryRequestEndsTheBackOffAtTheNextPass(t *testing.T) {
 		t.Errorf("List: %v, want %v", states, want)
 	}
 
-	if _, err := certrenew.RequestRetry(ctx, c.pool, c.opts, fine, "ops@test"); !errors.Is(err, certrenew.ErrNotBackingOff) {
+	if _, err := certrenew.RequestRetry(ctx, c.svc, c.opts, fine, "ops@test"); !errors.Is(err, certrenew.ErrNotBackingOff) {
 		t.Errorf("retry of a domain with a valid certificate: %v, want ErrNotBackingOff", err)
 	}
 	var ie *certrenew.InvalidNameError
-	if _, err := certrenew.RequestRetry(ctx, c.pool, c.opts, "bad name.customer.test", "ops@test"); !errors.As(err, &ie) {
+	if _, err := certrenew.RequestRetry(ctx, c.svc, c.opts, "bad name.customer.test", "ops@test"); !errors.As(err, &ie) {
 		t.Errorf("retry of an invalid name: %v, want an InvalidNameError", err)
 	}
 	if n := c.int(`SELECT count(*) FROM certrenew_retry_requests`); n != 0 {
@@ -1119,7 +1119,7 @@ func TestAnOperatorsRetryRequestEndsTheBackOffAtTheNextPass(t *testing.T) {
 	if n := len(c.ca.ordersFor(blocked)); n != 1 {
 		t.Fatalf("%d orders during the back-off, want 1", n)
 	}
-	r, err := certrenew.RequestRetry(ctx, c.pool, c.opts, "BLOCKED.customer.test", "ops@test")
+	r, err := certrenew.RequestRetry(ctx, c.svc, c.opts, "BLOCKED.customer.test", "ops@test")
 	if err != nil || r.Name != blocked || r.Failures != 1 || r.ErrorReason != certrenew.ReasonRejected {
 		t.Fatalf("RequestRetry: %+v, %v", r, err)
 	}
@@ -1147,6 +1147,47 @@ func TestAnOperatorsRetryRequestEndsTheBackOffAtTheNextPass(t *testing.T) {
 	if n := len(c.ca.ordersFor("gone.customer.test")); n != 0 {
 		t.Errorf("%d orders for a name that is not wanted", n)
 	}
+}
+
+// An operator's renewal request (certs renew) renews a valid certificate at
+// the leader's next pass, as an ARI renewal of it; nothing before that pass,
+// and a name without a certificate is refused without a request.
+func TestAnOperatorsRenewalRequestRenewsAValidCertificateAtTheNextPass(t *testing.T) {
+	c := newCluster(t, clusterOptions{})
+	const d = "renew.customer.test"
+	c.addDomains("active", d)
+	leader := c.lead("a", 10)
+	leader.mustPass()
+	first := c.current(d)
+	ctx := context.Background()
+
+	if _, err := certrenew.RequestRenewal(ctx, c.pool, c.opts, "none.customer.test", "ops@test"); !errors.Is(err, certrenew.ErrNoCertificateToRenew) {
+		t.Errorf("renewal of a name without a certificate: %v, want ErrNoCertificateToRenew", err)
+	}
+	r, err := certrenew.RequestRenewal(ctx, c.pool, c.opts, "RENEW.customer.test", "ops@test")
+	if err != nil || r.Name != d || r.Serial != first.Serial {
+		t.Fatalf("RequestRenewal: %+v, %v", r, err)
+	}
+	if c.current(d).ID != first.ID {
+		t.Fatal("the request renewed by itself; only the leader may")
+	}
+	leader.mustPass()
+	second := c.current(d)
+	if second.ID == first.ID || second.Serial == first.Serial {
+		t.Fatalf("no new certificate after the pass that read the renewal request")
+	}
+	orders := c.ca.ordersFor(d)
+	if len(orders) != 2 || orders[1].Replaces == "" {
+		t.Errorf("orders %+v: want the first and one renewal that replaces it", orders)
+	}
+	if n := c.int(`SELECT count(*) FROM certrenew_retry_requests`); n != 0 {
+		t.Errorf("the request is still there after the pass that handled it")
+	}
+	leader.mustPass()
+	if n := len(c.ca.ordersFor(d)); n != 2 {
+		t.Errorf("%d orders after one more pass, want 2: the renewed certificate is not due", n)
+	}
+	c.assertOneCurrentValidCertificate(d)
 }
 
 // No more than concurrency orders are in flight at once, and that many are.

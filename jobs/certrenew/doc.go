@@ -11,9 +11,10 @@
 // ARI window, otherwise 2/3 of the lifetime (1/2 for 10 days or less).
 // Renewals send "replaces". One ACME account serves every instance: its key
 // is stored sealed in PostgreSQL before it is registered. HTTP-01 tokens go
-// to a shared table; NewChallengeHandler serves them on every instance for
-// the matching Host only. Private keys are sealed with AES-256-GCM (Keyring);
-// Current opens the current certificate for a TLS server.
+// to a shared table; every instance serves them from memory for the matching
+// Host only (package certserve, which also serves the certificates to TLS
+// servers). Private keys are sealed with AES-256-GCM (package keyring);
+// Current reads one certificate (the CLI's view; TLS servers use certserve).
 //
 // What is guaranteed:
 //   - At most one current certificate per name (a unique index), and it was

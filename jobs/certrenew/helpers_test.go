@@ -22,9 +22,11 @@ import (
 
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/fencing"
+	"github.com/snip/snip-jobs/internal/certtest"
 	"github.com/snip/snip-jobs/internal/testdb"
 	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/jobs/certrenew"
+	"github.com/snip/snip-jobs/jobs/certrenew/certserve"
 	"github.com/snip/snip-jobs/scheduler"
 )
 
@@ -36,7 +38,8 @@ const jobName = "certs"
 type cluster struct {
 	t       testing.TB
 	ca      *testCA
-	pool    *pgxpool.Pool
+	pool    *pgxpool.Pool // the test's fixtures and checks, as the superuser
+	svc     *pgxpool.Pool // the instances' jobs, challenge servers, CLI calls: the runtime role of docs/operations.md
 	keyFile string
 	keys    *certrenew.Keyring
 	opts    certrenew.Options
@@ -140,8 +143,9 @@ type clusterOptions struct {
 
 func newCluster(t testing.TB, co clusterOptions) *cluster {
 	t.Helper()
-	_, pool := testdb.New(t)
-	c := &cluster{t: t, ca: newTestCA(t, co.ca), pool: pool, inst: map[string]*instance{}, quiet: co.quiet}
+	db := testdb.NewDB(t)
+	c := &cluster{t: t, ca: newTestCA(t, co.ca), pool: testdb.Pool(t, db.Super), svc: testdb.Pool(t, db.Runtime),
+		inst: map[string]*instance{}, quiet: co.quiet}
 	c.keyFile = writeKeyFile(t, newKey(t))
 	c.keys = c.keyring(c.keyFile)
 
@@ -170,7 +174,7 @@ func newCluster(t testing.TB, co clusterOptions) *cluster {
 func (c *cluster) start(name string) *instance {
 	t := c.t
 	in := &instance{name: name, reg: prometheus.NewRegistry()}
-	h := certrenew.NewChallengeHandler(c.pool, c.logger().With("instance", name))
+	h := challengeHandler(t, c.svc, c.logger().With("instance", name))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -194,7 +198,7 @@ func (c *cluster) start(name string) *instance {
 func (c *cluster) build(name string, reg prometheus.Registerer, o certrenew.Options) scheduler.Job {
 	c.t.Helper()
 	j, err := certrenew.Type().New(scheduler.Env{
-		Instance: name, Pool: c.pool, Log: c.logger().With("instance", name), Metrics: reg,
+		Instance: name, Pool: c.svc, Log: c.logger().With("instance", name), Metrics: reg,
 	}, configs.Job{
 		Name: jobName, Type: "certrenew", Singleton: true,
 		Schedule: configs.Schedule{Kind: configs.Interval, Every: time.Hour},
@@ -204,6 +208,19 @@ func (c *cluster) build(name string, reg prometheus.Registerer, o certrenew.Opti
 		c.t.Fatalf("build the job on %s: %v", name, err)
 	}
 	return j
+}
+
+// challengeHandler is what every instance serves on port 80: the shared
+// tokens, from memory (certserve.Challenges), kept current until the test
+// ends.
+func challengeHandler(t testing.TB, pool *pgxpool.Pool, log *slog.Logger) http.Handler {
+	t.Helper()
+	h, err := certserve.NewChallenges(certserve.Config{DB: pool.Config().ConnConfig, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	certtest.Run(t, h.Run, h.Ready())
+	return h
 }
 
 type statusWriter struct {
@@ -236,7 +253,7 @@ func (c *cluster) lead(instance string, token int64) *term {
 func (tm *term) run() *scheduler.Run {
 	return scheduler.NewRun(scheduler.RunConfig{
 		Job: jobName, Instance: tm.in.name, Token: tm.token,
-		Fence: fencing.New(tm.c.pool, tm.in.name),
+		Fence: fencing.New(tm.c.svc, tm.in.name),
 		Valid: tm.valid.Load,
 		Log:   tm.c.logger(),
 	})
@@ -340,7 +357,7 @@ func (c *cluster) time(sql string, args ...any) time.Time {
 // configured keys.
 func (c *cluster) current(domain string) *certrenew.Certificate {
 	c.t.Helper()
-	crt, err := certrenew.Current(context.Background(), c.pool, c.keys, domain)
+	crt, err := certrenew.Current(context.Background(), c.svc, c.keys, domain)
 	if err != nil {
 		c.t.Fatalf("current certificate of %s: %v", domain, err)
 	}

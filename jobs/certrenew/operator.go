@@ -132,3 +132,42 @@ func RequestRetry(ctx context.Context, pool *pgxpool.Pool, opts Options, raw, by
 	}
 	return r, nil
 }
+
+// ErrNoCertificateToRenew is returned by RequestRenewal for a name without a
+// current certificate: it is ordered at once anyway, or is failing (retry).
+var ErrNoCertificateToRenew = errors.New("certrenew: no current certificate to renew")
+
+// RenewRequest is what RequestRenewal recorded.
+type RenewRequest struct {
+	Name     string    // the certificate's name
+	Serial   string    // the current certificate's serial (hex)
+	NotAfter time.Time // and its not-after
+}
+
+// RequestRenewal asks the renewer's leader to renew the custom domain raw's
+// current certificate at its next pass, whatever its renewal instant (snip-jobs
+// certs renew): a key thought compromised, a certificate to re-issue. It
+// writes only a request; the leader makes the certificate due in its own
+// fenced transaction, and wakes for it within new_domain_check. An invalid
+// name is an *InvalidNameError; a name without a current certificate is
+// ErrNoCertificateToRenew (nothing is recorded).
+func RequestRenewal(ctx context.Context, pool *pgxpool.Pool, opts Options, raw, by string) (RenewRequest, error) {
+	name, err := opts.certName(raw)
+	if err != nil {
+		return RenewRequest{}, err
+	}
+	r := RenewRequest{Name: name}
+	err = pool.QueryRow(ctx, `SELECT serial, not_after FROM certrenew_certificates WHERE domain = $1 AND current`, name).
+		Scan(&r.Serial, &r.NotAfter)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return r, fmt.Errorf("%w: %s (a new domain is ordered at once; a failing one is retried with certs retry)", ErrNoCertificateToRenew, name)
+	case err != nil:
+		return r, fmt.Errorf("certrenew: read %s's certificate: %w", name, err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO certrenew_retry_requests (domain, requested_by, renew) VALUES ($1, $2, true)
+		ON CONFLICT (domain) DO UPDATE SET requested_at = now(), requested_by = EXCLUDED.requested_by, renew = true`, name, by); err != nil {
+		return r, fmt.Errorf("certrenew: record the renewal request for %s: %w", name, err)
+	}
+	return r, nil
+}

@@ -4,7 +4,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net"
 	"net/mail"
 	"net/url"
@@ -12,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/snip/snip-jobs/jobs/certrenew/keyring"
 )
 
 // LetsEncrypt is the default ACME directory: Let's Encrypt's production CA.
@@ -34,7 +35,7 @@ type Options struct {
 	CARootsFile string `yaml:"ca_roots_file"`
 
 	// ChallengeListen is where every instance serves HTTP-01 tokens
-	// (NewChallengeHandler), e.g. ":80". The CA connects to port 80 of the
+	// (certserve.Challenges), e.g. ":80". The CA connects to port 80 of the
 	// domain: this address must receive that traffic. Read by cmd, which
 	// mounts the handler; the job itself does not listen.
 	ChallengeListen string `yaml:"challenge_listen"`
@@ -146,11 +147,8 @@ func (o *Options) Validate() error {
 	} else if host != "" && net.ParseIP(host) == nil && host != "localhost" {
 		add("challenge_listen %q: the host must be an IP address (or empty for all)", o.ChallengeListen)
 	}
-	switch {
-	case o.KeyFile == "" && o.KeyEnv == "":
-		add("key_file or key_env is required: the key that encrypts private keys at rest")
-	case o.KeyFile != "" && o.KeyEnv != "":
-		add("set key_file or key_env, not both")
+	if err := o.KeySource().Check(); err != nil {
+		errs = append(errs, err)
 	}
 	if o.LockDelay < 0 {
 		add("lock_delay must be 0 (off) or positive, not %v", o.LockDelay)
@@ -192,40 +190,24 @@ func (o *Options) Validate() error {
 	return errors.Join(errs...)
 }
 
+// SecretFiles names the file holding the sealing keys, for the start-up check
+// of secret files' permissions (configs.File.ExposedSecrets).
+func (o *Options) SecretFiles() map[string]string {
+	return map[string]string{"key_file": o.KeyFile}
+}
+
 // Keyring reads the encryption keys from key_file or key_env. Errors name
 // the file or variable, never the value.
 func (o *Options) Keyring() (*Keyring, error) {
-	var data []byte
-	switch {
-	case o.KeyFile != "":
-		b, err := os.ReadFile(o.KeyFile)
-		if err != nil {
-			var pe *fs.PathError
-			if errors.As(err, &pe) {
-				err = pe.Err
-			}
-			return nil, fmt.Errorf("certrenew: cannot read key_file %s: %w", o.KeyFile, err)
-		}
-		data = b
-	case o.KeyEnv != "":
-		v, ok := os.LookupEnv(o.KeyEnv)
-		if !ok {
-			return nil, fmt.Errorf("certrenew: environment variable %s (key_env) is not set", o.KeyEnv)
-		}
-		data = []byte(v)
-	default:
-		return nil, errors.New("certrenew: key_file or key_env is required")
-	}
-	k, err := ParseKeyring(data)
+	k, err := o.KeySource().Load()
 	if err != nil {
-		where := "key_file " + o.KeyFile
-		if o.KeyFile == "" {
-			where = "key_env " + o.KeyEnv
-		}
-		return nil, fmt.Errorf("%s: %w", where, err)
+		return nil, fmt.Errorf("certrenew: %w", err)
 	}
 	return k, nil
 }
+
+// KeySource is where key_file or key_env says the keys are.
+func (o *Options) KeySource() keyring.Source { return keyring.Source{File: o.KeyFile, Env: o.KeyEnv} }
 
 // CARoots reads ca_roots_file; nil (the system's roots) when it is not set.
 func (o *Options) CARoots() (*x509.CertPool, error) {

@@ -7,28 +7,32 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// retryRequest is a row of certrenew_retry_requests (certs retry).
+// retryRequest is a row of certrenew_retry_requests (certs retry, or
+// certs renew when renew is set).
 type retryRequest struct {
 	domain string
 	at     time.Time
 	by     string
+	renew  bool
 }
 
-// applyRetryRequests turns the operators' retry requests into the renewer's
+// applyRetryRequests turns the operators' requests into the renewer's
 // state: a requested domain that is backing off is tried in this pass (its
-// next_attempt_at cleared, in the pass's fenced transaction), and every
-// request read is deleted, handled or not (a domain no longer wanted, or
-// not backing off, is logged). Its failure count is kept: if it fails again,
-// the back-off goes on from where it was. A pause of the whole renewer (a
-// 503) is not lifted.
+// next_attempt_at cleared, in the pass's fenced transaction); a renewal
+// request also makes the domain's current certificate due now (and keeps the
+// CA's renewal window from moving it for an hour). Every request read is
+// deleted, handled or not (a domain no longer wanted, or with nothing to do,
+// is logged). The failure count is kept: if it fails again, the back-off
+// goes on from where it was. A pause of the whole renewer (a 503) is not
+// lifted.
 func (p *pass) applyRetryRequests(ctx context.Context) error {
-	rows, err := p.j.pool.Query(ctx, `SELECT domain, requested_at, requested_by FROM certrenew_retry_requests ORDER BY domain`)
+	rows, err := p.j.pool.Query(ctx, `SELECT domain, requested_at, requested_by, renew FROM certrenew_retry_requests ORDER BY domain`)
 	if err != nil {
 		return err
 	}
 	reqs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (retryRequest, error) {
 		var q retryRequest
-		return q, r.Scan(&q.domain, &q.at, &q.by)
+		return q, r.Scan(&q.domain, &q.at, &q.by, &q.renew)
 	})
 	if err != nil || len(reqs) == 0 {
 		return err
@@ -37,7 +41,7 @@ func (p *pass) applyRetryRequests(ctx context.Context) error {
 	for _, d := range p.domains {
 		byName[d.name] = d
 	}
-	var cleared []*domain
+	var cleared, renewed []*domain
 	var names []string
 	var ats []time.Time
 	for _, q := range reqs {
@@ -45,8 +49,11 @@ func (p *pass) applyRetryRequests(ctx context.Context) error {
 		d := byName[q.domain]
 		log := p.log.With("domain", q.domain, "requested_by", q.by, "requested_at", q.at)
 		switch {
+		case d != nil && q.renew && d.cert != nil:
+			log.InfoContext(ctx, "renewal requested by an operator: the current certificate is due now", "certificate_id", d.cert.id)
+			renewed, cleared = append(renewed, d), append(cleared, d)
 		case d == nil:
-			log.WarnContext(ctx, "retry requested for a name that is not a wanted custom domain (removed, or invalid); request dropped")
+			log.WarnContext(ctx, "retry requested for a name that is not a wanted custom domain (removed, or invalid); request dropped", "renew", q.renew)
 		case d.nextAttempt == nil || !p.now().Before(*d.nextAttempt):
 			log.InfoContext(ctx, "retry requested for a domain that is not backing off; nothing to clear", "failures", d.failures)
 		default:
@@ -55,13 +62,14 @@ func (p *pass) applyRetryRequests(ctx context.Context) error {
 			cleared = append(cleared, d)
 		}
 	}
-	clearedNames := make([]string, len(cleared))
-	for i, d := range cleared {
-		clearedNames[i] = d.name
-	}
 	err = p.r.Fenced(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `UPDATE certrenew_domains SET next_attempt_at = NULL, token = $2, updated_at = now()
-			WHERE domain = ANY($1)`, clearedNames, p.r.Token); err != nil {
+			WHERE domain = ANY($1)`, domainNames(cleared), p.r.Token); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE certrenew_certificates SET renew_at = now() - interval '1 second',
+				ari_next_check = greatest(ari_next_check, now() + make_interval(secs => $2))
+			WHERE domain = ANY($1) AND current`, domainNames(renewed), renewHold.Seconds()); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, `DELETE FROM certrenew_retry_requests r USING unnest($1::text[], $2::timestamptz[]) AS h(domain, at)
@@ -74,5 +82,24 @@ func (p *pass) applyRetryRequests(ctx context.Context) error {
 	for _, d := range cleared {
 		d.nextAttempt = nil
 	}
+	for _, d := range renewed {
+		d.cert.renewAt = p.now().Add(-time.Second)
+		if hold := p.now().Add(renewHold); d.cert.ariNextCheck.Before(hold) {
+			d.cert.ariNextCheck = hold
+		}
+	}
 	return nil
+}
+
+// renewHold is how long a renewal an operator asked for keeps the CA's
+// renewal window from moving the certificate's renewal instant (the first
+// ARI answer after an issuance picks a new one).
+const renewHold = time.Hour
+
+func domainNames(ds []*domain) []string {
+	names := make([]string, len(ds))
+	for i, d := range ds {
+		names[i] = d.name
+	}
+	return names
 }

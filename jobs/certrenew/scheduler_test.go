@@ -27,7 +27,7 @@ func schedulerCluster(t *testing.T) (*jobtest.Cluster, *testCA, certrenew.Option
 		if err != nil {
 			t.Fatal(err)
 		}
-		srv := &http.Server{Handler: certrenew.NewChallengeHandler(jc.DB, testenv.Logger(t)), ReadHeaderTimeout: 10 * time.Second}
+		srv := &http.Server{Handler: challengeHandler(t, jc.DB, testenv.Logger(t)), ReadHeaderTimeout: 10 * time.Second}
 		go srv.Serve(ln)
 		t.Cleanup(func() { srv.Close() })
 		addrs = append(addrs, ln.Addr().String())

@@ -25,10 +25,6 @@ const (
 	keepReplacedCert = 30 * 24 * time.Hour // after its not-after
 )
 
-// aadCert and aadAccount bind a sealed key to its row.
-func aadCert(domain string) string       { return "snip-jobs certrenew certificate key\x00" + domain }
-func aadAccount(directory string) string { return "snip-jobs certrenew account key\x00" + directory }
-
 // housekeeping removes expired challenge tokens and old history.
 func (p *pass) housekeeping(ctx context.Context) error {
 	return p.r.Fenced(ctx, func(ctx context.Context, tx pgx.Tx) error {
@@ -84,9 +80,26 @@ func (p *pass) load(ctx context.Context) (err error) {
 			p.j.seen.Store(&fp)
 		}
 	}()
-	rows, err := db.Query(ctx, `SELECT domain, added_at FROM custom_domains WHERE status = ANY($1) ORDER BY domain`, p.opts.Statuses)
+	byName, names, err := p.wanted(ctx)
 	if err != nil {
 		return err
+	}
+	if err := p.loadStates(ctx, byName, names); err != nil {
+		return err
+	}
+	for _, n := range names {
+		p.domains = append(p.domains, byName[n])
+	}
+	return nil
+}
+
+// wanted reads the wanted custom domains and turns each into its
+// certificate's name (in order); invalid names go to p.invalid, and rows that
+// share a name share one domain.
+func (p *pass) wanted(ctx context.Context) (map[string]*domain, []string, error) {
+	rows, err := p.j.pool.Query(ctx, `SELECT domain, added_at FROM custom_domains WHERE status = ANY($1) ORDER BY domain`, p.opts.Statuses)
+	if err != nil {
+		return nil, nil, err
 	}
 	type src struct {
 		raw     string
@@ -97,7 +110,7 @@ func (p *pass) load(ctx context.Context) (err error) {
 		return s, r.Scan(&s.raw, &s.addedAt)
 	})
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	byName := map[string]*domain{}
 	var names []string
@@ -118,8 +131,13 @@ func (p *pass) load(ctx context.Context) (err error) {
 		byName[name] = &domain{name: name, source: s.raw, addedAt: s.addedAt}
 		names = append(names, name)
 	}
+	return byName, names, nil
+}
 
-	rows, err = db.Query(ctx, `SELECT n.name,
+// loadStates reads each name's order state and current certificate into
+// byName.
+func (p *pass) loadStates(ctx context.Context, byName map[string]*domain, names []string) error {
+	rows, err := p.j.pool.Query(ctx, `SELECT n.name,
 			s.order_id, s.order_token, s.order_started_at, s.order_key_sealed,
 			coalesce(s.attempt, 0), coalesce(s.failures, 0), s.next_attempt_at, s.last_error,
 			c.id, c.chain_pem, c.renew_at, c.ari_start, c.ari_end, c.ari_next_check, c.ari_cert_id, c.token
@@ -145,24 +163,19 @@ func (p *pass) load(ctx context.Context) (err error) {
 		t := byName[name]
 		t.orderID, t.orderToken, t.orderStarted, t.orderKey = d.orderID, d.orderToken, d.orderStarted, d.orderKey
 		t.attempt, t.failures, t.nextAttempt, t.lastError = d.attempt, d.failures, d.nextAttempt, d.lastError
-		if certID != nil {
-			leaf, err := parseLeaf([]byte(*chain))
-			if err != nil {
-				p.log.ErrorContext(ctx, "stored certificate cannot be parsed; ordering a new one", "domain", name, "certificate_id", *certID, "err", err)
-			} else {
-				c.id, c.leaf, c.notBefore, c.notAfter = *certID, leaf, leaf.NotBefore, leaf.NotAfter
-				c.renewAt, c.ariNextCheck, c.ariCertID, c.token = *renewAt, *ariNext, *ariCertID, *certToken
-				t.cert = c
-			}
+		if certID == nil {
+			continue
 		}
+		leaf, err := parseLeaf([]byte(*chain))
+		if err != nil {
+			p.log.ErrorContext(ctx, "stored certificate cannot be parsed; ordering a new one", "domain", name, "certificate_id", *certID, "err", err)
+			continue
+		}
+		c.id, c.leaf, c.notBefore, c.notAfter = *certID, leaf, leaf.NotBefore, leaf.NotAfter
+		c.renewAt, c.ariNextCheck, c.ariCertID, c.token = *renewAt, *ariNext, *ariCertID, *certToken
+		t.cert = c
 	}
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	for _, n := range names {
-		p.domains = append(p.domains, byName[n])
-	}
-	return nil
+	return rows.Err()
 }
 
 // recordInvalid writes which wanted domains cannot get a certificate, and

@@ -28,16 +28,18 @@ const patience = 60 * time.Second
 
 // db is one test's database with the real schema. The test plays the
 // aggregator (it writes links and link_hourly_counts) and the scheduler (it
-// claims cron slots).
+// claims cron slots) through pool, as the superuser; the job's writes go
+// through svc, as the runtime role of docs/operations.md.
 type db struct {
 	t    testing.TB
 	pool *pgxpool.Pool
+	svc  *pgxpool.Pool
 }
 
 func newDB(t testing.TB) *db {
 	t.Helper()
-	_, pool := testdb.New(t)
-	return &db{t: t, pool: pool}
+	roles := testdb.NewDB(t)
+	return &db{t: t, pool: testdb.Pool(t, roles.Super), svc: testdb.Pool(t, roles.Runtime)}
 }
 
 func (d *db) exec(sql string, args ...any) { d.t.Helper(); testenv.Exec(d.t, d.pool, sql, args...) }
@@ -77,7 +79,7 @@ func (d *db) claim(job string, slot time.Time, token int64, instance string) {
 func (d *db) run(job, instance string, token int64, slot time.Time) *scheduler.Run {
 	return scheduler.NewRun(scheduler.RunConfig{
 		Job: job, Instance: instance, Token: token, Slot: slot,
-		Fence: fencing.New(d.pool, instance),
+		Fence: fencing.New(d.svc, instance),
 	})
 }
 

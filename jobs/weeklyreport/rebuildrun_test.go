@@ -26,7 +26,7 @@ import (
 func startWithoutEtcd(t *testing.T, d *db, name string, jobs []configs.Job) (stop func()) {
 	t.Helper()
 	sched, err := scheduler.New(scheduler.Config{File: &configs.File{Instance: name, Jobs: jobs},
-		Registry: jobtest.Registry(t, weeklyreport.Type()), Pool: d.pool, Log: testenv.Logger(t)})
+		Registry: jobtest.Registry(t, weeklyreport.Type()), Pool: d.svc, Log: testenv.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func TestRebuildInDatabaseModeIsOrderedWithTheWeeksSlot(t *testing.T) {
 
 	// Late clicks; the operator rebuilds, with no etcd to take a token from.
 	d.clicks(1, lastMonday.Add(-24*time.Hour), 35)
-	run, err := weeklyreport.RebuildRun(ctx, weeklyreport.RebuildConfig{Pool: d.pool, Job: job, Week: reported, Operator: "operator@test"})
+	run, err := weeklyreport.RebuildRun(ctx, weeklyreport.RebuildConfig{Pool: d.svc, Job: job, Week: reported, Operator: "operator@test"})
 	if err != nil {
 		t.Fatalf("RebuildRun: %v", err)
 	}
@@ -121,12 +121,12 @@ func TestRebuildInDatabaseModeIsOrderedWithTheWeeksSlot(t *testing.T) {
 
 	// The slot's claimer, writing after the rebuild with its older claim, is
 	// refused, and says it was the rebuild.
-	j, err := weeklyreport.Type().New(scheduler.Env{Instance: "server-1", Pool: d.pool}, job)
+	j, err := weeklyreport.Type().New(scheduler.Env{Instance: "server-1", Pool: d.svc}, job)
 	if err != nil {
 		t.Fatal(err)
 	}
 	old := scheduler.NewRun(scheduler.RunConfig{Job: jobName, Instance: "server-1", Token: claim, Slot: lastMonday,
-		Fence: fencing.New(d.pool, "server-1"), Resource: resource})
+		Fence: fencing.New(d.svc, "server-1"), Resource: resource})
 	err = j.Run(ctx, old)
 	var stale *fencing.StaleTokenError
 	if op, ok := weeklyreport.RebuiltBy(err); !errors.As(err, &stale) || stale.Current != run.Token || !ok || op != "operator@test" ||

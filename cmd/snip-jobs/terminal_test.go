@@ -1,0 +1,88 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/snip/snip-jobs/internal/testenv"
+	"github.com/snip/snip-jobs/jobs/certrenew"
+)
+
+// hostile is text a terminal would obey: retitle the window (OSC 0), clear
+// the screen (CSI 2J), a C1 CSI, and a right-to-left override.
+const hostile = "\x1b]0;pwned\x07\x1b[2J\u009b31m\u202e"
+
+// hostileEscaped is how the CLI prints it.
+const hostileEscaped = `\x1b]0;pwned\x07\x1b[2J\u009b31m\u202e`
+
+// Strings from the database reach the operator's terminal escaped — a
+// customer's domain and the CA's error text in certs list, a run's error in
+// status, a link's slug in report show, an error quoting stored text — while
+// --json prints the data as stored.
+func TestStringsFromTheDatabaseArePrintedEscapedAndJSONIsUnchanged(t *testing.T) {
+	t.Parallel()
+	etcd := testenv.StartEtcd(t, 1)
+	url := testenv.PostgresDB(t)
+	path := writeConfig(t, config{instance: "server-1", endpoints: etcd.Endpoints(), adminPort: freePort(t), jobs: certsJobYAML + reportJobYAML})
+	env := dbEnv(migrate(t, path, url))
+	domain := "shop" + hostile + ".example.com"
+	exec1(t, url, `INSERT INTO custom_domains (domain) VALUES ('`+domain+`');
+		INSERT INTO certrenew_domains (domain, source, failures, next_attempt_at, last_error, last_error_reason, last_error_at, token)
+		VALUES ('good.example.com', 'good.example.com', 1, now() + interval '1 hour', 'the CA said: `+hostile+`', 'dns', now(), 7);
+		INSERT INTO custom_domains (domain) VALUES ('good.example.com');
+		INSERT INTO job_runs (job, instance, token, started_at, finished_at, result, error)
+		VALUES ('weekly-report', 'server-1', 7, now(), now(), 'error', 'boom: `+hostile+`');
+		INSERT INTO weekly_reports (week, job, time_zone, week_start, week_end, body, body_text, body_csv, token, instance)
+		VALUES ('2026-W47', 'weekly-report', 'UTC', '2026-11-16Z', '2026-11-23Z', '{}',
+			E'Top links\n\t1. go/`+hostile+` 40 clicks\n', '', 7, 'server-1')`)
+
+	check := func(what string, r result, wants ...string) {
+		t.Helper()
+		for _, out := range []string{r.stdout, r.stderr} {
+			if strings.ContainsAny(out, "\x1b\x07\u009b\u202e") {
+				t.Errorf("%s printed a terminal control raw:\n%q", what, out)
+			}
+		}
+		for _, want := range wants {
+			if !strings.Contains(r.stdout+r.stderr, want) {
+				t.Errorf("%s lacks %q:\n%s%s", what, want, r.stdout, r.stderr)
+			}
+		}
+	}
+	list := snip(t, env, "certs", "list", "--config", path)
+	check("certs list", list, "shop"+hostileEscaped+".example.com", "good.example.com: the CA said: "+hostileEscaped)
+
+	var statuses []certrenew.DomainStatus
+	js := snip(t, env, "certs", "list", "--json", "--config", path)
+	if err := json.Unmarshal([]byte(js.stdout), &statuses); err != nil || js.code != 0 {
+		t.Fatalf("certs list --json: exit %d, %v\n%s", js.code, err, js.stdout)
+	}
+	stored := map[string]string{}
+	for _, d := range statuses {
+		stored[d.Domain] = d.Error
+	}
+	if _, ok := stored[domain]; !ok || stored["good.example.com"] != "the CA said: "+hostile {
+		t.Errorf("certs list --json changed the stored strings: %q", stored)
+	}
+
+	st := snip(t, env, "status", "--config", path)
+	check("status", st, "weekly-report: last run on server-1 (token 7): error: boom: "+hostileEscaped)
+	var sj clusterStatus
+	stj := snip(t, env, "status", "--json", "--config", path)
+	if err := json.Unmarshal([]byte(stj.stdout), &sj); err != nil {
+		t.Fatalf("status --json: %v\n%s", err, stj.stdout)
+	}
+	for _, j := range sj.Jobs {
+		if j.Job == "weekly-report" && (j.LastRun == nil || j.LastRun.Error != "boom: "+hostile) {
+			t.Errorf("status --json: weekly-report's last run %+v, want the error as stored", j.LastRun)
+		}
+	}
+
+	show := snip(t, env, "report", "show", "--week", "2026-W47", "--config", path)
+	check("report show", show, "Top links\n\t1. go/"+hostileEscaped+" 40 clicks\n")
+
+	// An error quoting stored text: a certs retry of the hostile domain.
+	retry := snip(t, env, "certs", "retry", domain, "--config", path)
+	check("certs retry", retry)
+}

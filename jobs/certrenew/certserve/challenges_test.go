@@ -1,0 +1,284 @@
+package certserve_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/snip/snip-jobs/internal/certtest"
+	"github.com/snip/snip-jobs/internal/testenv"
+	"github.com/snip/snip-jobs/jobs/certrenew/certserve"
+)
+
+// challenges starts the handler on the fixture's database, served over
+// HTTP; arrived, if set, is called when a request reaches the handler.
+func (f *fixture) challenges(arrived func(), opts ...certserve.ChallengesOption) (*certserve.Challenges, string) {
+	f.t.Helper()
+	h, err := certserve.NewChallenges(f.config(), opts...)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	certtest.Run(f.t, h.Run, h.Ready())
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if arrived != nil {
+			arrived()
+		}
+		h.ServeHTTP(w, r)
+	}))
+	f.t.Cleanup(srv.Close)
+	return h, srv.URL
+}
+
+// present stores a token as the renewer's HTTP-01 provider does.
+func (f *fixture) present(token, domain, keyAuth string, ttl time.Duration) {
+	f.t.Helper()
+	testenv.Exec(f.t, f.pool, `INSERT INTO certrenew_challenges (token, domain, key_auth, fence_token, expires_at)
+		VALUES ($1, $2, $3, 1, now() + make_interval(secs => $4))`, token, domain, keyAuth, ttl.Seconds())
+}
+
+func randomToken(t testing.TB) string {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// get asks base for token with the Host header host.
+func get(t testing.TB, base, host, token string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, base+certserve.ChallengePath+token, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = host
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+func TestATokenIsAnsweredForItsHostOnly(t *testing.T) {
+	f := newFixture(t)
+	pool := f.pool
+	const token, expiredToken = "LoqXcYV8q5ONbJQxbmR7SCTNo3tiAXDfowyjxAjEuX0", "expiredTokenAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+	if _, err := pool.Exec(context.Background(), `INSERT INTO certrenew_challenges (token, domain, key_auth, fence_token, expires_at) VALUES
+		($1, 'shop.example.com', $1 || '.thumbprint', 7, now() + interval '1 hour'),
+		($2, 'shop.example.com', 'old', 7, now() - interval '1 second')`, token, expiredToken); err != nil {
+		t.Fatal(err)
+	}
+	_, base := f.challenges(nil, certserve.WithMissWait(0, 0))
+
+	for _, tc := range []struct {
+		name, method, host, path string
+		status                   int
+		body                     string
+	}{
+		{"the token for its domain", "GET", "shop.example.com", "/.well-known/acme-challenge/" + token, 200, token + ".thumbprint"},
+		{"port and case ignored", "GET", "SHOP.example.com:80", "/.well-known/acme-challenge/" + token, 200, token + ".thumbprint"},
+		{"HEAD", "HEAD", "shop.example.com", "/.well-known/acme-challenge/" + token, 200, ""},
+		{"another domain", "GET", "evil.example.com", "/.well-known/acme-challenge/" + token, 404, ""},
+		{"an IP address as Host", "GET", "127.0.0.1", "/.well-known/acme-challenge/" + token, 404, ""},
+		{"an unknown token", "GET", "shop.example.com", "/.well-known/acme-challenge/unknownTokenBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB", 404, ""},
+		{"an expired token", "GET", "shop.example.com", "/.well-known/acme-challenge/" + expiredToken, 404, ""},
+		{"a token that is not base64url", "GET", "shop.example.com", "/.well-known/acme-challenge/..%2F..%2Fetc%2Fpasswd", 404, ""},
+		{"POST", "POST", "shop.example.com", "/.well-known/acme-challenge/" + token, 404, ""},
+		{"another path", "GET", "shop.example.com", "/", 404, ""},
+		{"the prefix alone", "GET", "shop.example.com", "/.well-known/acme-challenge/", 404, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest(tc.method, base+tc.path, nil)
+			req.Host = tc.host
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != tc.status {
+				t.Errorf("status %d, want %d", resp.StatusCode, tc.status)
+			}
+			if tc.status == 200 && string(body) != tc.body {
+				t.Errorf("body %q, want %q", body, tc.body)
+			}
+		})
+	}
+}
+
+func TestUnknownTokensAndHostsCostPostgreSQLNothing(t *testing.T) {
+	f := newFixture(t)
+	token := randomToken(t)
+	f.present(token, "shop.example.com", token+".thumb", time.Hour)
+	_, base := f.challenges(nil, certserve.WithMissWait(0, 0))
+	if code, body := get(t, base, "shop.example.com", token); code != http.StatusOK || body != token+".thumb" {
+		t.Fatalf("the stored token: %d %q", code, body)
+	}
+
+	before := f.readerQueries()
+	if before == 0 {
+		t.Fatal("pg_stat_statements counted no statement of the reader, not even its first read: the measurement is blind")
+	}
+	for i := 0; i < 1000; i++ {
+		if code, _ := get(t, base, fmt.Sprintf("h%d.example.com", i), randomToken(t)); code != http.StatusNotFound {
+			t.Fatalf("a random token was answered %d", code)
+		}
+	}
+	if after := f.readerQueries(); after != before {
+		t.Errorf("PostgreSQL ran %d reader statements for 1,000 unknown tokens, want 0", after-before)
+	}
+
+	// Removed (the renewer's CleanUp), it is no longer answered.
+	testenv.Exec(t, f.pool, `DELETE FROM certrenew_challenges WHERE token = $1`, token)
+	testenv.Eventually(t, "the removed token to be refused", func() bool {
+		code, _ := get(t, base, "shop.example.com", token)
+		return code == http.StatusNotFound
+	})
+}
+
+func TestARequestThatOvertakesItsTokensNotificationWaitsForIt(t *testing.T) {
+	f := newFixture(t)
+	arrived := make(chan struct{}, 1)
+	_, base := f.challenges(func() { arrived <- struct{}{} }, certserve.WithMissWait(testenv.Patience, 1))
+
+	token := randomToken(t)
+	type answer struct {
+		code int
+		body string
+	}
+	got := make(chan answer, 1)
+	go func() {
+		code, body := get(t, base, "shop.example.com", token)
+		got <- answer{code, body}
+	}()
+	<-arrived // the CA's request is in before the token is stored
+	f.present(token, "shop.example.com", token+".thumb", time.Hour)
+	if a := <-got; a.code != http.StatusOK || a.body != token+".thumb" {
+		t.Errorf("a request made before its token was stored: %d %q, want 200 and the key authorization", a.code, a.body)
+	}
+}
+
+func TestTheChallengeServerClosesWhatClientsLeaveOpen(t *testing.T) {
+	f := newFixture(t)
+	h, _ := f.challenges(nil, certserve.WithMissWait(0, 0))
+	// Two servers, each cutting one thing short, so that no timeout can cut
+	// what the test must still get to do on a slow machine: the idle one
+	// lets a request's headers take their time, then closes the
+	// kept-alive connection; the other closes clients that send nothing,
+	// or a body a byte at a time.
+	idle, slow := certserve.DefaultServerLimits(), certserve.DefaultServerLimits()
+	idle.IdleTimeout, idle.ReadHeaderTimeout, idle.ReadTimeout = 200*time.Millisecond, testenv.Patience, testenv.Patience
+	slow.ReadHeaderTimeout, slow.ReadTimeout = 300*time.Millisecond, 300*time.Millisecond
+	idleAddr, slowAddr := serveChallenges(t, h, idle), serveChallenges(t, h, slow)
+
+	// 1,000 kept-alive connections after one request each, and as many
+	// that never send one: every one is closed by the server.
+	var wg sync.WaitGroup
+	errs := make(chan error, 2001)
+	for i := 0; i < 2000; i++ {
+		wg.Add(1)
+		go func(request bool) {
+			defer wg.Done()
+			if request {
+				errs <- closedByServer(idleAddr, true)
+			} else {
+				errs <- closedByServer(slowAddr, false)
+			}
+		}(i%2 == 0)
+	}
+	// A body trickled one byte at a time.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		errs <- trickle(slowAddr)
+	}()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func serveChallenges(t testing.TB, h http.Handler, l certserve.ServerLimits) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := certserve.NewChallengeServer(h, l, testenv.Logger(t))
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return ln.Addr().String()
+}
+
+// closedByServer opens a connection (sending one keep-alive request if
+// request) and reads until the server closes it.
+func closedByServer(addr string, request bool) error {
+	c, err := net.DialTimeout("tcp", addr, testenv.Patience)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(testenv.Patience))
+	r := bufio.NewReader(c)
+	if request {
+		fmt.Fprintf(c, "GET %s%s HTTP/1.1\r\nHost: shop.example.com\r\n\r\n", certserve.ChallengePath, strings.Repeat("a", 43))
+		resp, err := http.ReadResponse(r, nil)
+		if err != nil {
+			return fmt.Errorf("the keep-alive request: %w", err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	if _, err := io.Copy(io.Discard, r); err != nil {
+		return fmt.Errorf("an idle connection (request sent: %v) was not closed by the server: %w", request, err)
+	}
+	return nil
+}
+
+// trickle sends a POST whose body comes a byte at a time, until the server
+// closes the connection.
+func trickle(addr string) error {
+	c, err := net.DialTimeout("tcp", addr, testenv.Patience)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetReadDeadline(time.Now().Add(testenv.Patience))
+	fmt.Fprintf(c, "POST %sx HTTP/1.1\r\nHost: shop.example.com\r\nContent-Length: 100000\r\n\r\n", certserve.ChallengePath)
+	closed := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(io.Discard, c)
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			closed <- fmt.Errorf("a trickled body held the connection for %v", testenv.Patience)
+			return
+		}
+		closed <- nil // EOF, or reset: closed by the server either way
+	}()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-closed:
+			return err
+		case <-tick.C:
+			if _, err := c.Write([]byte("x")); err != nil {
+				return <-closed
+			}
+		}
+	}
+}

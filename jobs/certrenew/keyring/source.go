@@ -1,0 +1,58 @@
+package keyring
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+)
+
+// Source says where a job's keys come from: the key_file and key_env options
+// of the renewer and of every reader of its tables (exactly one is set).
+type Source struct {
+	File string // a file holding the keys, one base64 line each
+	Env  string // or the name of an environment variable holding them
+}
+
+// Check reports a source that names neither or both, as a config error.
+func (s Source) Check() error {
+	switch {
+	case s.File == "" && s.Env == "":
+		return errors.New("key_file or key_env is required: the key that encrypts private keys at rest")
+	case s.File != "" && s.Env != "":
+		return errors.New("set key_file or key_env, not both")
+	}
+	return nil
+}
+
+// Load reads and parses the keys. Errors name the file or the variable,
+// never the value.
+func (s Source) Load() (*Keyring, error) {
+	if err := s.Check(); err != nil {
+		return nil, err
+	}
+	where := "key_file " + s.File
+	var data []byte
+	if s.File != "" {
+		b, err := os.ReadFile(s.File)
+		if err != nil {
+			var pe *fs.PathError
+			if errors.As(err, &pe) {
+				err = pe.Err
+			}
+			return nil, fmt.Errorf("cannot read key_file %s: %w", s.File, err)
+		}
+		data = b
+	} else {
+		v, ok := os.LookupEnv(s.Env)
+		if !ok {
+			return nil, fmt.Errorf("environment variable %s (key_env) is not set", s.Env)
+		}
+		data, where = []byte(v), "key_env "+s.Env
+	}
+	k, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", where, err)
+	}
+	return k, nil
+}

@@ -1,0 +1,102 @@
+package certsync
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// owe records, before the first change of a batch, that a reload is owed:
+// in memory, and in .certsync/reload-pending, so that a process stopped
+// between the change and the reload still reloads at its next start.
+func (j *Job) owe() error {
+	if len(j.opts.Reload) == 0 || j.dirty {
+		return nil
+	}
+	work := filepath.Join(j.opts.Dir, workDir)
+	if err := os.WriteFile(filepath.Join(work, reloadMarker), nil, 0o600); err != nil {
+		return fmt.Errorf("certsync: record that a reload is owed: %w", err)
+	}
+	if err := syncDir(work); err != nil {
+		return err
+	}
+	j.dirty = true
+	return nil
+}
+
+// owedBefore reports whether an earlier run left a reload owed (or whether
+// that cannot be told: then one more reload is the safe side).
+func (j *Job) owedBefore(ctx context.Context, log *slog.Logger) bool {
+	if len(j.opts.Reload) == 0 {
+		return false
+	}
+	_, err := os.Stat(filepath.Join(j.opts.Dir, workDir, reloadMarker))
+	switch {
+	case err == nil:
+		log.InfoContext(ctx, "certsync: a reload was owed when the job last stopped; it runs after the first sync")
+		return true
+	case errors.Is(err, fs.ErrNotExist):
+		return false
+	default:
+		log.WarnContext(ctx, "certsync: cannot tell whether a reload is owed from before; reloading after the first sync", "err", err)
+		return true
+	}
+}
+
+// reload runs the reload command, if there is one, and on success clears
+// what owe recorded.
+func (j *Job) reload(ctx context.Context, log *slog.Logger) error {
+	argv := j.opts.Reload
+	if len(argv) == 0 {
+		return nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, j.opts.ReloadTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(rctx, argv[0], argv[1:]...)
+	cmd.WaitDelay = time.Second // a child that keeps the output open does not hold the job
+	out := &capped{max: 4 << 10}
+	cmd.Stdout, cmd.Stderr = out, out
+	start := time.Now()
+	err := cmd.Run()
+	if err != nil && errors.Is(rctx.Err(), context.DeadlineExceeded) {
+		err = fmt.Errorf("timed out after %v (killed): %w", j.opts.ReloadTimeout, err)
+	}
+	if err == nil {
+		if rerr := os.Remove(filepath.Join(j.opts.Dir, workDir, reloadMarker)); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+			err = fmt.Errorf("it succeeded, but the record of the reload owed stays: %w", rerr)
+		}
+	}
+	if err != nil {
+		j.m.reloads.WithLabelValues("failed").Inc()
+		log.ErrorContext(ctx, "certsync: the reload command failed; it runs again at the next change or after a back-off",
+			"command", argv, "err", err, "output", out.String())
+		return fmt.Errorf("certsync: reload command %q: %w", strings.Join(argv, " "), err)
+	}
+	j.m.reloads.WithLabelValues("ok").Inc()
+	log.InfoContext(ctx, "certsync: reload command done", "command", argv, "took", time.Since(start).Round(time.Millisecond),
+		"output", out.String())
+	return nil
+}
+
+// capped keeps the first max bytes written to it.
+type capped struct {
+	bytes.Buffer
+	max int
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	if room := c.max - c.Len(); room > 0 {
+		c.Buffer.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}
+
+func (c *capped) String() string { return strings.TrimSpace(c.Buffer.String()) }
