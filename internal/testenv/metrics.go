@@ -19,7 +19,10 @@ import (
 // (grpc_server_handled_total).
 type Metrics map[string]float64
 
-// Metrics scrapes member i's /metrics, served on its client URL.
+// Metrics scrapes member i's /metrics, served on its client URL. Members
+// embedded in one process count into one registry: the figures are those of
+// every member in the process, this cluster's only while no other runs (a
+// test that counts must not be parallel).
 func (c *EtcdCluster) Metrics(t testing.TB, i int) Metrics {
 	t.Helper()
 	m, err := ScrapeMetrics(context.Background(), c.Endpoint(i))
