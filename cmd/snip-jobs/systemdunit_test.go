@@ -1,0 +1,687 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/snip/snip-jobs/internal/nspawn"
+	"github.com/snip/snip-jobs/internal/sockact"
+	"github.com/snip/snip-jobs/internal/testenv"
+	"github.com/snip/snip-jobs/leadership"
+)
+
+// What the unit test installs in the container, and where the unit and its
+// config say the files are.
+const (
+	unitDir         = "../../deploy/systemd"
+	unitName        = "snip-jobs.service"
+	socketName      = "snip-jobs-challenge.socket"
+	credentialsDir  = "/run/credentials/" + unitName
+	unitInstance    = "unit-1" // the instance under systemd, in the container
+	hostInstance    = "host-1" // its peer, a plain process on the host
+	rootfsPatience  = 20 * time.Minute
+	msgUnitStarted  = "39f53479d3a045ac8e11786248231fbf" // systemd's MESSAGE_ID: a start job finished (READY=1 for Type=notify)
+	challengeDomain = "shop.example.com"
+)
+
+// unitJobs are the singletons both instances run: the pulse through the fence,
+// and a certificate renewer whose keys come from keys (key_file or key_env)
+// and whose HTTP-01 listener is the passed socket. With no domains it never
+// asks a CA (and its directory would refuse anyway).
+func unitJobs(keys string) string {
+	return pulseJob + `
+  - name: cert-renewer
+    type: certrenew
+    singleton: true
+    every: 1h
+    options:
+      directory: https://127.0.0.1:9/directory
+      ` + keys + "\n"
+}
+
+// The units in deploy/systemd, installed unchanged in a Debian container whose
+// PID 1 is a real systemd, with the freshly built binary and a config in the
+// files the unit reads; an instance on the host runs the same jobs. Against
+// systemd itself: start waits for READY=1 and status shows the service's
+// line; the secrets arrive through LoadCredential= readable by the dynamic
+// user alone; port 80 comes from the socket unit and answers HTTP-01, also
+// while the service restarts; SIGKILL → ExecStopPost='s reclaim moves the jobs
+// at once; SIGSTOP → the watchdog restarts it and the jobs move; stop resigns
+// and exits cleanly within TimeoutStopSec, and port 80 stays the socket's (a
+// request on it starts the service again). Through all of it the fence
+// refused only writes of terms a newer one had replaced.
+func TestTheUnitUnderARealSystemd(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cache := cacheDir(t)
+	begin := time.Now()
+	rctx, cancel := context.WithTimeout(ctx, rootfsPatience)
+	root, err := nspawn.Rootfs(rctx, cache)
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("root file system %s ready in %v", root, time.Since(begin).Round(time.Millisecond))
+	holdPort80(t, cache)
+
+	etcd := testenv.StartEtcd(t, 1)
+	observer := etcdClient(t, etcd.Endpoint(0))
+	url := testenv.PostgresDB(t)
+	keys := randomKey(t)
+	ttl := "ttl: 10s\n  margin: 3s"
+	hostCfg := config{instance: hostInstance, endpoints: []string{etcd.Endpoint(0)}, ttl: ttl,
+		jobs:   unitJobs("key_env: SNIP_TEST_CERT_KEY"),
+		passed: []sockact.Socket{{Name: socketChallenge, Listener: testenv.Listen(t)}}} // not port 80: the unit's
+	runtime := migrate(t, writeConfig(t, hostCfg), url)
+	unitCfg, err := os.ReadFile(writeConfig(t, config{instance: unitInstance, endpoints: []string{etcd.Endpoint(0)}, ttl: ttl,
+		urlFile: credentialsDir + "/database-url",
+		jobs:    unitJobs("key_file: " + credentialsDir + "/certificate-keys")}))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	u := bootUnit(t, root, map[string]string{"database-url": runtime, "certificate-keys": keys}, unitCfg)
+
+	// 1. start returns once READY=1: the instance holds its lease; status
+	// shows the service's STATUS= line.
+	u.run("systemctl", "start", unitName)
+	show := u.show(unitName)
+	if show["ActiveState"] != "active" || show["SubState"] != "running" || show["Type"] != "notify" {
+		t.Fatalf("after systemctl start: %s %s (Type=%s)", show["ActiveState"], show["SubState"], show["Type"])
+	}
+	if lease := instanceLease(t, observer, unitInstance); lease == 0 {
+		t.Fatal("systemctl start returned before the instance held an etcd lease")
+	}
+	status, _ := u.ct.Run(ctx, "systemctl", "status", "--no-pager", "--lines=0", unitName)
+	if !regexp.MustCompile(`Status: "2 job\(s\), leading [0-2]"`).MatchString(status) {
+		t.Errorf("systemctl status does not show the service's status line:\n%s", status)
+	}
+	for _, job := range []string{"pulse", "cert-renewer"} {
+		if l := leaderOf(t, observer, job, 0); l.Instance != unitInstance {
+			t.Fatalf("%s is led by %s, the only instance is %s", job, l.Instance, unitInstance)
+		}
+	}
+
+	// 5. The secrets: LoadCredential= copies, the service's alone.
+	u.checkCredentials(show["MainPID"], map[string]string{"database-url": runtime, "certificate-keys": keys})
+
+	// 6. Port 80 is the socket unit's, passed to the service.
+	u.journal.wait("the challenge listener on the passed socket", 0, processSays("serving HTTP-01 challenges", `"from":"passed socket"`))
+	token := storeChallenge(t, url)
+	if code, body := getChallenge(token, challengeDomain); code != http.StatusOK || body != token+".thumbprint" {
+		t.Fatalf("HTTP-01 on port 80 with Host %s: %d %q", challengeDomain, code, body)
+	}
+	if code, _ := getChallenge(token, "other.example.com"); code != http.StatusNotFound {
+		t.Fatalf("HTTP-01 on port 80 for another Host: %d, want 404", code)
+	}
+
+	host := start(t, hostCfg, append(dbEnv(runtime), "SNIP_TEST_CERT_KEY="+keys))
+	host.waitReady()
+
+	// 3. kill -9: ExecStopPost='s reclaim revokes the lease; the host leads
+	// before the lease would have expired; a challenge request sent during
+	// the restart waits in port 80's queue and is answered.
+	u.crash(observer, settled(t, observer), token)
+
+	// 2. The watchdog: a stopped process stops pinging; systemd restarts it;
+	// its job moves to the host once its lease expires.
+	u.stall(observer, settled(t, observer))
+
+	// 4. stop: the terms are resigned, the process exits 0 within
+	// TimeoutStopSec; the socket keeps port 80, and a request on it starts the
+	// service again until the socket is stopped too.
+	u.stop(observer, url, settled(t, observer), token)
+
+	checkFence(t, url)
+	checkPulses(t, pulses(t, url))
+}
+
+// unit is snip-jobs.service in a booted container.
+type unit struct {
+	t       *testing.T
+	ct      *nspawn.Container
+	journal journal
+}
+
+// bootUnit boots the container, installs the binary, the unit files unchanged,
+// a drop-in holding the LoadCredential= lines the unit documents for creds,
+// the credentials' sources (root-only) and the config, and reloads systemd.
+func bootUnit(t *testing.T, root string, creds map[string]string, cfg []byte) *unit {
+	t.Helper()
+	ctx := context.Background()
+	ct, err := nspawn.Boot(ctx, root, "snip-jobs-unit", filepath.Join(t.TempDir(), "console.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &unit{t: t, ct: ct}
+	t.Cleanup(func() {
+		if err := ct.Close(); err != nil {
+			t.Error(err)
+		}
+		if t.Failed() {
+			t.Logf("--- the container's console ---\n%s", ct.Console())
+		}
+	})
+	bin, err := os.ReadFile(binary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	service := readUnit(t, unitName)
+	files := []struct {
+		path string
+		data []byte
+		mode os.FileMode
+	}{
+		{"/usr/local/bin/snip-jobs", bin, 0o755},
+		{"/etc/systemd/system/" + unitName, service, 0o644},
+		{"/etc/systemd/system/" + socketName, readUnit(t, socketName), 0o644},
+		{"/etc/systemd/system/" + unitName + ".d/credentials.conf", credentialsDropIn(t, service, creds), 0o644},
+		{"/etc/snip-jobs/snip-jobs.yaml", cfg, 0o644},
+		{"/etc/snip-jobs/env", []byte("# the secrets come through LoadCredential=\n"), 0o600},
+	}
+	for name, value := range creds {
+		files = append(files, struct {
+			path string
+			data []byte
+			mode os.FileMode
+		}{"/etc/snip-jobs/" + name, []byte(value + "\n"), 0o600})
+	}
+	for _, f := range files {
+		if err := ct.WriteFile(ctx, f.path, f.data, f.mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	u.run("systemctl", "daemon-reload")
+	j, err := ct.Follow(ctx, unitName, socketName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.journal = journal{t: t, j: j}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("--- journal of %s ---\n%s", unitName, lastLines(j.Dump(), 400))
+		}
+		j.Close()
+	})
+	return u
+}
+
+func readUnit(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(unitDir, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// credentialsDropIn is a drop-in with the unit's own commented-out
+// LoadCredential= lines for creds: the operator's `systemctl edit`, the unit
+// itself untouched.
+func credentialsDropIn(t *testing.T, service []byte, creds map[string]string) []byte {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString("[Service]\n")
+	for name := range creds {
+		m := regexp.MustCompile(`(?m)^# (LoadCredential=` + regexp.QuoteMeta(name) + `:/etc/snip-jobs/` + regexp.QuoteMeta(name) + `)$`).FindSubmatch(service)
+		if m == nil {
+			t.Fatalf("%s no longer shows a LoadCredential= line for %s", unitName, name)
+		}
+		fmt.Fprintf(&b, "%s\n", m[1])
+	}
+	return []byte(b.String())
+}
+
+func (u *unit) run(args ...string) string {
+	u.t.Helper()
+	out, err := u.ct.Run(context.Background(), args[0], args[1:]...)
+	if err != nil {
+		u.t.Fatal(err)
+	}
+	return out
+}
+
+// show is systemctl show: the unit's properties.
+func (u *unit) show(name string) map[string]string {
+	u.t.Helper()
+	props := map[string]string{}
+	for line := range strings.Lines(u.run("systemctl", "show", name)) {
+		k, v, _ := strings.Cut(strings.TrimRight(line, "\n"), "=")
+		props[k] = v
+	}
+	return props
+}
+
+// mainPID is the service's main process, as the container and as the host
+// see it.
+func (u *unit) mainPID() (inner, host int) {
+	u.t.Helper()
+	inner, _ = strconv.Atoi(u.show(unitName)["MainPID"])
+	if inner == 0 {
+		u.t.Fatalf("%s has no main process", unitName)
+	}
+	host, err := u.ct.HostPID(inner)
+	if err != nil {
+		u.t.Fatal(err)
+	}
+	return inner, host
+}
+
+// checkCredentials: each credential is in the credentials directory with the
+// content of its source, owned by the service's dynamic user and readable by
+// it, by no other user, and the sources are not readable by that user.
+func (u *unit) checkCredentials(mainPID string, creds map[string]string) {
+	u.t.Helper()
+	pid, _ := strconv.Atoi(mainPID)
+	hostPID, err := u.ct.HostPID(pid)
+	if err != nil {
+		u.t.Fatal(err)
+	}
+	uid := processUID(u.t, hostPID)
+	if uid == "0" || uid == "" {
+		u.t.Fatalf("the service runs as uid %q, not a dynamic user", uid)
+	}
+	ctx := context.Background()
+	as := func(who, path string) (string, error) {
+		return u.ct.Run(ctx, "setpriv", "--reuid="+who, "--regid="+who, "--clear-groups", "cat", path)
+	}
+	modes := map[string]string{credentialsDir: "500"}
+	for name := range creds {
+		modes[credentialsDir+"/"+name] = "400"
+	}
+	for path, mode := range modes {
+		if st := strings.TrimSpace(u.run("stat", "--format=%u %a", path)); st != uid+" "+mode {
+			u.t.Errorf("%s: owner and mode %q; want the service's uid %s and mode 0%s", path, st, uid, mode)
+		}
+	}
+	for name, want := range creds {
+		path := credentialsDir + "/" + name
+		if got, err := as(uid, path); err != nil || strings.TrimSpace(got) != want {
+			u.t.Errorf("the service's user reads %s: %q, %v; want the source's content", path, got, err)
+		}
+		if got, err := as("65534", path); err == nil || !strings.Contains(got, "Permission denied") {
+			u.t.Errorf("another user (nobody) reads %s: %q, %v; want Permission denied", path, got, err)
+		}
+		if got, err := as(uid, "/etc/snip-jobs/"+name); err == nil || !strings.Contains(got, "Permission denied") {
+			u.t.Errorf("the service's user reads the source /etc/snip-jobs/%s: %q, %v; want Permission denied", name, got, err)
+		}
+	}
+	// The config names the credentials: a database URL from anywhere else
+	// would not exist here, and the renewer loaded the keys.
+	u.journal.wait("the renewer's keys loaded from its key_file", 0, processSays("certrenew configured", `"sealing_key":`))
+	u.journal.wait("the schema compared over the URL read from the credential", 0, processSays("the database schema has every migration"))
+}
+
+func processUID(t *testing.T, hostPID int) string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", hostPID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, "Uid:"); ok {
+			if f := strings.Fields(rest); len(f) > 0 {
+				return f[0]
+			}
+		}
+	}
+	return ""
+}
+
+// crash kills the leading main process with SIGKILL and checks that
+// ExecStopPost='s reclaim revoked its lease, the host took the jobs before
+// the lease would have expired, and the restarted process comes up; a
+// challenge request sent right after the kill is answered.
+func (u *unit) crash(observer *clientv3.Client, first leadership.Leader, token string) {
+	t := u.t
+	t.Helper()
+	ttl, err := observer.TimeToLive(context.Background(), first.Lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	terms := watchTerms(t, observer, first.Job)
+	mark := u.journal.len()
+	_, pid := u.mainPID()
+	killed := time.Now()
+	expiresBy := killed.Add(time.Duration(ttl.TTL) * time.Second) // had nobody revoked it
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	answered := make(chan string, 1)
+	go func() {
+		code, body := getChallenge(token, challengeDomain)
+		answered <- fmt.Sprintf("%d %s", code, body)
+	}()
+	next := terms.next(t, first.Token)
+	if next.leader.Instance != hostInstance || !next.revokedFirst {
+		t.Fatalf("after the kill: %+v; want the old key gone, then %s's term", next, hostInstance)
+	}
+	if !next.seen.Before(expiresBy) {
+		t.Errorf("the job moved %v after the kill, when the lease would have expired (ttl %ds)", next.seen.Sub(killed), ttl.TTL)
+	}
+	t.Logf("SIGKILL of the main process → %s's term of %s (etcd watch): %v", hostInstance, first.Job, next.seen.Sub(killed).Round(time.Millisecond))
+	u.journal.wait("systemd: the main process was killed", mark, systemdSays("Main process exited, code=killed, status=9/KILL"))
+	u.journal.wait("ExecStopPost='s reclaim revoking the lease", mark, processSays("reclaim: the process is gone; revoked its lease", `"SERVICE_RESULT":"signal"`))
+	u.journal.wait("the restarted process ready", mark, unitStarted)
+	if got := <-answered; got != "200 "+token+".thumbprint" {
+		t.Errorf("a challenge request sent right after the kill got %q; want it answered after the restart", got)
+	}
+	if ttl, err := observer.TimeToLive(context.Background(), first.Lease); err != nil || ttl.TTL != -1 {
+		t.Errorf("the killed process's lease: %v, %v; want it revoked", ttl, err)
+	}
+}
+
+// stall stops the leading main process (SIGSTOP) and checks that the host
+// takes its jobs and that systemd's watchdog restarts it.
+func (u *unit) stall(observer *clientv3.Client, first leadership.Leader) {
+	t := u.t
+	t.Helper()
+	inner, pid := u.mainPID()
+	restarts := u.show(unitName)["NRestarts"]
+	mark := u.journal.len()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	if l := leaderOf(t, observer, first.Job, first.Token); l.Instance != hostInstance {
+		t.Fatalf("%s moved to %s while %s was stopped", first.Job, l.Instance, unitInstance)
+	}
+	moved := time.Since(stopped)
+	timeout, _ := u.journal.wait("systemd's watchdog timeout", mark, systemdSays("Watchdog timeout"))
+	u.journal.wait("the unit failing with result 'watchdog'", mark, systemdSays("Failed with result 'watchdog'"))
+	_, end := u.journal.wait("the restarted process ready", mark, unitStarted)
+	for _, e := range u.journal.j.Entries()[mark : end+1] {
+		if e.PID == 1 {
+			t.Logf("systemd: %s", e.Message)
+		}
+	}
+	t.Logf("SIGSTOP → jobs on %s after %v (lease expiry), watchdog timeout after %v",
+		hostInstance, moved.Round(time.Millisecond), timeout.Time.Sub(stopped).Round(time.Millisecond))
+	if again, _ := u.mainPID(); again == inner || u.show(unitName)["NRestarts"] == restarts {
+		t.Fatalf("the stopped process was not restarted (main pid %d → %d)", inner, again)
+	}
+}
+
+// stop stops the unit while it leads first, and checks the clean hand-over.
+func (u *unit) stop(observer *clientv3.Client, url string, first leadership.Leader, token string) {
+	t := u.t
+	t.Helper()
+	tokens := map[string]int64{first.Job: first.Token}
+	mark := u.journal.len()
+	u.run("systemctl", "stop", unitName)
+	show := u.show(unitName)
+	if show["ActiveState"] != "inactive" || show["Result"] != "success" || show["ExecMainCode"] != "1" || show["ExecMainStatus"] != "0" {
+		t.Errorf("after systemctl stop: %s, result %s, main process code %s status %s; want inactive, success, exited 0",
+			show["ActiveState"], show["Result"], show["ExecMainCode"], show["ExecMainStatus"])
+	}
+	stopping, _ := u.journal.wait("systemd stopping the unit", mark, systemdSays("Stopping "))
+	clean, _ := u.journal.wait("the process's last line", mark, processSays("stopped cleanly"))
+	u.journal.wait("ExecStopPost='s reclaim finding nothing left", mark, processSays("reclaim: nothing to do"))
+	t.Logf("systemctl stop → \"stopped cleanly\": %v (TimeoutStopSec=%s)", clean.Time.Sub(stopping.Time).Round(time.Millisecond), show["TimeoutStopUSec"])
+	for job, token := range tokens {
+		if l := leaderOf(t, observer, job, token); l.Instance != hostInstance {
+			t.Errorf("%s after the stop: led by %s", job, l.Instance)
+		}
+		if reason := testenv.Value[string](t, dbConn(t, url), `SELECT coalesce(reason, '') FROM job_terms WHERE job = $1 AND token = $2`, job, token); reason != "shutdown" {
+			t.Errorf("%s's term %d ended with %q, want shutdown (resigned at SIGTERM)", job, token, reason)
+		}
+	}
+	// Port 80 stays the socket unit's: a request starts the service again.
+	if state := u.show(socketName)["ActiveState"]; state != "active" {
+		t.Fatalf("%s is %s after the service stopped; want it listening still", socketName, state)
+	}
+	mark = u.journal.len()
+	if code, body := getChallenge(token, challengeDomain); code != http.StatusOK || body != token+".thumbprint" {
+		t.Errorf("HTTP-01 on port 80 after the service stopped: %d %q; want the request to start it and be answered", code, body)
+	}
+	u.journal.wait("the service started by a request on port 80", mark, systemdSays("Starting "+unitName))
+	u.run("systemctl", "stop", socketName, unitName)
+	for _, name := range []string{socketName, unitName} {
+		if show := u.show(name); show["ActiveState"] != "inactive" || show["Result"] != "success" {
+			t.Errorf("after stopping both: %s is %s (result %s)", name, show["ActiveState"], show["Result"])
+		}
+	}
+}
+
+// settled waits until each instance leads one of the two jobs (the
+// scheduler spreads singletons over instances) and returns the unit's.
+func settled(t *testing.T, observer *clientv3.Client) leadership.Leader {
+	t.Helper()
+	var mine leadership.Leader
+	eventually(t, "each instance leading one job", func() bool {
+		ls, err := leadership.Leaders(context.Background(), observer, testPrefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		by := map[string]int{}
+		for _, l := range ls {
+			by[l.Instance]++
+			if l.Instance == unitInstance {
+				mine = l
+			}
+		}
+		return len(ls) == 2 && by[unitInstance] == 1 && by[hostInstance] == 1
+	})
+	return mine
+}
+
+// checkFence: the fence refused a write only once a newer term had begun,
+// and no run of a term was refused while it was the newest.
+func checkFence(t *testing.T, url string) {
+	t.Helper()
+	pool := dbConn(t, url)
+	if n := testenv.Value[int64](t, pool, `SELECT count(*) FROM fence_rejections r
+		WHERE r.token >= r.current OR NOT EXISTS (SELECT 1 FROM job_terms n WHERE n.token = r.current AND n.started_at <= r.at)`); n != 0 {
+		t.Errorf("%d write(s) refused without a newer term having begun", n)
+	}
+	if n := testenv.Value[int64](t, pool, `SELECT count(*) FROM job_runs r WHERE r.result = 'stale'
+		AND NOT EXISTS (SELECT 1 FROM job_terms n WHERE n.job = r.job AND n.token > r.token AND n.started_at <= r.finished_at)`); n != 0 {
+		t.Errorf("%d run(s) refused while their term was the newest", n)
+	}
+	refused := testenv.Value[int64](t, pool, `SELECT count(*) FROM fence_rejections`)
+	t.Logf("writes refused by the fence (all of replaced terms): %d", refused)
+}
+
+// journal waits on the unit's journal.
+type journal struct {
+	t *testing.T
+	j *nspawn.Journal
+}
+
+func (j journal) len() int { return j.j.Len() }
+
+func (j journal) wait(what string, from int, match func(nspawn.Entry) bool) (nspawn.Entry, int) {
+	j.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Patience)
+	defer cancel()
+	e, i, err := j.j.Wait(ctx, from, match)
+	if err != nil {
+		j.t.Fatalf("waiting for %s in the journal: %v", what, err)
+	}
+	return e, i
+}
+
+// systemdSays matches systemd's own lines about the unit.
+func systemdSays(sub string) func(nspawn.Entry) bool {
+	return func(e nspawn.Entry) bool { return e.PID == 1 && strings.Contains(e.Message, sub) }
+}
+
+// processSays matches a JSON log line of snip-jobs with msg (a prefix) and
+// every one of subs.
+func processSays(msg string, subs ...string) func(nspawn.Entry) bool {
+	return func(e nspawn.Entry) bool {
+		if e.PID == 1 || !strings.Contains(e.Message, `"msg":"`+msg) {
+			return false
+		}
+		for _, s := range subs {
+			if !strings.Contains(e.Message, s) {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+func unitStarted(e nspawn.Entry) bool { return e.PID == 1 && e.MessageID == msgUnitStarted }
+
+// termSeen is the first new term of a job after some token, as a watch saw it.
+type termSeen struct {
+	leader       leadership.Leader
+	seen         time.Time
+	revokedFirst bool // the old leader key was deleted before the new term
+}
+
+type termWatch struct {
+	cli    *clientv3.Client
+	job    string
+	events clientv3.WatchChan
+}
+
+// watchTerms watches job's leader key from now on.
+func watchTerms(t *testing.T, cli *clientv3.Client, job string) *termWatch {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	return &termWatch{cli: cli, job: job, events: cli.Watch(ctx, leadership.LeaderKey(testPrefix, job))}
+}
+
+// next waits for a term other than token.
+func (w *termWatch) next(t *testing.T, token int64) termSeen {
+	t.Helper()
+	var s termSeen
+	timeout := time.After(testenv.Patience)
+	for {
+		select {
+		case resp := <-w.events:
+			for _, ev := range resp.Events {
+				if ev.Type == clientv3.EventTypeDelete {
+					s.revokedFirst = true
+					continue
+				}
+				l, ok, err := leadership.Observe(context.Background(), w.cli, testPrefix, w.job)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ok && l.Token != token {
+					s.leader, s.seen = l, time.Now()
+					return s
+				}
+			}
+		case <-timeout:
+			t.Fatalf("no new term of %s within %v", w.job, testenv.Patience)
+		}
+	}
+}
+
+// instanceLease is the lease of instance's registration (0: none).
+func instanceLease(t *testing.T, cli *clientv3.Client, instance string) clientv3.LeaseID {
+	t.Helper()
+	regs, err := leadership.Instances(context.Background(), cli, testPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range regs {
+		if r.Instance == instance {
+			return clientv3.LeaseID(r.Lease)
+		}
+	}
+	return 0
+}
+
+// storeChallenge stores an HTTP-01 token for challengeDomain, as the renewer
+// does, and returns it.
+func storeChallenge(t *testing.T, url string) string {
+	t.Helper()
+	token := strings.TrimRight(base64.URLEncoding.EncodeToString([]byte(randomKey(t)))[:43], "=")
+	exec1(t, url, fmt.Sprintf(`INSERT INTO certrenew_challenges (token, domain, key_auth, fence_token, expires_at)
+		VALUES ('%s', '%s', '%s.thumbprint', 1, now() + interval '1 hour')`, token, challengeDomain, token))
+	return token
+}
+
+// getChallenge asks port 80 for token as the CA does, with Host.
+func getChallenge(token, host string) (int, string) {
+	req, err := http.NewRequest(http.MethodGet, "http://127.0.0.1:80/.well-known/acme-challenge/"+token, nil)
+	if err != nil {
+		return 0, err.Error()
+	}
+	req.Host = host
+	resp, err := (&http.Client{Timeout: testenv.Patience}).Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// holdPort80 makes this test the only one on the machine using port 80 (the
+// unit's socket binds it in the host's network namespace, which the container
+// shares) and fails if something else holds it.
+func holdPort80(t *testing.T, cache string) {
+	t.Helper()
+	unlock, err := nspawn.Lock(context.Background(), filepath.Join(cache, "port-80.lock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(unlock)
+	ln, err := net.Listen("tcp", ":80")
+	if err != nil {
+		t.Fatalf("port 80 is taken on this machine (%v): snip-jobs-challenge.socket binds it in the host's network "+
+			"namespace, which the test's container shares; stop what listens there", err)
+	}
+	ln.Close()
+}
+
+func cacheDir(t *testing.T) string {
+	t.Helper()
+	base, err := os.UserCacheDir()
+	if err != nil {
+		t.Fatalf("no cache folder for the container's root file system: %v", err)
+	}
+	return filepath.Join(base, "snip-jobs")
+}
+
+// randomKey is a certrenew key line: 32 random bytes, base64.
+func randomKey(t *testing.T) string {
+	t.Helper()
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return base64.StdEncoding.EncodeToString(b)
+}
+
+// dbConn is a connection for the test's checks, closed at the end.
+func dbConn(t *testing.T, url string) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = append([]string{fmt.Sprintf("… %d earlier lines", len(lines)-n)}, lines[len(lines)-n:]...)
+	}
+	return strings.Join(lines, "\n")
+}
