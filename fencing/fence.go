@@ -173,13 +173,6 @@ func (f *Fence) Do(ctx context.Context, resource string, token int64, fn func(ct
 	// closes the connection instead, which rolls back at the server.
 	defer func() { _ = tx.Rollback(ctx) }()
 
-	if chaosBrokenNoCheck { // false except in the chaos_broken build (chaos_normal.go)
-		if err := fn(ctx, tx); err != nil {
-			return fmt.Errorf("fencing: %q (token %d): %w", resource, token, err)
-		}
-		return tx.Commit(ctx)
-	}
-
 	err = f.advance(ctx, tx, resource, token)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// The row is locked by us now: what we read is what is stored.

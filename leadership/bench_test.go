@@ -189,7 +189,7 @@ func (etcdElectionImpl) round(b *testing.B, etcd *testenv.EtcdCluster, job strin
 // A child process leads the job; a successor in this process campaigns for it;
 // the child is SIGKILLed. For snip-jobs, this process then does what the
 // supervisor does: it reaps the child and reclaims its lease, either by
-// calling leadership.Reclaim (snip-jobs dev, in-process) or by running the
+// calling leadership.Reclaim (snip-dev, in-process) or by running the
 // real `snip-jobs reclaim` command, built from this module (systemd's
 // ExecStopPost=, which also pays for starting the binary and dialling etcd).
 // concurrency.Election has nothing of the kind: its successor wins when etcd

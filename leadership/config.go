@@ -82,7 +82,6 @@ func (c Config) withDefaults() (Config, error) {
 		c.Host = h
 	}
 	c.TTL, c.Margin, c.RenewInterval = TimingDefaults(c.TTL, c.Margin, c.RenewInterval)
-	c.Margin = chaosBrokenMargin(c.Margin) // the identity except in the chaos_broken build (chaos_normal.go)
 	if err := CheckTiming(c.TTL, c.Margin, c.RenewInterval); err != nil {
 		errs = append(errs, err)
 	}

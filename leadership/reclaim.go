@@ -13,7 +13,7 @@ import (
 
 // Death reclaim: when a process that holds terms dies and its host lives, the
 // host knows at once that it is gone, where etcd would wait out its lease. A
-// supervisor on that host (systemd's ExecStopPost=, `snip-jobs dev`, the chaos
+// supervisor on that host (systemd's ExecStopPost=, snip-dev, the chaos
 // harness) calls Reclaim once it has seen the process exit; Reclaim revokes
 // the dead process's lease after proving, from its registration's PID and
 // start time, that the process is gone. Its leader keys go with the lease, so

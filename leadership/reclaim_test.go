@@ -207,7 +207,7 @@ func TestDeregisterKeepsTheTermsButLeavesTheInstanceList(t *testing.T) {
 }
 
 // Death reclaim without a restart: the supervisor that saw the process exit
-// (systemd's ExecStopPost=, snip-jobs dev, the chaos harness) calls Reclaim;
+// (systemd's ExecStopPost=, snip-dev, the chaos harness) calls Reclaim;
 // the dead process's lease is revoked, its leader keys go with it, and the
 // instance waiting for its job wins at once instead of after the 30 s lease.
 func TestDeathReclaimMovesADeadProcesssJobsAtOnce(t *testing.T) {

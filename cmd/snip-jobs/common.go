@@ -19,6 +19,8 @@ import (
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/internal/etcdclient"
 	"github.com/snip/snip-jobs/internal/etcdlocal"
+	"github.com/snip/snip-jobs/jobs/builtin"
+	"github.com/snip/snip-jobs/scheduler"
 )
 
 const (
@@ -170,3 +172,6 @@ func writeLines(w io.Writer, prefix, s string) {
 		fmt.Fprintf(w, "%s%s\n", prefix, line)
 	}
 }
+
+// registry is every job type built into this binary (package builtin).
+func registry() *scheduler.Registry { return builtin.Registry() }

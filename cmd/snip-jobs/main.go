@@ -35,7 +35,7 @@ type command struct {
 }
 
 func commands() []command {
-	return []command{runCommand(), devCommand(), validateCommand(), migrateCommand(), statusCommand(), resignCommand(), reclaimCommand(), reportCommand(), certsCommand(), versionCommand()}
+	return []command{runCommand(), validateCommand(), migrateCommand(), statusCommand(), resignCommand(), reclaimCommand(), reportCommand(), certsCommand(), versionCommand()}
 }
 
 // cli is what commands write to.

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -21,6 +19,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/snip/snip-jobs/internal/clitest"
 	"github.com/snip/snip-jobs/internal/sockact"
 	"github.com/snip/snip-jobs/internal/testdb"
 	"github.com/snip/snip-jobs/internal/testenv"
@@ -37,9 +36,8 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	binary = filepath.Join(dir, "snip-jobs")
-	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
+	if binary, err = clitest.Build(dir, ".", "snip-jobs"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
@@ -67,36 +65,12 @@ type result struct {
 // snip runs the binary to completion with extra environment variables.
 func snip(t *testing.T, env []string, args ...string) result {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, binary, args...)
-	cmd.Env = append(baseEnv(), env...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	r := result{stdout: stdout.String(), stderr: stderr.String()}
-	var ee *exec.ExitError
-	switch {
-	case errors.As(err, &ee):
-		r.code = ee.ExitCode()
-	case err != nil:
-		t.Fatalf("snip-jobs %v: %v", args, err)
-	}
-	return r
+	r := clitest.Run(t, binary, env, args...)
+	return result{code: r.Code, stdout: r.Stdout, stderr: r.Stderr}
 }
 
-// baseEnv is the test's environment without the variables snip-jobs reads, so
-// that the developer's own settings cannot leak in.
-func baseEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "SNIP_JOBS_") || strings.HasPrefix(kv, "NOTIFY_SOCKET=") || strings.HasPrefix(kv, "WATCHDOG_") {
-			continue
-		}
-		env = append(env, kv)
-	}
-	return env
-}
+// baseEnv is the test's environment without the variables snip-jobs reads.
+func baseEnv() []string { return clitest.Env() }
 
 func dbEnv(url string) []string { return []string{"SNIP_JOBS_DATABASE_URL=" + url} }
 
@@ -429,16 +403,4 @@ func etcdClient(t *testing.T, endpoint string) *clientv3.Client {
 }
 
 // lines of s that contain every one of subs.
-func linesWith(s string, subs ...string) []string {
-	var out []string
-	for _, line := range strings.Split(s, "\n") {
-		ok := true
-		for _, sub := range subs {
-			ok = ok && strings.Contains(line, sub)
-		}
-		if ok {
-			out = append(out, line)
-		}
-	}
-	return out
-}
+func linesWith(s string, subs ...string) []string { return clitest.LinesWith(s, subs...) }

@@ -94,7 +94,7 @@ not stop in time). A second signal exits at once.`,
 			allowReadable := fs.Bool("allow-readable-secrets", false,
 				"start even when a secret file (postgres.url_file, etcd.auth.password_file, etcd.tls.key, a job's\nkey_file) is readable by its group or others; each is then logged as a warning")
 			devControl := fs.String("dev-control", "",
-				"base URL of the snip-jobs dev supervisor (set by dev for its instances): the status page\nthen shows buttons that ask it to kill, pause, restart an instance or resign a job")
+				"base URL of the snip-dev supervisor (set by dev for its instances): the status page\nthen shows buttons that ask it to kill, pause, restart an instance or resign a job")
 			return func(ctx context.Context, args []string) error {
 				if len(args) > 0 {
 					return usageError("usage: run takes no arguments")
@@ -159,7 +159,7 @@ type runner struct {
 	log            *slog.Logger // the scheduler and the session add the instance themselves
 	ilog           *slog.Logger // log with the instance, for this file's lines
 	embeddedListen string
-	devControl     string  // `snip-jobs dev`'s supervisor, for the status page's buttons
+	devControl     string  // snip-dev's supervisor, for the status page's buttons
 	socks          sockets // passed by the service manager; taken by the admin and challenge servers
 	notify         notifier
 

@@ -1,6 +1,6 @@
 // Package acmetest runs Let's Encrypt's test CA, Pebble, inside this process,
 // for harnesses that drive real snip-jobs processes against a real ACME
-// server (the fault-injection suite in chaos/). The certificate renewer's own
+// server (the fault-injection suite in internal/chaos). The certificate renewer's own
 // tests keep their richer CA in jobs/certrenew (hooks, ARI windows).
 //
 // What Start gives: Pebble's ACME server on an https loopback URL (its TLS

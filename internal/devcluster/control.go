@@ -48,7 +48,7 @@ func (c *Cluster) checkOrigin(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if origin := r.Header.Get("Origin"); origin != "" {
 			if !c.ours(origin) {
-				http.Error(w, "snip-jobs dev: requests are accepted only from the cluster's own status pages", http.StatusForbidden)
+				http.Error(w, "snip-dev: requests are accepted only from the cluster's own status pages", http.StatusForbidden)
 				return
 			}
 			w.Header().Set("Access-Control-Allow-Origin", origin)
@@ -296,7 +296,7 @@ func (c *Cluster) reply(w http.ResponseWriter, r *http.Request, msg string, err 
 		if err != nil {
 			text = err.Error()
 		}
-		fmt.Fprintf(w, "<!doctype html><title>snip-jobs dev</title><p>%s</p>", html.EscapeString(text))
+		fmt.Fprintf(w, "<!doctype html><title>snip-dev</title><p>%s</p>", html.EscapeString(text))
 		if back != "" && c.ours(back) {
 			fmt.Fprintf(w, `<p><a href="%s">back</a></p>`, html.EscapeString(back))
 		}

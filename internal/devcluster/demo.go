@@ -128,7 +128,7 @@ type instanceConfig struct {
 	ShutdownIn time.Duration
 }
 
-var configTemplate = template.Must(template.New("config").Parse(`# Written by snip-jobs dev for {{.Instance}}; removed when dev stops.
+var configTemplate = template.Must(template.New("config").Parse(`# Written by snip-dev for {{.Instance}}; removed when dev stops.
 # configs/snip-jobs.example.yaml documents every setting.
 instance: {{.Instance}}
 etcd:

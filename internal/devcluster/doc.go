@@ -1,4 +1,4 @@
-// Package devcluster is `snip-jobs dev`: a whole local Snip jobs cluster in one
+// Package devcluster is snip-dev: a whole local Snip jobs cluster in one
 // process tree, for a newcomer to watch it work and fail over, and for trying
 // changes by hand.
 //

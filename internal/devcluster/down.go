@@ -79,7 +79,7 @@ func dupListener(socks []sockact.Socket) (net.Listener, error) {
 }
 
 var downTmpl = template.Must(template.New("down").Parse(`<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>{{.Name}} is down · snip-jobs dev</title>
+<html lang="en"><head><meta charset="utf-8"><title>{{.Name}} is down · snip-dev</title>
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <style>body{font:15px/1.5 system-ui,sans-serif;margin:2rem auto;max-width:44rem;padding:0 1rem;color:#222}
 .down{color:#c0392b}code{background:#f3f3f3;padding:0 .2em}button{font:inherit;padding:.2em .8em}</style></head>

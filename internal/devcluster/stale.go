@@ -33,7 +33,7 @@ func sweepStale(log *slog.Logger) {
 			}
 		}
 		if err := os.RemoveAll(dir); err == nil {
-			log.Info("removed the folders of an earlier snip-jobs dev that did not stop cleanly", "dir", dir, "pid", pid)
+			log.Info("removed the folders of an earlier snip-dev that did not stop cleanly", "dir", dir, "pid", pid)
 		}
 	}
 }

@@ -44,7 +44,7 @@ func startWebTier(dbURL, keyFile string, port int, log *slog.Logger) (*webTier, 
 	if err != nil {
 		return nil, fmt.Errorf("web tier: the database URL: %w", err)
 	}
-	db.RuntimeParams["application_name"] = "snip-jobs dev web tier"
+	db.RuntimeParams["application_name"] = "snip-dev web tier"
 	src, err := certserve.NewCertificates(certserve.Config{DB: db, Log: log.With("component", "web tier")}, keys)
 	if err != nil {
 		return nil, err
@@ -80,7 +80,7 @@ func page(src *certserve.Certificates) func(http.ResponseWriter, *http.Request) 
 			http.Error(w, "no certificate for "+r.TLS.ServerName, http.StatusMisdirectedRequest)
 			return
 		}
-		fmt.Fprintf(w, "Snip's web tier (snip-jobs dev): %s, served with certificate %s (not after %s), from memory\n",
+		fmt.Fprintf(w, "Snip's web tier (snip-dev): %s, served with certificate %s (not after %s), from memory\n",
 			crt.Domain, crt.Serial, crt.NotAfter.UTC().Format(time.RFC3339))
 	}
 }

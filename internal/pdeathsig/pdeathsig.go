@@ -1,6 +1,6 @@
 // Package pdeathsig starts child processes that the kernel signals when this
 // process dies, however it dies (a panic, SIGKILL, the test -timeout alarm), so
-// that a server started for a test or for `snip-jobs dev` is not left running.
+// that a server started for a test or for snip-dev is not left running.
 //
 // Linux delivers the parent-death signal (prctl PR_SET_PDEATHSIG) when the
 // thread that forked the child exits, not when the process does, and the Go

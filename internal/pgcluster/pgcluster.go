@@ -2,7 +2,7 @@
 // PostgreSQL server binaries (Debian's postgresql-15: initdb and postgres): its
 // own data directory in a temporary folder, its own postmaster on 127.0.0.1 on
 // a free port, trust authentication for the superuser role "postgres". The
-// tests (internal/testenv) and `snip-jobs dev` use it.
+// tests (internal/testenv) and snip-dev use it.
 //
 // What is guaranteed: Create returns a cluster that accepts connections on its
 // port, and checks that the server answering there is this cluster (not another

@@ -1,7 +1,7 @@
 // Package sockact hands listening sockets to a child process the way
 // systemd's socket activation does (sd_listen_fds(3): the sockets as file
 // descriptors 3, 4, …, with LISTEN_FDS, LISTEN_FDNAMES and LISTEN_PID in the
-// environment), so that a supervisor owning the ports — `snip-jobs dev`, the
+// environment), so that a supervisor owning the ports — snip-dev, the
 // fault-injection harness, the tests — can start, kill and restart a
 // `snip-jobs run` process exactly as systemd does in production.
 //

@@ -49,7 +49,7 @@
 // leader in the jobs table. "Since" uses the leader's wall clock and is for
 // people only.
 //
-// In development (`snip-jobs dev`), Config.DevControl names the dev
+// In development (snip-dev), Config.DevControl names the dev
 // supervisor: the page then shows each instance's process state (running,
 // paused, exited) and buttons that ask the supervisor to kill, pause, resume or
 // restart an instance, or to make a job's leader resign. The page itself never

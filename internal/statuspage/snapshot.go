@@ -41,7 +41,7 @@ type Snapshot struct {
 	Terms []scheduler.TermRecord `json:"terms"`
 	// Rejections are the writes the fence refused in the window.
 	Rejections []scheduler.Rejection `json:"rejections"`
-	// Dev is the dev supervisor's view (nil outside `snip-jobs dev`, or when
+	// Dev is the dev supervisor's view (nil outside snip-dev, or when
 	// it does not answer).
 	Dev *DevState `json:"dev,omitempty"`
 	// Errors are what could not be read; the rest is shown all the same.
@@ -101,7 +101,7 @@ type Instance struct {
 	Process string `json:"process,omitempty"`
 }
 
-// DevState is what the dev supervisor (`snip-jobs dev`) says about its child
+// DevState is what the dev supervisor (snip-dev) says about its child
 // processes: the body of its GET /dev/state.
 type DevState struct {
 	// Control is the supervisor's base URL; the page's buttons post there.
@@ -141,7 +141,7 @@ type Config struct {
 	// Jobs is the instance's job list.
 	Jobs []configs.Job
 	// DevControl is the base URL of the dev supervisor (only set by
-	// `snip-jobs dev`, for its children); "" otherwise.
+	// snip-dev, for its children); "" otherwise.
 	DevControl string
 	// ReadTimeout bounds one read of the cluster (default 3 s).
 	ReadTimeout time.Duration

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/snip/snip-jobs/chaos"
+	"github.com/snip/snip-jobs/internal/chaos"
 	"github.com/snip/snip-jobs/internal/testenv"
 )
 

@@ -1,4 +1,15 @@
-package main
+// Package sqljob is the built-in job type "sql": one SQL statement per run,
+// inside the term's fenced transaction when the job is a singleton (and with
+// the cron slot's completion, so that a slot's statement commits exactly
+// once), plainly on every instance otherwise.
+//
+// What is guaranteed: exactly one statement runs per run, sent with
+// PostgreSQL's extended protocol (which refuses several), and never
+// transaction control: validate refuses both at the statement's line, and a
+// statement that ends the fenced transaction anyway fails the run before its
+// slot is marked done. What is not: the statement is trusted operator input
+// (it runs with the service's role and may do anything that role may).
+package sqljob
 
 import (
 	"context"
@@ -15,30 +26,11 @@ import (
 
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/internal/sqltext"
-	"github.com/snip/snip-jobs/jobs/aggregator"
-	"github.com/snip/snip-jobs/jobs/certrenew"
-	"github.com/snip/snip-jobs/jobs/certsync"
-	"github.com/snip/snip-jobs/jobs/weeklyreport"
 	"github.com/snip/snip-jobs/scheduler"
 )
 
-// registry is every job type built into this binary: the one place to add one.
-func registry() *scheduler.Registry {
-	r, err := scheduler.NewRegistry(
-		sqlType(),
-		aggregator.Type(),
-		weeklyreport.Type(),
-		certrenew.Type(),
-		certsync.Type(),
-	)
-	if err != nil {
-		panic(fmt.Sprintf("snip-jobs: job type registry: %v", err)) // a programming error
-	}
-	return r
-}
-
-// sqlOptions are the options of a job of type sql.
-type sqlOptions struct {
+// Options are the options of a job of type sql.
+type Options struct {
 	// Statement is exactly one SQL statement, not transaction control:
 	// trusted operator input, run with the service's role. It may use the
 	// named parameters @job, @instance, @token (0 when the job is not a
@@ -51,7 +43,7 @@ type sqlOptions struct {
 	Resource string `yaml:"resource"`
 }
 
-func (o *sqlOptions) Validate() error {
+func (o *Options) Validate() error {
 	var errs []error
 	if strings.TrimSpace(o.Statement) == "" {
 		errs = append(errs, errors.New("statement is required"))
@@ -101,19 +93,19 @@ func abbreviate(s string) string {
 	return s
 }
 
-// sqlType runs one SQL statement per run: pruning old rows, refreshing a
+// Type runs one SQL statement per run: pruning old rows, refreshing a
 // materialized view, calling a maintenance function. A singleton's statement
 // runs inside Run.Fenced, so a leader whose term was superseded cannot run it
 // after its successor has; a cron singleton's slot is completed in the same
 // transaction, so a slot's statement commits exactly once. A job that runs
 // everywhere executes the statement plainly on every instance.
-func sqlType() scheduler.Type {
+func Type() scheduler.Type {
 	return scheduler.Type{
 		Name:    "sql",
 		Doc:     "runs one SQL statement (e.g. pruning old rows), fenced by the term's token when the job is a singleton",
-		Options: func() any { return &sqlOptions{} },
+		Options: func() any { return &Options{} },
 		New: func(env scheduler.Env, spec configs.Job) (scheduler.Job, error) {
-			o, ok := spec.Options.(*sqlOptions)
+			o, ok := spec.Options.(*Options)
 			if !ok || o == nil {
 				return nil, errors.New("sql: options missing (statement is required)")
 			}
@@ -124,18 +116,18 @@ func sqlType() scheduler.Type {
 			if dbMode && o.Resource != "" {
 				return nil, errors.New("sql: resource cannot be set in database mode (each slot is fenced on its own)")
 			}
-			return &sqlJob{pool: env.Pool, statement: o.Statement, resource: o.Resource}, nil
+			return &job{pool: env.Pool, statement: o.Statement, resource: o.Resource}, nil
 		},
 	}
 }
 
-type sqlJob struct {
+type job struct {
 	pool      *pgxpool.Pool
 	statement string
 	resource  string // "" = the run's default
 }
 
-func (j *sqlJob) Run(ctx context.Context, r *scheduler.Run) error {
+func (j *job) Run(ctx context.Context, r *scheduler.Run) error {
 	args := pgx.NamedArgs{"job": r.Job, "instance": r.Instance, "token": r.Token, "slot": nil}
 	if !r.Slot.IsZero() {
 		args["slot"] = r.Slot

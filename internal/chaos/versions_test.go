@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/snip/snip-jobs/chaos"
+	"github.com/snip/snip-jobs/internal/chaos"
 	"github.com/snip/snip-jobs/internal/etcdclient"
 	"github.com/snip/snip-jobs/internal/testenv"
 )

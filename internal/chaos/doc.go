@@ -3,7 +3,7 @@
 // the resources accepted. docs/chaos.md has the results and how to run it.
 //
 // A run (Run) builds snip-jobs from this module (go build into a temporary
-// folder; with the chaos_broken tag for Options.Broken), then starts:
+// folder; with the patches of broken.go for Options.Broken), then starts:
 //
 //   - three etcd members, each its own process (this binary run again with
 //     MemberCommand, see MemberMain), so that killing one is a real crash;

@@ -23,11 +23,13 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/snip/snip-jobs/internal/clitest"
 )
 
 var updateScreenshot = flag.Bool("update-screenshot", false, "write the status page's screenshot to docs/status-page.png")
 
-// devProcess is a running `snip-jobs dev`.
+// devProcess is a running snip-dev.
 type devProcess struct {
 	t       *testing.T
 	cmd     *exec.Cmd
@@ -38,7 +40,7 @@ type devProcess struct {
 	began   time.Time // when its banner was read
 }
 
-// startDev runs `snip-jobs dev` on free ports and waits for its banner. It is
+// startDev runs snip-dev on free ports and waits for its banner. It is
 // killed at the end of the test if it still runs.
 func startDev(t *testing.T) *devProcess {
 	t.Helper()
@@ -54,8 +56,8 @@ func startDev(t *testing.T) *devProcess {
 		t.Fatal(err)
 	}
 	defer stderr.Close()
-	d.cmd = exec.Command(binary, "dev", "--http-base", "-1")
-	d.cmd.Env = baseEnv()
+	d.cmd = exec.Command(snipDevBin, "--http-base", "-1", "--snip-jobs", snipJobsBin)
+	d.cmd.Env = clitest.Env()
 	d.cmd.Stdout, d.cmd.Stderr = stdout, stderr
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -72,14 +74,14 @@ func startDev(t *testing.T) *devProcess {
 			<-d.exited
 		}
 		if t.Failed() {
-			t.Logf("--- snip-jobs dev's output ---\n%s\n--- its stderr ---\n%s", d.stdout(), d.stderr())
+			t.Logf("--- snip-dev's output ---\n%s\n--- its stderr ---\n%s", d.stdout(), d.stderr())
 		}
 	})
 	control := regexp.MustCompile(`curl -X POST '(http://127\.0\.0\.1:\d+)/dev/kill\?job=`)
 	eventually(t, "dev's banner", func() bool {
 		select {
 		case <-d.exited:
-			t.Fatalf("snip-jobs dev exited before it was ready: %v\n%s\n%s", d.cmd.ProcessState, d.stdout(), d.stderr())
+			t.Fatalf("snip-dev exited before it was ready: %v\n%s\n%s", d.cmd.ProcessState, d.stdout(), d.stderr())
 		default:
 		}
 		if m := control.FindStringSubmatch(d.stdout()); m != nil {
@@ -561,7 +563,7 @@ func TestDevRunsAClusterWhoseStatusPageShowsAFailoverInABrowser(t *testing.T) {
 	select {
 	case <-dev.exited:
 	case <-time.After(waitLong):
-		t.Fatal("snip-jobs dev did not exit after SIGINT")
+		t.Fatal("snip-dev did not exit after SIGINT")
 	}
 	if code := dev.cmd.ProcessState.ExitCode(); code != 0 {
 		t.Errorf("dev exited %d after SIGINT, want 0", code)
@@ -656,7 +658,7 @@ func dirsNamedIn(s string, patterns ...string) []string {
 }
 
 func TestDevWithoutPostgreSQLNamesThePackageToInstall(t *testing.T) {
-	r := snip(t, nil, "dev", "--http-base", "-1", "--pg-bindir", filepath.Join(t.TempDir(), "no-postgres"))
+	r := dev(t, "--http-base", "-1", "--pg-bindir", filepath.Join(t.TempDir(), "no-postgres"))
 	if r.code != 1 || !strings.Contains(r.stderr, "install the Debian package postgresql-15") {
 		t.Fatalf("dev without PostgreSQL's binaries: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}

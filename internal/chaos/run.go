@@ -30,7 +30,7 @@ type Options struct {
 	// DefaultTiming leaves the margin and the renew interval to snip-jobs'
 	// defaults for the TTL (leadership.TimingDefaults) instead.
 	DefaultTiming bool
-	// Broken builds snip-jobs with the chaos_broken tag: stop-early margin
+	// Broken builds snip-jobs with brokenPatches (go build -overlay): stop-early margin
 	// zero and the fence check disabled. The checker must then report
 	// violations.
 	Broken bool

@@ -98,21 +98,25 @@ func moduleRoot() (string, error) {
 	}
 }
 
-// buildBinary builds snip-jobs (with the chaos_broken tag when broken) into dir.
+// buildBinary builds snip-jobs into dir; broken, with brokenPatches.
 func buildBinary(ctx context.Context, dir string, broken bool) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, buildTimeout)
 	defer cancel()
-	bin := filepath.Join(dir, "snip-jobs")
-	args := []string{"build", "-o", bin}
-	if broken {
-		args = append(args, "-tags", "chaos_broken")
-	}
-	args = append(args, "github.com/snip/snip-jobs/cmd/snip-jobs")
-	cmd := exec.CommandContext(ctx, "go", args...)
 	root, err := moduleRoot()
 	if err != nil {
 		return "", err
 	}
+	bin := filepath.Join(dir, "snip-jobs")
+	args := []string{"build", "-o", bin}
+	if broken {
+		overlay, err := brokenOverlay(root, dir)
+		if err != nil {
+			return "", err
+		}
+		args = append(args, "-overlay", overlay)
+	}
+	args = append(args, "github.com/snip/snip-jobs/cmd/snip-jobs")
+	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, out)

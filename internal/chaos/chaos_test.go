@@ -6,7 +6,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/snip/snip-jobs/chaos"
+	"github.com/snip/snip-jobs/internal/chaos"
 	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/scheduler"
 )
@@ -92,8 +92,8 @@ func TestEveryFaultKindOnceLeavesEveryInvariantIntact(t *testing.T) {
 	}
 }
 
-// The same harness on a deliberately broken snip-jobs (go build -tags
-// chaos_broken: stop-early margin zero, fence check disabled) must report
+// The same harness on a deliberately broken snip-jobs (go build -overlay with
+// broken.go's patches: stop-early margin zero, fence check disabled) must report
 // violations: a leader cut off from etcd while its database link is slow has
 // a write, sent while its term looked valid, accepted after its successor's.
 func TestTheCheckerCatchesABrokenBuild(t *testing.T) {

@@ -1,21 +1,26 @@
-package main
+package sqljob_test
 
 import (
 	"context"
 	"errors"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/fencing"
 	"github.com/snip/snip-jobs/internal/testdb"
 	"github.com/snip/snip-jobs/internal/testenv"
+	"github.com/snip/snip-jobs/jobs/sqljob"
 	"github.com/snip/snip-jobs/scheduler"
 )
+
+func TestMain(m *testing.M) { os.Exit(testenv.RunMain(m)) }
 
 // The sql type: a singleton's statement is fenced by its token, a cron
 // singleton's slot completes in the statement's own transaction, and a job that
@@ -31,11 +36,11 @@ jobs:
     cron: "* * * * *"
     options:
       statement: INSERT INTO pulses (instance, token) VALUES (@instance, @token)
-`), registry())
+`), registry(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	typ, _ := registry().Type("sql")
+	typ := sqljob.Type()
 	job, err := typ.New(scheduler.Env{Instance: "server-a", Pool: pool}, file.Jobs[0])
 	if err != nil {
 		t.Fatal(err)
@@ -76,7 +81,7 @@ jobs:
 func runtimeDB(t *testing.T) (string, *pgxpool.Pool) {
 	t.Helper()
 	db := testdb.NewDB(t)
-	exec1(t, db.Owner, pulsesTable+"; GRANT INSERT ON pulses TO "+testdb.RuntimeRole+"; GRANT USAGE ON SEQUENCE pulses_id_seq TO "+testdb.RuntimeRole)
+	execURL(t, db.Owner, pulsesTable+"; GRANT INSERT ON pulses TO "+testdb.RuntimeRole+"; GRANT USAGE ON SEQUENCE pulses_id_seq TO "+testdb.RuntimeRole)
 	return db.Super, testdb.Pool(t, db.Runtime)
 }
 
@@ -84,9 +89,9 @@ func runtimeDB(t *testing.T) (string, *pgxpool.Pool) {
 // PostgreSQL's words naming the table.
 func TestASQLStatementWithoutItsGrantFailsNamingTheTable(t *testing.T) {
 	_, pool := runtimeDB(t)
-	typ, _ := registry().Type("sql")
+	typ := sqljob.Type()
 	job, err := typ.New(scheduler.Env{Instance: "server-a", Pool: pool}, configs.Job{Name: "prune", Type: "sql",
-		Options: &sqlOptions{Statement: "DELETE FROM pulses WHERE token < @token"}, Schedule: configs.Schedule{Kind: configs.Interval}})
+		Options: &sqljob.Options{Statement: "DELETE FROM pulses WHERE token < @token"}, Schedule: configs.Schedule{Kind: configs.Interval}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,56 +99,6 @@ func TestASQLStatementWithoutItsGrantFailsNamingTheTable(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "permission denied for table pulses") {
 		t.Errorf("a DELETE the runtime role was not granted: %v; want the refusal naming pulses", err)
 	}
-}
-
-// `validate` refuses a statement that is several, or transaction control, at
-// the statement's line, naming the job.
-func TestValidateRefusesSeveralStatementsAndTransactionControl(t *testing.T) {
-	refused := []struct{ statement, phrase string }{
-		{"SELECT 1; SELECT 2", `holds 2 statements (the second starts at character 10: "SELECT 2")`},
-		{"COMMIT; INSERT INTO pulses (instance, token) VALUES ('x', 1)", "holds 2 statements"},
-		{"commit", "COMMIT is transaction control"},
-		{"COMMIT AND CHAIN", "COMMIT is transaction control"},
-		{"END", "END is transaction control"},
-		{"/* first */ begin", "BEGIN is transaction control"},
-		{"START TRANSACTION ISOLATION LEVEL SERIALIZABLE", "START TRANSACTION is transaction control"},
-		{"rollback", "ROLLBACK is transaction control"},
-		{"SAVEPOINT a", "SAVEPOINT is transaction control"},
-		{"RELEASE SAVEPOINT a", "RELEASE is transaction control"},
-		{"SET TRANSACTION ISOLATION LEVEL SERIALIZABLE", "SET TRANSACTION is transaction control"},
-		{"SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY", "SET SESSION CHARACTERISTICS is transaction control"},
-		{"PREPARE TRANSACTION 'x'", "PREPARE TRANSACTION is transaction control"},
-	}
-	for _, c := range refused {
-		_, err := configs.Parse("jobs.yaml", sqlJobYAML(c.statement), registry())
-		want := `jobs.yaml:7:18: job "stamp": options.statement: ` + c.phrase
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("statement %q: got %v\nwant a problem starting %q", c.statement, err, want)
-		}
-	}
-	for _, ok := range []string{
-		"DELETE FROM pulses WHERE token < @token;",
-		"SELECT ';' AS semicolon -- and; a comment",
-		"DO $$ BEGIN PERFORM 1; END $$",
-		"SET LOCAL lock_timeout = '1s'",
-		"SELECT set_config('x.y', 'commit', true)",
-	} {
-		if _, err := configs.Parse("jobs.yaml", sqlJobYAML(ok), registry()); err != nil {
-			t.Errorf("statement %q refused: %v", ok, err)
-		}
-	}
-}
-
-// sqlJobYAML is a config with one sql job; the statement's value starts at
-// line 7, column 18.
-func sqlJobYAML(statement string) []byte {
-	return []byte(`instance: server-a
-jobs:
-  - name: stamp
-    type: sql
-    every: 1m
-    options:
-      statement: ` + strconv.Quote(statement) + "\n")
 }
 
 // Whatever reaches the job (validate is a separate step), its statement is
@@ -157,9 +112,9 @@ func TestTheSQLJobRunsOneStatementInsideTheFenceWhateverItIsGiven(t *testing.T) 
 	fence := fencing.New(pool, "server-a")
 	slot := time.Date(2026, 11, 23, 7, 0, 0, 0, time.UTC)
 	testenv.Exec(t, pool, `INSERT INTO cron_slots (job, slot, state, token, instance) VALUES ('stamp', '2026-11-23T07:00:00Z', 'running', 20, 'server-a')`)
-	typ, _ := registry().Type("sql")
+	typ := sqljob.Type()
 	run := func(statement string, token int64, slot time.Time) error {
-		spec := configs.Job{Name: "stamp", Type: "sql", Singleton: token > 0, Options: &sqlOptions{Statement: statement},
+		spec := configs.Job{Name: "stamp", Type: "sql", Singleton: token > 0, Options: &sqljob.Options{Statement: statement},
 			Schedule: configs.Schedule{Kind: configs.Interval}}
 		job, err := typ.New(scheduler.Env{Instance: "server-a", Pool: pool}, spec)
 		if err != nil {
@@ -203,4 +158,105 @@ func TestTheSQLJobRunsOneStatementInsideTheFenceWhateverItIsGiven(t *testing.T) 
 	if err := run("INSERT INTO pulses (instance, token) VALUES ('plain', 0)", 0, time.Time{}); err != nil {
 		t.Fatalf("one statement without arguments: %v", err)
 	}
+}
+
+const pulsesTable = `CREATE TABLE pulses (id bigserial PRIMARY KEY, instance text NOT NULL, token bigint NOT NULL)`
+
+func registry(t *testing.T) *scheduler.Registry {
+	t.Helper()
+	r, err := scheduler.NewRegistry(sqljob.Type())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// pulse is one row of the pulses table.
+type pulse struct {
+	instance string
+	token    int64
+}
+
+func pulses(t *testing.T, url string) []pulse {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	rows, err := conn.Query(context.Background(), `SELECT instance, token FROM pulses ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (pulse, error) {
+		var p pulse
+		return p, r.Scan(&p.instance, &p.token)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// execURL runs sql (several statements allowed) on a connection of its own.
+func execURL(t *testing.T, url, sql string) {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(context.Background(), sql); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// `validate` refuses a statement that is several, or transaction control, at
+// the statement's line, naming the job.
+func TestValidateRefusesSeveralStatementsAndTransactionControl(t *testing.T) {
+	refused := []struct{ statement, phrase string }{
+		{"SELECT 1; SELECT 2", `holds 2 statements (the second starts at character 10: "SELECT 2")`},
+		{"COMMIT; INSERT INTO pulses (instance, token) VALUES ('x', 1)", "holds 2 statements"},
+		{"commit", "COMMIT is transaction control"},
+		{"COMMIT AND CHAIN", "COMMIT is transaction control"},
+		{"END", "END is transaction control"},
+		{"/* first */ begin", "BEGIN is transaction control"},
+		{"START TRANSACTION ISOLATION LEVEL SERIALIZABLE", "START TRANSACTION is transaction control"},
+		{"rollback", "ROLLBACK is transaction control"},
+		{"SAVEPOINT a", "SAVEPOINT is transaction control"},
+		{"RELEASE SAVEPOINT a", "RELEASE is transaction control"},
+		{"SET TRANSACTION ISOLATION LEVEL SERIALIZABLE", "SET TRANSACTION is transaction control"},
+		{"SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY", "SET SESSION CHARACTERISTICS is transaction control"},
+		{"PREPARE TRANSACTION 'x'", "PREPARE TRANSACTION is transaction control"},
+	}
+	for _, c := range refused {
+		_, err := configs.Parse("jobs.yaml", sqlJobYAML(c.statement), registry(t))
+		want := `jobs.yaml:7:18: job "stamp": options.statement: ` + c.phrase
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("statement %q: got %v\nwant a problem starting %q", c.statement, err, want)
+		}
+	}
+	for _, ok := range []string{
+		"DELETE FROM pulses WHERE token < @token;",
+		"SELECT ';' AS semicolon -- and; a comment",
+		"DO $$ BEGIN PERFORM 1; END $$",
+		"SET LOCAL lock_timeout = '1s'",
+		"SELECT set_config('x.y', 'commit', true)",
+	} {
+		if _, err := configs.Parse("jobs.yaml", sqlJobYAML(ok), registry(t)); err != nil {
+			t.Errorf("statement %q refused: %v", ok, err)
+		}
+	}
+}
+
+// sqlJobYAML is a config with one sql job; the statement's value starts at
+// line 7, column 18.
+func sqlJobYAML(statement string) []byte {
+	return []byte(`instance: server-a
+jobs:
+  - name: stamp
+    type: sql
+    every: 1m
+    options:
+      statement: ` + strconv.Quote(statement) + "\n")
 }

@@ -1,0 +1,84 @@
+// Package clitest runs the project's commands as processes in tests, the way
+// operators and systemd do: each built once per test binary, run to
+// completion in an environment without the developer's own snip-jobs
+// settings.
+package clitest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/snip/snip-jobs/internal/testenv"
+)
+
+// Build builds the main package pkg (an import path, or a path relative to
+// the test's package) into dir and returns the binary's path.
+func Build(dir, pkg, name string) (string, error) {
+	bin := filepath.Join(dir, name)
+	if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+		return "", errors.New("go build " + pkg + ": " + err.Error() + "\n" + string(out))
+	}
+	return bin, nil
+}
+
+// Result is a finished command.
+type Result struct {
+	Code           int
+	Stdout, Stderr string
+}
+
+// Run runs bin to completion (bounded by testenv.Patience) with Env's
+// environment plus env.
+func Run(t testing.TB, bin string, env []string, args ...string) Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Patience)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(Env(), env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	r := Result{Stdout: stdout.String(), Stderr: stderr.String()}
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		r.Code = ee.ExitCode()
+	case err != nil:
+		t.Fatalf("%s %v: %v", filepath.Base(bin), args, err)
+	}
+	return r
+}
+
+// Env is the test's environment without the variables snip-jobs reads, so
+// that the developer's own settings cannot leak in.
+func Env() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "SNIP_JOBS_") || strings.HasPrefix(kv, "NOTIFY_SOCKET=") || strings.HasPrefix(kv, "WATCHDOG_") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
+}
+
+// LinesWith returns the lines of s that contain every one of subs.
+func LinesWith(s string, subs ...string) []string {
+	var out []string
+	for _, line := range strings.Split(s, "\n") {
+		ok := true
+		for _, sub := range subs {
+			ok = ok && strings.Contains(line, sub)
+		}
+		if ok {
+			out = append(out, line)
+		}
+	}
+	return out
+}
