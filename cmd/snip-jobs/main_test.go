@@ -31,19 +31,7 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "snip-jobs-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	if binary, err = clitest.Build(dir, ".", "snip-jobs"); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := testenv.RunMain(m)
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(clitest.Main(m, clitest.Binary{Pkg: ".", Name: "snip-jobs", Path: &binary}))
 }
 
 // waitLong bounds waiting on processes: how long a broken setup takes to
