@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/snip/snip-jobs/internal/clitest"
+	"github.com/snip/snip-jobs/internal/pdeathsig"
 	"github.com/snip/snip-jobs/internal/sockact"
 	"github.com/snip/snip-jobs/internal/testdb"
 	"github.com/snip/snip-jobs/internal/testenv"
@@ -202,7 +203,9 @@ func start(t *testing.T, c config, env []string, args ...string) *instance {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := in.cmd.Start(); err != nil {
+	// The instance dies with the test binary, however that ends (a panic, the
+	// -timeout alarm, SIGKILL): no instance outlives the test that started it.
+	if err := pdeathsig.Start(in.cmd, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range files {
