@@ -20,6 +20,7 @@ import (
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/fencing"
 	"github.com/snip/snip-jobs/leadership"
+	"github.com/snip/snip-jobs/scheduler/status"
 )
 
 // Config wires a Scheduler.
@@ -108,7 +109,7 @@ type job struct {
 	term      *leadership.Term
 	stop      context.CancelCauseFunc // ends the current lead
 	holdUntil time.Time
-	last      *RunRecord
+	last      *status.RunRecord
 }
 
 // New checks the configuration against the registry and builds every job. An
@@ -416,26 +417,21 @@ func handedOver(cause error) bool {
 		errors.Is(cause, errRebalance) || errors.As(cause, new(*PanicError))
 }
 
-// handOverLabels are the endLabels of terms their instance resigned while they
-// still held: the job had stopped before the resignation, and the end was
-// recorded after it (see History).
-var handOverLabels = []string{"shutdown", "watchdog", "resign-request", "rebalance", "panic", string(leadership.ReasonResigned)}
-
 // endLabel names why a lead ended, for metrics and logs.
 func endLabel(cause error, term *leadership.Term) string {
 	switch {
 	case errors.Is(cause, errShutdown):
-		return "shutdown"
+		return status.EndShutdown
 	case errors.Is(cause, errWatchdog):
-		return "watchdog"
+		return status.EndWatchdog
 	case errors.Is(cause, errResignRequested):
-		return "resign-request"
+		return status.EndResignRequest
 	case errors.Is(cause, errRebalance):
-		return "rebalance"
+		return status.EndRebalance
 	case errors.As(cause, new(*PanicError)):
-		return "panic"
+		return status.EndPanic
 	case errors.Is(cause, fencing.ErrStaleToken):
-		return "fenced"
+		return status.EndFenced
 	}
 	if r := leadership.ReasonOf(cause); r != "" {
 		return string(r)

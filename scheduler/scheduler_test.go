@@ -13,6 +13,7 @@ import (
 	"github.com/snip/snip-jobs/internal/jobtest"
 	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/scheduler"
+	"github.com/snip/snip-jobs/scheduler/status"
 )
 
 // A singleton runs on exactly one of three instances; a job that is not a
@@ -75,7 +76,7 @@ func TestKillingTheLeaderMovesTheJob(t *testing.T) {
 
 	// The term history shows both terms, the dead one never closed.
 	second, _ := c.Leader("aggregator")
-	terms, _, err := scheduler.History(context.Background(), c.DB, time.Time{})
+	terms, _, err := status.History(context.Background(), c.DB, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,10 +128,10 @@ func TestShutdownHandsOverWithoutWaitingForExpiry(t *testing.T) {
 		t.Fatal("the successor won only when the stopped leader's lease would have expired")
 	}
 	checkOneWriterAtATime(t, c, "aggregator")
-	var terms []scheduler.TermRecord
+	var terms []status.TermRecord
 	jobtest.Eventually(t, "both terms in the history", func() bool {
 		var err error
-		terms, _, err = scheduler.History(context.Background(), c.DB, time.Time{})
+		terms, _, err = status.History(context.Background(), c.DB, time.Time{})
 		return err == nil && len(terms) == 2
 	})
 	if terms[0].Token != first.Token || terms[0].Reason != "shutdown" || terms[0].Ended.IsZero() || terms[0].Ended.After(terms[1].Started) {
