@@ -339,14 +339,14 @@ func TestResignRequestMovesTheLeader(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), jobtest.Patience)
 	defer cancel()
-	before, after, err := scheduler.RequestResign(ctx, c.Obs, c.Prefix, "aggregator")
+	before, after, err := leadership.RequestResign(ctx, c.Obs, c.Prefix, "aggregator")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if after == nil || after.Token <= before.Token || after.Instance == before.Instance {
 		t.Fatalf("after the resign request: before %+v, after %+v", before, after)
 	}
-	if _, _, err := scheduler.RequestResign(ctx, c.Obs, c.Prefix, "no-such-job"); !errors.Is(err, scheduler.ErrNoLeader) {
+	if _, _, err := leadership.RequestResign(ctx, c.Obs, c.Prefix, "no-such-job"); !errors.Is(err, leadership.ErrNoLeader) {
 		t.Fatalf("resign of a job without leader: %v", err)
 	}
 	checkOneWriterAtATime(t, c, "aggregator")
@@ -378,7 +378,7 @@ func TestAJobThatOverrunsItsTermIsCountedAndHandedOver(t *testing.T) {
 	jobtest.Eventually(t, "server-2 to wait for the job", func() bool { return two.Session.Stats().Waiting == 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), jobtest.Patience)
 	defer cancel()
-	if _, after, err := scheduler.RequestResign(ctx, c.Obs, c.Prefix, "aggregator"); err != nil || after == nil || after.Instance != "server-2" {
+	if _, after, err := leadership.RequestResign(ctx, c.Obs, c.Prefix, "aggregator"); err != nil || after == nil || after.Instance != "server-2" {
 		t.Fatalf("resign request: after %+v, err %v; want server-2 to lead while server-1's job still runs", after, err)
 	}
 	if got := one.MetricSum(t, "snip_jobs_overruns_total"); got != 1 {
@@ -460,7 +460,7 @@ func TestRecordingARunNeverHoldsTheEndOfItsTerm(t *testing.T) {
 	}
 	resign := func(from string) {
 		t.Helper()
-		before, after, err := scheduler.RequestResign(ctx, c.Obs, c.Prefix, "aggregator")
+		before, after, err := leadership.RequestResign(ctx, c.Obs, c.Prefix, "aggregator")
 		if err != nil || before.Instance != from || after == nil || after.Instance == from {
 			t.Fatalf("resign request: before %+v, after %+v, err %v; want the job moved away from %s", before, after, err, from)
 		}
@@ -546,7 +546,7 @@ func TestRecordingASlotsOutcomeNeverHoldsTheEndOfItsTerm(t *testing.T) {
 		t.Fatalf("slot %v: state %q, err %v; want it running", slot, state, err)
 	}
 
-	before, after, err := scheduler.RequestResign(ctx, c.Obs, c.Prefix, "weekly-report")
+	before, after, err := leadership.RequestResign(ctx, c.Obs, c.Prefix, "weekly-report")
 	if err != nil || before.Instance != "server-1" || after == nil || after.Instance != "server-2" {
 		t.Fatalf("resign request: before %+v, after %+v, err %v; want the job moved to server-2", before, after, err)
 	}
