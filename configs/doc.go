@@ -9,6 +9,12 @@
 // no effect where they are written (a time zone on an interval job, TLS files for the
 // embedded etcd) are errors.
 //
+// A job's options are its type's business: Parse keeps them as a YAML node with
+// its positions (Options) and has the type check them (Types.Options, usually
+// OptionsOf), so that a bad option is reported at its line like everything else;
+// the type decodes the same node into its own value (DecodeOptions). Where a job
+// runs (Job.Mode) is derived here, once.
+//
 // A hostile or mangled file costs bounded work: Parse refuses a file over
 // MaxFileSize, text that is not UTF-8 (at the first bad byte; a UTF-8 byte order
 // mark is skipped), and aliases and merge keys that would produce more than

@@ -11,11 +11,11 @@ import (
 // have: the real types check them (cmd's TestValidateAcceptsTheExampleConfig).
 type anyOptions struct{ fakeTypes }
 
-func (anyOptions) Options(jobType string) (any, bool) {
+func (anyOptions) Options(jobType string) (configs.OptionsType, bool) {
 	if _, ok := (fakeTypes{}).Options(jobType); !ok && jobType != "certsync" {
 		return nil, false
 	}
-	return &map[string]any{}, true
+	return configs.OptionsOf(func() map[string]any { return map[string]any{} }), true
 }
 
 func TestTheExampleFileParsesCleanly(t *testing.T) {

@@ -116,11 +116,45 @@ type Job struct {
 	Grace time.Duration
 	// ProgressTimeout is the watchdog for singletons; 0 = off.
 	ProgressTimeout time.Duration
-	// Options is the value Types.Options returned for Type (a pointer), decoded
-	// from the job's options; nil when the type is unknown.
-	Options any
+	// Options are the job's options as written, for its type to decode
+	// (DecodeOptions); checked by the type's OptionsType at Parse.
+	Options Options
 	// Pos is where the job's entry starts in the file.
 	Pos Pos
+}
+
+// Mode is where a job runs: derived from singleton and coordination by
+// Job.Mode, the one place that does.
+type Mode int
+
+// Modes of a job.
+const (
+	ModeEverywhere Mode = iota // not a singleton: on every instance
+	ModeLeader                 // a singleton run by the holder of its etcd term
+	ModeDatabase               // a singleton cron job whose slots PostgreSQL decides (coordination: database)
+)
+
+func (m Mode) String() string {
+	switch m {
+	case ModeEverywhere:
+		return "everywhere"
+	case ModeLeader:
+		return "leader"
+	case ModeDatabase:
+		return "database"
+	}
+	return fmt.Sprintf("Mode(%d)", int(m))
+}
+
+// Mode says where the job runs.
+func (j Job) Mode() Mode {
+	switch {
+	case !j.Singleton:
+		return ModeEverywhere
+	case j.Schedule.Kind == Cron && j.Schedule.Coordination == Database:
+		return ModeDatabase
+	}
+	return ModeLeader
 }
 
 // ScheduleKind says when a job runs. The zero value is not a valid kind.
@@ -209,10 +243,10 @@ type Schedule struct {
 // Option values must not hold secrets themselves (name a file or an environment
 // variable instead, as the rest of the file does): File.Redacted prints them.
 type Types interface {
-	// Options returns a pointer to a fresh options value (with defaults set) for a
-	// job type, or ok=false if the type is unknown. If the value has a
-	// Validate() error method, Parse calls it after decoding.
-	Options(jobType string) (opts any, ok bool)
+	// Options returns how a job type reads its options (nil: it takes none),
+	// or ok=false if the type is unknown. Parse calls it on every job of the
+	// type, with or without options.
+	Options(jobType string) (read OptionsType, ok bool)
 	// Names lists the known types, for "unknown type" messages.
 	Names() []string
 }

@@ -47,16 +47,30 @@ type reportOptions struct {
 	Title      string   `yaml:"title"`
 }
 
-func (fakeTypes) Options(jobType string) (any, bool) {
+func newCertOptions() certOptions             { return certOptions{} }
+func newAggregatorOptions() aggregatorOptions { return aggregatorOptions{BatchSize: 1000} }
+func newReportOptions() reportOptions         { return reportOptions{Title: "Weekly clicks"} }
+
+func (fakeTypes) Options(jobType string) (configs.OptionsType, bool) {
 	switch jobType {
 	case "certrenew":
-		return &certOptions{}, true
+		return configs.OptionsOf(newCertOptions), true
 	case "aggregator":
-		return &aggregatorOptions{BatchSize: 1000}, true
+		return configs.OptionsOf(newAggregatorOptions), true
 	case "weeklyreport":
-		return &reportOptions{Title: "Weekly clicks"}, true
+		return configs.OptionsOf(newReportOptions), true
 	}
 	return nil, false
+}
+
+// decoded is j's options as its type decodes them, failing the test on a problem.
+func decoded[T any](t *testing.T, j configs.Job, defaults func() T) *T {
+	t.Helper()
+	v, err := configs.DecodeOptions(j, defaults)
+	if err != nil {
+		t.Fatalf("job %s: DecodeOptions: %v", j.Name, err)
+	}
+	return &v
 }
 
 func (fakeTypes) Names() []string { return []string{"weeklyreport", "certrenew", "aggregator"} }

@@ -112,7 +112,7 @@ func TestAliasesUnderTheLimitAreExpanded(t *testing.T) {
 		"    every: 1h",
 		"    options: {email: *who, domains: *d}",
 	))
-	if got := f.Jobs[1].Options.(*certOptions).Domains; len(got) != 2 || got[1] != "ops@example.com" {
+	if got := decoded(t, f.Jobs[1], newCertOptions).Domains; len(got) != 2 || got[1] != "ops@example.com" {
 		t.Errorf("certs-2's domains: %q, want the shared list", got)
 	}
 }

@@ -100,9 +100,9 @@ func (p *parser) job(n ast.Node, names map[string]Pos) (Job, bool) {
 	}
 	if d, ok := m.duration("progress_timeout", zeroOrPositive); ok {
 		switch {
-		case d > 0 && !j.Singleton:
+		case d > 0 && j.Mode() == ModeEverywhere:
 			m.errorf(m.keyPos("progress_timeout"), "progress_timeout applies only to singleton jobs (the watchdog ends a term)")
-		case d > 0 && j.Schedule.Kind == Cron && j.Schedule.Coordination == Database:
+		case d > 0 && j.Mode() == ModeDatabase:
 			m.errorf(m.keyPos("progress_timeout"), "progress_timeout applies only to coordination: leader (the watchdog ends a term; a database-mode job has none)")
 		}
 		j.ProgressTimeout = d

@@ -15,59 +15,44 @@ import (
 	"github.com/goccy/go-yaml/token"
 )
 
-// options decodes the job's options strictly into a fresh value from Types and
-// validates it. The YAML library stops at the first problem (and picks an unknown
-// key at random among several), so decoding is repeated without the offending key
-// until it succeeds: every problem is reported.
-func (p *parser) options(m *mapping, j Job, typeKnown bool) any {
+// options reads the job's options: kept as the positioned node the job's type
+// decodes (OptionsType), which Parse calls here so that every problem is
+// reported with the rest of the file's.
+func (p *parser) options(m *mapping, j Job, typeKnown bool) Options {
 	e, node, present := m.get("options")
+	o := Options{job: j.Name, pos: j.Pos}
 	if !typeKnown {
-		return nil
+		return o
 	}
-	fresh := func() any {
-		v, _ := p.types.Options(j.Type)
-		return v
-	}
-	opts := fresh()
-	if opts == nil {
+	check, _ := p.types.Options(j.Type)
+	if check == nil {
 		if present {
 			m.errorf(e.keyPos, "job type %q takes no options", j.Type)
 		}
-		return nil
+		return o
 	}
-	if reflect.TypeOf(opts).Kind() != reflect.Pointer {
-		m.errorf(j.Pos, "job type %q: its options value is a %T, not a pointer (a bug in snip-jobs)", j.Type, opts)
-		return nil
-	}
-	pos := j.Pos
 	if present {
-		pos = p.pos(node)
+		o.pos = p.pos(node)
 		if _, isMap := mappingValues(node); !isMap {
-			m.errorf(pos, "options must be a mapping of option names to values, not %s", describe(node))
-			return opts
+			m.errorf(o.pos, "options must be a mapping of option names to values, not %s", describe(node))
+			return o
 		}
 		p.checkDuplicates(e.value, "options", m.job)
-		expanded := p.expand(e.value, m.job)
-		whole := p.checkWholeNumbers(m, expanded, reflect.TypeOf(opts), "options")
-		decoded, ok := p.decodeOptions(m, expanded, fresh, pos)
-		if !ok || !whole {
-			return opts
-		}
-		opts = decoded
+		o.node = p.expand(e.value, m.job)
 	}
-	if v, ok := opts.(interface{ Validate() error }); ok {
-		if err := v.Validate(); err != nil {
-			for _, e := range splitErrorValues(err) {
-				var oe *OptionError
-				if errors.As(e, &oe) && present {
-					m.errorf(p.optionPos(node, oe.Key, pos), "options.%s: %v", oe.Key, oe.Err)
-				} else {
-					m.errorf(pos, "options: %v", e)
-				}
-			}
+	j.Options = o
+	checked, err := check(j)
+	if err != nil {
+		var errs Errors
+		if errors.As(err, &errs) {
+			p.errs = append(p.errs, errs...)
+		} else {
+			m.errorf(o.pos, "options: %v", err)
 		}
+		return o
 	}
-	return opts
+	o.checked = checked
+	return o
 }
 
 // OptionError is a problem a job type's Validate finds with one option: Parse

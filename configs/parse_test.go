@@ -168,7 +168,7 @@ func TestDefaults(t *testing.T) {
 	if !agg.Singleton || agg.Grace != 10*time.Second || agg.ProgressTimeout != 0 {
 		t.Errorf("job defaults: singleton %v grace %v progress_timeout %v; want true, 10s, 0", agg.Singleton, agg.Grace, agg.ProgressTimeout)
 	}
-	if got, want := agg.Options, (&aggregatorOptions{BatchSize: 1000}); !reflect.DeepEqual(got, want) {
+	if got, want := decoded(t, agg, newAggregatorOptions), (&aggregatorOptions{BatchSize: 1000}); !reflect.DeepEqual(got, want) {
 		t.Errorf("options without an options key: got %#v, want the type's defaults %#v", got, want)
 	}
 	if agg.Pos != (configs.Pos{File: "test.yaml", Line: 3, Col: 5}) {
@@ -277,7 +277,7 @@ func TestEverySetting(t *testing.T) {
 		certs.Grace != time.Minute || certs.ProgressTimeout != 15*time.Minute {
 		t.Errorf("certs: got %+v", certs)
 	}
-	if got := certs.Options.(*certOptions); got.Email != "a@example.com" || !reflect.DeepEqual(got.Domains, []string{"example.com"}) {
+	if got := decoded(t, certs, newCertOptions); got.Email != "a@example.com" || !reflect.DeepEqual(got.Domains, []string{"example.com"}) {
 		t.Errorf("certs options: got %+v", got)
 	}
 	report := f.Jobs[1].Schedule
@@ -358,7 +358,7 @@ func TestOptionsKeepTheTypesDefaults(t *testing.T) {
 		"    options: {recipients: [ops@example.com]}",
 	))
 	want := &reportOptions{Recipients: []string{"ops@example.com"}, Title: "Weekly clicks"}
-	if got := f.Jobs[0].Options; !reflect.DeepEqual(got, want) {
+	if got := decoded(t, f.Jobs[0], newReportOptions); !reflect.DeepEqual(got, want) {
 		t.Errorf("got %#v, want %#v", got, want)
 	}
 }
@@ -400,8 +400,10 @@ func TestAnOptionErrorIsReportedAtTheOptionsValue(t *testing.T) {
 // noOptionTypes has one type that takes no options.
 type noOptionTypes struct{}
 
-func (noOptionTypes) Options(jobType string) (any, bool) { return nil, jobType == "heartbeat" }
-func (noOptionTypes) Names() []string                    { return []string{"heartbeat"} }
+func (noOptionTypes) Options(jobType string) (configs.OptionsType, bool) {
+	return nil, jobType == "heartbeat"
+}
+func (noOptionTypes) Names() []string { return []string{"heartbeat"} }
 
 func TestATypeWithoutOptionsRejectsThem(t *testing.T) {
 	_, err := configs.Parse("test.yaml", lines(
@@ -440,10 +442,10 @@ func TestAnchorsAliasesAndMergeKeysWork(t *testing.T) {
 	if b.Type != "certrenew" || b.Schedule.Every != time.Hour {
 		t.Errorf("merged job: got %+v", b)
 	}
-	if got := b.Options.(*certOptions); got.Email != "a@example.com" || !reflect.DeepEqual(got.Domains, []string{"b.example.com"}) {
+	if got := decoded(t, b, newCertOptions); got.Email != "a@example.com" || !reflect.DeepEqual(got.Domains, []string{"b.example.com"}) {
 		t.Errorf("merged options: got %+v", got)
 	}
-	if got := f.Jobs[2].Options.(*certOptions); !reflect.DeepEqual(got.Domains, []string{"a.example.com"}) {
+	if got := decoded(t, f.Jobs[2], newCertOptions); !reflect.DeepEqual(got.Domains, []string{"a.example.com"}) {
 		t.Errorf("aliased options: got %+v", got)
 	}
 }

@@ -79,8 +79,8 @@ func (f *File) Redacted() string {
 		if j.Singleton {
 			job = append(job, kv{Key: "progress_timeout", Value: dur(j.ProgressTimeout)})
 		}
-		if j.Options != nil {
-			job = append(job, kv{Key: "options", Value: j.Options})
+		if o := j.Options.checked.Effective; o != nil {
+			job = append(job, kv{Key: "options", Value: o})
 		}
 		jobs = append(jobs, job)
 	}

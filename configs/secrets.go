@@ -66,8 +66,8 @@ type SecretFile struct {
 
 // SecretFiles lists the files the config names that hold secrets:
 // postgres.url_file, etcd.auth.password_file, etcd.tls.key, and the files a
-// job's options name, if its options value says which (a SecretFiles()
-// map[string]string method: option key → path).
+// job's options name, if its type says which (Checked.SecretFiles: option
+// key → path).
 func (f *File) SecretFiles() []SecretFile {
 	var out []SecretFile
 	for _, s := range []SecretFile{
@@ -80,11 +80,7 @@ func (f *File) SecretFiles() []SecretFile {
 		}
 	}
 	for _, j := range f.Jobs {
-		o, ok := j.Options.(interface{ SecretFiles() map[string]string })
-		if !ok {
-			continue
-		}
-		files := o.SecretFiles()
+		files := j.Options.checked.SecretFiles
 		keys := make([]string, 0, len(files))
 		for k := range files {
 			keys = append(keys, k)

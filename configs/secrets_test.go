@@ -149,8 +149,9 @@ func TestRedactedIsAConfigFileMeaningTheSame(t *testing.T) {
 	}
 	for i := range f.Jobs {
 		// (%+v: an absent list and an empty one mean the same here)
-		if fmt.Sprintf("%+v", f.Jobs[i].Options) != fmt.Sprintf("%+v", again.Jobs[i].Options) {
-			t.Errorf("job %s options: printed and parsed back %#v, want %#v", f.Jobs[i].Name, again.Jobs[i].Options, f.Jobs[i].Options)
+		got, want := configs.Effective(again.Jobs[i].Options), configs.Effective(f.Jobs[i].Options)
+		if fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", want) {
+			t.Errorf("job %s options: printed and parsed back %#v, want %#v", f.Jobs[i].Name, got, want)
 		}
 	}
 }
@@ -166,8 +167,10 @@ func (o *secretOptions) SecretFiles() map[string]string {
 
 type secretTypes struct{}
 
-func (secretTypes) Options(jobType string) (any, bool) { return &secretOptions{}, jobType == "sealer" }
-func (secretTypes) Names() []string                    { return []string{"sealer"} }
+func (secretTypes) Options(jobType string) (configs.OptionsType, bool) {
+	return configs.OptionsOf(func() secretOptions { return secretOptions{} }), jobType == "sealer"
+}
+func (secretTypes) Names() []string { return []string{"sealer"} }
 
 // Every secret file the config names is checked: readable by its group or by
 // others is exposed, whatever the reader; the owner's own bits do not matter;

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
+	"slices"
 	"sort"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -36,19 +38,79 @@ type JobFunc func(ctx context.Context, r *Run) error
 func (f JobFunc) Run(ctx context.Context, r *Run) error { return f(ctx, r) }
 
 // Type is a kind of job, registered under the name the config's `type:` uses.
+// It declares what its jobs need: the modes they may run in, the options they
+// take and the sockets they serve on every instance.
 type Type struct {
 	Name string
 	// Doc is one line saying what the job does.
 	Doc string
-	// Options returns a pointer to a fresh options value with its defaults set,
-	// into which the config's `options:` is decoded; nil if the type has none.
-	// If the value has a Validate() error method, the config loader calls it.
-	Options func() any
-	// New builds the job from its config entry (Options decoded and valid).
+	// Options reads a job's `options:` (usually configs.OptionsOf with the
+	// type's defaults); the config loader calls it on every job of the type,
+	// so that bad options are reported at their file:line. nil: the type
+	// takes none.
+	Options configs.OptionsType
+	// New builds the job from its config entry (its mode one of Modes, its
+	// options checked by Options); it decodes spec.Options itself
+	// (configs.DecodeOptions). Call it through Build.
 	New func(env Env, spec configs.Job) (Job, error)
 	// Defaults fill in what the type's config entries leave out (a
 	// schedule, catch-up settings).
 	Defaults configs.Defaults
+	// Modes are the modes the type's jobs may run in (configs.Job.Mode);
+	// empty: any. ModeWhy says why, in the error for a job in another.
+	Modes   []configs.Mode
+	ModeWhy string
+	// Listeners are sockets the type serves on every instance, whether or not
+	// its jobs run there; the service opens them (see Listener).
+	Listeners []Listener
+}
+
+// Build checks spec's mode against t.Modes, then builds the job with t.New.
+func (t Type) Build(env Env, spec configs.Job) (Job, error) {
+	if err := t.checkMode(spec); err != nil {
+		return nil, err
+	}
+	return t.New(env, spec)
+}
+
+func (t Type) checkMode(spec configs.Job) error {
+	mode := spec.Mode()
+	if len(t.Modes) == 0 || slices.Contains(t.Modes, mode) {
+		return nil
+	}
+	switch {
+	case !slices.Contains(t.Modes, configs.ModeEverywhere):
+		return fmt.Errorf("%s %q: must be a singleton: %s", t.Name, spec.Name, t.ModeWhy)
+	case len(t.Modes) == 1:
+		return fmt.Errorf("%s %q: must not be a singleton (set singleton: false): %s", t.Name, spec.Name, t.ModeWhy)
+	}
+	return fmt.Errorf("%s %q: cannot run in %s mode: %s", t.Name, spec.Name, mode, t.ModeWhy)
+}
+
+// Listener is a socket a job type serves on every instance, not only where its
+// jobs run: certrenew's HTTP-01 challenges, which the CA may send to any
+// server behind a domain. The service opens the sockets of each configured
+// type's jobs before the scheduler starts, and calls Serve once with them all.
+type Listener struct {
+	// Name says what the socket serves, in messages ("HTTP-01 challenge").
+	Name string
+	// Socket is the name a service manager may pass the socket under
+	// (systemd's FileDescriptorName=): a passed socket replaces every Addr.
+	Socket string
+	// Addr is where a job of the type listens ("" for nowhere), as its option
+	// Option says; jobs naming the same address share one socket.
+	Addr   func(spec configs.Job) (string, error)
+	Option string
+	// Serve serves socks (at least one) until stop is called.
+	Serve func(env Env, socks []Socket) (stop func(context.Context), err error)
+}
+
+// Socket is one open socket of a Listener, for the job that named it (the
+// first of the type's jobs for a passed one).
+type Socket struct {
+	Job      string
+	From     string // "passed socket", or the option naming the address
+	Listener net.Listener
 }
 
 // Env is what a job may use besides its Run.
@@ -77,6 +139,11 @@ func NewRegistry(types ...Type) (*Registry, error) {
 		case t.New == nil:
 			return nil, fmt.Errorf("scheduler: job type %q has no New", t.Name)
 		}
+		for _, l := range t.Listeners {
+			if l.Serve == nil || (l.Addr == nil && l.Socket == "") {
+				return nil, fmt.Errorf("scheduler: job type %q: listener %q needs Serve, and Addr or Socket", t.Name, l.Name)
+			}
+		}
 		if _, dup := r.types[t.Name]; dup {
 			return nil, fmt.Errorf("scheduler: job type %q registered twice", t.Name)
 		}
@@ -86,15 +153,9 @@ func NewRegistry(types ...Type) (*Registry, error) {
 }
 
 // Options implements configs.Types.
-func (r *Registry) Options(name string) (any, bool) {
+func (r *Registry) Options(name string) (configs.OptionsType, bool) {
 	t, ok := r.types[name]
-	if !ok {
-		return nil, false
-	}
-	if t.Options == nil {
-		return nil, true
-	}
-	return t.Options(), true
+	return t.Options, ok
 }
 
 // Names implements configs.Types.
@@ -110,31 +171,23 @@ func (r *Registry) Names() []string {
 // Defaults implements configs.TypeDefaults.
 func (r *Registry) Defaults(name string) configs.Defaults { return r.types[name].Defaults }
 
+// Sockets are the names of the sockets the types' listeners may be passed
+// under, sorted.
+func (r *Registry) Sockets() []string {
+	var names []string
+	for _, t := range r.types {
+		for _, l := range t.Listeners {
+			if l.Socket != "" {
+				names = append(names, l.Socket)
+			}
+		}
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
+}
+
 // Type returns the registered type called name.
 func (r *Registry) Type(name string) (Type, bool) {
 	t, ok := r.types[name]
 	return t, ok
-}
-
-// Validator is implemented by options that check themselves.
-type Validator interface{ Validate() error }
-
-// Options returns a job's options as T: what the config decoded (a *T), or
-// defaults when the entry had none; then, if *T has a Validate method, the
-// result of it. Job types call it from New. Errors name the job's type and name.
-func Options[T any](spec configs.Job, defaults T) (T, error) {
-	opts := defaults
-	switch o := spec.Options.(type) {
-	case nil:
-	case *T:
-		opts = *o
-	default:
-		return opts, fmt.Errorf("%s %q: options are a %T, not %T", spec.Type, spec.Name, spec.Options, &defaults)
-	}
-	if v, ok := any(&opts).(Validator); ok {
-		if err := v.Validate(); err != nil {
-			return opts, fmt.Errorf("%s %q: options: %w", spec.Type, spec.Name, err)
-		}
-	}
-	return opts, nil
 }

@@ -61,17 +61,14 @@ type PanicError struct {
 
 func (e *PanicError) Error() string { return fmt.Sprintf("job panicked: %v", e.Value) }
 
-type mode int
+// mode is where a job runs (configs.Job.Mode derives it).
+type mode = configs.Mode
 
 const (
-	everywhere   mode = iota // not a singleton
-	leaderMode               // singleton gated by an etcd term
-	databaseMode             // singleton cron job decided by the unique slot row
+	everywhere   = configs.ModeEverywhere // not a singleton
+	leaderMode   = configs.ModeLeader     // singleton gated by an etcd term
+	databaseMode = configs.ModeDatabase   // singleton cron job decided by the unique slot row
 )
-
-func (m mode) String() string {
-	return [...]string{"everywhere", "leader", "database"}[m]
-}
 
 // Scheduler runs the configured jobs. Create it with New, then call Run.
 type Scheduler struct {
@@ -178,15 +175,7 @@ func (s *Scheduler) newJob(env Env, spec configs.Job) (*job, error) {
 	if !ok {
 		return nil, fmt.Errorf("unknown job type %q", spec.Type)
 	}
-	j := &job{spec: spec, log: s.log.With("job", spec.Name)}
-	switch {
-	case !spec.Singleton:
-		j.mode = everywhere
-	case spec.Schedule.Kind == configs.Cron && spec.Schedule.Coordination == configs.Database:
-		j.mode = databaseMode
-	default:
-		j.mode = leaderMode
-	}
+	j := &job{spec: spec, mode: spec.Mode(), log: s.log.With("job", spec.Name)}
 	switch {
 	case j.mode == leaderMode && s.cfg.Session == nil:
 		return nil, errors.New("a singleton in leader mode needs etcd (no leadership session)")
@@ -194,7 +183,7 @@ func (s *Scheduler) newJob(env Env, spec configs.Job) (*job, error) {
 		return nil, errors.New("needs PostgreSQL (fenced writes and durable slots), but no database is configured")
 	}
 	env.Log = j.log
-	impl, err := t.New(env, spec)
+	impl, err := t.Build(env, spec)
 	if err != nil {
 		return nil, err
 	}

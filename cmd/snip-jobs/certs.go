@@ -14,9 +14,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/internal/termsafe"
 	"github.com/snip/snip-jobs/jobs/certrenew"
-	"github.com/snip/snip-jobs/scheduler"
 )
 
 func certsCommand() command {
@@ -66,7 +66,7 @@ domain without a current certificate, or an invalid name, is an error (exit 1).`
 				if err != nil {
 					return &exitError{code: 2, err: err}
 				}
-				opts, err := scheduler.Options(spec, certrenew.DefaultOptions())
+				opts, err := configs.DecodeOptions(spec, certrenew.DefaultOptions)
 				if err != nil {
 					return &exitError{code: 2, err: err}
 				}

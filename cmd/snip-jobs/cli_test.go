@@ -242,3 +242,44 @@ func TestRunWithoutADatabaseURLFailsAndSaysWhere(t *testing.T) {
 		t.Fatalf("run without the database URL: exit %d, stderr:\n%s", r.code, r.stderr)
 	}
 }
+
+// Each built-in type decodes its own options from the config's node: a bad
+// option of any type is reported at its value's file:line:col, with the job.
+func TestValidateReportsABadOptionOfEveryTypeAtItsLine(t *testing.T) {
+	cases := []struct{ typ, schedule, option, want string }{
+		{"aggregator", "continuous: true", "batch_size: lots", `options.batch_size must be a whole number, not a string`},
+		{"weeklyreport", `cron: "0 8 * * MON"`, "top: many", `options.top must be a whole number, not a string`},
+		{"certrenew", "every: 1h", "concurrency: [1]", `options.concurrency must be a whole number, not a list`},
+		{"certsync", "continuous: true", "reload_timeout: soon", `options.reload_timeout: "soon" is not a duration`},
+		{"sql", "every: 1h", "statement: {a: 1}", `options.statement must be a string, not a mapping`},
+	}
+	var names []string
+	for _, c := range cases {
+		names = append(names, c.typ)
+	}
+	if got := registry().Names(); !slices.Equal(got, slices.Sorted(slices.Values(names))) {
+		t.Errorf("built-in types %v, this test covers %v: add a case", got, names)
+	}
+	for _, c := range cases {
+		t.Run(c.typ, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "bad.yaml")
+			text := strings.Join([]string{
+				"jobs:",              // 1
+				"  - name: the-job",  // 2
+				"    type: " + c.typ, // 3
+				"    " + c.schedule,  // 4
+				"    options:",       // 5
+				"      " + c.option,  // 6
+			}, "\n") + "\n"
+			if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			r := snip(t, nil, "validate", "--config", path)
+			col := strings.Index(c.option, ":") + 2 + len("      ") + 1
+			want := path + ":6:" + strconv.Itoa(col) + `: job "the-job": ` + c.want
+			if r.code != 2 || len(linesWith(r.stderr, want)) != 1 {
+				t.Errorf("exit %d, want 2 and a line starting %q; stderr:\n%s", r.code, want, r.stderr)
+			}
+		})
+	}
+}

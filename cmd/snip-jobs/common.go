@@ -72,7 +72,7 @@ func isTerminal(f *os.File) bool {
 // (database-mode cron singletons and jobs that run everywhere need no etcd).
 func needsEtcd(f *configs.File) bool {
 	for _, j := range f.Jobs {
-		if j.Singleton && !(j.Schedule.Kind == configs.Cron && j.Schedule.Coordination == configs.Database) {
+		if j.Mode() == configs.ModeLeader {
 			return true
 		}
 	}

@@ -80,10 +80,10 @@ func ledThroughEtcd(f *configs.File, name string) error {
 		if j.Name != name {
 			continue
 		}
-		switch {
-		case !j.Singleton:
+		switch j.Mode() {
+		case configs.ModeEverywhere:
 			return fmt.Errorf("job %q runs on every instance (singleton: false): it has no leader", name)
-		case j.Schedule.Kind == configs.Cron && j.Schedule.Coordination == configs.Database:
+		case configs.ModeDatabase:
 			return fmt.Errorf("job %q uses coordination: database: each slot is decided in PostgreSQL, there is no leader", name)
 		}
 		return nil

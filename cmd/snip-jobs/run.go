@@ -170,7 +170,7 @@ type runner struct {
 	session  *leadership.Session
 	sched    *scheduler.Scheduler
 	admin    *admin.Server
-	acme     *challengeServers
+	listens  *typeListeners // the job types' own sockets (certrenew's HTTP-01 challenges)
 
 	schedRunning atomic.Bool
 	lastLease    atomic.Int64 // unix nanos when the session was last seen holding a lease
@@ -289,7 +289,8 @@ func (r *runner) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if r.acme, err = startChallengeServers(f, r.pool, reg, r.ilog, r.socks.take(socketChallenge)); err != nil {
+	env := scheduler.Env{Instance: f.Instance, Pool: r.pool, Log: r.ilog, Metrics: reg}
+	if r.listens, err = startListeners(f, registry(), env, r.socks); err != nil {
 		return err
 	}
 
@@ -658,9 +659,9 @@ func (r *runner) shutdown(stopJobs func(), schedDone <-chan struct{}) error {
 		}
 		scancel()
 	}
-	if r.acme != nil {
+	if r.listens != nil {
 		actx, acancel := stepCtx()
-		r.acme.shutdown(actx)
+		r.listens.shutdown(actx)
 		acancel()
 	}
 	if r.admin != nil {

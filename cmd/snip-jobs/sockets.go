@@ -3,18 +3,25 @@ package main
 import (
 	"fmt"
 	"net"
+	"slices"
 	"sort"
 	"strings"
 
 	"github.com/snip/snip-jobs/internal/sockact"
 )
 
-// Names of the sockets run takes from a service manager (systemd's
-// FileDescriptorName= in the .socket unit; see deploy/systemd).
-const (
-	socketAdmin     = "admin"     // instead of http.listen
-	socketChallenge = "challenge" // instead of the certrenew jobs' challenge_listen
-)
+// socketAdmin is the name of the passed socket that replaces http.listen
+// (systemd's FileDescriptorName= in the .socket unit; see deploy/systemd).
+const socketAdmin = "admin"
+
+// socketNames are the names of the sockets run takes from a service manager:
+// the admin server's and those the job types' listeners declare (certrenew's
+// "challenge", instead of its jobs' challenge_listen), sorted.
+func socketNames() []string {
+	names := append([]string{socketAdmin}, registry().Sockets()...)
+	slices.Sort(names)
+	return slices.Compact(names)
+}
 
 // sockets are the listening sockets the service manager passed (systemd
 // socket activation), by name. A passed socket replaces the address the
@@ -32,9 +39,10 @@ func inheritSockets() (sockets, error) {
 	if err != nil {
 		return nil, err
 	}
+	known := socketNames()
 	var unknown []string
 	for name := range lns {
-		if name != socketAdmin && name != socketChallenge {
+		if !slices.Contains(known, name) {
 			unknown = append(unknown, name)
 		}
 	}
@@ -43,8 +51,8 @@ func inheritSockets() (sockets, error) {
 		for _, ln := range lns {
 			ln.Close()
 		}
-		return nil, fmt.Errorf("passed socket(s) %s: run takes sockets named %q and %q (set FileDescriptorName= in the .socket unit)",
-			quoteAll(unknown), socketAdmin, socketChallenge)
+		return nil, fmt.Errorf("passed socket(s) %s: run takes sockets named %s (set FileDescriptorName= in the .socket unit)",
+			quoteAll(unknown), quoteAll(known, " and "))
 	}
 	return sockets(lns), nil
 }
@@ -56,10 +64,14 @@ func (s sockets) take(name string) net.Listener {
 	return ln
 }
 
-func quoteAll(names []string) string {
+// quoteAll quotes names, separated by ", " (the last two by last, if given).
+func quoteAll(names []string, last ...string) string {
 	q := make([]string, len(names))
 	for i, n := range names {
 		q[i] = fmt.Sprintf("%q", n)
+	}
+	if len(q) > 1 && len(last) > 0 {
+		return strings.Join(q[:len(q)-1], ", ") + last[0] + q[len(q)-1]
 	}
 	return strings.Join(q, ", ")
 }

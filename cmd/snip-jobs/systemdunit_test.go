@@ -23,6 +23,7 @@ import (
 	"github.com/snip/snip-jobs/internal/nspawn"
 	"github.com/snip/snip-jobs/internal/sockact"
 	"github.com/snip/snip-jobs/internal/testenv"
+	"github.com/snip/snip-jobs/jobs/certrenew"
 	"github.com/snip/snip-jobs/leadership"
 )
 
@@ -87,7 +88,7 @@ func TestTheUnitUnderARealSystemd(t *testing.T) {
 	ttl := "ttl: 10s\n  margin: 3s"
 	hostCfg := config{instance: hostInstance, endpoints: []string{etcd.Endpoint(0)}, ttl: ttl,
 		jobs:   unitJobs("key_env: SNIP_TEST_CERT_KEY"),
-		passed: []sockact.Socket{{Name: socketChallenge, Listener: testenv.Listen(t)}}} // not port 80: the unit's
+		passed: []sockact.Socket{{Name: certrenew.ChallengeSocket, Listener: testenv.Listen(t)}}} // not port 80: the unit's
 	runtime := migrate(t, writeConfig(t, hostCfg), url)
 	unitCfg, err := os.ReadFile(writeConfig(t, config{instance: unitInstance, endpoints: []string{etcd.Endpoint(0)}, ttl: ttl,
 		urlFile: credentialsDir + "/database-url",

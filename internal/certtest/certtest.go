@@ -23,6 +23,7 @@ import (
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/fencing"
 	"github.com/snip/snip-jobs/internal/acmetest"
+	"github.com/snip/snip-jobs/internal/jobtest"
 	"github.com/snip/snip-jobs/internal/testdb"
 	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/jobs/certrenew"
@@ -79,10 +80,10 @@ func Start(t testing.TB, options func(*certrenew.Options)) *Renewer {
 	if r.Keys, err = o.Keyring(); err != nil {
 		t.Fatal(err)
 	}
-	r.job, err = certrenew.Type().New(scheduler.Env{Instance: "renewer", Pool: pool, Log: testenv.Logger(t)}, configs.Job{
+	r.job, err = certrenew.Type().Build(scheduler.Env{Instance: "renewer", Pool: pool, Log: testenv.Logger(t)}, configs.Job{
 		Name: Job, Type: "certrenew", Singleton: true,
 		Schedule: configs.Schedule{Kind: configs.Interval, Every: time.Hour},
-		Options:  &o,
+		Options:  jobtest.Options(t, o),
 	})
 	if err != nil {
 		t.Fatalf("certtest: build the renewer: %v", err)

@@ -75,9 +75,9 @@ func TestTheRenewersEntryIsValidOnceThereIsATestCA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o, ok := f.Jobs[1].Options.(*certrenew.Options)
-	if !ok || o.Directory != ca.Directory || o.CARootsFile != ca.RootsFile || o.KeyFile != ca.KeyFile || o.ChallengeListen != "127.0.0.1:5002" {
-		t.Errorf("the renewer's options: %+v", f.Jobs[1].Options)
+	o, err := configs.DecodeOptions(f.Jobs[1], certrenew.DefaultOptions)
+	if err != nil || o.Directory != ca.Directory || o.CARootsFile != ca.RootsFile || o.KeyFile != ca.KeyFile || o.ChallengeListen != "127.0.0.1:5002" {
+		t.Errorf("the renewer's options: %+v (%v)", o, err)
 	}
 }
 

@@ -257,3 +257,14 @@ func hasLabels(m *dto.Metric, pairs []string) bool {
 	}
 	return len(want) == 0
 }
+
+// Options is v (a job type's options value, all of it) as a job's options, as
+// if a config file had written them: the job's type decodes and checks them.
+func Options(t testing.TB, v any) configs.Options {
+	t.Helper()
+	o, err := configs.EncodeOptions(v)
+	if err != nil {
+		t.Fatalf("job options: %v", err)
+	}
+	return o
+}

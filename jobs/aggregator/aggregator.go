@@ -18,13 +18,12 @@ import (
 // Type is the aggregator job type, for the scheduler's registry.
 func Type() scheduler.Type {
 	return scheduler.Type{
-		Name: "aggregator",
-		Doc:  "folds click_events into link_counts and link_hourly_counts, each event exactly once",
-		Options: func() any {
-			o := DefaultOptions()
-			return &o
-		},
-		New: newJob,
+		Name:    "aggregator",
+		Doc:     "folds click_events into link_counts and link_hourly_counts, each event exactly once",
+		Options: configs.OptionsOf(DefaultOptions),
+		New:     newJob,
+		Modes:   []configs.Mode{configs.ModeLeader},
+		ModeWhy: "its writes are fenced by the term's token",
 	}
 }
 
@@ -62,10 +61,7 @@ func newJob(env scheduler.Env, spec configs.Job) (scheduler.Job, error) {
 	if spec.Schedule.Kind != configs.Continuous {
 		return nil, fmt.Errorf("aggregator %q: needs continuous: true: it runs until its term ends, not %s", spec.Name, spec.Schedule.Kind)
 	}
-	if !spec.Singleton {
-		return nil, fmt.Errorf("aggregator %q: must be a singleton: its writes are fenced by the term's token", spec.Name)
-	}
-	opts, err := scheduler.Options(spec, DefaultOptions())
+	opts, err := configs.DecodeOptions(spec, DefaultOptions)
 	if err != nil {
 		return nil, err
 	}

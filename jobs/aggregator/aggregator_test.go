@@ -15,6 +15,7 @@ import (
 
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/fencing"
+	"github.com/snip/snip-jobs/internal/jobtest"
 	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/jobs/aggregator"
 	"github.com/snip/snip-jobs/scheduler"
@@ -625,9 +626,9 @@ func TestTheTypeBuildsOnlyContinuousSingletonsWithValidOptions(t *testing.T) {
 	if typ.Name != "aggregator" {
 		t.Errorf("Name = %q", typ.Name)
 	}
-	opts, ok := typ.Options().(*aggregator.Options)
-	if !ok || *opts != aggregator.DefaultOptions() {
-		t.Errorf("Options() = %#v, want *Options with the defaults", typ.Options())
+	checked, err := typ.Options(configs.Job{Name: "agg", Type: "aggregator"})
+	if opts, ok := checked.Effective.(aggregator.Options); err != nil || !ok || opts != aggregator.DefaultOptions() {
+		t.Errorf("Options() = %#v (%v), want Options with the defaults", checked.Effective, err)
 	}
 	good := configs.Job{Name: "agg", Type: "aggregator", Singleton: true, Schedule: configs.Schedule{Kind: configs.Continuous}}
 	bad := aggregator.DefaultOptions()
@@ -639,13 +640,17 @@ func TestTheTypeBuildsOnlyContinuousSingletonsWithValidOptions(t *testing.T) {
 	}{
 		{"every", func(j *configs.Job) { j.Schedule = configs.Schedule{Kind: configs.Interval, Every: time.Minute} }, "continuous"},
 		{"not a singleton", func(j *configs.Job) { j.Singleton = false }, "singleton"},
-		{"options of another type", func(j *configs.Job) { j.Options = &struct{}{} }, "not *aggregator.Options"},
-		{"invalid options", func(j *configs.Job) { j.Options = &bad }, "batch_size"},
+		{"options of another type", func(j *configs.Job) {
+			j.Options = jobtest.Options(t, struct {
+				Bogus int `yaml:"bogus"`
+			}{1})
+		}, `unknown key "bogus" in options`},
+		{"invalid options", func(j *configs.Job) { j.Options = jobtest.Options(t, bad) }, "batch_size"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			spec := good
 			tc.edit(&spec)
-			_, err := typ.New(scheduler.Env{}, spec)
+			_, err := typ.Build(scheduler.Env{}, spec)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("New: %v, want an error mentioning %q", err, tc.want)
 			}

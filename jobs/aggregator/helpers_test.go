@@ -20,6 +20,7 @@ import (
 
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/fencing"
+	"github.com/snip/snip-jobs/internal/jobtest"
 	"github.com/snip/snip-jobs/internal/testdb"
 	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/jobs/aggregator"
@@ -111,7 +112,7 @@ func (d *db) startAggregatorOn(pool *pgxpool.Pool, token int64, opts aggregator.
 	instance := fmt.Sprintf("agg-%d", token)
 	job, err := aggregator.Type().New(scheduler.Env{Instance: instance, Pool: pool, Metrics: a.reg}, configs.Job{
 		Name: "aggregator", Type: "aggregator", Singleton: true,
-		Schedule: configs.Schedule{Kind: configs.Continuous}, Options: &opts,
+		Schedule: configs.Schedule{Kind: configs.Continuous}, Options: jobtest.Options(d.t, opts),
 	})
 	if err != nil {
 		d.t.Fatal(err)

@@ -33,7 +33,10 @@ jobs:
 	if err != nil {
 		t.Fatalf("parse: %v", err)
 	}
-	o := f.Jobs[0].Options.(*certrenew.Options)
+	o, err := configs.DecodeOptions(f.Jobs[0], certrenew.DefaultOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if o.Email != "ops@snip.example" || o.KeyEnv != "SNIP_CERTRENEW_KEY" || o.LockDelay != 90*time.Second ||
 		o.Concurrency != 8 || o.RenewFraction != 0.75 || strings.Join(o.Statuses, ",") != "active,verified" {
 		t.Errorf("decoded: %+v", o)

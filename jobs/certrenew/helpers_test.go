@@ -23,6 +23,7 @@ import (
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/fencing"
 	"github.com/snip/snip-jobs/internal/certtest"
+	"github.com/snip/snip-jobs/internal/jobtest"
 	"github.com/snip/snip-jobs/internal/testdb"
 	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/jobs/certrenew"
@@ -197,12 +198,12 @@ func (c *cluster) start(name string) *instance {
 // build makes the job as the scheduler would, from a config entry.
 func (c *cluster) build(name string, reg prometheus.Registerer, o certrenew.Options) scheduler.Job {
 	c.t.Helper()
-	j, err := certrenew.Type().New(scheduler.Env{
+	j, err := certrenew.Type().Build(scheduler.Env{
 		Instance: name, Pool: c.svc, Log: c.logger().With("instance", name), Metrics: reg,
 	}, configs.Job{
 		Name: jobName, Type: "certrenew", Singleton: true,
 		Schedule: configs.Schedule{Kind: configs.Interval, Every: time.Hour},
-		Options:  &o,
+		Options:  jobtest.Options(c.t, o),
 	})
 	if err != nil {
 		c.t.Fatalf("build the job on %s: %v", name, err)

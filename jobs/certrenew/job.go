@@ -40,16 +40,16 @@ func NewType(opts ...TypeOption) scheduler.Type {
 		o(&tc)
 	}
 	return scheduler.Type{
-		Name: "certrenew",
-		Doc:  "keeps one current ACME certificate per custom domain (lego v5, ARI, one shared account, HTTP-01 answered by any instance)",
-		Options: func() any {
-			o := DefaultOptions()
-			return &o
-		},
+		Name:    "certrenew",
+		Doc:     "keeps one current ACME certificate per custom domain (lego v5, ARI, one shared account, HTTP-01 answered by any instance)",
+		Options: configs.OptionsOf(DefaultOptions),
 		New: func(env scheduler.Env, spec configs.Job) (scheduler.Job, error) {
 			return newJob(env, spec, tc)
 		},
-		Defaults: configs.Defaults{Every: DefaultEvery, Jitter: DefaultJitter},
+		Defaults:  configs.Defaults{Every: DefaultEvery, Jitter: DefaultJitter},
+		Modes:     []configs.Mode{configs.ModeLeader},
+		ModeWhy:   "one leader orders, its writes are fenced by its term's token",
+		Listeners: []scheduler.Listener{challengeListener()},
 	}
 }
 
@@ -129,16 +129,13 @@ func (j *job) Wake(ctx context.Context) <-chan struct{} {
 }
 
 func newJob(env scheduler.Env, spec configs.Job, tc typeConfig) (scheduler.Job, error) {
-	if !spec.Singleton {
-		return nil, fmt.Errorf("certrenew %q: must be a singleton: one leader orders, its writes are fenced by its term's token", spec.Name)
-	}
 	if spec.Schedule.Kind != configs.Interval {
 		return nil, fmt.Errorf("certrenew %q: needs an interval schedule (every: 1h, jitter: 5m), not %s", spec.Name, spec.Schedule.Kind)
 	}
 	if env.Pool == nil {
 		return nil, fmt.Errorf("certrenew %q: needs PostgreSQL", spec.Name)
 	}
-	opts, err := scheduler.Options(spec, DefaultOptions())
+	opts, err := configs.DecodeOptions(spec, DefaultOptions)
 	if err != nil {
 		return nil, err
 	}

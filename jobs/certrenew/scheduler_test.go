@@ -49,7 +49,7 @@ func TestANewDomainIsCertifiedWithoutWaitingForTheNextInterval(t *testing.T) {
 	jc, _, opts := schedulerCluster(t)
 	opts.NewDomainCheck = 100 * time.Millisecond
 	job := configs.Job{Name: jobName, Type: "certrenew", Singleton: true, Grace: 2 * time.Second,
-		Schedule: configs.Schedule{Kind: configs.Interval, Every: time.Hour}, Options: &opts}
+		Schedule: configs.Schedule{Kind: configs.Interval, Every: time.Hour}, Options: jobtest.Options(t, opts)}
 	jc.Start("a", jobtest.Registry(t, certrenew.Type()), []configs.Job{job})
 	count := func(sql string, args ...any) int64 { return testenv.Value[int64](t, jc.DB, sql, args...) }
 	passes := func() int64 {
@@ -86,7 +86,7 @@ func TestARetryRequestWakesTheLeader(t *testing.T) {
 	}
 	testenv.Exec(t, jc.DB, `INSERT INTO custom_domains (domain) VALUES ($1)`, blocked)
 	job := configs.Job{Name: jobName, Type: "certrenew", Singleton: true, Grace: 2 * time.Second,
-		Schedule: configs.Schedule{Kind: configs.Interval, Every: time.Hour}, Options: &opts}
+		Schedule: configs.Schedule{Kind: configs.Interval, Every: time.Hour}, Options: jobtest.Options(t, opts)}
 	jc.Start("a", jobtest.Registry(t, certrenew.Type()), []configs.Job{job})
 	count := func(sql string, args ...any) int64 { return testenv.Value[int64](t, jc.DB, sql, args...) }
 	passes := func() int64 {
@@ -122,7 +122,7 @@ func TestUnderTheSchedulerALostOrderIsPlacedAgainAfterTheLockDelay(t *testing.T)
 	opts.OrderTimeout = 3 * time.Second
 	opts.LockDelay = 3 * time.Second // > 4/3 × the 2 s TTL
 	job := configs.Job{Name: jobName, Type: "certrenew", Singleton: true, Grace: 2 * time.Second,
-		Schedule: configs.Schedule{Kind: configs.Interval, Every: 200 * time.Millisecond}, Options: &opts}
+		Schedule: configs.Schedule{Kind: configs.Interval, Every: 200 * time.Millisecond}, Options: jobtest.Options(t, opts)}
 	reg := jobtest.Registry(t, certrenew.Type())
 	nodes := map[string]*jobtest.Node{}
 	for _, name := range []string{"a", "b", "c"} {

@@ -26,6 +26,7 @@ import (
 
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/internal/certtest"
+	"github.com/snip/snip-jobs/internal/jobtest"
 	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/jobs/certrenew/certserve"
 	"github.com/snip/snip-jobs/jobs/certsync"
@@ -51,8 +52,8 @@ func startSyncer(t *testing.T, r *certtest.Renewer, opts func(*certsync.Options)
 	opts(&o)
 	s := &syncer{reg: prometheus.NewRegistry(), logs: &lockedBuffer{}}
 	log := slog.New(slog.NewMultiHandler(testenv.Logger(t).Handler(), slog.NewJSONHandler(s.logs, nil)))
-	job, err := certsync.Type().New(scheduler.Env{Instance: "server-2", Pool: r.Pool, Log: log.With("instance", "server-2", "job", "cert-files"), Metrics: s.reg},
-		configs.Job{Name: "cert-files", Type: "certsync", Schedule: configs.Schedule{Kind: configs.Continuous}, Options: &o})
+	job, err := certsync.Type().Build(scheduler.Env{Instance: "server-2", Pool: r.Pool, Log: log.With("instance", "server-2", "job", "cert-files"), Metrics: s.reg},
+		configs.Job{Name: "cert-files", Type: "certsync", Schedule: configs.Schedule{Kind: configs.Continuous}, Options: jobtest.Options(t, o)})
 	if err != nil {
 		t.Fatalf("build the certsync job: %v", err)
 	}

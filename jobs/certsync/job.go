@@ -23,13 +23,12 @@ import (
 // Type is the certsync job type, for the scheduler's registry.
 func Type() scheduler.Type {
 	return scheduler.Type{
-		Name: "certsync",
-		Doc:  "keeps a directory of certificate files (chain and key per domain) in sync with the renewer's certificates, on every server, for nginx or HAProxy",
-		Options: func() any {
-			o := DefaultOptions()
-			return &o
-		},
-		New: New,
+		Name:    "certsync",
+		Doc:     "keeps a directory of certificate files (chain and key per domain) in sync with the renewer's certificates, on every server, for nginx or HAProxy",
+		Options: configs.OptionsOf(DefaultOptions),
+		New:     New,
+		Modes:   []configs.Mode{configs.ModeEverywhere},
+		ModeWhy: "every server keeps its own directory",
 	}
 }
 
@@ -78,16 +77,13 @@ type Status struct {
 
 // New builds a certsync job from its config entry.
 func New(env scheduler.Env, spec configs.Job) (scheduler.Job, error) {
-	if spec.Singleton {
-		return nil, fmt.Errorf("certsync %q: must not be a singleton (set singleton: false): every server keeps its own directory", spec.Name)
-	}
 	if spec.Schedule.Kind != configs.Continuous {
 		return nil, fmt.Errorf("certsync %q: needs continuous: true, not a %s schedule", spec.Name, spec.Schedule.Kind)
 	}
 	if env.Pool == nil {
 		return nil, fmt.Errorf("certsync %q: needs PostgreSQL", spec.Name)
 	}
-	opts, err := scheduler.Options(spec, DefaultOptions())
+	opts, err := configs.DecodeOptions(spec, DefaultOptions)
 	if err != nil {
 		return nil, err
 	}

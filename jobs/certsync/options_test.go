@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/snip/snip-jobs/configs"
+	"github.com/snip/snip-jobs/internal/jobtest"
 	"github.com/snip/snip-jobs/jobs/certsync"
 	"github.com/snip/snip-jobs/scheduler"
 )
@@ -76,8 +77,8 @@ func TestACertsyncJobMustRunOnEveryServerContinuously(t *testing.T) {
 		{configs.Job{Name: "cert-files", Schedule: configs.Schedule{Kind: configs.Interval, Every: time.Minute}},
 			`certsync "cert-files": needs continuous: true`},
 	} {
-		c.spec.Type, c.spec.Options = "certsync", &opts
-		_, err := certsync.Type().New(scheduler.Env{}, c.spec)
+		c.spec.Type, c.spec.Options = "certsync", jobtest.Options(t, opts)
+		_, err := certsync.Type().Build(scheduler.Env{}, c.spec)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: %v, want %q", c.spec, err, c.want)
 		}

@@ -103,23 +103,25 @@ func Type() scheduler.Type {
 	return scheduler.Type{
 		Name:    "sql",
 		Doc:     "runs one SQL statement (e.g. pruning old rows), fenced by the term's token when the job is a singleton",
-		Options: func() any { return &Options{} },
+		Options: configs.OptionsOf(noOptions),
 		New: func(env scheduler.Env, spec configs.Job) (scheduler.Job, error) {
-			o, ok := spec.Options.(*Options)
-			if !ok || o == nil {
-				return nil, errors.New("sql: options missing (statement is required)")
+			o, err := configs.DecodeOptions(spec, noOptions)
+			if err != nil {
+				return nil, err
 			}
 			if env.Pool == nil {
 				return nil, errors.New("sql: needs PostgreSQL")
 			}
-			dbMode := spec.Singleton && spec.Schedule.Kind == configs.Cron && spec.Schedule.Coordination == configs.Database
-			if dbMode && o.Resource != "" {
+			if spec.Mode() == configs.ModeDatabase && o.Resource != "" {
 				return nil, errors.New("sql: resource cannot be set in database mode (each slot is fenced on its own)")
 			}
 			return &job{pool: env.Pool, statement: o.Statement, resource: o.Resource}, nil
 		},
 	}
 }
+
+// noOptions are a sql job's options before its entry's: none set.
+func noOptions() Options { return Options{} }
 
 type job struct {
 	pool      *pgxpool.Pool

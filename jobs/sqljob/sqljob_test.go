@@ -14,6 +14,7 @@ import (
 
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/fencing"
+	"github.com/snip/snip-jobs/internal/jobtest"
 	"github.com/snip/snip-jobs/internal/testdb"
 	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/jobs/sqljob"
@@ -91,7 +92,7 @@ func TestASQLStatementWithoutItsGrantFailsNamingTheTable(t *testing.T) {
 	_, pool := runtimeDB(t)
 	typ := sqljob.Type()
 	job, err := typ.New(scheduler.Env{Instance: "server-a", Pool: pool}, configs.Job{Name: "prune", Type: "sql",
-		Options: &sqljob.Options{Statement: "DELETE FROM pulses WHERE token < @token"}, Schedule: configs.Schedule{Kind: configs.Interval}})
+		Options: jobtest.Options(t, sqljob.Options{Statement: "DELETE FROM pulses WHERE token < @token"}), Schedule: configs.Schedule{Kind: configs.Interval}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +115,7 @@ func TestTheSQLJobRunsOneStatementInsideTheFenceWhateverItIsGiven(t *testing.T) 
 	testenv.Exec(t, pool, `INSERT INTO cron_slots (job, slot, state, token, instance) VALUES ('stamp', '2026-11-23T07:00:00Z', 'running', 20, 'server-a')`)
 	typ := sqljob.Type()
 	run := func(statement string, token int64, slot time.Time) error {
-		spec := configs.Job{Name: "stamp", Type: "sql", Singleton: token > 0, Options: &sqljob.Options{Statement: statement},
+		spec := configs.Job{Name: "stamp", Type: "sql", Singleton: token > 0, Options: jobtest.Options(t, sqljob.Options{Statement: statement}),
 			Schedule: configs.Schedule{Kind: configs.Interval}}
 		job, err := typ.New(scheduler.Env{Instance: "server-a", Pool: pool}, spec)
 		if err != nil {

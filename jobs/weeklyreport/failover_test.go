@@ -42,7 +42,6 @@ func storedReports(t *testing.T, c *jobtest.Cluster) stored {
 
 func reportJob(every time.Duration, loc *time.Location, coord configs.Coordination, policy configs.CatchUpPolicy) configs.Job {
 	j := jobtest.CronJob(jobName, "weeklyreport", every, loc, coord, policy)
-	j.Options = weeklyreport.Type().Options()
 	return j
 }
 

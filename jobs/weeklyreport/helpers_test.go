@@ -206,9 +206,11 @@ func buildJob(zone string, opts *weeklyreport.Options) (scheduler.Job, error) {
 		Schedule: configs.Schedule{Kind: configs.Cron, Cron: "0 8 * * MON", Location: loc},
 	}
 	if opts != nil {
-		spec.Options = opts
+		if spec.Options, err = configs.EncodeOptions(*opts); err != nil {
+			return nil, err
+		}
 	}
-	return weeklyreport.Type().New(scheduler.Env{Instance: "test"}, spec)
+	return weeklyreport.Type().Build(scheduler.Env{Instance: "test"}, spec)
 }
 
 func mustLoad(t testing.TB, zone string) *time.Location {

@@ -57,13 +57,12 @@ func (o *Options) Validate() error {
 // Type is the weeklyreport job type, for the scheduler's registry.
 func Type() scheduler.Type {
 	return scheduler.Type{
-		Name: "weeklyreport",
-		Doc:  "stores the previous calendar week's click report once per week and queues it for the mailer",
-		Options: func() any {
-			o := DefaultOptions()
-			return &o
-		},
-		New: newJob,
+		Name:    "weeklyreport",
+		Doc:     "stores the previous calendar week's click report once per week and queues it for the mailer",
+		Options: configs.OptionsOf(DefaultOptions),
+		New:     newJob,
+		Modes:   []configs.Mode{configs.ModeLeader, configs.ModeDatabase},
+		ModeWhy: "its writes are fenced by the slot's token",
 		// Monday 08:00 (in the entry's timezone, UTC without one); a
 		// Monday missed while nobody ran the job is still reported, for up
 		// to two weeks back.
@@ -88,10 +87,7 @@ func newJob(_ scheduler.Env, spec configs.Job) (scheduler.Job, error) {
 		return nil, fmt.Errorf("weeklyreport %q: needs a cron: schedule (e.g. cron: \"0 8 * * MON\"), not %s: "+
 			"each run reports the week before its cron slot", spec.Name, spec.Schedule.Kind)
 	}
-	if !spec.Singleton {
-		return nil, fmt.Errorf("weeklyreport %q: must be a singleton: its writes are fenced by the slot's token", spec.Name)
-	}
-	opts, err := scheduler.Options(spec, DefaultOptions())
+	opts, err := configs.DecodeOptions(spec, DefaultOptions)
 	if err != nil {
 		return nil, err
 	}

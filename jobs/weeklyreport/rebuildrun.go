@@ -87,7 +87,7 @@ func RebuildRun(ctx context.Context, c RebuildConfig) (*scheduler.Run, error) {
 		Job: c.Job.Name, Instance: c.Operator, Log: c.Log,
 		Fence: fencing.New(c.Pool, RebuildHolder(c.Operator)),
 	}
-	if c.Job.Schedule.Kind == configs.Cron && c.Job.Schedule.Coordination == configs.Database {
+	if c.Job.Mode() == configs.ModeDatabase {
 		slot, err := slotOfWeek(ctx, c.Pool, c.Job, c.Week)
 		if err != nil {
 			return nil, fmt.Errorf("weeklyreport: rebuild %s: %w", c.Week, err)

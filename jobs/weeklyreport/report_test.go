@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/snip/snip-jobs/configs"
+	"github.com/snip/snip-jobs/internal/jobtest"
 	"github.com/snip/snip-jobs/jobs/weeklyreport"
 	"github.com/snip/snip-jobs/scheduler"
 )
@@ -456,10 +457,11 @@ func TestNewRefusesAJobThatCannotWork(t *testing.T) {
 		{weekly(func(j *configs.Job) { j.Schedule = configs.Schedule{Kind: configs.Interval, Every: time.Hour} }),
 			"needs a cron: schedule"},
 		{weekly(func(j *configs.Job) { j.Singleton = false }), "must be a singleton"},
-		{weekly(func(j *configs.Job) { j.Options = &weeklyreport.Options{Top: 0, Growth: 10, GrowthMinPrevious: 10} }),
-			"top must be from 1 to 1000, not 0"},
+		{weekly(func(j *configs.Job) {
+			j.Options = jobtest.Options(t, weeklyreport.Options{Top: 0, Growth: 10, GrowthMinPrevious: 10})
+		}), "top must be from 1 to 1000, not 0"},
 	} {
-		_, err := weeklyreport.Type().New(scheduler.Env{Instance: "test"}, c.job)
+		_, err := weeklyreport.Type().Build(scheduler.Env{Instance: "test"}, c.job)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("error %v, want one saying %q", err, c.want)
 		}
@@ -471,15 +473,16 @@ func TestOptions(t *testing.T) {
 	if typ.Name != "weeklyreport" {
 		t.Errorf("type name %q", typ.Name)
 	}
-	opts, ok := typ.Options().(*weeklyreport.Options)
-	if !ok || *opts != (weeklyreport.Options{Top: 10, Growth: 10, GrowthMinPrevious: 10}) {
-		t.Errorf("default options %+v", typ.Options())
+	checked, err := typ.Options(configs.Job{Name: jobName, Type: "weeklyreport"})
+	opts, ok := checked.Effective.(weeklyreport.Options)
+	if err != nil || !ok || opts != (weeklyreport.Options{Top: 10, Growth: 10, GrowthMinPrevious: 10}) {
+		t.Errorf("default options %+v (%v)", checked.Effective, err)
 	}
 	if err := opts.Validate(); err != nil {
 		t.Errorf("defaults: %v", err)
 	}
 	bad := weeklyreport.Options{Top: 1001, Growth: -1, GrowthMinPrevious: 0}
-	err := bad.Validate()
+	err = bad.Validate()
 	for _, want := range []string{"top must be from 1 to 1000, not 1001", "growth must be from 0", "growth_min_previous must be at least 1"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate(%+v) = %v, want it to say %q", bad, err, want)

@@ -139,7 +139,7 @@ const (
 // was recorded after it (see History).
 var HandOverReasons = []string{EndShutdown, EndWatchdog, EndResignRequest, EndRebalance, EndPanic, EndResigned}
 
-// Modes of a job (Job.Mode).
+// Modes of a job (Job.Mode): the names of configs.Mode, which decides it.
 const (
 	ModeEverywhere = "everywhere"
 	ModeLeader     = "leader"
@@ -148,14 +148,7 @@ const (
 
 // Describe says a job: its name, type, mode and schedule, without its state.
 func Describe(spec configs.Job) Job {
-	mode := ModeEverywhere
-	if spec.Singleton {
-		mode = ModeLeader
-		if spec.Schedule.Kind == configs.Cron && spec.Schedule.Coordination == configs.Database {
-			mode = ModeDatabase
-		}
-	}
-	return Job{Name: spec.Name, Type: spec.Type, Singleton: spec.Singleton, Mode: mode, Schedule: describeSchedule(spec.Schedule)}
+	return Job{Name: spec.Name, Type: spec.Type, Singleton: spec.Singleton, Mode: spec.Mode().String(), Schedule: describeSchedule(spec.Schedule)}
 }
 
 func describeSchedule(sch configs.Schedule) string {
