@@ -105,7 +105,12 @@ func Type() scheduler.Type {
 		Doc:     "runs one SQL statement (e.g. pruning old rows), fenced by the term's token when the job is a singleton",
 		Options: configs.OptionsOf(noOptions),
 		New: func(env scheduler.Env, spec configs.Job) (scheduler.Job, error) {
-			o, err := configs.DecodeOptions(spec, noOptions)
+			if !spec.Options.Present() {
+				return nil, errors.New("sql: options missing (statement is required)")
+			}
+			// Decoded without Validate: whatever reaches the job (validate is
+			// a separate step) still runs as one statement inside the fence.
+			o, err := configs.DecodeOptions(spec, func() unchecked { return unchecked{} })
 			if err != nil {
 				return nil, err
 			}
@@ -122,6 +127,9 @@ func Type() scheduler.Type {
 
 // noOptions are a sql job's options before its entry's: none set.
 func noOptions() Options { return Options{} }
+
+// unchecked are Options without their Validate method.
+type unchecked Options
 
 type job struct {
 	pool      *pgxpool.Pool
