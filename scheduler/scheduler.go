@@ -26,7 +26,8 @@ type Config struct {
 	Registry *Registry
 	// Session is this process's etcd session. Required when a singleton runs in
 	// leader mode (the default); nil is fine when every singleton uses database mode.
-	Session *leadership.Session
+	// A *leadership.Session satisfies Session.
+	Session Session
 	// Pool is the PostgreSQL pool for fenced writes, cron slots and the run log.
 	// Required when any job is a singleton or a cron job.
 	Pool *pgxpool.Pool
@@ -82,10 +83,8 @@ type Scheduler struct {
 	m        *metrics
 	jobs     []*job
 
-	leaderJobs int          // singletons in leader mode
-	leading    atomic.Int64 // terms this instance holds now
-	instances  atomic.Int64 // live instances, refreshed by the spread loop
-	started    atomic.Bool
+	spread  *spread
+	started atomic.Bool
 	// left is closed once this instance has deregistered at shutdown; terms
 	// are resigned after it, so that their successors see it gone.
 	left chan struct{}
@@ -124,9 +123,10 @@ func New(cfg Config) (*Scheduler, error) {
 	if cfg.Mux == nil {
 		cfg.Mux = http.NewServeMux()
 	}
+	cfg.Session = sessionOrNil(cfg.Session)
 	s := &Scheduler{cfg: cfg, instance: cfg.File.Instance, log: cfg.Log.With("instance", cfg.File.Instance)}
 	s.m = newMetrics(cfg.Metrics, cfg.Session)
-	s.instances.Store(1)
+	s.spread = newSpread(cfg.Session, s.instance, s.m.holdbacks)
 	if cfg.Pool != nil {
 		// A fenced write that has waited a second for a resource's row held by
 		// an older term's transaction (a leader cut off with a slow or dead
@@ -162,7 +162,7 @@ func New(cfg Config) (*Scheduler, error) {
 		}
 		s.jobs = append(s.jobs, j)
 		if j.mode == leaderMode {
-			s.leaderJobs++
+			s.spread.singletons++
 			// Exported from the start, so that "nobody leads it" (every
 			// instance's 0) is a series before any term, and the first term
 			// start counts as an increase.
@@ -241,9 +241,9 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			}
 		}()
 	}
-	if s.leaderJobs > 0 {
+	if s.spread.singletons > 0 {
 		wg.Add(2)
-		go func() { defer wg.Done(); s.spreadLoop(ctx) }()
+		go func() { defer wg.Done(); s.spread.loop(ctx, s.jobs) }()
 		go func() { defer wg.Done(); s.cfg.Session.WatchResignRequests(ctx, s.resignRequested) }()
 	}
 	<-ctx.Done() // also without jobs: the scheduler runs until it is stopped
@@ -279,7 +279,7 @@ func (s *Scheduler) runEverywhere(ctx context.Context, j *job) {
 
 // runLeader campaigns for the job and leads each term won, until ctx ends.
 func (s *Scheduler) runLeader(ctx context.Context, j *job) {
-	hold := leadership.WithHoldback(func() time.Duration { return s.holdback(j) })
+	hold := leadership.WithHoldback(func() time.Duration { return s.spread.holdback(j) })
 	for ctx.Err() == nil {
 		term, err := s.cfg.Session.Campaign(ctx, j.spec.Name, hold)
 		if err != nil {
@@ -294,7 +294,7 @@ func (s *Scheduler) runLeader(ctx context.Context, j *job) {
 		if handedOver(cause) {
 			// Let another instance win this one first.
 			j.mu.Lock()
-			j.holdUntil = time.Now().Add(2 * s.spreadDelay())
+			j.holdUntil = time.Now().Add(2 * s.spread.delay())
 			j.mu.Unlock()
 		}
 	}
@@ -313,7 +313,7 @@ func (s *Scheduler) lead(ctx context.Context, j *job, term *leadership.Term) err
 	j.term, j.stop = term, stop
 	j.mu.Unlock()
 	j.progress.Store(time.Now().UnixNano())
-	s.leading.Add(1)
+	s.spread.leading.Add(1)
 	s.m.leader.WithLabelValues(j.spec.Name).Set(1)
 	s.m.token.WithLabelValues(j.spec.Name).Set(float64(term.Token()))
 	s.m.termStarts.WithLabelValues(j.spec.Name).Inc()
@@ -393,7 +393,7 @@ wait:
 	j.mu.Lock()
 	j.term, j.stop = nil, nil
 	j.mu.Unlock()
-	s.leading.Add(-1)
+	s.spread.leading.Add(-1)
 	s.m.leader.WithLabelValues(j.spec.Name).Set(0)
 	s.m.token.WithLabelValues(j.spec.Name).Set(0)
 	s.m.termEnds.WithLabelValues(j.spec.Name, endLabel(cause, term)).Inc()
@@ -490,57 +490,6 @@ func classify(ctx context.Context, err error) string {
 	}
 }
 
-// holdback is how long the job's next campaign attempt waits: while the job is
-// on hold after a voluntary hand-over, or while this instance leads at least
-// its fair share and another live instance leads fewer (that one should win).
-// It reads the cluster's load fresh from etcd, so a job freed by a crash or a
-// shutdown is taken at once by instances that are all equally loaded.
-func (s *Scheduler) holdback(j *job) time.Duration {
-	j.mu.Lock()
-	hold := time.Until(j.holdUntil)
-	j.mu.Unlock()
-	if hold > 0 {
-		return hold
-	}
-	mine := s.leading.Load()
-	if mine == 0 {
-		return 0
-	}
-	load, err := s.clusterLoad()
-	if err != nil || mine < fairShare(s.leaderJobs, len(load)) {
-		return 0
-	}
-	for name, n := range load {
-		if name != s.instance && int64(n) < mine {
-			s.m.holdbacks.WithLabelValues(j.spec.Name).Inc()
-			return s.spreadDelay()
-		}
-	}
-	return 0
-}
-
-// clusterLoad counts the terms each live (registered) instance leads, from
-// etcd, bounded by a renew interval: it sits on the path of every hand-over.
-func (s *Scheduler) clusterLoad() (map[string]int, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Session.Config().RenewInterval)
-	defer cancel()
-	return s.cfg.Session.ClusterLoad(ctx)
-}
-
-func (s *Scheduler) fairShare() int64 { return fairShare(s.leaderJobs, int(s.instances.Load())) }
-
-// fairShare is ceil(singletons / instances).
-func fairShare(singletons, instances int) int64 {
-	n := int64(max(instances, 1))
-	return (int64(singletons) + n - 1) / n
-}
-
-// spreadDelay gives instances with fewer terms time to win first: far longer
-// than an etcd round trip, far shorter than a TTL.
-func (s *Scheduler) spreadDelay() time.Duration {
-	return max(500*time.Millisecond, s.cfg.Session.Config().RenewInterval/2)
-}
-
 func (s *Scheduler) claimTTL() time.Duration {
 	if s.cfg.ClaimTTL > 0 {
 		return s.cfg.ClaimTTL
@@ -578,5 +527,22 @@ func pause(ctx context.Context, d time.Duration) {
 	select {
 	case <-t.C:
 	case <-ctx.Done():
+	}
+}
+
+// resignRequested ends the lead of job name if its current token is the one
+// an operator asked to resign (leadership.RequestResign).
+func (s *Scheduler) resignRequested(name string, token int64) {
+	for _, j := range s.jobs {
+		if j.spec.Name != name {
+			continue
+		}
+		j.mu.Lock()
+		stop, term := j.stop, j.term
+		j.mu.Unlock()
+		if stop != nil && term != nil && term.Token() == token {
+			j.log.Info("resign requested by an operator", "token", token)
+			stop(errResignRequested)
+		}
 	}
 }
