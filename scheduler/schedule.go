@@ -8,6 +8,7 @@ import (
 
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/fencing"
+	"github.com/snip/snip-jobs/scheduler/slots"
 )
 
 // endsLead reports whether a run's error means the term is over for this job:
@@ -28,7 +29,7 @@ func (s *Scheduler) schedule(ctx context.Context, j *job, mk func(slot time.Time
 		return s.interval(ctx, j, mk, token > 0)
 	case configs.Cron:
 		if token > 0 {
-			return s.durableCron(ctx, j, leaderClaims{s: s, token: token, term: valid})
+			return s.cron(j, slots.Leader(s.fence, s.instance, token, valid)).Loop(ctx)
 		}
 		return s.localCron(ctx, j, mk)
 	}
@@ -130,7 +131,7 @@ func (s *Scheduler) untilDue(ctx context.Context, j *job, shared bool, lastLocal
 func (s *Scheduler) localCron(ctx context.Context, j *job, mk func(time.Time) *Run) error {
 	for ctx.Err() == nil {
 		next := j.spec.Schedule.Spec.Next(time.Now())
-		if !sleepUntil(ctx, next) {
+		if !slots.SleepUntil(ctx, next) {
 			continue
 		}
 		if err := s.call(ctx, j, mk(next)); endsLead(err) {
@@ -140,15 +141,30 @@ func (s *Scheduler) localCron(ctx context.Context, j *job, mk func(time.Time) *R
 	return nil
 }
 
-// sleepUntil waits until the wall-clock instant t, re-checking every minute so
-// that a clock step is noticed. It reports whether t was reached (not ctx's end
-// or a re-check).
-func sleepUntil(ctx context.Context, t time.Time) bool {
-	d := time.Until(t)
-	if d > time.Minute {
-		pause(ctx, time.Minute)
-		return false
+// runDatabase runs a database-mode cron job: every instance sweeps, the unique
+// slot row decides who runs each slot.
+func (s *Scheduler) runDatabase(ctx context.Context, j *job) {
+	_ = s.databaseCron(j).Loop(ctx)
+}
+
+func (s *Scheduler) databaseCron(j *job) *slots.Cron {
+	return s.cron(j, slots.Database(s.cfg.Pool, s.instance, s.cfg.ClaimTTL))
+}
+
+// cron is the durable slots of cron job j taken with claims; each slot's run
+// is an execution of the job like any other (recorded, panic recovered).
+func (s *Scheduler) cron(j *job, claims slots.Claims) *slots.Cron {
+	onTime := time.Minute
+	if s.cfg.Session != nil {
+		onTime = max(onTime, 3*s.cfg.Session.Config().TTL)
 	}
-	pause(ctx, d)
-	return ctx.Err() == nil && !time.Now().Before(t)
+	return &slots.Cron{
+		Job:    slots.Job{Name: j.spec.Name, Schedule: j.spec.Schedule, Grace: j.spec.Grace, Log: j.log},
+		Claims: claims, Pool: s.cfg.Pool, Fence: s.fence, OnTime: onTime, EndsLead: endsLead,
+		Run: func(ctx context.Context, c slots.Claim, valid func() bool) error {
+			return s.call(ctx, j, s.newRun(j, c.Token, c.Slot, c.Resource, valid))
+		},
+		Missed:   func(n int64) { s.m.slotsMissed.WithLabelValues(j.spec.Name).Add(float64(n)) },
+		CaughtUp: func() { s.m.slotsCaughtUp.WithLabelValues(j.spec.Name).Inc() },
+	}
 }

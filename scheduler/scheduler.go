@@ -42,7 +42,7 @@ type Config struct {
 	Metrics prometheus.Registerer // nil: not exported
 	Mux     *http.ServeMux        // handed to job types; nil gets a private one
 	// ClaimTTL is how long a database-mode claim lasts unless extended
-	// (0: DefaultClaimTTL).
+	// (0: slots.DefaultClaimTTL).
 	ClaimTTL time.Duration
 }
 
@@ -488,13 +488,6 @@ func classify(ctx context.Context, err error) string {
 	default:
 		return "error"
 	}
-}
-
-func (s *Scheduler) claimTTL() time.Duration {
-	if s.cfg.ClaimTTL > 0 {
-		return s.cfg.ClaimTTL
-	}
-	return DefaultClaimTTL
 }
 
 // records is the pool the scheduler's own records are written through.
