@@ -70,7 +70,7 @@ func TestCatchUpPolicies(t *testing.T) {
 				VALUES ($1, $2, 'done', 1, 'server-0')`, name, base); err != nil {
 				t.Fatal(err)
 			}
-			if err := s.databaseCron(s.jobs[0]).SweepAt(context.Background(), tc.now); err != nil {
+			if err := s.run.databaseCron(s.jobs[0]).SweepAt(context.Background(), tc.now); err != nil {
 				t.Fatal(err)
 			}
 			if fmt.Sprint(ran) != fmt.Sprint(tc.wantRun) {
@@ -104,7 +104,7 @@ func TestFirstSweepOfANewJobStartsHistoryWithoutRunningOldSlots(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Date(2026, 11, 2, 8, 2, 0, 0, time.UTC)
-	if err := s.databaseCron(s.jobs[0]).SweepAt(context.Background(), now); err != nil {
+	if err := s.run.databaseCron(s.jobs[0]).SweepAt(context.Background(), now); err != nil {
 		t.Fatal(err)
 	}
 	var n int
@@ -168,7 +168,7 @@ func TestANewJobRunsItsFirstSlotWhenItsPeriodIsLongerThanTheWindow(t *testing.T)
 	deployed := time.Date(2026, 11, 4, 15, 0, 0, 0, time.UTC) // a Wednesday
 	monday := time.Date(2026, 11, 9, 8, 0, 0, 0, time.UTC)
 	for _, now := range []time.Time{deployed, deployed.Add(time.Hour), monday.Add(time.Second)} {
-		if err := s.databaseCron(s.jobs[0]).SweepAt(context.Background(), now); err != nil {
+		if err := s.run.databaseCron(s.jobs[0]).SweepAt(context.Background(), now); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -196,7 +196,7 @@ func TestSlotsMissedBeforeTheWindowAreRecordedAsSkippedAndCounted(t *testing.T) 
 				VALUES ('report', '2026-11-02 08:00Z', 'done', 1, 'server-0')`)
 			// Swept twice, as by two instances in database mode: counted once.
 			for range 2 {
-				if err := s.databaseCron(s.jobs[0]).SweepAt(context.Background(), time.Date(2026, 11, 10, 9, 0, 0, 0, time.UTC)); err != nil {
+				if err := s.run.databaseCron(s.jobs[0]).SweepAt(context.Background(), time.Date(2026, 11, 10, 9, 0, 0, 0, time.UTC)); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -33,7 +33,7 @@ func dbModeInstance(t *testing.T, pool *pgxpool.Pool, instance string, run JobFu
 	}
 	testenv.Exec(t, pool, `INSERT INTO cron_slots (job, slot, state, token, instance)
 		VALUES ('report', $1, 'done', 0, 'server-0') ON CONFLICT DO NOTHING`, slot08.Add(-5*time.Minute))
-	return s.databaseCron(s.jobs[0])
+	return s.run.databaseCron(s.jobs[0])
 }
 
 // slot08 is the slot these tests run, swept ten seconds after it fell due.
