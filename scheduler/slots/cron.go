@@ -112,27 +112,7 @@ func (c *Cron) SweepAt(ctx context.Context, now time.Time) error {
 	// Nothing before the first recorded slot counts, nor before the window.
 	due := slotsBetween(sch, later(windowStart, hist.first), now)
 	onTime := now.Add(-c.OnTime)
-	var missed, recent, retry []time.Time
-	for _, slot := range due {
-		switch st, seen := hist.states[slot.UnixNano()]; {
-		case !seen && slot.Before(onTime):
-			missed = append(missed, slot)
-		case !seen:
-			recent = append(recent, slot)
-		case st == "running", st == "failed":
-			retry = append(retry, slot) // the claim decides whether it may be taken
-		}
-	}
-	var skip []time.Time
-	switch n := len(missed); {
-	case n == 0:
-	case sch.CatchUp == configs.All:
-		recent = append(missed, recent...)
-	case sch.CatchUp == configs.Latest && len(recent) == 0:
-		skip, recent = missed[:n-1], missed[n-1:]
-	default: // None, or Latest with a newer slot due now
-		skip = missed
-	}
+	run, skip := plan(due, hist.states, onTime, sch.CatchUp)
 	if len(skip) > 0 {
 		n, err := c.Claims.skip(ctx, j, skip)
 		if err != nil {
@@ -144,8 +124,6 @@ func (c *Cron) SweepAt(ctx context.Context, now time.Time) error {
 				"skipped", n, "first", skip[0], "last", skip[len(skip)-1], "policy", sch.CatchUp)
 		}
 	}
-	run := append(retry, recent...)
-	slices.SortFunc(run, time.Time.Compare)
 	for _, slot := range run {
 		ran, err := c.runSlot(ctx, slot)
 		if ran && slot.Before(onTime) {
@@ -158,6 +136,37 @@ func (c *Cron) SweepAt(ctx context.Context, now time.Time) error {
 		}
 	}
 	return nil
+}
+
+// plan decides what a sweep does with the due slots, given their recorded
+// states: it runs, oldest first, those never attempted that fell due after
+// onTime, those failed or still running (their claim decides whether they
+// may be taken), and the missed ones (never attempted, due before onTime)
+// the policy catches up; it records the other missed ones skipped.
+func plan(due []time.Time, states map[int64]string, onTime time.Time, policy configs.CatchUpPolicy) (run, skip []time.Time) {
+	var missed, recent, retry []time.Time
+	for _, slot := range due {
+		switch st, seen := states[slot.UnixNano()]; {
+		case !seen && slot.Before(onTime):
+			missed = append(missed, slot)
+		case !seen:
+			recent = append(recent, slot)
+		case st == "running", st == "failed":
+			retry = append(retry, slot) // the claim decides whether it may be taken
+		}
+	}
+	switch n := len(missed); {
+	case n == 0:
+	case policy == configs.All:
+		recent = append(missed, recent...)
+	case policy == configs.Latest && len(recent) == 0:
+		skip, recent = missed[:n-1], missed[n-1:]
+	default: // None, or Latest with a newer slot due now
+		skip = missed
+	}
+	run = append(retry, recent...)
+	slices.SortFunc(run, time.Time.Compare)
+	return run, skip
 }
 
 // skipBeyondWindow records as skipped the slots that fell due after last (the
