@@ -70,7 +70,7 @@ func TestCatchUpPolicies(t *testing.T) {
 				VALUES ($1, $2, 'done', 1, 'server-0')`, name, base); err != nil {
 				t.Fatal(err)
 			}
-			if err := s.sweepAt(context.Background(), s.jobs[0], databaseClaims{s: s}, tc.now); err != nil {
+			if err := s.run.databaseCron(s.jobs[0]).SweepAt(context.Background(), tc.now); err != nil {
 				t.Fatal(err)
 			}
 			if fmt.Sprint(ran) != fmt.Sprint(tc.wantRun) {
@@ -104,7 +104,7 @@ func TestFirstSweepOfANewJobStartsHistoryWithoutRunningOldSlots(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Date(2026, 11, 2, 8, 2, 0, 0, time.UTC)
-	if err := s.sweepAt(context.Background(), s.jobs[0], databaseClaims{s: s}, now); err != nil {
+	if err := s.run.databaseCron(s.jobs[0]).SweepAt(context.Background(), now); err != nil {
 		t.Fatal(err)
 	}
 	var n int
@@ -168,7 +168,7 @@ func TestANewJobRunsItsFirstSlotWhenItsPeriodIsLongerThanTheWindow(t *testing.T)
 	deployed := time.Date(2026, 11, 4, 15, 0, 0, 0, time.UTC) // a Wednesday
 	monday := time.Date(2026, 11, 9, 8, 0, 0, 0, time.UTC)
 	for _, now := range []time.Time{deployed, deployed.Add(time.Hour), monday.Add(time.Second)} {
-		if err := s.sweepAt(context.Background(), s.jobs[0], databaseClaims{s: s}, now); err != nil {
+		if err := s.run.databaseCron(s.jobs[0]).SweepAt(context.Background(), now); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -196,7 +196,7 @@ func TestSlotsMissedBeforeTheWindowAreRecordedAsSkippedAndCounted(t *testing.T) 
 				VALUES ('report', '2026-11-02 08:00Z', 'done', 1, 'server-0')`)
 			// Swept twice, as by two instances in database mode: counted once.
 			for range 2 {
-				if err := s.sweepAt(context.Background(), s.jobs[0], databaseClaims{s: s}, time.Date(2026, 11, 10, 9, 0, 0, 0, time.UTC)); err != nil {
+				if err := s.run.databaseCron(s.jobs[0]).SweepAt(context.Background(), time.Date(2026, 11, 10, 9, 0, 0, 0, time.UTC)); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -211,29 +211,5 @@ func TestSlotsMissedBeforeTheWindowAreRecordedAsSkippedAndCounted(t *testing.T) 
 				t.Errorf("%v slots counted missed, want 1", n)
 			}
 		})
-	}
-}
-
-// The slot a new job's history starts at: the latest fire time at or before
-// an instant, however sparse the spec.
-func TestLastFireAtOrBefore(t *testing.T) {
-	at := time.Date(2026, 6, 10, 12, 34, 56, 0, time.UTC)
-	cases := []struct{ spec, want string }{
-		{"*/5 * * * *", "2026-06-10T12:30:00Z"},
-		{"34 12 * * *", "2026-06-10T12:34:00Z"},
-		{"0 8 * * MON", "2026-06-08T08:00:00Z"},
-		{"* * * 1 *", "2026-01-31T23:59:00Z"},  // dense, but months ago
-		{"0 0 29 2 *", "2024-02-29T00:00:00Z"}, // every four years
-		{"0 0 30 2 *", "0001-01-01T00:00:00Z"}, // never
-	}
-	for _, tc := range cases {
-		spec, err := cron.ParseStandard(tc.spec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := lastFireAtOrBefore(configs.Schedule{Spec: spec}, at)
-		if got.UTC().Format(time.RFC3339) != tc.want {
-			t.Errorf("%q: %s, want %s", tc.spec, got.UTC().Format(time.RFC3339), tc.want)
-		}
 	}
 }

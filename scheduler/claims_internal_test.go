@@ -11,16 +11,17 @@ import (
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/internal/testdb"
 	"github.com/snip/snip-jobs/internal/testenv"
+	"github.com/snip/snip-jobs/scheduler/slots"
 )
 
 // claimTestTTL is the database-mode claim TTL of these tests: extended every
 // second.
 const claimTestTTL = 3 * time.Second
 
-// dbModeInstance is one instance running the database-mode cron job "report"
+// dbModeInstance is the slots of one instance running the database-mode cron job "report"
 // (every five minutes) whose code is run. The job's history starts at 07:55
 // (the first instance records it), so the 08:00 slot is its to run.
-func dbModeInstance(t *testing.T, pool *pgxpool.Pool, instance string, run JobFunc) (*Scheduler, claimer) {
+func dbModeInstance(t *testing.T, pool *pgxpool.Pool, instance string, run JobFunc) *slots.Cron {
 	t.Helper()
 	reg, _ := NewRegistry(Type{Name: "job", New: func(Env, configs.Job) (Job, error) { return run, nil }})
 	spec := configs.Job{Name: "report", Type: "job", Singleton: true, Grace: time.Second, Schedule: configs.Schedule{
@@ -32,7 +33,7 @@ func dbModeInstance(t *testing.T, pool *pgxpool.Pool, instance string, run JobFu
 	}
 	testenv.Exec(t, pool, `INSERT INTO cron_slots (job, slot, state, token, instance)
 		VALUES ('report', $1, 'done', 0, 'server-0') ON CONFLICT DO NOTHING`, slot08.Add(-5*time.Minute))
-	return s, databaseClaims{s: s}
+	return s.run.databaseCron(s.jobs[0])
 }
 
 // slot08 is the slot these tests run, swept ten seconds after it fell due.
@@ -47,23 +48,23 @@ var (
 func TestADatabaseModeRunLongerThanItsClaimKeepsTheSlot(t *testing.T) {
 	_, pool := testdb.New(t)
 	started, release := make(chan struct{}), make(chan struct{})
-	s1, c1 := dbModeInstance(t, pool, "server-1", func(ctx context.Context, r *Run) error {
+	c1 := dbModeInstance(t, pool, "server-1", func(ctx context.Context, r *Run) error {
 		close(started)
 		<-release
 		return nil
 	})
 	otherRan := false
-	s2, c2 := dbModeInstance(t, pool, "server-2", func(ctx context.Context, r *Run) error { otherRan = true; return nil })
+	c2 := dbModeInstance(t, pool, "server-2", func(ctx context.Context, r *Run) error { otherRan = true; return nil })
 
 	done := make(chan error, 1)
-	go func() { done <- s1.sweepAt(context.Background(), s1.jobs[0], c1, sweep08) }()
+	go func() { done <- c1.SweepAt(context.Background(), sweep08) }()
 	<-started
 	claimedAt := testenv.Value[time.Time](t, pool, `SELECT claimed_at FROM cron_slots WHERE job = 'report' AND slot = $1`, slot08)
 	// Two claim TTLs after the claim: without extensions it would have run out.
 	testenv.Eventually(t, "two claim TTLs passed at the database", func() bool {
 		return testenv.Value[bool](t, pool, `SELECT now() > $1::timestamptz + 2 * make_interval(secs => $2)`, claimedAt, claimTestTTL.Seconds())
 	})
-	if err := s2.sweepAt(context.Background(), s2.jobs[0], c2, sweep08.Add(time.Minute)); err != nil {
+	if err := c2.SweepAt(context.Background(), sweep08.Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	close(release)
@@ -86,21 +87,21 @@ func TestADatabaseModeRunLongerThanItsClaimKeepsTheSlot(t *testing.T) {
 
 // A database-mode run whose claim another instance has taken (here: the row
 // rewritten with a newer claim token) is stopped: its context ends with
-// errClaimLost and its Valid turns false, so its fenced writes are refused
+// slots.ErrClaimLost and its Valid turns false, so its fenced writes are refused
 // before they are tried.
 func TestADatabaseModeRunWhoseClaimWasTakenIsStopped(t *testing.T) {
 	_, pool := testdb.New(t)
 	started := make(chan *Run, 1)
 	var cause error
 	var validAfter bool
-	s, c := dbModeInstance(t, pool, "server-1", func(ctx context.Context, r *Run) error {
+	c := dbModeInstance(t, pool, "server-1", func(ctx context.Context, r *Run) error {
 		started <- r
 		<-ctx.Done()
 		cause, validAfter = context.Cause(ctx), r.Valid()
 		return ctx.Err()
 	})
 	done := make(chan error, 1)
-	go func() { done <- s.sweepAt(context.Background(), s.jobs[0], c, sweep08) }()
+	go func() { done <- c.SweepAt(context.Background(), sweep08) }()
 	r := <-started
 	if !r.Valid() {
 		t.Fatal("the run is not valid while its claim holds")
@@ -110,8 +111,8 @@ func TestADatabaseModeRunWhoseClaimWasTakenIsStopped(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if !errors.Is(cause, errClaimLost) || validAfter {
-		t.Errorf("run ended with cause %v, valid %v; want %v and not valid", cause, validAfter, errClaimLost)
+	if !errors.Is(cause, slots.ErrClaimLost) || validAfter {
+		t.Errorf("run ended with cause %v, valid %v; want %v and not valid", cause, validAfter, slots.ErrClaimLost)
 	}
 	if got := testenv.Value[string](t, pool, `SELECT instance FROM cron_slots WHERE job = 'report' AND slot = $1`, slot08); got != "server-2" {
 		t.Errorf("the slot's claim is %s's, want server-2's: the stopped run overwrote it", got)
@@ -123,8 +124,8 @@ func TestADatabaseModeRunWhoseClaimWasTakenIsStopped(t *testing.T) {
 // the claim runs out.
 func TestADatabaseModePanicFailsTheSlot(t *testing.T) {
 	_, pool := testdb.New(t)
-	s, c := dbModeInstance(t, pool, "server-1", func(context.Context, *Run) error { panic("boom") })
-	if err := s.sweepAt(context.Background(), s.jobs[0], c, sweep08); err != nil {
+	c := dbModeInstance(t, pool, "server-1", func(context.Context, *Run) error { panic("boom") })
+	if err := c.SweepAt(context.Background(), sweep08); err != nil {
 		t.Fatal(err)
 	}
 	var state, msg string

@@ -14,22 +14,30 @@
 // returns), interval (every + jitter, counted from the last run of any instance,
 // as recorded in PostgreSQL) and cron (robfig/cron v3 spec in a time zone).
 //
-// Durable cron: each scheduled instant is a slot row in cron_slots, unique per
-// (job, slot), claimed with a fencing token before the job runs and marked done
-// after it (or inside the job's own transaction, Run.CompleteSlot). A new
-// leader first sweeps the catch-up window: slots that fell due within the last
-// minute (or 3×TTL) run whatever the policy, so a failover at the slot instant
-// neither skips nor doubles it; older missed slots run or are marked skipped by
-// the policy (latest, all, none). In database mode every instance sweeps and
-// the unique slot row decides who runs, with a claim token from a PostgreSQL
-// sequence; it needs no etcd. A claim is taken over after ten minutes without
-// completion.
+// Durable cron (package slots): each scheduled instant is a slot row in
+// cron_slots, unique per (job, slot), claimed with a fencing token before the
+// job runs and marked done after it (or inside the job's own transaction,
+// Run.CompleteSlot). A new leader first sweeps the catch-up window: slots that
+// fell due within the last minute (or 3×TTL) run whatever the policy, so a
+// failover at the slot instant neither skips nor doubles it; older missed
+// slots run or are marked skipped by the policy (latest, all, none). In
+// database mode every instance sweeps and the unique slot row decides who
+// runs, with a claim token from a PostgreSQL sequence; it needs no etcd. A
+// claim is taken over after ten minutes without completion.
 //
 // Spread: an instance that already leads its fair share of the singletons
 // (ceil(singletons / live instances)) holds back before campaigning while
 // another live instance leads fewer, and one that leads more hands one term
 // over every few seconds, so three instances with six singletons settle at two
 // each. Equally loaded instances never hold back, so failover pays nothing.
+//
+// The code goes by concern: the runner runs a job's executions by its schedule
+// (schedule.go; a durable cron job's slots through package slots), the
+// lifecycle leads a singleton's terms (lifecycle.go), spread keeps the share
+// fair (spread.go), the recorder writes job_terms, job_runs and
+// fence_rejections (records.go), and package status reads them back. The
+// scheduler reaches etcd only through the Session interface, which
+// *leadership.Session satisfies.
 //
 // What is NOT guaranteed: that a job stops when its term ends. Go cannot stop
 // a goroutine; a job that ignores its context keeps running after the grace

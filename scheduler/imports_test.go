@@ -11,7 +11,7 @@ import (
 // the scheduler reaches it through the session alone. What
 // `go list -f '{{join .Imports "\n"}}' ./scheduler` lists names no etcd package.
 func TestTheSchedulerImportsNoEtcdPackage(t *testing.T) {
-	for dir, name := range map[string]string{".": "scheduler"} {
+	for dir, name := range map[string]string{".": "scheduler", "slots": "scheduler/slots"} {
 		pkg, err := build.ImportDir(dir, 0)
 		if err != nil {
 			t.Fatal(err)

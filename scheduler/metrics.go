@@ -23,7 +23,7 @@ type metrics struct {
 	holdbacks     *prometheus.CounterVec // job
 }
 
-func newMetrics(reg prometheus.Registerer, session *leadership.Session) *metrics {
+func newMetrics(reg prometheus.Registerer, session Session) *metrics {
 	m := &metrics{
 		leader: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "snip_jobs_leader", Help: "1 while this instance holds the job's term."}, []string{"job"}),
@@ -61,7 +61,7 @@ func newMetrics(reg prometheus.Registerer, session *leadership.Session) *metrics
 }
 
 // sessionCollector exports the leadership session's counters at scrape time.
-type sessionCollector struct{ s *leadership.Session }
+type sessionCollector struct{ s Session }
 
 var (
 	descHeadroom = prometheus.NewDesc("snip_jobs_lease_headroom_seconds",

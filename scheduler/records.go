@@ -2,20 +2,46 @@ package scheduler
 
 import (
 	"context"
+	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/snip/snip-jobs/scheduler/status"
 )
 
-// recordStart logs the start of a run in job_runs (best-effort: a database
-// outage must not stop jobs that do not need it). It gives up when ctx (the
+// recorder writes the scheduler's own records (job_terms, job_runs,
+// fence_rejections), best-effort: a database outage must not stop jobs that
+// do not need it, and no write sits on the path of a term's hand-over.
+type recorder struct {
+	pool     *pgxpool.Pool // nil: nothing is recorded
+	instance string
+	log      *slog.Logger
+	writes   sync.WaitGroup // the job_runs writes in flight (runFinish)
+}
+
+// bookkeep runs one best-effort statement of the scheduler's own records
+// (job_terms, fence_rejections): bounded by a second, done even at shutdown,
+// and its failure never stops a job.
+func (rc *recorder) bookkeep(ctx context.Context, sql string, args ...any) {
+	if rc.pool == nil {
+		return
+	}
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	if _, err := rc.pool.Exec(bctx, sql, args...); err != nil {
+		rc.log.Debug("bookkeeping write failed", "err", err)
+	}
+}
+
+// runStart logs the start of a run in job_runs. It gives up when ctx (the
 // run's) ends: a run whose term is over does nothing worth recording, and a
 // slow database must not keep a job from returning within its grace period.
-func (s *Scheduler) recordStart(ctx context.Context, j *job, r *Run) *status.RunRecord {
-	rec := &status.RunRecord{Instance: s.instance, Token: r.Token, Slot: r.Slot, Started: time.Now()}
-	if records := s.records(); records != nil {
+func (rc *recorder) runStart(ctx context.Context, j *job, r *Run) *status.RunRecord {
+	rec := &status.RunRecord{Instance: rc.instance, Token: r.Token, Slot: r.Slot, Started: time.Now()}
+	if records := rc.pool; records != nil {
 		bctx, cancel := context.WithTimeout(ctx, recordTimeout)
 		defer cancel()
 		var slot *time.Time
@@ -23,7 +49,7 @@ func (s *Scheduler) recordStart(ctx context.Context, j *job, r *Run) *status.Run
 			slot = &r.Slot
 		}
 		err := records.QueryRow(bctx, sqlRunStart,
-			j.spec.Name, s.instance, r.Token, slot).Scan(&rec.ID)
+			j.spec.Name, rc.instance, r.Token, slot).Scan(&rec.ID)
 		if err != nil {
 			r.Log.Debug("cannot log the run's start", "err", err)
 		}
@@ -63,12 +89,12 @@ func WarmRecords(ctx context.Context, conn *pgx.Conn) error {
 // recordTimeout bounds each write to job_runs.
 const recordTimeout = 5 * time.Second
 
-// recordFinish logs the end of a run: at once in memory (status), and in
+// runFinish logs the end of a run: at once in memory (status), and in
 // job_runs in the background, so that the run's caller — and the end of a term
 // waiting for its job — never waits on that write (over a slow database link
-// it could take longer than the job's grace). Run waits for these writes
-// before it returns.
-func (s *Scheduler) recordFinish(j *job, rec *status.RunRecord, result string, runErr error) {
+// it could take longer than the job's grace). Scheduler.Run waits for these
+// writes before it returns.
+func (rc *recorder) runFinish(j *job, rec *status.RunRecord, result string, runErr error) {
 	done := *rec
 	done.Finished, done.Result = time.Now(), result
 	if runErr != nil {
@@ -77,7 +103,7 @@ func (s *Scheduler) recordFinish(j *job, rec *status.RunRecord, result string, r
 	j.mu.Lock()
 	j.last = &done
 	j.mu.Unlock()
-	records := s.records()
+	records := rc.pool
 	if records == nil || rec.ID == 0 {
 		return
 	}
@@ -85,7 +111,7 @@ func (s *Scheduler) recordFinish(j *job, rec *status.RunRecord, result string, r
 	if runErr != nil {
 		msg = &done.Error
 	}
-	s.recordWrites.Go(func() {
+	rc.writes.Go(func() {
 		bctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
 		defer cancel()
 		if _, err := records.Exec(bctx, sqlRunEnd,

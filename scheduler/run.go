@@ -3,7 +3,6 @@ package scheduler
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/snip/snip-jobs/fencing"
+	"github.com/snip/snip-jobs/scheduler/slots"
 )
 
 // ErrNotFenced is returned by Run.Fenced for a run without a fencing token: a
@@ -121,13 +121,5 @@ func (r *Run) CompleteSlot(ctx context.Context, tx pgx.Tx) error {
 	if r.Slot.IsZero() {
 		return ErrNoSlot
 	}
-	tag, err := tx.Exec(ctx, `UPDATE cron_slots SET state = 'done', finished_at = now(), error = NULL
-		WHERE job = $1 AND slot = $2 AND token = $3`, r.Job, r.Slot, r.Token)
-	if err != nil {
-		return fmt.Errorf("complete slot %s of %s: %w", r.Slot.Format(time.RFC3339), r.Job, err)
-	}
-	if tag.RowsAffected() != 1 {
-		return fmt.Errorf("complete slot %s of %s: the slot is not claimed with token %d", r.Slot.Format(time.RFC3339), r.Job, r.Token)
-	}
-	return nil
+	return slots.Complete(ctx, tx, r.Job, r.Slot, r.Token)
 }

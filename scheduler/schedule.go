@@ -3,12 +3,32 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"math/rand/v2"
+	"runtime/debug"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/fencing"
+	"github.com/snip/snip-jobs/scheduler/slots"
 )
+
+// runner runs a job's executions on this instance by its schedule: it builds
+// each Run, calls the job (recovering a panic), records the run, and for a
+// durable cron job sweeps its slots (package slots). It knows nothing of
+// terms beyond the token and validity it is handed.
+type runner struct {
+	instance string
+	log      *slog.Logger // the configured logger: NewRun adds job, instance and token
+	pool     *pgxpool.Pool
+	fence    *fencing.Fence
+	rec      *recorder
+	m        *metrics
+	claimTTL time.Duration // database-mode claims (0: slots.DefaultClaimTTL)
+	onTime   time.Duration // how late a cron slot may be and still run whatever the policy
+}
 
 // endsLead reports whether a run's error means the term is over for this job:
 // a panic (resign and hand over) or a refused fenced write (a newer term has
@@ -20,28 +40,28 @@ func endsLead(err error) bool {
 // schedule runs the job's schedule until ctx ends. token > 0 means a leader-mode
 // singleton holding a term with that token. It returns early only with an
 // error that ends the lead (see endsLead).
-func (s *Scheduler) schedule(ctx context.Context, j *job, mk func(slot time.Time) *Run, token int64, valid func() bool) error {
+func (rn *runner) schedule(ctx context.Context, j *job, mk func(slot time.Time) *Run, token int64, valid func() bool) error {
 	switch j.spec.Schedule.Kind {
 	case configs.Continuous:
-		return s.continuous(ctx, j, mk)
+		return rn.continuous(ctx, j, mk)
 	case configs.Interval:
-		return s.interval(ctx, j, mk, token > 0)
+		return rn.interval(ctx, j, mk, token > 0)
 	case configs.Cron:
 		if token > 0 {
-			return s.durableCron(ctx, j, leaderClaims{s: s, token: token, term: valid})
+			return rn.cron(j, slots.Leader(rn.fence, rn.instance, token, valid)).Loop(ctx)
 		}
-		return s.localCron(ctx, j, mk)
+		return rn.localCron(ctx, j, mk)
 	}
 	return errors.New("no schedule")
 }
 
 // continuous runs the job until ctx ends, restarting it (with back-off after an
 // error) if it returns.
-func (s *Scheduler) continuous(ctx context.Context, j *job, mk func(time.Time) *Run) error {
+func (rn *runner) continuous(ctx context.Context, j *job, mk func(time.Time) *Run) error {
 	const maxBackoff = 30 * time.Second
 	backoff := time.Second
 	for ctx.Err() == nil {
-		err := s.call(ctx, j, mk(time.Time{}))
+		err := rn.call(ctx, j, mk(time.Time{}))
 		switch {
 		case ctx.Err() != nil:
 			return nil
@@ -60,7 +80,7 @@ func (s *Scheduler) continuous(ctx context.Context, j *job, mk func(time.Time) *
 }
 
 // pauseUnlessWoken waits d, or less if the job is a Waker that wakes.
-func (s *Scheduler) pauseUnlessWoken(ctx context.Context, j *job, d time.Duration) {
+func (rn *runner) pauseUnlessWoken(ctx context.Context, j *job, d time.Duration) {
 	w, ok := j.impl.(Waker)
 	if !ok || d <= 0 {
 		pause(ctx, d)
@@ -83,19 +103,19 @@ func (s *Scheduler) pauseUnlessWoken(ctx context.Context, j *job, d time.Duratio
 // the last run of the job on any instance, as recorded in job_runs, so a
 // failover does not make an hourly job run early; a job that runs everywhere
 // counts from its own last run on this instance.
-func (s *Scheduler) interval(ctx context.Context, j *job, mk func(time.Time) *Run, shared bool) error {
+func (rn *runner) interval(ctx context.Context, j *job, mk func(time.Time) *Run, shared bool) error {
 	var lastLocal time.Time
 	for ctx.Err() == nil {
-		wait := s.untilDue(ctx, j, shared, lastLocal)
+		wait := rn.untilDue(ctx, j, shared, lastLocal)
 		if sch := j.spec.Schedule; sch.Jitter > 0 && wait > 0 {
 			wait += rand.N(sch.Jitter)
 		}
-		s.pauseUnlessWoken(ctx, j, wait)
+		rn.pauseUnlessWoken(ctx, j, wait)
 		if ctx.Err() != nil {
 			return nil
 		}
 		lastLocal = time.Now()
-		if err := s.call(ctx, j, mk(time.Time{})); endsLead(err) {
+		if err := rn.call(ctx, j, mk(time.Time{})); endsLead(err) {
 			return err
 		}
 	}
@@ -103,14 +123,14 @@ func (s *Scheduler) interval(ctx context.Context, j *job, mk func(time.Time) *Ru
 }
 
 // untilDue is how long until the job's next interval run.
-func (s *Scheduler) untilDue(ctx context.Context, j *job, shared bool, lastLocal time.Time) time.Duration {
+func (rn *runner) untilDue(ctx context.Context, j *job, shared bool, lastLocal time.Time) time.Duration {
 	every := j.spec.Schedule.Every
-	if shared && s.cfg.Pool != nil {
+	if shared && rn.pool != nil {
 		qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		var secs *float64
 		// The database's clock on both sides: no comparison across hosts.
-		err := s.cfg.Pool.QueryRow(qctx, `SELECT extract(epoch FROM max(started_at) + make_interval(secs => $2) - now())::float8
+		err := rn.pool.QueryRow(qctx, `SELECT extract(epoch FROM max(started_at) + make_interval(secs => $2) - now())::float8
 			FROM job_runs WHERE job = $1`, j.spec.Name, every.Seconds()).Scan(&secs)
 		if err == nil {
 			if secs == nil {
@@ -127,28 +147,96 @@ func (s *Scheduler) untilDue(ctx context.Context, j *job, shared bool, lastLocal
 }
 
 // localCron fires a cron job that runs everywhere: no slots, no catch-up.
-func (s *Scheduler) localCron(ctx context.Context, j *job, mk func(time.Time) *Run) error {
+func (rn *runner) localCron(ctx context.Context, j *job, mk func(time.Time) *Run) error {
 	for ctx.Err() == nil {
 		next := j.spec.Schedule.Spec.Next(time.Now())
-		if !sleepUntil(ctx, next) {
+		if !slots.SleepUntil(ctx, next) {
 			continue
 		}
-		if err := s.call(ctx, j, mk(next)); endsLead(err) {
+		if err := rn.call(ctx, j, mk(next)); endsLead(err) {
 			return err
 		}
 	}
 	return nil
 }
 
-// sleepUntil waits until the wall-clock instant t, re-checking every minute so
-// that a clock step is noticed. It reports whether t was reached (not ctx's end
-// or a re-check).
-func sleepUntil(ctx context.Context, t time.Time) bool {
-	d := time.Until(t)
-	if d > time.Minute {
-		pause(ctx, time.Minute)
-		return false
+// everywhere runs a job that is not a singleton, on this instance, until ctx ends.
+func (rn *runner) everywhere(ctx context.Context, j *job) {
+	mk := func(slot time.Time) *Run { return rn.newRun(j, 0, slot, "", nil) }
+	_ = rn.schedule(ctx, j, mk, 0, nil)
+}
+
+// database runs a database-mode cron job: every instance sweeps, the unique
+// slot row decides who runs each slot.
+func (rn *runner) database(ctx context.Context, j *job) {
+	_ = rn.databaseCron(j).Loop(ctx)
+}
+
+func (rn *runner) databaseCron(j *job) *slots.Cron {
+	return rn.cron(j, slots.Database(rn.pool, rn.instance, rn.claimTTL))
+}
+
+// cron is the durable slots of cron job j taken with claims; each slot's run
+// is an execution of the job like any other (recorded, panic recovered).
+func (rn *runner) cron(j *job, claims slots.Claims) *slots.Cron {
+	return &slots.Cron{
+		Job:    slots.Job{Name: j.spec.Name, Schedule: j.spec.Schedule, Grace: j.spec.Grace, Log: j.log},
+		Claims: claims, Pool: rn.pool, Fence: rn.fence, OnTime: rn.onTime, EndsLead: endsLead,
+		Run: func(ctx context.Context, c slots.Claim, valid func() bool) error {
+			return rn.call(ctx, j, rn.newRun(j, c.Token, c.Slot, c.Resource, valid))
+		},
+		Missed:   func(n int64) { rn.m.slotsMissed.WithLabelValues(j.spec.Name).Add(float64(n)) },
+		CaughtUp: func() { rn.m.slotsCaughtUp.WithLabelValues(j.spec.Name).Inc() },
 	}
-	pause(ctx, d)
-	return ctx.Err() == nil && !time.Now().Before(t)
+}
+
+// newRun builds the Run handed to the job. resource "" means the job's name.
+func (rn *runner) newRun(j *job, token int64, slot time.Time, resource string, valid func() bool) *Run {
+	var fence *fencing.Fence
+	if token > 0 {
+		fence = rn.fence
+	}
+	r := NewRun(RunConfig{
+		Job: j.spec.Name, Instance: rn.instance, Token: token, Slot: slot,
+		Fence: fence, Resource: resource, Valid: valid, Log: rn.log, // NewRun adds job, instance, token
+	})
+	r.progress = &j.progress
+	r.Progress()
+	return r
+}
+
+// call runs the job once, recovering a panic, and records the run.
+func (rn *runner) call(ctx context.Context, j *job, r *Run) (err error) {
+	rec := rn.rec.runStart(ctx, j, r)
+	defer func() {
+		if p := recover(); p != nil {
+			err = &PanicError{Value: p, Stack: debug.Stack()}
+			r.Log.Error("job panicked", "panic", p, "stack", string(err.(*PanicError).Stack))
+		}
+		result := classify(ctx, err)
+		rn.m.runs.WithLabelValues(j.spec.Name, result).Inc()
+		rn.rec.runFinish(j, rec, result, err)
+		switch result {
+		case "ok", "cancelled":
+			r.Log.Debug("run finished", "result", result)
+		default:
+			r.Log.Warn("run finished", "result", result, "err", err)
+		}
+	}()
+	return j.impl.Run(ctx, r)
+}
+
+func classify(ctx context.Context, err error) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.As(err, new(*PanicError)):
+		return "panic"
+	case errors.Is(err, fencing.ErrStaleToken), errors.Is(err, ErrTermEnded):
+		return "stale"
+	case ctx.Err() != nil:
+		return "cancelled"
+	default:
+		return "error"
+	}
 }

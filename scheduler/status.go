@@ -28,4 +28,4 @@ func (s *Scheduler) Status() []status.Job {
 }
 
 // Leading is the number of terms this instance holds now.
-func (s *Scheduler) Leading() int { return int(s.leading.Load()) }
+func (s *Scheduler) Leading() int { return int(s.spread.leading.Load()) }

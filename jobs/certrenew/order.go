@@ -35,7 +35,7 @@ const defaultRateLimitWait = time.Hour
 func (p *pass) do(ctx context.Context, client *lego.Client, d *domain) string {
 	log := p.log.With("domain", d.name)
 	if d.cert != nil && !p.now().Before(d.cert.ariNextCheck) {
-		if w, _ := p.pausedFor(); w == 0 {
+		if w, _ := p.paused.left(); w == 0 {
 			p.checkARI(ctx, client, d, log)
 		}
 	}
@@ -49,7 +49,7 @@ func (p *pass) do(ctx context.Context, client *lego.Client, d *domain) string {
 		log.DebugContext(ctx, "due, but waiting before the next attempt", "next_attempt", *d.nextAttempt, "failures", d.failures)
 		return p.stateOf(d)
 	}
-	if w, reason := p.pausedFor(); w > 0 {
+	if w, reason := p.paused.left(); w > 0 {
 		log.DebugContext(ctx, "due, but the renewer is paused", "reason", reason)
 		return p.stateOf(d)
 	}
@@ -479,10 +479,7 @@ func obtain(ctx context.Context, client *lego.Client, req certificate.ObtainRequ
 // (sealed) with the order, or reused from an order an earlier term left in
 // flight.
 func (p *pass) beginOrder(ctx context.Context, d *domain, replaces string, log *slog.Logger) (int64, crypto.Signer, error) {
-	p.budgetMu.Lock()
-	out := p.budgetOut
-	p.budgetMu.Unlock()
-	if out {
+	if p.budget.spent() {
 		return 0, nil, errBudget
 	}
 	var key crypto.Signer
@@ -541,10 +538,7 @@ func (p *pass) beginOrder(ctx context.Context, d *domain, replaces string, log *
 		return err
 	})
 	if errors.Is(err, errBudget) {
-		p.budgetMu.Lock()
-		first := !p.budgetOut
-		p.budgetOut = true
-		p.budgetMu.Unlock()
+		first := p.budget.markSpent()
 		p.j.m.failures.WithLabelValues(p.r.Job, "budget").Inc()
 		if first {
 			p.log.WarnContext(ctx, "order budget spent: no more orders until older ones leave the window",

@@ -43,13 +43,8 @@ type pass struct {
 		err    error
 	}
 
-	pauseMu     sync.Mutex
-	pausedUntil time.Time // our clock; zero: not paused
-	pauseReason string
-
-	budgetMu   sync.Mutex
-	budgetOut  bool
-	budgetLeft int
+	paused caPause
+	budget budgetLatch
 
 	// The account and the term-bound HTTP client of the pass's lego client
 	// (connect), for asking the CA about an earlier order (askOrder).
@@ -59,8 +54,7 @@ type pass struct {
 	domains []*domain
 	invalid []invalidDomain
 
-	statusMu sync.Mutex
-	status   map[string]string // name → State*
+	states domainStates
 }
 
 // domain is one certificate name and what PostgreSQL holds about it.
@@ -101,7 +95,7 @@ type invalidDomain struct {
 }
 
 func newPass(j *job, r *scheduler.Run) *pass {
-	return &pass{j: j, r: r, opts: &j.opts, log: r.Log, status: map[string]string{}}
+	return &pass{j: j, r: r, opts: &j.opts, log: r.Log}
 }
 
 // now is the database's clock, advanced by our monotonic clock since the
@@ -183,7 +177,7 @@ func (p *pass) work(ctx context.Context) error {
 	}
 	defer p.publish(ctx)
 
-	if d, reason := p.pausedFor(); d > 0 {
+	if d, reason := p.paused.left(); d > 0 {
 		p.log.InfoContext(ctx, "renewer paused: not asking the CA this pass", "for", d.Round(time.Second), "reason", reason)
 		p.settleAll()
 		return nil
@@ -216,7 +210,7 @@ func (p *pass) work(ctx context.Context) error {
 	for range min(p.opts.Concurrency, len(todo)) {
 		wg.Go(func() {
 			for d := range tasks {
-				p.setStatus(d, p.do(ctx, client, d))
+				p.states.set(d.name, p.do(ctx, client, d))
 				p.r.Progress()
 			}
 		})
@@ -235,22 +229,14 @@ feed:
 	return nil
 }
 
-func (p *pass) setStatus(d *domain, state string) {
-	p.statusMu.Lock()
-	p.status[d.name] = state
-	p.statusMu.Unlock()
-}
-
 // settleAll gives every domain not worked on in this pass its state as
 // loaded.
 func (p *pass) settleAll() {
-	p.statusMu.Lock()
-	defer p.statusMu.Unlock()
-	for _, d := range p.domains {
-		if _, ok := p.status[d.name]; !ok {
-			p.status[d.name] = p.stateOf(d)
-		}
+	names := make([]string, len(p.domains))
+	for i, d := range p.domains {
+		names[i] = d.name
 	}
+	p.states.setUnset(names, func(i int) string { return p.stateOf(p.domains[i]) })
 }
 
 // stateOf is a domain's certificate state (the metric's label).
@@ -313,27 +299,10 @@ func (p *pass) connect(ctx context.Context) (*lego.Client, func(), error) {
 	return client, base.CloseIdleConnections, nil
 }
 
-// pausedFor is how long the renewer stays paused, and why.
-func (p *pass) pausedFor() (time.Duration, string) {
-	p.pauseMu.Lock()
-	defer p.pauseMu.Unlock()
-	if p.pausedUntil.IsZero() {
-		return 0, ""
-	}
-	return max(time.Until(p.pausedUntil), 0), p.pauseReason
-}
-
 // pause stops this pass from asking the CA for d, and records the pause so
 // that whichever instance leads next honours it.
 func (p *pass) pause(ctx context.Context, d time.Duration, reason string) {
-	p.pauseMu.Lock()
-	until := time.Now().Add(d)
-	extend := until.After(p.pausedUntil)
-	if extend {
-		p.pausedUntil, p.pauseReason = until, reason
-	}
-	p.pauseMu.Unlock()
-	if !extend {
+	if !p.paused.extend(time.Now().Add(d), reason) {
 		return
 	}
 	p.log.WarnContext(ctx, "pausing the renewer: not asking the CA", "for", d.Round(time.Second), "reason", reason)

@@ -59,10 +59,11 @@ func (p *pass) load(ctx context.Context) (err error) {
 	}
 	p.loaded = time.Now()
 	if pausedFor > 0 {
-		p.pausedUntil = p.loaded.Add(time.Duration(pausedFor * float64(time.Second)))
+		reason := ""
 		if pauseReason != nil {
-			p.pauseReason = *pauseReason
+			reason = *pauseReason
 		}
+		p.paused.extend(p.loaded.Add(time.Duration(pausedFor*float64(time.Second))), reason)
 	}
 
 	// Taken before the rows are read: a row committed in between makes the
@@ -309,12 +310,7 @@ func (p *pass) reseal(ctx context.Context) error {
 // publish sets the gauges from what the pass saw and did.
 func (p *pass) publish(ctx context.Context) {
 	m, job := p.j.m, p.r.Job
-	counts := map[string]int{}
-	p.statusMu.Lock()
-	for _, s := range p.status {
-		counts[s]++
-	}
-	p.statusMu.Unlock()
+	counts := p.states.counts()
 	counts[StateInvalid] = len(p.invalid)
 	for _, s := range allStates {
 		m.certificates.WithLabelValues(job, s).Set(float64(counts[s]))
@@ -328,7 +324,7 @@ func (p *pass) publish(ctx context.Context) {
 	if any {
 		m.soonestExpiry.WithLabelValues(job).Set(soonest.Sub(p.now()).Hours() / 24)
 	}
-	d, _ := p.pausedFor()
+	d, _ := p.paused.left()
 	m.pausedS.WithLabelValues(job).Set(d.Seconds())
 
 	// The budget and old-key gauges need a query. Not when the pass was

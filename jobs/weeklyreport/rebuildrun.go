@@ -14,6 +14,7 @@ import (
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/fencing"
 	"github.com/snip/snip-jobs/scheduler"
+	"github.com/snip/snip-jobs/scheduler/slots"
 )
 
 // RebuildConfig is what RebuildRun needs to fence an operator's rebuild.
@@ -98,7 +99,7 @@ func RebuildRun(ctx context.Context, c RebuildConfig) (*scheduler.Run, error) {
 		if err := c.Pool.QueryRow(ctx, `SELECT nextval('cron_claim_tokens')`).Scan(&rc.Token); err != nil {
 			return nil, fmt.Errorf("weeklyreport: rebuild %s: take a claim token: %w", c.Week, err)
 		}
-		rc.Slot, rc.Resource = slot, scheduler.SlotResource(c.Job.Name, slot)
+		rc.Slot, rc.Resource = slot, slots.Resource(c.Job.Name, slot)
 		return scheduler.NewRun(rc), nil
 	}
 	if c.LeaderToken == nil {

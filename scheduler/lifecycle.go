@@ -1,0 +1,247 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/snip/snip-jobs/fencing"
+	"github.com/snip/snip-jobs/leadership"
+	"github.com/snip/snip-jobs/scheduler/status"
+)
+
+// Ending a lead for a reason of the scheduler's own (context causes).
+var (
+	errShutdown        = errors.New("shutdown")
+	errWatchdog        = errors.New("watchdog: no progress within progress_timeout")
+	errResignRequested = errors.New("resign requested by an operator")
+	errRebalance       = errors.New("handing over to spread singletons over instances")
+)
+
+// lifecycle is the leader lifecycle of the leader-mode singletons: campaign,
+// lead (the job's schedule under the term's context, with a watchdog), stop
+// the job within its grace, resign, record, campaign again.
+type lifecycle struct {
+	session  Session
+	instance string
+	spread   *spread
+	run      *runner
+	rec      *recorder
+	m        *metrics
+	// left is closed once this instance has deregistered at shutdown; terms
+	// are resigned after it, so that their successors see it gone.
+	left chan struct{}
+}
+
+// loop campaigns for the job and leads each term won, until ctx ends.
+func (lc *lifecycle) loop(ctx context.Context, j *job) {
+	hold := leadership.WithHoldback(func() time.Duration { return lc.spread.holdback(j) })
+	for ctx.Err() == nil {
+		term, err := lc.session.Campaign(ctx, j.spec.Name, hold)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			j.log.Error("campaign failed; retrying", "err", err)
+			pause(ctx, time.Second)
+			continue
+		}
+		cause := lc.lead(ctx, j, term)
+		if handedOver(cause) {
+			// Let another instance win this one first.
+			j.mu.Lock()
+			j.holdUntil = time.Now().Add(2 * lc.spread.delay())
+			j.mu.Unlock()
+		}
+	}
+}
+
+// tenure is one term of one job on this instance, from its win to its
+// resignation.
+type tenure struct {
+	j    *job
+	term *leadership.Term
+	log  *slog.Logger
+	ctx  context.Context // the job's: ends with the term, at shutdown, or by stop
+	stop context.CancelCauseFunc
+}
+
+// lead runs the job's schedule for the duration of one term, then stops it and
+// resigns. It returns why the lead ended.
+func (lc *lifecycle) lead(ctx context.Context, j *job, term *leadership.Term) error {
+	t := &tenure{j: j, term: term, log: j.log.With("token", term.Token())}
+	t.ctx, t.stop = context.WithCancelCause(term.Context())
+	defer t.stop(nil)
+	unlink := context.AfterFunc(ctx, func() { t.stop(errShutdown) })
+	defer unlink()
+	lc.begin(ctx, t)
+
+	mk := func(slot time.Time) *Run { return lc.run.newRun(j, term.Token(), slot, "", term.Valid) }
+	done := make(chan error, 1)
+	go func() { done <- lc.run.schedule(t.ctx, j, mk, term.Token(), term.Valid) }()
+	ended, returned := lc.watch(t, done)
+	cause := context.Cause(t.ctx)
+	// How the hand-over's time is spent, for the "term over" line.
+	ending := time.Now()
+	if !returned {
+		ended = lc.awaitGrace(t, done, cause)
+	}
+	if ended != nil && errors.As(ended, new(*PanicError)) {
+		cause = ended
+	}
+	stopped := time.Since(ending)
+	lc.resign(ctx, t, cause)
+	resigned := time.Since(ending)
+	// The end is recorded after the hand-over, off its path: under load that
+	// write took up to ~90 ms. Its successor may record its start first;
+	// History puts a handed-over term's end no later than that start.
+	lc.rec.bookkeep(ctx, sqlTermEnd, j.spec.Name, term.Token(), endLabel(cause, term))
+	recorded := time.Since(ending)
+	lc.end(t, cause)
+	t.log.Info("term over", "why", endLabel(cause, term), "cause", cause, "held_for", time.Since(term.Started()).Round(time.Millisecond),
+		"job_stopped_after", stopped, "resigned_after", resigned, "recorded_after", recorded)
+	return cause
+}
+
+// begin makes the term the job's current one: status, metrics, the log line,
+// and its start recorded before the job starts (the history's clock is the
+// database's).
+func (lc *lifecycle) begin(ctx context.Context, t *tenure) {
+	j, name := t.j, t.j.spec.Name
+	j.mu.Lock()
+	j.term, j.stop = t.term, t.stop
+	j.mu.Unlock()
+	j.progress.Store(time.Now().UnixNano())
+	lc.spread.leading.Add(1)
+	lc.m.leader.WithLabelValues(name).Set(1)
+	lc.m.token.WithLabelValues(name).Set(float64(t.term.Token()))
+	lc.m.termStarts.WithLabelValues(name).Inc()
+	t.log.Info("leading", "lease", int64(t.term.Lease()))
+	lc.rec.bookkeep(ctx, sqlTermStart, name, t.term.Token(), lc.instance)
+}
+
+// watch waits until the schedule returns (returned: its error is ended) or
+// the job's context ends; meanwhile the watchdog ends the lead of a job
+// silent for longer than its progress_timeout.
+func (lc *lifecycle) watch(t *tenure, done <-chan error) (ended error, returned bool) {
+	var watchdog <-chan time.Time
+	if pt := t.j.spec.ProgressTimeout; pt > 0 {
+		tick := time.NewTicker(max(pt/4, 10*time.Millisecond))
+		defer tick.Stop()
+		watchdog = tick.C
+	}
+	for {
+		select {
+		case err := <-done:
+			stop := err
+			if stop == nil {
+				stop = errors.New("schedule returned")
+			}
+			t.stop(stop)
+			return err, true
+		case <-t.ctx.Done():
+			return nil, false
+		case <-watchdog:
+			if silent := time.Since(time.Unix(0, t.j.progress.Load())); silent > t.j.spec.ProgressTimeout {
+				lc.m.watchdog.WithLabelValues(t.j.spec.Name).Inc()
+				t.log.Warn("no progress reported; resigning", "silent_for", silent.Round(time.Millisecond), "progress_timeout", t.j.spec.ProgressTimeout)
+				t.stop(errWatchdog)
+			}
+		}
+	}
+}
+
+// awaitGrace waits up to the job's grace for its schedule to return after
+// the lead ended; past it, the run is counted and logged as an overrun.
+func (lc *lifecycle) awaitGrace(t *tenure, done <-chan error, cause error) error {
+	grace := time.NewTimer(t.j.spec.Grace)
+	defer grace.Stop()
+	select {
+	case ended := <-done:
+		return ended
+	case <-grace.C:
+		lc.m.overruns.WithLabelValues(t.j.spec.Name).Inc()
+		t.log.Error(MsgOverrun, "grace", t.j.spec.Grace, "cause", cause)
+		return nil
+	}
+}
+
+// resign hands over at once. Resign is guarded by the token: if a successor
+// already holds the key, it is left alone. At shutdown, deregister first.
+func (lc *lifecycle) resign(ctx context.Context, t *tenure, cause error) {
+	if errors.Is(cause, errShutdown) {
+		<-lc.left
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := t.term.Resign(rctx); err != nil {
+		t.log.Warn("resign failed; the successor waits for the lease", "err", err)
+	}
+}
+
+// end makes the term no longer the job's current one.
+func (lc *lifecycle) end(t *tenure, cause error) {
+	j, name := t.j, t.j.spec.Name
+	j.mu.Lock()
+	j.term, j.stop = nil, nil
+	j.mu.Unlock()
+	lc.spread.leading.Add(-1)
+	lc.m.leader.WithLabelValues(name).Set(0)
+	lc.m.token.WithLabelValues(name).Set(0)
+	lc.m.termEnds.WithLabelValues(name, endLabel(cause, t.term)).Inc()
+}
+
+// MsgOverrun is the message of the log line (level ERROR, with job, instance,
+// token, grace and cause) for a run still going after the grace period that
+// followed the end of its term.
+const MsgOverrun = "job still running after its grace period; its fenced writes will be refused"
+
+// resignRequested ends the lead of job name if its current token is the one
+// an operator asked to resign (leadership.RequestResign).
+func resignRequested(jobs []*job, name string, token int64) {
+	for _, j := range jobs {
+		if j.spec.Name != name {
+			continue
+		}
+		j.mu.Lock()
+		stop, term := j.stop, j.term
+		j.mu.Unlock()
+		if stop != nil && term != nil && term.Token() == token {
+			j.log.Info("resign requested by an operator", "token", token)
+			stop(errResignRequested)
+		}
+	}
+}
+
+// handedOver reports whether a lead ended by this instance's choice while the
+// term was still good: watchdog, panic, operator request or spread.
+func handedOver(cause error) bool {
+	return errors.Is(cause, errWatchdog) || errors.Is(cause, errResignRequested) ||
+		errors.Is(cause, errRebalance) || errors.As(cause, new(*PanicError))
+}
+
+// endLabel names why a lead ended, for metrics and logs.
+func endLabel(cause error, term *leadership.Term) string {
+	switch {
+	case errors.Is(cause, errShutdown):
+		return status.EndShutdown
+	case errors.Is(cause, errWatchdog):
+		return status.EndWatchdog
+	case errors.Is(cause, errResignRequested):
+		return status.EndResignRequest
+	case errors.Is(cause, errRebalance):
+		return status.EndRebalance
+	case errors.As(cause, new(*PanicError)):
+		return status.EndPanic
+	case errors.Is(cause, fencing.ErrStaleToken):
+		return status.EndFenced
+	}
+	if r := leadership.ReasonOf(cause); r != "" {
+		return string(r)
+	}
+	if r := term.Reason(); r != "" {
+		return string(r)
+	}
+	return "ended"
+}
