@@ -45,6 +45,15 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	testenv.Eventually(t, what, cond)
 }
 
+// waitPulses waits until cond holds, woken by each commit to the pulses
+// table in the database at url (testdb.WaitCommit), not by polling. The
+// pulses are fenced writes, which the fence's row lock already serialises, so
+// the trigger's NOTIFY orders no commit that was not ordered.
+func waitPulses(t *testing.T, url, what string, cond func() bool) {
+	t.Helper()
+	testdb.WaitCommit(t, url, what, []string{"pulses"}, cond)
+}
+
 // result is a finished command.
 type result struct {
 	code           int
