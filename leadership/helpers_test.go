@@ -157,22 +157,11 @@ func waitStats(t testing.TB, s *leadership.Session, what string, cond func(leade
 	testenv.WaitChange(t, what, s.StatsChanged, func() bool { return cond(s.Stats()) })
 }
 
-// waitKeys waits until cond holds, checking it again at each change etcd
-// reports under the test's prefix (a watch, created before the first check,
-// so no change is missed): etcd signals, the test does not poll.
+// waitKeys waits until cond holds, woken by each change under the test's
+// prefix (testenv.WaitKeys: an etcd watch).
 func waitKeys(t testing.TB, cli *clientv3.Client, what string, cond func() bool) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), testenv.Patience)
-	defer cancel()
-	watch := cli.Watch(ctx, prefix(t)+"/", clientv3.WithPrefix(), clientv3.WithCreatedNotify())
-	if _, ok := <-watch; !ok {
-		t.Fatalf("waiting for %s: the watch on %s/ closed at once", what, prefix(t))
-	}
-	for !cond() {
-		if r, ok := <-watch; !ok || r.Err() != nil {
-			t.Fatalf("waiting for %s: watch ended (%v, context: %v)", what, r.Err(), ctx.Err())
-		}
-	}
+	testenv.WaitKeys(t, cli, prefix(t)+"/", what, cond)
 }
 
 // leaseAlive reports whether etcd still has the lease (and the keys on it).

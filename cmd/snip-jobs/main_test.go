@@ -380,7 +380,7 @@ func checkPulses(t *testing.T, ps []pulse) map[int64]string {
 func leaderOf(t *testing.T, cli *clientv3.Client, job string, not int64) leadership.Leader {
 	t.Helper()
 	var l leadership.Leader
-	eventually(t, "a leader of "+job+" other than token "+strconv.FormatInt(not, 10), func() bool {
+	testenv.WaitKeys(t, cli, testPrefix+"/", "a leader of "+job+" other than token "+strconv.FormatInt(not, 10), func() bool {
 		got, ok, err := leadership.Observe(context.Background(), cli, testPrefix, job)
 		if err != nil {
 			t.Fatal(err)

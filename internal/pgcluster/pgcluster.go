@@ -218,7 +218,9 @@ func (c *Cluster) MakeTemplate(ctx context.Context, name string) error {
 func (c *Cluster) createDatabase(ctx context.Context, name, template string) (string, error) {
 	sql := "CREATE DATABASE " + pgx.Identifier{name}.Sanitize()
 	if template != "" {
-		sql += " TEMPLATE " + pgx.Identifier{template}.Sanitize()
+		// FILE_COPY copies the files and checkpoints, cheap with fsync off:
+		// 2-3 times faster here than WAL_LOG's block-by-block copy.
+		sql += " TEMPLATE " + pgx.Identifier{template}.Sanitize() + " STRATEGY FILE_COPY"
 	}
 	if err := c.exec(ctx, sql); err != nil {
 		return "", fmt.Errorf("pgcluster: create database %s: %w", name, err)

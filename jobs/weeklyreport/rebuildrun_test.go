@@ -182,7 +182,7 @@ func TestAfterARebuildInLeaderModeTheLeaderTakesANewTermAndCarriesOn(t *testing.
 		t.Fatalf("Rebuild: %v", err)
 	}
 	var next leadership.Leader
-	jobtest.Eventually(t, "a term newer than the rebuild", func() bool {
+	c.WaitKeys("a term newer than the rebuild", func() bool {
 		l, ok := c.Leader(jobName)
 		next = l
 		return ok && l.Token > run.Token
