@@ -80,7 +80,7 @@ func (snipImpl) round(b *testing.B, etcd *testenv.EtcdCluster, job string, crash
 	term := mustWin(b, leader, "job")
 	follower := startSession(b, etcd.Client(b), job+"-follower")
 	next := campaign(context.Background(), follower, "job")
-	eventually(b, "the follower to wait for the leader", func() bool { return follower.Stats().Waiting == 1 })
+	waitStats(b, follower, "the follower to wait for the leader", func(st leadership.Stats) bool { return st.Waiting == 1 })
 
 	var from time.Time
 	if crash {
@@ -222,7 +222,7 @@ func deathReclaimRound(b *testing.B, etcd *testenv.EtcdCluster, job string, ttl 
 	child, _, _ := startChild(b, etcd.Endpoints(), job+"-leader", job, childTTLEnv+"="+ttl.String())
 	follower := startSession(b, etcd.Client(b), job+"-follower", withTTL(ttl, ttl*3/10))
 	next := campaign(context.Background(), follower, job)
-	eventually(b, "the follower to wait for the leader", func() bool { return follower.Stats().Waiting == 1 })
+	waitStats(b, follower, "the follower to wait for the leader", func(st leadership.Stats) bool { return st.Waiting == 1 })
 	var config string
 	if bin != "" {
 		config = filepath.Join(b.TempDir(), "reclaim.yaml")

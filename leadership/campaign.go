@@ -196,8 +196,8 @@ func (s *Session) tryAcquire(ctx context.Context, l *lease, job, key string) (*T
 func (s *Session) waitForDelete(ctx context.Context, key string, rev int64) {
 	wctx, cancel := context.WithTimeout(ctx, 3*s.cfg.TTL)
 	defer cancel()
-	s.stats.waiting.Add(1)
-	defer s.stats.waiting.Add(-1)
+	s.stats.add(&s.stats.waiting, 1)
+	defer s.stats.add(&s.stats.waiting, -1)
 	for resp := range s.cfg.Client.Watch(clientv3.WithRequireLeader(wctx), key, clientv3.WithRev(rev+1)) {
 		if resp.Err() != nil {
 			return

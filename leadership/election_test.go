@@ -51,7 +51,7 @@ func TestAtMostOneTermPerJobOverManyRounds(t *testing.T) {
 			}()
 		}
 	}
-	eventually(t, "every job to pass through enough terms", func() bool {
+	book.waitFor(t, "every job to pass through enough terms", func() bool {
 		for _, job := range jobs {
 			if book.count(job) < rounds {
 				return false
@@ -155,8 +155,7 @@ func TestPartitionedLeaderStopsBeforeEtcdExpiresItsLease(t *testing.T) {
 	}
 
 	link.Unblackhole()
-	eventually(t, "the partitioned session to get a new lease", func() bool {
-		st := a.Stats()
+	waitStats(t, a, "the partitioned session to get a new lease", func(st leadership.Stats) bool {
 		return st.Lease != 0 && st.Lease != old.Lease()
 	})
 	if old.Valid() || old.Context().Err() == nil {
@@ -264,7 +263,7 @@ func TestEtcdMemberAndLeaderLoss(t *testing.T) {
 			}
 		}()
 	}
-	eventually(t, "a first leader", func() bool { return book.count("aggregator") >= 1 })
+	book.waitFor(t, "a first leader", func() bool { return book.count("aggregator") >= 1 })
 	term := book.last("aggregator")
 	leases := map[*leadership.Session]clientv3.LeaseID{}
 	for _, s := range sessions {
@@ -277,8 +276,7 @@ func TestEtcdMemberAndLeaderLoss(t *testing.T) {
 		for _, s := range sessions {
 			// LastRenewal moves only when etcd acknowledges a keep-alive; it is
 			// that keep-alive's send time.
-			eventually(t, fault+": "+s.Instance()+"'s lease renewed by a keep-alive sent after it", func() bool {
-				st := s.Stats()
+			waitStats(t, s, fault+": "+s.Instance()+"'s lease renewed by a keep-alive sent after it", func(st leadership.Stats) bool {
 				return st.Lease != leases[s] || st.LastRenewal.After(since)
 			})
 			if got := s.Stats().Lease; got != leases[s] {
@@ -393,7 +391,7 @@ func TestCampaignThatWaitedThroughItsLeaseExpiryGetsNoTermOnIt(t *testing.T) {
 	first := b.Stats().Lease
 
 	link.Blackhole()
-	eventually(t, "etcd to expire the waiting candidate's lease", func() bool { return !leaseAlive(t, observer, first) })
+	waitKeys(t, observer, "etcd to expire the waiting candidate's lease (its instance key goes with it)", func() bool { return !leaseAlive(t, observer, first) })
 	if err := holder.Resign(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -519,7 +517,7 @@ func TestResigningATermThatEndedWithItsLeaseWaitsOnNothing(t *testing.T) {
 	}
 
 	link.Unblackhole()
-	eventually(t, "the expired term's leader key to go", func() bool {
+	waitKeys(t, observer, "the expired term's leader key to go", func() bool {
 		l, ok, err := leadership.Observe(context.Background(), observer, prefix(t), "cert-renewer")
 		return err == nil && (!ok || l.Token != term.Token())
 	})

@@ -150,6 +150,20 @@ func leaseTTL(t testing.TB, cli *clientv3.Client, id clientv3.LeaseID) int64 {
 	return r.TTL
 }
 
+// waitStats waits until cond holds for the session's Stats, woken by the
+// session at each change (StatsChanged), not by polling.
+func waitStats(t testing.TB, s *leadership.Session, what string, cond func(leadership.Stats) bool) {
+	t.Helper()
+	testenv.WaitChange(t, what, s.StatsChanged, func() bool { return cond(s.Stats()) })
+}
+
+// waitKeys waits until cond holds, woken by each change under the test's
+// prefix (testenv.WaitKeys: an etcd watch).
+func waitKeys(t testing.TB, cli *clientv3.Client, what string, cond func() bool) {
+	t.Helper()
+	testenv.WaitKeys(t, cli, prefix(t)+"/", what, cond)
+}
+
 // leaseAlive reports whether etcd still has the lease (and the keys on it).
 func leaseAlive(t testing.TB, cli *clientv3.Client, id clientv3.LeaseID) bool {
 	return leaseTTL(t, cli, id) >= 0
@@ -167,6 +181,7 @@ func eventually(t testing.TB, what string, cond func() bool) {
 type ledger struct {
 	mu    sync.Mutex
 	terms map[string][]*leadership.Term
+	next  chan struct{} // closed at the next grant booked (nil: nobody waits)
 }
 
 func newLedger() *ledger { return &ledger{terms: map[string][]*leadership.Term{}} }
@@ -186,6 +201,26 @@ func (l *ledger) granted(t testing.TB, term *leadership.Term) {
 		}
 	}
 	l.terms[job] = append(l.terms[job], term)
+	if l.next != nil {
+		close(l.next)
+		l.next = nil
+	}
+}
+
+// changed returns a channel closed at the next grant booked.
+func (l *ledger) changed() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.next == nil {
+		l.next = make(chan struct{})
+	}
+	return l.next
+}
+
+// waitFor waits until cond holds, woken by each grant booked.
+func (l *ledger) waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	testenv.WaitChange(t, what, l.changed, cond)
 }
 
 // last is the newest term booked for job, nil if none.

@@ -171,6 +171,7 @@ func (k *keeper) renewed(sentAt int64, resp *pb.LeaseKeepAliveResponse) *EndedEr
 	}
 	k.fails = 0
 	l.lastDeadline.Store(nd)
+	s.stats.changed.notify() // LastRenewal
 	l.timer.Reset(time.Duration(nd - now))
 	return nil
 }
@@ -180,7 +181,7 @@ func (k *keeper) renewed(sentAt int64, resp *pb.LeaseKeepAliveResponse) *EndedEr
 // then at the retry pace.
 func (k *keeper) failed(err error) (next int64, why sendReason) {
 	s := k.s
-	s.stats.keepAliveFailures.Add(1)
+	s.stats.add(&s.stats.keepAliveFailures, 1)
 	k.fails++
 	member := k.cur.memberOf()
 	k.drop(false)
@@ -204,7 +205,7 @@ func (k *keeper) sendNow(now int64, why sendReason) {
 		k.cur = k.open()
 	}
 	k.cur.sentAt = now
-	s.stats.keepAlivesSent.Add(1)
+	s.stats.add(&s.stats.keepAlivesSent, 1)
 	if s.onKeepAlive != nil {
 		s.onKeepAlive(why, s.at(now))
 	}

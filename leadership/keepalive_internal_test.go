@@ -86,7 +86,7 @@ func recordedSession(t *testing.T, cli *clientv3.Client, cfg Config) (*Session, 
 func nextRenewal(t *testing.T, s *Session, after time.Time) time.Time {
 	t.Helper()
 	var at time.Time
-	testenv.Eventually(t, "a keep-alive acknowledged", func() bool {
+	testenv.WaitChange(t, "a keep-alive acknowledged", s.StatsChanged, func() bool {
 		at = s.Stats().LastRenewal
 		return at.After(after)
 	})

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/snip/snip-jobs/internal/testenv"
+	"github.com/snip/snip-jobs/leadership"
 )
 
 // With etcd's authentication on, every new gRPC stream costs a login (a
@@ -22,7 +23,7 @@ func TestKeepAlivesShareOneStreamAndOneLogin(t *testing.T) {
 	s := startSession(t, etcd.UserClient(t), "server-a", withRenew(100*time.Millisecond))
 	from := s.Stats().KeepAlivesSent
 	loginsBefore, streamsBefore := logins(), streams()
-	eventually(t, "a dozen keep-alives", func() bool { return s.Stats().KeepAlivesSent >= from+12 })
+	waitStats(t, s, "a dozen keep-alives", func(st leadership.Stats) bool { return st.KeepAlivesSent >= from+12 })
 	if n := streams() - streamsBefore; n > 1 {
 		t.Errorf("%v keep-alive streams opened for 12 keep-alives, want at most 1", n)
 	}

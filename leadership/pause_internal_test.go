@@ -34,8 +34,8 @@ func TestWinAnsweredAfterTheDeadlineYieldsNoTerm(t *testing.T) {
 			// The whole process stalls (here: its traffic is cut, so keep-alives
 			// fail) until the deadline of the lease used for this win has passed.
 			link.Blackhole()
-			for s.Stats().Lease == first {
-				time.Sleep(10 * time.Millisecond)
+			for ch := s.StatsChanged(); s.Stats().Lease == first; ch = s.StatsChanged() {
+				<-ch // the session's signal: a lease ended or began
 			}
 			link.Unblackhole()
 		}

@@ -107,7 +107,7 @@ func (s *Session) register(ctx context.Context, l *lease) error {
 		default:
 			s.log.Info("predecessor process is gone; revoking its lease so its jobs move now",
 				"pid", prev.PID, "lease", kv.Lease, "since", prev.Started)
-			s.stats.reclaimed.Add(1)
+			s.stats.add(&s.stats.reclaimed, 1)
 		}
 		if err := s.revoke(ctx, old); err != nil {
 			return fmt.Errorf("register instance %q: revoke lease %x of the previous registration: %w", s.cfg.Instance, kv.Lease, err)

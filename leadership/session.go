@@ -78,6 +78,39 @@ type stats struct {
 	reclaimed         atomic.Int64
 	waiting           atomic.Int64
 	leaseEnds         [5]atomic.Int64 // by reasonIndex
+	changed           notifier        // every change of what Stats reports
+}
+
+// add adds d to the counter c and tells StatsChanged's waiters.
+func (st *stats) add(c *atomic.Int64, d int64) {
+	c.Add(d)
+	st.changed.notify()
+}
+
+// notifier is a channel closed at the next notify: a waiter takes the
+// channel, reads the state, then waits on it, so it misses no change. The
+// channel is made only when someone waits.
+type notifier struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func (n *notifier) wait() <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.ch == nil {
+		n.ch = make(chan struct{})
+	}
+	return n.ch
+}
+
+func (n *notifier) notify() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.ch != nil {
+		close(n.ch)
+		n.ch = nil
+	}
 }
 
 var reasonIndex = map[Reason]int{ReasonExpired: 0, ReasonLeaseLost: 1, ReasonKeyLost: 2, ReasonResigned: 3, ReasonShutdown: 4}
@@ -211,6 +244,12 @@ func (s *Session) Stats() Stats {
 	return st
 }
 
+// StatsChanged returns a channel closed at the next change of what Stats
+// reports: a counter, the lease or its last renewal (not Headroom, which moves
+// with the clock). Take the channel, read Stats, then wait on it: a status
+// page or a test follows the session without polling.
+func (s *Session) StatsChanged() <-chan struct{} { return s.stats.changed.wait() }
+
 // waitLease returns the live lease, waiting for one while between leases.
 func (s *Session) waitLease(ctx context.Context) (*lease, error) {
 	for {
@@ -243,6 +282,7 @@ func (s *Session) setCurrent(l *lease) {
 	}
 	close(s.changed)
 	s.changed = make(chan struct{})
+	s.stats.changed.notify()
 }
 
 func (s *Session) heldBefore(id clientv3.LeaseID) bool {
@@ -286,7 +326,7 @@ func (s *Session) run() {
 		l.end(s.now(), cause)
 		l.timer.Stop()
 		s.setCurrent(nil)
-		s.stats.leaseEnds[reasonIndex[cause.Reason]].Add(1)
+		s.stats.add(&s.stats.leaseEnds[reasonIndex[cause.Reason]], 1)
 		level := slog.LevelWarn
 		if cause.Reason == ReasonShutdown {
 			level = slog.LevelInfo
@@ -314,7 +354,7 @@ func (s *Session) startLease() (*lease, error) {
 	if err != nil {
 		return nil, fmt.Errorf("grant lease: %w", err)
 	}
-	s.stats.leasesGranted.Add(1)
+	s.stats.add(&s.stats.leasesGranted, 1)
 	l := &lease{
 		id:     resp.ID,
 		ttl:    time.Duration(resp.TTL) * time.Second,

@@ -67,7 +67,7 @@ func TestOverTLSWithAPrefixOnlyUserInstancesLeadFailOverAndResign(t *testing.T) 
 		p.waitReady()
 	}
 	first := leaderOf(t, observer, "pulse", 0)
-	eventually(t, "a pulse", func() bool { return checkPulses(t, pulses(t, url))[first.Token] != "" })
+	waitPulses(t, url, "a pulse", func() bool { return checkPulses(t, pulses(t, url))[first.Token] != "" })
 	checkLeaseKeysUnderThePrefix(t, observer)
 
 	var cs status.Cluster
@@ -103,7 +103,7 @@ func TestOverTLSWithAPrefixOnlyUserInstancesLeadFailOverAndResign(t *testing.T) 
 	if logs := stopped.logs(); strings.Contains(logs, "permission denied") {
 		t.Errorf("%s could not revoke its lease as the prefix-only user:\n%s", stopped.name, logs)
 	}
-	eventually(t, "a pulse of the last term", func() bool { return checkPulses(t, pulses(t, url))[fourth.Token] != "" })
+	waitPulses(t, url, "a pulse of the last term", func() bool { return checkPulses(t, pulses(t, url))[fourth.Token] != "" })
 }
 
 // checkLeaseKeysUnderThePrefix: every key on every instance's lease is under

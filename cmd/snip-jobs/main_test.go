@@ -45,6 +45,15 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	testenv.Eventually(t, what, cond)
 }
 
+// waitPulses waits until cond holds, woken by each commit to the pulses
+// table in the database at url (testdb.WaitCommit), not by polling. The
+// pulses are fenced writes, which the fence's row lock already serialises, so
+// the trigger's NOTIFY orders no commit that was not ordered.
+func waitPulses(t *testing.T, url, what string, cond func() bool) {
+	t.Helper()
+	testdb.WaitCommit(t, url, what, []string{"pulses"}, cond)
+}
+
 // result is a finished command.
 type result struct {
 	code           int
@@ -371,7 +380,7 @@ func checkPulses(t *testing.T, ps []pulse) map[int64]string {
 func leaderOf(t *testing.T, cli *clientv3.Client, job string, not int64) leadership.Leader {
 	t.Helper()
 	var l leadership.Leader
-	eventually(t, "a leader of "+job+" other than token "+strconv.FormatInt(not, 10), func() bool {
+	testenv.WaitKeys(t, cli, testPrefix+"/", "a leader of "+job+" other than token "+strconv.FormatInt(not, 10), func() bool {
 		got, ok, err := leadership.Observe(context.Background(), cli, testPrefix, job)
 		if err != nil {
 			t.Fatal(err)

@@ -47,7 +47,7 @@ func TestThreeInstancesRunASingletonOnOneAndHandOverOnResignAndSIGTERM(t *testin
 	for _, p := range procs {
 		p.waitReady()
 	}
-	eventually(t, "three pulses", func() bool { return len(pulses(t, url)) >= 3 })
+	waitPulses(t, url, "three pulses", func() bool { return len(pulses(t, url)) >= 3 })
 
 	// One leader, named in etcd, and only its token in the rows so far.
 	first := leaderOf(t, observer, "pulse", 0)
@@ -128,7 +128,7 @@ func TestThreeInstancesRunASingletonOnOneAndHandOverOnResignAndSIGTERM(t *testin
 	if !strings.Contains(r.stdout, "leader was "+first.Instance) || !strings.Contains(r.stdout, "now "+second.Instance) {
 		t.Errorf("resign output:\n%s", r.stdout)
 	}
-	eventually(t, "a pulse of the second term", func() bool { return checkPulses(t, pulses(t, url))[second.Token] != "" })
+	waitPulses(t, url, "a pulse of the second term", func() bool { return checkPulses(t, pulses(t, url))[second.Token] != "" })
 
 	// SIGTERM: the successor starts before the old lease could have expired.
 	ctx := context.Background()
@@ -157,7 +157,7 @@ func TestThreeInstancesRunASingletonOnOneAndHandOverOnResignAndSIGTERM(t *testin
 		strings.Contains(logs, "resign failed") || !strings.Contains(logs, "stopped cleanly") {
 		t.Errorf("%s did not resign its term at shutdown:\n%s", old.name, logs)
 	}
-	eventually(t, "a pulse of the third term", func() bool { return checkPulses(t, pulses(t, url))[third.Token] != "" })
+	waitPulses(t, url, "a pulse of the third term", func() bool { return checkPulses(t, pulses(t, url))[third.Token] != "" })
 
 	owners = checkPulses(t, pulses(t, url))
 	for token, who := range owners {
@@ -191,7 +191,7 @@ func TestKilledLeaderIsReplacedAfterItsLeaseExpires(t *testing.T) {
 		p.waitReady()
 	}
 	first := leaderOf(t, observer, "pulse", 0)
-	eventually(t, "a pulse", func() bool { return checkPulses(t, pulses(t, url))[first.Token] != "" })
+	waitPulses(t, url, "a pulse", func() bool { return checkPulses(t, pulses(t, url))[first.Token] != "" })
 
 	killed := procs[first.Instance]
 	killed.signal(syscall.SIGKILL)
@@ -205,7 +205,7 @@ func TestKilledLeaderIsReplacedAfterItsLeaseExpires(t *testing.T) {
 	if second.Instance == first.Instance {
 		t.Fatalf("the killed instance leads")
 	}
-	eventually(t, "a pulse of the successor", func() bool { return checkPulses(t, pulses(t, url))[second.Token] != "" })
+	waitPulses(t, url, "a pulse of the successor", func() bool { return checkPulses(t, pulses(t, url))[second.Token] != "" })
 	checkPulses(t, pulses(t, url))
 }
 
@@ -293,7 +293,7 @@ func TestRunWithoutEtcdEndpointsStartsAnEmbeddedEtcd(t *testing.T) {
 	}
 	endpoint := warning.Endpoint
 	l := leaderOf(t, etcdClient(t, endpoint), "pulse", 0)
-	eventually(t, "a pulse", func() bool { return checkPulses(t, pulses(t, url))[l.Token] == "solo" })
+	waitPulses(t, url, "a pulse", func() bool { return checkPulses(t, pulses(t, url))[l.Token] == "solo" })
 	if _, err := os.Stat(filepath.Join(c.embeddedDir, "member")); err != nil {
 		t.Errorf("embedded etcd data dir: %v", err)
 	}

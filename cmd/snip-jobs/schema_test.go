@@ -59,7 +59,7 @@ func TestRunRefusesASchemaWithoutItsNewestMigrationUntilMigrated(t *testing.T) {
 	}
 	in = start(t, c, env)
 	in.waitReady()
-	eventually(t, "a pulse through the fence", func() bool { return len(pulses(t, url)) > 0 })
+	waitPulses(t, url, "a pulse through the fence", func() bool { return len(pulses(t, url)) > 0 })
 	if lines := linesWith(in.logs(), `"level":"WARN"`, "does not know"); len(lines) != 0 {
 		t.Errorf("a warning about unknown migrations on an up-to-date schema: %s", lines)
 	}
@@ -113,7 +113,7 @@ func TestRunComparesTheSchemaOncePostgresAnswers(t *testing.T) {
 	if n := len(linesWith(in.logs(), "the database schema has every migration this binary needs")); n != 1 {
 		t.Errorf("ready before the schema was compared (%d lines saying it was):\n%s", n, in.logs())
 	}
-	eventually(t, "a pulse through the fence", func() bool { return len(pulses(t, url)) > 0 })
+	waitPulses(t, url, "a pulse through the fence", func() bool { return len(pulses(t, url)) > 0 })
 	stop(t, in)
 }
 

@@ -223,6 +223,21 @@ func Eventually(t *testing.T, what string, cond func() bool) {
 	testenv.Eventually(t, what, cond)
 }
 
+// WaitCommit waits until cond holds, woken by each commit that changes one
+// of tables (testdb.WaitCommit): the database signals a slot claimed or a
+// pass recorded, the test does not poll.
+func (c *Cluster) WaitCommit(what string, tables []string, cond func() bool) {
+	c.T.Helper()
+	testdb.WaitCommit(c.T, c.URL, what, tables, cond)
+}
+
+// WaitKeys waits until cond holds, woken by each change under the
+// cluster's prefix (testenv.WaitKeys: an etcd watch), for a term won or ended.
+func (c *Cluster) WaitKeys(what string, cond func() bool) {
+	c.T.Helper()
+	testenv.WaitKeys(c.T, c.Obs, c.Prefix+"/", what, cond)
+}
+
 // MetricSum adds up every series of a metric family on a node's registry;
 // given label/value pairs, only the series that carry all of them.
 func (n *Node) MetricSum(t *testing.T, name string, labelPairs ...string) float64 {

@@ -195,17 +195,50 @@ func (c *Cluster) Bindir() string { return c.bindir }
 
 // CreateDatabase creates an empty database called name and returns its URL.
 func (c *Cluster) CreateDatabase(ctx context.Context, name string) (string, error) {
+	return c.createDatabase(ctx, name, "")
+}
+
+// CreateDatabaseFrom creates a database called name as a copy of the database
+// template (CREATE DATABASE … TEMPLATE) and returns its URL. PostgreSQL
+// refuses while another session is connected to template.
+func (c *Cluster) CreateDatabaseFrom(ctx context.Context, name, template string) (string, error) {
+	return c.createDatabase(ctx, name, template)
+}
+
+// MakeTemplate marks the database name a template that accepts no
+// connections, so every copy of it is a copy of what it is now.
+func (c *Cluster) MakeTemplate(ctx context.Context, name string) error {
+	sql := "ALTER DATABASE " + pgx.Identifier{name}.Sanitize() + " WITH IS_TEMPLATE true ALLOW_CONNECTIONS false"
+	if err := c.exec(ctx, sql); err != nil {
+		return fmt.Errorf("pgcluster: make %s a template: %w", name, err)
+	}
+	return nil
+}
+
+func (c *Cluster) createDatabase(ctx context.Context, name, template string) (string, error) {
+	sql := "CREATE DATABASE " + pgx.Identifier{name}.Sanitize()
+	if template != "" {
+		// FILE_COPY copies the files and checkpoints, cheap with fsync off:
+		// 2-3 times faster here than WAL_LOG's block-by-block copy.
+		sql += " TEMPLATE " + pgx.Identifier{template}.Sanitize() + " STRATEGY FILE_COPY"
+	}
+	if err := c.exec(ctx, sql); err != nil {
+		return "", fmt.Errorf("pgcluster: create database %s: %w", name, err)
+	}
+	return c.URL(name), nil
+}
+
+// exec runs one housekeeping statement in the database postgres.
+func (c *Cluster) exec(ctx context.Context, sql string) error {
 	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, c.URL("postgres"))
 	if err != nil {
-		return "", fmt.Errorf("pgcluster: create database %s: %w", name, err)
+		return err
 	}
 	defer conn.Close(context.Background())
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
-		return "", fmt.Errorf("pgcluster: create database %s: %w", name, err)
-	}
-	return c.URL(name), nil
+	_, err = conn.Exec(ctx, sql)
+	return err
 }
 
 // Stop shuts the server down the way pg_ctl stop -m fast does (SIGINT: abort

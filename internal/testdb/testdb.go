@@ -9,6 +9,12 @@
 // the service with DB.Runtime, so a missing grant fails them; their fixtures and
 // checks use DB.Owner.
 //
+// URL, New, NewDB and NewDBIn do not migrate each database: they copy a
+// template database (CREATE DATABASE … TEMPLATE) that was set up exactly so,
+// once per cluster (testenv.Postgres.Template), which costs a copy of files
+// instead of twelve migrations. Migrate, Setup and Roles run the real steps
+// on a database the test made: for the tests of the migrations themselves.
+//
 // It is a package of its own, not part of testenv, because the migrations'
 // own tests use testenv.
 package testdb
@@ -39,11 +45,24 @@ const (
 	RuntimeRole = "snip_jobs"
 )
 
+// The template databases, one per way of setting a database up.
+const (
+	migratedTemplate = "tmpl_migrated" // URL: migrated by the superuser
+	rolesTemplate    = "tmpl_roles"    // NewDB: Setup's roles, migration and grants
+)
+
 // URL returns the URL of a new database with the schema, as the superuser.
 // The test's package must run its tests through testenv.RunMain.
 func URL(t testing.TB) string {
 	t.Helper()
-	return Migrate(t, testenv.PostgresDB(t))
+	pg := testenv.SharedPostgres(t)
+	if err := pg.Template(migratedTemplate, func(ctx context.Context, url string) error {
+		_, err := migrations.Up(ctx, url, nil)
+		return err
+	}); err != nil {
+		t.Fatalf("testdb: %v", err)
+	}
+	return pg.CreateDatabaseFrom(t, migratedTemplate)
 }
 
 // Migrate applies the migrations to the database at url and returns url.
@@ -87,23 +106,54 @@ type DB struct {
 }
 
 // NewDB returns a new database migrated by the owner role, the runtime role
-// granted what the service needs.
+// granted what the service needs, in the test binary's shared cluster. The
+// test's package must run its tests through testenv.RunMain.
 func NewDB(t testing.TB) DB {
 	t.Helper()
-	return Setup(t, testenv.PostgresDB(t))
+	return NewDBIn(t, testenv.SharedPostgres(t))
 }
 
-// Setup is NewDB on the empty database at super, a superuser's URL (a
-// database of a private cluster, say).
-func Setup(t testing.TB, super string) DB {
+// NewDBIn is NewDB in the cluster pg (a private one, say).
+func NewDBIn(t testing.TB, pg *testenv.Postgres) DB {
 	t.Helper()
-	owner, runtime := Roles(t, super)
-	Migrate(t, owner)
-	notes, err := migrations.Grant(context.Background(), owner, RuntimeRole)
-	if err != nil || len(notes) > 0 {
-		t.Fatalf("testdb: grant the runtime role: %v %q", err, notes)
+	if err := pg.Template(rolesTemplate, func(ctx context.Context, url string) error {
+		_, err := setup(ctx, url)
+		return err
+	}); err != nil {
+		t.Fatalf("testdb: %v", err)
+	}
+	super := pg.CreateDatabaseFrom(t, rolesTemplate)
+	owner, runtime, err := roleURLs(super)
+	if err != nil {
+		t.Fatalf("testdb: %v", err)
 	}
 	return DB{Super: super, Owner: owner, Runtime: runtime}
+}
+
+// Setup is NewDB done step by step on the empty database at super, a
+// superuser's URL: for tests of those steps.
+func Setup(t testing.TB, super string) DB {
+	t.Helper()
+	db, err := setup(context.Background(), super)
+	if err != nil {
+		t.Fatalf("testdb: %v", err)
+	}
+	return db
+}
+
+func setup(ctx context.Context, super string) (DB, error) {
+	owner, runtime, err := roles(ctx, super)
+	if err != nil {
+		return DB{}, err
+	}
+	if _, err := migrations.Up(ctx, owner, nil); err != nil {
+		return DB{}, fmt.Errorf("migrations: %w", err)
+	}
+	notes, err := migrations.Grant(ctx, owner, RuntimeRole)
+	if err != nil || len(notes) > 0 {
+		return DB{}, fmt.Errorf("grant the runtime role: %v %q", err, notes)
+	}
+	return DB{Super: super, Owner: owner, Runtime: runtime}, nil
 }
 
 // Roles sets up the database at url (a superuser's URL) as docs/operations.md
@@ -112,18 +162,25 @@ func Setup(t testing.TB, super string) DB {
 // runtime role.
 func Roles(t testing.TB, url string) (owner, runtime string) {
 	t.Helper()
-	ctx := context.Background()
-	cluster, database, err := docsSQL()
+	owner, runtime, err := roles(context.Background(), url)
 	if err != nil {
 		t.Fatalf("testdb: %v", err)
 	}
+	return owner, runtime
+}
+
+func roles(ctx context.Context, url string) (owner, runtime string, err error) {
+	cluster, database, err := docsSQL()
+	if err != nil {
+		return "", "", err
+	}
 	if err := createRoles(ctx, url, cluster); err != nil {
-		t.Fatalf("testdb: create the roles: %v", err)
+		return "", "", fmt.Errorf("create the roles: %w", err)
 	}
 	if err := exec(ctx, url, database); err != nil {
-		t.Fatalf("testdb: the roles' rights on the database: %v", err)
+		return "", "", fmt.Errorf("the roles' rights on the database: %w", err)
 	}
-	return asRole(t, url, OwnerRole), asRole(t, url, RuntimeRole)
+	return roleURLs(url)
 }
 
 // created remembers the clusters (host:port) whose roles exist: roles belong to
@@ -157,14 +214,18 @@ func exec(ctx context.Context, url, sql string) error {
 	return err
 }
 
-// asRole is url with role as its user.
-func asRole(t testing.TB, dbURL, role string) string {
+// roleURLs is the superuser's URL dbURL as the owner and as the runtime role.
+func roleURLs(dbURL string) (owner, runtime string, err error) {
 	u, err := url.Parse(dbURL)
 	if err != nil {
-		t.Fatalf("testdb: %v", err)
+		return "", "", err
 	}
-	u.User = url.User(role)
-	return u.String()
+	as := func(role string) string {
+		v := *u
+		v.User = url.User(role)
+		return v.String()
+	}
+	return as(OwnerRole), as(RuntimeRole), nil
 }
 
 // docsSQL reads docs/operations.md's SQL blocks for the roles: the one run

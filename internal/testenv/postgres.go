@@ -23,7 +23,8 @@ type Postgres struct {
 	c      *pgcluster.Cluster
 	shared bool // the cluster behind PostgresDB: Stop and Start are refused
 
-	dbSeq atomic.Int64 // CreateDatabase names
+	dbSeq     atomic.Int64 // CreateDatabase names
+	templates sync.Map     // name → *template
 }
 
 // StartPostgres starts a private throwaway cluster for this test. Use it when
@@ -62,12 +63,16 @@ func (p *Postgres) URL(database string) string { return p.c.URL(database) }
 // its URL. The database is not dropped; it goes away with the cluster.
 func (p *Postgres) CreateDatabase(t testing.TB) string {
 	t.Helper()
-	name := fmt.Sprintf("%s_%d", dbNamePrefix(t.Name()), p.dbSeq.Add(1))
-	url, err := p.c.CreateDatabase(context.Background(), name)
+	url, err := p.c.CreateDatabase(context.Background(), p.dbName(t))
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
 	return url
+}
+
+// dbName is a new database name for the test t, unique in the cluster.
+func (p *Postgres) dbName(t testing.TB) string {
+	return fmt.Sprintf("%s_%d", dbNamePrefix(t.Name()), p.dbSeq.Add(1))
 }
 
 // Stop shuts the server down the way pg_ctl stop -m fast does (SIGINT: abort
@@ -143,11 +148,7 @@ func RunMain(m *testing.M) int {
 // test fails rather than leak a postmaster.
 func PostgresDB(t testing.TB) string {
 	t.Helper()
-	p, err := sharedPostgres()
-	if err != nil {
-		t.Fatalf("testenv: %v", err)
-	}
-	return p.CreateDatabase(t)
+	return SharedPostgres(t).CreateDatabase(t)
 }
 
 func sharedPostgres() (*Postgres, error) {

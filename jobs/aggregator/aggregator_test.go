@@ -16,6 +16,7 @@ import (
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/fencing"
 	"github.com/snip/snip-jobs/internal/jobtest"
+	"github.com/snip/snip-jobs/internal/testdb"
 	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/jobs/aggregator"
 	"github.com/snip/snip-jobs/scheduler"
@@ -31,7 +32,7 @@ func small() aggregator.Options {
 }
 
 func TestAnEventCommittedAfterHigherIdsIsCountedOnceWhenItCommits(t *testing.T) {
-	d := newDB(t, testenv.PostgresDB(t))
+	d := newDB(t, testdb.NewDB(t))
 	l := newLedger()
 	now := time.Now()
 	d.startAggregator(1, small())
@@ -74,7 +75,7 @@ func TestAnEventCommittedAfterHigherIdsIsCountedOnceWhenItCommits(t *testing.T) 
 // position's) however often it looks, until an event commits; then it counts
 // it at once.
 func TestAnIdleAggregatorWritesNothingUntilAnEventCommits(t *testing.T) {
-	d := newDB(t, testenv.PostgresDB(t))
+	d := newDB(t, testdb.NewDB(t))
 	l := newLedger()
 	now := time.Now()
 	a := d.startAggregator(1, small())
@@ -107,7 +108,7 @@ func TestAnIdleAggregatorWritesNothingUntilAnEventCommits(t *testing.T) {
 }
 
 func TestConcurrentProducersWithInterleavedCommitsAreCountedExactly(t *testing.T) {
-	d := newDB(t, testenv.PostgresDB(t))
+	d := newDB(t, testdb.NewDB(t))
 	l := newLedger()
 	d.startAggregator(1, small())
 
@@ -160,7 +161,7 @@ func TestConcurrentProducersWithInterleavedCommitsAreCountedExactly(t *testing.T
 }
 
 func TestBadEventsGoToRejectsWithTheirReasonAndNeverStopTheJob(t *testing.T) {
-	d := newDB(t, testenv.PostgresDB(t))
+	d := newDB(t, testdb.NewDB(t))
 	l := newLedger()
 	now := time.Now()
 	a := d.startAggregator(1, small())
@@ -217,7 +218,7 @@ func TestBadEventsGoToRejectsWithTheirReasonAndNeverStopTheJob(t *testing.T) {
 // never counted: the database refuses it, also hidden among valid rows, and
 // refuses any UPDATE of an event. Nothing of a refused statement stays.
 func TestAProducerCannotWriteTheTransactionIDItself(t *testing.T) {
-	d := newDB(t, testenv.PostgresDB(t))
+	d := newDB(t, testdb.NewDB(t))
 	ctx := context.Background()
 	refused := func(what string, err error) {
 		t.Helper()
@@ -252,7 +253,7 @@ func TestAProducerCannotWriteTheTransactionIDItself(t *testing.T) {
 
 func TestTwoAggregatorsWithDifferentTokensCountOnce(t *testing.T) {
 	t.Run("the older starts second and is refused before it folds anything", func(t *testing.T) {
-		d := newDB(t, testenv.PostgresDB(t))
+		d := newDB(t, testdb.NewDB(t))
 		l := newLedger()
 		now := time.Now()
 		newer := d.startAggregator(20, small())
@@ -285,7 +286,7 @@ func TestTwoAggregatorsWithDifferentTokensCountOnce(t *testing.T) {
 	})
 
 	t.Run("both run at once while producers commit; the older is refused at its first batch after the newer's first", func(t *testing.T) {
-		d := newDB(t, testenv.PostgresDB(t))
+		d := newDB(t, testdb.NewDB(t))
 		l := newLedger()
 		now := time.Now()
 		older := d.startAggregator(10, small())
@@ -316,7 +317,7 @@ func TestTwoAggregatorsWithDifferentTokensCountOnce(t *testing.T) {
 }
 
 func TestALeaderKilledMidBatchLeavesNothingAndItsSuccessorContinues(t *testing.T) {
-	d := newDB(t, testenv.PostgresDB(t))
+	d := newDB(t, testdb.NewDB(t))
 	l := newLedger()
 	now := time.Now()
 	ctx := context.Background()
@@ -366,7 +367,7 @@ func TestALeaderKilledMidBatchLeavesNothingAndItsSuccessorContinues(t *testing.T
 }
 
 func TestAPausedLeaderThatFinishesItsBatchAfterItsSuccessorStartedCountsOnce(t *testing.T) {
-	d := newDB(t, testenv.PostgresDB(t))
+	d := newDB(t, testdb.NewDB(t))
 	l := newLedger()
 	now := time.Now()
 	ctx := context.Background()
@@ -413,7 +414,7 @@ func TestAPausedLeaderThatFinishesItsBatchAfterItsSuccessorStartedCountsOnce(t *
 
 func TestPostgresRestartsWhileProducersAndTheAggregatorRun(t *testing.T) {
 	pg := testenv.StartPostgres(t)
-	d := newDB(t, pg.CreateDatabase(t))
+	d := newDB(t, testdb.NewDBIn(t, pg))
 	l := newLedger()
 	opts := small()
 	opts.BatchSize = 50
@@ -509,7 +510,7 @@ func (d *db) stateRetry() state {
 }
 
 func TestTheLoopStopsWhenTheTermEnds(t *testing.T) {
-	d := newDB(t, testenv.PostgresDB(t))
+	d := newDB(t, testdb.NewDB(t))
 	t.Run("Valid turns false", func(t *testing.T) {
 		a := d.startAggregator(1, small())
 		a.waitIdlePolls(t, 1)
@@ -544,7 +545,7 @@ func TestProcessedEventsAreDeletedOrKeptForTheRetention(t *testing.T) {
 	}
 
 	t.Run("retention 0 deletes them", func(t *testing.T) {
-		d := newDB(t, testenv.PostgresDB(t))
+		d := newDB(t, testdb.NewDB(t))
 		l := newLedger()
 		d.startAggregator(1, small())
 		for i := range 30 {
@@ -557,7 +558,7 @@ func TestProcessedEventsAreDeletedOrKeptForTheRetention(t *testing.T) {
 	})
 
 	t.Run("a retention keeps them until it has passed", func(t *testing.T) {
-		d := newDB(t, testenv.PostgresDB(t))
+		d := newDB(t, testdb.NewDB(t))
 		l := newLedger()
 		opts := small()
 		opts.Retention = time.Hour
@@ -577,7 +578,7 @@ func TestProcessedEventsAreDeletedOrKeptForTheRetention(t *testing.T) {
 		if _, err := d.obs.Exec(ctx, `DELETE FROM click_aggregator_horizons`); err != nil {
 			t.Fatal(err)
 		}
-		testenv.Eventually(t, "a horizon recorded", func() bool {
+		testdb.WaitCommit(t, d.url, "a horizon recorded", []string{"click_aggregator_horizons"}, func() bool {
 			var n int
 			if err := d.obs.QueryRow(ctx, `SELECT count(*) FROM click_aggregator_horizons`).Scan(&n); err != nil {
 				t.Fatal(err)

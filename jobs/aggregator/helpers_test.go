@@ -44,14 +44,13 @@ type db struct {
 	obs *pgxpool.Pool // the test's own reads and producers
 }
 
-// newDB sets up the empty database at url (a superuser's) as
-// docs/operations.md says: migrated by the owner role, the aggregators
-// connecting as the runtime role.
-func newDB(t testing.TB, url string) *db {
+// newDB is the test's database set up as docs/operations.md says
+// (testdb.NewDB): the test as the superuser, the aggregators connecting as
+// the runtime role; with links 1..links.
+func newDB(t testing.TB, roles testdb.DB) *db {
 	t.Helper()
 	ctx := context.Background()
-	roles := testdb.Setup(t, url)
-	d := &db{t: t, url: url, job: roles.Runtime}
+	d := &db{t: t, url: roles.Super, job: roles.Runtime}
 	d.obs = d.pool("observer")
 	if _, err := d.obs.Exec(ctx, `INSERT INTO links (id, slug) SELECT g, 'l' || g FROM generate_series(1, $1::int) g`, links); err != nil {
 		t.Fatal(err)
@@ -318,7 +317,7 @@ func (d *db) state() state {
 // double count would have had its chance), and fails if it processes more.
 func (d *db) waitProcessed(n int64) {
 	d.t.Helper()
-	testenv.Eventually(d.t, fmt.Sprintf("the aggregator to process the %d committed events", n), func() bool {
+	d.waitState(fmt.Sprintf("the aggregator to process the %d committed events", n), func() bool {
 		s := d.state()
 		if s.folded+s.rejected > n {
 			d.t.Fatalf("aggregator processed %d events (%d counted, %d rejected); only %d were committed", s.folded+s.rejected, s.folded, s.rejected, n)
@@ -337,7 +336,9 @@ func (d *db) waitProcessed(n int64) {
 // until an event commits.
 func (d *db) waitCaughtUp() {
 	d.t.Helper()
-	testenv.Eventually(d.t, "the aggregator's position to cover every committed event", func() bool {
+	// Only a commit of the aggregator's position can make this true (events
+	// committing can only make it false): the wait is woken by those.
+	d.waitState("the aggregator's position to cover every committed event", func() bool {
 		var done bool
 		err := d.obs.QueryRow(context.Background(), `SELECT target IS NULL AND NOT EXISTS (
 			SELECT FROM click_events e WHERE NOT pg_visible_in_snapshot(e.txid, s.prev)) FROM click_aggregator_state s`).Scan(&done)
@@ -362,7 +363,16 @@ func (a *aggregatorJob) waitIdlePolls(t testing.TB, k int) {
 // waitFolded waits until the aggregator has counted at least n events.
 func (d *db) waitFolded(n int64) {
 	d.t.Helper()
-	testenv.Eventually(d.t, fmt.Sprintf("%d events counted", n), func() bool { return d.state().folded >= n })
+	d.waitState(fmt.Sprintf("%d events counted", n), func() bool { return d.state().folded >= n })
+}
+
+// waitState waits until cond holds, woken by each commit of the aggregator's
+// position (click_aggregator_state): PostgreSQL signals, the test does not
+// poll. The producers' tables get no trigger: a NOTIFY serialises commits,
+// and the events' commit order is what the aggregator must get right.
+func (d *db) waitState(what string, cond func() bool) {
+	d.t.Helper()
+	testdb.WaitCommit(d.t, d.url, what, []string{"click_aggregator_state"}, cond)
 }
 
 // wantCounts checks link_counts, link_hourly_counts and click_rejects against

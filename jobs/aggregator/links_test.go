@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/snip/snip-jobs/internal/testdb"
 	"github.com/snip/snip-jobs/internal/testenv"
 )
 
@@ -22,7 +23,7 @@ import (
 // went by: only where each event went shows whether one was counted and
 // rejected while another was neither.
 func TestALinkDeletedAndAnotherCreatedDuringTheFoldLeaveEveryEventCountedOrRejectedOnce(t *testing.T) {
-	d := newDB(t, testenv.PostgresDB(t))
+	d := newDB(t, testdb.NewDB(t))
 	ctx := context.Background()
 	const linkA, linkB, linkC = 7, links + 100, 3
 

@@ -8,7 +8,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/snip/snip-jobs/internal/testdb"
-	"github.com/snip/snip-jobs/internal/testenv"
 )
 
 // The look for work runs every interval while the job is idle, with the
@@ -17,7 +16,7 @@ import (
 // `txid >= x` read the whole table, 0.6 s for 2 M events, to find nothing).
 func TestTheLookForWorkNeverScansTheEvents(t *testing.T) {
 	ctx := context.Background()
-	url := testdb.Migrate(t, testenv.PostgresDB(t))
+	url := testdb.URL(t)
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		t.Fatal(err)

@@ -131,7 +131,7 @@ func TestARestoredPositionNoBatchSawBeforeTheIdsOvertookItIsStillRefused(t *test
 // the position that looks processed in it, records the new cluster, says so
 // at INFO, and goes on counting.
 func TestAnotherClusterWithTheSameNumberingCarriesOn(t *testing.T) {
-	d := newDB(t, testenv.PostgresDB(t))
+	d := newDB(t, testdb.NewDB(t))
 	l := newLedger()
 	now := time.Now()
 	agg := d.startAggregator(1, small())
@@ -166,7 +166,7 @@ func TestAnotherClusterWithTheSameNumberingCarriesOn(t *testing.T) {
 // revoked, as some managed services do): the job counts as ever, warns once
 // that the guard needing it is off, and records no cluster.
 func TestADatabaseThatHidesItsClusterStillCountsAndSaysTheGuardIsOff(t *testing.T) {
-	d := newDB(t, testenv.PostgresDB(t))
+	d := newDB(t, testdb.NewDB(t))
 	testenv.Exec(t, d.obs, `CREATE ROLE aggregator_job LOGIN;
 		GRANT ALL ON ALL TABLES IN SCHEMA public TO aggregator_job;
 		GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO aggregator_job;
@@ -210,7 +210,7 @@ func restoredFromAhead(t *testing.T) (*db, *ledger, int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := newDB(t, testenv.PostgresDB(t))
+	src := newDB(t, testdb.NewDB(t))
 	testenv.Exec(t, src.obs, `DO $$ BEGIN
 	WHILE pg_snapshot_xmax(pg_current_snapshot()) < '10000'::xid8 LOOP
 		PERFORM pg_current_xact_id();

@@ -55,10 +55,10 @@ func TestANewDomainIsCertifiedWithoutWaitingForTheNextInterval(t *testing.T) {
 	passes := func() int64 {
 		return count(`SELECT count(*) FROM job_runs WHERE job = $1 AND finished_at IS NOT NULL`, jobName)
 	}
-	jobtest.Eventually(t, "the first pass, at the start of the term", func() bool { return passes() == 1 })
+	jc.WaitCommit("the first pass, at the start of the term", []string{"job_runs"}, func() bool { return passes() == 1 })
 
 	testenv.Exec(t, jc.DB, `INSERT INTO custom_domains (domain) VALUES ('new.customer.test'), ('bad name.customer.test')`)
-	jobtest.Eventually(t, "the new domain certified", func() bool {
+	jc.WaitCommit("the new domain certified", []string{"certrenew_certificates"}, func() bool {
 		return count(`SELECT count(*) FROM certrenew_certificates WHERE domain = 'new.customer.test' AND current`) == 1
 	})
 	if n := count(`SELECT count(*) FROM certrenew_invalid_domains`); n != 1 {
@@ -92,13 +92,13 @@ func TestARetryRequestWakesTheLeader(t *testing.T) {
 	passes := func() int64 {
 		return count(`SELECT count(*) FROM job_runs WHERE job = $1 AND finished_at IS NOT NULL`, jobName)
 	}
-	jobtest.Eventually(t, "the first pass, its order refused", func() bool {
+	jc.WaitCommit("the first pass, its order refused", []string{"job_runs", "certrenew_domains"}, func() bool {
 		return passes() == 1 && count(`SELECT count(*) FROM certrenew_domains WHERE failures = 1`) == 1
 	})
 	if _, err := certrenew.RequestRetry(context.Background(), jc.DB, opts, blocked, "ops@test"); err != nil {
 		t.Fatal(err)
 	}
-	jobtest.Eventually(t, "the domain ordered again", func() bool {
+	jc.WaitCommit("the domain ordered again", []string{"certrenew_domains"}, func() bool {
 		return count(`SELECT count(*) FROM certrenew_domains WHERE failures = 2`) == 1
 	})
 	jobtest.Eventually(t, "two seconds without a pass", func() bool {
@@ -142,7 +142,7 @@ func TestUnderTheSchedulerALostOrderIsPlacedAgainAfterTheLockDelay(t *testing.T)
 	}
 
 	exec(`INSERT INTO custom_domains (domain) VALUES ('first.customer.test')`)
-	jobtest.Eventually(t, "the first certificate", func() bool {
+	jc.WaitCommit("the first certificate", []string{"certrenew_certificates"}, func() bool {
 		return count(`SELECT count(*) FROM certrenew_certificates WHERE current`) == 1
 	})
 
@@ -178,7 +178,7 @@ func TestUnderTheSchedulerALostOrderIsPlacedAgainAfterTheLockDelay(t *testing.T)
 	})
 	exec(`INSERT INTO custom_domains (domain) VALUES ($1)`, d)
 
-	jobtest.Eventually(t, "the crashed leader's domain certified by its successor", func() bool {
+	jc.WaitCommit("the crashed leader's domain certified by its successor", []string{"certrenew_certificates"}, func() bool {
 		return count(`SELECT count(*) FROM certrenew_certificates WHERE domain = $1 AND current`, d) == 1
 	})
 	crashed.Lock()

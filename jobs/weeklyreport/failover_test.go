@@ -114,7 +114,7 @@ func TestLeaderKilledAtTheSlotGivesOneReportWrittenByTheSuccessor(t *testing.T) 
 	// Every slot reports the same week, so a successor that skipped the killed
 	// slot would still store the report at a later one: the killed slot's own
 	// row must be done, by the successor, in the report's transaction.
-	jobtest.Eventually(t, "the killed slot "+killed.slot.String()+" to be done", func() bool {
+	c.WaitCommit("the killed slot "+killed.slot.String()+" to be done", []string{"cron_slots"}, func() bool {
 		var state string
 		_ = c.DB.QueryRow(context.Background(), `SELECT state FROM cron_slots WHERE job = $1 AND slot = $2`, jobName, killed.slot).Scan(&state)
 		return state == "done"
@@ -140,7 +140,7 @@ func TestLeaderKilledAtTheSlotGivesOneReportWrittenByTheSuccessor(t *testing.T) 
 		t.Fatalf("killed slot completed at %v, report created at %v: the report was not stored by the killed slot's run", finished, created)
 	}
 
-	jobtest.Eventually(t, "three more slots of the same week to be done", func() bool {
+	c.WaitCommit("three more slots of the same week to be done", []string{"cron_slots"}, func() bool {
 		var n int
 		_ = c.DB.QueryRow(context.Background(), `SELECT count(*) FROM cron_slots WHERE job = $1 AND slot > $2 AND state = 'done'`,
 			jobName, killed.slot).Scan(&n)
@@ -186,7 +186,7 @@ func TestThreeInstancesInDatabaseModeStoreOneReport(t *testing.T) {
 		Instance string
 	}
 	var done []slotRow
-	jobtest.Eventually(t, "five slots to be done", func() bool {
+	c.WaitCommit("five slots to be done", []string{"cron_slots"}, func() bool {
 		rows, _ := c.DB.Query(context.Background(), `SELECT slot, attempts, instance FROM cron_slots
 			WHERE job = $1 AND state = 'done' ORDER BY slot`, jobName)
 		var err error
@@ -229,7 +229,7 @@ func TestMissedWeeksAreCaughtUpByPolicy(t *testing.T) {
 			job := reportJob(week, time.UTC, configs.Leader, tc.policy)
 			job.Schedule.CatchUpWindow = 5 * week
 			c.Start("server-1", jobtest.Registry(t, weeklyreport.Type()), []configs.Job{job})
-			jobtest.Eventually(t, "the catch-up to finish", func() bool {
+			c.WaitCommit("the catch-up to finish", []string{"cron_slots"}, func() bool {
 				var open int
 				_ = c.DB.QueryRow(context.Background(), `SELECT count(*) FROM cron_slots WHERE job = $1 AND slot > $2 AND state IN ('done', 'skipped')`,
 					jobName, lastMonday.Add(-2*week)).Scan(&open)

@@ -32,6 +32,7 @@ const patience = 60 * time.Second
 // through svc, as the runtime role of docs/operations.md.
 type db struct {
 	t    testing.TB
+	url  string // the superuser's
 	pool *pgxpool.Pool
 	svc  *pgxpool.Pool
 }
@@ -39,7 +40,14 @@ type db struct {
 func newDB(t testing.TB) *db {
 	t.Helper()
 	roles := testdb.NewDB(t)
-	return &db{t: t, pool: testdb.Pool(t, roles.Super), svc: testdb.Pool(t, roles.Runtime)}
+	return &db{t: t, url: roles.Super, pool: testdb.Pool(t, roles.Super), svc: testdb.Pool(t, roles.Runtime)}
+}
+
+// waitSlots waits until cond holds, woken by each commit to cron_slots (a
+// slot claimed, done or skipped), not by polling.
+func (d *db) waitSlots(what string, cond func() bool) {
+	d.t.Helper()
+	testdb.WaitCommit(d.t, d.url, what, []string{"cron_slots"}, cond)
 }
 
 func (d *db) exec(sql string, args ...any) { d.t.Helper(); testenv.Exec(d.t, d.pool, sql, args...) }

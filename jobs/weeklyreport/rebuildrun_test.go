@@ -83,7 +83,7 @@ func TestRebuildInDatabaseModeIsOrderedWithTheWeeksSlot(t *testing.T) {
 	d.clicks(1, lastMonday.Add(-24*time.Hour), 40) // Sunday 00:00 UTC
 
 	stop := startWithoutEtcd(t, d, "server-1", []configs.Job{job})
-	testenv.Eventually(t, "the instance to run the slot "+lastMonday.String(), func() bool {
+	d.waitSlots("the instance to run the slot "+lastMonday.String(), func() bool {
 		return strings.HasPrefix(d.slotState(jobName, lastMonday), "done")
 	})
 	stop() // its last fenced write (the slot's outcome) is made before the rebuild
@@ -138,7 +138,7 @@ func TestRebuildInDatabaseModeIsOrderedWithTheWeeksSlot(t *testing.T) {
 	// has a newer token: the rebuild does not lock the slot's runs out.
 	d.exec(`UPDATE cron_slots SET state = 'failed', finished_at = now() - interval '1 hour' WHERE job = $1 AND slot = $2`, jobName, lastMonday)
 	startWithoutEtcd(t, d, "server-2", []configs.Job{job})
-	testenv.Eventually(t, "the retried slot to be done", func() bool {
+	d.waitSlots("the retried slot to be done", func() bool {
 		return d.str(`SELECT state || ' ' || instance FROM cron_slots WHERE job = $1 AND slot = $2`, jobName, lastMonday) == "done server-2"
 	})
 	retry := d.int(`SELECT token FROM cron_slots WHERE job = $1 AND slot = $2`, jobName, lastMonday)
@@ -165,7 +165,7 @@ func TestAfterARebuildInLeaderModeTheLeaderTakesANewTermAndCarriesOn(t *testing.
 	c := jobtest.NewCluster(t)
 	job := reportJob(time.Second, steadyZone(t, time.Now()), configs.Leader, configs.Latest)
 	c.Start("server-1", jobtest.Registry(t, weeklyreport.Type()), []configs.Job{job})
-	jobtest.Eventually(t, "the week to be stored", func() bool { return storedReports(t, c).reports == 1 })
+	c.WaitCommit("the week to be stored", []string{"weekly_reports"}, func() bool { return storedReports(t, c).reports == 1 })
 	var week string
 	if err := c.DB.QueryRow(context.Background(), `SELECT week FROM weekly_reports`).Scan(&week); err != nil {
 		t.Fatal(err)
@@ -182,12 +182,12 @@ func TestAfterARebuildInLeaderModeTheLeaderTakesANewTermAndCarriesOn(t *testing.
 		t.Fatalf("Rebuild: %v", err)
 	}
 	var next leadership.Leader
-	jobtest.Eventually(t, "a term newer than the rebuild", func() bool {
+	c.WaitKeys("a term newer than the rebuild", func() bool {
 		l, ok := c.Leader(jobName)
 		next = l
 		return ok && l.Token > run.Token
 	})
-	jobtest.Eventually(t, "the new term to complete two slots", func() bool {
+	c.WaitCommit("the new term to complete two slots", []string{"cron_slots"}, func() bool {
 		var n int
 		_ = c.DB.QueryRow(context.Background(), `SELECT count(*) FROM cron_slots WHERE job = $1 AND token = $2 AND state = 'done'`,
 			jobName, next.Token).Scan(&n)
