@@ -21,6 +21,7 @@ import (
 
 	"github.com/snip/snip-jobs/internal/acmetest"
 	"github.com/snip/snip-jobs/internal/pgcluster"
+	"github.com/snip/snip-jobs/internal/sleep"
 	"github.com/snip/snip-jobs/internal/sockact"
 	"github.com/snip/snip-jobs/migrations"
 )
@@ -485,15 +486,13 @@ func (c *cluster) settle(ctx context.Context, after time.Time) error {
 		if why == "" {
 			return nil
 		}
-		select {
-		case <-ctx.Done():
+		if !sleep.For(ctx, 50*time.Millisecond) {
 			for _, in := range c.instances {
 				if !in.running() {
 					why += fmt.Sprintf("\n%s: exit status %d; the end of its log:\n%s", in.name, lastExit(in), in.logTail(12))
 				}
 			}
 			return fmt.Errorf("not settled within %v: %s", readyBound, why)
-		case <-time.After(50 * time.Millisecond):
 		}
 	}
 }

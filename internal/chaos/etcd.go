@@ -25,6 +25,7 @@ import (
 
 	"github.com/snip/snip-jobs/internal/etcdsecure"
 	"github.com/snip/snip-jobs/internal/pdeathsig"
+	"github.com/snip/snip-jobs/internal/sleep"
 )
 
 // MemberCommand is the first argument that makes a binary embedding this
@@ -449,10 +450,8 @@ func (c *etcdCluster) waitLeader(ctx context.Context, bound time.Duration) (int,
 		if i := c.leader(ctx); i >= 0 {
 			return i, nil
 		}
-		select {
-		case <-ctx.Done():
+		if !sleep.For(ctx, 20*time.Millisecond) {
 			return -1, fmt.Errorf("etcd members do not agree on a leader within %v", bound)
-		case <-time.After(20 * time.Millisecond):
 		}
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/snip/snip-jobs/internal/sleep"
 )
 
 // UpgradeRestart is a step of Upgrade: one server stopped (SIGTERM) and
@@ -47,7 +49,7 @@ func Upgrade(ctx context.Context, o Options, previous string) (*Report, error) {
 	}
 	defer c.close()
 	rep.Jobs, rep.EtcdVersion = c.jobs, c.etcdVersion
-	c.hold(ctx, o.Pause) // the old release at work
+	sleep.For(ctx, o.Pause) // the old release at work
 	if o.AwaitReport {
 		// The old release stores this week's report first; every slot after
 		// (leaders of either release) must leave it alone.
@@ -72,7 +74,7 @@ func Upgrade(ctx context.Context, o Options, previous string) (*Report, error) {
 		f := c.upgradeRestart(ctx, i+1, in)
 		rep.Faults = append(rep.Faults, f)
 		o.Log.Info("server upgraded", "n", i+1, "instance", in.name, "led", f.Led, "err", f.Err)
-		c.hold(ctx, o.Pause)
+		sleep.For(ctx, o.Pause)
 	}
 	return c.conclude(ctx, rep)
 }
