@@ -43,5 +43,13 @@
 // host's monotonic clock and etcd's do not drift apart by more than the margin over
 // one TTL; it does not assume synchronised wall clocks, which are never compared.
 //
+// The key layout is this package's alone: <prefix>/leaders/<job> (a term),
+// <prefix>/instances/<name> (an instance's registration, on its lease) and
+// <prefix>/resign/<job> (an operator's request that the term with the token
+// it names resign). Other packages read and write them through this API
+// (Observe, Leaders, Instances, WatchInstances, Session.ClusterLoad,
+// RequestResign, Session.WatchResignRequests, Reclaim), never by key: the
+// scheduler imports no etcd package.
+//
 // See docs/safety.md for the argument and the test that covers each step.
 package leadership

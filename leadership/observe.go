@@ -156,6 +156,42 @@ func pauseCtx(ctx context.Context, d time.Duration) {
 	}
 }
 
+// WatchInstances calls f with the names of the instances that are up, sorted,
+// at once and after each change, until ctx ends (package-level
+// WatchInstances on the session's client and prefix, retried every renew
+// interval, at least a second, while etcd does not answer).
+func (s *Session) WatchInstances(ctx context.Context, f func(names []string)) {
+	WatchInstances(ctx, s.cfg.Client, s.cfg.Prefix, max(time.Second, s.cfg.RenewInterval), f)
+}
+
+// ClusterLoad counts the terms each instance that is up leads, by instance
+// name: two range reads in one round trip (a transaction), for a scheduler
+// that spreads singletons over instances and reads it on the path of every
+// hand-over. Leader keys of instances not registered are not counted.
+func (s *Session) ClusterLoad(ctx context.Context) (map[string]int, error) {
+	instances, leaders := InstanceKey(s.cfg.Prefix, ""), LeaderKey(s.cfg.Prefix, "")
+	resp, err := s.cfg.Client.Txn(ctx).Then(
+		clientv3.OpGet(instances, clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+		clientv3.OpGet(leaders, clientv3.WithPrefix()),
+	).Commit()
+	if err != nil {
+		return nil, fmt.Errorf("leadership: cluster load: %w", err)
+	}
+	load := map[string]int{}
+	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
+		load[strings.TrimPrefix(string(kv.Key), instances)] = 0
+	}
+	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
+		var rec LeaderRecord
+		if json.Unmarshal(kv.Value, &rec) == nil {
+			if _, up := load[rec.Instance]; up {
+				load[rec.Instance]++
+			}
+		}
+	}
+	return load, nil
+}
+
 // InstanceLease is an instance that is up, with what etcd says of its lease:
 // the time left (about the TTL while the instance renews it; counting down
 // once it stopped: killed, paused, cut off from etcd) and the TTL granted.

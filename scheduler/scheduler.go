@@ -2,24 +2,22 @@ package scheduler
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"runtime/debug"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/fencing"
 	"github.com/snip/snip-jobs/leadership"
+	"github.com/snip/snip-jobs/scheduler/status"
 )
 
 // Config wires a Scheduler.
@@ -108,7 +106,7 @@ type job struct {
 	term      *leadership.Term
 	stop      context.CancelCauseFunc // ends the current lead
 	holdUntil time.Time
-	last      *RunRecord
+	last      *status.RunRecord
 }
 
 // New checks the configuration against the registry and builds every job. An
@@ -246,7 +244,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	if s.leaderJobs > 0 {
 		wg.Add(2)
 		go func() { defer wg.Done(); s.spreadLoop(ctx) }()
-		go func() { defer wg.Done(); s.watchResignRequests(ctx) }()
+		go func() { defer wg.Done(); s.cfg.Session.WatchResignRequests(ctx, s.resignRequested) }()
 	}
 	<-ctx.Done() // also without jobs: the scheduler runs until it is stopped
 	wg.Wait()
@@ -416,26 +414,21 @@ func handedOver(cause error) bool {
 		errors.Is(cause, errRebalance) || errors.As(cause, new(*PanicError))
 }
 
-// handOverLabels are the endLabels of terms their instance resigned while they
-// still held: the job had stopped before the resignation, and the end was
-// recorded after it (see History).
-var handOverLabels = []string{"shutdown", "watchdog", "resign-request", "rebalance", "panic", string(leadership.ReasonResigned)}
-
 // endLabel names why a lead ended, for metrics and logs.
 func endLabel(cause error, term *leadership.Term) string {
 	switch {
 	case errors.Is(cause, errShutdown):
-		return "shutdown"
+		return status.EndShutdown
 	case errors.Is(cause, errWatchdog):
-		return "watchdog"
+		return status.EndWatchdog
 	case errors.Is(cause, errResignRequested):
-		return "resign-request"
+		return status.EndResignRequest
 	case errors.Is(cause, errRebalance):
-		return "rebalance"
+		return status.EndRebalance
 	case errors.As(cause, new(*PanicError)):
-		return "panic"
+		return status.EndPanic
 	case errors.Is(cause, fencing.ErrStaleToken):
-		return "fenced"
+		return status.EndFenced
 	}
 	if r := leadership.ReasonOf(cause); r != "" {
 		return string(r)
@@ -518,7 +511,7 @@ func (s *Scheduler) holdback(j *job) time.Duration {
 		return 0
 	}
 	for name, n := range load {
-		if name != s.instance && n < mine {
+		if name != s.instance && int64(n) < mine {
 			s.m.holdbacks.WithLabelValues(j.spec.Name).Inc()
 			return s.spreadDelay()
 		}
@@ -527,33 +520,11 @@ func (s *Scheduler) holdback(j *job) time.Duration {
 }
 
 // clusterLoad counts the terms each live (registered) instance leads, from
-// etcd: two range reads in one round trip (a transaction), which sits on the
-// path of every hand-over.
-func (s *Scheduler) clusterLoad() (map[string]int64, error) {
-	cfg := s.cfg.Session.Config()
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.RenewInterval)
+// etcd, bounded by a renew interval: it sits on the path of every hand-over.
+func (s *Scheduler) clusterLoad() (map[string]int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Session.Config().RenewInterval)
 	defer cancel()
-	instances, leaders := leadership.InstanceKey(cfg.Prefix, ""), leadership.LeaderKey(cfg.Prefix, "")
-	resp, err := cfg.Client.Txn(ctx).Then(
-		clientv3.OpGet(instances, clientv3.WithPrefix(), clientv3.WithKeysOnly()),
-		clientv3.OpGet(leaders, clientv3.WithPrefix()),
-	).Commit()
-	if err != nil {
-		return nil, err
-	}
-	load := map[string]int64{}
-	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
-		load[strings.TrimPrefix(string(kv.Key), instances)] = 0
-	}
-	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
-		var rec leadership.LeaderRecord
-		if json.Unmarshal(kv.Value, &rec) == nil {
-			if _, up := load[rec.Instance]; up {
-				load[rec.Instance]++
-			}
-		}
-	}
-	return load, nil
+	return s.cfg.Session.ClusterLoad(ctx)
 }
 
 func (s *Scheduler) fairShare() int64 { return fairShare(s.leaderJobs, int(s.instances.Load())) }

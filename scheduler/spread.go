@@ -2,13 +2,7 @@ package scheduler
 
 import (
 	"context"
-	"strconv"
-	"strings"
 	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/snip/snip-jobs/leadership"
 )
 
 // spreadLoop keeps the count of live instances (for fairShare) from a watch
@@ -16,9 +10,8 @@ import (
 // every few seconds, when this instance leads more than its fair share while
 // others are up, hands one term over.
 func (s *Scheduler) spreadLoop(ctx context.Context) {
-	cfg := s.cfg.Session.Config()
-	every := max(time.Second, cfg.RenewInterval)
-	go leadership.WatchInstances(ctx, cfg.Client, cfg.Prefix, every, func(names []string) {
+	every := max(time.Second, s.cfg.Session.Config().RenewInterval)
+	go s.cfg.Session.WatchInstances(ctx, func(names []string) {
 		if len(names) > 0 {
 			s.instances.Store(int64(len(names)))
 		}
@@ -53,30 +46,8 @@ func (s *Scheduler) handOverOne() {
 	}
 }
 
-// watchResignRequests ends the lead of a job whose current token an operator
-// asked to resign (RequestResign).
-func (s *Scheduler) watchResignRequests(ctx context.Context) {
-	cfg := s.cfg.Session.Config()
-	pfx := ResignKey(cfg.Prefix, "")
-	for ctx.Err() == nil {
-		for resp := range cfg.Client.Watch(ctx, pfx, clientv3.WithPrefix()) {
-			for _, ev := range resp.Events {
-				if ev.Type != clientv3.EventTypePut {
-					continue
-				}
-				name := strings.TrimPrefix(string(ev.Kv.Key), pfx)
-				token, err := strconv.ParseInt(string(ev.Kv.Value), 10, 64)
-				if err != nil {
-					s.log.Warn("ignoring an unreadable resign request", "job", name, "value", string(ev.Kv.Value))
-					continue
-				}
-				s.resignRequested(name, token)
-			}
-		}
-		pause(ctx, time.Second)
-	}
-}
-
+// resignRequested ends the lead of job name if its current token is the one
+// an operator asked to resign (leadership.RequestResign).
 func (s *Scheduler) resignRequested(name string, token int64) {
 	for _, j := range s.jobs {
 		if j.spec.Name != name {

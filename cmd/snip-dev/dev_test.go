@@ -500,7 +500,7 @@ func TestDevRunsAClusterWhoseStatusPageShowsAFailoverInABrowser(t *testing.T) {
 			t.Errorf("dev did not narrate %q with %q:\n%s", over, reason, out)
 		}
 	}
-	for _, line := range linesWith(out, "'s term is over (token") {
+	for _, line := range clitest.LinesWith(out, "'s term is over (token") {
 		if strings.Contains(line, "recorded no reason") {
 			t.Errorf("dev narrated a term's end without its reason: %s", line)
 		}
@@ -529,8 +529,8 @@ func TestDevRunsAClusterWhoseStatusPageShowsAFailoverInABrowser(t *testing.T) {
 		t.Fatalf("dev did not print the certs command:\n%s", dev.stdout())
 	}
 	eventually(t, "the demo's custom domains certified, as certs list shows them", func() bool {
-		r := snip(t, nil, "certs", "list", "--config", certs[1])
-		return r.code == 0 && strings.Count(r.stdout, " valid ") == 3
+		r := snip(t, "certs", "list", "--config", certs[1])
+		return r.Code == 0 && strings.Count(r.Stdout, " valid ") == 3
 	})
 
 	// The banner's HTTPS line: the demo's web tier serves a domain with the
@@ -543,8 +543,8 @@ func TestDevRunsAClusterWhoseStatusPageShowsAFailoverInABrowser(t *testing.T) {
 	served := servedSerial(t, https[1], https[2], "127.0.0.1:"+https[3])
 	var first string
 	eventually(t, "the demo's web tier serving "+https[2], func() bool { first = served(); return first != "" })
-	if r := snip(t, nil, "certs", "renew", renew[1], "--config", renew[2]); r.code != 0 {
-		t.Fatalf("the banner's renew command: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	if r := snip(t, "certs", "renew", renew[1], "--config", renew[2]); r.Code != 0 {
+		t.Fatalf("the banner's renew command: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
 	}
 	eventually(t, "a new certificate served for "+https[2]+" after certs renew", func() bool {
 		s := served()
@@ -659,7 +659,7 @@ func dirsNamedIn(s string, patterns ...string) []string {
 
 func TestDevWithoutPostgreSQLNamesThePackageToInstall(t *testing.T) {
 	r := dev(t, "--http-base", "-1", "--pg-bindir", filepath.Join(t.TempDir(), "no-postgres"))
-	if r.code != 1 || !strings.Contains(r.stderr, "install the Debian package postgresql-15") {
-		t.Fatalf("dev without PostgreSQL's binaries: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	if r.Code != 1 || !strings.Contains(r.Stderr, "install the Debian package postgresql-15") {
+		t.Fatalf("dev without PostgreSQL's binaries: exit %d\nstdout: %s\nstderr: %s", r.Code, r.Stdout, r.Stderr)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/snip/snip-jobs/internal/etcdsecure"
 	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/leadership"
+	"github.com/snip/snip-jobs/scheduler/status"
 )
 
 // secure returns c set up for the cluster of testenv.StartSecureEtcd: its
@@ -69,7 +70,7 @@ func TestOverTLSWithAPrefixOnlyUserInstancesLeadFailOverAndResign(t *testing.T) 
 	eventually(t, "a pulse", func() bool { return checkPulses(t, pulses(t, url))[first.Token] != "" })
 	checkLeaseKeysUnderThePrefix(t, observer)
 
-	var cs clusterStatus
+	var cs status.Cluster
 	r := snip(t, env, "status", "--json", "--config", procs[first.Instance].config)
 	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &cs) != nil || len(cs.Instances) != 3 || cs.Jobs[0].Leader == nil {
 		t.Fatalf("status over TLS as the user: exit %d\n%s%s", r.code, r.stdout, r.stderr)

@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/snip/snip-jobs/internal/clitest"
+	"github.com/snip/snip-jobs/internal/pdeathsig"
 	"github.com/snip/snip-jobs/internal/sockact"
 	"github.com/snip/snip-jobs/internal/testdb"
 	"github.com/snip/snip-jobs/internal/testenv"
@@ -31,19 +32,7 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "snip-jobs-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	if binary, err = clitest.Build(dir, ".", "snip-jobs"); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := testenv.RunMain(m)
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(clitest.Main(m, clitest.Binary{Pkg: ".", Name: "snip-jobs", Path: &binary}))
 }
 
 // waitLong bounds waiting on processes: how long a broken setup takes to
@@ -214,7 +203,9 @@ func start(t *testing.T, c config, env []string, args ...string) *instance {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := in.cmd.Start(); err != nil {
+	// The instance dies with the test binary, however that ends (a panic, the
+	// -timeout alarm, SIGKILL): no instance outlives the test that started it.
+	if err := pdeathsig.Start(in.cmd, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range files {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/internal/termsafe"
-	"github.com/snip/snip-jobs/scheduler"
+	"github.com/snip/snip-jobs/leadership"
 )
 
 func resignCommand() command {
@@ -49,8 +49,8 @@ etcd (not database-mode cron jobs) have a leader.`,
 				defer cli.Close()
 				ctx, cancel := context.WithTimeout(ctx, *timeout)
 				defer cancel()
-				before, after, err := scheduler.RequestResign(ctx, cli, f.Etcd.Prefix, name)
-				if errors.Is(err, scheduler.ErrNoLeader) {
+				before, after, err := leadership.RequestResign(ctx, cli, f.Etcd.Prefix, name)
+				if errors.Is(err, leadership.ErrNoLeader) {
 					return fmt.Errorf("%s has no leader now: nothing to resign (is any instance running it?)", name)
 				}
 				if before.Instance != "" {

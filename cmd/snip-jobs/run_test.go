@@ -16,6 +16,7 @@ import (
 
 	"github.com/snip/snip-jobs/internal/testdb"
 	"github.com/snip/snip-jobs/internal/testenv"
+	"github.com/snip/snip-jobs/scheduler/status"
 )
 
 // Three instances, a shared etcd and database, one singleton that records
@@ -87,7 +88,7 @@ func TestThreeInstancesRunASingletonOnOneAndHandOverOnResignAndSIGTERM(t *testin
 	}
 
 	// status, from outside, shows the leader and the last run.
-	var cs clusterStatus
+	var cs status.Cluster
 	eventually(t, "status to show the leader's last run", func() bool {
 		r := snip(t, env, "status", "--json", "--config", leader.config)
 		if r.code != 0 {
@@ -100,13 +101,13 @@ func TestThreeInstancesRunASingletonOnOneAndHandOverOnResignAndSIGTERM(t *testin
 		return j.LastRun != nil && j.LastRun.Result == "ok" && j.LastRun.Token == first.Token
 	})
 	j := cs.Jobs[0]
-	if j.Job != "pulse" || j.Mode != "leader" || j.Leader == nil || j.Leader.Instance != first.Instance ||
+	if j.Name != "pulse" || j.Mode != "leader" || j.Leader == nil || j.Leader.Instance != first.Instance ||
 		j.Leader.Token != first.Token || j.Leader.LeaseTTLSeconds <= 0 || j.LastRun.Instance != first.Instance || len(cs.Instances) != 3 {
 		t.Errorf("status --json: %+v", cs)
 	}
 	for _, in := range cs.Instances {
 		if in.LeaseGrantedSeconds != 10 || in.LeaseTTLSeconds <= 0 || in.LeaseTTLSeconds > in.LeaseGrantedSeconds {
-			t.Errorf("status --json: instance %s's lease %gs left of %gs; want a live lease of 10s", in.Instance, in.LeaseTTLSeconds, in.LeaseGrantedSeconds)
+			t.Errorf("status --json: instance %s's lease %gs left of %gs; want a live lease of 10s", in.Name, in.LeaseTTLSeconds, in.LeaseGrantedSeconds)
 		}
 	}
 	if r := snip(t, env, "status", "--config", leader.config); r.code != 0 ||
@@ -297,7 +298,7 @@ func TestRunWithoutEtcdEndpointsStartsAnEmbeddedEtcd(t *testing.T) {
 		t.Errorf("embedded etcd data dir: %v", err)
 	}
 	r := snip(t, env, "status", "--json", "--config", in.config, "--endpoints", endpoint)
-	var cs clusterStatus
+	var cs status.Cluster
 	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &cs) != nil || cs.Jobs[0].Leader == nil || cs.Jobs[0].Leader.Instance != "solo" {
 		t.Errorf("status: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}

@@ -18,8 +18,7 @@ import (
 
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/internal/termsafe"
-	"github.com/snip/snip-jobs/leadership"
-	"github.com/snip/snip-jobs/scheduler"
+	"github.com/snip/snip-jobs/scheduler/status"
 )
 
 func statusCommand() command {
@@ -89,51 +88,7 @@ on call: the problems of the last read are shown under it, and Ctrl-C exits 0.`,
 	}
 }
 
-// clusterStatus is the output of `snip-jobs status`, and its JSON form.
-type clusterStatus struct {
-	Instances []instanceStatus `json:"instances"`
-	Jobs      []jobStatus      `json:"jobs"`
-	Errors    []string         `json:"errors,omitempty"`
-}
-
-// instanceStatus is an instance that is up: registered on its live lease.
-type instanceStatus struct {
-	Instance string    `json:"instance"`
-	Host     string    `json:"host"`
-	PID      int       `json:"pid"`
-	Started  time.Time `json:"started"`
-	Lease    string    `json:"lease"` // hex, as etcdctl prints it
-	// LeaseTTLSeconds is what etcd says is left on the instance's lease, of
-	// LeaseGrantedSeconds. A running instance renews it every renew interval;
-	// one that stopped renewing (killed, paused, cut off from etcd) stays
-	// listed while it counts down to 0.
-	LeaseTTLSeconds     float64 `json:"lease_ttl_seconds"`
-	LeaseGrantedSeconds float64 `json:"lease_granted_seconds"`
-}
-
-type jobStatus struct {
-	Job       string                `json:"job"`
-	Type      string                `json:"type"`
-	Singleton bool                  `json:"singleton"`
-	Mode      string                `json:"mode"` // everywhere, leader, database
-	Schedule  string                `json:"schedule"`
-	Leader    *leaderStatus         `json:"leader"` // null: none (or not a leader-mode job)
-	LastRun   *scheduler.RunRecord  `json:"last_run"`
-	LastSlot  *scheduler.SlotRecord `json:"last_slot"`
-}
-
-type leaderStatus struct {
-	Instance string    `json:"instance"`
-	Host     string    `json:"host"`
-	PID      int       `json:"pid"`
-	Token    int64     `json:"token"`
-	Since    time.Time `json:"since"`
-	Lease    string    `json:"lease"` // hex, as etcdctl prints it
-	// LeaseTTLSeconds is what etcd says is left on the leader's lease.
-	LeaseTTLSeconds float64 `json:"lease_ttl_seconds"`
-}
-
-func readStatus(ctx context.Context, f *configs.File, endpoints string, log *slog.Logger) clusterStatus {
+func readStatus(ctx context.Context, f *configs.File, endpoints string, log *slog.Logger) status.Cluster {
 	src := openStatusSource(f, endpoints, log)
 	defer src.close()
 	return src.read(ctx)
@@ -175,58 +130,22 @@ func (src *statusSource) close() {
 }
 
 // read reads the cluster once; what cannot be read is listed in Errors.
-func (src *statusSource) read(ctx context.Context) clusterStatus {
-	f, cli, pool := src.f, src.cli, src.pool
-	st := clusterStatus{Instances: []instanceStatus{}, Jobs: []jobStatus{}, Errors: slices.Clone(src.openErrs)}
-	fail := func(err error) { st.Errors = append(st.Errors, err.Error()) }
-	jobs, err := scheduler.ClusterStatus(ctx, cli, f.Etcd.Prefix, pool, f.Jobs)
-	if err != nil {
-		for _, e := range splitJoined(err) {
-			fail(e)
-		}
-	}
-	if cli != nil {
-		regs, err := leadership.InstanceLeases(ctx, cli, f.Etcd.Prefix)
-		if err != nil {
-			for _, e := range splitJoined(err) {
-				fail(e)
-			}
-		}
-		for _, r := range regs {
-			st.Instances = append(st.Instances, instanceStatus{Instance: r.Instance, Host: r.Host, PID: r.PID, Started: r.Started,
-				Lease: strconv.FormatInt(r.Lease, 16), LeaseTTLSeconds: r.LeaseTTL.Seconds(), LeaseGrantedSeconds: r.LeaseGranted.Seconds()})
-		}
-	}
-	for _, j := range jobs {
-		js := jobStatus{Job: j.Job, Type: j.Type, Singleton: j.Singleton, Mode: j.Mode, Schedule: j.Schedule,
-			LastRun: j.LastRun, LastSlot: j.LastSlot}
-		if l := j.Leader; l != nil {
-			js.Leader = &leaderStatus{Instance: l.Instance, Host: l.Host, PID: l.PID, Token: l.Token, Since: l.Since,
-				Lease: strconv.FormatInt(int64(l.Lease), 16), LeaseTTLSeconds: l.LeaseTTL.Seconds()}
-		}
-		st.Jobs = append(st.Jobs, js)
-	}
+func (src *statusSource) read(ctx context.Context) status.Cluster {
+	st := status.Read(ctx, status.Source{Etcd: src.cli, Prefix: src.f.Etcd.Prefix, Pool: src.pool, Jobs: src.f.Jobs})
+	st.Errors = append(slices.Clone(src.openErrs), st.Errors...)
 	return st
-}
-
-// splitJoined undoes errors.Join, so each problem is reported on its own.
-func splitJoined(err error) []error {
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		return j.Unwrap()
-	}
-	return []error{err}
 }
 
 // printStatus prints status's table. Every string read from etcd or the
 // database is escaped (termsafe): an error text, even an instance's host name
 // in etcd, may hold terminal controls.
-func printStatus(w io.Writer, st clusterStatus, now time.Time) {
+func printStatus(w io.Writer, st status.Cluster, now time.Time) {
 	esc := termsafe.String
 	if len(st.Instances) > 0 {
 		var up []string
 		for _, r := range st.Instances {
 			up = append(up, fmt.Sprintf("%s (host %s, pid %d, up %s, lease %gs left of %gs)",
-				esc(r.Instance), esc(r.Host), r.PID, ago(now, r.Started), r.LeaseTTLSeconds, r.LeaseGrantedSeconds))
+				esc(r.Name), esc(r.Host), r.PID, ago(now, r.Started), r.LeaseTTLSeconds, r.LeaseGrantedSeconds))
 		}
 		fmt.Fprintf(w, "instances up: %s\n\n", strings.Join(up, ", "))
 	}
@@ -251,14 +170,14 @@ func printStatus(w io.Writer, st clusterStatus, now time.Time) {
 				result = "running"
 			}
 			if r.Error != "" {
-				failures = append(failures, fmt.Sprintf("%s: last run on %s (token %d): %s: %s", j.Job, esc(r.Instance), r.Token, esc(r.Result), esc(r.Error)))
+				failures = append(failures, fmt.Sprintf("%s: last run on %s (token %d): %s: %s", j.Name, esc(r.Instance), r.Token, esc(r.Result), esc(r.Error)))
 			}
 		}
 		slot, slotState := "-", "-"
 		if s := j.LastSlot; s != nil {
 			slot, slotState = s.Slot.Format(time.RFC3339), esc(s.State)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", j.Job, j.Mode, leader, token, since, left, lastRun, result, slot, slotState)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", j.Name, j.Mode, leader, token, since, left, lastRun, result, slot, slotState)
 	}
 	tw.Flush()
 	if len(failures) > 0 {

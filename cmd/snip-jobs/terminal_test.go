@@ -7,6 +7,7 @@ import (
 
 	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/jobs/certrenew"
+	"github.com/snip/snip-jobs/scheduler/status"
 )
 
 // hostile is text a terminal would obey: retitle the window (OSC 0), clear
@@ -68,13 +69,13 @@ func TestStringsFromTheDatabaseArePrintedEscapedAndJSONIsUnchanged(t *testing.T)
 
 	st := snip(t, env, "status", "--config", path)
 	check("status", st, "weekly-report: last run on server-1 (token 7): error: boom: "+hostileEscaped)
-	var sj clusterStatus
+	var sj status.Cluster
 	stj := snip(t, env, "status", "--json", "--config", path)
 	if err := json.Unmarshal([]byte(stj.stdout), &sj); err != nil {
 		t.Fatalf("status --json: %v\n%s", err, stj.stdout)
 	}
 	for _, j := range sj.Jobs {
-		if j.Job == "weekly-report" && (j.LastRun == nil || j.LastRun.Error != "boom: "+hostile) {
+		if j.Name == "weekly-report" && (j.LastRun == nil || j.LastRun.Error != "boom: "+hostile) {
 			t.Errorf("status --json: weekly-report's last run %+v, want the error as stored", j.LastRun)
 		}
 	}

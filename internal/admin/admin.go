@@ -55,7 +55,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/snip/snip-jobs/leadership"
-	"github.com/snip/snip-jobs/scheduler"
+	"github.com/snip/snip-jobs/scheduler/status"
 )
 
 // DefaultCheckTimeout bounds each readiness check.
@@ -84,7 +84,7 @@ type Pinger interface {
 
 // Jobs is what admin needs of a scheduler.
 type Jobs interface {
-	Status() []scheduler.JobStatus
+	Status() []status.Job
 }
 
 // Config configures a Server.
@@ -345,12 +345,12 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 
 // Status is the body of /status.
 type Status struct {
-	Instance string                `json:"instance"`
-	Version  string                `json:"version,omitempty"`
-	Ready    bool                  `json:"ready"`
-	NotReady string                `json:"not_ready,omitempty"`
-	Lease    *LeaseStatus          `json:"lease,omitempty"` // nil when the config needs no etcd
-	Jobs     []scheduler.JobStatus `json:"jobs"`
+	Instance string       `json:"instance"`
+	Version  string       `json:"version,omitempty"`
+	Ready    bool         `json:"ready"`
+	NotReady string       `json:"not_ready,omitempty"`
+	Lease    *LeaseStatus `json:"lease,omitempty"` // nil when the config needs no etcd
+	Jobs     []status.Job `json:"jobs"`
 }
 
 // LeaseStatus is leadership.Stats for people and scripts.
@@ -369,7 +369,7 @@ type LeaseStatus struct {
 
 // CurrentStatus is what /status shows.
 func (s *Server) CurrentStatus(ctx context.Context) Status {
-	st := Status{Instance: s.cfg.Instance, Version: s.cfg.Version, Jobs: []scheduler.JobStatus{}}
+	st := Status{Instance: s.cfg.Instance, Version: s.cfg.Version, Jobs: []status.Job{}}
 	if err := s.Ready(ctx); err != nil {
 		st.NotReady = err.Error()
 	} else {

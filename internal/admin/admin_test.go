@@ -207,7 +207,7 @@ func TestStatusAndMetricsShowTheSchedulersTermsOnTheSharedMux(t *testing.T) {
 	})
 	stats := sess.Stats()
 	if st.Instance != "server-a" || st.Version != "v-test" || !st.Ready || st.Lease == nil || st.Lease.ID == "" ||
-		st.Lease.LeasesGranted < 1 || st.Lease.HeadroomSeconds <= 0 || st.Jobs[0].Job != "tick" || st.Jobs[0].Token <= 0 {
+		st.Lease.LeasesGranted < 1 || st.Lease.HeadroomSeconds <= 0 || st.Jobs[0].Name != "tick" || st.Jobs[0].Token <= 0 {
 		t.Errorf("/status: %+v (lease %+v), session stats %+v", st, st.Lease, stats)
 	}
 	code, body := get(t, s, "/metrics")

@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,6 +26,31 @@ func Build(dir, pkg, name string) (string, error) {
 		return "", errors.New("go build " + pkg + ": " + err.Error() + "\n" + string(out))
 	}
 	return bin, nil
+}
+
+// Binary is a command a test package builds once: its main package (a path
+// relative to the test's package), its name, and where its path goes.
+type Binary struct {
+	Pkg, Name string
+	Path      *string
+}
+
+// Main builds bins into a temporary folder, runs the tests through
+// testenv.RunMain, removes the folder, and returns the exit code for os.Exit.
+func Main(m *testing.M, bins ...Binary) int {
+	dir, err := os.MkdirTemp("", "snip-jobs-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	for _, b := range bins {
+		if *b.Path, err = Build(dir, b.Pkg, b.Name); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	return testenv.RunMain(m)
 }
 
 // Result is a finished command.

@@ -16,7 +16,6 @@ import (
 
 	"github.com/snip/snip-jobs/internal/statuspage"
 	"github.com/snip/snip-jobs/leadership"
-	"github.com/snip/snip-jobs/scheduler"
 )
 
 // resignBound bounds a /dev/resign: the hand-over itself takes milliseconds,
@@ -255,8 +254,8 @@ func (c *Cluster) resumeAll() (string, error) {
 func (c *Cluster) resign(ctx context.Context, job string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, resignBound)
 	defer cancel()
-	before, after, err := scheduler.RequestResign(ctx, c.cli, prefix, job)
-	if errors.Is(err, scheduler.ErrNoLeader) {
+	before, after, err := leadership.RequestResign(ctx, c.cli, prefix, job)
+	if errors.Is(err, leadership.ErrNoLeader) {
 		return "", badRequest("%s has no leader now", job)
 	}
 	if err != nil {

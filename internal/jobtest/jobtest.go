@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/snip/snip-jobs/configs"
@@ -222,8 +223,9 @@ func Eventually(t *testing.T, what string, cond func() bool) {
 	testenv.Eventually(t, what, cond)
 }
 
-// MetricSum adds up every series of a metric family on a node's registry.
-func (n *Node) MetricSum(t *testing.T, name string) float64 {
+// MetricSum adds up every series of a metric family on a node's registry;
+// given label/value pairs, only the series that carry all of them.
+func (n *Node) MetricSum(t *testing.T, name string, labelPairs ...string) float64 {
 	t.Helper()
 	families, err := n.Metrics.Gather()
 	if err != nil {
@@ -235,8 +237,23 @@ func (n *Node) MetricSum(t *testing.T, name string) float64 {
 			continue
 		}
 		for _, m := range f.GetMetric() {
-			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+			if hasLabels(m, labelPairs) {
+				sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+			}
 		}
 	}
 	return sum
+}
+
+func hasLabels(m *dto.Metric, pairs []string) bool {
+	want := map[string]string{}
+	for i := 0; i+1 < len(pairs); i += 2 {
+		want[pairs[i]] = pairs[i+1]
+	}
+	for _, l := range m.GetLabel() {
+		if v, ok := want[l.GetName()]; ok && v == l.GetValue() {
+			delete(want, l.GetName())
+		}
+	}
+	return len(want) == 0
 }

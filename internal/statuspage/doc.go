@@ -17,11 +17,13 @@
 //   - /status/cluster.json  the same data as JSON (Snapshot)
 //   - /status/static/…      style.css and page.js
 //
-// Where the data comes from: the leaders, their lease time left and the
-// instances that are up are read from etcd (package leadership); last runs,
-// last cron slots, the term history (job_terms) and refused writes
-// (fence_rejections) from PostgreSQL (package scheduler), with the database's
-// clock, so the timeline compares instants written by different servers. Each
+// Where the data comes from: package scheduler/status reads it, in the one
+// status model that `snip-jobs status` and /status show too. The leaders,
+// their lease time left and the instances that are up are read from etcd
+// (through package leadership); last runs, last cron slots, the term history
+// (job_terms) and refused writes (fence_rejections) from PostgreSQL, with the
+// database's clock, so the timeline compares instants written by different
+// servers. Each
 // request reads the whole cluster, not only this instance; reads are shared by
 // requests within half a second of each other, so open tabs do not multiply
 // the load.

@@ -17,7 +17,7 @@ import (
 	"github.com/snip/snip-jobs/internal/testdb"
 	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/leadership"
-	"github.com/snip/snip-jobs/scheduler"
+	"github.com/snip/snip-jobs/scheduler/status"
 )
 
 func TestMain(m *testing.M) { os.Exit(testenv.RunMain(m)) }
@@ -33,12 +33,14 @@ func richSnapshot() Snapshot {
 		term(40, "server-a", 190*time.Second, open),
 	)
 	s.Terms[0].Reason = "resign-request"
-	s.Jobs[0].Leader = &Leader{Instance: "server-a", Token: 40, Since: now.Add(-110 * time.Second), LeaseLeftSeconds: 5}
-	s.Jobs[0].LastRun = &scheduler.RunRecord{Instance: "server-a", Token: 40, Started: now.Add(-time.Second), Result: "ok"}
-	s.Jobs = append(s.Jobs, Job{Name: "prune", Type: "sql", Mode: "everywhere", Schedule: "every 30s"})
-	s.Rejections = []scheduler.Rejection{{Resource: "pulse", Token: 30, Current: 40, Instance: "server-c", At: at(199 * time.Second)}}
-	s.Instances = []Instance{{Name: "server-a", Up: true, LeaseLeftSeconds: 5, Leads: 1, Terms: 2, Process: "running"},
-		{Name: "server-b", Terms: 1, Process: "exited"}, {Name: "server-c", Up: true, Terms: 1, Process: "paused"}}
+	s.Jobs[0].Leader = &status.Leader{Instance: "server-a", Token: 40, Since: now.Add(-110 * time.Second), LeaseTTLSeconds: 5}
+	s.Jobs[0].LastRun = &status.RunRecord{Instance: "server-a", Token: 40, Started: now.Add(-time.Second), Result: "ok"}
+	s.Jobs = append(s.Jobs, status.Job{Name: "prune", Type: "sql", Mode: "everywhere", Schedule: "every 30s"})
+	s.Rejections = []status.Rejection{{Resource: "pulse", Token: 30, Current: 40, Instance: "server-c", At: at(199 * time.Second)}}
+	s.Instances = []Instance{
+		{Instance: status.Instance{Name: "server-a", Up: true, LeaseTTLSeconds: 5, Leads: 1}, Terms: 2, Process: "running"},
+		{Instance: status.Instance{Name: "server-b"}, Terms: 1, Process: "exited"},
+		{Instance: status.Instance{Name: "server-c", Up: true}, Terms: 1, Process: "paused"}}
 	s.Dev = &DevState{Control: "http://127.0.0.1:9470", Instances: []DevInstance{
 		{Name: "server-a", PID: 11, State: "running", Page: "http://127.0.0.1:9471/status/"},
 		{Name: "server-b", PID: 12, State: "exited", Exit: "signal: killed", Page: "http://127.0.0.1:9472/status/"},
@@ -162,15 +164,15 @@ func TestThePageReadsTheClusterFromEtcdAndPostgres(t *testing.T) {
 	}
 	pulse := s.Jobs[0]
 	if pulse.Mode != "leader" || pulse.Leader == nil || pulse.Leader.Instance != "server-a" || pulse.Leader.Token != term.Token() ||
-		pulse.Leader.LeaseLeftSeconds <= 0 || pulse.LastRun == nil || pulse.LastRun.Result != "ok" {
+		pulse.Leader.LeaseTTLSeconds <= 0 || pulse.LastRun == nil || pulse.LastRun.Result != "ok" {
 		t.Errorf("pulse: %+v (leader %+v)", pulse, pulse.Leader)
 	}
 	if s.Jobs[1].Mode != "everywhere" || s.Jobs[1].Leader != nil {
 		t.Errorf("prune: %+v", s.Jobs[1])
 	}
 	if len(s.Instances) != 2 || s.Instances[0].Name != "server-a" || !s.Instances[0].Up || s.Instances[0].Leads != 1 ||
-		s.Instances[0].LeaseLeftSeconds <= 0 || s.Instances[0].LeaseLeftSeconds > 2 ||
-		s.Instances[1].Name != "server-b" || s.Instances[1].Up || s.Instances[1].Terms != 1 || s.Instances[1].LeaseLeftSeconds != 0 {
+		s.Instances[0].LeaseTTLSeconds <= 0 || s.Instances[0].LeaseTTLSeconds > 2 ||
+		s.Instances[1].Name != "server-b" || s.Instances[1].Up || s.Instances[1].Terms != 1 || s.Instances[1].LeaseTTLSeconds != 0 {
 		t.Errorf("instances: %+v; want server-a up on a live 2 s lease leading one job, server-b down with one term in the window", s.Instances)
 	}
 	if len(s.Terms) != 2 || len(s.Rejections) != 1 || !s.LeadersKnown || s.WindowSeconds != 300 {

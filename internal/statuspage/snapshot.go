@@ -13,8 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/snip/snip-jobs/configs"
-	"github.com/snip/snip-jobs/leadership"
-	"github.com/snip/snip-jobs/scheduler"
+	"github.com/snip/snip-jobs/scheduler/status"
 )
 
 // Snapshot is everything the page shows, read at one moment. It is also the
@@ -28,9 +27,9 @@ type Snapshot struct {
 	Now time.Time `json:"now"`
 	// LocalNow is this host's clock at the same moment, for ages measured
 	// from wall clocks written by instances (a leader's "since").
-	LocalNow      time.Time `json:"local_now"`
-	WindowSeconds float64   `json:"window_seconds"`
-	Jobs          []Job     `json:"jobs"`
+	LocalNow      time.Time    `json:"local_now"`
+	WindowSeconds float64      `json:"window_seconds"`
+	Jobs          []status.Job `json:"jobs"`
 	// Instances are those up (registered in etcd) and those seen in the
 	// window's history or by the dev supervisor, by name.
 	Instances []Instance `json:"instances"`
@@ -38,9 +37,9 @@ type Snapshot struct {
 	// told ongoing from lost.
 	LeadersKnown bool `json:"leaders_known"`
 	// Terms overlap the window (or never recorded an end), oldest first.
-	Terms []scheduler.TermRecord `json:"terms"`
+	Terms []status.TermRecord `json:"terms"`
 	// Rejections are the writes the fence refused in the window.
-	Rejections []scheduler.Rejection `json:"rejections"`
+	Rejections []status.Rejection `json:"rejections"`
 	// Dev is the dev supervisor's view (nil outside snip-dev, or when
 	// it does not answer).
 	Dev *DevState `json:"dev,omitempty"`
@@ -53,47 +52,10 @@ func (s Snapshot) Window() time.Duration {
 	return time.Duration(s.WindowSeconds * float64(time.Second))
 }
 
-// Job is one job of the serving instance's config, as the cluster sees it.
-type Job struct {
-	Name      string `json:"job"`
-	Type      string `json:"type"`
-	Singleton bool   `json:"singleton"`
-	// Mode is everywhere (not a singleton), leader (a singleton led through
-	// etcd) or database (a singleton cron job whose slots PostgreSQL decides).
-	Mode     string                `json:"mode"`
-	Schedule string                `json:"schedule"`
-	Leader   *Leader               `json:"leader"`
-	LastRun  *scheduler.RunRecord  `json:"last_run"`
-	LastSlot *scheduler.SlotRecord `json:"last_slot"`
-}
-
-// Leader is the holder of a job's leader key in etcd.
-type Leader struct {
-	Instance string    `json:"instance"`
-	Host     string    `json:"host"`
-	PID      int       `json:"pid"`
-	Token    int64     `json:"token"`
-	Since    time.Time `json:"since"` // the leader's wall clock
-	// LeaseLeftSeconds is etcd's time left on the leader's lease (whole
-	// seconds): near the TTL while the leader renews, counting down once it
-	// stopped.
-	LeaseLeftSeconds float64 `json:"lease_left_seconds"`
-}
-
-// Instance is one snip-jobs instance.
+// Instance is one snip-jobs instance: up (registered in etcd), or seen in the
+// window's history or by the dev supervisor.
 type Instance struct {
-	Name string `json:"instance"`
-	// Up: registered in etcd on a live lease.
-	Up bool `json:"up"`
-	// LeaseLeftSeconds is etcd's time left on its lease while it is up: near
-	// the TTL while it renews, counting down once it stopped (killed, paused,
-	// cut off from etcd).
-	LeaseLeftSeconds float64   `json:"lease_left_seconds"`
-	Host             string    `json:"host,omitempty"`
-	PID              int       `json:"pid,omitempty"`
-	Started          time.Time `json:"started,omitzero"`
-	// Leads is the number of jobs it leads now (etcd).
-	Leads int `json:"leads"`
+	status.Instance
 	// Terms is the number of terms it held in the window (job_terms).
 	Terms int `json:"terms_in_window"`
 	// Process is the dev supervisor's word on the process: running, paused,
@@ -163,42 +125,19 @@ func (p *Page) read(ctx context.Context, window time.Duration) Snapshot {
 	cfg := p.cfg
 	ctx, cancel := context.WithTimeout(ctx, cfg.ReadTimeout)
 	defer cancel()
+	local := time.Now()
+	c := status.Read(ctx, status.Source{Etcd: cfg.Etcd, Prefix: cfg.Prefix, Pool: cfg.Pool, Jobs: cfg.Jobs})
 	s := Snapshot{
-		Instance: cfg.Instance, Version: cfg.Version, LocalNow: time.Now(), WindowSeconds: window.Seconds(),
-		Jobs: []Job{}, Instances: []Instance{}, Terms: []scheduler.TermRecord{}, Rejections: []scheduler.Rejection{},
+		Instance: cfg.Instance, Version: cfg.Version, Now: local, LocalNow: local, WindowSeconds: window.Seconds(),
+		Jobs: c.Jobs, LeadersKnown: c.LeadersKnown, Terms: []status.TermRecord{}, Rejections: []status.Rejection{}, Errors: c.Errors,
 	}
-	s.Now = s.LocalNow
 	fail := func(err error) { s.Errors = append(s.Errors, err.Error()) }
-
-	// Leaders are read apart from ClusterStatus, to know whether etcd answered.
-	leaders := map[string]leadership.Leader{}
-	if cfg.Etcd != nil {
-		ls, err := leadership.Leaders(ctx, cfg.Etcd, cfg.Prefix)
-		if err != nil {
-			fail(err)
-		} else {
-			s.LeadersKnown = true
-		}
-		for _, l := range ls {
-			leaders[l.Job] = l
-		}
-	}
-	cluster, err := scheduler.ClusterStatus(ctx, nil, cfg.Prefix, cfg.Pool, cfg.Jobs)
-	if err != nil {
-		fail(err)
-	}
-	var regs []leadership.InstanceLease
-	if cfg.Etcd != nil && s.LeadersKnown {
-		if regs, err = leadership.InstanceLeases(ctx, cfg.Etcd, cfg.Prefix); err != nil {
-			fail(err)
-		}
-	}
 	if cfg.Pool != nil {
 		if err := cfg.Pool.QueryRow(ctx, `SELECT now()`).Scan(&s.Now); err != nil {
 			fail(fmt.Errorf("database clock: %w", err))
 			s.Now = s.LocalNow
 		}
-		terms, rejections, err := scheduler.History(ctx, cfg.Pool, s.Now.Add(-window))
+		terms, rejections, err := status.History(ctx, cfg.Pool, s.Now.Add(-window))
 		if err != nil {
 			fail(err)
 		}
@@ -217,37 +156,33 @@ func (p *Page) read(ctx context.Context, window time.Duration) Snapshot {
 			s.Dev = dev
 		}
 	}
-
-	leads := map[string]int{}
-	for _, cj := range cluster {
-		j := Job{Name: cj.Job, Type: cj.Type, Singleton: cj.Singleton, Mode: cj.Mode, Schedule: cj.Schedule,
-			LastRun: cj.LastRun, LastSlot: cj.LastSlot}
-		if l, ok := leaders[cj.Job]; ok {
-			j.Leader = &Leader{Instance: l.Instance, Host: l.Host, PID: l.PID, Token: l.Token, Since: l.Since,
-				LeaseLeftSeconds: l.LeaseTTL.Seconds()}
-			leads[l.Instance]++
-		}
-		s.Jobs = append(s.Jobs, j)
-	}
-	s.Instances = instances(regs, s.Terms, s.Dev, leads)
+	s.Instances = instances(c.Instances, s.Jobs, s.Terms, s.Dev)
 	return s
 }
 
-// instances merges the registrations (up), the names seen in the history and
-// the dev supervisor's children, sorted by name.
-func instances(regs []leadership.InstanceLease, terms []scheduler.TermRecord, dev *DevState, leads map[string]int) []Instance {
+// instances merges the instances that are up, the leaders of the jobs, the
+// names seen in the history and the dev supervisor's children, sorted by name.
+func instances(up []status.Instance, jobs []status.Job, terms []status.TermRecord, dev *DevState) []Instance {
 	byName := map[string]*Instance{}
 	get := func(name string) *Instance {
 		if in, ok := byName[name]; ok {
 			return in
 		}
-		in := &Instance{Name: name}
+		in := &Instance{Instance: status.Instance{Name: name}}
 		byName[name] = in
 		return in
 	}
-	for _, r := range regs {
-		in := get(r.Instance)
-		in.Up, in.Host, in.PID, in.Started, in.LeaseLeftSeconds = true, r.Host, r.PID, r.Started, r.LeaseTTL.Seconds()
+	for _, r := range up {
+		get(r.Name).Instance = r
+	}
+	leads := map[string]int{}
+	for _, j := range jobs {
+		if j.Leader != nil {
+			leads[j.Leader.Instance]++
+		}
+	}
+	for name, n := range leads {
+		get(name).Leads = n
 	}
 	for _, t := range terms {
 		get(t.Instance).Terms++
@@ -260,9 +195,6 @@ func instances(regs []leadership.InstanceLease, terms []scheduler.TermRecord, de
 				in.PID = d.PID
 			}
 		}
-	}
-	for name, n := range leads {
-		get(name).Leads = n
 	}
 	out := make([]Instance, 0, len(byName))
 	for _, in := range byName {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/snip/snip-jobs/scheduler"
+	"github.com/snip/snip-jobs/scheduler/status"
 )
 
 // Timeline is the drawing of the terms of each singleton led through etcd over
@@ -23,7 +23,7 @@ type Timeline struct {
 	Lanes         []Lane
 	// Unplaced are refused writes that belong to no lane: their token is not
 	// one of the window's terms and their resource is not a job's name.
-	Unplaced []scheduler.Rejection
+	Unplaced []status.Rejection
 	// Colors gives each instance its colour, in name order.
 	Colors []InstanceColor
 }
@@ -130,7 +130,7 @@ type Gap struct {
 
 // Mark is a write refused by the fence.
 type Mark struct {
-	scheduler.Rejection
+	status.Rejection
 	X     float64
 	Title string
 }
@@ -162,111 +162,158 @@ func Layout(s Snapshot) Timeline {
 		f := float64(t.Sub(tl.From)) / float64(window)
 		return tl.PlotX + min(max(f, 0), 1)*tl.PlotW
 	}
+	tl.Colors = instanceColors(s)
+	d := drawing{tl: tl, x: x, s: s, color: map[string]string{}, ends: devEnds(s.Dev), leader: map[string]int64{}}
+	for _, c := range tl.Colors {
+		d.color[c.Instance] = c.Color
+	}
+	for _, j := range s.Jobs {
+		if j.Leader != nil {
+			d.leader[j.Name] = j.Leader.Token
+		}
+	}
+	jobs, byJob := laneJobs(s)
+	for i, job := range jobs {
+		lane := d.lane(job, byJob[job])
+		top := axisHeight + float64(i)*laneHeight
+		lane.Y, lane.H, lane.Sep, lane.LabelY = top+(laneHeight-barHeight)/2, barHeight, top+laneHeight, top+laneHeight/2+4
+		tl.Lanes = append(tl.Lanes, lane)
+	}
+	placeRejections(&tl, x, s)
+	tl.Ticks = ticks(window, x, s.Now)
+	tl.Height = axisHeight + float64(max(len(tl.Lanes), 1))*laneHeight + bottomPad
+	return tl
+}
 
-	// Colours: every instance the snapshot names, in name order.
+// instanceColors gives every instance the snapshot names its colour, in name
+// order.
+func instanceColors(s Snapshot) []InstanceColor {
 	var names []string
 	for _, in := range s.Instances {
 		names = append(names, in.Name)
-	}
-	// The dev supervisor's words on ends, by job and token.
-	devEnds := map[string]map[int64]string{}
-	if s.Dev != nil {
-		for _, e := range s.Dev.Ends {
-			if devEnds[e.Job] == nil {
-				devEnds[e.Job] = map[int64]string{}
-			}
-			devEnds[e.Job][e.Token] = e.Reason
-		}
 	}
 	for _, t := range s.Terms {
 		names = append(names, t.Instance)
 	}
 	slices.Sort(names)
 	names = slices.Compact(names)
-	color := map[string]string{}
+	out := make([]InstanceColor, len(names))
 	for i, n := range names {
-		color[n] = palette[i%len(palette)]
-		tl.Colors = append(tl.Colors, InstanceColor{Instance: n, Color: color[n]})
+		out[i] = InstanceColor{Instance: n, Color: palette[i%len(palette)]}
 	}
+	return out
+}
 
-	// Lanes: the config's leader-mode jobs in order, then any other job the
-	// history names (another instance's config may have more).
+// devEnds is the dev supervisor's words on ends, by job and token.
+func devEnds(dev *DevState) map[string]map[int64]string {
+	out := map[string]map[int64]string{}
+	if dev == nil {
+		return out
+	}
+	for _, e := range dev.Ends {
+		if out[e.Job] == nil {
+			out[e.Job] = map[int64]string{}
+		}
+		out[e.Job][e.Token] = e.Reason
+	}
+	return out
+}
+
+// laneJobs lists the lanes: the config's leader-mode jobs in order, then any
+// other job the history names (another instance's config may have more);
+// with each job's terms, by token.
+func laneJobs(s Snapshot) ([]string, map[string][]status.TermRecord) {
 	var jobs []string
-	leader := map[string]int64{}
 	for _, j := range s.Jobs {
-		if j.Mode == "leader" {
+		if j.Mode == status.ModeLeader {
 			jobs = append(jobs, j.Name)
 		}
-		if j.Leader != nil {
-			leader[j.Name] = j.Leader.Token
-		}
 	}
-	byJob := map[string][]scheduler.TermRecord{}
-	jobOfToken := map[int64]string{}
+	byJob := map[string][]status.TermRecord{}
 	for _, t := range s.Terms {
 		if _, seen := byJob[t.Job]; !seen && !slices.Contains(jobs, t.Job) {
 			jobs = append(jobs, t.Job)
 		}
 		byJob[t.Job] = append(byJob[t.Job], t)
+	}
+	for _, terms := range byJob {
+		slices.SortFunc(terms, func(a, b status.TermRecord) int { return cmp.Compare(a.Token, b.Token) })
+	}
+	return jobs, byJob
+}
+
+// drawing is what Layout draws lanes with.
+type drawing struct {
+	tl     Timeline // From and the plot's place
+	x      func(time.Time) float64
+	s      Snapshot
+	color  map[string]string           // by instance
+	ends   map[string]map[int64]string // the dev supervisor's words, by job and token
+	leader map[string]int64            // the token etcd names the leader now, by job
+}
+
+// lane draws one job's terms (sorted by token) and the gaps between them.
+func (d drawing) lane(job string, terms []status.TermRecord) Lane {
+	tl, x, s := d.tl, d.x, d.s
+	lane := Lane{Job: job}
+	var prevEnd time.Time // drawn end of the previous term
+	var last Bar          // the newest term, drawn or not
+	for k, t := range terms {
+		b := Bar{Token: t.Token, Instance: t.Instance, Color: d.color[t.Instance], Reason: EndReason(t.Reason), Start: t.Started}
+		if why := d.ends[job][t.Token]; why != "" {
+			b.Reason = why
+		}
+		var next *status.TermRecord
+		if k+1 < len(terms) {
+			next = &terms[k+1]
+		}
+		switch {
+		case !t.Ended.IsZero() && next != nil && t.Ended.After(next.Started):
+			b.State, b.End, b.LateEnd = Ended, next.Started, t.Ended
+		case !t.Ended.IsZero():
+			b.State, b.End = Ended, t.Ended
+		case next != nil:
+			b.State, b.End = Unclosed, next.Started
+		case !s.LeadersKnown || d.leader[job] == t.Token:
+			b.State, b.End = Ongoing, s.Now
+		default:
+			b.State, b.End = Lost, s.Now
+		}
+		if b.End.Before(b.Start) {
+			b.End = b.Start
+		}
+		if !prevEnd.IsZero() && b.Start.After(prevEnd) && b.Start.After(tl.From) {
+			lane.Gaps = append(lane.Gaps, makeGap(tl, x, prevEnd, b.Start, false))
+		}
+		prevEnd, last = b.End, b
+		if b.End.Before(tl.From) && (b.LateEnd.IsZero() || b.LateEnd.Before(tl.From)) {
+			continue // entirely before the window
+		}
+		b.ClippedLeft = b.Start.Before(tl.From)
+		b.X = x(b.Start)
+		b.W = x(b.End) - b.X
+		if !b.LateEnd.IsZero() {
+			b.TailX = x(b.End)
+			b.TailW = x(b.LateEnd) - b.TailX
+		}
+		b.Label = barLabel(b)
+		b.Title = barTitle(b, next)
+		lane.Terms = append(lane.Terms, b)
+	}
+	if len(terms) > 0 && last.State == Ended && last.End.Before(s.Now) {
+		lane.Gaps = append(lane.Gaps, makeGap(tl, x, last.End, s.Now, true))
+	}
+	lane.Empty = len(lane.Terms) == 0
+	return lane
+}
+
+// placeRejections marks each refused write on the lane of the term that
+// tried it (or of the job its resource names); the rest are Unplaced.
+func placeRejections(tl *Timeline, x func(time.Time) float64, s Snapshot) {
+	jobOfToken := map[int64]string{}
+	for _, t := range s.Terms {
 		jobOfToken[t.Token] = t.Job
 	}
-
-	for i, job := range jobs {
-		top := axisHeight + float64(i)*laneHeight
-		lane := Lane{Job: job, Y: top + (laneHeight-barHeight)/2, H: barHeight, Sep: top + laneHeight, LabelY: top + laneHeight/2 + 4}
-		terms := byJob[job]
-		slices.SortFunc(terms, func(a, b scheduler.TermRecord) int { return cmp.Compare(a.Token, b.Token) })
-		var prevEnd time.Time // drawn end of the previous term
-		var last Bar          // the newest term, drawn or not
-		for k, t := range terms {
-			b := Bar{Token: t.Token, Instance: t.Instance, Color: color[t.Instance], Reason: EndReason(t.Reason), Start: t.Started}
-			if why := devEnds[job][t.Token]; why != "" {
-				b.Reason = why
-			}
-			var next *scheduler.TermRecord
-			if k+1 < len(terms) {
-				next = &terms[k+1]
-			}
-			switch {
-			case !t.Ended.IsZero() && next != nil && t.Ended.After(next.Started):
-				b.State, b.End, b.LateEnd = Ended, next.Started, t.Ended
-			case !t.Ended.IsZero():
-				b.State, b.End = Ended, t.Ended
-			case next != nil:
-				b.State, b.End = Unclosed, next.Started
-			case !s.LeadersKnown || leader[job] == t.Token:
-				b.State, b.End = Ongoing, s.Now
-			default:
-				b.State, b.End = Lost, s.Now
-			}
-			if b.End.Before(b.Start) {
-				b.End = b.Start
-			}
-			if !prevEnd.IsZero() && b.Start.After(prevEnd) && b.Start.After(tl.From) {
-				lane.Gaps = append(lane.Gaps, makeGap(tl, x, prevEnd, b.Start, false))
-			}
-			prevEnd, last = b.End, b
-			if b.End.Before(tl.From) && (b.LateEnd.IsZero() || b.LateEnd.Before(tl.From)) {
-				continue // entirely before the window
-			}
-			b.ClippedLeft = b.Start.Before(tl.From)
-			b.X = x(b.Start)
-			b.W = x(b.End) - b.X
-			if !b.LateEnd.IsZero() {
-				b.TailX = x(b.End)
-				b.TailW = x(b.LateEnd) - b.TailX
-			}
-			b.Label = barLabel(b)
-			b.Title = barTitle(b, next)
-			lane.Terms = append(lane.Terms, b)
-		}
-		if len(terms) > 0 && last.State == Ended && last.End.Before(s.Now) {
-			lane.Gaps = append(lane.Gaps, makeGap(tl, x, last.End, s.Now, true))
-		}
-		lane.Empty = len(lane.Terms) == 0
-		tl.Lanes = append(tl.Lanes, lane)
-	}
-
 	lanes := map[string]*Lane{}
 	for i := range tl.Lanes {
 		lanes[tl.Lanes[i].Job] = &tl.Lanes[i]
@@ -284,10 +331,6 @@ func Layout(s Snapshot) Timeline {
 			"write refused by the fence at %s: %s (token %d) tried to write %q after token %d had",
 			clock(r.At), r.Instance, r.Token, r.Resource, r.Current)})
 	}
-
-	tl.Ticks = ticks(window, x, s.Now)
-	tl.Height = axisHeight + float64(max(len(tl.Lanes), 1))*laneHeight + bottomPad
-	return tl
 }
 
 func makeGap(tl Timeline, x func(time.Time) float64, from, to time.Time, now bool) Gap {
@@ -322,7 +365,7 @@ func barLabel(b Bar) string {
 	return ""
 }
 
-func barTitle(b Bar, next *scheduler.TermRecord) string {
+func barTitle(b Bar, next *status.TermRecord) string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "%s, token %d, from %s", b.Instance, b.Token, clock(b.Start))
 	switch b.State {

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/snip/snip-jobs/scheduler"
+	"github.com/snip/snip-jobs/scheduler/status"
 )
 
 // t0 is the left edge of a five-minute window; now is its right edge.
@@ -19,17 +19,17 @@ func at(d time.Duration) time.Time { return t0.Add(d) }
 
 // snap is a snapshot of one leader-mode job, "pulse", and the given history;
 // leader is the token etcd names the leader now (0: none).
-func snap(leader int64, terms ...scheduler.TermRecord) Snapshot {
+func snap(leader int64, terms ...status.TermRecord) Snapshot {
 	s := Snapshot{Instance: "server-1", Now: now, LocalNow: now, WindowSeconds: 300, LeadersKnown: true,
-		Jobs: []Job{{Name: "pulse", Type: "sql", Singleton: true, Mode: "leader"}}, Terms: terms}
+		Jobs: []status.Job{{Name: "pulse", Type: "sql", Singleton: true, Mode: "leader"}}, Terms: terms}
 	if leader != 0 {
-		s.Jobs[0].Leader = &Leader{Token: leader}
+		s.Jobs[0].Leader = &status.Leader{Token: leader}
 	}
 	return s
 }
 
-func term(token int64, instance string, start, end time.Duration) scheduler.TermRecord {
-	t := scheduler.TermRecord{Job: "pulse", Token: token, Instance: instance, Started: at(start)}
+func term(token int64, instance string, start, end time.Duration) status.TermRecord {
+	t := status.TermRecord{Job: "pulse", Token: token, Instance: instance, Started: at(start)}
 	if end >= 0 {
 		t.Ended = at(end)
 	}
@@ -174,7 +174,7 @@ func TestTimelineMarksRefusedWritesOnTheLaneOfTheStaleTerm(t *testing.T) {
 		term(10, "server-a", 10*time.Second, 90*time.Second),
 		term(20, "server-b", 58*time.Second, open),
 	)
-	s.Rejections = []scheduler.Rejection{
+	s.Rejections = []status.Rejection{
 		{Resource: "pulse-rows", Token: 10, Current: 20, Instance: "server-a", At: at(89 * time.Second)}, // by token
 		{Resource: "pulse", Token: 7, Current: 20, Instance: "server-c", At: at(95 * time.Second)},       // by resource
 		{Resource: "elsewhere", Token: 5, Current: 6, Instance: "server-c", At: at(96 * time.Second)},    // neither
@@ -193,12 +193,12 @@ func TestTimelineMarksRefusedWritesOnTheLaneOfTheStaleTerm(t *testing.T) {
 }
 
 func TestTimelineHasALaneForEachLeaderModeJobInConfigOrderThenJobsOnlyTheHistoryNames(t *testing.T) {
-	s := Snapshot{Now: now, WindowSeconds: 300, LeadersKnown: true, Jobs: []Job{
+	s := Snapshot{Now: now, WindowSeconds: 300, LeadersKnown: true, Jobs: []status.Job{
 		{Name: "weekly-report", Mode: "leader"},
 		{Name: "prune", Mode: "everywhere"},
 		{Name: "nightly", Mode: "database"},
 		{Name: "aggregator", Mode: "leader"},
-	}, Terms: []scheduler.TermRecord{{Job: "retired-job", Token: 3, Instance: "server-a", Started: at(time.Second), Ended: at(2 * time.Second)}}}
+	}, Terms: []status.TermRecord{{Job: "retired-job", Token: 3, Instance: "server-a", Started: at(time.Second), Ended: at(2 * time.Second)}}}
 	tl := Layout(s)
 	var jobs []string
 	for _, l := range tl.Lanes {

@@ -143,126 +143,31 @@ type batchResult struct {
 // batch, of any term, refuses the same position, even once the check would
 // pass (see refusedError).
 func (j *job) fold(ctx context.Context, tx pgx.Tx, token int64, span uint64) (batchResult, error) {
-	var (
-		prevText, targetText   string
-		cursorText             *string
-		futureBound, oldBound  time.Time
-		backlog                int64
-		refusedBefore          bool
-		storedCluster          *int64
-		prevMaxID, targetMaxID *int64
-	)
-	err := tx.QueryRow(ctx, stateSQL, j.opts.MaxFutureSkew.Microseconds(), j.opts.MaxAge.Microseconds()).
-		Scan(&prevText, &targetText, &cursorText, &futureBound, &oldBound, &backlog, &refusedBefore,
-			&storedCluster, &prevMaxID, &targetMaxID)
+	st, err := j.readState(ctx, tx)
 	if err != nil {
-		return batchResult{}, fmt.Errorf("read state: %w", err)
+		return batchResult{}, err
 	}
-	cluster, denied, err := j.clusterID(ctx, tx)
+	if refused, err := st.refusal(ctx, tx); refused != nil || err != nil {
+		return batchResult{refused: refused}, err
+	}
+	r, err := st.nextRange(span, j.opts.BatchSize)
 	if err != nil {
-		return batchResult{}, fmt.Errorf("read the cluster's system identifier: %w", err)
+		return batchResult{}, err
 	}
-	prev, err := parseSnapshot(prevText)
-	if err != nil {
-		return batchResult{}, fmt.Errorf("state prev: %w", err)
+	res := batchResult{lo: r.lo, hi: r.hi, clipped: r.clipped, windowDone: r.clipped, span: r.span, movedFrom: st.movedFrom(), clusterDenied: st.denied}
+	if st.cluster != nil {
+		res.cluster = *st.cluster
 	}
-	target, err := parseSnapshot(targetText)
-	if err != nil {
-		return batchResult{}, fmt.Errorf("state target: %w", err)
-	}
-	if refusedBefore {
-		return batchResult{refused: &refusedError{prev: prevText,
-			err: fmt.Errorf("%w: the stored position %s was refused before and has not been reset", errNotLater, prevText)}}, nil
-	}
-	refuse := func(err error) (batchResult, error) {
-		if _, err := tx.Exec(ctx, refuseSQL); err != nil {
-			return batchResult{}, fmt.Errorf("record the refused position: %w", err)
-		}
-		return batchResult{refused: &refusedError{prev: prevText, err: err}}, nil
-	}
-	var movedFrom int64
-	if storedCluster != nil && cluster != nil && *storedCluster != *cluster {
-		movedFrom = *storedCluster
-		if prevMaxID != nil {
-			var n int64
-			if err := tx.QueryRow(ctx, numberedAfterSQL, *prevMaxID, prevText).Scan(&n); err != nil {
-				return batchResult{}, fmt.Errorf("compare the position with this cluster's events: %w", err)
-			}
-			if n > 0 {
-				return refuse(fmt.Errorf("%w: the position was stored on PostgreSQL cluster %d and this is cluster %d, "+
-					"where %d event(s) (or more) inserted after it (id above %d) look processed in it: "+
-					"its transaction ids are the other cluster's numbering", errNotLater, movedFrom, *cluster, n, *prevMaxID))
-			}
-		}
-	}
-	if err := checkLater(prev, target); err != nil {
-		return refuse(err)
-	}
-
-	// The events to fold are those of transactions visible in target and not
-	// in prev: the stragglers (in progress in prev, finished in target) and
-	// the ids from prev's xmax up to target's xmax, less target's in-progress
-	// ones. The first batch of a window takes the stragglers and the start of
-	// the range; later ones continue the range from the cursor.
-	var stragglers []uint64
-	lo := prev.xmax
-	if cursorText == nil {
-		for _, x := range prev.xip {
-			if target.visible(x) {
-				stragglers = append(stragglers, x)
-			}
-		}
-	} else if lo, err = strconv.ParseUint(*cursorText, 10, 64); err != nil {
-		return batchResult{}, fmt.Errorf("state cursor %q: %w", *cursorText, err)
-	}
-	if span == 0 {
-		span = firstSpan(lo, target.xmax, backlog, j.opts.BatchSize)
-	}
-	hi, clipped := lo+span, false
-	if hi < lo || hi >= target.xmax { // overflow, or past the window
-		hi, clipped = max(lo, target.xmax), true
-	}
-	// Only target's in-progress ids inside what is read need excluding.
-	var running []uint64
-	for _, x := range target.xip {
-		if x >= lo && x < hi {
-			running = append(running, x)
-		}
-	}
-
-	res := batchResult{lo: lo, hi: hi, clipped: clipped, windowDone: clipped, span: span, movedFrom: movedFrom, clusterDenied: denied}
-	if cluster != nil {
-		res.cluster = *cluster
-	}
-	cond, extra := window(4, stragglers, running)
-	args := append([]any{strconv.FormatUint(lo, 10), strconv.FormatUint(hi, 10), futureBound, oldBound}, extra...)
+	cond, extra := window(4, r.stragglers, r.running)
+	args := append([]any{strconv.FormatUint(r.lo, 10), strconv.FormatUint(r.hi, 10), st.futureBound, st.oldBound}, extra...)
 	var unknown []int64 // links not in links, as the fold saw them
 	if err := tx.QueryRow(ctx, fmt.Sprintf(foldSQL, cond), args...).Scan(&res.seen, &res.folded, &unknown); err != nil {
-		return batchResult{}, fmt.Errorf("fold [%d, %d): %w", lo, hi, err)
+		return batchResult{}, fmt.Errorf("fold [%d, %d): %w", r.lo, r.hi, err)
 	}
 	var rejected int64
 	if res.seen > res.folded {
-		res.rejected = map[string]int64{}
-		rargs := []any{args[0], args[1], args[2], args[3], token}
-		bad := badRows(len(rargs), unknown)
-		if len(unknown) > 0 {
-			rargs = append(rargs, unknown)
-		}
-		cond, extra := window(len(rargs), stragglers, running)
-		rargs = append(rargs, extra...)
-		rows, err := tx.Query(ctx, fmt.Sprintf(rejectSQL, cond, bad), rargs...)
-		if err != nil {
-			return batchResult{}, fmt.Errorf("reject [%d, %d): %w", lo, hi, err)
-		}
-		var reason string
-		var n int64
-		_, err = pgx.ForEachRow(rows, []any{&reason, &n}, func() error {
-			res.rejected[reason] += n
-			rejected += n
-			return nil
-		})
-		if err != nil {
-			return batchResult{}, fmt.Errorf("reject [%d, %d): %w", lo, hi, err)
+		if res.rejected, rejected, err = reject(ctx, tx, r, args[:4], token, unknown); err != nil {
+			return batchResult{}, err
 		}
 	}
 	// Every event seen is either counted or rejected, and not both: both
@@ -274,27 +179,188 @@ func (j *job) fold(ctx context.Context, tx pgx.Tx, token int64, span uint64) (ba
 	// reads the rows as they are then.
 	if res.folded+rejected != res.seen {
 		return batchResult{}, fmt.Errorf("batch [%d, %d): %d events seen, %d counted, %d rejected: the batch's events changed between its statements; retrying",
-			lo, hi, res.seen, res.folded, rejected)
+			r.lo, r.hi, res.seen, res.folded, rejected)
 	}
-
-	var newPrev, newTargetArg, cursorArg *string
-	if clipped {
-		s := target.String()
-		newPrev = &s
-	} else {
-		s, c := target.String(), strconv.FormatUint(hi, 10)
-		newTargetArg, cursorArg = &s, &c
-	}
-	if err := tx.QueryRow(ctx, saveSQL, newPrev, newTargetArg, cursorArg, res.folded, rejected, token, cluster, targetMaxID).
-		Scan(&res.backlog, &res.unpruned); err != nil {
-		return batchResult{}, fmt.Errorf("save state: %w", err)
-	}
-	if clipped {
-		if _, err := tx.Exec(ctx, horizonSQL, strconv.FormatUint(target.xmin, 10)); err != nil {
-			return batchResult{}, fmt.Errorf("record horizon: %w", err)
-		}
+	if res.backlog, res.unpruned, err = st.save(ctx, tx, r, res.folded, rejected, token); err != nil {
+		return batchResult{}, err
 	}
 	return res, nil
+}
+
+// foldState is the aggregator's state row as a batch reads it, with the
+// cluster it runs on.
+type foldState struct {
+	prevText               string
+	prev, target           snapshot
+	cursorText             *string
+	futureBound, oldBound  time.Time
+	backlog                int64
+	refusedBefore          bool
+	storedCluster          *int64
+	prevMaxID, targetMaxID *int64
+	cluster                *int64
+	denied                 error // the database refuses to say which cluster it is
+}
+
+// readState reads and parses the state row and the cluster's identifier.
+func (j *job) readState(ctx context.Context, tx pgx.Tx) (*foldState, error) {
+	st := &foldState{}
+	var targetText string
+	err := tx.QueryRow(ctx, stateSQL, j.opts.MaxFutureSkew.Microseconds(), j.opts.MaxAge.Microseconds()).
+		Scan(&st.prevText, &targetText, &st.cursorText, &st.futureBound, &st.oldBound, &st.backlog, &st.refusedBefore,
+			&st.storedCluster, &st.prevMaxID, &st.targetMaxID)
+	if err != nil {
+		return nil, fmt.Errorf("read state: %w", err)
+	}
+	if st.cluster, st.denied, err = j.clusterID(ctx, tx); err != nil {
+		return nil, fmt.Errorf("read the cluster's system identifier: %w", err)
+	}
+	if st.prev, err = parseSnapshot(st.prevText); err != nil {
+		return nil, fmt.Errorf("state prev: %w", err)
+	}
+	if st.target, err = parseSnapshot(targetText); err != nil {
+		return nil, fmt.Errorf("state target: %w", err)
+	}
+	return st, nil
+}
+
+// movedFrom is the cluster the previous batch ran on when it was another
+// one (0: the same, or not known).
+func (st *foldState) movedFrom() int64 {
+	if st.storedCluster != nil && st.cluster != nil && *st.storedCluster != *st.cluster {
+		return *st.storedCluster
+	}
+	return 0
+}
+
+// refusal refuses a stored position that was refused before, that another
+// cluster's numbering wrote, or that is not earlier than the target
+// (checkLater); a new refusal is recorded in the state row (refused_prev),
+// to be committed.
+func (st *foldState) refusal(ctx context.Context, tx pgx.Tx) (*refusedError, error) {
+	if st.refusedBefore {
+		return &refusedError{prev: st.prevText,
+			err: fmt.Errorf("%w: the stored position %s was refused before and has not been reset", errNotLater, st.prevText)}, nil
+	}
+	refuse := func(err error) (*refusedError, error) {
+		if _, err := tx.Exec(ctx, refuseSQL); err != nil {
+			return nil, fmt.Errorf("record the refused position: %w", err)
+		}
+		return &refusedError{prev: st.prevText, err: err}, nil
+	}
+	if from := st.movedFrom(); from != 0 && st.prevMaxID != nil {
+		var n int64
+		if err := tx.QueryRow(ctx, numberedAfterSQL, *st.prevMaxID, st.prevText).Scan(&n); err != nil {
+			return nil, fmt.Errorf("compare the position with this cluster's events: %w", err)
+		}
+		if n > 0 {
+			return refuse(fmt.Errorf("%w: the position was stored on PostgreSQL cluster %d and this is cluster %d, "+
+				"where %d event(s) (or more) inserted after it (id above %d) look processed in it: "+
+				"its transaction ids are the other cluster's numbering", errNotLater, from, *st.cluster, n, *st.prevMaxID))
+		}
+	}
+	if err := checkLater(st.prev, st.target); err != nil {
+		return refuse(err)
+	}
+	return nil, nil
+}
+
+// foldRange is what one batch reads: transaction ids [lo, hi), the
+// stragglers, less target's in-progress ones (running).
+type foldRange struct {
+	lo, hi              uint64
+	clipped             bool // hi was the target's xmax, not lo + span
+	span                uint64
+	stragglers, running []uint64
+}
+
+// nextRange is the batch's range. The events to fold are those of
+// transactions visible in target and not in prev: the stragglers (in
+// progress in prev, finished in target) and the ids from prev's xmax up to
+// target's xmax, less target's in-progress ones. The first batch of a window
+// takes the stragglers and the start of the range; later ones continue the
+// range from the cursor.
+func (st *foldState) nextRange(span uint64, batchSize int) (foldRange, error) {
+	r := foldRange{lo: st.prev.xmax}
+	if st.cursorText == nil {
+		for _, x := range st.prev.xip {
+			if st.target.visible(x) {
+				r.stragglers = append(r.stragglers, x)
+			}
+		}
+	} else {
+		var err error
+		if r.lo, err = strconv.ParseUint(*st.cursorText, 10, 64); err != nil {
+			return r, fmt.Errorf("state cursor %q: %w", *st.cursorText, err)
+		}
+	}
+	if span == 0 {
+		span = firstSpan(r.lo, st.target.xmax, st.backlog, batchSize)
+	}
+	r.span, r.hi = span, r.lo+span
+	if r.hi < r.lo || r.hi >= st.target.xmax { // overflow, or past the window
+		r.hi, r.clipped = max(r.lo, st.target.xmax), true
+	}
+	// Only target's in-progress ids inside what is read need excluding.
+	for _, x := range st.target.xip {
+		if x >= r.lo && x < r.hi {
+			r.running = append(r.running, x)
+		}
+	}
+	return r, nil
+}
+
+// reject copies the range's events the fold did not count to click_rejects,
+// by reason; bounds are the fold's first four arguments.
+func reject(ctx context.Context, tx pgx.Tx, r foldRange, bounds []any, token int64, unknown []int64) (map[string]int64, int64, error) {
+	byReason := map[string]int64{}
+	var total int64
+	rargs := append(append([]any{}, bounds...), token)
+	bad := badRows(len(rargs), unknown)
+	if len(unknown) > 0 {
+		rargs = append(rargs, unknown)
+	}
+	cond, extra := window(len(rargs), r.stragglers, r.running)
+	rargs = append(rargs, extra...)
+	rows, err := tx.Query(ctx, fmt.Sprintf(rejectSQL, cond, bad), rargs...)
+	if err != nil {
+		return nil, 0, fmt.Errorf("reject [%d, %d): %w", r.lo, r.hi, err)
+	}
+	var reason string
+	var n int64
+	_, err = pgx.ForEachRow(rows, []any{&reason, &n}, func() error {
+		byReason[reason] += n
+		total += n
+		return nil
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("reject [%d, %d): %w", r.lo, r.hi, err)
+	}
+	return byReason, total, nil
+}
+
+// save moves the state past the range (to the target when the range reached
+// it, else the cursor to hi) and, at the end of a window, records the
+// horizon. It returns the backlog estimate and the unpruned count.
+func (st *foldState) save(ctx context.Context, tx pgx.Tx, r foldRange, folded, rejected, token int64) (backlog, unpruned int64, err error) {
+	var newPrev, newTargetArg, cursorArg *string
+	if r.clipped {
+		s := st.target.String()
+		newPrev = &s
+	} else {
+		s, c := st.target.String(), strconv.FormatUint(r.hi, 10)
+		newTargetArg, cursorArg = &s, &c
+	}
+	if err := tx.QueryRow(ctx, saveSQL, newPrev, newTargetArg, cursorArg, folded, rejected, token, st.cluster, st.targetMaxID).
+		Scan(&backlog, &unpruned); err != nil {
+		return 0, 0, fmt.Errorf("save state: %w", err)
+	}
+	if r.clipped {
+		if _, err := tx.Exec(ctx, horizonSQL, strconv.FormatUint(st.target.xmin, 10)); err != nil {
+			return 0, 0, fmt.Errorf("record horizon: %w", err)
+		}
+	}
+	return backlog, unpruned, nil
 }
 
 // clusterID reads the system identifier of the database's cluster

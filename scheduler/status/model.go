@@ -1,0 +1,174 @@
+package status
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/snip/snip-jobs/configs"
+)
+
+// Cluster is the cluster's state of a config file's jobs: the body of
+// `snip-jobs status --json`.
+type Cluster struct {
+	Instances []Instance `json:"instances"`
+	Jobs      []Job      `json:"jobs"`
+	// LeadersKnown is false when etcd was not read (no etcd configured, or it
+	// did not answer): then no job's leader is known.
+	LeadersKnown bool     `json:"leaders_known"`
+	Errors       []string `json:"errors,omitempty"`
+}
+
+// Job is one job of a config file.
+type Job struct {
+	Name      string `json:"job"`
+	Type      string `json:"type"`
+	Singleton bool   `json:"singleton"`
+	// Mode is everywhere (not a singleton), leader (a singleton led through
+	// etcd) or database (a singleton cron job whose slots PostgreSQL decides).
+	Mode     string `json:"mode"`
+	Schedule string `json:"schedule"`
+	// Leading: a term of the job is held (in an instance's own view: by this
+	// instance), with Token since Since.
+	Leading bool      `json:"leading"`
+	Token   int64     `json:"token,omitempty"`
+	Since   time.Time `json:"since,omitzero"`
+	// Headroom is the time left until the term's deadline (an instance's own
+	// view only).
+	Headroom time.Duration `json:"headroom_ns,omitempty"`
+	// Leader is the holder of the job's leader key in etcd (the cluster's
+	// view); nil when nobody holds it, or it was not read.
+	Leader   *Leader     `json:"leader"`
+	LastRun  *RunRecord  `json:"last_run"`
+	LastSlot *SlotRecord `json:"last_slot"`
+}
+
+// Leader is the holder of a job's leader key in etcd.
+type Leader struct {
+	Instance string    `json:"instance"`
+	Host     string    `json:"host"`
+	PID      int       `json:"pid"`
+	Token    int64     `json:"token"`
+	Since    time.Time `json:"since"` // the leader's wall clock when it won
+	Lease    string    `json:"lease"` // hex, as etcdctl prints it
+	// LeaseTTLSeconds is what etcd says is left on the leader's lease (whole
+	// seconds): near the TTL while the leader renews, counting down once it
+	// stopped.
+	LeaseTTLSeconds float64 `json:"lease_ttl_seconds"`
+}
+
+// Instance is a snip-jobs instance; Read lists those up: registered on a live
+// lease.
+type Instance struct {
+	Name string `json:"instance"`
+	Up   bool   `json:"up"`
+	// Host, PID and Started are from its registration (the instance's wall
+	// clock), while it is up.
+	Host    string    `json:"host,omitempty"`
+	PID     int       `json:"pid,omitempty"`
+	Started time.Time `json:"started,omitzero"`
+	Lease   string    `json:"lease,omitempty"` // hex, as etcdctl prints it
+	// LeaseTTLSeconds is what etcd says is left on its lease, of
+	// LeaseGrantedSeconds: a running instance renews it every renew
+	// interval; one that stopped renewing (killed, paused, cut off from etcd)
+	// stays listed while it counts down to 0.
+	LeaseTTLSeconds     float64 `json:"lease_ttl_seconds"`
+	LeaseGrantedSeconds float64 `json:"lease_granted_seconds"`
+	// Leads is the number of jobs it leads now (etcd).
+	Leads int `json:"leads"`
+}
+
+// RunRecord is one run of a job, as logged in job_runs.
+type RunRecord struct {
+	ID       int64     `json:"id,omitempty"`
+	Instance string    `json:"instance"`
+	Token    int64     `json:"token"`
+	Slot     time.Time `json:"slot,omitzero"`
+	Started  time.Time `json:"started"`
+	Finished time.Time `json:"finished,omitzero"`
+	Result   string    `json:"result,omitempty"` // "" while running
+	Error    string    `json:"error,omitempty"`
+}
+
+// SlotRecord is a cron slot as recorded in cron_slots.
+type SlotRecord struct {
+	Slot     time.Time `json:"slot"`
+	State    string    `json:"state"`
+	Token    int64     `json:"token"`
+	Instance string    `json:"instance"`
+	Attempts int       `json:"attempts"`
+	Finished time.Time `json:"finished,omitzero"`
+	Error    string    `json:"error,omitempty"`
+}
+
+// TermRecord is one term as recorded in job_terms (database clock). Ended is
+// zero while the term runs, and stays zero for a term whose instance died:
+// the next term's start bounds it. History never ends a term its instance
+// handed over after its successor's start.
+type TermRecord struct {
+	Job      string    `json:"job"`
+	Token    int64     `json:"token"`
+	Instance string    `json:"instance"`
+	Started  time.Time `json:"started"`
+	Ended    time.Time `json:"ended,omitzero"`
+	Reason   string    `json:"reason,omitempty"`
+}
+
+// Rejection is a fenced write refused because a newer term had written.
+type Rejection struct {
+	Resource string    `json:"resource"`
+	Token    int64     `json:"token"`
+	Current  int64     `json:"current"`
+	Instance string    `json:"instance"`
+	At       time.Time `json:"at"`
+}
+
+// Why a term ended, as the scheduler records it (job_terms.reason) besides
+// leadership's reasons (expired, lease-lost, key-lost, resigned, shutdown).
+const (
+	EndShutdown      = "shutdown"
+	EndWatchdog      = "watchdog"
+	EndResignRequest = "resign-request"
+	EndRebalance     = "rebalance"
+	EndPanic         = "panic"
+	EndFenced        = "fenced"
+	EndResigned      = "resigned"
+)
+
+// HandOverReasons are the end reasons of terms their instance resigned while
+// they still held: the job had stopped before the resignation, and the end
+// was recorded after it (see History).
+var HandOverReasons = []string{EndShutdown, EndWatchdog, EndResignRequest, EndRebalance, EndPanic, EndResigned}
+
+// Modes of a job (Job.Mode).
+const (
+	ModeEverywhere = "everywhere"
+	ModeLeader     = "leader"
+	ModeDatabase   = "database"
+)
+
+// Describe says a job: its name, type, mode and schedule, without its state.
+func Describe(spec configs.Job) Job {
+	mode := ModeEverywhere
+	if spec.Singleton {
+		mode = ModeLeader
+		if spec.Schedule.Kind == configs.Cron && spec.Schedule.Coordination == configs.Database {
+			mode = ModeDatabase
+		}
+	}
+	return Job{Name: spec.Name, Type: spec.Type, Singleton: spec.Singleton, Mode: mode, Schedule: describeSchedule(spec.Schedule)}
+}
+
+func describeSchedule(sch configs.Schedule) string {
+	switch sch.Kind {
+	case configs.Continuous:
+		return "continuous"
+	case configs.Interval:
+		if sch.Jitter > 0 {
+			return fmt.Sprintf("every %v (+ up to %v)", sch.Every, sch.Jitter)
+		}
+		return fmt.Sprintf("every %v", sch.Every)
+	case configs.Cron:
+		return fmt.Sprintf("cron %q %s", sch.Cron, sch.Location)
+	}
+	return "?"
+}

@@ -1,0 +1,176 @@
+package status
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/snip/snip-jobs/configs"
+	"github.com/snip/snip-jobs/leadership"
+)
+
+// Source is where Read reads from.
+type Source struct {
+	// Etcd is nil when the config needs no etcd (database mode only): then
+	// no leader and no instance is read.
+	Etcd   *clientv3.Client
+	Prefix string // etcd key prefix
+	// Pool is nil without a database: then no last run or slot is read.
+	Pool *pgxpool.Pool
+	// Jobs are the config file's jobs, in its order.
+	Jobs []configs.Job
+}
+
+// Read reads the cluster's state of src's jobs from etcd (each singleton's
+// leader, the instances that are up and their leases) and PostgreSQL (each
+// job's last run and last cron slot). What cannot be read is listed in
+// Errors, one problem each; the rest is filled in.
+func Read(ctx context.Context, src Source) Cluster {
+	c := Cluster{Instances: []Instance{}, Jobs: make([]Job, 0, len(src.Jobs))}
+	fail := func(err error) {
+		for _, e := range splitJoined(err) {
+			c.Errors = append(c.Errors, e.Error())
+		}
+	}
+	leaders := map[string]leadership.Leader{}
+	if src.Etcd != nil {
+		ls, err := leadership.Leaders(ctx, src.Etcd, src.Prefix)
+		if err != nil {
+			fail(err)
+		} else {
+			c.LeadersKnown = true
+		}
+		for _, l := range ls {
+			leaders[l.Job] = l
+		}
+	}
+	leads := map[string]int{}
+	for _, spec := range src.Jobs {
+		j := Describe(spec)
+		if l, ok := leaders[spec.Name]; ok {
+			j.Leader = leaderOf(l)
+			j.Leading, j.Token, j.Since = true, l.Token, l.Since
+			leads[l.Instance]++
+		}
+		if src.Pool != nil {
+			if err := readLast(ctx, src.Pool, &j); err != nil {
+				fail(err)
+			}
+		}
+		c.Jobs = append(c.Jobs, j)
+	}
+	if src.Etcd != nil {
+		regs, err := leadership.InstanceLeases(ctx, src.Etcd, src.Prefix)
+		if err != nil {
+			fail(err)
+		}
+		for _, r := range regs {
+			c.Instances = append(c.Instances, Instance{Name: r.Instance, Up: true, Host: r.Host, PID: r.PID, Started: r.Started,
+				Lease: strconv.FormatInt(r.Lease, 16), LeaseTTLSeconds: r.LeaseTTL.Seconds(),
+				LeaseGrantedSeconds: r.LeaseGranted.Seconds(), Leads: leads[r.Instance]})
+		}
+	}
+	return c
+}
+
+func leaderOf(l leadership.Leader) *Leader {
+	return &Leader{Instance: l.Instance, Host: l.Host, PID: l.PID, Token: l.Token, Since: l.Since,
+		Lease: strconv.FormatInt(int64(l.Lease), 16), LeaseTTLSeconds: l.LeaseTTL.Seconds()}
+}
+
+// splitJoined undoes errors.Join, so that each problem is reported on its own.
+func splitJoined(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}
+
+// readLast reads the job's last run (job_runs) and last cron slot (cron_slots).
+func readLast(ctx context.Context, pool *pgxpool.Pool, j *Job) error {
+	var r RunRecord
+	var slot, finished *time.Time
+	var result, msg *string
+	err := pool.QueryRow(ctx, `SELECT id, instance, token, slot, started_at, finished_at, result, error
+		FROM job_runs WHERE job = $1 ORDER BY id DESC LIMIT 1`, j.Name).
+		Scan(&r.ID, &r.Instance, &r.Token, &slot, &r.Started, &finished, &result, &msg)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		return fmt.Errorf("last run of %s: %w", j.Name, err)
+	default:
+		r.Slot, r.Finished, r.Result, r.Error = deref(slot), deref(finished), deref(result), deref(msg)
+		j.LastRun = &r
+	}
+	var sr SlotRecord
+	err = pool.QueryRow(ctx, `SELECT slot, state, token, instance, attempts, finished_at, error
+		FROM cron_slots WHERE job = $1 ORDER BY slot DESC LIMIT 1`, j.Name).
+		Scan(&sr.Slot, &sr.State, &sr.Token, &sr.Instance, &sr.Attempts, &finished, &msg)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		return fmt.Errorf("last slot of %s: %w", j.Name, err)
+	default:
+		sr.Finished, sr.Error = deref(finished), deref(msg)
+		j.LastSlot = &sr
+	}
+	return nil
+}
+
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
+
+// History reads the terms that overlap [since, now] and the refused writes
+// after since, oldest first. A term whose instance died without closing it
+// ends, for this purpose, when its successor started.
+//
+// A term its instance handed over (HandOverReasons: resigned while it held)
+// ends no later than its successor's start: it records its end after
+// resigning, so that write may land after the successor's. A later recorded
+// end is kept for the other terms: an instance paused or cut off noticed late
+// that its term had ended.
+func History(ctx context.Context, pool *pgxpool.Pool, since time.Time) ([]TermRecord, []Rejection, error) {
+	// A term never closed is either running (the job's newest) or was lost with
+	// its instance, in which case its successor's start bounds it.
+	rows, err := pool.Query(ctx, `SELECT t.job, t.token, t.instance, t.started_at,
+			CASE WHEN t.reason = ANY ($2) THEN least(t.ended_at, next.started_at) ELSE t.ended_at END,
+			coalesce(t.reason, '')
+		FROM job_terms t,
+		LATERAL (SELECT min(n.started_at) AS started_at FROM job_terms n WHERE n.job = t.job AND n.token > t.token) next
+		WHERE t.ended_at >= $1
+		   OR (t.ended_at IS NULL AND coalesce(next.started_at, 'infinity') >= $1)
+		ORDER BY t.started_at, t.token`, since, HandOverReasons)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read term history: %w", err)
+	}
+	var terms []TermRecord
+	var t TermRecord
+	var ended *time.Time
+	if _, err := pgx.ForEachRow(rows, []any{&t.Job, &t.Token, &t.Instance, &t.Started, &ended, &t.Reason}, func() error {
+		t.Ended = deref(ended)
+		terms = append(terms, t)
+		return nil
+	}); err != nil {
+		return nil, nil, fmt.Errorf("read term history: %w", err)
+	}
+	rows, err = pool.Query(ctx, `SELECT resource, token, current, instance, at FROM fence_rejections WHERE at >= $1 ORDER BY at`, since)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read refused writes: %w", err)
+	}
+	rejections, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Rejection])
+	if err != nil {
+		return nil, nil, fmt.Errorf("read refused writes: %w", err)
+	}
+	return terms, rejections, nil
+}
