@@ -19,6 +19,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"reflect"
 	"strings"
 	"sync"
 	"syscall"
@@ -52,7 +53,9 @@ type Spec struct {
 	// Log, if set, is the file (created if absent) that stdout and stderr are
 	// appended to, for every start of the same child.
 	Log string
-	// Stdout and Stderr, if set, also receive the child's output.
+	// Stdout and Stderr, if set, also receive the child's output. Only when
+	// they are the same writer (or both nil) are the two streams one, their
+	// lines in the order the child wrote them, in the log too.
 	Stdout, Stderr io.Writer
 	// Sockets are passed to the child as systemd's socket activation does.
 	Sockets []sockact.Socket
@@ -87,6 +90,12 @@ func Start(s Spec) (*Proc, error) {
 		}
 	}
 	cmd.Stdout, cmd.Stderr = output(logf, s.Stdout), output(logf, s.Stderr)
+	if sameWriter(s.Stdout, s.Stderr) {
+		cmd.Stderr = cmd.Stdout // one stream: os/exec then passes one descriptor, lines stay in order
+	}
+	// A child's own child that outlives it and keeps its output pipe (a shell's
+	// sleep) must not keep Done open: its output is cut off after this.
+	cmd.WaitDelay = outputGrace
 	files, err := sockact.Pass(cmd, s.Sockets...)
 	if err == nil {
 		err = pdeathsig.Start(cmd, syscall.SIGKILL)
@@ -112,6 +121,22 @@ func Start(s Spec) (*Proc, error) {
 		close(p.done)
 	}()
 	return p, nil
+}
+
+// outputGrace is how long Done waits, once the child has exited, for the
+// rest of its output on a pipe still held by its own children.
+const outputGrace = 2 * time.Second
+
+// sameWriter reports whether a and b are the same writer (both nil included),
+// as os/exec compares them; writers of types that cannot be compared are not.
+func sameWriter(a, b io.Writer) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	if !reflect.TypeOf(a).Comparable() || !reflect.TypeOf(b).Comparable() {
+		return false
+	}
+	return a == b
 }
 
 // output is where one of the child's streams goes: the log file, w, or both.

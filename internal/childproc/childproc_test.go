@@ -41,10 +41,11 @@ func TestEveryStartAppendsToTheLogAndSeesTheFilteredEnvironment(t *testing.T) {
 	log := filepath.Join(t.TempDir(), "child.log")
 	var seen []string
 	for i := range 2 {
+		out := childproc.Lines(func(l string) { seen = append(seen, l) })
 		p, err := childproc.Start(childproc.Spec{
 			Path: "/bin/sh", Args: []string{"-c", `echo "run $RUN ${SNIP_JOBS_LEAK:-clean}"; echo err >&2`},
 			Env: []string{"RUN=" + string(rune('a'+i))}, Log: log,
-			Stdout: childproc.Lines(func(l string) { seen = append(seen, l) }),
+			Stdout: out, Stderr: out, // one stream: its lines stay in order
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -61,8 +62,8 @@ func TestEveryStartAppendsToTheLogAndSeesTheFilteredEnvironment(t *testing.T) {
 	if got, want := string(b), "run a clean\nerr\nrun b clean\nerr\n"; got != want {
 		t.Errorf("log:\n%s\nwant:\n%s", got, want)
 	}
-	if want := []string{"run a clean", "run b clean"}; !slices.Equal(seen, want) {
-		t.Errorf("stdout lines %q, want %q", seen, want)
+	if want := []string{"run a clean", "err", "run b clean", "err"}; !slices.Equal(seen, want) {
+		t.Errorf("output lines %q, want %q", seen, want)
 	}
 }
 
@@ -106,8 +107,10 @@ func TestStopWithAnEndedContextKillsAtOnce(t *testing.T) {
 	}
 }
 
+// The shell's sleep outlives it and holds its output pipe: Done must not wait
+// for the sleep.
 func TestWaitKillsAfterTheBound(t *testing.T) {
-	p := start(t, `echo ready; sleep 600`)
+	p := start(t, `echo ready; sleep 600; echo never`)
 	if p.Wait(100 * time.Millisecond) {
 		t.Fatal("Wait reported that sleep 600 exited by itself")
 	}
