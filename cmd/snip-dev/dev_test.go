@@ -24,6 +24,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/snip/snip-jobs/internal/childproc"
 	"github.com/snip/snip-jobs/internal/clitest"
 )
 
@@ -57,7 +58,7 @@ func startDev(t *testing.T) *devProcess {
 	}
 	defer stderr.Close()
 	d.cmd = exec.Command(snipDevBin, "--http-base", "-1", "--snip-jobs", snipJobsBin)
-	d.cmd.Env = clitest.Env()
+	d.cmd.Env = childproc.Env()
 	d.cmd.Stdout, d.cmd.Stderr = stdout, stderr
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)

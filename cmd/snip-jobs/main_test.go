@@ -19,6 +19,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/snip/snip-jobs/internal/childproc"
 	"github.com/snip/snip-jobs/internal/clitest"
 	"github.com/snip/snip-jobs/internal/pdeathsig"
 	"github.com/snip/snip-jobs/internal/sockact"
@@ -59,7 +60,7 @@ func snip(t *testing.T, env []string, args ...string) result {
 }
 
 // baseEnv is the test's environment without the variables snip-jobs reads.
-func baseEnv() []string { return clitest.Env() }
+func baseEnv() []string { return childproc.Env() }
 
 func dbEnv(url string) []string { return []string{"SNIP_JOBS_DATABASE_URL=" + url} }
 

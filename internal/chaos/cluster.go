@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/snip/snip-jobs/internal/acmetest"
+	"github.com/snip/snip-jobs/internal/childproc"
 	"github.com/snip/snip-jobs/internal/pgcluster"
 	"github.com/snip/snip-jobs/internal/sleep"
 	"github.com/snip/snip-jobs/internal/sockact"
@@ -285,7 +286,7 @@ func (c *cluster) migrateWith(ctx context.Context, binary string) error {
 		return err
 	}
 	cmd := exec.CommandContext(ctx, binary, "migrate", "--config", cfg)
-	cmd.Env = append(cleanEnv(), "SNIP_JOBS_DATABASE_URL="+c.dbURL)
+	cmd.Env = childproc.Env("SNIP_JOBS_DATABASE_URL=" + c.dbURL)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("%s migrate: %w\n%s", binary, err, out)
 	}

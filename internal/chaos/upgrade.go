@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/snip/snip-jobs/internal/childproc"
 	"github.com/snip/snip-jobs/internal/sleep"
 )
 
@@ -123,7 +124,7 @@ func (c *cluster) statusShowsEveryJobLed(ctx context.Context, in *instance) erro
 	ctx, cancel := context.WithTimeout(ctx, readyBound)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, c.binary, "status", "--json", "--config", in.config)
-	cmd.Env = append(cleanEnv(), "SNIP_JOBS_DATABASE_URL="+c.dbURL)
+	cmd.Env = childproc.Env("SNIP_JOBS_DATABASE_URL=" + c.dbURL)
 	out, err := cmd.Output()
 	if err != nil {
 		var ee *exec.ExitError

@@ -230,7 +230,7 @@ func (p *Proc) Wait(bound time.Duration) (exited bool) {
 }
 
 // ErrKilled is Stop's error when the child had to be SIGKILLed.
-var ErrKilled = errors.New("did not stop: killed")
+var ErrKilled = errors.New("killed it")
 
 // Stop stops the child as systemd does: SIGCONT, SIGTERM, and SIGKILL if it
 // has not exited within bound (at once if ctx ends first). It returns once
@@ -250,7 +250,7 @@ func (p *Proc) Stop(ctx context.Context, bound time.Duration) error {
 	case <-ctx.Done():
 	}
 	p.Kill()
-	return fmt.Errorf("pid %d %w within %v of SIGTERM", p.Pid(), ErrKilled, bound)
+	return fmt.Errorf("pid %d did not stop within %v of SIGTERM: %w", p.Pid(), bound, ErrKilled)
 }
 
 // Lines returns a writer that calls fn with each complete line written to it
