@@ -21,6 +21,7 @@ import (
 
 	"github.com/snip/snip-jobs/internal/acmetest"
 	"github.com/snip/snip-jobs/internal/childproc"
+	"github.com/snip/snip-jobs/internal/faultproxy"
 	"github.com/snip/snip-jobs/internal/pgcluster"
 	"github.com/snip/snip-jobs/internal/sleep"
 	"github.com/snip/snip-jobs/internal/sockact"
@@ -243,18 +244,18 @@ func startCluster(ctx context.Context, o Options) (_ *cluster, err error) {
 			if err != nil {
 				return nil, err
 			}
-			p, err := newDelayProxy(mu.Host)
+			p, err := faultproxy.New(mu.Host)
 			if err != nil {
 				return nil, err
 			}
 			in.etcd = append(in.etcd, p)
-			eps = append(eps, "https://"+p.addr())
+			eps = append(eps, "https://"+p.Addr())
 		}
-		if in.db, err = newDelayProxy(pgu.Host); err != nil {
+		if in.db, err = faultproxy.New(pgu.Host); err != nil {
 			return nil, err
 		}
 		u := *pgu
-		u.Host = in.db.addr()
+		u.Host = in.db.Addr()
 		q := u.Query()
 		q.Set("connect_timeout", "10")
 		u.RawQuery = q.Encode()

@@ -395,7 +395,7 @@ func (c *cluster) partitionLeader(ctx context.Context, rng *rand.Rand, f *Fault,
 	in.partition(true)
 	sleep.For(ctx, hold)
 	in.partition(false)
-	in.db.setDelay(0)
+	in.db.SetDelay(0)
 	f.Healed = time.Now()
 	return c.takeovers(ctx, f, led, 3*c.opts.TTL+10*time.Second)
 }
@@ -426,24 +426,24 @@ func (c *cluster) slowProbeLeader(ctx context.Context) (*instance, error) {
 	var in *instance
 	defer func() {
 		if ctx.Err() != nil && in != nil {
-			in.db.setDelay(0)
+			in.db.SetDelay(0)
 		}
 	}()
 	for {
 		l, ok := c.obs.leaders()[JobProbe]
 		if next := c.instance(l.Instance); ok && next != in {
 			if in != nil {
-				in.db.setDelay(0)
+				in.db.SetDelay(0)
 			}
 			in = next
-			in.db.setDelay(d)
+			in.db.SetDelay(d)
 		}
 		if in != nil {
 			var n int
 			err := c.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
 				WHERE state = 'idle in transaction' AND query LIKE 'INSERT INTO chaos_probe%' AND backend_xid IS NOT NULL
 				AND client_port = ANY($1)`,
-				in.db.upstreamPorts()).Scan(&n)
+				in.db.UpstreamPorts()).Scan(&n)
 			if err == nil && n > 0 {
 				return in, nil
 			}
@@ -466,7 +466,7 @@ func (c *cluster) describeConns(in *instance) string {
 	rows, err := c.pool.Query(ctx, `SELECT format('%s %s%s, %s in it, xact %s, xid %s: %s', pid, state,
 			coalesce(' (' || wait_event_type || ':' || wait_event || ')', ''), round(extract(epoch FROM now() - state_change)::numeric, 1) || 's',
 			coalesce(round(extract(epoch FROM now() - xact_start)::numeric, 1) || 's', '-'), coalesce(backend_xid::text, '-'), left(query, 40))
-		FROM pg_stat_activity WHERE client_port = ANY($1) ORDER BY pid`, in.db.upstreamPorts())
+		FROM pg_stat_activity WHERE client_port = ANY($1) ORDER BY pid`, in.db.UpstreamPorts())
 	if err != nil {
 		return err.Error()
 	}

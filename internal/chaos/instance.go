@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/snip/snip-jobs/internal/childproc"
+	"github.com/snip/snip-jobs/internal/faultproxy"
 	"github.com/snip/snip-jobs/internal/sockact"
 )
 
@@ -27,8 +28,8 @@ type instance struct {
 	logPath     string
 	adminURL    string
 	challenge   string // host:port of its HTTP-01 listener
-	etcd        []*delayProxy
-	db          *delayProxy
+	etcd        []*faultproxy.Proxy
+	db          *faultproxy.Proxy
 	databaseURL string
 	// adminLn and challengeLn are the instance's ports, held by the harness
 	// and passed to each of its processes (socket activation).
@@ -161,17 +162,17 @@ func (in *instance) ready(ctx context.Context) bool {
 // partition cuts (or restores) the instance's traffic to every etcd member.
 func (in *instance) partition(on bool) {
 	for _, p := range in.etcd {
-		p.partition(on)
+		p.Partition(on)
 	}
 }
 
 // closeLinks closes the instance's proxies and its ports (once it has exited).
 func (in *instance) closeLinks() {
 	for _, p := range in.etcd {
-		p.close()
+		_ = p.Close()
 	}
 	if in.db != nil {
-		_ = in.db.close()
+		_ = in.db.Close()
 	}
 	for _, ln := range []*net.TCPListener{in.adminLn, in.challengeLn} {
 		if ln != nil {
