@@ -19,7 +19,6 @@ import (
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/pkg/v3/proxy"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -28,19 +27,19 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/snip/snip-jobs/internal/etcdsecure"
+	"github.com/snip/snip-jobs/internal/faultproxy"
 )
 
 // Bounds for waiting on etcd. They are generous on purpose: they only decide
 // how long a broken environment takes to report itself, never whether a
 // healthy one passes.
 const (
-	etcdReadyTimeout   = 60 * time.Second // StartEtcd/Restart until every started member is ready
-	etcdLeaderTimeout  = 30 * time.Second // LeaderIndex until the running members agree
-	etcdPollInterval   = 10 * time.Millisecond
-	etcdDialTimeout    = 5 * time.Second // clientv3.Config.DialTimeout of Client
-	etcdStartAttempts  = 3               // fresh ports when a reserved port was taken meanwhile
-	etcdProxyCloseWait = 2 * time.Second // Proxy cleanup until its open connections end
-	etcdBcryptCost     = 4               // bcrypt.MinCost: see etcdMember.config
+	etcdReadyTimeout  = 60 * time.Second // StartEtcd/Restart until every started member is ready
+	etcdLeaderTimeout = 30 * time.Second // LeaderIndex until the running members agree
+	etcdPollInterval  = 10 * time.Millisecond
+	etcdDialTimeout   = 5 * time.Second // clientv3.Config.DialTimeout of Client
+	etcdStartAttempts = 3               // fresh ports when a reserved port was taken meanwhile
+	etcdBcryptCost    = 4               // bcrypt.MinCost: see etcdMember.config
 )
 
 // EtcdCluster is a cluster of real etcd members running in the test process.
@@ -618,147 +617,50 @@ func (c *EtcdCluster) leader() (int, string) {
 	return idx, ""
 }
 
-// Proxy is etcd's fault-injecting TCP proxy (go.etcd.io/etcd/pkg/v3/proxy)
-// in front of one member's client URL. It forwards raw bytes per connection,
-// so its faults apply to connections that are already open as well as to
-// new ones.
+// Proxy is the fault proxy (internal/faultproxy) in front of one member's
+// client URL. It forwards raw bytes per connection, so its faults apply to
+// connections that are already open as well as to new ones.
 type Proxy struct {
-	srv      proxy.Server
+	p        *faultproxy.Proxy
 	endpoint string
-	drained  chan struct{}
 }
 
-// Proxy starts a fault proxy on a free port that forwards to member i's
-// client URL, and closes it at t.Cleanup. The member does not have to be
-// running; while it is stopped, connections through the proxy are accepted
-// and then left hanging (the proxy does not close a connection it cannot
-// forward).
-//
-// etcd's proxy listens on all interfaces (":port"), not only on loopback;
-// Endpoint names its loopback address.
+// Proxy starts a fault proxy on a free 127.0.0.1 port that forwards to member
+// i's client URL, and closes it (and its connections) at t.Cleanup. The member
+// does not have to be running; while it is stopped, the proxy closes the
+// connections it cannot forward.
 func (c *EtcdCluster) Proxy(t testing.TB, i int) *Proxy {
 	t.Helper()
 	to := c.member(i).clientURL
-	var lastErr error
-	for attempt := 1; attempt <= etcdStartAttempts; attempt++ {
-		p, err := etcdStartProxy(to) // bytes only: TLS goes through it end to end
-		if err == nil {
-			t.Cleanup(func() { p.close(t) })
-			return p
-		}
-		lastErr = err
-		if !etcdAddrInUse(err) {
-			break
-		}
-	}
-	t.Fatalf("testenv: Proxy to etcd member %d (%s): %v", i, to.Host, lastErr)
-	return nil
-}
-
-func etcdStartProxy(to url.URL) (*Proxy, error) {
-	ports, release, err := etcdReservePorts(1)
+	p, err := faultproxy.New(to.Host) // bytes only: TLS goes through it end to end
 	if err != nil {
-		return nil, err
+		t.Fatalf("testenv: Proxy to etcd member %d (%s): %v", i, to.Host, err)
 	}
-	from := etcdLoopbackURL(ports[0])
-	release()
-	srv := proxy.NewServer(proxy.ServerConfig{
-		Logger: zap.NewNop(), // required: the proxy logs through it unconditionally
-		From:   from,
-		To:     to,
-	})
-	// A listen failure shows as Done (NewServer closes itself) with the
-	// error queued on Error; success as Ready.
-	select {
-	case <-srv.Ready():
-	case <-srv.Done():
-		select {
-		case err := <-srv.Error():
-			return nil, fmt.Errorf("listen on %s: %w", from.Host, err)
-		default:
-			return nil, fmt.Errorf("listen on %s failed", from.Host)
-		}
-	}
-	from.Scheme = to.Scheme // the client speaks to the member through it
-	p := &Proxy{srv: srv, endpoint: from.String(), drained: make(chan struct{})}
-	// The proxy reports every failed dial, read and write on Error, a
-	// channel with room for 16; once it is full, the accept loop and the
-	// copying goroutines block until Close. Drain it for the proxy's life.
-	go func() {
-		defer close(p.drained)
-		for {
-			select {
-			case <-srv.Error():
-			case <-srv.Done():
-				return
-			}
-		}
-	}()
-	return p, nil
-}
-
-// close closes the proxy's listener and waits, bounded, for its connections
-// to end. The proxy's Close waits for the goroutines that copy each open
-// connection, and those end only when the client or the member closes its
-// side; a client that outlives the proxy (its Cleanup registered before the
-// proxy's) would hold it. The member's Cleanup, which runs later, ends any
-// connection left.
-func (p *Proxy) close(t testing.TB) {
-	closed := make(chan struct{})
-	go func() {
-		_ = p.srv.Close()
-		<-p.drained
-		close(closed)
-	}()
-	select {
-	case <-closed:
-	case <-time.After(etcdProxyCloseWait):
-		t.Logf("testenv: etcd proxy %s: connections still open %v after close; they end when the member stops",
-			p.endpoint, etcdProxyCloseWait)
-	}
+	t.Cleanup(func() { _ = p.Close() })
+	from := url.URL{Scheme: to.Scheme, Host: p.Addr()} // the client speaks to the member through it
+	return &Proxy{p: p, endpoint: from.String()}
 }
 
 // Endpoint returns the proxy's URL ("http://127.0.0.1:port", https in front
 // of a member of StartSecureEtcd), usable as a clientv3 endpoint.
 func (p *Proxy) Endpoint() string { return p.endpoint }
 
-// Blackhole drops all traffic in both directions, on open connections as
-// well as new ones, until Unblackhole. Bytes dropped are lost, not delayed:
-// a connection that carried traffic while blackholed is usually broken
-// afterwards (its HTTP/2 stream state is out of sync) and the client has to
-// reconnect.
-func (p *Proxy) Blackhole() {
-	p.srv.BlackholeTx()
-	p.srv.BlackholeRx()
-}
+// Blackhole cuts the link both ways, on open connections as well as new
+// ones, until Unblackhole: a network partition. Bytes are held, not lost, and
+// delivered in order once it heals, as TCP's retransmissions do; connections
+// stay open unless an end gives up on its own.
+func (p *Proxy) Blackhole() { p.p.Partition(true) }
 
-// Unblackhole stops dropping traffic.
-func (p *Proxy) Unblackhole() {
-	p.srv.UnblackholeTx()
-	p.srv.UnblackholeRx()
-}
+// Unblackhole heals the link.
+func (p *Proxy) Unblackhole() { p.p.Partition(false) }
 
 // Delay holds every chunk of data d before forwarding it, in each
 // direction, so a request/response round trip takes at least 2d longer.
 // A d of zero or less removes the delay.
-func (p *Proxy) Delay(d time.Duration) {
-	if d <= 0 { // the proxy ignores a non-positive latency rather than resetting it
-		p.Undelay()
-		return
-	}
-	p.srv.DelayTx(d, 0)
-	p.srv.DelayRx(d, 0)
-}
+func (p *Proxy) Delay(d time.Duration) { p.p.SetDelay(d) }
 
 // Undelay removes the delay.
-func (p *Proxy) Undelay() {
-	p.srv.UndelayTx()
-	p.srv.UndelayRx()
-}
-
-// Server returns the underlying etcd proxy for the faults this type does not
-// wrap (PauseAccept, PauseTx/PauseRx, ModifyTx/ModifyRx, one-way blackholes).
-func (p *Proxy) Server() proxy.Server { return p.srv }
+func (p *Proxy) Undelay() { p.p.SetDelay(0) }
 
 // etcdReservePorts finds n distinct free TCP ports on 127.0.0.1 by listening
 // on port 0. The listeners stay open, so the ports stay taken, until release
