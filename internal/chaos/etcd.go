@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/snip/snip-jobs/internal/childproc"
+	"github.com/snip/snip-jobs/internal/etcdlocal"
 	"github.com/snip/snip-jobs/internal/etcdsecure"
 	"github.com/snip/snip-jobs/internal/sleep"
 )
@@ -88,22 +89,13 @@ func MemberMain(args []string) int {
 		fmt.Fprintln(os.Stderr, "etcd-member: peer URL:", err)
 		return 2
 	}
-	cfg := embed.NewConfig()
-	cfg.Name = *name
-	cfg.Dir = *dir
-	cfg.ListenClientUrls = []url.URL{*cu}
-	cfg.AdvertiseClientUrls = []url.URL{*cu}
-	cfg.ListenPeerUrls = []url.URL{*pu}
-	cfg.AdvertisePeerUrls = []url.URL{*pu}
-	cfg.ListenMetricsUrls = nil
-	cfg.InitialCluster = *initial
-	cfg.InitialClusterToken = "snip-chaos"
-	cfg.ClusterState = *state
-	cfg.LogLevel = "error"
-	cfg.UnsafeNoFsync = true
-	cfg.BcryptCost = bcryptCost
+	m := etcdlocal.Member{
+		Name: *name, Dir: *dir, ClientURL: *cu, PeerURL: *pu,
+		InitialCluster: *initial, Token: "snip-chaos", State: *state,
+		NoFsync: true, BcryptCost: bcryptCost,
+	}
 	if *cert != "" {
-		cfg.ClientTLSInfo = transport.TLSInfo{CertFile: *cert, KeyFile: *key, TrustedCAFile: *ca, ClientCertAuth: true}
+		m.TLS = &transport.TLSInfo{CertFile: *cert, KeyFile: *key, TrustedCAFile: *ca, ClientCertAuth: true}
 	}
 	// A restarted member binds the ports it had: while it was down, another
 	// process's outgoing connection may have been given one of them as its
@@ -112,7 +104,7 @@ func MemberMain(args []string) int {
 	var e *embed.Etcd
 	for attempt := 1; ; attempt++ {
 		var err error
-		if e, err = embed.StartEtcd(cfg); err == nil {
+		if e, err = etcdlocal.StartMember(m); err == nil {
 			break
 		}
 		if attempt == bindAttempts || !strings.Contains(err.Error(), "address already in use") {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -26,6 +25,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/snip/snip-jobs/internal/etcdlocal"
 	"github.com/snip/snip-jobs/internal/etcdsecure"
 	"github.com/snip/snip-jobs/internal/faultproxy"
 )
@@ -207,10 +207,9 @@ func (c *EtcdCluster) start(base string, attempt, n int, pki *etcdsecure.PKI) er
 // be ready.
 func (m *etcdMember) start(initialCluster, state string) error {
 	stopping := make(chan struct{})
-	e, err := embed.StartEtcd(m.config(initialCluster, state, stopping))
+	e, err := etcdlocal.StartMember(m.config(initialCluster, state, stopping))
 	if err != nil {
-		return fmt.Errorf("start etcd member %s (client %s, peer %s, dir %s): %w",
-			m.name, m.clientURL.Host, m.peerURL.Host, m.dir, err)
+		return err
 	}
 	m.etcd, m.stopping = e, stopping
 	return nil
@@ -237,38 +236,28 @@ func (m *etcdMember) stop(kill bool) {
 	e.Close()
 }
 
-// config returns a fresh embed.Config for the member; embed.StartEtcd keeps
-// state (the logger) in the Config it is given, so every start gets its own.
-func (m *etcdMember) config(initialCluster, state string, stopping <-chan struct{}) *embed.Config {
-	cfg := embed.NewConfig()
-	cfg.Name = m.name
-	cfg.Dir = m.dir
-	cfg.ListenClientUrls = []url.URL{m.clientURL}
-	cfg.AdvertiseClientUrls = []url.URL{m.clientURL}
-	cfg.ListenPeerUrls = []url.URL{m.peerURL}
-	cfg.AdvertisePeerUrls = []url.URL{m.peerURL}
-	cfg.ListenMetricsUrls = nil
-	cfg.InitialCluster = initialCluster
-	cfg.InitialClusterToken = "testenv"
-	cfg.ClusterState = state
-	cfg.LogLevel = "error"
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(etcdLogger(m.name))
-	cfg.UnsafeNoFsync = true
-	// bcrypt's minimum cost for the users' passwords: a login then costs the
-	// member about a millisecond instead of about 100 ms, which tests that
-	// run many processes on two cores cannot spare (what a login costs is
-	// counted, not timed: TestKeepAlivesShareOneStreamAndOneLogin).
-	cfg.BcryptCost = etcdBcryptCost
+// config describes the member for etcdlocal, the one launcher of embedded
+// members.
+func (m *etcdMember) config(initialCluster, state string, stopping <-chan struct{}) etcdlocal.Member {
+	em := etcdlocal.Member{
+		Name: m.name, Dir: m.dir, ClientURL: m.clientURL, PeerURL: m.peerURL,
+		InitialCluster: initialCluster, Token: "testenv", State: state,
+		Logger:  etcdLogger(m.name),
+		NoFsync: true,
+		// bcrypt's minimum cost for the users' passwords: a login then costs
+		// the member about a millisecond instead of about 100 ms, which tests
+		// that run many processes on two cores cannot spare (what a login
+		// costs is counted, not timed: TestKeepAlivesShareOneStreamAndOneLogin).
+		BcryptCost:  etcdBcryptCost,
+		GRPCOptions: []grpc.ServerOption{grpc.ChainStreamInterceptor(etcdCutStreams(stopping))},
+	}
 	if m.tls != nil {
-		cfg.ClientTLSInfo = transport.TLSInfo{
+		em.TLS = &transport.TLSInfo{
 			CertFile: m.tls.ServerCert, KeyFile: m.tls.ServerKey,
 			TrustedCAFile: m.tls.CA, ClientCertAuth: true,
 		}
 	}
-	cfg.GRPCAdditionalServerOptions = []grpc.ServerOption{
-		grpc.ChainStreamInterceptor(etcdCutStreams(stopping)),
-	}
-	return cfg
+	return em
 }
 
 // etcdCutStreams returns a gRPC stream interceptor that ends the member's
@@ -349,22 +338,11 @@ func etcdClosedErr(err error) bool {
 // waitReady waits until the member serves client requests: it has joined
 // the cluster and published itself, which takes a quorum.
 func (m *etcdMember) waitReady() error {
-	timer := time.NewTimer(etcdReadyTimeout)
-	defer timer.Stop()
-	select {
-	case <-m.etcd.Server.ReadyNotify():
-		return nil
-	case err, ok := <-m.etcd.Err():
-		if !ok {
-			err = errors.New("stopped")
-		}
-		return fmt.Errorf("member %s (client %s) failed before it was ready: %v", m.name, m.clientURL.Host, err)
-	case <-m.etcd.Server.StopNotify():
-		return fmt.Errorf("member %s (client %s) stopped before it was ready", m.name, m.clientURL.Host)
-	case <-timer.C:
-		return fmt.Errorf("member %s (client %s) not ready after %v (a member becomes ready only once a quorum of the cluster runs)",
-			m.name, m.clientURL.Host, etcdReadyTimeout)
+	if err := etcdlocal.Ready(context.Background(), m.etcd, etcdReadyTimeout); err != nil {
+		return fmt.Errorf("member %s (client %s): %w (a member becomes ready only once a quorum of the cluster runs)",
+			m.name, m.clientURL.Host, err)
 	}
+	return nil
 }
 
 func (c *EtcdCluster) stopAll() {
@@ -455,46 +433,6 @@ func (c *EtcdCluster) client(t testing.TB, endpoints []string, user, password st
 	}
 	t.Cleanup(func() { _ = cli.Close() })
 	return cli
-}
-
-// Metric returns the sum of the member i's Prometheus series named name
-// whose labels contain every one of labels (e.g. `grpc_method="Authenticate"`),
-// read from its /metrics on the client URL: what the etcd server itself
-// counted.
-func (c *EtcdCluster) Metric(t testing.TB, i int, name string, labels ...string) float64 {
-	t.Helper()
-	hc := &http.Client{Timeout: etcdDialTimeout}
-	if pki := c.member(i).tls; pki != nil {
-		tc, err := transport.TLSInfo{CertFile: pki.ClientCert, KeyFile: pki.ClientKey, TrustedCAFile: pki.CA}.ClientConfig()
-		if err != nil {
-			t.Fatalf("testenv: Metric: %v", err)
-		}
-		hc.Transport = &http.Transport{TLSClientConfig: tc, ForceAttemptHTTP2: true}
-	}
-	resp, err := hc.Get(c.Endpoint(i) + "/metrics")
-	if err != nil {
-		t.Fatalf("testenv: Metric: %v", err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("testenv: Metric: %v", err)
-	}
-	var sum float64
-	for line := range strings.Lines(string(body)) {
-		series, value, ok := strings.Cut(strings.TrimSpace(line), " ")
-		if !ok || (series != name && !strings.HasPrefix(series, name+"{")) {
-			continue
-		}
-		match := true
-		for _, l := range labels {
-			match = match && strings.Contains(series, l)
-		}
-		if v, err := strconv.ParseFloat(value, 64); err == nil && match {
-			sum += v
-		}
-	}
-	return sum
 }
 
 // Stop stops member i cleanly, as a real etcd process does on SIGTERM
