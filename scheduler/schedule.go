@@ -8,6 +8,7 @@ import (
 
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/fencing"
+	"github.com/snip/snip-jobs/internal/sleep"
 )
 
 // endsLead reports whether a run's error means the term is over for this job:
@@ -49,10 +50,10 @@ func (s *Scheduler) continuous(ctx context.Context, j *job, mk func(time.Time) *
 			return err
 		case err != nil:
 			j.log.Warn("continuous job returned an error; restarting", "err", err, "in", backoff)
-			pause(ctx, backoff)
+			sleep.For(ctx, backoff)
 			backoff = min(2*backoff, maxBackoff)
 		default:
-			pause(ctx, time.Second)
+			sleep.For(ctx, time.Second)
 			backoff = time.Second
 		}
 	}
@@ -63,7 +64,7 @@ func (s *Scheduler) continuous(ctx context.Context, j *job, mk func(time.Time) *
 func (s *Scheduler) pauseUnlessWoken(ctx context.Context, j *job, d time.Duration) {
 	w, ok := j.impl.(Waker)
 	if !ok || d <= 0 {
-		pause(ctx, d)
+		sleep.For(ctx, d)
 		return
 	}
 	wctx, cancel := context.WithCancel(ctx)
@@ -146,9 +147,9 @@ func (s *Scheduler) localCron(ctx context.Context, j *job, mk func(time.Time) *R
 func sleepUntil(ctx context.Context, t time.Time) bool {
 	d := time.Until(t)
 	if d > time.Minute {
-		pause(ctx, time.Minute)
+		sleep.For(ctx, time.Minute)
 		return false
 	}
-	pause(ctx, d)
+	sleep.For(ctx, d)
 	return ctx.Err() == nil && !time.Now().Before(t)
 }

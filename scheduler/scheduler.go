@@ -16,6 +16,7 @@ import (
 
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/fencing"
+	"github.com/snip/snip-jobs/internal/sleep"
 	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/scheduler/status"
 )
@@ -287,7 +288,7 @@ func (s *Scheduler) runLeader(ctx context.Context, j *job) {
 				return
 			}
 			j.log.Error("campaign failed; retrying", "err", err)
-			pause(ctx, time.Second)
+			sleep.For(ctx, time.Second)
 			continue
 		}
 		cause := s.lead(ctx, j, term)
@@ -568,15 +569,5 @@ func (s *Scheduler) bookkeep(ctx context.Context, sql string, args ...any) {
 	defer cancel()
 	if _, err := records.Exec(bctx, sql, args...); err != nil {
 		s.log.Debug("bookkeeping write failed", "err", err)
-	}
-}
-
-// pause waits for d or until ctx ends.
-func pause(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
 	}
 }
