@@ -15,6 +15,11 @@
 // instance, or for several instances on one machine that all use the one member
 // (pointing the others at Endpoint). Three servers need a real three-member
 // cluster.
+//
+// Member, StartMember and Ready are the project's one launcher of embedded
+// members, Start's and the test bench's (internal/testenv's clusters in the
+// test process, internal/chaos's member processes): one place that turns a
+// member's name, URLs, cluster and options into etcd's configuration.
 package etcdlocal
 
 import (
