@@ -10,6 +10,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/snip/snip-jobs/internal/sleep"
 )
 
 // ErrBusy is returned by Campaign when this session already campaigns for, or
@@ -101,7 +103,7 @@ func (s *Session) campaign(ctx context.Context, job string, o campaignOptions) (
 	for {
 		if o.holdback != nil {
 			if d := o.holdback(); d > 0 {
-				s.pause(ctx, d)
+				sleep.For(ctx, d)
 				if ctx.Err() != nil {
 					return nil, ctx.Err()
 				}
@@ -119,7 +121,7 @@ func (s *Session) campaign(ctx context.Context, job string, o campaignOptions) (
 			return nil, ctx.Err()
 		case err != nil:
 			log.Debug("campaign attempt failed; retrying", "err", err)
-			s.pause(ctx, s.cfg.RenewInterval/4)
+			sleep.For(ctx, s.cfg.RenewInterval/4)
 		case holderRev > 0:
 			s.waitForDelete(ctx, key, holderRev)
 		}

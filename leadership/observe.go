@@ -10,6 +10,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/snip/snip-jobs/internal/sleep"
 )
 
 // Leader describes the current holder of a job's leader key, as etcd sees it.
@@ -108,7 +110,7 @@ func WatchInstances(ctx context.Context, cli *clientv3.Client, prefix string, re
 	for ctx.Err() == nil {
 		resp, err := cli.Get(ctx, pfx, clientv3.WithPrefix(), clientv3.WithKeysOnly())
 		if err != nil {
-			pauseCtx(ctx, retry)
+			sleep.For(ctx, retry)
 			continue
 		}
 		up := map[string]bool{}
@@ -133,7 +135,7 @@ func WatchInstances(ctx context.Context, cli *clientv3.Client, prefix string, re
 			}
 		}
 		cancel()
-		pauseCtx(ctx, retry)
+		sleep.For(ctx, retry)
 	}
 }
 
@@ -144,16 +146,6 @@ func sortedKeys(m map[string]bool) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-// pauseCtx waits for d or until ctx is done.
-func pauseCtx(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
 }
 
 // WatchInstances calls f with the names of the instances that are up, sorted,

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/snip/snip-jobs/internal/sleep"
 )
 
 // Resign requests: an operator (snip-jobs resign, the dev cluster's button)
@@ -54,13 +56,11 @@ func RequestResign(ctx context.Context, cli *clientv3.Client, prefix, job string
 		case ok && l.Token != before.Token:
 			return before, &l, nil
 		}
-		select {
-		case <-ctx.Done():
+		if !sleep.For(ctx, 50*time.Millisecond) {
 			if !ok {
 				return before, nil, nil // handed over; nobody has taken it yet
 			}
 			return before, nil, fmt.Errorf("resign %s: the leader (%s, token %d) did not hand over: %w", job, before.Instance, before.Token, ctx.Err())
-		case <-time.After(50 * time.Millisecond):
 		}
 	}
 }
@@ -86,6 +86,6 @@ func (s *Session) WatchResignRequests(ctx context.Context, f func(job string, to
 				f(name, token)
 			}
 		}
-		s.pause(ctx, time.Second)
+		sleep.For(ctx, time.Second)
 	}
 }

@@ -11,6 +11,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/snip/snip-jobs/internal/sleep"
 )
 
 // ErrClosed is returned by Campaign and WaitReady once the session is closed.
@@ -314,7 +316,7 @@ func (s *Session) run() {
 			if s.ctx.Err() == nil {
 				s.log.Warn("cannot start a lease; retrying", "err", err, "retry_in", retry)
 			}
-			s.pause(s.ctx, retry)
+			sleep.For(s.ctx, retry)
 			retry = min(2*retry, s.cfg.RenewInterval)
 			continue
 		}
@@ -412,17 +414,7 @@ func (s *Session) revokeUntilGone(id clientv3.LeaseID) {
 		if err == nil || s.ctx.Err() != nil {
 			return
 		}
-		s.pause(s.ctx, s.cfg.RenewInterval/2)
-	}
-}
-
-// pause waits for d or until ctx is done.
-func (s *Session) pause(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
+		sleep.For(s.ctx, s.cfg.RenewInterval/2)
 	}
 }
 

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/snip/snip-jobs/internal/sleep"
 )
 
 // Reason says why a term (or a lease, and with it every term on it) ended.
@@ -183,7 +185,7 @@ func (t *Term) Resign(ctx context.Context) error {
 			t.log.Warn("resign: leader key not deleted; successor waits for the lease to end", "err", err, "attempts", attempts)
 			return fmt.Errorf("leadership: resign %s (token %d): %w", t.job, t.token, err)
 		}
-		t.s.pause(ctx, resignAttempt-time.Since(began)) // one that failed at once (no leader) waits out its second
+		sleep.For(ctx, resignAttempt-time.Since(began)) // one that failed at once (no leader) waits out its second
 	}
 }
 
@@ -226,7 +228,7 @@ func (t *Term) watchKey() {
 		switch {
 		case err != nil:
 			// etcd unreachable: the lease deadline ends the term if this lasts.
-			t.s.pause(t.ctx, t.s.cfg.RenewInterval/4)
+			sleep.For(t.ctx, t.s.cfg.RenewInterval/4)
 		case len(resp.Kvs) == 0:
 			t.end(ended(ReasonKeyLost, "leader key %s gone", t.key))
 			return

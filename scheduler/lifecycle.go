@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/snip/snip-jobs/fencing"
+	"github.com/snip/snip-jobs/internal/sleep"
 	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/scheduler/status"
 )
@@ -44,7 +45,7 @@ func (lc *lifecycle) loop(ctx context.Context, j *job) {
 				return
 			}
 			j.log.Error("campaign failed; retrying", "err", err)
-			pause(ctx, time.Second)
+			sleep.For(ctx, time.Second)
 			continue
 		}
 		cause := lc.lead(ctx, j, term)

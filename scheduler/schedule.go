@@ -12,6 +12,7 @@ import (
 
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/fencing"
+	"github.com/snip/snip-jobs/internal/sleep"
 	"github.com/snip/snip-jobs/scheduler/slots"
 )
 
@@ -69,10 +70,10 @@ func (rn *runner) continuous(ctx context.Context, j *job, mk func(time.Time) *Ru
 			return err
 		case err != nil:
 			j.log.Warn("continuous job returned an error; restarting", "err", err, "in", backoff)
-			pause(ctx, backoff)
+			sleep.For(ctx, backoff)
 			backoff = min(2*backoff, maxBackoff)
 		default:
-			pause(ctx, time.Second)
+			sleep.For(ctx, time.Second)
 			backoff = time.Second
 		}
 	}
@@ -83,7 +84,7 @@ func (rn *runner) continuous(ctx context.Context, j *job, mk func(time.Time) *Ru
 func (rn *runner) pauseUnlessWoken(ctx context.Context, j *job, d time.Duration) {
 	w, ok := j.impl.(Waker)
 	if !ok || d <= 0 {
-		pause(ctx, d)
+		sleep.For(ctx, d)
 		return
 	}
 	wctx, cancel := context.WithCancel(ctx)

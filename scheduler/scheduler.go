@@ -271,13 +271,3 @@ func (s *Scheduler) watchGrace(j *job, stopped <-chan struct{}) {
 // instance and grace) for a job without terms still running its grace period
 // after shutdown began.
 const MsgShutdownOverrun = "job still running after its grace period at shutdown; the process will exit without it"
-
-// pause waits for d or until ctx ends.
-func pause(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
-}

@@ -24,6 +24,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/snip/snip-jobs/internal/childproc"
 	"github.com/snip/snip-jobs/internal/clitest"
 )
 
@@ -32,10 +33,10 @@ var updateScreenshot = flag.Bool("update-screenshot", false, "write the status p
 // devProcess is a running snip-dev.
 type devProcess struct {
 	t       *testing.T
-	cmd     *exec.Cmd
+	proc    *childproc.Proc
 	out     string // file holding its stdout
 	errOut  string // and its stderr
-	exited  chan struct{}
+	exited  <-chan struct{}
 	control string    // the supervisor's URL, from what dev printed
 	began   time.Time // when its banner was read
 }
@@ -45,7 +46,7 @@ type devProcess struct {
 func startDev(t *testing.T) *devProcess {
 	t.Helper()
 	dir := t.TempDir()
-	d := &devProcess{t: t, out: filepath.Join(dir, "stdout"), errOut: filepath.Join(dir, "stderr"), exited: make(chan struct{})}
+	d := &devProcess{t: t, out: filepath.Join(dir, "stdout"), errOut: filepath.Join(dir, "stderr")}
 	stdout, err := os.Create(d.out)
 	if err != nil {
 		t.Fatal(err)
@@ -56,23 +57,16 @@ func startDev(t *testing.T) *devProcess {
 		t.Fatal(err)
 	}
 	defer stderr.Close()
-	d.cmd = exec.Command(snipDevBin, "--http-base", "-1", "--snip-jobs", snipJobsBin)
-	d.cmd.Env = clitest.Env()
-	d.cmd.Stdout, d.cmd.Stderr = stdout, stderr
-	if err := d.cmd.Start(); err != nil {
+	d.proc, err = childproc.Start(childproc.Spec{
+		Path: snipDevBin, Args: []string{"--http-base", "-1", "--snip-jobs", snipJobsBin},
+		Stdout: stdout, Stderr: stderr,
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
-	go func() {
-		_ = d.cmd.Wait()
-		close(d.exited)
-	}()
+	d.exited = d.proc.Done()
 	t.Cleanup(func() {
-		select {
-		case <-d.exited:
-		default:
-			_ = d.cmd.Process.Kill() // its children and PostgreSQL follow (parent-death signals)
-			<-d.exited
-		}
+		d.proc.Kill() // its children and PostgreSQL follow (parent-death signals)
 		if t.Failed() {
 			t.Logf("--- snip-dev's output ---\n%s\n--- its stderr ---\n%s", d.stdout(), d.stderr())
 		}
@@ -81,7 +75,7 @@ func startDev(t *testing.T) *devProcess {
 	eventually(t, "dev's banner", func() bool {
 		select {
 		case <-d.exited:
-			t.Fatalf("snip-dev exited before it was ready: %v\n%s\n%s", d.cmd.ProcessState, d.stdout(), d.stderr())
+			t.Fatalf("snip-dev exited before it was ready: %v\n%s\n%s", d.proc.Err(), d.stdout(), d.stderr())
 		default:
 		}
 		if m := control.FindStringSubmatch(d.stdout()); m != nil {
@@ -557,7 +551,7 @@ func TestDevRunsAClusterWhoseStatusPageShowsAFailoverInABrowser(t *testing.T) {
 		t.Fatalf("dev did not print its folders: %v", files)
 	}
 	st = dev.state()
-	if err := dev.cmd.Process.Signal(syscall.SIGINT); err != nil {
+	if err := dev.proc.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -565,7 +559,7 @@ func TestDevRunsAClusterWhoseStatusPageShowsAFailoverInABrowser(t *testing.T) {
 	case <-time.After(waitLong):
 		t.Fatal("snip-dev did not exit after SIGINT")
 	}
-	if code := dev.cmd.ProcessState.ExitCode(); code != 0 {
+	if code := dev.proc.ExitCode(); code != 0 {
 		t.Errorf("dev exited %d after SIGINT, want 0", code)
 	}
 	if out := dev.stdout(); !strings.Contains(out, "stopped; removed "+files[0]+" and "+files[1]) || strings.Contains(out, "killing the instances now") {

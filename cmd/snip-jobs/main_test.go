@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -19,8 +18,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/snip/snip-jobs/internal/childproc"
 	"github.com/snip/snip-jobs/internal/clitest"
-	"github.com/snip/snip-jobs/internal/pdeathsig"
 	"github.com/snip/snip-jobs/internal/sockact"
 	"github.com/snip/snip-jobs/internal/testdb"
 	"github.com/snip/snip-jobs/internal/testenv"
@@ -68,7 +67,7 @@ func snip(t *testing.T, env []string, args ...string) result {
 }
 
 // baseEnv is the test's environment without the variables snip-jobs reads.
-func baseEnv() []string { return clitest.Env() }
+func baseEnv() []string { return childproc.Env() }
 
 func dbEnv(url string) []string { return []string{"SNIP_JOBS_DATABASE_URL=" + url} }
 
@@ -167,10 +166,9 @@ type instance struct {
 	name   string
 	config string
 	admin  string // http://127.0.0.1:port
-	cmd    *exec.Cmd
+	proc   *childproc.Proc
 	out    string // file holding its stderr (the logs) and stdout
-	exited chan struct{}
-	state  *os.ProcessState
+	exited <-chan struct{}
 }
 
 // start starts `snip-jobs run` for the config c, and stops it (SIGKILL) at the
@@ -196,40 +194,22 @@ func start(t *testing.T, c config, env []string, args ...string) *instance {
 	path := writeConfig(t, c)
 	in := &instance{
 		t: t, name: c.instance, config: path,
-		admin:  "http://" + adminAddr,
-		out:    filepath.Join(t.TempDir(), c.instance+".log"),
-		exited: make(chan struct{}),
-	}
-	f, err := os.Create(in.out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	in.cmd = exec.Command(binary, append([]string{"run", "--config", path}, args...)...)
-	in.cmd.Env = append(baseEnv(), env...)
-	in.cmd.Stdout, in.cmd.Stderr = f, f
-	files, err := sockact.Pass(in.cmd, socks...)
-	if err != nil {
-		t.Fatal(err)
+		admin: "http://" + adminAddr,
+		out:   filepath.Join(t.TempDir(), c.instance+".log"),
 	}
 	// The instance dies with the test binary, however that ends (a panic, the
-	// -timeout alarm, SIGKILL): no instance outlives the test that started it.
-	if err := pdeathsig.Start(in.cmd, syscall.SIGKILL); err != nil {
+	// -timeout alarm, SIGKILL): no instance outlives the test that started it
+	// (childproc's parent-death signal).
+	proc, err := childproc.Start(childproc.Spec{
+		Path: binary, Args: append([]string{"run", "--config", path}, args...),
+		Env: env, Log: in.out, Sockets: socks,
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range files {
-		f.Close()
-	}
-	go func() {
-		_ = in.cmd.Wait()
-		in.state = in.cmd.ProcessState
-		close(in.exited)
-	}()
+	in.proc, in.exited = proc, proc.Done()
 	t.Cleanup(func() {
-		if in.running() {
-			_ = in.cmd.Process.Kill()
-			<-in.exited
-		}
+		proc.Kill()
 		if t.Failed() {
 			t.Logf("--- logs of %s ---\n%s", in.name, in.logs())
 		}
@@ -253,7 +233,7 @@ func (in *instance) logs() string {
 
 func (in *instance) signal(sig syscall.Signal) {
 	in.t.Helper()
-	if err := in.cmd.Process.Signal(sig); err != nil {
+	if err := in.proc.Signal(sig); err != nil {
 		in.t.Fatalf("signal %s: %v", in.name, err)
 	}
 }
@@ -267,7 +247,20 @@ func (in *instance) wait() int {
 	case <-time.After(waitLong):
 		in.t.Fatalf("%s did not exit", in.name)
 	}
-	return in.state.ExitCode()
+	return in.proc.ExitCode()
+}
+
+// state is how the process exited ("exit status 1", "signal: killed"), or
+// that it runs.
+func (in *instance) state() string {
+	switch err := in.proc.Err(); {
+	case in.running():
+		return "running"
+	case err == nil:
+		return "exit status 0"
+	default:
+		return err.Error()
+	}
 }
 
 // get fetches a path of the admin server: status code and body (0 when it
@@ -287,7 +280,7 @@ func (in *instance) waitReady() {
 	in.t.Helper()
 	eventually(in.t, in.name+" ready", func() bool {
 		if !in.running() {
-			in.t.Fatalf("%s exited with %v before it was ready", in.name, in.state)
+			in.t.Fatalf("%s exited with %v before it was ready", in.name, in.state())
 		}
 		code, _ := in.get("/readyz")
 		return code == http.StatusOK

@@ -37,7 +37,7 @@ func TestReclaimAfterSIGKILLMovesTheJobAtOnceAndLeavesARunningProcessAlone(t *te
 	leader := procs[first.Instance]
 
 	r := snip(t, env, "reclaim", "--config", leader.config)
-	if r.code != 1 || !strings.Contains(r.stderr, "lease left alone") || !strings.Contains(r.stderr, fmt.Sprint(leader.cmd.Process.Pid)) {
+	if r.code != 1 || !strings.Contains(r.stderr, "lease left alone") || !strings.Contains(r.stderr, fmt.Sprint(leader.proc.Pid())) {
 		t.Fatalf("reclaim while %s runs: exit %d\n%s", leader.name, r.code, r.stderr)
 	}
 	if now := leaderOf(t, observer, "pulse", 0); now.Token != first.Token {

@@ -222,7 +222,7 @@ func TestASecondProcessWithTheSameInstanceNameExits1(t *testing.T) {
 	if code := second.wait(); code != 1 {
 		t.Fatalf("second server-a: exit %d, want 1\n%s", code, second.logs())
 	}
-	want := fmt.Sprintf(`snip-jobs run: leadership: instance "server-a" is already running on this host as pid %d`, first.cmd.Process.Pid)
+	want := fmt.Sprintf(`snip-jobs run: leadership: instance "server-a" is already running on this host as pid %d`, first.proc.Pid())
 	if !strings.Contains(second.logs(), want) {
 		t.Errorf("second server-a's output lacks %q:\n%s", want, second.logs())
 	}

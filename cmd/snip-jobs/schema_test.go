@@ -137,7 +137,7 @@ func waitRunning(t *testing.T, in *instance) {
 	t.Helper()
 	eventually(t, in.name+" running its jobs while PostgreSQL is down", func() bool {
 		if !in.running() {
-			t.Fatalf("%s exited (%v) while PostgreSQL was down:\n%s", in.name, in.state, in.logs())
+			t.Fatalf("%s exited (%v) while PostgreSQL was down:\n%s", in.name, in.state(), in.logs())
 		}
 		return len(linesWith(in.logs(), `"msg":"running"`)) == 1
 	})

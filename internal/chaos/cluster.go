@@ -20,7 +20,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/snip/snip-jobs/internal/acmetest"
+	"github.com/snip/snip-jobs/internal/childproc"
+	"github.com/snip/snip-jobs/internal/faultproxy"
 	"github.com/snip/snip-jobs/internal/pgcluster"
+	"github.com/snip/snip-jobs/internal/sleep"
 	"github.com/snip/snip-jobs/internal/sockact"
 	"github.com/snip/snip-jobs/migrations"
 )
@@ -241,18 +244,18 @@ func startCluster(ctx context.Context, o Options) (_ *cluster, err error) {
 			if err != nil {
 				return nil, err
 			}
-			p, err := newDelayProxy(mu.Host)
+			p, err := faultproxy.New(mu.Host)
 			if err != nil {
 				return nil, err
 			}
 			in.etcd = append(in.etcd, p)
-			eps = append(eps, "https://"+p.addr())
+			eps = append(eps, "https://"+p.Addr())
 		}
-		if in.db, err = newDelayProxy(pgu.Host); err != nil {
+		if in.db, err = faultproxy.New(pgu.Host); err != nil {
 			return nil, err
 		}
 		u := *pgu
-		u.Host = in.db.addr()
+		u.Host = in.db.Addr()
 		q := u.Query()
 		q.Set("connect_timeout", "10")
 		u.RawQuery = q.Encode()
@@ -284,7 +287,7 @@ func (c *cluster) migrateWith(ctx context.Context, binary string) error {
 		return err
 	}
 	cmd := exec.CommandContext(ctx, binary, "migrate", "--config", cfg)
-	cmd.Env = append(cleanEnv(), "SNIP_JOBS_DATABASE_URL="+c.dbURL)
+	cmd.Env = childproc.Env("SNIP_JOBS_DATABASE_URL=" + c.dbURL)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("%s migrate: %w\n%s", binary, err, out)
 	}
@@ -485,15 +488,13 @@ func (c *cluster) settle(ctx context.Context, after time.Time) error {
 		if why == "" {
 			return nil
 		}
-		select {
-		case <-ctx.Done():
+		if !sleep.For(ctx, 50*time.Millisecond) {
 			for _, in := range c.instances {
 				if !in.running() {
 					why += fmt.Sprintf("\n%s: exit status %d; the end of its log:\n%s", in.name, lastExit(in), in.logTail(12))
 				}
 			}
 			return fmt.Errorf("not settled within %v: %s", readyBound, why)
-		case <-time.After(50 * time.Millisecond):
 		}
 	}
 }

@@ -13,7 +13,7 @@
 //   - Let's Encrypt's test CA in this process (internal/acmetest: Pebble and
 //     challtestsrv), whose validation reaches the instances' HTTP-01 listeners;
 //   - three `snip-jobs run` processes. Each reaches every etcd member through
-//     its own proxy (delayProxy), which can hold every byte both ways until a
+//     its own proxy (internal/faultproxy), which can hold every byte both ways until a
 //     cut heals, as a network partition does to TCP, and PostgreSQL through
 //     another, whose latency can be raised.
 //     They run every singleton built into the binary: a `sql` probe that

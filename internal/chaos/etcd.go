@@ -1,21 +1,18 @@
 package chaos
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
@@ -23,8 +20,10 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 
+	"github.com/snip/snip-jobs/internal/childproc"
+	"github.com/snip/snip-jobs/internal/etcdlocal"
 	"github.com/snip/snip-jobs/internal/etcdsecure"
-	"github.com/snip/snip-jobs/internal/pdeathsig"
+	"github.com/snip/snip-jobs/internal/sleep"
 )
 
 // MemberCommand is the first argument that makes a binary embedding this
@@ -90,22 +89,13 @@ func MemberMain(args []string) int {
 		fmt.Fprintln(os.Stderr, "etcd-member: peer URL:", err)
 		return 2
 	}
-	cfg := embed.NewConfig()
-	cfg.Name = *name
-	cfg.Dir = *dir
-	cfg.ListenClientUrls = []url.URL{*cu}
-	cfg.AdvertiseClientUrls = []url.URL{*cu}
-	cfg.ListenPeerUrls = []url.URL{*pu}
-	cfg.AdvertisePeerUrls = []url.URL{*pu}
-	cfg.ListenMetricsUrls = nil
-	cfg.InitialCluster = *initial
-	cfg.InitialClusterToken = "snip-chaos"
-	cfg.ClusterState = *state
-	cfg.LogLevel = "error"
-	cfg.UnsafeNoFsync = true
-	cfg.BcryptCost = bcryptCost
+	m := etcdlocal.Member{
+		Name: *name, Dir: *dir, ClientURL: *cu, PeerURL: *pu,
+		InitialCluster: *initial, Token: "snip-chaos", State: *state,
+		NoFsync: true, BcryptCost: bcryptCost,
+	}
 	if *cert != "" {
-		cfg.ClientTLSInfo = transport.TLSInfo{CertFile: *cert, KeyFile: *key, TrustedCAFile: *ca, ClientCertAuth: true}
+		m.TLS = &transport.TLSInfo{CertFile: *cert, KeyFile: *key, TrustedCAFile: *ca, ClientCertAuth: true}
 	}
 	// A restarted member binds the ports it had: while it was down, another
 	// process's outgoing connection may have been given one of them as its
@@ -114,7 +104,7 @@ func MemberMain(args []string) int {
 	var e *embed.Etcd
 	for attempt := 1; ; attempt++ {
 		var err error
-		if e, err = embed.StartEtcd(cfg); err == nil {
+		if e, err = etcdlocal.StartMember(m); err == nil {
 			break
 		}
 		if attempt == bindAttempts || !strings.Contains(err.Error(), "address already in use") {
@@ -159,8 +149,7 @@ type etcdMember struct {
 	args       []string // the fixed flags (after MemberCommand for MemberMain)
 
 	mu   sync.Mutex
-	proc *exec.Cmd
-	done chan struct{}
+	proc *childproc.Proc
 }
 
 // etcdCluster is three member processes, serving clients over TLS only
@@ -315,60 +304,34 @@ func (m *etcdMember) start(state string) (<-chan error, error) {
 	if m.proc != nil {
 		return nil, fmt.Errorf("etcd member %s is running", m.name)
 	}
-	logf, err := os.OpenFile(m.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	defer logf.Close()
 	args := append(append([]string{MemberCommand}, m.args...), "--state", state)
 	readyLine := func(line string) bool { return line == memberReady }
 	if m.native {
 		args = append(slices.Clone(m.args), "--initial-cluster-state", state)
 		readyLine = func(line string) bool { return strings.Contains(line, nativeReady) }
 	}
-	cmd := exec.Command(m.executable, args...)
-	var out io.ReadCloser
-	if m.native { // it logs to stderr, the ready line among the rest
-		cmd.Stdout = logf
-		out, err = cmd.StderrPipe()
-	} else {
-		cmd.Stderr = logf
-		out, err = cmd.StdoutPipe()
-	}
-	if err != nil {
-		return nil, err
-	}
-	logCopy, err := os.OpenFile(m.logPath, os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	// If the harness dies, its members die with it.
-	if err := pdeathsig.Start(cmd, syscall.SIGKILL); err != nil {
-		return nil, fmt.Errorf("start etcd member %s: %w", m.name, err)
-	}
-	m.proc, m.done = cmd, make(chan struct{})
 	ready := make(chan error, 1)
-	done := m.done
+	var said atomic.Bool
+	watch := childproc.Lines(func(line string) {
+		if readyLine(line) && !said.Swap(true) {
+			ready <- nil
+		}
+	})
+	spec := childproc.Spec{Path: m.executable, Args: args, Log: m.logPath, Stdout: watch}
+	if m.native { // it logs to stderr, the ready line among the rest
+		spec.Stdout, spec.Stderr = nil, watch
+	}
+	// If the harness dies, its members die with it (childproc's pdeathsig).
+	proc, err := childproc.Start(spec)
+	if err != nil {
+		return nil, fmt.Errorf("etcd member %s: %w", m.name, err)
+	}
+	m.proc = proc
 	go func() {
-		defer logCopy.Close()
-		sc := bufio.NewScanner(out)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		said := false
-		for sc.Scan() {
-			if m.native {
-				fmt.Fprintln(logCopy, sc.Text())
-			}
-			if readyLine(sc.Text()) && !said {
-				said = true
-				ready <- nil
-			}
+		<-proc.Done()
+		if !said.Swap(true) {
+			ready <- fmt.Errorf("exited before it was ready: %v (see %s)", proc.Err(), m.logPath)
 		}
-		_, _ = io.Copy(logCopy, out)
-		err := cmd.Wait()
-		if !said {
-			ready <- fmt.Errorf("exited before it was ready: %v (see %s)", err, m.logPath)
-		}
-		close(done)
 	}()
 	return ready, nil
 }
@@ -376,14 +339,12 @@ func (m *etcdMember) start(state string) (<-chan error, error) {
 // kill SIGKILLs the member process and waits for it to exit.
 func (m *etcdMember) kill() {
 	m.mu.Lock()
-	p, done := m.proc, m.done
+	p := m.proc
 	m.proc = nil
 	m.mu.Unlock()
-	if p == nil {
-		return
+	if p != nil {
+		p.Kill()
 	}
-	_ = p.Process.Kill()
-	<-done
 }
 
 func (m *etcdMember) running() bool {
@@ -449,10 +410,8 @@ func (c *etcdCluster) waitLeader(ctx context.Context, bound time.Duration) (int,
 		if i := c.leader(ctx); i >= 0 {
 			return i, nil
 		}
-		select {
-		case <-ctx.Done():
+		if !sleep.For(ctx, 20*time.Millisecond) {
 			return -1, fmt.Errorf("etcd members do not agree on a leader within %v", bound)
-		case <-time.After(20 * time.Millisecond):
 		}
 	}
 }

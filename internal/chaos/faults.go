@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/snip/snip-jobs/internal/sleep"
 )
 
 // Kind is a kind of fault.
@@ -158,13 +160,6 @@ func (f *Fault) StruckProbe() bool {
 // the probe's (a gap in the probe's writes says nothing about another job's
 // leader); for a fault of etcd or PostgreSQL, always.
 func (f *Fault) NoActingMeasured() bool { return !f.Kind.HitsLeader() || f.StruckProbe() }
-
-func (c *cluster) hold(ctx context.Context, d time.Duration) {
-	select {
-	case <-ctx.Done():
-	case <-time.After(d):
-	}
-}
 
 // targetJob picks the job whose leader a fault hits: the probe twice as often
 // as each other job (with four jobs, 2/5 against 1/5 each). Only a fault that
@@ -368,7 +363,7 @@ func (c *cluster) pauseLeader(ctx context.Context, rng *rand.Rand, f *Fault) err
 	if err := in.signal(syscall.SIGSTOP); err != nil {
 		return err
 	}
-	c.hold(ctx, c.opts.TTL+1500*time.Millisecond)
+	sleep.For(ctx, c.opts.TTL+1500*time.Millisecond)
 	if err := in.signal(syscall.SIGCONT); err != nil {
 		return err
 	}
@@ -398,9 +393,9 @@ func (c *cluster) partitionLeader(ctx context.Context, rng *rand.Rand, f *Fault,
 	f.Led = ledJobs(led)
 	f.Start = time.Now()
 	in.partition(true)
-	c.hold(ctx, hold)
+	sleep.For(ctx, hold)
 	in.partition(false)
-	in.db.setDelay(0)
+	in.db.SetDelay(0)
 	f.Healed = time.Now()
 	return c.takeovers(ctx, f, led, 3*c.opts.TTL+10*time.Second)
 }
@@ -431,33 +426,31 @@ func (c *cluster) slowProbeLeader(ctx context.Context) (*instance, error) {
 	var in *instance
 	defer func() {
 		if ctx.Err() != nil && in != nil {
-			in.db.setDelay(0)
+			in.db.SetDelay(0)
 		}
 	}()
 	for {
 		l, ok := c.obs.leaders()[JobProbe]
 		if next := c.instance(l.Instance); ok && next != in {
 			if in != nil {
-				in.db.setDelay(0)
+				in.db.SetDelay(0)
 			}
 			in = next
-			in.db.setDelay(d)
+			in.db.SetDelay(d)
 		}
 		if in != nil {
 			var n int
 			err := c.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
 				WHERE state = 'idle in transaction' AND query LIKE 'INSERT INTO chaos_probe%' AND backend_xid IS NOT NULL
 				AND client_port = ANY($1)`,
-				in.db.upstreamPorts()).Scan(&n)
+				in.db.UpstreamPorts()).Scan(&n)
 			if err == nil && n > 0 {
 				return in, nil
 			}
 		}
-		select {
-		case <-ctx.Done():
+		if !sleep.For(ctx, 2*time.Millisecond) {
 			return nil, fmt.Errorf("no probe transaction of the probe's leader seen waiting after its INSERT: %w (its connections: %s)",
 				ctx.Err(), c.describeConns(in))
-		case <-time.After(2 * time.Millisecond):
 		}
 	}
 }
@@ -473,7 +466,7 @@ func (c *cluster) describeConns(in *instance) string {
 	rows, err := c.pool.Query(ctx, `SELECT format('%s %s%s, %s in it, xact %s, xid %s: %s', pid, state,
 			coalesce(' (' || wait_event_type || ':' || wait_event || ')', ''), round(extract(epoch FROM now() - state_change)::numeric, 1) || 's',
 			coalesce(round(extract(epoch FROM now() - xact_start)::numeric, 1) || 's', '-'), coalesce(backend_xid::text, '-'), left(query, 40))
-		FROM pg_stat_activity WHERE client_port = ANY($1) ORDER BY pid`, in.db.upstreamPorts())
+		FROM pg_stat_activity WHERE client_port = ANY($1) ORDER BY pid`, in.db.UpstreamPorts())
 	if err != nil {
 		return err.Error()
 	}
@@ -527,7 +520,7 @@ func (c *cluster) memberLoss(ctx context.Context, rng *rand.Rand, f *Fault, lead
 			f.EtcdElection = time.Since(f.Start)
 		}
 	}
-	c.hold(ctx, f.Start.Add(2*time.Second).Sub(time.Now()))
+	sleep.Until(ctx, f.Start.Add(2*time.Second))
 	err = c.etcd.startMembers(ctx, "existing", m)
 	f.Healed = time.Now()
 	return err
@@ -552,7 +545,7 @@ func (c *cluster) quorumLoss(ctx context.Context, rng *rand.Rand, f *Fault) erro
 	a.kill()
 	b.kill()
 	f.LossStart = time.Now()
-	c.hold(ctx, c.opts.TTL+2*time.Second)
+	sleep.For(ctx, c.opts.TTL+2*time.Second)
 	f.RestartAt = time.Now()
 	err = c.etcd.startMembers(ctx, "existing", a, b)
 	if err == nil {
@@ -605,7 +598,7 @@ func (c *cluster) postgresRestart(ctx context.Context, f *Fault) error {
 	if err := c.pg.Stop(); err != nil {
 		return err
 	}
-	c.hold(ctx, time.Second)
+	sleep.For(ctx, time.Second)
 	err := c.pg.Start(ctx)
 	f.Healed = time.Now()
 	return err

@@ -13,7 +13,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/snip/snip-jobs/internal/pdeathsig"
+	"github.com/snip/snip-jobs/internal/childproc"
+	"github.com/snip/snip-jobs/internal/faultproxy"
 	"github.com/snip/snip-jobs/internal/sockact"
 )
 
@@ -27,8 +28,8 @@ type instance struct {
 	logPath     string
 	adminURL    string
 	challenge   string // host:port of its HTTP-01 listener
-	etcd        []*delayProxy
-	db          *delayProxy
+	etcd        []*faultproxy.Proxy
+	db          *faultproxy.Proxy
 	databaseURL string
 	// adminLn and challengeLn are the instance's ports, held by the harness
 	// and passed to each of its processes (socket activation).
@@ -36,11 +37,10 @@ type instance struct {
 	// changed is called after the process started and after it exited.
 	changed func()
 
-	mu      sync.Mutex
-	proc    *exec.Cmd
-	done    chan struct{}
-	stopped bool  // SIGSTOPped
-	exits   []int // exit status of each run (-1: killed by a signal)
+	mu    sync.Mutex
+	proc  *childproc.Proc
+	done  chan struct{} // closed once proc's exit is in exits
+	exits []int         // exit status of each run (-1: killed by a signal)
 }
 
 // start starts the process (it must not be running), passing it the
@@ -59,38 +59,26 @@ func (in *instance) startLocked() error {
 	if in.proc != nil {
 		return fmt.Errorf("%s is running", in.name)
 	}
-	logf, err := os.OpenFile(in.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	defer logf.Close()
-	cmd := exec.Command(in.binary, "run", "--config", in.config)
-	cmd.Env = append(cleanEnv(), "SNIP_JOBS_DATABASE_URL="+in.databaseURL)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	files, err := sockact.Pass(cmd, sockact.Socket{Name: "admin", Listener: in.adminLn}, sockact.Socket{Name: "challenge", Listener: in.challengeLn})
+	proc, err := childproc.Start(childproc.Spec{
+		Path: in.binary, Args: []string{"run", "--config", in.config},
+		Env: []string{"SNIP_JOBS_DATABASE_URL=" + in.databaseURL}, Log: in.logPath,
+		Sockets: []sockact.Socket{{Name: "admin", Listener: in.adminLn}, {Name: "challenge", Listener: in.challengeLn}},
+	})
 	if err != nil {
 		return fmt.Errorf("start %s: %w", in.name, err)
 	}
-	err = pdeathsig.Start(cmd, syscall.SIGKILL)
-	for _, f := range files {
-		f.Close()
-	}
-	if err != nil {
-		return fmt.Errorf("start %s: %w", in.name, err)
-	}
-	in.proc, in.done, in.stopped = cmd, make(chan struct{}), false
-	done := cmd
-	ch := in.done
+	done := make(chan struct{})
+	in.proc, in.done = proc, done
 	go func() {
-		_ = done.Wait()
+		<-proc.Done()
 		in.mu.Lock()
-		in.exits = append(in.exits, done.ProcessState.ExitCode())
-		if in.proc == done {
+		in.exits = append(in.exits, proc.ExitCode())
+		if in.proc == proc {
 			in.proc = nil
 		}
 		in.mu.Unlock()
 		in.changed()
-		close(ch)
+		close(done)
 	}()
 	return nil
 }
@@ -108,24 +96,12 @@ func (in *instance) reclaim(ctx context.Context, env ...string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, in.binary, "reclaim", "--config", in.config)
-	cmd.Env = append(cleanEnv(), env...)
+	cmd.Env = childproc.Env(env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("snip-jobs reclaim for %s: %w", in.name, err)
 	}
 	return nil
-}
-
-// cleanEnv is this process's environment without what snip-jobs reads.
-func cleanEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "SNIP_JOBS_") || strings.HasPrefix(kv, "NOTIFY_SOCKET=") || strings.HasPrefix(kv, "WATCHDOG_") {
-			continue
-		}
-		env = append(env, kv)
-	}
-	return env
 }
 
 func (in *instance) running() bool {
@@ -141,13 +117,7 @@ func (in *instance) signal(sig syscall.Signal) error {
 	if in.proc == nil {
 		return fmt.Errorf("%s is not running", in.name)
 	}
-	switch sig {
-	case syscall.SIGSTOP:
-		in.stopped = true
-	case syscall.SIGCONT:
-		in.stopped = false
-	}
-	return in.proc.Process.Signal(sig)
+	return in.proc.Signal(sig)
 }
 
 // wait waits up to bound for the process to exit; it SIGKILLs it after that.
@@ -158,27 +128,21 @@ func (in *instance) wait(bound time.Duration) (exited bool) {
 	if p == nil {
 		return true
 	}
-	select {
-	case <-done:
-		return true
-	case <-time.After(bound):
-		_ = p.Process.Kill()
-		<-done
-		return false
-	}
+	exited = p.Wait(bound)
+	<-done
+	return exited
 }
 
+// kill SIGKILLs the process (a paused one too) and waits until its exit is
+// recorded.
 func (in *instance) kill() {
 	in.mu.Lock()
-	p, done, stopped := in.proc, in.done, in.stopped
+	p, done := in.proc, in.done
 	in.mu.Unlock()
 	if p == nil {
 		return
 	}
-	_ = p.Process.Kill()
-	if stopped {
-		_ = p.Process.Signal(syscall.SIGCONT)
-	}
+	p.Kill()
 	<-done
 }
 
@@ -198,17 +162,17 @@ func (in *instance) ready(ctx context.Context) bool {
 // partition cuts (or restores) the instance's traffic to every etcd member.
 func (in *instance) partition(on bool) {
 	for _, p := range in.etcd {
-		p.partition(on)
+		p.Partition(on)
 	}
 }
 
 // closeLinks closes the instance's proxies and its ports (once it has exited).
 func (in *instance) closeLinks() {
 	for _, p := range in.etcd {
-		p.close()
+		_ = p.Close()
 	}
 	if in.db != nil {
-		_ = in.db.close()
+		_ = in.db.Close()
 	}
 	for _, ln := range []*net.TCPListener{in.adminLn, in.challengeLn} {
 		if ln != nil {

@@ -10,6 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/snip/snip-jobs/internal/sleep"
 )
 
 // load is the traffic the service works on while faults happen: a stream of
@@ -65,9 +67,7 @@ func (l *load) clickWriter(ctx context.Context, pool *pgxpool.Pool, w int) {
 				}
 			}
 			if hold > 0 {
-				select {
-				case <-time.After(hold):
-				case <-ctx.Done():
+				if !sleep.For(ctx, hold) {
 					return ctx.Err()
 				}
 			}
@@ -78,10 +78,7 @@ func (l *load) clickWriter(ctx context.Context, pool *pgxpool.Pool, w int) {
 		} else {
 			l.clicks.Add(int64(n))
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Duration(10+rng.IntN(30)) * time.Millisecond):
-		}
+		sleep.For(ctx, time.Duration(10+rng.IntN(30))*time.Millisecond)
 	}
 }
 
@@ -93,9 +90,6 @@ func (l *load) domainWriter(ctx context.Context, pool *pgxpool.Pool) {
 		} else {
 			l.domains.Add(1)
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(4 * time.Second):
-		}
+		sleep.For(ctx, 4*time.Second)
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/snip/snip-jobs/internal/sleep"
 	"github.com/snip/snip-jobs/leadership"
 )
 
@@ -91,10 +92,7 @@ func (o *observer) watch(ctx context.Context) {
 				}
 			}
 		}
-		select { // the watch ended (no leader, member gone): resume from where it was
-		case <-ctx.Done():
-		case <-time.After(50 * time.Millisecond):
-		}
+		sleep.For(ctx, 50*time.Millisecond) // the watch ended (no leader, member gone): resume from where it was
 	}
 }
 

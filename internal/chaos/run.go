@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/snip/snip-jobs/internal/sleep"
 	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/scheduler"
 )
@@ -199,7 +200,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 				break
 			}
 		}
-		c.hold(ctx, o.Pause)
+		sleep.For(ctx, o.Pause)
 	}
 	return c.conclude(ctx, rep)
 }
@@ -336,10 +337,8 @@ func (c *cluster) waitCaughtUp(ctx context.Context) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("the aggregator did not catch up within %v: %d events committed, %d processed (%v)", bound, events, done, err)
 		}
-		select {
-		case <-ctx.Done():
+		if !sleep.For(ctx, 200*time.Millisecond) {
 			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
 		}
 	}
 }
@@ -363,10 +362,8 @@ func (c *cluster) waitReport(ctx context.Context) error {
 			}
 			return fmt.Errorf("no weekly report stored within %v of the last fault", reportBound)
 		}
-		select {
-		case <-ctx.Done():
+		if !sleep.For(ctx, 200*time.Millisecond) {
 			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
 		}
 	}
 }

@@ -11,6 +11,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/snip/snip-jobs/internal/childproc"
+	"github.com/snip/snip-jobs/internal/sleep"
 )
 
 // UpgradeRestart is a step of Upgrade: one server stopped (SIGTERM) and
@@ -47,7 +50,7 @@ func Upgrade(ctx context.Context, o Options, previous string) (*Report, error) {
 	}
 	defer c.close()
 	rep.Jobs, rep.EtcdVersion = c.jobs, c.etcdVersion
-	c.hold(ctx, o.Pause) // the old release at work
+	sleep.For(ctx, o.Pause) // the old release at work
 	if o.AwaitReport {
 		// The old release stores this week's report first; every slot after
 		// (leaders of either release) must leave it alone.
@@ -72,7 +75,7 @@ func Upgrade(ctx context.Context, o Options, previous string) (*Report, error) {
 		f := c.upgradeRestart(ctx, i+1, in)
 		rep.Faults = append(rep.Faults, f)
 		o.Log.Info("server upgraded", "n", i+1, "instance", in.name, "led", f.Led, "err", f.Err)
-		c.hold(ctx, o.Pause)
+		sleep.For(ctx, o.Pause)
 	}
 	return c.conclude(ctx, rep)
 }
@@ -121,7 +124,7 @@ func (c *cluster) statusShowsEveryJobLed(ctx context.Context, in *instance) erro
 	ctx, cancel := context.WithTimeout(ctx, readyBound)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, c.binary, "status", "--json", "--config", in.config)
-	cmd.Env = append(cleanEnv(), "SNIP_JOBS_DATABASE_URL="+c.dbURL)
+	cmd.Env = childproc.Env("SNIP_JOBS_DATABASE_URL=" + c.dbURL)
 	out, err := cmd.Output()
 	if err != nil {
 		var ee *exec.ExitError

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/snip/snip-jobs/internal/childproc"
 	"github.com/snip/snip-jobs/internal/testenv"
 )
 
@@ -59,14 +60,14 @@ type Result struct {
 	Stdout, Stderr string
 }
 
-// Run runs bin to completion (bounded by testenv.Patience) with Env's
-// environment plus env.
+// Run runs bin to completion (bounded by testenv.Patience) with
+// childproc.Env's environment plus env.
 func Run(t testing.TB, bin string, env []string, args ...string) Result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testenv.Patience)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = append(Env(), env...)
+	cmd.Env = childproc.Env(env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -79,19 +80,6 @@ func Run(t testing.TB, bin string, env []string, args ...string) Result {
 		t.Fatalf("%s %v: %v", filepath.Base(bin), args, err)
 	}
 	return r
-}
-
-// Env is the test's environment without the variables snip-jobs reads, so
-// that the developer's own settings cannot leak in.
-func Env() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "SNIP_JOBS_") || strings.HasPrefix(kv, "NOTIFY_SOCKET=") || strings.HasPrefix(kv, "WATCHDOG_") {
-			continue
-		}
-		env = append(env, kv)
-	}
-	return env
 }
 
 // LinesWith returns the lines of s that contain every one of subs.

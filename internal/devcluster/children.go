@@ -1,11 +1,9 @@
 package devcluster
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -13,7 +11,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/snip/snip-jobs/internal/pdeathsig"
+	"github.com/snip/snip-jobs/internal/childproc"
 	"github.com/snip/snip-jobs/internal/sockact"
 	"github.com/snip/snip-jobs/leadership"
 )
@@ -41,7 +39,7 @@ type child struct {
 	op sync.Mutex // one action (kill, pause, restart...) at a time
 
 	mu       sync.Mutex
-	cmd      *exec.Cmd
+	proc     *childproc.Proc
 	state    string
 	exit     string        // how the last process ended
 	done     chan struct{} // closed when the current process has exited
@@ -59,8 +57,8 @@ func (ch *child) info() childInfo {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
 	st := childInfo{State: ch.state, Exit: ch.exit}
-	if ch.cmd != nil && ch.cmd.Process != nil {
-		st.PID = ch.cmd.Process.Pid
+	if ch.proc != nil {
+		st.PID = ch.proc.Pid()
 	}
 	return st
 }
@@ -71,42 +69,33 @@ func (ch *child) start() error {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
 	ch.stopDownLocked() // the port is the new process's
-	logf, err := os.OpenFile(ch.logPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-	if err != nil {
-		return fmt.Errorf("devcluster: %w", err)
+	spec := childproc.Spec{
+		Path: ch.c.cfg.Executable, Args: []string{"run", "--config", ch.config, "--dev-control", ch.c.controlURL},
+		Log: ch.logPath, Sockets: ch.socks,
+		// Ctrl-C in the terminal reaches the supervisor only, which then
+		// stops the instances in order.
+		OwnGroup: true,
 	}
-	cmd := exec.Command(ch.c.cfg.Executable, "run", "--config", ch.config, "--dev-control", ch.c.controlURL)
-	cmd.Env = childEnv()
-	// Its own process group: a Ctrl-C in the terminal reaches the supervisor
-	// only, which then stops the instances in order.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	var w io.Writer = logf
 	if out := ch.c.cfg.ChildOutput; out != nil {
-		w = io.MultiWriter(logf, &prefixWriter{out: out, mu: &ch.c.childOutMu, prefix: ch.name + " | "})
+		spec.Stdout = childproc.Lines(func(line string) {
+			ch.c.childOutMu.Lock()
+			defer ch.c.childOutMu.Unlock()
+			_, _ = fmt.Fprintf(out, "%s | %s\n", ch.name, line)
+		})
+		spec.Stderr = spec.Stdout
 	}
-	cmd.Stdout, cmd.Stderr = w, w
-	files, err := sockact.Pass(cmd, ch.socks...)
+	proc, err := childproc.Start(spec)
 	if err != nil {
-		logf.Close()
-		return fmt.Errorf("devcluster: start %s: %w", ch.name, err)
-	}
-	// SIGKILL if the supervisor dies: its etcd and database go with it.
-	err = pdeathsig.Start(cmd, syscall.SIGKILL)
-	for _, f := range files {
-		f.Close()
-	}
-	if err != nil {
-		logf.Close()
-		return fmt.Errorf("devcluster: start %s: %w", ch.name, err)
+		return fmt.Errorf("devcluster: %s: %w", ch.name, err)
 	}
 	done := make(chan struct{})
-	ch.cmd, ch.state, ch.exit, ch.done, ch.expected = cmd, stateRunning, "", done, false
+	ch.proc, ch.state, ch.exit, ch.done, ch.expected = proc, stateRunning, "", done, false
 	go ch.c.routeChallenges()
 	go func() {
-		err := cmd.Wait()
-		logf.Close()
+		<-proc.Done()
+		err := proc.Err()
 		ch.mu.Lock()
-		if ch.cmd == cmd { // always, since restart waits for this exit before starting anew
+		if ch.proc == proc { // always, since restart waits for this exit before starting anew
 			ch.state, ch.exit = stateExited, describeExit(err)
 		}
 		expected := ch.expected
@@ -170,10 +159,10 @@ func signalName(s syscall.Signal) string {
 func (ch *child) signal(sig syscall.Signal) (pid int, err error) {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
-	if ch.cmd == nil || ch.state == stateExited {
+	if ch.proc == nil || ch.state == stateExited {
 		return 0, badRequest("%s is not running (%s): restart it first", ch.name, ch.exit)
 	}
-	if err := ch.cmd.Process.Signal(sig); err != nil {
+	if err := ch.proc.Signal(sig); err != nil {
 		return 0, fmt.Errorf("signal %s: %w", ch.name, err)
 	}
 	switch sig {
@@ -182,43 +171,36 @@ func (ch *child) signal(sig syscall.Signal) (pid int, err error) {
 	case syscall.SIGCONT:
 		ch.state = stateRunning
 	}
-	return ch.cmd.Process.Pid, nil
+	return ch.proc.Pid(), nil
 }
 
 // kill sends SIGKILL, whatever the state; it does not wait.
 func (ch *child) kill() {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
-	if ch.cmd != nil && ch.state != stateExited {
-		_ = ch.cmd.Process.Kill()
+	if ch.proc != nil && ch.state != stateExited {
+		_ = ch.proc.Signal(syscall.SIGKILL)
 	}
 }
 
-// stop stops the process cleanly: SIGCONT if paused, SIGTERM, and SIGKILL if
-// it has not exited within bound (or at once if ctx is done). It returns an
-// error only if SIGKILL was needed.
+// stop stops the process cleanly (childproc's Stop: SIGCONT, SIGTERM, SIGKILL
+// after bound or once ctx is done) and waits until its exit is handled. It
+// returns an error only if SIGKILL was needed.
 func (ch *child) stop(ctx context.Context, bound time.Duration) error {
 	ch.mu.Lock()
-	if ch.cmd == nil || ch.state == stateExited {
+	if ch.proc == nil || ch.state == stateExited {
 		ch.mu.Unlock()
 		return nil
 	}
 	ch.expected = true
-	p, done := ch.cmd.Process, ch.done
-	_ = p.Signal(syscall.SIGCONT)
-	_ = p.Signal(syscall.SIGTERM)
+	proc, done := ch.proc, ch.done
 	ch.mu.Unlock()
-	t := time.NewTimer(bound)
-	defer t.Stop()
-	select {
-	case <-done:
-		return nil
-	case <-t.C:
-	case <-ctx.Done():
-	}
-	_ = p.Kill()
+	err := proc.Stop(ctx, bound)
 	<-done
-	return fmt.Errorf("%s did not stop within %v of SIGTERM: killed it", ch.name, bound)
+	if err != nil {
+		return fmt.Errorf("%s: %w", ch.name, err)
+	}
+	return nil
 }
 
 // restart stops the process (if it runs) and starts it again.
@@ -240,42 +222,6 @@ func (ch *child) restart(ctx context.Context) (string, error) {
 		return fmt.Sprintf("started %s again (pid %d)", ch.name, after.PID), nil
 	}
 	return fmt.Sprintf("restarted %s: SIGTERM to pid %d (it resigned its terms), now pid %d", ch.name, before.PID, after.PID), nil
-}
-
-// childEnv is this process's environment without what would change how an
-// instance behaves: snip-jobs' own variables and systemd's.
-func childEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "SNIP_JOBS_") || strings.HasPrefix(kv, "NOTIFY_SOCKET=") || strings.HasPrefix(kv, "WATCHDOG_") {
-			continue
-		}
-		env = append(env, kv)
-	}
-	return env
-}
-
-// prefixWriter writes whole lines to out, each prefixed; the writers of
-// several children share out and mu.
-type prefixWriter struct {
-	out    io.Writer
-	mu     *sync.Mutex
-	prefix string
-	buf    []byte
-}
-
-func (w *prefixWriter) Write(p []byte) (int, error) {
-	w.buf = append(w.buf, p...)
-	for {
-		i := bytes.IndexByte(w.buf, '\n')
-		if i < 0 {
-			return len(p), nil
-		}
-		w.mu.Lock()
-		_, _ = fmt.Fprintf(w.out, "%s%s\n", w.prefix, w.buf[:i])
-		w.mu.Unlock()
-		w.buf = w.buf[i+1:]
-	}
 }
 
 // tail returns the last n lines of a file.

@@ -21,6 +21,7 @@ import (
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/internal/etcdlocal"
 	"github.com/snip/snip-jobs/internal/pgcluster"
+	"github.com/snip/snip-jobs/internal/sleep"
 	"github.com/snip/snip-jobs/internal/sockact"
 	"github.com/snip/snip-jobs/migrations"
 )
@@ -298,10 +299,8 @@ func (ch *child) waitReady(ctx context.Context) error {
 				return nil
 			}
 		}
-		select {
-		case <-ctx.Done():
+		if !sleep.For(ctx, 50*time.Millisecond) {
 			return fmt.Errorf("%s not ready (%w); its last lines:\n%s", ch.name, ctx.Err(), indent(tail(ch.logPath, 15)))
-		case <-time.After(50 * time.Millisecond):
 		}
 	}
 }

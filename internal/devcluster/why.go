@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/snip/snip-jobs/internal/sleep"
 	"github.com/snip/snip-jobs/internal/statuspage"
 )
 
@@ -36,10 +37,7 @@ func (c *Cluster) whyEnded(ctx context.Context, job, instance string, token int6
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return fmt.Sprintf("its lease ended, and %s recorded no reason (paused by hand, or cut off from the database?)", instance)
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(recordPoll):
-		}
+		sleep.For(ctx, recordPoll)
 	}
 }
 

@@ -29,6 +29,8 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/snip/snip-jobs/internal/sleep"
 )
 
 // Config says how to reach etcd.
@@ -141,10 +143,8 @@ func Connect(ctx context.Context, cfg Config, waiting func(error)) (*clientv3.Cl
 			said = msg
 			waiting(err)
 		}
-		select {
-		case <-ctx.Done():
+		if !sleep.For(ctx, retryEvery) {
 			return nil, eps, fmt.Errorf("%w (still %v)", ctx.Err(), err)
-		case <-time.After(retryEvery):
 		}
 	}
 }

@@ -15,6 +15,11 @@
 // instance, or for several instances on one machine that all use the one member
 // (pointing the others at Endpoint). Three servers need a real three-member
 // cluster.
+//
+// Member, StartMember and Ready are the project's one launcher of embedded
+// members, Start's and the test bench's (internal/testenv's clusters in the
+// test process, internal/chaos's member processes): one place that turns a
+// member's name, URLs, cluster and options into etcd's configuration.
 package etcdlocal
 
 import (
@@ -110,28 +115,11 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{e: e, endpoint: client.String(), dir: cfg.Dir}
-
-	timer := time.NewTimer(cfg.ReadyTimeout)
-	defer timer.Stop()
-	select {
-	case <-e.Server.ReadyNotify():
-		return s, nil
-	case err, ok := <-e.Err():
-		if !ok {
-			err = errors.New("stopped")
-		}
+	if err := Ready(ctx, e, cfg.ReadyTimeout); err != nil {
 		s.Close()
-		return nil, fmt.Errorf("etcdlocal: etcd failed before it was ready: %w", err)
-	case <-e.Server.StopNotify():
-		s.Close()
-		return nil, errors.New("etcdlocal: etcd stopped before it was ready")
-	case <-ctx.Done():
-		s.Close()
-		return nil, fmt.Errorf("etcdlocal: waiting for etcd: %w", ctx.Err())
-	case <-timer.C:
-		s.Close()
-		return nil, fmt.Errorf("etcdlocal: etcd in %s not ready after %v", cfg.Dir, cfg.ReadyTimeout)
+		return nil, fmt.Errorf("etcdlocal: etcd in %s: %w", cfg.Dir, err)
 	}
+	return s, nil
 }
 
 // freePorts reports whether cfg asks for any free port (port 0).
@@ -154,27 +142,17 @@ func start(ctx context.Context, cfg Config) (*embed.Etcd, url.URL, error) {
 	if err != nil {
 		return nil, client, err
 	}
-	ec := embed.NewConfig()
-	ec.Name = cfg.Name
-	ec.Dir = cfg.Dir
-	ec.ListenClientUrls = []url.URL{client}
-	ec.AdvertiseClientUrls = []url.URL{client}
-	ec.ListenPeerUrls = []url.URL{peer}
-	ec.AdvertisePeerUrls = []url.URL{peer}
-	ec.ListenMetricsUrls = nil
-	ec.InitialCluster = cfg.Name + "=" + peer.String()
-	ec.InitialClusterToken = "snip-jobs-embedded"
-	ec.ClusterState = embed.ClusterStateFlagNew
-	ec.AutoCompactionMode = embed.CompactorModePeriodic
-	ec.AutoCompactionRetention = "1h"
 	minLevel := zapcore.ErrorLevel
 	if cfg.Log.Enabled(ctx, slog.LevelDebug) {
 		minLevel = zapcore.WarnLevel
 	}
-	ec.LogLevel = minLevel.String()
-	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(ZapLogger(cfg.Log.With("component", "embedded-etcd"), minLevel))
-
-	e, err := embed.StartEtcd(ec)
+	m := Member{
+		Name: cfg.Name, Dir: cfg.Dir, ClientURL: client, PeerURL: peer, Token: "snip-jobs-embedded",
+		AutoCompaction: "1h",
+		LogLevel:       minLevel.String(),
+		Logger:         ZapLogger(cfg.Log.With("component", "embedded-etcd"), minLevel),
+	}
+	e, err := embed.StartEtcd(m.Config())
 	switch {
 	case addrInUse(err):
 		return nil, client, fmt.Errorf("etcdlocal: start etcd on %s (peer %s): %w (is another snip-jobs or etcd already running on this host?)",

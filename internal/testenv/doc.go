@@ -4,9 +4,9 @@
 //   - etcd (etcd.go): a 1- or 3-member cluster of real etcd servers started
 //     in-process with go.etcd.io/etcd/server/v3/embed, each member with its
 //     own data directory, whose members a test can stop, kill and restart
-//     (including the current raft leader), and etcd's own fault proxy
-//     (go.etcd.io/etcd/pkg/v3/proxy) to put between a client and a member
-//     to drop or delay its traffic: a network partition. StartSecureEtcd
+//     (including the current raft leader), and the fault proxy
+//     (internal/faultproxy) to put between a client and a member to hold or
+//     delay its traffic: a network partition. StartSecureEtcd
 //     serves clients over TLS only, with client certificates required and
 //     etcd's authentication on (package etcdsecure).
 //   - PostgreSQL (postgres.go): a throwaway cluster from the machine's
@@ -16,10 +16,8 @@
 // Nothing here is a mock or a fake: tests talk to the same server code that
 // runs in production, over real sockets. Tests use loopback only: servers
 // listen on 127.0.0.1, on ports picked free at start, and clients connect
-// there (etcd's fault proxy binds its port on all interfaces, a choice of
-// that package, but is only ever addressed as 127.0.0.1). Everything a
-// helper starts is stopped and removed through the test's Cleanup, or, for
-// the PostgreSQL cluster shared by a test binary, by RunMain.
+// there. Everything a helper starts is stopped and removed through the test's
+// Cleanup, or, for the PostgreSQL cluster shared by a test binary, by RunMain.
 //
 // The helpers take testing.TB, so benchmarks can use them as well as tests.
 package testenv

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -19,7 +18,6 @@ import (
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/pkg/v3/proxy"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -27,20 +25,21 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/snip/snip-jobs/internal/etcdlocal"
 	"github.com/snip/snip-jobs/internal/etcdsecure"
+	"github.com/snip/snip-jobs/internal/faultproxy"
 )
 
 // Bounds for waiting on etcd. They are generous on purpose: they only decide
 // how long a broken environment takes to report itself, never whether a
 // healthy one passes.
 const (
-	etcdReadyTimeout   = 60 * time.Second // StartEtcd/Restart until every started member is ready
-	etcdLeaderTimeout  = 30 * time.Second // LeaderIndex until the running members agree
-	etcdPollInterval   = 10 * time.Millisecond
-	etcdDialTimeout    = 5 * time.Second // clientv3.Config.DialTimeout of Client
-	etcdStartAttempts  = 3               // fresh ports when a reserved port was taken meanwhile
-	etcdProxyCloseWait = 2 * time.Second // Proxy cleanup until its open connections end
-	etcdBcryptCost     = 4               // bcrypt.MinCost: see etcdMember.config
+	etcdReadyTimeout  = 60 * time.Second // StartEtcd/Restart until every started member is ready
+	etcdLeaderTimeout = 30 * time.Second // LeaderIndex until the running members agree
+	etcdPollInterval  = 10 * time.Millisecond
+	etcdDialTimeout   = 5 * time.Second // clientv3.Config.DialTimeout of Client
+	etcdStartAttempts = 3               // fresh ports when a reserved port was taken meanwhile
+	etcdBcryptCost    = 4               // bcrypt.MinCost: see etcdMember.config
 )
 
 // EtcdCluster is a cluster of real etcd members running in the test process.
@@ -208,10 +207,9 @@ func (c *EtcdCluster) start(base string, attempt, n int, pki *etcdsecure.PKI) er
 // be ready.
 func (m *etcdMember) start(initialCluster, state string) error {
 	stopping := make(chan struct{})
-	e, err := embed.StartEtcd(m.config(initialCluster, state, stopping))
+	e, err := etcdlocal.StartMember(m.config(initialCluster, state, stopping))
 	if err != nil {
-		return fmt.Errorf("start etcd member %s (client %s, peer %s, dir %s): %w",
-			m.name, m.clientURL.Host, m.peerURL.Host, m.dir, err)
+		return err
 	}
 	m.etcd, m.stopping = e, stopping
 	return nil
@@ -238,38 +236,28 @@ func (m *etcdMember) stop(kill bool) {
 	e.Close()
 }
 
-// config returns a fresh embed.Config for the member; embed.StartEtcd keeps
-// state (the logger) in the Config it is given, so every start gets its own.
-func (m *etcdMember) config(initialCluster, state string, stopping <-chan struct{}) *embed.Config {
-	cfg := embed.NewConfig()
-	cfg.Name = m.name
-	cfg.Dir = m.dir
-	cfg.ListenClientUrls = []url.URL{m.clientURL}
-	cfg.AdvertiseClientUrls = []url.URL{m.clientURL}
-	cfg.ListenPeerUrls = []url.URL{m.peerURL}
-	cfg.AdvertisePeerUrls = []url.URL{m.peerURL}
-	cfg.ListenMetricsUrls = nil
-	cfg.InitialCluster = initialCluster
-	cfg.InitialClusterToken = "testenv"
-	cfg.ClusterState = state
-	cfg.LogLevel = "error"
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(etcdLogger(m.name))
-	cfg.UnsafeNoFsync = true
-	// bcrypt's minimum cost for the users' passwords: a login then costs the
-	// member about a millisecond instead of about 100 ms, which tests that
-	// run many processes on two cores cannot spare (what a login costs is
-	// counted, not timed: TestKeepAlivesShareOneStreamAndOneLogin).
-	cfg.BcryptCost = etcdBcryptCost
+// config describes the member for etcdlocal, the one launcher of embedded
+// members.
+func (m *etcdMember) config(initialCluster, state string, stopping <-chan struct{}) etcdlocal.Member {
+	em := etcdlocal.Member{
+		Name: m.name, Dir: m.dir, ClientURL: m.clientURL, PeerURL: m.peerURL,
+		InitialCluster: initialCluster, Token: "testenv", State: state,
+		Logger:  etcdLogger(m.name),
+		NoFsync: true,
+		// bcrypt's minimum cost for the users' passwords: a login then costs
+		// the member about a millisecond instead of about 100 ms, which tests
+		// that run many processes on two cores cannot spare (what a login
+		// costs is counted, not timed: TestKeepAlivesShareOneStreamAndOneLogin).
+		BcryptCost:  etcdBcryptCost,
+		GRPCOptions: []grpc.ServerOption{grpc.ChainStreamInterceptor(etcdCutStreams(stopping))},
+	}
 	if m.tls != nil {
-		cfg.ClientTLSInfo = transport.TLSInfo{
+		em.TLS = &transport.TLSInfo{
 			CertFile: m.tls.ServerCert, KeyFile: m.tls.ServerKey,
 			TrustedCAFile: m.tls.CA, ClientCertAuth: true,
 		}
 	}
-	cfg.GRPCAdditionalServerOptions = []grpc.ServerOption{
-		grpc.ChainStreamInterceptor(etcdCutStreams(stopping)),
-	}
-	return cfg
+	return em
 }
 
 // etcdCutStreams returns a gRPC stream interceptor that ends the member's
@@ -350,22 +338,11 @@ func etcdClosedErr(err error) bool {
 // waitReady waits until the member serves client requests: it has joined
 // the cluster and published itself, which takes a quorum.
 func (m *etcdMember) waitReady() error {
-	timer := time.NewTimer(etcdReadyTimeout)
-	defer timer.Stop()
-	select {
-	case <-m.etcd.Server.ReadyNotify():
-		return nil
-	case err, ok := <-m.etcd.Err():
-		if !ok {
-			err = errors.New("stopped")
-		}
-		return fmt.Errorf("member %s (client %s) failed before it was ready: %v", m.name, m.clientURL.Host, err)
-	case <-m.etcd.Server.StopNotify():
-		return fmt.Errorf("member %s (client %s) stopped before it was ready", m.name, m.clientURL.Host)
-	case <-timer.C:
-		return fmt.Errorf("member %s (client %s) not ready after %v (a member becomes ready only once a quorum of the cluster runs)",
-			m.name, m.clientURL.Host, etcdReadyTimeout)
+	if err := etcdlocal.Ready(context.Background(), m.etcd, etcdReadyTimeout); err != nil {
+		return fmt.Errorf("member %s (client %s): %w (a member becomes ready only once a quorum of the cluster runs)",
+			m.name, m.clientURL.Host, err)
 	}
+	return nil
 }
 
 func (c *EtcdCluster) stopAll() {
@@ -456,46 +433,6 @@ func (c *EtcdCluster) client(t testing.TB, endpoints []string, user, password st
 	}
 	t.Cleanup(func() { _ = cli.Close() })
 	return cli
-}
-
-// Metric returns the sum of the member i's Prometheus series named name
-// whose labels contain every one of labels (e.g. `grpc_method="Authenticate"`),
-// read from its /metrics on the client URL: what the etcd server itself
-// counted.
-func (c *EtcdCluster) Metric(t testing.TB, i int, name string, labels ...string) float64 {
-	t.Helper()
-	hc := &http.Client{Timeout: etcdDialTimeout}
-	if pki := c.member(i).tls; pki != nil {
-		tc, err := transport.TLSInfo{CertFile: pki.ClientCert, KeyFile: pki.ClientKey, TrustedCAFile: pki.CA}.ClientConfig()
-		if err != nil {
-			t.Fatalf("testenv: Metric: %v", err)
-		}
-		hc.Transport = &http.Transport{TLSClientConfig: tc, ForceAttemptHTTP2: true}
-	}
-	resp, err := hc.Get(c.Endpoint(i) + "/metrics")
-	if err != nil {
-		t.Fatalf("testenv: Metric: %v", err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("testenv: Metric: %v", err)
-	}
-	var sum float64
-	for line := range strings.Lines(string(body)) {
-		series, value, ok := strings.Cut(strings.TrimSpace(line), " ")
-		if !ok || (series != name && !strings.HasPrefix(series, name+"{")) {
-			continue
-		}
-		match := true
-		for _, l := range labels {
-			match = match && strings.Contains(series, l)
-		}
-		if v, err := strconv.ParseFloat(value, 64); err == nil && match {
-			sum += v
-		}
-	}
-	return sum
 }
 
 // Stop stops member i cleanly, as a real etcd process does on SIGTERM
@@ -618,147 +555,50 @@ func (c *EtcdCluster) leader() (int, string) {
 	return idx, ""
 }
 
-// Proxy is etcd's fault-injecting TCP proxy (go.etcd.io/etcd/pkg/v3/proxy)
-// in front of one member's client URL. It forwards raw bytes per connection,
-// so its faults apply to connections that are already open as well as to
-// new ones.
+// Proxy is the fault proxy (internal/faultproxy) in front of one member's
+// client URL. It forwards raw bytes per connection, so its faults apply to
+// connections that are already open as well as to new ones.
 type Proxy struct {
-	srv      proxy.Server
+	p        *faultproxy.Proxy
 	endpoint string
-	drained  chan struct{}
 }
 
-// Proxy starts a fault proxy on a free port that forwards to member i's
-// client URL, and closes it at t.Cleanup. The member does not have to be
-// running; while it is stopped, connections through the proxy are accepted
-// and then left hanging (the proxy does not close a connection it cannot
-// forward).
-//
-// etcd's proxy listens on all interfaces (":port"), not only on loopback;
-// Endpoint names its loopback address.
+// Proxy starts a fault proxy on a free 127.0.0.1 port that forwards to member
+// i's client URL, and closes it (and its connections) at t.Cleanup. The member
+// does not have to be running; while it is stopped, the proxy closes the
+// connections it cannot forward.
 func (c *EtcdCluster) Proxy(t testing.TB, i int) *Proxy {
 	t.Helper()
 	to := c.member(i).clientURL
-	var lastErr error
-	for attempt := 1; attempt <= etcdStartAttempts; attempt++ {
-		p, err := etcdStartProxy(to) // bytes only: TLS goes through it end to end
-		if err == nil {
-			t.Cleanup(func() { p.close(t) })
-			return p
-		}
-		lastErr = err
-		if !etcdAddrInUse(err) {
-			break
-		}
-	}
-	t.Fatalf("testenv: Proxy to etcd member %d (%s): %v", i, to.Host, lastErr)
-	return nil
-}
-
-func etcdStartProxy(to url.URL) (*Proxy, error) {
-	ports, release, err := etcdReservePorts(1)
+	p, err := faultproxy.New(to.Host) // bytes only: TLS goes through it end to end
 	if err != nil {
-		return nil, err
+		t.Fatalf("testenv: Proxy to etcd member %d (%s): %v", i, to.Host, err)
 	}
-	from := etcdLoopbackURL(ports[0])
-	release()
-	srv := proxy.NewServer(proxy.ServerConfig{
-		Logger: zap.NewNop(), // required: the proxy logs through it unconditionally
-		From:   from,
-		To:     to,
-	})
-	// A listen failure shows as Done (NewServer closes itself) with the
-	// error queued on Error; success as Ready.
-	select {
-	case <-srv.Ready():
-	case <-srv.Done():
-		select {
-		case err := <-srv.Error():
-			return nil, fmt.Errorf("listen on %s: %w", from.Host, err)
-		default:
-			return nil, fmt.Errorf("listen on %s failed", from.Host)
-		}
-	}
-	from.Scheme = to.Scheme // the client speaks to the member through it
-	p := &Proxy{srv: srv, endpoint: from.String(), drained: make(chan struct{})}
-	// The proxy reports every failed dial, read and write on Error, a
-	// channel with room for 16; once it is full, the accept loop and the
-	// copying goroutines block until Close. Drain it for the proxy's life.
-	go func() {
-		defer close(p.drained)
-		for {
-			select {
-			case <-srv.Error():
-			case <-srv.Done():
-				return
-			}
-		}
-	}()
-	return p, nil
-}
-
-// close closes the proxy's listener and waits, bounded, for its connections
-// to end. The proxy's Close waits for the goroutines that copy each open
-// connection, and those end only when the client or the member closes its
-// side; a client that outlives the proxy (its Cleanup registered before the
-// proxy's) would hold it. The member's Cleanup, which runs later, ends any
-// connection left.
-func (p *Proxy) close(t testing.TB) {
-	closed := make(chan struct{})
-	go func() {
-		_ = p.srv.Close()
-		<-p.drained
-		close(closed)
-	}()
-	select {
-	case <-closed:
-	case <-time.After(etcdProxyCloseWait):
-		t.Logf("testenv: etcd proxy %s: connections still open %v after close; they end when the member stops",
-			p.endpoint, etcdProxyCloseWait)
-	}
+	t.Cleanup(func() { _ = p.Close() })
+	from := url.URL{Scheme: to.Scheme, Host: p.Addr()} // the client speaks to the member through it
+	return &Proxy{p: p, endpoint: from.String()}
 }
 
 // Endpoint returns the proxy's URL ("http://127.0.0.1:port", https in front
 // of a member of StartSecureEtcd), usable as a clientv3 endpoint.
 func (p *Proxy) Endpoint() string { return p.endpoint }
 
-// Blackhole drops all traffic in both directions, on open connections as
-// well as new ones, until Unblackhole. Bytes dropped are lost, not delayed:
-// a connection that carried traffic while blackholed is usually broken
-// afterwards (its HTTP/2 stream state is out of sync) and the client has to
-// reconnect.
-func (p *Proxy) Blackhole() {
-	p.srv.BlackholeTx()
-	p.srv.BlackholeRx()
-}
+// Blackhole cuts the link both ways, on open connections as well as new
+// ones, until Unblackhole: a network partition. Bytes are held, not lost, and
+// delivered in order once it heals, as TCP's retransmissions do; connections
+// stay open unless an end gives up on its own.
+func (p *Proxy) Blackhole() { p.p.Partition(true) }
 
-// Unblackhole stops dropping traffic.
-func (p *Proxy) Unblackhole() {
-	p.srv.UnblackholeTx()
-	p.srv.UnblackholeRx()
-}
+// Unblackhole heals the link.
+func (p *Proxy) Unblackhole() { p.p.Partition(false) }
 
 // Delay holds every chunk of data d before forwarding it, in each
 // direction, so a request/response round trip takes at least 2d longer.
 // A d of zero or less removes the delay.
-func (p *Proxy) Delay(d time.Duration) {
-	if d <= 0 { // the proxy ignores a non-positive latency rather than resetting it
-		p.Undelay()
-		return
-	}
-	p.srv.DelayTx(d, 0)
-	p.srv.DelayRx(d, 0)
-}
+func (p *Proxy) Delay(d time.Duration) { p.p.SetDelay(d) }
 
 // Undelay removes the delay.
-func (p *Proxy) Undelay() {
-	p.srv.UndelayTx()
-	p.srv.UndelayRx()
-}
-
-// Server returns the underlying etcd proxy for the faults this type does not
-// wrap (PauseAccept, PauseTx/PauseRx, ModifyTx/ModifyRx, one-way blackholes).
-func (p *Proxy) Server() proxy.Server { return p.srv }
+func (p *Proxy) Undelay() { p.p.SetDelay(0) }
 
 // etcdReservePorts finds n distinct free TCP ports on 127.0.0.1 by listening
 // on port 0. The listeners stay open, so the ports stay taken, until release

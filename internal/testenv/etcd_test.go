@@ -184,7 +184,7 @@ func TestEtcdProxyBlackhole(t *testing.T) {
 	}
 	etcdMustGet(t, cli, "k", "1")
 
-	// Blackholing drops the bytes of the connection that is already open.
+	// Blackholing holds the bytes of the connection that is already open.
 	p.Blackhole()
 	err := etcdPut(cli, 500*time.Millisecond, "k", "2")
 	if !errors.Is(err, context.DeadlineExceeded) {

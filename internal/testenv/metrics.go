@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 )
 
 // Metrics is one scrape of a /metrics page (Prometheus text format): each
@@ -19,29 +21,43 @@ import (
 // (grpc_server_handled_total).
 type Metrics map[string]float64
 
-// Metrics scrapes member i's /metrics, served on its client URL. Members
-// embedded in one process count into one registry: the figures are those of
-// every member in the process, this cluster's only while no other runs (a
-// test that counts must not be parallel).
+// Metrics scrapes member i's /metrics, served on its client URL (over TLS
+// with the test's client certificate for a member of StartSecureEtcd): what
+// the etcd server itself counted. Members embedded in one process count into
+// one registry: the figures are those of every member in the process, this
+// cluster's only while no other runs (a test that counts must not be
+// parallel).
 func (c *EtcdCluster) Metrics(t testing.TB, i int) Metrics {
 	t.Helper()
-	m, err := ScrapeMetrics(context.Background(), c.Endpoint(i))
+	hc := http.DefaultClient
+	if pki := c.member(i).tls; pki != nil {
+		tc, err := transport.TLSInfo{CertFile: pki.ClientCert, KeyFile: pki.ClientKey, TrustedCAFile: pki.CA}.ClientConfig()
+		if err != nil {
+			t.Fatalf("testenv: Metrics: %v", err)
+		}
+		hc = &http.Client{Transport: &http.Transport{TLSClientConfig: tc, ForceAttemptHTTP2: true}}
+	}
+	m, err := scrape(context.Background(), hc, c.Endpoint(i))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return m
 }
 
-// ScrapeMetrics reads base + "/metrics": an etcd member's client URL
+// ScrapeMetrics reads base + "/metrics": an etcd member's plain client URL
 // (http://host:port), or a snip-jobs instance's admin URL.
 func ScrapeMetrics(ctx context.Context, endpoint string) (Metrics, error) {
+	return scrape(ctx, http.DefaultClient, endpoint)
+}
+
+func scrape(ctx context.Context, hc *http.Client, endpoint string) (Metrics, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(endpoint, "/")+"/metrics", nil)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("testenv: metrics of %s: %w", endpoint, err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/fencing"
+	"github.com/snip/snip-jobs/internal/sleep"
 	"github.com/snip/snip-jobs/scheduler"
 )
 
@@ -111,7 +112,7 @@ func (j *job) Run(ctx context.Context, run *scheduler.Run) error {
 				if again {
 					continue
 				}
-				if !sleep(ctx, j.opts.Interval-time.Since(started)) {
+				if !sleep.For(ctx, j.opts.Interval-time.Since(started)) {
 					return nil
 				}
 				continue
@@ -153,7 +154,7 @@ func (j *job) Run(ctx context.Context, run *scheduler.Run) error {
 		}
 		// Batches start at most every Interval: a batch that took longer
 		// has let events pile up, and the next one starts at once.
-		if !sleep(ctx, j.opts.Interval-time.Since(started)) {
+		if !sleep.For(ctx, j.opts.Interval-time.Since(started)) {
 			return nil
 		}
 	}
@@ -227,7 +228,7 @@ func (j *job) failed(ctx context.Context, run *scheduler.Run, what string, err e
 		run.Log.Debug("aggregator: batch refused again; the stored position has not been reset",
 			"stored_prev", r.prev, "refused_batches", refused.batches, "backoff", *backoff)
 	}
-	if !sleep(ctx, *backoff) {
+	if !sleep.For(ctx, *backoff) {
 		return true, nil
 	}
 	return false, nil
@@ -312,19 +313,4 @@ func nextSpan(span uint64, res batchResult, want int) uint64 {
 		span = uint64(float64(width) * f)
 	}
 	return min(max(span, 1), maxSpan)
-}
-
-// sleep waits d or until ctx ends; it reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

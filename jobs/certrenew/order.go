@@ -21,6 +21,8 @@ import (
 	"github.com/go-acme/lego/v5/challenge/resolver"
 	"github.com/go-acme/lego/v5/lego"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/snip/snip-jobs/internal/sleep"
 )
 
 // errBudget: the order budget of the last 3 hours is spent.
@@ -373,10 +375,8 @@ func (p *pass) solvePending(ctx context.Context, client *lego.Client, o acme.Ord
 			if a.Status != acme.StatusPending || i == orderPolls {
 				break
 			}
-			select {
-			case <-ctx.Done():
+			if !sleep.For(ctx, orderPollWait) {
 				return context.Cause(ctx)
-			case <-time.After(orderPollWait):
 			}
 		}
 	}
@@ -411,10 +411,8 @@ func (p *pass) askOrder(ctx context.Context, orderURL string) (acme.Order, error
 			}
 			return o.Order, nil
 		}
-		select {
-		case <-ctx.Done():
+		if !sleep.For(ctx, orderPollWait) {
 			return acme.Order{}, context.Cause(ctx)
-		case <-time.After(orderPollWait):
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/snip/snip-jobs/configs"
+	"github.com/snip/snip-jobs/internal/sleep"
 	"github.com/snip/snip-jobs/jobs/certrenew/certserve"
 	"github.com/snip/snip-jobs/jobs/certrenew/keyring"
 	"github.com/snip/snip-jobs/scheduler"
@@ -182,7 +183,7 @@ func (j *Job) Run(ctx context.Context, r *scheduler.Run) error {
 			if timer != nil {
 				timer.Stop()
 			}
-			if !sleep(ctx, j.opts.Settle) {
+			if !sleep.For(ctx, j.opts.Settle) {
 				return nil
 			}
 		}
@@ -231,20 +232,6 @@ func (j *Job) publish(update func(*Status)) {
 	update(&j.status)
 	close(j.synced)
 	j.synced = make(chan struct{})
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 func boolGauge(b bool) float64 {

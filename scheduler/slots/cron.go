@@ -13,6 +13,7 @@ import (
 
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/fencing"
+	"github.com/snip/snip-jobs/internal/sleep"
 )
 
 // maxSlotsPerSweep bounds the work of one sweep over a long catch-up window of
@@ -347,12 +348,7 @@ func lastFireAtOrBefore(sch configs.Schedule, t time.Time) time.Time {
 // or a re-check).
 func SleepUntil(ctx context.Context, t time.Time) bool {
 	d := time.Until(t)
-	timer := time.NewTimer(min(d, time.Minute))
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-	case <-ctx.Done():
-	}
+	sleep.For(ctx, min(d, time.Minute))
 	return d <= time.Minute && ctx.Err() == nil && !time.Now().Before(t)
 }
 

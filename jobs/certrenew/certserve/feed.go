@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/snip/snip-jobs/internal/sleep"
 )
 
 // Config is what every reader needs.
@@ -78,10 +80,8 @@ func (f *feed) run(ctx context.Context) error {
 		}
 		f.cfg.Log.WarnContext(ctx, "certserve: lost PostgreSQL; serving what was last read, and reconnecting",
 			"channel", f.channel, "retry_in", wait, "err", err)
-		select {
-		case <-ctx.Done():
+		if !sleep.For(ctx, wait) {
 			return ctx.Err()
-		case <-time.After(wait):
 		}
 		wait = min(2*wait, maxRetry)
 		if loaded {

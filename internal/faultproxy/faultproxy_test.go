@@ -1,0 +1,158 @@
+package faultproxy_test
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/snip/snip-jobs/internal/faultproxy"
+)
+
+// echo serves a line echo on a loopback port until the test ends.
+func echo(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_, _ = io.Copy(c, c)
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+func dial(t *testing.T, p *faultproxy.Proxy) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c, bufio.NewReader(c)
+}
+
+func roundTrip(t *testing.T, c net.Conn, r *bufio.Reader, line string) {
+	t.Helper()
+	if _, err := io.WriteString(c, line+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	got, err := r.ReadString('\n')
+	if err != nil || got != line+"\n" {
+		t.Fatalf("echo of %q: %q, %v", line, got, err)
+	}
+}
+
+// A cut holds every byte of an open connection, loses none, and delivers
+// them in order once it heals, on the same connection.
+func TestAPartitionHoldsBytesAndDeliversThemInOrderOnceHealed(t *testing.T) {
+	p, err := faultproxy.New(echo(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	c, r := dial(t, p)
+	roundTrip(t, c, r, "before")
+
+	p.Partition(true)
+	for _, l := range []string{"one\n", "two\n", "three\n"} {
+		if _, err := io.WriteString(c, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	if b, err := r.ReadByte(); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read %q (%v) through a cut link", b, err)
+	}
+	p.Partition(false)
+	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	for _, want := range []string{"one\n", "two\n", "three\n"} {
+		if got, err := r.ReadString('\n'); err != nil || got != want {
+			t.Fatalf("after healing: %q, %v; want %q", got, err, want)
+		}
+	}
+	roundTrip(t, c, r, "after")
+}
+
+// Latency delays every chunk; it applies to an open connection and can be
+// removed.
+func TestDelayHoldsEachChunkAtLeastTheLatency(t *testing.T) {
+	p, err := faultproxy.New(echo(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	c, r := dial(t, p)
+	roundTrip(t, c, r, "warm")
+
+	const d = 200 * time.Millisecond
+	p.SetDelay(d)
+	if p.Delay() != d {
+		t.Fatalf("Delay() = %v, want %v", p.Delay(), d)
+	}
+	begin := time.Now()
+	roundTrip(t, c, r, "slow")
+	if rt := time.Since(begin); rt < 2*d { // held d each way: a floor, never a ceiling
+		t.Fatalf("round trip %v through a %v latency each way", rt, d)
+	}
+	p.SetDelay(-time.Second)
+	if p.Delay() != 0 {
+		t.Fatalf("Delay() = %v after a negative SetDelay, want 0", p.Delay())
+	}
+	roundTrip(t, c, r, "fast")
+}
+
+// A connection the proxy cannot forward is closed, so the client's call
+// fails rather than hangs.
+func TestAConnectionToADownServerIsClosed(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := ln.Addr().String()
+	ln.Close()
+	p, err := faultproxy.New(down)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	c, r := dial(t, p)
+	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	if _, err := r.ReadByte(); !errors.Is(err, io.EOF) {
+		t.Fatalf("read through a proxy to a down server: %v, want EOF", err)
+	}
+}
+
+// Close ends the open connections and a second Close is harmless.
+func TestCloseEndsOpenConnections(t *testing.T) {
+	p, err := faultproxy.New(echo(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, r := dial(t, p)
+	roundTrip(t, c, r, "open")
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	if _, err := r.ReadByte(); !errors.Is(err, io.EOF) {
+		t.Fatalf("read after Close: %v, want EOF", err)
+	}
+}
