@@ -137,58 +137,16 @@ func startCluster(ctx context.Context, o Options) (_ *cluster, err error) {
 	if c.dir, err = os.MkdirTemp(o.WorkDir, "snip-chaos-"); err != nil {
 		return nil, err
 	}
-	self, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
 	begin := time.Now()
-	if c.binary, err = buildBinary(ctx, c.dir, o.Broken); err != nil {
-		return nil, err
-	}
-	runs := c.binary // what the instances start with
-	if o.previous != "" {
-		runs = o.previous
-	}
-	types, err := jobTypes(ctx, runs)
+	runs, err := c.build(ctx)
 	if err != nil {
 		return nil, err
 	}
-	c.log.Info("built snip-jobs", "broken", o.Broken, "types", types, "took", time.Since(begin).Round(time.Millisecond))
-
-	exe, native := self, false
-	if o.EtcdBinary != "" {
-		exe, native = o.EtcdBinary, true
-	}
-	if c.etcd, err = startEtcd(ctx, exe, native, c.dir, 3); err != nil {
-		return nil, err
-	}
-	if c.etcdVersion, err = c.etcd.version(ctx); err != nil {
-		return nil, err
-	}
-	secure, err := c.etcdSettings()
+	secure, err := c.startEtcd(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := c.etcd.waitLeader(ctx, readyBound); err != nil {
-		return nil, err
-	}
-	if c.pg, err = pgcluster.Create(ctx, pgcluster.Options{Prefix: "snip-chaos-pg-"}); err != nil {
-		return nil, err
-	}
-	if c.dbURL, err = c.pg.CreateDatabase(ctx, "chaos"); err != nil {
-		return nil, err
-	}
-	if o.previous == "" {
-		if _, err := migrations.Up(ctx, c.dbURL, nil); err != nil {
-			return nil, fmt.Errorf("migrations: %w", err)
-		}
-	} else if err := c.migrateWith(ctx, o.previous); err != nil {
-		return nil, err
-	}
-	if c.pool, err = pgxpool.New(ctx, c.dbURL); err != nil {
-		return nil, err
-	}
-	if err := setupSchema(ctx, c.pool); err != nil {
+	if err := c.startDatabase(ctx); err != nil {
 		return nil, err
 	}
 	if c.ca, err = acmetest.Start(c.dir); err != nil {
@@ -200,67 +158,14 @@ func startCluster(ctx context.Context, o Options) (_ *cluster, err error) {
 	if err := os.WriteFile(keyFile, []byte(base64.StdEncoding.EncodeToString(key)+"\n"), 0o600); err != nil {
 		return nil, err
 	}
-
-	// Every job the checker checks must run: a binary without one of their
-	// types is an error, not a run that silently checks less.
-	var missing []string
-	for _, t := range []string{"sql", "weeklyreport", "certrenew", "aggregator"} {
-		if !slices.Contains(types, t) {
-			missing = append(missing, t)
-		}
-	}
-	if len(missing) > 0 {
-		return nil, fmt.Errorf("this snip-jobs lacks the job type(s) %s (it has %s): the checker needs every job", strings.Join(missing, ", "), strings.Join(types, ", "))
-	}
 	c.jobs = []string{JobProbe, JobReport, JobCerts, JobAggregator}
 	jobs := fmt.Sprintf(jobsYAML, c.ca.DirectoryURL, c.ca.RootsFile, acmetest.Profile, keyFile)
-
-	pgu, err := url.Parse(c.dbURL)
-	if err != nil {
-		return nil, err
-	}
 	for i := range 3 {
-		in := &instance{
-			name:    fmt.Sprintf("server-%c", 'a'+i),
-			binary:  runs,
-			logPath: filepath.Join(c.dir, fmt.Sprintf("server-%c.log", 'a'+i)),
-			changed: c.routeChallenges,
-		}
-		c.instances = append(c.instances, in)
-		// The harness holds the instance's ports, as systemd would, and
-		// passes them at every start: no other process can take them
-		// between a kill and the restart (or before the first start).
-		if in.adminLn, err = sockact.Listen("127.0.0.1:0"); err != nil {
+		in, err := c.newInstance(fmt.Sprintf("server-%c", 'a'+i), runs)
+		if err != nil {
 			return nil, err
 		}
-		if in.challengeLn, err = sockact.Listen("127.0.0.1:0"); err != nil {
-			return nil, err
-		}
-		in.adminURL = "http://" + in.adminLn.Addr().String()
-		in.challenge = in.challengeLn.Addr().String()
-		var eps []string
-		for _, m := range c.etcd.members {
-			mu, err := url.Parse(m.clientURL)
-			if err != nil {
-				return nil, err
-			}
-			p, err := faultproxy.New(mu.Host)
-			if err != nil {
-				return nil, err
-			}
-			in.etcd = append(in.etcd, p)
-			eps = append(eps, "https://"+p.Addr())
-		}
-		if in.db, err = faultproxy.New(pgu.Host); err != nil {
-			return nil, err
-		}
-		u := *pgu
-		u.Host = in.db.Addr()
-		q := u.Query()
-		q.Set("connect_timeout", "10")
-		u.RawQuery = q.Encode()
-		in.databaseURL = u.String()
-		if err := writeInstanceConfig(c.dir, in, eps, secure, o, jobs); err != nil {
+		if err := writeInstanceConfig(c.dir, in, in.etcdEndpoints(), secure, o, jobs); err != nil {
 			return nil, err
 		}
 	}
@@ -278,6 +183,132 @@ func startCluster(ctx context.Context, o Options) (_ *cluster, err error) {
 	}
 	c.log.Info("cluster up", "dir", c.dir, "jobs", c.jobs, "took", time.Since(begin).Round(time.Millisecond))
 	return c, nil
+}
+
+// build builds snip-jobs (broken, if asked) and returns the binary the
+// instances start: that one, or the previous release's. Every job the
+// checker checks must run: a binary without one of their types is an error,
+// not a run that silently checks less.
+func (c *cluster) build(ctx context.Context) (runs string, err error) {
+	begin := time.Now()
+	if c.binary, err = buildBinary(ctx, c.dir, c.opts.Broken); err != nil {
+		return "", err
+	}
+	runs = c.binary
+	if c.opts.previous != "" {
+		runs = c.opts.previous
+	}
+	types, err := jobTypes(ctx, runs)
+	if err != nil {
+		return "", err
+	}
+	c.log.Info("built snip-jobs", "broken", c.opts.Broken, "types", types, "took", time.Since(begin).Round(time.Millisecond))
+	var missing []string
+	for _, t := range []string{"sql", "weeklyreport", "certrenew", "aggregator"} {
+		if !slices.Contains(types, t) {
+			missing = append(missing, t)
+		}
+	}
+	if len(missing) > 0 {
+		return "", fmt.Errorf("this snip-jobs lacks the job type(s) %s (it has %s): the checker needs every job", strings.Join(missing, ", "), strings.Join(types, ", "))
+	}
+	return runs, nil
+}
+
+// startEtcd starts the three members (this test binary as an embedded member,
+// or the given etcd binary) and waits for a leader; it returns the instances'
+// etcd settings (TLS and auth).
+func (c *cluster) startEtcd(ctx context.Context) (secure string, err error) {
+	exe, native := "", false
+	if c.opts.EtcdBinary != "" {
+		exe, native = c.opts.EtcdBinary, true
+	} else if exe, err = os.Executable(); err != nil {
+		return "", err
+	}
+	if c.etcd, err = startEtcd(ctx, exe, native, c.dir, 3); err != nil {
+		return "", err
+	}
+	if c.etcdVersion, err = c.etcd.version(ctx); err != nil {
+		return "", err
+	}
+	if secure, err = c.etcdSettings(); err != nil {
+		return "", err
+	}
+	_, err = c.etcd.waitLeader(ctx, readyBound)
+	return secure, err
+}
+
+// startDatabase creates PostgreSQL's database, migrated by this build or by
+// the previous release (as an operator would), with the checker's schema.
+func (c *cluster) startDatabase(ctx context.Context) (err error) {
+	if c.pg, err = pgcluster.Create(ctx, pgcluster.Options{Prefix: "snip-chaos-pg-"}); err != nil {
+		return err
+	}
+	if c.dbURL, err = c.pg.CreateDatabase(ctx, "chaos"); err != nil {
+		return err
+	}
+	if c.opts.previous == "" {
+		if _, err := migrations.Up(ctx, c.dbURL, nil); err != nil {
+			return fmt.Errorf("migrations: %w", err)
+		}
+	} else if err := c.migrateWith(ctx, c.opts.previous); err != nil {
+		return err
+	}
+	if c.pool, err = pgxpool.New(ctx, c.dbURL); err != nil {
+		return err
+	}
+	return setupSchema(ctx, c.pool)
+}
+
+// newInstance prepares (does not start) an instance running binary: its
+// ports, held by the harness as systemd would and passed at every start (no
+// other process can take them between a kill and the restart), and a fault
+// proxy to each etcd member and to PostgreSQL.
+func (c *cluster) newInstance(name, binary string) (_ *instance, err error) {
+	in := &instance{name: name, binary: binary, logPath: filepath.Join(c.dir, name+".log"), changed: c.routeChallenges}
+	c.instances = append(c.instances, in) // closed with the cluster, however far this gets
+	if in.adminLn, err = sockact.Listen("127.0.0.1:0"); err != nil {
+		return nil, err
+	}
+	if in.challengeLn, err = sockact.Listen("127.0.0.1:0"); err != nil {
+		return nil, err
+	}
+	in.adminURL = "http://" + in.adminLn.Addr().String()
+	in.challenge = in.challengeLn.Addr().String()
+	for _, m := range c.etcd.members {
+		mu, err := url.Parse(m.clientURL)
+		if err != nil {
+			return nil, err
+		}
+		p, err := faultproxy.New(mu.Host)
+		if err != nil {
+			return nil, err
+		}
+		in.etcd = append(in.etcd, p)
+	}
+	pgu, err := url.Parse(c.dbURL)
+	if err != nil {
+		return nil, err
+	}
+	if in.db, err = faultproxy.New(pgu.Host); err != nil {
+		return nil, err
+	}
+	u := *pgu
+	u.Host = in.db.Addr()
+	q := u.Query()
+	q.Set("connect_timeout", "10")
+	u.RawQuery = q.Encode()
+	in.databaseURL = u.String()
+	return in, nil
+}
+
+// etcdEndpoints are the instance's etcd endpoints: its proxies to the members.
+func (in *instance) etcdEndpoints() []string {
+	eps := make([]string, len(in.etcd))
+	for i, p := range in.etcd {
+		eps[i] = "https://" + p.Addr()
+	}
+	return eps
 }
 
 // migrateWith runs `binary migrate` on the database, as an operator does.

@@ -117,21 +117,7 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	case cfg.Types == nil:
 		return nil, errors.New("devcluster: Types is required")
 	}
-	if cfg.Instances <= 0 {
-		cfg.Instances = DefaultInstances
-	}
-	if cfg.HTTPBase == 0 {
-		cfg.HTTPBase = DefaultHTTPBase
-	}
-	if cfg.TTL <= 0 {
-		cfg.TTL = DefaultTTL
-	}
-	if cfg.Out == nil {
-		cfg.Out = io.Discard
-	}
-	if cfg.Log == nil {
-		cfg.Log = slog.New(slog.DiscardHandler)
-	}
+	cfg = cfg.withDefaults()
 	c := &Cluster{cfg: cfg, log: cfg.Log, out: &lineWriter{w: cfg.Out}, begin: time.Now(), served: make(chan struct{})}
 	defer func() {
 		if err != nil {
@@ -149,70 +135,15 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	if err := os.WriteFile(filepath.Join(c.dir, "dev.pid"), []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
 		return nil, fmt.Errorf("devcluster: %w", err)
 	}
-
-	// PostgreSQL, migrated, with the demo data.
-	c.pg, err = pgcluster.Create(ctx, pgcluster.Options{Bindir: cfg.PGBindir, Prefix: dirPrefix + "pg-"})
-	if err != nil {
-		return nil, fmt.Errorf("PostgreSQL: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(c.dir, "pgdir"), []byte(c.pg.Dir()), 0o600); err != nil {
-		return nil, fmt.Errorf("devcluster: %w", err)
-	}
-	if c.dbURL, err = c.pg.CreateDatabase(ctx, "snip"); err != nil {
+	if err := c.startDatabase(ctx); err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(c.URLFile(), []byte(c.dbURL+"\n"), 0o600); err != nil {
-		return nil, fmt.Errorf("devcluster: %w", err)
-	}
-	if _, err := migrations.Up(ctx, c.dbURL, nil); err != nil {
-		return nil, fmt.Errorf("migrations: %w", err)
-	}
-	if c.pool, err = pgxpool.New(ctx, c.dbURL); err != nil {
-		return nil, fmt.Errorf("devcluster: %w", err)
-	}
-	if c.domains, err = seed(ctx, c.pool); err != nil {
+	if err := c.startEtcd(ctx); err != nil {
 		return nil, err
 	}
-
-	// etcd.
-	c.etcd, err = etcdlocal.Start(ctx, etcdlocal.Config{Dir: filepath.Join(c.dir, "etcd"), ClientAddr: "127.0.0.1:0", Log: c.log})
+	challenge, err := c.startCAAndWebTier(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("etcd: %w", err)
-	}
-	c.cli, err = clientv3.New(clientv3.Config{Endpoints: []string{c.etcd.Endpoint()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		return nil, fmt.Errorf("etcd client: %w", err)
-	}
-
-	// The test CA (with the certrenew type), then the demo's jobs. The supervisor
-	// holds the instances' ports and passes them to each of their processes,
-	// as systemd would (socket activation): nothing else can take a port
-	// between a kill and the restart.
-	var challenge []string
-	var challengeLns []*net.TCPListener
-	if _, ok := cfg.Types.Options("certrenew"); ok {
-		for range cfg.Instances {
-			ln, err := sockact.Listen("127.0.0.1:0")
-			if err != nil {
-				return nil, fmt.Errorf("devcluster: %w", err)
-			}
-			c.held = append(c.held, ln)
-			challengeLns = append(challengeLns, ln)
-			challenge = append(challenge, ln.Addr().String())
-		}
-	}
-	if c.ca, err = startCA(ctx, c.dir, challenge, c.log); err != nil {
-		return nil, fmt.Errorf("ACME test CA: %w", err)
-	}
-	c.jobs = selectDemoJobs(cfg.Types, c.ca)
-	if c.ca != nil {
-		port := 0 // a negative base: free ports for all
-		if cfg.HTTPBase > 0 {
-			port = cfg.HTTPBase + webTierOffset
-		}
-		if c.web, err = startWebTier(c.dbURL, c.ca.KeyFile, port, c.log); err != nil {
-			return nil, err
-		}
+		return nil, err
 	}
 	events, err := tableExists(ctx, c.pool, "click_events")
 	if err != nil {
@@ -227,29 +158,8 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	}
 	c.held = append(c.held, lns...)
 	c.startControl(controlLn)
-	for i := 1; i <= cfg.Instances; i++ {
-		name := fmt.Sprintf("server-%d", i)
-		listen := lns[i-1].Addr().String()
-		path := filepath.Join(c.dir, name+".yaml")
-		env := demoEnv{Dir: c.dir, CA: c.ca}
-		socks := []sockact.Socket{{Name: "admin", Listener: lns[i-1]}}
-		if challenge != nil {
-			env.Challenge = challenge[i-1]
-			socks = append(socks, sockact.Socket{Name: "challenge", Listener: challengeLns[i-1]})
-		}
-		text, err := instanceConfig{
-			Instance: name, Etcd: c.etcd.Endpoint(), URLFile: c.URLFile(), TTL: cfg.TTL, Listen: listen,
-			Jobs: c.jobs, Env: env, ShutdownIn: childShutdown,
-		}.render(cfg.Types, path)
-		if err != nil {
-			return nil, err
-		}
-		if err := os.WriteFile(path, text, 0o644); err != nil {
-			return nil, fmt.Errorf("devcluster: %w", err)
-		}
-		c.children = append(c.children, &child{c: c, name: name, config: path, port: lns[i-1].Addr().(*net.TCPAddr).Port,
-			socks: socks, challenge: env.Challenge,
-			logPath: filepath.Join(c.dir, name+".log"), page: fmt.Sprintf("http://%s/status/", listen)})
+	if err := c.configureInstances(lns, challenge); err != nil {
+		return nil, err
 	}
 	for _, ch := range c.children {
 		if err := ch.start(); err != nil {
@@ -269,6 +179,132 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		c.feed.run(feedCtx)
 	}()
 	return c, nil
+}
+
+func (cfg Config) withDefaults() Config {
+	if cfg.Instances <= 0 {
+		cfg.Instances = DefaultInstances
+	}
+	if cfg.HTTPBase == 0 {
+		cfg.HTTPBase = DefaultHTTPBase
+	}
+	if cfg.TTL <= 0 {
+		cfg.TTL = DefaultTTL
+	}
+	if cfg.Out == nil {
+		cfg.Out = io.Discard
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	return cfg
+}
+
+// startDatabase creates the cluster's PostgreSQL, migrated, with the demo data.
+func (c *Cluster) startDatabase(ctx context.Context) (err error) {
+	c.pg, err = pgcluster.Create(ctx, pgcluster.Options{Bindir: c.cfg.PGBindir, Prefix: dirPrefix + "pg-"})
+	if err != nil {
+		return fmt.Errorf("PostgreSQL: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(c.dir, "pgdir"), []byte(c.pg.Dir()), 0o600); err != nil {
+		return fmt.Errorf("devcluster: %w", err)
+	}
+	if c.dbURL, err = c.pg.CreateDatabase(ctx, "snip"); err != nil {
+		return err
+	}
+	if err := os.WriteFile(c.URLFile(), []byte(c.dbURL+"\n"), 0o600); err != nil {
+		return fmt.Errorf("devcluster: %w", err)
+	}
+	if _, err := migrations.Up(ctx, c.dbURL, nil); err != nil {
+		return fmt.Errorf("migrations: %w", err)
+	}
+	if c.pool, err = pgxpool.New(ctx, c.dbURL); err != nil {
+		return fmt.Errorf("devcluster: %w", err)
+	}
+	c.domains, err = seed(ctx, c.pool)
+	return err
+}
+
+// startEtcd starts the cluster's one embedded etcd member and a client to it.
+func (c *Cluster) startEtcd(ctx context.Context) (err error) {
+	c.etcd, err = etcdlocal.Start(ctx, etcdlocal.Config{Dir: filepath.Join(c.dir, "etcd"), ClientAddr: "127.0.0.1:0", Log: c.log})
+	if err != nil {
+		return fmt.Errorf("etcd: %w", err)
+	}
+	c.cli, err = clientv3.New(clientv3.Config{Endpoints: []string{c.etcd.Endpoint()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return fmt.Errorf("etcd client: %w", err)
+	}
+	return nil
+}
+
+// startCAAndWebTier starts the test CA and the web tier when the certrenew type is
+// there, and picks the demo's jobs. It returns each instance's HTTP-01
+// listener (none without the CA). The supervisor holds the instances' ports
+// and passes them to each of their processes, as systemd would (socket
+// activation): nothing else can take a port between a kill and the restart.
+func (c *Cluster) startCAAndWebTier(ctx context.Context) (challenge []*net.TCPListener, err error) {
+	if _, ok := c.cfg.Types.Options("certrenew"); ok {
+		for range c.cfg.Instances {
+			ln, err := sockact.Listen("127.0.0.1:0")
+			if err != nil {
+				return nil, fmt.Errorf("devcluster: %w", err)
+			}
+			c.held = append(c.held, ln)
+			challenge = append(challenge, ln)
+		}
+	}
+	addrs := make([]string, len(challenge))
+	for i, ln := range challenge {
+		addrs[i] = ln.Addr().String()
+	}
+	if len(addrs) == 0 {
+		addrs = nil
+	}
+	if c.ca, err = startCA(ctx, c.dir, addrs, c.log); err != nil {
+		return nil, fmt.Errorf("ACME test CA: %w", err)
+	}
+	c.jobs = selectDemoJobs(c.cfg.Types, c.ca)
+	if c.ca != nil {
+		port := 0 // a negative base: free ports for all
+		if c.cfg.HTTPBase > 0 {
+			port = c.cfg.HTTPBase + webTierOffset
+		}
+		if c.web, err = startWebTier(c.dbURL, c.ca.KeyFile, port, c.log); err != nil {
+			return nil, err
+		}
+	}
+	return challenge, nil
+}
+
+// configureInstances writes each instance's configuration and prepares (does
+// not start) its child: admin port lns[i], HTTP-01 listener challenge[i].
+func (c *Cluster) configureInstances(lns, challenge []*net.TCPListener) error {
+	for i := 1; i <= c.cfg.Instances; i++ {
+		name := fmt.Sprintf("server-%d", i)
+		listen := lns[i-1].Addr().String()
+		path := filepath.Join(c.dir, name+".yaml")
+		env := demoEnv{Dir: c.dir, CA: c.ca}
+		socks := []sockact.Socket{{Name: "admin", Listener: lns[i-1]}}
+		if challenge != nil {
+			env.Challenge = challenge[i-1].Addr().String()
+			socks = append(socks, sockact.Socket{Name: "challenge", Listener: challenge[i-1]})
+		}
+		text, err := instanceConfig{
+			Instance: name, Etcd: c.etcd.Endpoint(), URLFile: c.URLFile(), TTL: c.cfg.TTL, Listen: listen,
+			Jobs: c.jobs, Env: env, ShutdownIn: childShutdown,
+		}.render(c.cfg.Types, path)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(path, text, 0o644); err != nil {
+			return fmt.Errorf("devcluster: %w", err)
+		}
+		c.children = append(c.children, &child{c: c, name: name, config: path, port: lns[i-1].Addr().(*net.TCPAddr).Port,
+			socks: socks, challenge: env.Challenge,
+			logPath: filepath.Join(c.dir, name+".log"), page: fmt.Sprintf("http://%s/status/", listen)})
+	}
+	return nil
 }
 
 // waitReady waits until every instance answers /readyz with 200, failing as
