@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/snip/snip-jobs/configs"
+	"github.com/snip/snip-jobs/internal/connect"
 	"github.com/snip/snip-jobs/internal/termsafe"
 	"github.com/snip/snip-jobs/jobs/certrenew"
 )
@@ -72,7 +73,7 @@ domain without a current certificate, or an invalid name, is an error (exit 1).`
 				}
 				ctx, cancel := context.WithTimeout(ctx, time.Minute)
 				defer cancel()
-				pool, err := openPool(ctx, f, "certs")
+				pool, err := connect.Pool(ctx, f, "certs")
 				if err != nil {
 					return err
 				}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/snip/snip-jobs/internal/connect"
 	"github.com/snip/snip-jobs/leadership"
 )
 
@@ -48,7 +49,7 @@ from systemd's $SERVICE_RESULT, $EXIT_CODE and $EXIT_STATUS when set.`,
 					log.Info("reclaim: nothing to do: the embedded etcd ended with the process", why...)
 					return nil
 				}
-				cli, err := newEtcdClient(f, etcdEndpoints(f, *endpoints), log)
+				cli, err := connect.Etcd(f, connect.Endpoints(f, *endpoints), log)
 				if err != nil {
 					return err
 				}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/snip/snip-jobs/configs"
+	"github.com/snip/snip-jobs/internal/connect"
 	"github.com/snip/snip-jobs/internal/termsafe"
 	"github.com/snip/snip-jobs/jobs/weeklyreport"
 	"github.com/snip/snip-jobs/leadership"
@@ -60,7 +61,7 @@ or after a fix. The write is fenced like the job's own runs of that week:
 				}
 				ctx, cancel := context.WithTimeout(ctx, time.Minute)
 				defer cancel()
-				pool, err := openPool(ctx, f, "report")
+				pool, err := connect.Pool(ctx, f, "report")
 				if err != nil {
 					return err
 				}
@@ -87,7 +88,7 @@ or after a fix. The write is fenced like the job's own runs of that week:
 					Pool: pool, Job: spec, Week: *week, Operator: "operator@" + host, Log: log,
 					// Leader mode only: a database-mode job's deployment may run no etcd.
 					LeaderToken: func(ctx context.Context) (int64, error) {
-						cli, err := newEtcdClient(f, etcdEndpoints(f, *endpoints), log)
+						cli, err := connect.Etcd(f, connect.Endpoints(f, *endpoints), log)
 						if err != nil {
 							return 0, err
 						}

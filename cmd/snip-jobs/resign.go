@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/snip/snip-jobs/configs"
+	"github.com/snip/snip-jobs/internal/connect"
 	"github.com/snip/snip-jobs/internal/termsafe"
 	"github.com/snip/snip-jobs/leadership"
 )
@@ -42,7 +43,7 @@ etcd (not database-mode cron jobs) have a leader.`,
 				if err := ledThroughEtcd(f, name); err != nil {
 					return &exitError{code: 2, err: err}
 				}
-				cli, err := newEtcdClient(f, etcdEndpoints(f, *endpoints), newLogger(f.Log, c.stderr))
+				cli, err := connect.Etcd(f, connect.Endpoints(f, *endpoints), newLogger(f.Log, c.stderr))
 				if err != nil {
 					return err
 				}

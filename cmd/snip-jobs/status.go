@@ -17,6 +17,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/snip/snip-jobs/configs"
+	"github.com/snip/snip-jobs/internal/connect"
 	"github.com/snip/snip-jobs/internal/termsafe"
 	"github.com/snip/snip-jobs/scheduler/status"
 )
@@ -105,14 +106,14 @@ type statusSource struct {
 
 func openStatusSource(f *configs.File, endpoints string, log *slog.Logger) *statusSource {
 	src := &statusSource{f: f}
-	if needsEtcd(f) || endpoints != "" {
-		cli, err := newEtcdClient(f, etcdEndpoints(f, endpoints), log)
+	if connect.NeedsEtcd(f) || endpoints != "" {
+		cli, err := connect.Etcd(f, connect.Endpoints(f, endpoints), log)
 		if err != nil {
 			src.openErrs = append(src.openErrs, err.Error())
 		}
 		src.cli = cli
 	}
-	pool, err := openPool(context.Background(), f, "status")
+	pool, err := connect.Pool(context.Background(), f, "status")
 	if err != nil {
 		src.openErrs = append(src.openErrs, fmt.Errorf("%w: last runs and slots are not shown", err).Error())
 	}

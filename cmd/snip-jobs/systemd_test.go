@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/snip/snip-jobs/internal/service"
 )
 
 // The units in deploy/systemd are what operators install: systemd-analyze
@@ -37,7 +39,7 @@ func TestTheSystemdUnitsVerifyAndPassOnlySocketsRunTakes(t *testing.T) {
 			m := fdName.FindStringSubmatch(text)
 			if m == nil {
 				t.Errorf("%s has no FileDescriptorName= (run would refuse the socket)", e.Name())
-			} else if !slices.Contains(socketNames(), m[1]) {
+			} else if !slices.Contains(service.SocketNames(registry()), m[1]) {
 				t.Errorf("%s: FileDescriptorName=%s, which run refuses", e.Name(), m[1])
 			}
 		}

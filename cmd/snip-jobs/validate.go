@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"strings"
+
+	"github.com/snip/snip-jobs/internal/service"
 )
 
 func validateCommand() command {
@@ -38,14 +40,10 @@ Job types built into this binary: ` + strings.Join(registry().Names(), ", ") + `
 				}
 				fmt.Fprintf(c.stdout, "%s: ok (instance %s, %d job(s))\n", f.Path, f.Instance, len(f.Jobs))
 				if len(f.Jobs) == 0 {
-					fmt.Fprintf(c.stderr, "%s: warning: %s\n", f.Path, noJobsWarning)
+					fmt.Fprintf(c.stderr, "%s: warning: %s\n", f.Path, service.NoJobsWarning)
 				}
 				return nil
 			}
 		},
 	}
 }
-
-// noJobsWarning is said by validate and run of a file without jobs: allowed
-// (a server being set up), but a truncated deploy looks the same.
-const noJobsWarning = "no jobs: this instance will run nothing (is the file complete?)"

@@ -1,4 +1,4 @@
-package main
+package service
 
 import (
 	"context"
@@ -21,7 +21,7 @@ type typeListeners struct {
 // jobs name (the first job of the type answers for it); jobs naming the same
 // address share one socket. A type without jobs serves nothing, and a socket
 // passed for it is closed.
-func startListeners(f *configs.File, reg *scheduler.Registry, env scheduler.Env, socks sockets) (*typeListeners, error) {
+func startListeners(f *configs.File, reg *scheduler.Registry, env scheduler.Env, socks Sockets) (*typeListeners, error) {
 	tl := &typeListeners{}
 	for _, name := range reg.Names() {
 		t, _ := reg.Type(name)
