@@ -120,7 +120,7 @@ func TestShutdownHandsOverWithoutWaitingForExpiry(t *testing.T) {
 	}
 	expiresBy := time.Now().Add(time.Duration(ttl.TTL) * time.Second)
 	nodes[first.Instance].Stop()
-	jobtest.Eventually(t, "the other instance to lead", func() bool {
+	c.WaitKeys("the other instance to lead", func() bool {
 		l, ok := c.Leader("aggregator")
 		return ok && l.Instance != first.Instance
 	})
@@ -290,9 +290,9 @@ func TestWedgedJobTriggersTheWatchdog(t *testing.T) {
 	job.ProgressTimeout = 300 * time.Millisecond
 	reg := jobtest.Registry(t, wedged)
 	one := c.Start("server-1", reg, []configs.Job{job})
-	jobtest.Eventually(t, "server-1 to lead", func() bool { l, ok := c.Leader("aggregator"); return ok && l.Instance == "server-1" })
+	c.WaitKeys("server-1 to lead", func() bool { l, ok := c.Leader("aggregator"); return ok && l.Instance == "server-1" })
 	c.Start("server-2", reg, []configs.Job{job})
-	jobtest.Eventually(t, "the watchdog to move the job to server-2", func() bool {
+	c.WaitKeys("the watchdog to move the job to server-2", func() bool {
 		l, ok := c.Leader("aggregator")
 		return ok && l.Instance == "server-2"
 	})
@@ -419,7 +419,7 @@ func TestEquallyLoadedInstancesTakeOverWithoutHoldingBack(t *testing.T) {
 		before[name] = holdbacks(n)
 	}
 	nodes[victim.Instance].Crash()
-	jobtest.Eventually(t, "job-0 to be taken over", func() bool {
+	c.WaitKeys("job-0 to be taken over", func() bool {
 		l, ok := c.Leader("job-0")
 		return ok && l.Instance != victim.Instance
 	})
@@ -480,7 +480,7 @@ func TestRecordingARunNeverHoldsTheEndOfItsTerm(t *testing.T) {
 	// The start of server-1's run waits for the table when its term ends.
 	lock := lockRuns()
 	one := c.Start("server-1", reg, []configs.Job{job})
-	jobtest.Eventually(t, "server-1 to lead", func() bool { l, ok := c.Leader("aggregator"); return ok && l.Instance == "server-1" })
+	c.WaitKeys("server-1 to lead", func() bool { l, ok := c.Leader("aggregator"); return ok && l.Instance == "server-1" })
 	two := c.Start("server-2", reg, []configs.Job{job})
 	jobtest.Eventually(t, "server-2 to wait for the job", func() bool { return two.Session.Stats().Waiting == 1 })
 	resign("server-1")
