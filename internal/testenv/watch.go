@@ -3,26 +3,44 @@ package testenv
 import (
 	"context"
 	"testing"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/snip/snip-jobs/internal/sleep"
 )
 
 // WaitKeys waits until cond holds, checking it once and again at each change
 // etcd reports under prefix (a watch created before the first check, so no
-// change is missed): etcd signals, the test does not poll. It fails the test
-// naming what it waited for once Patience has passed.
+// change is missed): etcd signals, the test does not poll. A watch etcd
+// cancels (a member may, with auth on) is opened again and cond checked
+// anew. It fails the test naming what it waited for once Patience has
+// passed.
 func WaitKeys(t testing.TB, cli *clientv3.Client, prefix, what string, cond func() bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), Patience)
 	defer cancel()
-	watch := cli.Watch(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
-	if _, ok := <-watch; !ok {
-		t.Fatalf("waiting for %s: the watch on %s closed at once (%v)", what, prefix, ctx.Err())
+	for ctx.Err() == nil {
+		if waitKeysOnce(ctx, cli, prefix, cond) {
+			return
+		}
+		sleep.For(ctx, 50*time.Millisecond) // not a poll of cond: a pause before watching again
+	}
+	t.Fatalf("waiting for %s: no change under %s made it hold within %v", what, prefix, Patience)
+}
+
+// waitKeysOnce waits on one watch; false if the watch ended first.
+func waitKeysOnce(ctx context.Context, cli *clientv3.Client, prefix string, cond func() bool) bool {
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	watch := cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+	if r, ok := <-watch; !ok || r.Err() != nil {
+		return false
 	}
 	for !cond() {
-		r, ok := <-watch
-		if !ok || r.Err() != nil {
-			t.Fatalf("waiting for %s: the watch on %s ended (%v, %v)", what, prefix, r.Err(), ctx.Err())
+		if r, ok := <-watch; !ok || r.Err() != nil {
+			return false
 		}
 	}
+	return true
 }
