@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/snip/snip-jobs/internal/testdb"
 	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/jobs/certrenew"
 )
@@ -29,7 +30,7 @@ func TestCertsListShowsTheDomainsAndRetryAsksOnlyForBackingOffOnes(t *testing.T)
 	url := testenv.PostgresDB(t)
 	path := writeConfig(t, config{instance: "server-1", endpoints: []string{"http://127.0.0.1:1"}, adminPort: freePort(t), jobs: certsJobYAML})
 	env := dbEnv(migrate(t, path, url))
-	exec1(t, url, `INSERT INTO custom_domains (domain) VALUES ('Shop.Example.com'), ('printer.local'), ('new.example.org'), ('go.example.net');
+	testdb.Exec(t, url, `INSERT INTO custom_domains (domain) VALUES ('Shop.Example.com'), ('printer.local'), ('new.example.org'), ('go.example.net');
 		INSERT INTO certrenew_certificates (domain, chain_pem, key_sealed, key_id, serial, ari_cert_id, not_before, not_after,
 			renew_at, ari_next_check, token, instance)
 		VALUES ('go.example.net', 'stored by the renewer', '\x00', 'k', '01', 'id', now() - interval '1 day', now() + interval '89 days',
@@ -103,7 +104,7 @@ func TestCertsListShowsTheDomainsAndRetryAsksOnlyForBackingOffOnes(t *testing.T)
 	}
 
 	// A domain waiting for the CA's rate limit: the request is recorded, with a warning.
-	exec1(t, url, `INSERT INTO custom_domains (domain) VALUES ('busy.example.com');
+	testdb.Exec(t, url, `INSERT INTO custom_domains (domain) VALUES ('busy.example.com');
 		INSERT INTO certrenew_domains (domain, source, failures, next_attempt_at, last_error_reason, token)
 		VALUES ('busy.example.com', 'busy.example.com', 0, now() + interval '1 hour', 'rate_limited', 7)`)
 	r = snip(t, env, "certs", "retry", "busy.example.com", "--config", path)

@@ -300,20 +300,8 @@ func migrate(t *testing.T, configPath, url string) (runtime string) {
 	if r.code != 0 || !strings.Contains(r.stdout, "granted role "+testdb.RuntimeRole) || r.stderr != "" && strings.Contains(r.stderr, "warning") {
 		t.Fatalf("migrate --grant-to: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	exec1(t, owner, pulsesTable+"; GRANT SELECT, INSERT ON pulses TO "+testdb.RuntimeRole+"; GRANT USAGE ON SEQUENCE pulses_id_seq TO "+testdb.RuntimeRole)
+	testdb.Exec(t, owner, pulsesTable+"; GRANT SELECT, INSERT ON pulses TO "+testdb.RuntimeRole+"; GRANT USAGE ON SEQUENCE pulses_id_seq TO "+testdb.RuntimeRole)
 	return runtime
-}
-
-func exec1(t *testing.T, url, sql string) {
-	t.Helper()
-	conn, err := pgx.Connect(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	if _, err := conn.Exec(context.Background(), sql); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // pulse is one row of the pulses table.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/fencing"
+	"github.com/snip/snip-jobs/internal/testdb"
 	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/jobs/weeklyreport"
 	"github.com/snip/snip-jobs/leadership"
@@ -47,7 +48,7 @@ func TestReportShowAndRebuild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	exec1(t, url, `INSERT INTO links (id, slug) VALUES (1, 'launch');
+	testdb.Exec(t, url, `INSERT INTO links (id, slug) VALUES (1, 'launch');
 		INSERT INTO link_hourly_counts (link_id, hour, clicks) VALUES (1, '2026-11-18 10:00Z', 40)`)
 	slot := time.Date(2026, 11, 23, 7, 0, 0, 0, time.UTC)
 	if _, err := pool.Exec(ctx, `INSERT INTO cron_slots (job, slot, state, token, instance) VALUES ('weekly-report', $1, 'running', $2, 'server-1')`,
@@ -73,7 +74,7 @@ func TestReportShowAndRebuild(t *testing.T) {
 	}
 
 	// Late clicks were counted; the operator rebuilds the week.
-	exec1(t, url, `UPDATE link_hourly_counts SET clicks = 75 WHERE link_id = 1`)
+	testdb.Exec(t, url, `UPDATE link_hourly_counts SET clicks = 75 WHERE link_id = 1`)
 	rebuild := snip(t, env, "report", "rebuild", "--config", path, "--week", "2026-W47")
 	if rebuild.code != 0 || !strings.Contains(rebuild.stdout, "rebuilt") {
 		t.Fatalf("report rebuild: exit %d\n%s%s", rebuild.code, rebuild.stdout, rebuild.stderr)
@@ -122,7 +123,7 @@ func TestReportRebuildInDatabaseModeNeedsNoEtcd(t *testing.T) {
 	// The Monday 23 November 08:00 (Paris) slot reports 2026-W47; an instance
 	// claimed it from the sequence, as the scheduler does, and stored the week
 	// fenced on <job>@<slot>.
-	exec1(t, url, `INSERT INTO links (id, slug) VALUES (1, 'launch');
+	testdb.Exec(t, url, `INSERT INTO links (id, slug) VALUES (1, 'launch');
 		INSERT INTO link_hourly_counts (link_id, hour, clicks) VALUES (1, '2026-11-18 10:00Z', 40)`)
 	slot := time.Date(2026, 11, 23, 7, 0, 0, 0, time.UTC)
 	const resource = "weekly-report@2026-11-23T07:00:00Z"
@@ -151,7 +152,7 @@ func TestReportRebuildInDatabaseModeNeedsNoEtcd(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	exec1(t, url, `UPDATE link_hourly_counts SET clicks = 75 WHERE link_id = 1`)
+	testdb.Exec(t, url, `UPDATE link_hourly_counts SET clicks = 75 WHERE link_id = 1`)
 	rebuild := snip(t, env, "report", "rebuild", "--config", path, "--week", "2026-W47")
 	if rebuild.code != 0 || !strings.Contains(rebuild.stdout, "rebuilt (claim token") {
 		t.Fatalf("report rebuild: exit %d\n%s%s", rebuild.code, rebuild.stdout, rebuild.stderr)

@@ -435,7 +435,7 @@ func TestRunRefusesToStartWithoutAGrantItNeedsNamingTheTable(t *testing.T) {
 	url := testenv.PostgresDB(t)
 	c := config{instance: "server-a", endpoints: []string{"https://127.0.0.1:1"}, jobs: pulseJob}
 	runtime := migrate(t, writeConfig(t, c), url)
-	exec1(t, url, "REVOKE INSERT ON job_runs FROM "+testdb.RuntimeRole+"; REVOKE SELECT ON custom_domains FROM "+testdb.RuntimeRole)
+	testdb.Exec(t, url, "REVOKE INSERT ON job_runs FROM "+testdb.RuntimeRole+"; REVOKE SELECT ON custom_domains FROM "+testdb.RuntimeRole)
 	r := snip(t, dbEnv(runtime), "run", "--config", writeConfig(t, c))
 	want := "the database role lacks privileges this binary needs: INSERT on job_runs, SELECT on custom_domains; " +
 		"grant them with `snip-jobs migrate --grant-to ROLE` run as the schema's owner"

@@ -15,6 +15,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx", for goose
 	"github.com/pressly/goose/v3"
 
+	"github.com/snip/snip-jobs/internal/testdb"
 	"github.com/snip/snip-jobs/internal/testenv"
 )
 
@@ -26,7 +27,7 @@ func migrateAllButNewest(t *testing.T, url string) (fstest.MapFS, string) {
 	files, newest := repoMigrations(t)
 	delete(files, newest)
 	gooseUp(t, url, files)
-	exec1(t, url, pulsesTable)
+	testdb.Exec(t, url, pulsesTable)
 	return files, newest
 }
 

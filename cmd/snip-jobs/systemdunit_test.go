@@ -22,6 +22,7 @@ import (
 
 	"github.com/snip/snip-jobs/internal/nspawn"
 	"github.com/snip/snip-jobs/internal/sockact"
+	"github.com/snip/snip-jobs/internal/testdb"
 	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/jobs/certrenew"
 	"github.com/snip/snip-jobs/leadership"
@@ -610,7 +611,7 @@ func instanceLease(t *testing.T, cli *clientv3.Client, instance string) clientv3
 func storeChallenge(t *testing.T, url string) string {
 	t.Helper()
 	token := strings.TrimRight(base64.URLEncoding.EncodeToString([]byte(randomKey(t)))[:43], "=")
-	exec1(t, url, fmt.Sprintf(`INSERT INTO certrenew_challenges (token, domain, key_auth, fence_token, expires_at)
+	testdb.Exec(t, url, fmt.Sprintf(`INSERT INTO certrenew_challenges (token, domain, key_auth, fence_token, expires_at)
 		VALUES ('%s', '%s', '%s.thumbprint', 1, now() + interval '1 hour')`, token, challengeDomain, token))
 	return token
 }

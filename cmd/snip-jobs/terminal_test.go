@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/snip/snip-jobs/internal/testdb"
 	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/jobs/certrenew"
 	"github.com/snip/snip-jobs/scheduler/status"
@@ -28,7 +29,7 @@ func TestStringsFromTheDatabaseArePrintedEscapedAndJSONIsUnchanged(t *testing.T)
 	path := writeConfig(t, config{instance: "server-1", endpoints: etcd.Endpoints(), adminPort: freePort(t), jobs: certsJobYAML + reportJobYAML})
 	env := dbEnv(migrate(t, path, url))
 	domain := "shop" + hostile + ".example.com"
-	exec1(t, url, `INSERT INTO custom_domains (domain) VALUES ('`+domain+`');
+	testdb.Exec(t, url, `INSERT INTO custom_domains (domain) VALUES ('`+domain+`');
 		INSERT INTO certrenew_domains (domain, source, failures, next_attempt_at, last_error, last_error_reason, last_error_at, token)
 		VALUES ('good.example.com', 'good.example.com', 1, now() + interval '1 hour', 'the CA said: `+hostile+`', 'dns', now(), 7);
 		INSERT INTO custom_domains (domain) VALUES ('good.example.com');

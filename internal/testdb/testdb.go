@@ -204,6 +204,15 @@ func createRoles(ctx context.Context, dbURL, sql string) error {
 	return runErr
 }
 
+// Exec runs sql (several statements allowed) on a connection of its own, as
+// whoever url logs in as; the test fails if it does not succeed.
+func Exec(t testing.TB, url, sql string) {
+	t.Helper()
+	if err := exec(context.Background(), url, sql); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func exec(ctx context.Context, url, sql string) error {
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {

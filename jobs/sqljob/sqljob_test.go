@@ -82,7 +82,7 @@ jobs:
 func runtimeDB(t *testing.T) (string, *pgxpool.Pool) {
 	t.Helper()
 	db := testdb.NewDB(t)
-	execURL(t, db.Owner, pulsesTable+"; GRANT INSERT ON pulses TO "+testdb.RuntimeRole+"; GRANT USAGE ON SEQUENCE pulses_id_seq TO "+testdb.RuntimeRole)
+	testdb.Exec(t, db.Owner, pulsesTable+"; GRANT INSERT ON pulses TO "+testdb.RuntimeRole+"; GRANT USAGE ON SEQUENCE pulses_id_seq TO "+testdb.RuntimeRole)
 	return db.Super, testdb.Pool(t, db.Runtime)
 }
 
@@ -197,19 +197,6 @@ func pulses(t *testing.T, url string) []pulse {
 		t.Fatal(err)
 	}
 	return out
-}
-
-// execURL runs sql (several statements allowed) on a connection of its own.
-func execURL(t *testing.T, url, sql string) {
-	t.Helper()
-	conn, err := pgx.Connect(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	if _, err := conn.Exec(context.Background(), sql); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // `validate` refuses a statement that is several, or transaction control, at
