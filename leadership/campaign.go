@@ -33,6 +33,16 @@ func WithHoldback(f func() time.Duration) CampaignOption {
 	return func(o *campaignOptions) { o.holdback = f }
 }
 
+// Holdback is the wait that WithHoldback set among opts, or nil: for a
+// backend other than this package's Session to honour the same options.
+func Holdback(opts ...CampaignOption) func() time.Duration {
+	var o campaignOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o.holdback
+}
+
 // LeaderRecord is the value of a leader key.
 type LeaderRecord struct {
 	Instance string    `json:"instance"`

@@ -62,7 +62,7 @@ func (lc *lifecycle) loop(ctx context.Context, j *job) {
 // resignation.
 type tenure struct {
 	j    *job
-	term *leadership.Term
+	term Term
 	log  *slog.Logger
 	ctx  context.Context // the job's: ends with the term, at shutdown, or by stop
 	stop context.CancelCauseFunc
@@ -70,7 +70,7 @@ type tenure struct {
 
 // lead runs the job's schedule for the duration of one term, then stops it and
 // resigns. It returns why the lead ended.
-func (lc *lifecycle) lead(ctx context.Context, j *job, term *leadership.Term) error {
+func (lc *lifecycle) lead(ctx context.Context, j *job, term Term) error {
 	t := &tenure{j: j, term: term, log: j.log.With("token", term.Token())}
 	t.ctx, t.stop = context.WithCancelCause(term.Context())
 	defer t.stop(nil)
@@ -118,7 +118,7 @@ func (lc *lifecycle) begin(ctx context.Context, t *tenure) {
 	lc.m.leader.WithLabelValues(name).Set(1)
 	lc.m.token.WithLabelValues(name).Set(float64(t.term.Token()))
 	lc.m.termStarts.WithLabelValues(name).Inc()
-	t.log.Info("leading", "lease", int64(t.term.Lease()))
+	t.log.Info("leading")
 	lc.rec.bookkeep(ctx, sqlTermStart, name, t.term.Token(), lc.instance)
 }
 
@@ -223,7 +223,7 @@ func handedOver(cause error) bool {
 }
 
 // endLabel names why a lead ended, for metrics and logs.
-func endLabel(cause error, term *leadership.Term) string {
+func endLabel(cause error, term Term) string {
 	switch {
 	case errors.Is(cause, errShutdown):
 		return status.EndShutdown

@@ -15,7 +15,6 @@ import (
 
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/fencing"
-	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/scheduler/status"
 )
 
@@ -23,9 +22,9 @@ import (
 type Config struct {
 	File     *configs.File
 	Registry *Registry
-	// Session is this process's etcd session. Required when a singleton runs in
-	// leader mode (the default); nil is fine when every singleton uses database mode.
-	// A *leadership.Session satisfies Session.
+	// Session is this process's leadership session (Over(*leadership.Session)).
+	// Required when a singleton runs in leader mode (the default); nil is fine
+	// when every singleton uses database mode.
 	Session Session
 	// Pool is the PostgreSQL pool for fenced writes, cron slots and the run log.
 	// Required when any job is a singleton or a cron job.
@@ -91,7 +90,7 @@ type job struct {
 	progress atomic.Int64 // unix nanos, shared by the job's Runs
 
 	mu        sync.Mutex
-	term      *leadership.Term
+	term      Term
 	stop      context.CancelCauseFunc // ends the current lead
 	holdUntil time.Time
 	last      *status.RunRecord
@@ -112,7 +111,6 @@ func New(cfg Config) (*Scheduler, error) {
 	if cfg.Mux == nil {
 		cfg.Mux = http.NewServeMux()
 	}
-	cfg.Session = sessionOrNil(cfg.Session)
 	s := &Scheduler{cfg: cfg, instance: cfg.File.Instance, log: cfg.Log.With("instance", cfg.File.Instance)}
 	s.m = newMetrics(cfg.Metrics, cfg.Session)
 	s.spread = newSpread(cfg.Session, s.instance, s.m.holdbacks)

@@ -2,20 +2,39 @@ package scheduler
 
 import (
 	"context"
+	"time"
 
 	"github.com/snip/snip-jobs/leadership"
 )
 
+// Term is what the scheduler needs of one term of one job, whichever backend
+// granted it: the fencing token, a context that ends with the term, the cheap
+// validity check a job's run gates its writes on, and a way to hand it over.
+// *leadership.Term satisfies it.
+type Term interface {
+	Job() string
+	Token() int64
+	Started() time.Time
+	// Context ends when the term does; Reason then says why.
+	Context() context.Context
+	Valid() bool
+	// Deadline is when the term stops being valid unless renewed first.
+	Deadline() time.Time
+	Reason() leadership.Reason
+	Resign(ctx context.Context) error
+}
+
 // Session is what the scheduler needs of this process's leadership session:
 // terms, the instances that are up and the terms they lead, operators'
-// resign requests, and the lease's timing. *leadership.Session satisfies it;
-// declaring it here lets the spread and lifecycle decisions be tested without
-// etcd (the guarantees themselves are tested against real etcd).
+// resign requests, and the lease's timing. Over adapts a backend's session
+// (*leadership.Session) to it; declaring it here lets the spread and
+// lifecycle decisions be tested without etcd (the guarantees themselves are
+// tested against real etcd).
 type Session interface {
 	// Config gives the lease's TTL and renew interval, which pace the
 	// scheduler's own waits.
 	Config() leadership.Config
-	Campaign(ctx context.Context, job string, opts ...leadership.CampaignOption) (*leadership.Term, error)
+	Campaign(ctx context.Context, job string, opts ...leadership.CampaignOption) (Term, error)
 	// Deregister removes this instance's registration before its terms are
 	// resigned at shutdown, so that successors see it gone.
 	Deregister(ctx context.Context) error
@@ -26,13 +45,29 @@ type Session interface {
 	Stats() leadership.Stats
 }
 
-var _ Session = (*leadership.Session)(nil)
-
-// sessionOrNil turns a nil *leadership.Session into a nil Session, so that
-// "no etcd" stays a nil check whichever way the caller spelled it.
-func sessionOrNil(s Session) Session {
-	if ls, ok := s.(*leadership.Session); ok && ls == nil {
-		return nil
-	}
-	return s
+// Backend is a leadership session whose Campaign returns its own term type T.
+type Backend[T Term] interface {
+	Config() leadership.Config
+	Campaign(ctx context.Context, job string, opts ...leadership.CampaignOption) (T, error)
+	Deregister(ctx context.Context) error
+	WatchInstances(ctx context.Context, f func(names []string))
+	WatchResignRequests(ctx context.Context, f func(job string, token int64))
+	ClusterLoad(ctx context.Context) (map[string]int, error)
+	Stats() leadership.Stats
 }
+
+// Over makes a backend's session a Session (Go has no covariant results:
+// a Campaign returning *leadership.Term is not one returning Term).
+func Over[T Term](b Backend[T]) Session { return over[T]{b} }
+
+type over[T Term] struct{ Backend[T] }
+
+func (o over[T]) Campaign(ctx context.Context, job string, opts ...leadership.CampaignOption) (Term, error) {
+	t, err := o.Backend.Campaign(ctx, job, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+var _ Backend[*leadership.Term] = (*leadership.Session)(nil)

@@ -184,7 +184,7 @@ func TestStatusAndMetricsShowTheSchedulersTermsOnTheSharedMux(t *testing.T) {
 	db := pool(t, url)
 	metrics := prometheus.NewRegistry()
 	mux := http.NewServeMux()
-	sched, err := scheduler.New(scheduler.Config{File: file, Registry: reg, Session: sess, Pool: db, Metrics: metrics, Mux: mux, Log: testenv.Logger(t)})
+	sched, err := scheduler.New(scheduler.Config{File: file, Registry: reg, Session: scheduler.Over(sess), Pool: db, Metrics: metrics, Mux: mux, Log: testenv.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

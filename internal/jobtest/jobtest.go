@@ -114,7 +114,11 @@ func (c *Cluster) Start(name string, reg *scheduler.Registry, jobs []configs.Job
 		n.Session = s
 	}
 	n.pool = c.RuntimePool()
-	sched, err := scheduler.New(scheduler.Config{File: file, Registry: reg, Session: n.Session, Pool: n.pool,
+	var session scheduler.Session
+	if n.Session != nil {
+		session = scheduler.Over(n.Session)
+	}
+	sched, err := scheduler.New(scheduler.Config{File: file, Registry: reg, Session: session, Pool: n.pool,
 		Log: testenv.Logger(c.T), Metrics: n.Metrics})
 	if err != nil {
 		c.T.Fatal(err)

@@ -352,8 +352,12 @@ func (r *runner) startAdmin(reg *prometheus.Registry, mux *http.ServeMux) (*late
 // a conflicting route panics in ServeMux, at start.
 func (r *runner) startScheduler(reg *prometheus.Registry, mux *http.ServeMux, page *lateHandler) error {
 	f := r.cfg
+	var session scheduler.Session // nil without etcd: database-mode singletons only
+	if r.session != nil {
+		session = scheduler.Over(r.session)
+	}
 	sched, err := scheduler.New(scheduler.Config{
-		File: f, Registry: r.types, Session: r.session, Pool: r.pool, Records: r.records, Log: r.log, Metrics: reg, Mux: mux,
+		File: f, Registry: r.types, Session: session, Pool: r.pool, Records: r.records, Log: r.log, Metrics: reg, Mux: mux,
 	})
 	if err != nil {
 		return err
