@@ -37,6 +37,7 @@ func (f *loadSession) ClusterLoad(context.Context) (map[string]int, error) {
 // share (ceil(singletons / live instances)) and another live instance leads
 // fewer; equally loaded instances, and one below its share, campaign at once.
 func TestSpreadHoldsBackOnlyAnInstanceAheadOfAnother(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name    string
 		leading int64
@@ -81,6 +82,7 @@ func TestSpreadHoldsBackOnlyAnInstanceAheadOfAnother(t *testing.T) {
 // A job handed over by choice stays on hold whatever the load, so that
 // another instance wins it first.
 func TestSpreadKeepsAHandedOverJobOnHold(t *testing.T) {
+	t.Parallel()
 	sp := newSpread(&loadSession{load: map[string]int{"a": 0, "b": 0}}, "a", prometheus.NewCounterVec(prometheus.CounterOpts{Name: "h"}, []string{"job"}))
 	sp.singletons = 6
 	j := &job{spec: configs.Job{Name: "job-0"}, holdUntil: time.Now().Add(time.Hour)}
@@ -92,6 +94,7 @@ func TestSpreadKeepsAHandedOverJobOnHold(t *testing.T) {
 // An instance hands a term over while it leads more than its fair share and
 // another instance is up; never when alone.
 func TestSpreadIsOverloadedAboveItsFairShareOnly(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		singletons, instances int
 		leading               int64
