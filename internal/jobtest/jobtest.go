@@ -247,7 +247,13 @@ func (c *Cluster) WaitKeys(what string, cond func() bool) {
 // given label/value pairs, only the series that carry all of them.
 func (n *Node) MetricSum(t *testing.T, name string, labelPairs ...string) float64 {
 	t.Helper()
-	families, err := n.Metrics.Gather()
+	return MetricSum(t, n.Metrics, name, labelPairs...)
+}
+
+// MetricSum is Node.MetricSum on any registry.
+func MetricSum(t *testing.T, reg prometheus.Gatherer, name string, labelPairs ...string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
