@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/snip/snip-jobs/fencing"
+	"github.com/snip/snip-jobs/internal/notify"
 	"github.com/snip/snip-jobs/internal/testenv"
 )
 
@@ -386,11 +387,13 @@ func TestANewerWriterEndsAStaleHolderAndWrites(t *testing.T) {
 	const res = "report:weekly"
 	var broken []fencing.StaleHolder
 	var mu sync.Mutex
+	var reports notify.Notifier
 	stale := fencing.New(d.pool("writer-5"), "node-a")
 	next := fencing.New(d.poolOf("writer-6", 1), "node-b", fencing.WithStaleHolderBreak(100*time.Millisecond, func(h fencing.StaleHolder) {
 		mu.Lock()
 		broken = append(broken, h)
 		mu.Unlock()
+		reports.Notify()
 	}))
 
 	five := startHoldingWrite(t, stale, res, 5, "by 5") // holds the row, then says nothing
@@ -405,7 +408,7 @@ func TestANewerWriterEndsAStaleHolderAndWrites(t *testing.T) {
 	d.wantReports(res, "by 6")
 	// The break is reported by its own goroutine, which may read the
 	// query's answer after the write it unblocked has returned.
-	testenv.Eventually(t, "the break reported", func() bool {
+	testenv.WaitChange(t, "the break reported", reports.Wait, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(broken) > 0
@@ -427,6 +430,7 @@ func TestTheWriteABreakUnblockedDoesNotWaitForTheBreaksAnswer(t *testing.T) {
 	const res = "report:weekly"
 	var mu sync.Mutex
 	var broken []fencing.StaleHolder
+	var reports notify.Notifier
 	reported := func() int { mu.Lock(); defer mu.Unlock(); return len(broken) }
 
 	var late atomic.Bool // connections dialled while set read every answer late
@@ -447,6 +451,7 @@ func TestTheWriteABreakUnblockedDoesNotWaitForTheBreaksAnswer(t *testing.T) {
 		mu.Lock()
 		broken = append(broken, h)
 		mu.Unlock()
+		reports.Notify()
 	}))
 
 	five := startHoldingWrite(t, fencing.New(d.pool("writer-5"), "node-a"), res, 5, "by 5")
@@ -457,7 +462,7 @@ func TestTheWriteABreakUnblockedDoesNotWaitForTheBreaksAnswer(t *testing.T) {
 		t.Fatalf("the write returned after the break's answer (%d reports): it waited for it", n)
 	}
 	d.wantReports(res, "by 6")
-	testenv.Eventually(t, "the break reported the holder it ended", func() bool { return reported() > 0 })
+	testenv.WaitChange(t, "the break reported the holder it ended", reports.Wait, func() bool { return reported() > 0 })
 	five.let()
 	if err := <-five.done; err == nil {
 		t.Fatal("the stale holder's transaction committed after it was ended")
