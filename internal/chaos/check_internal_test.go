@@ -228,3 +228,30 @@ func TestTheWriteLogReportsWritesByNoGrantedTerm(t *testing.T) {
 		t.Errorf("%d violations, want 3: %q", len(got), got)
 	}
 }
+
+// A count that differs from the committed events says how many events lie
+// beyond the aggregator's last position: committed after it last read (not
+// the job's to count yet), as against skipped.
+func TestACountMismatchSaysHowManyEventsWereBeyondTheAggregatorsPosition(t *testing.T) {
+	pool, _ := writeLogDB(t)
+	ctx := context.Background()
+	run(t, pool, `INSERT INTO click_events (link_id, referrer_host, country) VALUES (1, 'example.org', 'FR')`)
+	run(t, pool, `UPDATE click_aggregator_state SET prev = pg_current_snapshot()`) // the job has read up to here
+	run(t, pool, `INSERT INTO click_events (link_id, referrer_host, country) VALUES (1, 'example.org', 'FR')`)
+	run(t, pool, `INSERT INTO link_counts (link_id, clicks) VALUES (1, 1)`) // the first counted, the second not reached
+
+	k := &checker{pool: pool}
+	if _, err := k.checkCounts(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var said bool
+	for _, v := range k.out {
+		if v.Invariant != InvCounts {
+			t.Errorf("violation of %q, want only %q: %s", v.Invariant, InvCounts, v.Detail)
+		}
+		said = said || strings.HasPrefix(v.Detail, "1 committed events are beyond the aggregator's last position")
+	}
+	if !said {
+		t.Errorf("the violations %+v do not say that 1 event was beyond the aggregator's position", k.out)
+	}
+}
