@@ -214,12 +214,21 @@ func (s *Server) ready(ctx context.Context) error {
 }
 
 // Stop stops the apiserver process (SIGTERM, SIGKILL after a bound); etcd
-// keeps running.
+// keeps running. kube-apiserver's graceful shutdown waits for open watches
+// to end, which clients keep open for minutes: with clients watching, use Kill.
 func (s *Server) Stop(ctx context.Context) error {
 	if s.proc == nil {
 		return nil
 	}
 	return s.proc.Stop(ctx, 30*time.Second)
+}
+
+// Kill SIGKILLs the apiserver process (a crash) and waits until it is
+// reaped; etcd keeps running.
+func (s *Server) Kill() {
+	if s.proc != nil {
+		s.proc.Kill()
+	}
 }
 
 // Close stops the apiserver and etcd and removes the folder.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -47,7 +48,11 @@ func (s *Session) keepAlive(l *lease) *leadership.EndedError {
 		default:
 			fails++
 			s.stats.add(&s.stats.keepAliveFailures, 1)
-			s.log.Info("renewal of the instance Lease failed; retrying", "err", err, "failures", fails)
+			level := slog.LevelDebug
+			if fails == 1 {
+				level = slog.LevelInfo
+			}
+			s.log.Log(context.Background(), level, "renewal of the instance Lease failed; retrying", "err", err, "failures", fails)
 			t.Reset(s.cfg.RenewInterval / 4)
 		}
 	}
