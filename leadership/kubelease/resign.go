@@ -27,48 +27,55 @@ func RequestResign(ctx context.Context, cli kubernetes.Interface, namespace, pre
 	return nil
 }
 
-// WatchResignRequests calls f for each resign request (RequestResign) seen
-// on a job Lease of the set while it watches, until ctx ends. A broken
-// watch is opened again (after a quarter renew interval); an unreadable
-// request is logged and ignored.
+// WatchResignRequests calls f for each resign request (RequestResign) on a
+// job Lease of the set: those pending when it starts (a request stays on the
+// job Lease until its term resigns or a new term starts), then each new one
+// seen by watch, until ctx ends. A broken watch is followed by a fresh list
+// (after a quarter renew interval); an unreadable request is logged and
+// ignored. The same request can be delivered twice (after a broken watch):
+// f must be idempotent, as resigning is.
 func (s *Session) WatchResignRequests(ctx context.Context, f func(job string, token int64)) {
 	sel := s.cfg.selector(roleJob)
-	rv := ""
 	for ctx.Err() == nil {
-		if rv == "" {
-			list, err := s.leases.List(ctx, metav1.ListOptions{LabelSelector: sel, Limit: 1})
-			if err != nil {
-				sleep.For(ctx, s.cfg.RenewInterval/4)
-				continue
-			}
-			rv = list.ResourceVersion // requests from now on, as leadership's
-		}
-		w, err := s.leases.Watch(ctx, metav1.ListOptions{LabelSelector: sel, ResourceVersion: rv})
+		list, err := s.leases.List(ctx, metav1.ListOptions{LabelSelector: sel})
 		if err != nil {
-			rv = ""
 			sleep.For(ctx, s.cfg.RenewInterval/4)
 			continue
 		}
 		seen := map[string]string{}
+		for i := range list.Items {
+			s.resignRequest(&list.Items[i], seen, f)
+		}
+		w, err := s.leases.Watch(ctx, metav1.ListOptions{LabelSelector: sel, ResourceVersion: list.ResourceVersion})
+		if err != nil {
+			sleep.For(ctx, s.cfg.RenewInterval/4)
+			continue
+		}
 		for ev := range w.ResultChan() {
 			jl, ok := ev.Object.(*coordv1.Lease)
 			if ev.Type == watch.Error || !ok {
-				rv = ""
 				break
 			}
-			rv = jl.ResourceVersion
-			req := jl.Annotations[annResign]
-			if ev.Type == watch.Deleted || req == "" || seen[jl.Name] == req {
-				continue
+			if ev.Type != watch.Deleted {
+				s.resignRequest(jl, seen, f)
 			}
-			seen[jl.Name] = req
-			token, err := strconv.ParseInt(req, 10, 64)
-			if err != nil {
-				s.log.Warn("ignoring an unreadable resign request", "lease", jl.Name, "value", req)
-				continue
-			}
-			f(jl.Labels[labelName], token)
 		}
 		w.Stop()
 	}
+}
+
+// resignRequest calls f for jl's request unless it is the one last seen on jl.
+func (s *Session) resignRequest(jl *coordv1.Lease, seen map[string]string, f func(job string, token int64)) {
+	req := jl.Annotations[annResign]
+	if req == "" || seen[jl.Name] == req {
+		seen[jl.Name] = req
+		return
+	}
+	seen[jl.Name] = req
+	token, err := strconv.ParseInt(req, 10, 64)
+	if err != nil {
+		s.log.Warn("ignoring an unreadable resign request", "lease", jl.Name, "value", req)
+		return
+	}
+	f(jl.Labels[labelName], token)
 }
