@@ -78,6 +78,11 @@ func cutBy(c *cut) sessionOpt {
 	}
 }
 
+// asToken authenticates the session with token instead of the admin's.
+func asToken(token string) sessionOpt {
+	return func(_ *kubelease.Config, rc *rest.Config) { rc.BearerToken = token }
+}
+
 func withTTL(ttl, margin, renew time.Duration) sessionOpt {
 	return func(c *kubelease.Config, _ *rest.Config) { c.TTL, c.Margin, c.RenewInterval = ttl, margin, renew }
 }
