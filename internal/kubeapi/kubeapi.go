@@ -201,7 +201,6 @@ func (s *Server) ready(ctx context.Context) error {
 		return err // the certificate is not written yet
 	}
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.URL()+"/readyz", nil)
-	req.Header.Set("Authorization", "Bearer "+s.token)
 	resp, err := hc.Do(req)
 	if err != nil {
 		return err
@@ -262,7 +261,8 @@ func (s *Server) TokenConfig(token string) *rest.Config {
 	}
 }
 
-// HTTPClient is an HTTPS client that trusts the server's certificate.
+// HTTPClient is an HTTPS client that trusts the server's certificate and
+// sends the admin's token (for /readyz, /metrics).
 func (s *Server) HTTPClient() (*http.Client, error) {
 	pem, err := os.ReadFile(s.caFile())
 	if err != nil {
@@ -272,7 +272,20 @@ func (s *Server) HTTPClient() (*http.Client, error) {
 	if !pool.AppendCertsFromPEM(pem) {
 		return nil, fmt.Errorf("kubeapi: no certificate in %s", s.caFile())
 	}
-	return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}, Timeout: 5 * time.Second}, nil
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}
+	return &http.Client{Transport: bearer{tr, s.token}, Timeout: 5 * time.Second}, nil
+}
+
+// bearer adds the admin's token to every request.
+type bearer struct {
+	rt    http.RoundTripper
+	token string
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.rt.RoundTrip(r)
 }
 
 // Token is the admin's bearer token.

@@ -123,6 +123,9 @@ func (s *Session) contend(ctx context.Context, l *lease, job string, jl *coordv1
 			}
 			return s.take(ctx, l, job, jl)
 		}
+		if due <= 0 {
+			continue // an expiry lost a race with a renewal: judge the new version
+		}
 		if w == nil {
 			w, err = s.leases.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + jl.Name, ResourceVersion: jl.ResourceVersion})
 			if err != nil {
@@ -197,12 +200,16 @@ func (s *Session) holderGone(ctx context.Context, jl *coordv1.Lease) (gone bool,
 	if due > 0 {
 		return false, due, changed, nil
 	}
-	return s.expire(ctx, st.lease)
+	gone, err = s.expire(ctx, st.lease)
+	return gone, 0, changed, err
 }
 
 // expire marks a peer's instance Lease, seen unchanged for its duration,
 // released and expired (by this instance), under the resourceVersion seen.
-func (s *Session) expire(ctx context.Context, il *coordv1.Lease) (bool, time.Duration, <-chan struct{}, error) {
+// When that fails because the Lease changed, the observer is given a fresh
+// read: its copy may be older than the Lease (a read put in after a watch
+// event), and the caller waits on the observer's next change.
+func (s *Session) expire(ctx context.Context, il *coordv1.Lease) (bool, error) {
 	obj := il.DeepCopy()
 	if obj.Annotations == nil {
 		obj.Annotations = map[string]string{}
@@ -210,16 +217,28 @@ func (s *Session) expire(ctx context.Context, il *coordv1.Lease) (bool, time.Dur
 	obj.Annotations[annExpiredBy] = s.cfg.Instance
 	obj.Spec.HolderIdentity = nil
 	res, err := s.leases.Update(ctx, obj, metav1.UpdateOptions{})
-	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-		return false, 0, nil, nil // renewed or taken meanwhile: judge again
-	}
-	if err != nil {
-		return false, 0, nil, err
+	switch {
+	case apierrors.IsNotFound(err):
+		s.obs.del(il.Name)
+		return false, nil
+	case apierrors.IsConflict(err):
+		cur, err := s.leases.Get(ctx, il.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			s.obs.del(il.Name)
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		s.obs.put(cur)
+		return false, nil // renewed or taken meanwhile: judge again
+	case err != nil:
+		return false, err
 	}
 	s.obs.put(res)
 	s.stats.add(&s.stats.expired, 1)
 	s.log.Warn("marked a peer's instance Lease expired: unchanged for its duration", "lease", il.Name, "holder", holderOf(il))
-	return true, 0, nil, nil
+	return true, nil
 }
 
 // tokenOf is the job Lease's token annotation (0 when absent).

@@ -6,6 +6,9 @@ import (
 	"os"
 	"testing"
 
+	"github.com/go-logr/logr"
+	"k8s.io/klog/v2"
+
 	"github.com/snip/snip-jobs/internal/kubeapi"
 	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/leadership/kubelease"
@@ -20,6 +23,8 @@ var _ scheduler.Backend[*kubelease.Term] = (*kubelease.Session)(nil)
 var api *kubeapi.Server
 
 func TestMain(m *testing.M) {
+	// client-go's leaderelection (the benchmarks' baseline) logs through klog.
+	klog.SetLogger(logr.Discard())
 	var err error
 	api, err = kubeapi.Start(context.Background(), kubeapi.Options{})
 	if err != nil {

@@ -259,8 +259,11 @@ func (s *Session) acquire() (*lease, error) {
 		ctx, cancel := context.WithTimeout(s.ctx, 3*s.cfg.TTL)
 		l, retry, err := s.acquireOnce(ctx, name, holder)
 		cancel()
-		if !retry || attempt >= 5 {
+		if !retry {
 			return l, err
+		}
+		if attempt >= 5 {
+			return nil, fmt.Errorf("instance Lease %s keeps changing under this session (last: %v)", name, err)
 		}
 	}
 }
@@ -281,8 +284,8 @@ func (s *Session) acquireOnce(ctx context.Context, name, holder string) (_ *leas
 			return nil, false, fmt.Errorf("read instance Lease %s: %w", name, err)
 		}
 		if h := holderOf(cur); h != "" && !s.ownPast(h) {
-			if err := s.waitGone(cur); err != nil {
-				return nil, false, err
+			if retry, err := s.waitGone(cur); retry || err != nil {
+				return nil, retry, err
 			}
 			s.stats.add(&s.stats.reclaimed, 1)
 		}
@@ -296,11 +299,12 @@ func (s *Session) acquireOnce(ctx context.Context, name, holder string) (_ *leas
 }
 
 // waitGone returns once cur (another holder's instance Lease) has been seen
-// unchanged for its duration on this session's clock, or a
-// DuplicateInstanceError when it is renewed meanwhile. The caller's update
+// unchanged for its duration on this session's clock; retry when it was
+// released or deleted meanwhile (read it again); a DuplicateInstanceError
+// when it was renewed or taken by another holder. The caller's update
 // carries cur's resourceVersion, so a renewal after this returns makes that
 // update fail.
-func (s *Session) waitGone(cur *coordv1.Lease) error {
+func (s *Session) waitGone(cur *coordv1.Lease) (retry bool, _ error) {
 	holder := holderOf(cur)
 	s.log.Info("the instance Lease is held by another process; waiting to see it unchanged for its duration",
 		"lease", cur.Name, "holder", holder)
@@ -308,18 +312,14 @@ func (s *Session) waitGone(cur *coordv1.Lease) error {
 	for {
 		st, ok, changed := s.obs.get(cur.Name)
 		switch {
-		case ok && st.lease.ResourceVersion != cur.ResourceVersion && holderOf(st.lease) == "":
-			return nil // released or expired by a peer meanwhile
-		case !ok || st.lease.ResourceVersion != cur.ResourceVersion:
-			h := holder
-			if ok {
-				h = holderOf(st.lease)
-			}
-			return &DuplicateInstanceError{Instance: s.cfg.Instance, Lease: cur.Name, Holder: h}
+		case !ok || st.lease.ResourceVersion != cur.ResourceVersion && holderOf(st.lease) == "":
+			return true, nil // deleted, released or expired by a peer meanwhile
+		case st.lease.ResourceVersion != cur.ResourceVersion:
+			return false, &DuplicateInstanceError{Instance: s.cfg.Instance, Lease: cur.Name, Holder: holderOf(st.lease)}
 		}
 		left := time.Duration(st.seenAt + int64(s.durationOf(st.lease)) - s.now())
 		if left <= 0 {
-			return nil
+			return false, nil
 		}
 		t := time.NewTimer(left)
 		select {
@@ -327,7 +327,7 @@ func (s *Session) waitGone(cur *coordv1.Lease) error {
 		case <-t.C:
 		case <-s.ctx.Done():
 			t.Stop()
-			return s.ctx.Err()
+			return false, s.ctx.Err()
 		}
 		t.Stop()
 	}

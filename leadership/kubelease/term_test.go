@@ -92,6 +92,9 @@ func TestResignHandsOverAtOnce(t *testing.T) {
 	ns := namespace(t, api)
 	a, b := start(t, api, ns, "a"), start(t, api, ns, "b")
 	ta := won(t, campaign(a, "certs"))
+	if n := testing.AllocsPerRun(100, func() { ta.Valid() }); n != 0 {
+		t.Errorf("Valid allocates %v times; it must not", n)
+	}
 	wb := campaign(b, "certs")
 	waitWaiting(t, b)
 	if err := ta.Resign(context.Background()); err != nil {
