@@ -188,9 +188,11 @@ func (s *Session) setCurrent(l *lease) {
 // run takes the instance Lease and renews it until it is lost, until Close.
 func (s *Session) run() {
 	defer close(s.done)
+	fails := 0
 	for s.ctx.Err() == nil {
 		l, err := s.acquire()
 		if err != nil {
+			fails++
 			var dup *DuplicateInstanceError
 			if errors.As(err, &dup) {
 				s.log.Error("session stopped", "err", err)
@@ -199,12 +201,16 @@ func (s *Session) run() {
 				s.mu.Unlock()
 				return
 			}
-			if s.ctx.Err() == nil {
-				s.log.Warn("cannot take the instance Lease; retrying", "err", err)
+			if level := slog.LevelDebug; s.ctx.Err() == nil {
+				if fails == 1 {
+					level = slog.LevelWarn
+				}
+				s.log.Log(context.Background(), level, "cannot take the instance Lease; retrying", "err", err, "failures", fails)
 			}
 			sleep.For(s.ctx, s.cfg.RenewInterval/4)
 			continue
 		}
+		fails = 0
 		s.setCurrent(l)
 		cause := s.keepAlive(l)
 		l.end(s.now(), cause)
