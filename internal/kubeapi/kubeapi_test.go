@@ -100,3 +100,31 @@ func TestTheServerServesLeasesAndKeepsThemAcrossARestart(t *testing.T) {
 		t.Errorf("after the restart the lease's holder is %v, want a", l.Spec.HolderIdentity)
 	}
 }
+
+// For the real release, the build module requires k8s.io/kubernetes at the
+// version and replaces the staging modules its go.mod names (read from the
+// module cache or the proxy, as a build would), client-go and apiserver
+// among them, each with its v0 release.
+func TestTheBuildModuleOfTheReleaseReplacesItsStagingModules(t *testing.T) {
+	files, err := kubeapi.BuildFiles(context.Background(), kubeapi.Version)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mod := files["go.mod"]
+	for _, line := range []string{
+		"require k8s.io/kubernetes v1.34.0",
+		"replace k8s.io/client-go => k8s.io/client-go v0.34.0",
+		"replace k8s.io/apiserver => k8s.io/apiserver v0.34.0",
+		"replace k8s.io/api => k8s.io/api v0.34.0",
+	} {
+		if !strings.Contains(mod, line) {
+			t.Errorf("go.mod lacks %q", line)
+		}
+	}
+	if n := strings.Count(mod, "\nreplace "); n < 20 {
+		t.Errorf("go.mod replaces %d modules; k8s.io/kubernetes v1.34.0 has about 30 staging modules", n)
+	}
+	if !strings.Contains(files["tools.go"], `import _ "k8s.io/kubernetes/cmd/kube-apiserver"`) {
+		t.Errorf("tools.go does not import kube-apiserver:\n%s", files["tools.go"])
+	}
+}
