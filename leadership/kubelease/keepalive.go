@@ -78,11 +78,14 @@ func (s *Session) renew(ctx context.Context, l *lease, leaving bool) error {
 		}
 		obj.Annotations[annLeaving] = leavingMarker
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.RenewInterval)
+	// Up to the deadline, not one renew interval: a renewal given up on
+	// while the API server still commits it makes the next one conflict (one
+	// more read); after the deadline it could not renew anything.
+	sentAt := s.now()
+	ctx, cancel := context.WithTimeout(ctx, max(s.cfg.RenewInterval, time.Duration(l.dl.Load()-sentAt)))
 	defer cancel()
 	stop := context.AfterFunc(l.ctx, cancel)
 	defer stop()
-	sentAt := s.now()
 	s.stats.add(&s.stats.keepAlivesSent, 1)
 	res, err := s.leases.Update(ctx, obj, metav1.UpdateOptions{})
 	switch {

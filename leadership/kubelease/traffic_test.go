@@ -10,7 +10,7 @@ import (
 
 // While one session leads five jobs and another waits for all five, the API
 // server sees only the two instance Leases' renewals: no read of a Lease (the
-// waiting session learns by watch) and no write per job (one renewal per
+// waiting session learns by watch; a failed renewal may read its own Lease) and no write per job (one renewal per
 // process). Counted by the API server (apiserver_request_total); its own
 // identity Lease adds at most one write per 10 s, and the window is a few
 // renewals long.
@@ -32,7 +32,8 @@ func TestWaitingAndLeadingCostOnlyTheRenewals(t *testing.T) {
 		t.Fatal(err)
 	}
 	renewals := func() int64 { return a.Stats().KeepAlivesSent + b.Stats().KeepAlivesSent }
-	r0 := renewals()
+	failures := func() int64 { return a.Stats().KeepAliveFailures + b.Stats().KeepAliveFailures }
+	r0, f0 := renewals(), failures()
 	before, err := testenv.ScrapeMetricsWith(ctx, hc, api.URL())
 	if err != nil {
 		t.Fatal(err)
@@ -42,13 +43,15 @@ func TestWaitingAndLeadingCostOnlyTheRenewals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r1 := renewals()
+	r1, f1 := renewals(), failures()
 	d := after.Minus(before)
 	count := func(verb string) int64 {
 		return int64(d.Sum("apiserver_request_total", `resource="leases"`, `verb="`+verb+`"`))
 	}
-	if n := count("GET") + count("LIST"); n != 0 {
-		t.Errorf("%d Lease reads while one session led and one waited; want none (watches)", n)
+	// A renewal that failed (slow under load) may be followed by one read of
+	// the instance Lease; nothing else reads.
+	if n := count("GET") + count("LIST"); n > f1-f0 {
+		t.Errorf("%d Lease reads while one session led and one waited, after %d failed renewals; want none beyond one per failure (the waiting session watches)", n, f1-f0)
 	}
 	if n := count("POST") + count("DELETE") + count("PATCH"); n != 0 {
 		t.Errorf("%d other Lease requests; want none", n)
