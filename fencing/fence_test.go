@@ -13,10 +13,12 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/snip/snip-jobs/fencing"
+	"github.com/snip/snip-jobs/internal/notify"
 	"github.com/snip/snip-jobs/internal/testenv"
 )
 
 func TestWriteWithCurrentOrHigherTokenCommitsAndAdvances(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	d := newDB(t)
 	a := fencing.New(d.pool("a"), "node-a")
@@ -43,6 +45,7 @@ func TestWriteWithCurrentOrHigherTokenCommitsAndAdvances(t *testing.T) {
 }
 
 func TestWriteWithLowerTokenIsRefusedAndWritesNothing(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	d := newDB(t)
 	type reject struct {
@@ -76,6 +79,7 @@ func TestWriteWithLowerTokenIsRefusedAndWritesNothing(t *testing.T) {
 // A newer term holds the resource's row; an older one arrives, waits for the
 // row lock, and once the newer one commits, is refused.
 func TestOlderWriterWaitsForNewerAndIsRefused(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name         string
 		prior        int64 // token written before the two race; 0: none
@@ -127,6 +131,7 @@ func TestOlderWriterWaitsForNewerAndIsRefused(t *testing.T) {
 // The reverse order: the older term holds the row, the newer waits, then both
 // commit and the newer token is what stays.
 func TestNewerWriterWaitsForOlderAndThenWrites(t *testing.T) {
+	t.Parallel()
 	d := newDB(t)
 	older := fencing.New(d.pool("writer-4"), "node-a")
 	newer := fencing.New(d.pool("writer-5"), "node-b")
@@ -156,6 +161,7 @@ func TestNewerWriterWaitsForOlderAndThenWrites(t *testing.T) {
 }
 
 func TestFunctionErrorRollsBackTheTokenAdvance(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	d := newDB(t)
 	f := fencing.New(d.pool("a"), "node-a")
@@ -184,6 +190,7 @@ func TestFunctionErrorRollsBackTheTokenAdvance(t *testing.T) {
 // A function that swallows a failed statement still does not commit: the
 // transaction is aborted, and Do reports it.
 func TestFunctionThatIgnoresAFailedStatementDoesNotCommit(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	d := newDB(t)
 	f := fencing.New(d.pool("a"), "node-a")
@@ -206,6 +213,7 @@ func TestFunctionThatIgnoresAFailedStatementDoesNotCommit(t *testing.T) {
 // The term ends (its context is cancelled) in the middle of the write: nothing
 // is kept.
 func TestCancelledContextWritesNothing(t *testing.T) {
+	t.Parallel()
 	d := newDB(t)
 	f := fencing.New(d.pool("a"), "node-a")
 	const res = "report:weekly"
@@ -226,6 +234,7 @@ func TestCancelledContextWritesNothing(t *testing.T) {
 }
 
 func TestPanicInFunctionRollsBack(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	d := newDB(t)
 	f := fencing.New(d.pool("a"), "node-a")
@@ -253,6 +262,7 @@ func TestPanicInFunctionRollsBack(t *testing.T) {
 }
 
 func TestSeparateResourcesDoNotInterfere(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	d := newDB(t)
 	f := fencing.New(d.pool("a"), "node-a")
@@ -281,6 +291,7 @@ func TestSeparateResourcesDoNotInterfere(t *testing.T) {
 // expires; term B (token 11) writes the report and commits. A wakes up and
 // writes: refused, and none of its second write is in the table.
 func TestPausedLeaderIsRefused(t *testing.T) {
+	t.Parallel()
 	d := newDB(t)
 	termA := fencing.New(d.pool("a"), "node-a")
 	termB := fencing.New(d.pool("b"), "node-b")
@@ -315,6 +326,7 @@ func TestPausedLeaderIsRefused(t *testing.T) {
 }
 
 func TestInvalidArgumentsAreErrors(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	d := newDB(t)
 	pool := d.pool("a")
@@ -350,6 +362,7 @@ func TestInvalidArgumentsAreErrors(t *testing.T) {
 // or slow, its term over) is ended by PostgreSQL after the idle timeout, and
 // the writer waiting behind it proceeds instead of waiting for TCP to notice.
 func TestASilentHolderIsEndedAfterTheIdleTimeoutAndTheNextWriterProceeds(t *testing.T) {
+	t.Parallel()
 	d := newDB(t)
 	const res = "report:weekly"
 	silent := fencing.New(d.pool("writer-5"), "node-a", fencing.WithIdleTimeout(300*time.Millisecond))
@@ -382,15 +395,18 @@ func TestASilentHolderIsEndedAfterTheIdleTimeoutAndTheNextWriterProceeds(t *test
 // writer's pool has one connection, the one waiting: the break connects on
 // its own.
 func TestANewerWriterEndsAStaleHolderAndWrites(t *testing.T) {
+	t.Parallel()
 	d := newDB(t)
 	const res = "report:weekly"
 	var broken []fencing.StaleHolder
 	var mu sync.Mutex
+	var reports notify.Notifier
 	stale := fencing.New(d.pool("writer-5"), "node-a")
 	next := fencing.New(d.poolOf("writer-6", 1), "node-b", fencing.WithStaleHolderBreak(100*time.Millisecond, func(h fencing.StaleHolder) {
 		mu.Lock()
 		broken = append(broken, h)
 		mu.Unlock()
+		reports.Notify()
 	}))
 
 	five := startHoldingWrite(t, stale, res, 5, "by 5") // holds the row, then says nothing
@@ -405,7 +421,7 @@ func TestANewerWriterEndsAStaleHolderAndWrites(t *testing.T) {
 	d.wantReports(res, "by 6")
 	// The break is reported by its own goroutine, which may read the
 	// query's answer after the write it unblocked has returned.
-	testenv.Eventually(t, "the break reported", func() bool {
+	testenv.WaitChange(t, "the break reported", reports.Wait, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(broken) > 0
@@ -423,10 +439,12 @@ func TestANewerWriterEndsAStaleHolderAndWrites(t *testing.T) {
 // and perhaps past its idle timeout. The write commits and returns before
 // the answer naming the ended holder has arrived; the report follows.
 func TestTheWriteABreakUnblockedDoesNotWaitForTheBreaksAnswer(t *testing.T) {
+	t.Parallel()
 	d := newDB(t)
 	const res = "report:weekly"
 	var mu sync.Mutex
 	var broken []fencing.StaleHolder
+	var reports notify.Notifier
 	reported := func() int { mu.Lock(); defer mu.Unlock(); return len(broken) }
 
 	var late atomic.Bool // connections dialled while set read every answer late
@@ -447,6 +465,7 @@ func TestTheWriteABreakUnblockedDoesNotWaitForTheBreaksAnswer(t *testing.T) {
 		mu.Lock()
 		broken = append(broken, h)
 		mu.Unlock()
+		reports.Notify()
 	}))
 
 	five := startHoldingWrite(t, fencing.New(d.pool("writer-5"), "node-a"), res, 5, "by 5")
@@ -457,7 +476,7 @@ func TestTheWriteABreakUnblockedDoesNotWaitForTheBreaksAnswer(t *testing.T) {
 		t.Fatalf("the write returned after the break's answer (%d reports): it waited for it", n)
 	}
 	d.wantReports(res, "by 6")
-	testenv.Eventually(t, "the break reported the holder it ended", func() bool { return reported() > 0 })
+	testenv.WaitChange(t, "the break reported the holder it ended", reports.Wait, func() bool { return reported() > 0 })
 	five.let()
 	if err := <-five.done; err == nil {
 		t.Fatal("the stale holder's transaction committed after it was ended")
@@ -485,6 +504,7 @@ func (c *lateConn) Read(b []byte) (int, error) {
 // holder that is not a fenced write: the older writer waits, and is refused
 // once the newer one has committed.
 func TestTheBreakLeavesNewerHoldersAndOtherLockersAlone(t *testing.T) {
+	t.Parallel()
 	d := newDB(t)
 	const res = "report:weekly"
 	ended := func(h fencing.StaleHolder) { t.Errorf("ended %+v", h) }

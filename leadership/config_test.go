@@ -9,6 +9,7 @@ import (
 )
 
 func TestConfigDefaults(t *testing.T) {
+	t.Parallel()
 	c, err := Config{Client: &clientv3.Client{}, Instance: "a"}.withDefaults()
 	if err != nil {
 		t.Fatal(err)
@@ -19,6 +20,7 @@ func TestConfigDefaults(t *testing.T) {
 }
 
 func TestConfigRejectsWithAPlainMessage(t *testing.T) {
+	t.Parallel()
 	cli := &clientv3.Client{}
 	cases := []struct {
 		name string
@@ -49,6 +51,7 @@ func TestConfigRejectsWithAPlainMessage(t *testing.T) {
 }
 
 func TestConfigReportsEveryProblemAtOnce(t *testing.T) {
+	t.Parallel()
 	_, err := Config{TTL: time.Second}.withDefaults()
 	for _, want := range []string{"Client is required", "Instance is required", "below etcd's minimum"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
@@ -62,6 +65,7 @@ func TestConfigReportsEveryProblemAtOnce(t *testing.T) {
 // shortened where that makes the election fit before the deadline, and only
 // there: at the default TTL, and below 4 s, it stays TTL/3.
 func TestDefaultRenewIntervalLeavesRoomForAnEtcdElection(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		ttl, wantRenew time.Duration
 		ridesOut       bool

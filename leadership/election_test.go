@@ -18,6 +18,7 @@ import (
 // 1. Several candidates, many rounds: at most one valid term per job at any
 // instant, and tokens strictly increase.
 func TestAtMostOneTermPerJobOverManyRounds(t *testing.T) {
+	t.Parallel()
 	etcd := testenv.StartEtcd(t, 1)
 	jobs := []string{"cert-renewer", "aggregator"}
 	const rounds = 40
@@ -85,6 +86,7 @@ func checkEndedByLoad(t *testing.T, term *leadership.Term) {
 // starts only after the old term's context ended and after etcd expired the old
 // lease.
 func TestCrashedLeaderIsReplacedAfterItsLeaseExpires(t *testing.T) {
+	t.Parallel()
 	etcd := testenv.StartEtcd(t, 1)
 	observer := etcd.Client(t)
 	crashing := etcd.Client(t)
@@ -122,6 +124,7 @@ func TestCrashedLeaderIsReplacedAfterItsLeaseExpires(t *testing.T) {
 // its term ends at its deadline while etcd still holds the lease; the successor
 // starts after; when traffic returns the old term stays dead.
 func TestPartitionedLeaderStopsBeforeEtcdExpiresItsLease(t *testing.T) {
+	t.Parallel()
 	etcd := testenv.StartEtcd(t, 1)
 	observer := etcd.Client(t)
 	link := etcd.Proxy(t, 0)
@@ -176,6 +179,7 @@ func TestPartitionedLeaderStopsBeforeEtcdExpiresItsLease(t *testing.T) {
 // 4. Resign and shutdown hand over at once: the successor wins while the old
 // lease still has time left, so it did not wait for expiry.
 func TestResignAndShutdownHandOverWithoutWaitingForExpiry(t *testing.T) {
+	t.Parallel()
 	etcd := testenv.StartEtcd(t, 1)
 	observer := etcd.Client(t)
 	slow := withTTL(10*time.Second, 3*time.Second) // expiry would take ~10 s
@@ -229,6 +233,7 @@ func TestResignAndShutdownHandOverWithoutWaitingForExpiry(t *testing.T) {
 // create revision), and no other term is granted. Each session's lease is
 // renewed through each loss: a keep-alive sent after the loss is acknowledged.
 func TestEtcdMemberAndLeaderLoss(t *testing.T) {
+	t.Parallel()
 	etcd := testenv.StartEtcd(t, 3)
 	observer := etcd.Client(t)
 	// A term stays valid for 7 s after the send time of its newest acknowledged
@@ -321,6 +326,7 @@ func checkLeaderKeyMatches(t *testing.T, observer *clientv3.Client, term *leader
 // 6. Quorum loss: no new term anywhere while 2 of 3 members are down; the
 // current term ends by its deadline; after quorum returns a leader is elected.
 func TestQuorumLossEndsTermsAndElectsNobodyUntilItReturns(t *testing.T) {
+	t.Parallel()
 	etcd := testenv.StartEtcd(t, 3)
 	a := startSession(t, etcd.Client(t), "server-a")
 	b := startSession(t, etcd.Client(t), "server-b")
@@ -380,6 +386,7 @@ func TestQuorumLossEndsTermsAndElectsNobodyUntilItReturns(t *testing.T) {
 // live lease that holds the leader key (etcd issues #19597 and #11456 are about
 // concurrency.Election returning a "phantom" win here).
 func TestCampaignThatWaitedThroughItsLeaseExpiryGetsNoTermOnIt(t *testing.T) {
+	t.Parallel()
 	etcd := testenv.StartEtcd(t, 1)
 	observer := etcd.Client(t)
 	link := etcd.Proxy(t, 0)
@@ -411,6 +418,7 @@ func TestCampaignThatWaitedThroughItsLeaseExpiryGetsNoTermOnIt(t *testing.T) {
 }
 
 func TestCampaignForAJobAlreadyHeldIsRefused(t *testing.T) {
+	t.Parallel()
 	etcd := testenv.StartEtcd(t, 1)
 	a := startSession(t, etcd.Client(t), "server-a")
 	term := mustWin(t, a, "aggregator")
@@ -430,6 +438,7 @@ func TestCampaignForAJobAlreadyHeldIsRefused(t *testing.T) {
 // is not refused with ErrBusy. (The scheduler campaigns again at once; a
 // refusal would cost it an error and a second.)
 func TestAJobIsFreeToCampaignForAsSoonAsItsTermHasEnded(t *testing.T) {
+	t.Parallel()
 	etcd := testenv.StartEtcd(t, 1)
 	cli := etcd.Client(t)
 	a := startSession(t, cli, "server-a")
@@ -449,6 +458,7 @@ func TestAJobIsFreeToCampaignForAsSoonAsItsTermHasEnded(t *testing.T) {
 }
 
 func TestKeyDeletedUnderATermEndsIt(t *testing.T) {
+	t.Parallel()
 	etcd := testenv.StartEtcd(t, 1)
 	cli := etcd.Client(t)
 	a := startSession(t, cli, "server-a")
@@ -467,6 +477,7 @@ func TestKeyDeletedUnderATermEndsIt(t *testing.T) {
 // Resign is guarded by the term's token: an old term resigning late (here after
 // its key was removed and a successor won) leaves the successor's key alone.
 func TestLateResignOfAnOldTermLeavesTheSuccessorInPlace(t *testing.T) {
+	t.Parallel()
 	etcd := testenv.StartEtcd(t, 1)
 	cli := etcd.Client(t)
 	a := startSession(t, etcd.Client(t), "server-a")
@@ -496,6 +507,7 @@ func TestLateResignOfAnOldTermLeavesTheSuccessorInPlace(t *testing.T) {
 // instances' spread rule kept waiting for it), and the key still goes once
 // etcd is reachable.
 func TestResigningATermThatEndedWithItsLeaseWaitsOnNothing(t *testing.T) {
+	t.Parallel()
 	etcd := testenv.StartEtcd(t, 1)
 	observer := etcd.Client(t)
 	link := etcd.Proxy(t, 0)
@@ -526,6 +538,7 @@ func TestResigningATermThatEndedWithItsLeaseWaitsOnNothing(t *testing.T) {
 // Keep-alives run on the session's own goroutine: a job stuck in a call longer
 // than the TTL (the seed's CA call) does not let its lease lapse.
 func TestAJobBlockedLongerThanTheTTLDoesNotStopKeepAlives(t *testing.T) {
+	t.Parallel()
 	etcd := testenv.StartEtcd(t, 1)
 	a := startSession(t, etcd.Client(t), "server-a")
 	term := mustWin(t, a, "cert-renewer")
@@ -545,6 +558,7 @@ func TestAJobBlockedLongerThanTheTTLDoesNotStopKeepAlives(t *testing.T) {
 }
 
 func TestFreshTokenIsAboveEveryTermsToken(t *testing.T) {
+	t.Parallel()
 	etcd := testenv.StartEtcd(t, 1)
 	cli := etcd.Client(t)
 	a := startSession(t, etcd.Client(t), "server-a")
@@ -569,6 +583,7 @@ func TestFreshTokenIsAboveEveryTermsToken(t *testing.T) {
 // the key goes once there is a leader, not at etcd's request timeout, and the
 // successor does not wait for the resigning instance's lease.
 func TestResignDuringAnEtcdElectionDeletesTheKeyOnceThereIsALeader(t *testing.T) {
+	t.Parallel()
 	etcd := testenv.StartEtcd(t, 3)
 	lead := etcd.LeaderIndex(t)
 	follower := (lead + 1) % 3

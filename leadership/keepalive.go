@@ -173,7 +173,7 @@ func (k *keeper) renewed(sentAt int64, resp *pb.LeaseKeepAliveResponse) *EndedEr
 	}
 	k.fails = 0
 	l.lastDeadline.Store(nd)
-	s.stats.changed.notify() // LastRenewal
+	s.stats.changed.Notify() // LastRenewal
 	l.timer.Reset(time.Duration(nd - now))
 	return nil
 }

@@ -104,6 +104,7 @@ func leaseKeepAlives(m testenv.Metrics) (streams, requests float64) {
 // interval, on one stream it keeps open, whatever the number of terms it
 // holds; etcd ends nothing with an error. Counted at etcd's /metrics.
 func TestSteadyStateIsOneKeepAlivePerIntervalOnOneStream(t *testing.T) {
+	// Not parallel: etcd's gRPC metrics are process-wide, shared by every embedded member.
 	etcd := testenv.StartEtcd(t, 1)
 	s, _ := recordedSession(t, etcd.Client(t), Config{Instance: "steady"})
 	for i := range 50 {
@@ -141,6 +142,7 @@ func TestSteadyStateIsOneKeepAlivePerIntervalOnOneStream(t *testing.T) {
 // lease's newest renewal is the send time of a keep-alive, at least the
 // link's delay before the answer could arrive.
 func TestAKeepAliveAnsweredLateCountsFromItsSendTime(t *testing.T) {
+	t.Parallel()
 	etcd := testenv.StartEtcd(t, 1)
 	link := etcd.Proxy(t, 0)
 	const delay = 150 * time.Millisecond
@@ -164,6 +166,7 @@ func TestAKeepAliveAnsweredLateCountsFromItsSendTime(t *testing.T) {
 // that the client puts on another member, and acknowledged there: the lease
 // and its term carry on.
 func TestAFailedKeepAliveIsSentAgainAtOnceOnAnotherMember(t *testing.T) {
+	t.Parallel()
 	etcd := testenv.StartEtcd(t, 3)
 	cfg := Config{Instance: "moving", TTL: 10 * time.Second, Margin: 3 * time.Second}
 	s, rec := recordedSession(t, etcd.Client(t), cfg)
@@ -216,6 +219,7 @@ func (s *Session) keepAliveMember(t *testing.T, etcd *testenv.EtcdCluster) int {
 // sent again at once, then at the retry pace, until the deadline; none is
 // sent once the lease has ended.
 func TestUnansweredKeepAlivesAreRetriedAtAPaceUntilTheDeadline(t *testing.T) {
+	t.Parallel()
 	etcd := testenv.StartEtcd(t, 1)
 	link := etcd.Proxy(t, 0)
 	s, rec := recordedSession(t, etcd.Client(t, link.Endpoint()), Config{Instance: "cut", TTL: 4 * time.Second, Margin: time.Second})

@@ -13,6 +13,7 @@ import (
 // keep-alive stream: a dozen keep-alives open one stream and log in once, as
 // the etcd member itself counts them.
 func TestKeepAlivesShareOneStreamAndOneLogin(t *testing.T) {
+	// Not parallel: etcd's gRPC metrics are process-wide, shared by every embedded member.
 	etcd := testenv.StartSecureEtcd(t, 1, prefix(t))
 	logins := func() float64 {
 		return etcd.Metrics(t, 0).Sum("grpc_server_started_total", `grpc_method="Authenticate"`)

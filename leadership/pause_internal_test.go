@@ -13,6 +13,7 @@ import (
 // after its lease's deadline. That win must not become a term: the campaign
 // goes on and wins again on a live lease, with a new, higher token.
 func TestWinAnsweredAfterTheDeadlineYieldsNoTerm(t *testing.T) {
+	t.Parallel()
 	etcd := testenv.StartEtcd(t, 1)
 	link := etcd.Proxy(t, 0)
 	s, err := NewSession(Config{

@@ -15,6 +15,7 @@ import (
 // that has deregistered (shutting down) is no longer counted, though its
 // terms go on until it resigns them.
 func TestClusterLoadCountsTheTermsOfEachInstanceThatIsUp(t *testing.T) {
+	t.Parallel()
 	etcd := testenv.StartEtcd(t, 1)
 	a := startSession(t, etcd.Client(t), "server-a")
 	b := startSession(t, etcd.Client(t), "server-b")
@@ -44,6 +45,7 @@ func TestClusterLoadCountsTheTermsOfEachInstanceThatIsUp(t *testing.T) {
 // leader's token; once that term is resigned and another instance wins,
 // RequestResign returns both leaders. A job without a leader is refused.
 func TestAResignRequestNamesTheLeadersTokenAndWaitsForTheHandOver(t *testing.T) {
+	t.Parallel()
 	etcd := testenv.StartEtcd(t, 1)
 	cli := etcd.Client(t)
 	a := startSession(t, etcd.Client(t), "server-a")

@@ -19,6 +19,7 @@ import (
 // alone. The same registration with that process's true start time names a
 // running process, and is refused.
 func TestDeathReclaimTellsAReusedPIDFromTheRegisteredProcess(t *testing.T) {
+	t.Parallel()
 	etcd := testenv.StartEtcd(t, 1)
 	cli := etcd.Client(t)
 	host, _ := os.Hostname()
@@ -53,6 +54,7 @@ func TestDeathReclaimTellsAReusedPIDFromTheRegisteredProcess(t *testing.T) {
 // in another (a container's) is left alone, even when its PID names no
 // process here.
 func TestDeathReclaimLeavesAnotherPIDNamespacesRegistrationAlone(t *testing.T) {
+	t.Parallel()
 	if pidNamespace() == "" {
 		t.Fatal("/proc/self/ns/pid is unreadable: the PID namespace check cannot be shown")
 	}

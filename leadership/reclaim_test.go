@@ -102,6 +102,7 @@ func startChild(t testing.TB, endpoints []string, instance, job string, env ...s
 // predecessor is dead, revokes the predecessor's lease: its singletons move at
 // once instead of after the predecessor's 30 s lease expires.
 func TestRestartedInstanceReclaimsItsDeadPredecessorsLease(t *testing.T) {
+	t.Parallel()
 	etcd := testenv.StartEtcd(t, 1)
 	observer := etcd.Client(t)
 	child, oldToken, oldLease := startChild(t, etcd.Endpoints(), "server-a", "cert-renewer")
@@ -137,6 +138,7 @@ func TestRestartedInstanceReclaimsItsDeadPredecessorsLease(t *testing.T) {
 }
 
 func TestSecondLiveProcessWithTheSameInstanceNameIsRefused(t *testing.T) {
+	t.Parallel()
 	etcd := testenv.StartEtcd(t, 1)
 	child, _, lease := startChild(t, etcd.Endpoints(), "server-a", "aggregator")
 	_ = child
@@ -165,6 +167,7 @@ func TestSecondLiveProcessWithTheSameInstanceNameIsRefused(t *testing.T) {
 }
 
 func TestSameInstanceNameFromAnotherHostIsRefused(t *testing.T) {
+	t.Parallel()
 	etcd := testenv.StartEtcd(t, 1)
 	startSession(t, etcd.Client(t), "server-a", withHost("host-1"))
 
@@ -186,6 +189,7 @@ func TestSameInstanceNameFromAnotherHostIsRefused(t *testing.T) {
 }
 
 func TestDeregisterKeepsTheTermsButLeavesTheInstanceList(t *testing.T) {
+	t.Parallel()
 	etcd := testenv.StartEtcd(t, 1)
 	cli := etcd.Client(t)
 	a := startSession(t, etcd.Client(t), "server-a")
@@ -211,6 +215,7 @@ func TestDeregisterKeepsTheTermsButLeavesTheInstanceList(t *testing.T) {
 // the dead process's lease is revoked, its leader keys go with it, and the
 // instance waiting for its job wins at once instead of after the 30 s lease.
 func TestDeathReclaimMovesADeadProcesssJobsAtOnce(t *testing.T) {
+	t.Parallel()
 	etcd := testenv.StartEtcd(t, 1)
 	observer := etcd.Client(t)
 	child, oldToken, oldLease := startChild(t, etcd.Endpoints(), "server-a", "aggregator")
@@ -252,6 +257,7 @@ func TestDeathReclaimMovesADeadProcesssJobsAtOnce(t *testing.T) {
 // Reclaim never revokes the lease of a process that runs: a supervisor that
 // calls it by mistake (or for a process it did not start) changes nothing.
 func TestDeathReclaimLeavesARunningProcessAlone(t *testing.T) {
+	t.Parallel()
 	etcd := testenv.StartEtcd(t, 1)
 	observer := etcd.Client(t)
 	child, token, lease := startChild(t, etcd.Endpoints(), "server-a", "aggregator")
@@ -272,6 +278,7 @@ func TestDeathReclaimLeavesARunningProcessAlone(t *testing.T) {
 
 // Only the host that ran the process can tell that it is gone.
 func TestDeathReclaimRefusesAnotherHostsRegistration(t *testing.T) {
+	t.Parallel()
 	etcd := testenv.StartEtcd(t, 1)
 	observer := etcd.Client(t)
 	s := startSession(t, etcd.Client(t), "server-a", withHost("host-1"))

@@ -12,6 +12,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/snip/snip-jobs/internal/notify"
 	"github.com/snip/snip-jobs/internal/sleep"
 	"github.com/snip/snip-jobs/leadership/internal/deadline"
 )
@@ -81,39 +82,13 @@ type stats struct {
 	reclaimed         atomic.Int64
 	waiting           atomic.Int64
 	leaseEnds         [5]atomic.Int64 // by reasonIndex
-	changed           notifier        // every change of what Stats reports
+	changed           notify.Notifier // every change of what Stats reports
 }
 
 // add adds d to the counter c and tells StatsChanged's waiters.
 func (st *stats) add(c *atomic.Int64, d int64) {
 	c.Add(d)
-	st.changed.notify()
-}
-
-// notifier is a channel closed at the next notify: a waiter takes the
-// channel, reads the state, then waits on it, so it misses no change. The
-// channel is made only when someone waits.
-type notifier struct {
-	mu sync.Mutex
-	ch chan struct{}
-}
-
-func (n *notifier) wait() <-chan struct{} {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.ch == nil {
-		n.ch = make(chan struct{})
-	}
-	return n.ch
-}
-
-func (n *notifier) notify() {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.ch != nil {
-		close(n.ch)
-		n.ch = nil
-	}
+	st.changed.Notify()
 }
 
 var reasonIndex = map[Reason]int{ReasonExpired: 0, ReasonLeaseLost: 1, ReasonKeyLost: 2, ReasonResigned: 3, ReasonShutdown: 4}
@@ -251,7 +226,7 @@ func (s *Session) Stats() Stats {
 // reports: a counter, the lease or its last renewal (not Headroom, which moves
 // with the clock). Take the channel, read Stats, then wait on it: a status
 // page or a test follows the session without polling.
-func (s *Session) StatsChanged() <-chan struct{} { return s.stats.changed.wait() }
+func (s *Session) StatsChanged() <-chan struct{} { return s.stats.changed.Wait() }
 
 // waitLease returns the live lease, waiting for one while between leases.
 func (s *Session) waitLease(ctx context.Context) (*lease, error) {
@@ -285,7 +260,7 @@ func (s *Session) setCurrent(l *lease) {
 	}
 	close(s.changed)
 	s.changed = make(chan struct{})
-	s.stats.changed.notify()
+	s.stats.changed.Notify()
 }
 
 func (s *Session) heldBefore(id clientv3.LeaseID) bool {

@@ -14,6 +14,7 @@ import (
 // once at the start, then at each registration and each end of one (a
 // session closed, a registration deleted).
 func TestWatchInstancesFollowsInstancesComingAndGoing(t *testing.T) {
+	t.Parallel()
 	etcd := testenv.StartEtcd(t, 1)
 	cli := etcd.Client(t)
 	startSession(t, etcd.Client(t), "server-a")

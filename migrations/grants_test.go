@@ -17,6 +17,7 @@ import (
 
 // docs/operations.md shows the grants the binary gives, as it gives them.
 func TestTheRuntimeGrantsInTheDocsAreTheBinarys(t *testing.T) {
+	t.Parallel()
 	doc, err := os.ReadFile("../docs/operations.md")
 	if err != nil {
 		t.Fatal(err)
@@ -49,6 +50,7 @@ var notGranted = []string{
 // role (in some way) or listed in notGranted, so a migration that adds one
 // must decide what the role may do with it.
 func TestEveryTableOfTheSchemaIsGrantedToTheRuntimeRole(t *testing.T) {
+	t.Parallel()
 	db := testdb.NewDB(t)
 	rows, err := connect(t, db.Owner).Query(context.Background(), `
 		SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -74,6 +76,7 @@ func TestEveryTableOfTheSchemaIsGrantedToTheRuntimeRole(t *testing.T) {
 // a table or switch off the trigger that guards click_events. run's check
 // finds its grants complete, and names what one revoked grant takes away.
 func TestTheRuntimeRoleCannotChangeTheSchemaAndAMissingGrantIsNamed(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := testdb.NewDB(t)
 	rt := connect(t, db.Runtime)
@@ -109,6 +112,7 @@ func TestTheRuntimeRoleCannotChangeTheSchemaAndAMissingGrantIsNamed(t *testing.T
 // Grant refuses a role that does not exist, and leaves Snip's own tables,
 // when another role owns them, to that owner, saying so.
 func TestGrantNamesWhatItCannotDo(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	super := testenv.PostgresDB(t)
 	owner, _ := testdb.Roles(t, super)

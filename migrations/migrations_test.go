@@ -25,6 +25,7 @@ import (
 )
 
 func TestUpAppliesEveryMigrationOnceAndThenNothing(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	url := testenv.PostgresDB(t)
 	want := embeddedVersions(t)
@@ -59,6 +60,7 @@ func TestUpAppliesEveryMigrationOnceAndThenNothing(t *testing.T) {
 // Three servers start together: three processes (this test binary re-run as
 // children), released at the same moment, call Up on one fresh database.
 func TestUpFromThreeProcessesAppliesEachMigrationOnce(t *testing.T) {
+	t.Parallel()
 	url := testenv.PostgresDB(t)
 	want := embeddedVersions(t)
 	exe, err := os.Executable()
@@ -129,6 +131,7 @@ func TestUpFromThreeProcessesAppliesEachMigrationOnce(t *testing.T) {
 }
 
 func TestFailingMigrationIsNamedAndEarlierOnesStayApplied(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	url := testenv.PostgresDB(t)
 	fsys := embeddedPlus(t, map[string]string{
@@ -175,6 +178,7 @@ func TestFailingMigrationIsNamedAndEarlierOnesStayApplied(t *testing.T) {
 // goose parses every pending file before it runs any, so a file it cannot
 // parse stops the run before anything is applied.
 func TestUnparsableMigrationIsNamedAndNothingIsApplied(t *testing.T) {
+	t.Parallel()
 	url := testenv.PostgresDB(t)
 	fsys := embeddedPlus(t, map[string]string{
 		"9999_no_annotation.sql": "CREATE TABLE x (id int);\n",
@@ -195,6 +199,7 @@ func TestUnparsableMigrationIsNamedAndNothingIsApplied(t *testing.T) {
 // Rolling deploys: an older binary starting after a newer one migrated finds
 // nothing to do; a file added below the newest applied version is an error.
 func TestNewerSchemaIsLeftAloneAndOutOfOrderFilesAreRefused(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	url := testenv.PostgresDB(t)
 	newer := embeddedPlus(t, map[string]string{"9999_future.sql": "-- +goose Up\nCREATE TABLE future (id int);\n"})
@@ -226,6 +231,7 @@ func TestNewerSchemaIsLeftAloneAndOutOfOrderFilesAreRefused(t *testing.T) {
 
 // goose skips a file whose name it cannot number; Up refuses it instead.
 func TestMisnamedMigrationFileIsRefused(t *testing.T) {
+	t.Parallel()
 	url := testenv.PostgresDB(t)
 	for _, name := range []string{"0002-scheduler.sql", "02_scheduler.sql", "0002_Scheduler.sql", "scheduler.sql", "0000_zero.sql"} {
 		t.Run(name, func(t *testing.T) {
@@ -252,6 +258,7 @@ func TestMisnamedMigrationFileIsRefused(t *testing.T) {
 }
 
 func TestUnreachableDatabaseGivesAnError(t *testing.T) {
+	t.Parallel()
 	t.Run("nothing listens", func(t *testing.T) {
 		_, err := Up(context.Background(), "postgres://postgres@"+closedAddr(t)+"/db?sslmode=disable", nil)
 		t.Logf("error: %v", err)
@@ -288,6 +295,7 @@ func TestUnreachableDatabaseGivesAnError(t *testing.T) {
 }
 
 func TestConnectTimeoutDefault(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		url  string
 		want time.Duration
@@ -307,6 +315,7 @@ func TestConnectTimeoutDefault(t *testing.T) {
 }
 
 func TestPasswordIsNeverShown(t *testing.T) {
+	t.Parallel()
 	const secret = "s3cret-Pa55"
 	var logs bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -331,6 +340,7 @@ func TestPasswordIsNeverShown(t *testing.T) {
 }
 
 func TestStatusReportsPendingThenApplied(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	url := testenv.PostgresDB(t)
 	want := embeddedVersions(t)
@@ -377,6 +387,7 @@ func TestStatusReportsPendingThenApplied(t *testing.T) {
 // Check only reads, and says what a binary needs: the migrations the
 // database lacks, and the versions it has that the binary does not know.
 func TestCheckReportsPendingAndUnknownMigrationsWithoutWriting(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	url := testenv.PostgresDB(t)
 	names := embeddedNames(t)

@@ -27,6 +27,7 @@ func (fiveMinutes) Next(t time.Time) time.Time {
 // job; a slot that fell due within the last minute runs whatever the policy.
 // Each case sweeps once at a chosen instant against a real database.
 func TestCatchUpPolicies(t *testing.T) {
+	t.Parallel()
 	base := time.Date(2026, 11, 2, 8, 0, 0, 0, time.UTC) // last slot that ran
 	after := func(m int) time.Time { return base.Add(time.Duration(m) * time.Minute) }
 	cases := []struct {
@@ -91,6 +92,7 @@ func TestCatchUpPolicies(t *testing.T) {
 // A job's first sweep does not treat the whole window as missed: it records the
 // latest due slot as skipped and runs nothing.
 func TestFirstSweepOfANewJobStartsHistoryWithoutRunningOldSlots(t *testing.T) {
+	t.Parallel()
 	_, pool := testdb.New(t)
 	runs := 0
 	reg, _ := NewRegistry(Type{Name: "rec", New: func(Env, configs.Job) (Job, error) {
@@ -164,6 +166,7 @@ func slotStates(t *testing.T, pool *pgxpool.Pool) []string {
 // Monday before (however far back); the next Monday's slot, when it comes,
 // is the job's first on-time slot and runs.
 func TestANewJobRunsItsFirstSlotWhenItsPeriodIsLongerThanTheWindow(t *testing.T) {
+	t.Parallel()
 	s, ran, pool := weeklyJob(t, configs.All)
 	deployed := time.Date(2026, 11, 4, 15, 0, 0, 0, time.UTC) // a Wednesday
 	monday := time.Date(2026, 11, 9, 8, 0, 0, 0, time.UTC)
@@ -189,6 +192,7 @@ func TestANewJobRunsItsFirstSlotWhenItsPeriodIsLongerThanTheWindow(t *testing.T)
 // Here the last run was on 2 November and nothing ran until Tuesday 10
 // November 09:00, 25 hours after the 9 November slot.
 func TestSlotsMissedBeforeTheWindowAreRecordedAsSkippedAndCounted(t *testing.T) {
+	t.Parallel()
 	for _, policy := range []configs.CatchUpPolicy{configs.All, configs.Latest} {
 		t.Run(policy.String(), func(t *testing.T) {
 			s, ran, pool := weeklyJob(t, policy)

@@ -46,6 +46,7 @@ var (
 // instance extends the claim while it runs, so another instance sweeping
 // meanwhile does not run the slot a second time.
 func TestADatabaseModeRunLongerThanItsClaimKeepsTheSlot(t *testing.T) {
+	t.Parallel()
 	_, pool := testdb.New(t)
 	started, release := make(chan struct{}), make(chan struct{})
 	c1 := dbModeInstance(t, pool, "server-1", func(ctx context.Context, r *Run) error {
@@ -90,6 +91,7 @@ func TestADatabaseModeRunLongerThanItsClaimKeepsTheSlot(t *testing.T) {
 // slots.ErrClaimLost and its Valid turns false, so its fenced writes are refused
 // before they are tried.
 func TestADatabaseModeRunWhoseClaimWasTakenIsStopped(t *testing.T) {
+	t.Parallel()
 	_, pool := testdb.New(t)
 	started := make(chan *Run, 1)
 	var cause error
@@ -123,6 +125,7 @@ func TestADatabaseModeRunWhoseClaimWasTakenIsStopped(t *testing.T) {
 // recorded failed (and retried after the back-off), not left claimed until
 // the claim runs out.
 func TestADatabaseModePanicFailsTheSlot(t *testing.T) {
+	t.Parallel()
 	_, pool := testdb.New(t)
 	c := dbModeInstance(t, pool, "server-1", func(context.Context, *Run) error { panic("boom") })
 	if err := c.SweepAt(context.Background(), sweep08); err != nil {

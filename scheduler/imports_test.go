@@ -11,6 +11,7 @@ import (
 // the scheduler reaches it through the session alone. What
 // `go list -f '{{join .Imports "\n"}}' ./scheduler` lists names no etcd package.
 func TestTheSchedulerImportsNoEtcdPackage(t *testing.T) {
+	t.Parallel()
 	for dir, name := range map[string]string{".": "scheduler", "slots": "scheduler/slots"} {
 		pkg, err := build.ImportDir(dir, 0)
 		if err != nil {

@@ -110,11 +110,9 @@ func (lc *lifecycle) lead(ctx context.Context, j *job, term Term) error {
 // database's).
 func (lc *lifecycle) begin(ctx context.Context, t *tenure) {
 	j, name := t.j, t.j.spec.Name
-	j.mu.Lock()
-	j.term, j.stop = t.term, t.stop
-	j.mu.Unlock()
 	j.progress.Store(time.Now().UnixNano())
 	lc.spread.leading.Add(1)
+	j.update(func() { j.term, j.stop = t.term, t.stop })
 	lc.m.leader.WithLabelValues(name).Set(1)
 	lc.m.token.WithLabelValues(name).Set(float64(t.term.Token()))
 	lc.m.termStarts.WithLabelValues(name).Inc()
@@ -184,10 +182,8 @@ func (lc *lifecycle) resign(ctx context.Context, t *tenure, cause error) {
 // end makes the term no longer the job's current one.
 func (lc *lifecycle) end(t *tenure, cause error) {
 	j, name := t.j, t.j.spec.Name
-	j.mu.Lock()
-	j.term, j.stop = nil, nil
-	j.mu.Unlock()
 	lc.spread.leading.Add(-1)
+	j.update(func() { j.term, j.stop = nil, nil })
 	lc.m.leader.WithLabelValues(name).Set(0)
 	lc.m.token.WithLabelValues(name).Set(0)
 	lc.m.termEnds.WithLabelValues(name, endLabel(cause, t.term)).Inc()

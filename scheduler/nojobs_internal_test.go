@@ -12,6 +12,7 @@ import (
 // runs until it is stopped, like any other, instead of returning at once
 // (which run reported as "the scheduler stopped by itself").
 func TestWithoutJobsRunReturnsOnlyWhenStopped(t *testing.T) {
+	t.Parallel()
 	reg, err := NewRegistry()
 	if err != nil {
 		t.Fatal(err)

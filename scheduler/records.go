@@ -54,9 +54,7 @@ func (rc *recorder) runStart(ctx context.Context, j *job, r *Run) *status.RunRec
 			r.Log.Debug("cannot log the run's start", "err", err)
 		}
 	}
-	j.mu.Lock()
-	j.last = rec
-	j.mu.Unlock()
+	j.update(func() { j.last = rec })
 	return rec
 }
 
@@ -100,9 +98,7 @@ func (rc *recorder) runFinish(j *job, rec *status.RunRecord, result string, runE
 	if runErr != nil {
 		done.Error = runErr.Error()
 	}
-	j.mu.Lock()
-	j.last = &done
-	j.mu.Unlock()
+	j.update(func() { j.last = &done })
 	records := rc.pool
 	if records == nil || rec.ID == 0 {
 		return

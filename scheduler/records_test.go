@@ -15,6 +15,7 @@ import (
 // migrated database; on one whose tables do not exist yet it prepares none and
 // still leaves the connection usable.
 func TestWarmRecordsPreparesTheRecordStatementsAndNeverFailsAConnection(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	prepared := func(url string) (int, *pgx.Conn) {
 		t.Helper()

@@ -13,6 +13,7 @@ import (
 // A type's declared modes are checked before its New, in one message per
 // kind of refusal; a type without Modes takes any.
 func TestBuildRefusesAJobInAModeItsTypeDoesNotDeclare(t *testing.T) {
+	t.Parallel()
 	built := 0
 	newJob := func(scheduler.Env, configs.Job) (scheduler.Job, error) {
 		built++
@@ -46,6 +47,7 @@ func TestBuildRefusesAJobInAModeItsTypeDoesNotDeclare(t *testing.T) {
 
 // The sockets a service manager may pass are those the types declare.
 func TestTheRegistryListsTheSocketsItsTypesDeclare(t *testing.T) {
+	t.Parallel()
 	serve := func(scheduler.Env, []scheduler.Socket) (func(context.Context), error) {
 		return func(context.Context) {}, nil
 	}

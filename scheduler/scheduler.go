@@ -15,6 +15,7 @@ import (
 
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/fencing"
+	"github.com/snip/snip-jobs/internal/notify"
 	"github.com/snip/snip-jobs/scheduler/status"
 )
 
@@ -78,6 +79,22 @@ type Scheduler struct {
 	rec    *recorder
 	run    *runner
 	leader *lifecycle
+
+	changed notify.Notifier
+}
+
+// Changed returns a channel closed at the next change of what Status or
+// Leading report (a term begun or ended, a run started or finished): take
+// it, read the state, then wait on it, and no change is missed.
+func (s *Scheduler) Changed() <-chan struct{} { return s.changed.Wait() }
+
+// update changes the job's live state under its lock and wakes the waiters
+// on Scheduler.Changed.
+func (j *job) update(f func()) {
+	j.mu.Lock()
+	f()
+	j.mu.Unlock()
+	j.changed.Notify()
 }
 
 // job is one configured job and its live state.
@@ -88,6 +105,8 @@ type job struct {
 	log  *slog.Logger
 
 	progress atomic.Int64 // unix nanos, shared by the job's Runs
+
+	changed *notify.Notifier // the Scheduler's: told of every update
 
 	mu        sync.Mutex
 	term      Term
@@ -184,7 +203,7 @@ func (s *Scheduler) newJob(env Env, spec configs.Job) (*job, error) {
 	if !ok {
 		return nil, fmt.Errorf("unknown job type %q", spec.Type)
 	}
-	j := &job{spec: spec, mode: spec.Mode(), log: s.log.With("job", spec.Name)}
+	j := &job{spec: spec, mode: spec.Mode(), log: s.log.With("job", spec.Name), changed: &s.changed}
 	switch {
 	case j.mode == leaderMode && s.cfg.Session == nil:
 		return nil, errors.New("a singleton in leader mode needs etcd (no leadership session)")

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 // A singleton runs on exactly one of three instances; a job that is not a
 // singleton runs on all three.
 func TestSingletonRunsOnOneInstanceOthersEverywhere(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	reg := jobtest.Registry(t, recordType("record", false))
 	everywhere := configs.Job{Name: "cache-warmer", Type: "record", Grace: time.Second,
@@ -27,7 +30,7 @@ func TestSingletonRunsOnOneInstanceOthersEverywhere(t *testing.T) {
 	for _, name := range []string{"server-1", "server-2", "server-3"} {
 		c.Start(name, reg, jobs)
 	}
-	jobtest.Eventually(t, "the singleton to write and the everywhere job to run on all three", func() bool {
+	c.WaitCommit("the singleton to write and the everywhere job to run on all three", []string{"test_events"}, func() bool {
 		seen := map[string]bool{}
 		for _, e := range events(t, c, "cache-warmer") {
 			seen[e.Instance] = true
@@ -54,6 +57,7 @@ func TestSingletonRunsOnOneInstanceOthersEverywhere(t *testing.T) {
 // Killing the leader moves the job; the dead leader's token never writes again
 // once the successor has.
 func TestKillingTheLeaderMovesTheJob(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	reg := jobtest.Registry(t, recordType("record", false))
 	jobs := []configs.Job{jobtest.Continuous("aggregator", "record")}
@@ -64,7 +68,7 @@ func TestKillingTheLeaderMovesTheJob(t *testing.T) {
 	first := writingLeader(t, c, "aggregator")
 	nodes[first.Instance].Crash()
 
-	jobtest.Eventually(t, "another instance to lead and write", func() bool {
+	c.WaitCommit("another instance to lead and write", []string{"test_events"}, func() bool {
 		l, ok := c.Leader("aggregator")
 		if !ok || l.Instance == first.Instance {
 			return false
@@ -93,7 +97,7 @@ func TestKillingTheLeaderMovesTheJob(t *testing.T) {
 func writingLeader(t *testing.T, c *jobtest.Cluster, job string) leadership.Leader {
 	t.Helper()
 	var leader leadership.Leader
-	jobtest.Eventually(t, "a leader writing", func() bool {
+	c.WaitCommit("a leader writing", []string{"test_events"}, func() bool {
 		l, ok := c.Leader(job)
 		evs := events(t, c, job)
 		leader = l
@@ -105,6 +109,7 @@ func writingLeader(t *testing.T, c *jobtest.Cluster, job string) leadership.Lead
 // SIGTERM-style shutdown hands over at once: the successor's term starts while
 // the old lease still had most of its TTL.
 func TestShutdownHandsOverWithoutWaitingForExpiry(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	reg := jobtest.Registry(t, recordType("record", false))
 	jobs := []configs.Job{jobtest.Continuous("aggregator", "record")}
@@ -129,7 +134,7 @@ func TestShutdownHandsOverWithoutWaitingForExpiry(t *testing.T) {
 	}
 	checkOneWriterAtATime(t, c, "aggregator")
 	var terms []status.TermRecord
-	jobtest.Eventually(t, "both terms in the history", func() bool {
+	c.WaitCommit("both terms in the history", []string{"job_terms"}, func() bool {
 		var err error
 		terms, _, err = status.History(context.Background(), c.DB, time.Time{})
 		return err == nil && len(terms) == 2
@@ -142,6 +147,7 @@ func TestShutdownHandsOverWithoutWaitingForExpiry(t *testing.T) {
 // The leader is killed while running a cron slot: the successor runs that slot
 // (and every slot that fell due meanwhile) exactly once.
 func TestCronSlotAtLeaderKillRunsExactlyOnce(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	started := make(chan time.Time, 100)
 	blocking := scheduler.Type{Name: "report", New: func(env scheduler.Env, spec configs.Job) (scheduler.Job, error) {
@@ -163,7 +169,7 @@ func TestCronSlotAtLeaderKillRunsExactlyOnce(t *testing.T) {
 	c.Start("server-2", reg, jobs)
 	first.Crash()
 
-	jobtest.Eventually(t, "the successor to run the killed slot and a few after it", func() bool {
+	c.WaitCommit("the successor to run the killed slot and a few after it", []string{"test_events"}, func() bool {
 		evs := events(t, c, "weekly-report")
 		return len(evs) >= 3 && evs[len(evs)-1].Slot.After(killedAt.Add(2*time.Second))
 	})
@@ -185,6 +191,7 @@ func TestCronSlotAtLeaderKillRunsExactlyOnce(t *testing.T) {
 
 // Database mode: three instances fire every slot; one runs it.
 func TestDatabaseModeRunsEachSlotOnceAcrossThreeInstances(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	reg := jobtest.Registry(t, recordType("record", true))
 	jobs := []configs.Job{jobtest.CronJob("weekly-report", "record", time.Second, time.UTC, configs.Database, configs.Latest)}
@@ -194,7 +201,7 @@ func TestDatabaseModeRunsEachSlotOnceAcrossThreeInstances(t *testing.T) {
 			t.Fatal("database mode should not need etcd")
 		}
 	}
-	jobtest.Eventually(t, "several slots", func() bool { return len(events(t, c, "weekly-report")) >= 6 })
+	c.WaitCommit("several slots", []string{"test_events"}, func() bool { return len(events(t, c, "weekly-report")) >= 6 })
 	evs := events(t, c, "weekly-report")
 	perSlot := map[time.Time]int{}
 	for _, e := range evs {
@@ -211,17 +218,18 @@ func TestDatabaseModeRunsEachSlotOnceAcrossThreeInstances(t *testing.T) {
 // Slots missed while nobody led are caught up by the next leader (they fell
 // due within the last minute, so they run whatever the policy).
 func TestNewLeaderCatchesUpSlotsMissedWhileNobodyLed(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	reg := jobtest.Registry(t, recordType("record", true))
 	jobs := []configs.Job{jobtest.CronJob("weekly-report", "record", time.Second, time.UTC, configs.Leader, configs.None)}
 	first := c.Start("server-1", reg, jobs)
-	jobtest.Eventually(t, "a first slot", func() bool { return len(events(t, c, "weekly-report")) >= 1 })
+	c.WaitCommit("a first slot", []string{"test_events"}, func() bool { return len(events(t, c, "weekly-report")) >= 1 })
 	first.Stop()
 	stoppedAfter := events(t, c, "weekly-report")
 	lastBefore := stoppedAfter[len(stoppedAfter)-1].Slot.UTC()
 	time.Sleep(3 * time.Second) // nobody leads for a few slots
 	c.Start("server-2", reg, jobs)
-	jobtest.Eventually(t, "the new leader to run the slots after the gap", func() bool {
+	c.WaitCommit("the new leader to run the slots after the gap", []string{"test_events"}, func() bool {
 		evs := events(t, c, "weekly-report")
 		return !evs[len(evs)-1].Slot.Before(lastBefore.Add(3 * time.Second))
 	})
@@ -240,6 +248,7 @@ func TestNewLeaderCatchesUpSlotsMissedWhileNobodyLed(t *testing.T) {
 // Three instances, six singletons: started one after another (the first alone
 // grabs everything), they settle at two each.
 func TestSpreadSettlesAtTwoEach(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	reg := jobtest.Registry(t, recordType("record", false))
 	var jobs []configs.Job
@@ -250,10 +259,10 @@ func TestSpreadSettlesAtTwoEach(t *testing.T) {
 	for i := range 3 {
 		nodes = append(nodes, c.Start(fmt.Sprintf("server-%d", i+1), reg, jobs))
 		if i == 0 {
-			jobtest.Eventually(t, "the first instance to lead all six", func() bool { return nodes[0].Sched.Leading() == 6 })
+			nodes[0].Wait("the first instance to lead all six", func() bool { return nodes[0].Sched.Leading() == 6 })
 		}
 	}
-	jobtest.Eventually(t, "two terms on each instance", func() bool {
+	c.WaitNodes("two terms on each instance", nodes, func() bool {
 		for _, n := range nodes {
 			if n.Sched.Leading() != 2 {
 				return false
@@ -269,6 +278,7 @@ func TestSpreadSettlesAtTwoEach(t *testing.T) {
 // A job that reports no progress for progress_timeout resigns its term;
 // another instance takes it over.
 func TestWedgedJobTriggersTheWatchdog(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	wedged := scheduler.Type{Name: "wedged", New: func(scheduler.Env, configs.Job) (scheduler.Job, error) {
 		return scheduler.JobFunc(func(ctx context.Context, r *scheduler.Run) error {
@@ -303,6 +313,7 @@ func TestWedgedJobTriggersTheWatchdog(t *testing.T) {
 
 // A panic is recovered, logged, and ends the term by resignation.
 func TestPanicEndsTheTermByResignation(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	panicky := scheduler.Type{Name: "panicky", New: func(scheduler.Env, configs.Job) (scheduler.Job, error) {
 		return scheduler.JobFunc(func(ctx context.Context, r *scheduler.Run) error {
@@ -317,11 +328,11 @@ func TestPanicEndsTheTermByResignation(t *testing.T) {
 	jobs := []configs.Job{jobtest.Continuous("aggregator", "panicky")}
 	slow := jobtest.WithTTL(30 * time.Second) // a hand-over by expiry would take 30 s
 	one := c.Start("server-1", reg, jobs, slow)
-	jobtest.Eventually(t, "server-1 to panic once", func() bool {
+	one.Wait("server-1 to panic once", func() bool {
 		return one.MetricSum(t, "snip_jobs_runs_total") >= 1
 	})
 	c.Start("server-2", reg, jobs, slow)
-	jobtest.Eventually(t, "server-2 to take over after the resignation", func() bool {
+	c.WaitKeys("server-2 to take over after the resignation", func() bool {
 		l, ok := c.Leader("aggregator")
 		return ok && l.Instance == "server-2"
 	})
@@ -329,11 +340,12 @@ func TestPanicEndsTheTermByResignation(t *testing.T) {
 
 // An operator's resign request moves the job to another instance.
 func TestResignRequestMovesTheLeader(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	reg := jobtest.Registry(t, recordType("record", false))
 	jobs := []configs.Job{jobtest.Continuous("aggregator", "record")}
 	nodes := []*jobtest.Node{c.Start("server-1", reg, jobs), c.Start("server-2", reg, jobs)}
-	jobtest.Eventually(t, "one leader and one instance waiting", func() bool {
+	c.WaitNodes("one leader and one instance waiting", nodes, func() bool {
 		_, ok := c.Leader("aggregator")
 		return ok && nodes[0].Session.Stats().Waiting+nodes[1].Session.Stats().Waiting == 1
 	})
@@ -355,6 +367,7 @@ func TestResignRequestMovesTheLeader(t *testing.T) {
 // A job that ignores its context is waited for only its grace period: the
 // overrun is counted and the job is handed over anyway.
 func TestAJobThatOverrunsItsTermIsCountedAndHandedOver(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	release, running := make(chan struct{}), make(chan struct{}, 1)
 	defer close(release)
@@ -375,7 +388,7 @@ func TestAJobThatOverrunsItsTermIsCountedAndHandedOver(t *testing.T) {
 	one := c.Start("server-1", reg, []configs.Job{job})
 	<-running // server-1 leads and its job is in progress
 	two := c.Start("server-2", reg, []configs.Job{job})
-	jobtest.Eventually(t, "server-2 to wait for the job", func() bool { return two.Session.Stats().Waiting == 1 })
+	two.Wait("server-2 to wait for the job", func() bool { return two.Session.Stats().Waiting == 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), jobtest.Patience)
 	defer cancel()
 	if _, after, err := leadership.RequestResign(ctx, c.Obs, c.Prefix, "aggregator"); err != nil || after == nil || after.Instance != "server-2" {
@@ -389,6 +402,7 @@ func TestAJobThatOverrunsItsTermIsCountedAndHandedOver(t *testing.T) {
 // Instances that lead equally many terms take over a crashed leader's job
 // without the spread hold-back: it is for instances that lead more than others.
 func TestEquallyLoadedInstancesTakeOverWithoutHoldingBack(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	reg := jobtest.Registry(t, recordType("record", false))
 	var jobs []configs.Job
@@ -400,7 +414,7 @@ func TestEquallyLoadedInstancesTakeOverWithoutHoldingBack(t *testing.T) {
 		name := fmt.Sprintf("server-%d", i+1)
 		nodes[name] = c.Start(name, reg, jobs)
 	}
-	jobtest.Eventually(t, "one term on each instance", func() bool {
+	c.WaitNodes("one term on each instance", slices.Collect(maps.Values(nodes)), func() bool {
 		for _, n := range nodes {
 			if n.Sched.Leading() != 1 {
 				return false
@@ -437,6 +451,7 @@ func TestEquallyLoadedInstancesTakeOverWithoutHoldingBack(t *testing.T) {
 // record waiting; the end is written once the table is free again (the job
 // returned nil: "ok").
 func TestRecordingARunNeverHoldsTheEndOfItsTerm(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	patient := scheduler.Type{Name: "patient", New: func(scheduler.Env, configs.Job) (scheduler.Job, error) {
 		return scheduler.JobFunc(func(ctx context.Context, r *scheduler.Run) error {
@@ -482,7 +497,7 @@ func TestRecordingARunNeverHoldsTheEndOfItsTerm(t *testing.T) {
 	one := c.Start("server-1", reg, []configs.Job{job})
 	c.WaitKeys("server-1 to lead", func() bool { l, ok := c.Leader("aggregator"); return ok && l.Instance == "server-1" })
 	two := c.Start("server-2", reg, []configs.Job{job})
-	jobtest.Eventually(t, "server-2 to wait for the job", func() bool { return two.Session.Stats().Waiting == 1 })
+	two.Wait("server-2 to wait for the job", func() bool { return two.Session.Stats().Waiting == 1 })
 	resign("server-1")
 	if got := overruns(one, two); got != 0 {
 		t.Fatalf("overruns = %v with the start of a run waiting on job_runs, want 0", got)
@@ -493,10 +508,10 @@ func TestRecordingARunNeverHoldsTheEndOfItsTerm(t *testing.T) {
 
 	// Server-2's run has been recorded; the end of that run waits for the table.
 	var id int64
-	jobtest.Eventually(t, "server-2's run to be recorded", func() bool {
+	c.WaitCommit("server-2's run to be recorded", []string{"job_runs"}, func() bool {
 		return c.DB.QueryRow(ctx, `SELECT id FROM job_runs WHERE job = 'aggregator' AND instance = 'server-2' AND finished_at IS NULL`).Scan(&id) == nil
 	})
-	jobtest.Eventually(t, "server-1 to wait for the job", func() bool { return one.Session.Stats().Waiting == 1 })
+	one.Wait("server-1 to wait for the job", func() bool { return one.Session.Stats().Waiting == 1 })
 	lock = lockRuns()
 	resign("server-2")
 	if got := overruns(one, two); got != 0 {
@@ -509,7 +524,7 @@ func TestRecordingARunNeverHoldsTheEndOfItsTerm(t *testing.T) {
 	if err := lock.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	jobtest.Eventually(t, "server-2's run to be recorded as finished", func() bool {
+	c.WaitCommit("server-2's run to be recorded as finished", []string{"job_runs"}, func() bool {
 		return c.DB.QueryRow(ctx, `SELECT result FROM job_runs WHERE id = $1`, id).Scan(&result) == nil && result != nil && *result == "ok"
 	})
 }
@@ -519,6 +534,7 @@ func TestRecordingARunNeverHoldsTheEndOfItsTerm(t *testing.T) {
 // (here, the slot's row locked by an operator's transaction) does not hold the
 // hand-over past the grace. The slot stays open and the successor runs it.
 func TestRecordingASlotsOutcomeNeverHoldsTheEndOfItsTerm(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	slots := make(chan time.Time, 100)
 	patient := scheduler.Type{Name: "patient", New: func(scheduler.Env, configs.Job) (scheduler.Job, error) {
@@ -537,7 +553,7 @@ func TestRecordingASlotsOutcomeNeverHoldsTheEndOfItsTerm(t *testing.T) {
 	one := c.Start("server-1", reg, []configs.Job{job})
 	slot := <-slots // server-1 leads and runs a slot
 	two := c.Start("server-2", reg, []configs.Job{job})
-	jobtest.Eventually(t, "server-2 to wait for the job", func() bool { return two.Session.Stats().Waiting == 1 })
+	two.Wait("server-2 to wait for the job", func() bool { return two.Session.Stats().Waiting == 1 })
 
 	ctx, cancel := context.WithTimeout(context.Background(), jobtest.Patience)
 	defer cancel()
@@ -561,7 +577,7 @@ func TestRecordingASlotsOutcomeNeverHoldsTheEndOfItsTerm(t *testing.T) {
 	if err := lock.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	jobtest.Eventually(t, "server-2 to run the slot server-1 left open", func() bool {
+	c.WaitCommit("server-2 to run the slot server-1 left open", []string{"cron_slots"}, func() bool {
 		var instance string
 		err := c.DB.QueryRow(ctx, `SELECT instance FROM cron_slots WHERE job = 'weekly-report' AND slot = $1 AND state = 'done'`, slot).Scan(&instance)
 		return err == nil && instance == "server-2"

@@ -15,6 +15,7 @@ import (
 // at shutdown: one that ignores its context is logged and counted as an
 // overrun once the grace has passed; one that stops is not.
 func TestAJobWithoutTermsThatIgnoresShutdownIsCountedAsAnOverrun(t *testing.T) {
+	t.Parallel()
 	release := make(chan struct{})
 	started := make(chan string, 2)
 	reg, _ := NewRegistry(Type{Name: "job", New: func(_ Env, spec configs.Job) (Job, error) {

@@ -13,6 +13,7 @@ import (
 )
 
 func TestValidateReportsEveryProblemWithItsFileAndLineAndExits2(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "bad.yaml")
 	bad := strings.Join([]string{
 		"instance: server-1",                  // 1
@@ -66,6 +67,7 @@ func TestValidateReportsEveryProblemWithItsFileAndLineAndExits2(t *testing.T) {
 // used to expand without limit (18 GB, killed after 309 s), is refused at the
 // alias, with its file and line; so is what it would run.
 func TestValidateRefusesAnAliasBombAtTheAlias(t *testing.T) {
+	t.Parallel()
 	var b strings.Builder
 	b.WriteString("x-bomb:\n  - &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]\n") // lines 1, 2
 	for i := 1; i <= 10; i++ {                                                             // lines 3–12
@@ -85,6 +87,7 @@ func TestValidateRefusesAnAliasBombAtTheAlias(t *testing.T) {
 // A file without jobs is valid (a server being set up) but says so: a
 // truncated deploy looks the same.
 func TestValidateWarnsOfAFileWithoutJobs(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "empty.yaml")
 	if err := os.WriteFile(path, []byte("instance: server-1\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -99,6 +102,7 @@ func TestValidateWarnsOfAFileWithoutJobs(t *testing.T) {
 }
 
 func TestValidateAcceptsTheExampleConfig(t *testing.T) {
+	t.Parallel()
 	example := filepath.Join("..", "..", "configs", "snip-jobs.example.yaml")
 	r := snip(t, nil, "validate", "--config", example)
 	// The example names the job types of the three production jobs, which are
@@ -157,6 +161,7 @@ func TestValidateAcceptsTheExampleConfig(t *testing.T) {
 }
 
 func TestEveryCommandHasHelpThatNamesItsFlags(t *testing.T) {
+	t.Parallel()
 	for _, cmd := range commands() {
 		fs := flagSet(cmd, &cli{})
 		cmd.flags(fs, &cli{})
@@ -197,6 +202,7 @@ func TestEveryCommandHasHelpThatNamesItsFlags(t *testing.T) {
 }
 
 func TestUnknownCommandsAndFlagsPrintUsageOnStderrAndExit2(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{{}, {"frobnicate"}, {"help", "frobnicate"}} {
 		r := snip(t, nil, args...)
 		if r.code != 2 || r.stdout != "" || !strings.Contains(r.stderr, "Usage:") {
@@ -214,6 +220,7 @@ func TestUnknownCommandsAndFlagsPrintUsageOnStderrAndExit2(t *testing.T) {
 }
 
 func TestVersionPrintsTheModuleAndGoVersions(t *testing.T) {
+	t.Parallel()
 	r := snip(t, nil, "version")
 	if r.code != 0 || !strings.HasPrefix(r.stdout, "snip-jobs ") || !strings.Contains(r.stdout, runtime.Version()) {
 		t.Fatalf("version: exit %d, stdout %q", r.code, r.stdout)
@@ -221,6 +228,7 @@ func TestVersionPrintsTheModuleAndGoVersions(t *testing.T) {
 }
 
 func TestConfigComesFromTheEnvironmentWhenNotGiven(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "from-env.yaml")
 	if err := os.WriteFile(path, []byte("instance: from-env\njobs: []\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -236,6 +244,7 @@ func TestConfigComesFromTheEnvironmentWhenNotGiven(t *testing.T) {
 }
 
 func TestRunWithoutADatabaseURLFailsAndSaysWhere(t *testing.T) {
+	t.Parallel()
 	path := writeConfig(t, config{instance: "no-db", endpoints: []string{"http://127.0.0.1:1"}, adminPort: freePort(t), jobs: pulseJob})
 	r := snip(t, nil, "run", "--config", path)
 	if r.code != 1 || !strings.Contains(r.stderr, "SNIP_JOBS_DATABASE_URL") {
@@ -246,6 +255,7 @@ func TestRunWithoutADatabaseURLFailsAndSaysWhere(t *testing.T) {
 // Each built-in type decodes its own options from the config's node: a bad
 // option of any type is reported at its value's file:line:col, with the job.
 func TestValidateReportsABadOptionOfEveryTypeAtItsLine(t *testing.T) {
+	t.Parallel()
 	cases := []struct{ typ, schedule, option, want string }{
 		{"aggregator", "continuous: true", "batch_size: lots", `options.batch_size must be a whole number, not a string`},
 		{"weeklyreport", `cron: "0 8 * * MON"`, "top: many", `options.top must be a whole number, not a string`},

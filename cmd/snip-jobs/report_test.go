@@ -31,6 +31,7 @@ const reportJobYAML = `
 // report show prints the stored week; report rebuild replaces it from the
 // current counts, fenced by a fresh token, without a second outbox row.
 func TestReportShowAndRebuild(t *testing.T) {
+	t.Parallel()
 	etcd := testenv.StartEtcd(t, 1)
 	url := testenv.PostgresDB(t)
 	path := writeConfig(t, config{instance: "server-1", endpoints: etcd.Endpoints(), adminPort: freePort(t), jobs: reportJobYAML})
@@ -108,6 +109,7 @@ func TestReportShowAndRebuild(t *testing.T) {
 // nothing): its token is a claim token from the database, and it is fenced on
 // the week's slot, the resource the slot's database-mode runs write through.
 func TestReportRebuildInDatabaseModeNeedsNoEtcd(t *testing.T) {
+	t.Parallel()
 	url := testenv.PostgresDB(t)
 	nobody := testenv.Listen(t) // accepts connections, never answers
 	path := writeConfig(t, config{instance: "server-1", endpoints: []string{"http://" + nobody.Addr().String()},

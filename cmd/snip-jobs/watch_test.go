@@ -167,6 +167,7 @@ func TestStatusWatchRedrawsTheTableOnATerminalUntilCtrlC(t *testing.T) {
 }
 
 func TestStatusWatchRefusesJSON(t *testing.T) {
+	t.Parallel()
 	r := snip(t, nil, "status", "--watch", "--json")
 	if r.code != 2 || !strings.Contains(r.stderr, "--watch redraws the table: it does not go with --json") {
 		t.Errorf("status --watch --json: exit %d\n%s", r.code, r.stderr)

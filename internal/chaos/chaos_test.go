@@ -2,8 +2,10 @@ package chaos_test
 
 import (
 	"context"
+	"flag"
 	"os"
 	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/snip/snip-jobs/internal/chaos"
@@ -14,12 +16,25 @@ import (
 // TestMain lets the harness run this test binary again as an etcd member
 // process (chaos.MemberCommand), as cmd/snip-chaos does; the checker's own
 // tests use the shared PostgreSQL of testenv.
+//
+// The runs are clusters of processes that mostly wait (for leases to expire,
+// members to elect, faults to heal): about one core between all of them. They
+// run at once, not GOMAXPROCS at a time, unless -parallel says otherwise.
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == chaos.MemberCommand {
 		os.Exit(chaos.MemberMain(os.Args[2:]))
 	}
+	flag.Parse()
+	parallelGiven := false
+	flag.Visit(func(f *flag.Flag) { parallelGiven = parallelGiven || f.Name == "test.parallel" })
+	if !parallelGiven {
+		_ = flag.Set("test.parallel", strconv.Itoa(runs))
+	}
 	os.Exit(testenv.RunMain(m))
 }
+
+// runs is how many of this package's tests start a cluster.
+const runs = 5
 
 // Three snip-jobs processes on a three-member etcd cluster (each member its
 // own process) and one PostgreSQL, with clicks and custom domains flowing in,
@@ -30,6 +45,7 @@ func TestMain(m *testing.M) {
 // the resources accepted must satisfy every invariant of the checker, and the
 // cluster must recover after each fault.
 func TestEveryFaultKindOnceLeavesEveryInvariantIntact(t *testing.T) {
+	t.Parallel()
 	rep, err := chaos.Run(context.Background(), chaos.Options{
 		Faults:      len(chaos.AllKinds),
 		AwaitReport: true, // the report's check must have one to check
@@ -97,6 +113,7 @@ func TestEveryFaultKindOnceLeavesEveryInvariantIntact(t *testing.T) {
 // violations: a leader cut off from etcd while its database link is slow has
 // a write, sent while its term looked valid, accepted after its successor's.
 func TestTheCheckerCatchesABrokenBuild(t *testing.T) {
+	t.Parallel()
 	rep, err := chaos.Run(context.Background(), chaos.Options{
 		Faults:          12,
 		Kinds:           []chaos.Kind{chaos.PartitionSlowDB},

@@ -19,6 +19,7 @@ import (
 // no stale write accepted, counts exact, one report per week. Without the
 // history (a shallow clone) the test fails and says so.
 func TestARollingUpgradeFromThePreviousReleaseKeepsEveryInvariant(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	commit, err := chaos.PreviousRelease(ctx)
 	if err != nil {

@@ -17,10 +17,12 @@ import (
 // the oldest supported release of each supported line (etcdclient.Minimum,
 // docs/operations.md): every invariant holds.
 func TestTheGuaranteeHoldsOnTheOldestSupportedEtcdOfEachLine(t *testing.T) {
+	t.Parallel()
 	kinds := []chaos.Kind{chaos.KillLeader, chaos.PauseLeader, chaos.EtcdLeaderLoss, chaos.QuorumLoss, chaos.FollowersLoss}
 	for _, m := range etcdclient.Minimum {
 		version := fmt.Sprintf("%d.%d.%d", m[0], m[1], m[2])
 		t.Run("etcd "+version, func(t *testing.T) {
+			t.Parallel()
 			ctx := context.Background()
 			bin, err := chaos.BuildEtcd(ctx, version)
 			if err != nil {

@@ -80,6 +80,7 @@ type Node struct {
 	cancel  context.CancelFunc
 	done    chan struct{}
 	once    sync.Once
+	c       *Cluster
 }
 
 // Option adjusts an instance's configuration.
@@ -98,7 +99,7 @@ func (c *Cluster) Start(name string, reg *scheduler.Registry, jobs []configs.Job
 	for _, o := range opts {
 		o(file, &lc)
 	}
-	n := &Node{Name: name, Metrics: prometheus.NewRegistry(), done: make(chan struct{})}
+	n := &Node{c: c, Name: name, Metrics: prometheus.NewRegistry(), done: make(chan struct{})}
 	if needsEtcd(jobs) {
 		n.cli = c.Etcd.Client(c.T)
 		lc.Client = n.cli
@@ -246,7 +247,13 @@ func (c *Cluster) WaitKeys(what string, cond func() bool) {
 // given label/value pairs, only the series that carry all of them.
 func (n *Node) MetricSum(t *testing.T, name string, labelPairs ...string) float64 {
 	t.Helper()
-	families, err := n.Metrics.Gather()
+	return MetricSum(t, n.Metrics, name, labelPairs...)
+}
+
+// MetricSum is Node.MetricSum on any registry.
+func MetricSum(t *testing.T, reg prometheus.Gatherer, name string, labelPairs ...string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,4 +293,28 @@ func Options(t testing.TB, v any) configs.Options {
 		t.Fatalf("job options: %v", err)
 	}
 	return o
+}
+
+// WaitNodes waits until cond holds, woken by each change in the schedulers
+// (Scheduler.Changed: a term begun or ended, a run started or finished) and
+// the sessions (Session.StatsChanged: a campaign waiting, a lease renewed) of
+// nodes, not by polling.
+func (c *Cluster) WaitNodes(what string, nodes []*Node, cond func() bool) {
+	c.T.Helper()
+	testenv.WaitChange(c.T, what, func() <-chan struct{} {
+		var chans []<-chan struct{}
+		for _, n := range nodes {
+			chans = append(chans, n.Sched.Changed())
+			if n.Session != nil {
+				chans = append(chans, n.Session.StatsChanged())
+			}
+		}
+		return testenv.AnyOf(chans...)
+	}, cond)
+}
+
+// Wait is WaitNodes for this node alone.
+func (n *Node) Wait(what string, cond func() bool) {
+	n.c.T.Helper()
+	n.c.WaitNodes(what, []*Node{n}, cond)
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/scheduler/status"
 )
 
@@ -225,7 +226,7 @@ func devEnds(dev *DevState) map[string]map[int64]string {
 func laneJobs(s Snapshot) ([]string, map[string][]status.TermRecord) {
 	var jobs []string
 	for _, j := range s.Jobs {
-		if j.Mode == status.ModeLeader {
+		if j.Mode == configs.ModeLeader.String() {
 			jobs = append(jobs, j.Name)
 		}
 	}

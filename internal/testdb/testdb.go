@@ -28,7 +28,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
-	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -183,25 +182,26 @@ func roles(ctx context.Context, url string) (owner, runtime string, err error) {
 	return roleURLs(url)
 }
 
-// created remembers the clusters (host:port) whose roles exist: roles belong to
-// the cluster, not to a database.
-var created sync.Map
-
+// createRoles runs the cluster's roles SQL unless both roles exist there.
+// Roles belong to the cluster, not to a database; the cluster itself is
+// asked (a port reused by a new cluster in one test binary has no roles).
+// Two tests creating them at once: the loser's duplicate_object is success.
 func createRoles(ctx context.Context, dbURL, sql string) error {
-	u, err := url.Parse(dbURL)
+	conn, err := pgx.Connect(ctx, dbURL)
 	if err != nil {
 		return err
 	}
-	once, _ := created.LoadOrStore(u.Host, &sync.Once{})
-	var runErr error
-	once.(*sync.Once).Do(func() {
-		runErr = exec(ctx, dbURL, sql)
-		var pe *pgconn.PgError
-		if errors.As(runErr, &pe) && pe.Code == "42710" { // duplicate_object: an earlier binary's cluster
-			runErr = nil
-		}
-	})
-	return runErr
+	var n int
+	err = conn.QueryRow(ctx, `SELECT count(*) FROM pg_roles WHERE rolname = ANY($1)`, []string{OwnerRole, RuntimeRole}).Scan(&n)
+	conn.Close(ctx)
+	if err != nil || n == 2 {
+		return err
+	}
+	err = exec(ctx, dbURL, sql)
+	if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == "42710" { // duplicate_object
+		return nil
+	}
+	return err
 }
 
 // Exec runs sql (several statements allowed) on a connection of its own, as

@@ -66,6 +66,7 @@ func etcdMustGet(t *testing.T, cli *clientv3.Client, key, want string) {
 }
 
 func TestEtcdSingleMember(t *testing.T) {
+	t.Parallel()
 	c := StartEtcd(t, 1)
 	if got := c.LeaderIndex(t); got != 0 {
 		t.Fatalf("LeaderIndex = %d, want 0", got)
@@ -102,6 +103,7 @@ func TestEtcdSingleMember(t *testing.T) {
 }
 
 func TestEtcdLeaderStopAndRestart(t *testing.T) {
+	t.Parallel()
 	c := StartEtcd(t, 3)
 	cli := c.Client(t)
 	if err := etcdPut(cli, 10*time.Second, "before", "1"); err != nil {
@@ -151,6 +153,7 @@ func TestEtcdLeaderStopAndRestart(t *testing.T) {
 }
 
 func TestEtcdNoQuorum(t *testing.T) {
+	t.Parallel()
 	c := StartEtcd(t, 3)
 	cli := c.Client(t, c.Endpoint(2))
 	if err := etcdPut(cli, 10*time.Second, "k", "1"); err != nil {
@@ -174,6 +177,7 @@ func TestEtcdNoQuorum(t *testing.T) {
 }
 
 func TestEtcdProxyBlackhole(t *testing.T) {
+	t.Parallel()
 	c := StartEtcd(t, 1)
 	p := c.Proxy(t, 0)
 	cli := c.Client(t, p.Endpoint())
@@ -206,6 +210,7 @@ func TestEtcdProxyBlackhole(t *testing.T) {
 }
 
 func TestEtcdProxyDelay(t *testing.T) {
+	t.Parallel()
 	c := StartEtcd(t, 1)
 	p := c.Proxy(t, 0)
 	cli := c.Client(t, p.Endpoint())
@@ -231,6 +236,7 @@ func TestEtcdProxyDelay(t *testing.T) {
 }
 
 func TestEtcdProxyToStoppedMember(t *testing.T) {
+	t.Parallel()
 	// A 3-member cluster so that stopping one member leaves a quorum.
 	c := StartEtcd(t, 3)
 	p := c.Proxy(t, 0)
@@ -251,6 +257,7 @@ func TestEtcdProxyToStoppedMember(t *testing.T) {
 }
 
 func TestEtcdKillLeader(t *testing.T) {
+	t.Parallel()
 	c := StartEtcd(t, 3)
 	old := c.LeaderIndex(t)
 	c.Kill(t, old)
@@ -272,6 +279,7 @@ func TestEtcdKillLeader(t *testing.T) {
 // Stopping a member cuts its client streams; a client on all endpoints
 // carries its watch and lease keep-alive over to another member.
 func TestEtcdStopMovesStreams(t *testing.T) {
+	t.Parallel()
 	c := StartEtcd(t, 3)
 	cli := c.Client(t)
 	writer := c.Client(t)

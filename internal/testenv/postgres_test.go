@@ -42,6 +42,7 @@ func pgCount(t testing.TB, conn *pgx.Conn, sql string) int {
 const pgUserTables = `SELECT count(*) FROM pg_tables WHERE schemaname NOT IN ('pg_catalog', 'information_schema')`
 
 func TestPostgresDBIsolated(t *testing.T) {
+	t.Parallel()
 	url1, url2 := PostgresDB(t), PostgresDB(t)
 	if url1 == url2 {
 		t.Fatalf("two PostgresDB calls returned the same database %s", url1)
@@ -70,6 +71,7 @@ func TestPostgresDBIsolated(t *testing.T) {
 }
 
 func TestStartPostgresRestart(t *testing.T) {
+	t.Parallel()
 	p := StartPostgres(t)
 	url := p.CreateDatabase(t)
 	ctx := context.Background()

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"sync"
 	"testing"
 	"time"
 )
@@ -26,4 +27,20 @@ func WaitChange(t testing.TB, what string, changed func() <-chan struct{}, cond 
 			t.Fatalf("waited %v for: %s", Patience, what)
 		}
 	}
+}
+
+// AnyOf returns a channel closed once any of chans is closed.
+func AnyOf(chans ...<-chan struct{}) <-chan struct{} {
+	out := make(chan struct{})
+	var once sync.Once
+	for _, ch := range chans {
+		go func() {
+			select {
+			case <-ch:
+				once.Do(func() { close(out) })
+			case <-out:
+			}
+		}()
+	}
+	return out
 }

@@ -32,6 +32,7 @@ func small() aggregator.Options {
 }
 
 func TestAnEventCommittedAfterHigherIdsIsCountedOnceWhenItCommits(t *testing.T) {
+	t.Parallel()
 	d := newDB(t, testdb.NewDB(t))
 	l := newLedger()
 	now := time.Now()
@@ -75,6 +76,7 @@ func TestAnEventCommittedAfterHigherIdsIsCountedOnceWhenItCommits(t *testing.T) 
 // position's) however often it looks, until an event commits; then it counts
 // it at once.
 func TestAnIdleAggregatorWritesNothingUntilAnEventCommits(t *testing.T) {
+	t.Parallel()
 	d := newDB(t, testdb.NewDB(t))
 	l := newLedger()
 	now := time.Now()
@@ -108,6 +110,7 @@ func TestAnIdleAggregatorWritesNothingUntilAnEventCommits(t *testing.T) {
 }
 
 func TestConcurrentProducersWithInterleavedCommitsAreCountedExactly(t *testing.T) {
+	t.Parallel()
 	d := newDB(t, testdb.NewDB(t))
 	l := newLedger()
 	d.startAggregator(1, small())
@@ -161,6 +164,7 @@ func TestConcurrentProducersWithInterleavedCommitsAreCountedExactly(t *testing.T
 }
 
 func TestBadEventsGoToRejectsWithTheirReasonAndNeverStopTheJob(t *testing.T) {
+	t.Parallel()
 	d := newDB(t, testdb.NewDB(t))
 	l := newLedger()
 	now := time.Now()
@@ -218,6 +222,7 @@ func TestBadEventsGoToRejectsWithTheirReasonAndNeverStopTheJob(t *testing.T) {
 // never counted: the database refuses it, also hidden among valid rows, and
 // refuses any UPDATE of an event. Nothing of a refused statement stays.
 func TestAProducerCannotWriteTheTransactionIDItself(t *testing.T) {
+	t.Parallel()
 	d := newDB(t, testdb.NewDB(t))
 	ctx := context.Background()
 	refused := func(what string, err error) {
@@ -252,6 +257,7 @@ func TestAProducerCannotWriteTheTransactionIDItself(t *testing.T) {
 }
 
 func TestTwoAggregatorsWithDifferentTokensCountOnce(t *testing.T) {
+	t.Parallel()
 	t.Run("the older starts second and is refused before it folds anything", func(t *testing.T) {
 		d := newDB(t, testdb.NewDB(t))
 		l := newLedger()
@@ -317,6 +323,7 @@ func TestTwoAggregatorsWithDifferentTokensCountOnce(t *testing.T) {
 }
 
 func TestALeaderKilledMidBatchLeavesNothingAndItsSuccessorContinues(t *testing.T) {
+	t.Parallel()
 	d := newDB(t, testdb.NewDB(t))
 	l := newLedger()
 	now := time.Now()
@@ -367,6 +374,7 @@ func TestALeaderKilledMidBatchLeavesNothingAndItsSuccessorContinues(t *testing.T
 }
 
 func TestAPausedLeaderThatFinishesItsBatchAfterItsSuccessorStartedCountsOnce(t *testing.T) {
+	t.Parallel()
 	d := newDB(t, testdb.NewDB(t))
 	l := newLedger()
 	now := time.Now()
@@ -413,6 +421,7 @@ func TestAPausedLeaderThatFinishesItsBatchAfterItsSuccessorStartedCountsOnce(t *
 }
 
 func TestPostgresRestartsWhileProducersAndTheAggregatorRun(t *testing.T) {
+	t.Parallel()
 	pg := testenv.StartPostgres(t)
 	d := newDB(t, testdb.NewDBIn(t, pg))
 	l := newLedger()
@@ -510,6 +519,7 @@ func (d *db) stateRetry() state {
 }
 
 func TestTheLoopStopsWhenTheTermEnds(t *testing.T) {
+	t.Parallel()
 	d := newDB(t, testdb.NewDB(t))
 	t.Run("Valid turns false", func(t *testing.T) {
 		a := d.startAggregator(1, small())
@@ -531,6 +541,7 @@ func TestTheLoopStopsWhenTheTermEnds(t *testing.T) {
 }
 
 func TestProcessedEventsAreDeletedOrKeptForTheRetention(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	now := time.Now()
 	count := func(t *testing.T, d *db) int {
@@ -594,6 +605,7 @@ func TestProcessedEventsAreDeletedOrKeptForTheRetention(t *testing.T) {
 }
 
 func TestOptionsAreValidated(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		edit func(*aggregator.Options)
@@ -623,6 +635,7 @@ func TestOptionsAreValidated(t *testing.T) {
 }
 
 func TestTheTypeBuildsOnlyContinuousSingletonsWithValidOptions(t *testing.T) {
+	t.Parallel()
 	typ := aggregator.Type()
 	if typ.Name != "aggregator" {
 		t.Errorf("Name = %q", typ.Name)

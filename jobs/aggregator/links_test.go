@@ -23,6 +23,7 @@ import (
 // went by: only where each event went shows whether one was counted and
 // rejected while another was neither.
 func TestALinkDeletedAndAnotherCreatedDuringTheFoldLeaveEveryEventCountedOrRejectedOnce(t *testing.T) {
+	t.Parallel()
 	d := newDB(t, testdb.NewDB(t))
 	ctx := context.Background()
 	const linkA, linkB, linkC = 7, links + 100, 3

@@ -15,6 +15,7 @@ import (
 // ends of the primary key, never by reading click_events (an EXISTS on
 // `txid >= x` read the whole table, 0.6 s for 2 M events, to find nothing).
 func TestTheLookForWorkNeverScansTheEvents(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	url := testdb.URL(t)
 	conn, err := pgx.Connect(ctx, url)

@@ -28,6 +28,7 @@ import (
 // processed before the dump (restored counts), those not yet processed at the
 // dump, and those the new cluster took while the job refused.
 func TestAfterAPgDumpRestoreIntoANewClusterBatchesAreRefusedUntilTheReset(t *testing.T) {
+	t.Parallel()
 	d, l, restoredMax := restoredFromAhead(t)
 	restored := d.state()
 	now := time.Now()
@@ -95,6 +96,7 @@ func TestAfterAPgDumpRestoreIntoANewClusterBatchesAreRefusedUntilTheReset(t *tes
 // that events numbered after the position look processed in it: it refuses,
 // and the reset lets every event be counted exactly once.
 func TestARestoredPositionNoBatchSawBeforeTheIdsOvertookItIsStillRefused(t *testing.T) {
+	t.Parallel()
 	d, l, restoredMax := restoredFromAhead(t)
 	restored := d.state()
 	now := time.Now()
@@ -131,6 +133,7 @@ func TestARestoredPositionNoBatchSawBeforeTheIdsOvertookItIsStillRefused(t *test
 // the position that looks processed in it, records the new cluster, says so
 // at INFO, and goes on counting.
 func TestAnotherClusterWithTheSameNumberingCarriesOn(t *testing.T) {
+	t.Parallel()
 	d := newDB(t, testdb.NewDB(t))
 	l := newLedger()
 	now := time.Now()
@@ -166,6 +169,7 @@ func TestAnotherClusterWithTheSameNumberingCarriesOn(t *testing.T) {
 // revoked, as some managed services do): the job counts as ever, warns once
 // that the guard needing it is off, and records no cluster.
 func TestADatabaseThatHidesItsClusterStillCountsAndSaysTheGuardIsOff(t *testing.T) {
+	t.Parallel()
 	d := newDB(t, testdb.NewDB(t))
 	testenv.Exec(t, d.obs, `CREATE ROLE aggregator_job LOGIN;
 		GRANT ALL ON ALL TABLES IN SCHEMA public TO aggregator_job;

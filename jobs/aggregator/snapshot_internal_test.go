@@ -7,6 +7,7 @@ import (
 )
 
 func TestSnapshotTextRoundTripsAndSaysWhatIsVisible(t *testing.T) {
+	t.Parallel()
 	s, err := parseSnapshot("10:20:15,12")
 	if err != nil {
 		t.Fatal(err)
@@ -30,6 +31,7 @@ func TestSnapshotTextRoundTripsAndSaysWhatIsVisible(t *testing.T) {
 }
 
 func TestATargetMustIncludeEverythingThePreviousSnapshotDid(t *testing.T) {
+	t.Parallel()
 	mustParse := func(s string) snapshot {
 		sn, err := parseSnapshot(s)
 		if err != nil {
@@ -55,6 +57,7 @@ func TestATargetMustIncludeEverythingThePreviousSnapshotDid(t *testing.T) {
 }
 
 func TestTheSpanFollowsTheDensityOfEvents(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		span uint64

@@ -81,13 +81,35 @@ type caOptions struct {
 	asyncChall  bool   // leave Pebble's challenge answers as they are, with Retry-After: 1
 }
 
+// pebbleEnv serialises the CAs' construction: Pebble reads its settings from
+// the process's environment in va.New and wfe.New (only there), and tests
+// that run in parallel want different ones.
+var pebbleEnv sync.Mutex
+
+// withPebbleEnv runs f with env set ("" unsets) and puts the environment back.
+func withPebbleEnv(env map[string]string, f func()) {
+	pebbleEnv.Lock()
+	defer pebbleEnv.Unlock()
+	for k, v := range env {
+		old, had := os.LookupEnv(k)
+		if v == "" {
+			os.Unsetenv(k)
+		} else {
+			os.Setenv(k, v)
+		}
+		defer func() {
+			if had {
+				os.Setenv(k, old)
+			} else {
+				os.Unsetenv(k)
+			}
+		}()
+	}
+	f()
+}
+
 func newTestCA(t testing.TB, o caOptions) *testCA {
 	t.Helper()
-	t.Setenv("PEBBLE_VA_NOSLEEP", "1")
-	t.Setenv("PEBBLE_AUTHZREUSE", "0") // every order proves control again: the challenge path is always exercised
-	if o.nonceReject != "" {
-		t.Setenv("PEBBLE_WFE_NONCEREJECT", o.nonceReject)
-	}
 	quiet := log.New(io.Discard, "", 0)
 
 	dnsAddr := freeAddr(t)
@@ -111,8 +133,17 @@ func newTestCA(t testing.TB, o caOptions) *testCA {
 	}
 	store := db.NewMemoryStore()
 	authority := ca.New(quiet, store, "", "ecdsa", 0, 1, profiles)
-	validator := va.New(quiet, front.port(), 0, false, dnsAddr, store)
-	fe := wfe.New(quiet, store, validator, authority, []string{"pebble.letsencrypt.org"}, false, false, 0, 0)
+	env := map[string]string{
+		"PEBBLE_VA_NOSLEEP":      "1",
+		"PEBBLE_AUTHZREUSE":      "0", // every order proves control again: the challenge path is always exercised
+		"PEBBLE_WFE_NONCEREJECT": o.nonceReject,
+	}
+	var validator *va.VAImpl
+	var fe wfe.WebFrontEndImpl
+	withPebbleEnv(env, func() {
+		validator = va.New(quiet, front.port(), 0, false, dnsAddr, store)
+		fe = wfe.New(quiet, store, validator, authority, []string{"pebble.letsencrypt.org"}, false, false, 0, 0)
+	})
 
 	c := &testCA{t: t, db: store, ca: authority, acme: fe.Handler(), front: front, syncChallenges: !o.asyncChall}
 	c.server = httptest.NewTLSServer(http.HandlerFunc(c.serve))

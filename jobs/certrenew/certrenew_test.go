@@ -28,6 +28,7 @@ import (
 // from the shared table; the account is registered once and reused by the
 // next leader.
 func TestFirstIssuanceAnsweredByOtherInstances(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, clusterOptions{})
 	domains := []string{"shop.customer-one.test", "www.customer-two.test", "links.customer-three.test"}
 	c.addDomains("active", domains...)
@@ -88,6 +89,7 @@ func TestFirstIssuanceAnsweredByOtherInstances(t *testing.T) {
 // "replaces" with the certificate's ARI CertID, and the CA does not answer
 // 409: an ARI renewal, exempt from rate limits.
 func TestRenewalInsideTheARIWindowSendsReplaces(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, clusterOptions{})
 	const d = "renew.customer.test"
 	c.addDomains("active", d)
@@ -139,6 +141,7 @@ func TestRenewalInsideTheARIWindowSendsReplaces(t *testing.T) {
 // the CA's window, each renewal naming its predecessor and happening before
 // the predecessor expires.
 func TestShortLivedCertificatesRenewInRealTime(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, clusterOptions{
 		ca:      caOptions{profiles: map[string]ca.Profile{"shortlived": {Description: "12 s", ValidityPeriod: 12}}},
 		options: func(o *certrenew.Options) { o.Profile = "shortlived" },
@@ -198,6 +201,7 @@ func TestShortLivedCertificatesRenewInRealTime(t *testing.T) {
 // A rate limit's Retry-After is honoured: no order for the domain until it
 // has passed; the other domains are issued meanwhile.
 func TestRateLimitRetryAfterIsHonoured(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, clusterOptions{})
 	const limited, other = "limited.customer.test", "other.customer.test"
 	c.addDomains("active", limited, other)
@@ -246,6 +250,7 @@ func TestRateLimitRetryAfterIsHonoured(t *testing.T) {
 // A 503 pauses the whole renewer, not just the domain: no order is asked
 // for until the pause ends, by this leader or the next.
 func TestUnavailableCAPausesTheWholeRenewer(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, clusterOptions{options: func(o *certrenew.Options) { o.Concurrency = 1 }})
 	domains := []string{"one.customer.test", "two.customer.test", "three.customer.test"}
 	c.addDomains("active", domains...)
@@ -290,6 +295,7 @@ func TestUnavailableCAPausesTheWholeRenewer(t *testing.T) {
 // resuming orders nothing), and stores one current certificate. The CA sees
 // one order.
 func TestAPendingOrderOfAKilledLeaderIsCompletedByTheSuccessorWithoutOrderingAgain(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, clusterOptions{options: func(o *certrenew.Options) { o.LockDelay = time.Hour }})
 	const d = "killed.customer.test"
 	c.addDomains("active", d)
@@ -322,6 +328,7 @@ func TestAPendingOrderOfAKilledLeaderIsCompletedByTheSuccessorWithoutOrderingAga
 // (if anywhere). It waits the lock-delay after the dead term was last seen,
 // orders again with the same key, and stores one current certificate.
 func TestAnOrderThatNeverReachedTheCAIsOrderedAgainAfterTheLockDelay(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, clusterOptions{})
 	const d = "killed.customer.test"
 	c.addDomains("active", d)
@@ -360,6 +367,7 @@ func TestAnOrderThatNeverReachedTheCAIsOrderedAgainAfterTheLockDelay(t *testing.
 // until order_timeout (an hour here) whatever the context says. The order is
 // left in flight and the successor completes it.
 func TestTermEndingWhileTheCAProcessesStopsThePassAtOnce(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, clusterOptions{options: func(o *certrenew.Options) { o.OrderTimeout = time.Hour }})
 	const d = "processing.customer.test"
 	c.addDomains("active", d)
@@ -464,6 +472,7 @@ func killRenewalAfterIssuance(t *testing.T, c *cluster, d string) *certrenew.Cer
 // certificate it issued and stores it: no second order, and the renewal
 // still counts as an ARI renewal.
 func TestSuccessorOfAKilledRenewalStoresTheIssuedCertificateInsteadOfOrderingAgain(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, clusterOptions{})
 	const d = "recovered.customer.test"
 	old := killRenewalAfterIssuance(t, c, d)
@@ -500,6 +509,7 @@ func TestSuccessorOfAKilledRenewalStoresTheIssuedCertificateInsteadOfOrderingAga
 // nothing, so the successor does it at once, without waiting for the
 // lock-delay (an hour here) that holds back its own orders.
 func TestTheSuccessorStoresAnIssuedCertificateWithoutWaitingForTheLockDelay(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, clusterOptions{options: func(o *certrenew.Options) { o.LockDelay = time.Hour }})
 	const d = "recovered-at-once.customer.test"
 	killRenewalAfterIssuance(t, c, d)
@@ -529,6 +539,7 @@ func TestTheSuccessorStoresAnIssuedCertificateWithoutWaitingForTheLockDelay(t *t
 // is no longer pending), and its pass ends without a write: one order, one
 // finalize, one certificate.
 func TestAPausedLeadersPendingOrderIsFinishedByTheSuccessorAndItsLateChallengeRefused(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, clusterOptions{
 		ca:      caOptions{nonceReject: "0"},
 		options: func(o *certrenew.Options) { o.LockDelay = time.Hour },
@@ -568,6 +579,7 @@ func TestAPausedLeadersPendingOrderIsFinishedByTheSuccessorAndItsLateChallengeRe
 // successor finds the order pending and finishes it instead of ordering a
 // second time.
 func TestAnOrderLearntOfDuringTheLockDelayIsFinishedNotOrderedAgain(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, clusterOptions{
 		ca:      caOptions{nonceReject: "0"},
 		options: func(o *certrenew.Options) { o.LockDelay = time.Second },
@@ -628,6 +640,7 @@ func TestAnOrderLearntOfDuringTheLockDelayIsFinishedNotOrderedAgain(t *testing.T
 // the paused leader's own finalize, arriving later, is refused: one
 // certificate, whichever way the two interleave.
 func TestASuccessorFinishesAReadyOrderAtOnceAndThePausedLeadersFinalizeIsRefused(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, clusterOptions{
 		ca:      caOptions{nonceReject: "0"}, // one finalize each, no retries
 		options: func(o *certrenew.Options) { o.LockDelay = time.Hour },
@@ -678,6 +691,7 @@ func TestASuccessorFinishesAReadyOrderAtOnceAndThePausedLeadersFinalizeIsRefused
 // alreadyReplaced, which lego answers by ordering again without "replaces":
 // the renewer sees it, counts it and records it.
 func TestSuccessorOfAKilledRenewalCountsTheSilentReorder(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, clusterOptions{})
 	const d = "reorder.customer.test"
 	killRenewalAfterIssuance(t, c, d)
@@ -717,6 +731,7 @@ func TestSuccessorOfAKilledRenewalCountsTheSilentReorder(t *testing.T) {
 // refused by the fence. The lock-delay is off here, so only the fence
 // stands between the two.
 func TestPausedLeaderStoreIsRefusedByTheFence(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, clusterOptions{options: func(o *certrenew.Options) { o.LockDelay = 0 }})
 	const d = "paused.customer.test"
 	c.addDomains("active", d)
@@ -752,6 +767,7 @@ func TestPausedLeaderStoreIsRefusedByTheFence(t *testing.T) {
 // before lego saw it; the successor fetches that certificate, checks it
 // against the order's key, and stores it — without ordering again.
 func TestACertificateIssuedToATermThatCannotStoreItIsStoredByTheNextWithoutOrderingAgain(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, clusterOptions{options: func(o *certrenew.Options) { o.LockDelay = 0 }})
 	const d = "issued-then-paused.customer.test"
 	c.addDomains("active", d)
@@ -800,6 +816,7 @@ func TestACertificateIssuedToATermThatCannotStoreItIsStoredByTheNextWithoutOrder
 // call with an error. The renewer fetches the certificate again, in the same
 // pass, instead of failing the order and ordering a second one later.
 func TestAnIssuedCertificateWhoseDownloadFailedIsFetchedAgainNotOrderedAgain(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, clusterOptions{})
 	const d = "download-failed.customer.test"
 	c.addDomains("active", d)
@@ -840,6 +857,7 @@ func TestAnIssuedCertificateWhoseDownloadFailedIsFetchedAgainNotOrderedAgain(t *
 // valid ones (an internationalised one among them) are issued in the same
 // pass.
 func TestInvalidDomainsAreReportedWhileValidOnesAreIssued(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, clusterOptions{})
 	valid := map[string]string{
 		"good.customer.test":   "good.customer.test",
@@ -897,6 +915,7 @@ func TestInvalidDomainsAreReportedWhileValidOnesAreIssued(t *testing.T) {
 // forever: a top-level domain that is not public, a registry's suffix, more
 // labels than Let's Encrypt allows. A name under a public TLD is issued.
 func TestNamesAPublicCARefusesArePolicyInvalidWhenRequired(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, clusterOptions{options: func(o *certrenew.Options) { o.RequirePublicTLD = true }})
 	invalid := map[string]string{
 		"shop.customer.test":            certrenew.InvalidNotPublic,
@@ -945,6 +964,7 @@ var longName = func() string {
 // The order budget counts orders of every term in PostgreSQL: a new leader
 // does not get a fresh budget.
 func TestOrderBudgetHoldsAcrossLeaders(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, clusterOptions{options: func(o *certrenew.Options) { o.OrderBudget = 2; o.Concurrency = 1 }})
 	domains := []string{"b1.customer.test", "b2.customer.test", "b3.customer.test"}
 	c.addDomains("active", domains...)
@@ -969,6 +989,7 @@ func TestOrderBudgetHoldsAcrossLeaders(t *testing.T) {
 // A term that hands over (the scheduler stops the job while the term is
 // still good: resign, shutdown) leaves no lock-delay behind.
 func TestHandedOverTermLeavesNoLockDelay(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, clusterOptions{options: func(o *certrenew.Options) { o.LockDelay = time.Hour }})
 	const d = "handover.customer.test"
 	c.addDomains("active", d)
@@ -994,6 +1015,7 @@ func TestHandedOverTermLeavesNoLockDelay(t *testing.T) {
 // Rotation: with the new key first and the old one second, a pass re-seals
 // every stored key; then the old key can go.
 func TestKeyRotationReseals(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, clusterOptions{})
 	const d = "rotate.customer.test"
 	c.addDomains("active", d)
@@ -1031,6 +1053,7 @@ func TestKeyRotationReseals(t *testing.T) {
 // A domain whose orders fail backs off (1 m, then 10 m, ...) without
 // holding back the others.
 func TestFailingDomainBacksOffWithoutStoppingOthers(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, clusterOptions{})
 	const blocked, fine = "blocked.customer.test", "fine.customer.test"
 	c.addDomains("active", blocked, fine)
@@ -1077,6 +1100,7 @@ func TestFailingDomainBacksOffWithoutStoppingOthers(t *testing.T) {
 // is not backing off, or for an invalid name, records nothing. List shows
 // each domain's state as the renewer sees it.
 func TestAnOperatorsRetryRequestEndsTheBackOffAtTheNextPass(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, clusterOptions{})
 	const blocked, fine = "blocked.customer.test", "fine.customer.test"
 	c.addDomains("active", blocked, fine, "bad name.customer.test")
@@ -1153,6 +1177,7 @@ func TestAnOperatorsRetryRequestEndsTheBackOffAtTheNextPass(t *testing.T) {
 // the leader's next pass, as an ARI renewal of it; nothing before that pass,
 // and a name without a certificate is refused without a request.
 func TestAnOperatorsRenewalRequestRenewsAValidCertificateAtTheNextPass(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, clusterOptions{})
 	const d = "renew.customer.test"
 	c.addDomains("active", d)
@@ -1192,6 +1217,7 @@ func TestAnOperatorsRenewalRequestRenewsAValidCertificateAtTheNextPass(t *testin
 
 // No more than concurrency orders are in flight at once, and that many are.
 func TestConcurrencyIsBounded(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, clusterOptions{options: func(o *certrenew.Options) { o.Concurrency = 2 }})
 	var domains []string
 	for i := range 8 {

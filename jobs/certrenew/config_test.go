@@ -12,6 +12,7 @@ import (
 
 // The options as an operator writes them, through the real config loader.
 func TestOptionsFromTheConfigFile(t *testing.T) {
+	t.Parallel()
 	reg, err := scheduler.NewRegistry(certrenew.Type())
 	if err != nil {
 		t.Fatal(err)
@@ -81,6 +82,7 @@ jobs:
 // An entry without a schedule renews hourly, jittered (issue: "default
 // hourly, jittered").
 func TestTheRenewerRunsHourlyByDefault(t *testing.T) {
+	t.Parallel()
 	reg, err := scheduler.NewRegistry(certrenew.Type())
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 )
 
 func TestNormalizeDomainAcceptsHostNamesInTheirASCIIForm(t *testing.T) {
+	t.Parallel()
 	for raw, want := range map[string]string{
 		"shop.example.com":                   "shop.example.com",
 		"Shop.Example.COM":                   "shop.example.com",
@@ -39,6 +40,7 @@ func TestNormalizeDomainAcceptsHostNamesInTheirASCIIForm(t *testing.T) {
 // Public CAs issue only under a top-level domain in the ICANN section of the
 // Public Suffix List; a private suffix ("github.io") sits under one (".io").
 func TestCheckPublicTLDAcceptsOnlyICANNTopLevelDomains(t *testing.T) {
+	t.Parallel()
 	for name, public := range map[string]bool{
 		"shop.example.com":      true,
 		"links.shop.co.uk":      true,
@@ -67,6 +69,7 @@ func TestCheckPublicTLDAcceptsOnlyICANNTopLevelDomains(t *testing.T) {
 }
 
 func TestNormalizeDomainRefusesWithAReason(t *testing.T) {
+	t.Parallel()
 	for raw, code := range map[string]string{
 		"":                                       certrenew.InvalidEmpty,
 		"my shop.example.com":                    certrenew.InvalidWhitespace,

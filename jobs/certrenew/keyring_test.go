@@ -14,6 +14,7 @@ import (
 )
 
 func TestKeyringOpensWhatItSealedAndNothingElse(t *testing.T) {
+	t.Parallel()
 	k1, k2 := newKey(t), newKey(t)
 	ring := mustRing(t, k1)
 	blob := ring.Seal([]byte("private key"), "shop.example.com")
@@ -47,6 +48,7 @@ func TestKeyringOpensWhatItSealedAndNothingElse(t *testing.T) {
 }
 
 func TestKeyringNeverShowsItsKeys(t *testing.T) {
+	t.Parallel()
 	key := newKey(t)
 	ring := mustRing(t, key)
 	var logs bytes.Buffer
@@ -105,6 +107,7 @@ func mustRing(t *testing.T, keys ...string) *certrenew.Keyring {
 }
 
 func TestOptionsDefaultsAndValidation(t *testing.T) {
+	t.Parallel()
 	o := certrenew.DefaultOptions()
 	o.KeyFile = "/etc/snip/certrenew.key"
 	if err := o.Validate(); err != nil {
@@ -139,6 +142,7 @@ func TestOptionsDefaultsAndValidation(t *testing.T) {
 }
 
 func TestBackoffAndFallbackRenewal(t *testing.T) {
+	t.Parallel()
 	for failures, want := range map[int]time.Duration{0: 0, 1: time.Minute, 2: 10 * time.Minute, 3: 100 * time.Minute, 4: 24 * time.Hour, 9: 24 * time.Hour} {
 		if got := certrenew.Backoff(failures); got != want {
 			t.Errorf("Backoff(%d) = %v, want %v", failures, got, want)

@@ -8,6 +8,7 @@ import (
 // A pause only grows: a shorter one asked for later (another worker's rate
 // limit) keeps the longer one and its reason.
 func TestAPauseIsExtendedNeverShortened(t *testing.T) {
+	t.Parallel()
 	var c caPause
 	if d, _ := c.left(); d != 0 {
 		t.Fatalf("a new pause lasts %v", d)
@@ -26,6 +27,7 @@ func TestAPauseIsExtendedNeverShortened(t *testing.T) {
 
 // The budget latch names one first worker to find the budget spent.
 func TestTheBudgetIsFoundSpentOnce(t *testing.T) {
+	t.Parallel()
 	var b budgetLatch
 	if b.spent() {
 		t.Fatal("spent before anyone found it so")

@@ -46,6 +46,7 @@ func schedulerCluster(t *testing.T) (*jobtest.Cluster, *testCA, certrenew.Option
 // new_domain_check and runs a pass when it finds one. A domain that cannot be
 // certified (an invalid name) does not keep waking it.
 func TestANewDomainIsCertifiedWithoutWaitingForTheNextInterval(t *testing.T) {
+	t.Parallel()
 	jc, _, opts := schedulerCluster(t)
 	opts.NewDomainCheck = 100 * time.Millisecond
 	job := configs.Job{Name: jobName, Type: "certrenew", Singleton: true, Grace: 2 * time.Second,
@@ -78,6 +79,7 @@ func TestANewDomainIsCertifiedWithoutWaitingForTheNextInterval(t *testing.T) {
 // domain is ordered again within new_domain_check, not at the next interval,
 // and the handled request does not wake it again.
 func TestARetryRequestWakesTheLeader(t *testing.T) {
+	t.Parallel()
 	jc, ca, opts := schedulerCluster(t)
 	opts.NewDomainCheck = 100 * time.Millisecond
 	const blocked = "blocked.customer.test"
@@ -118,6 +120,7 @@ func TestARetryRequestWakesTheLeader(t *testing.T) {
 // after the lease expired) waits the lock-delay after the crashed term was
 // last seen, orders again and stores exactly one certificate.
 func TestUnderTheSchedulerALostOrderIsPlacedAgainAfterTheLockDelay(t *testing.T) {
+	t.Parallel()
 	jc, ca, opts := schedulerCluster(t)
 	opts.OrderTimeout = 3 * time.Second
 	opts.LockDelay = 3 * time.Second // > 4/3 × the 2 s TTL

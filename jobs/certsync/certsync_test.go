@@ -83,6 +83,7 @@ func markerExists(dir string) bool {
 }
 
 func TestTheReloadCommandRunsOnceAfterEachBatchAndAFailedOneIsRetriedUntilItSucceeds(t *testing.T) {
+	t.Parallel()
 	r := certtest.Start(t, nil)
 	want := issue(t, r, "a.test", "b.test", "c.test")
 	dir := filepath.Join(t.TempDir(), "certs")
@@ -137,6 +138,7 @@ func TestTheReloadCommandRunsOnceAfterEachBatchAndAFailedOneIsRetriedUntilItSucc
 }
 
 func TestAReloadOwedWhenTheJobStopsRunsAtItsNextStartThoughNoFileChanges(t *testing.T) {
+	t.Parallel()
 	r := certtest.Start(t, nil)
 	want := issue(t, r, "shop.test")
 	dir := filepath.Join(t.TempDir(), "certs")
@@ -162,6 +164,7 @@ func TestAReloadOwedWhenTheJobStopsRunsAtItsNextStartThoughNoFileChanges(t *test
 }
 
 func TestAReloadCommandThatHangsIsKilledAtItsTimeout(t *testing.T) {
+	t.Parallel()
 	r := certtest.Start(t, nil)
 	issue(t, r, "shop.test")
 	s := startSyncer(t, r, func(o *certsync.Options) {
@@ -174,6 +177,7 @@ func TestAReloadCommandThatHangsIsKilledAtItsTimeout(t *testing.T) {
 }
 
 func TestADirectoryThatCannotBeCreatedIsAnErrorNamingItAndNothingIsWrittenUntilItCan(t *testing.T) {
+	t.Parallel()
 	r := certtest.Start(t, nil)
 	want := issue(t, r, "shop.test", "blog.test")
 	base := t.TempDir()
@@ -204,6 +208,7 @@ func TestADirectoryThatCannotBeCreatedIsAnErrorNamingItAndNothingIsWrittenUntilI
 }
 
 func TestAFileThatCannotBeReplacedIsAnErrorNamingItAndLeavesNoTemporaryFile(t *testing.T) {
+	t.Parallel()
 	r := certtest.Start(t, nil)
 	want := issue(t, r, "shop.test", "blog.test")
 	dir := filepath.Join(t.TempDir(), "certs")
@@ -239,6 +244,7 @@ func TestAFileThatCannotBeReplacedIsAnErrorNamingItAndLeavesNoTemporaryFile(t *t
 }
 
 func TestANameThatIsNotASafeFileNameIsLoggedAndSkipped(t *testing.T) {
+	t.Parallel()
 	r := certtest.Start(t, nil)
 	want := issue(t, r, "shop.test")
 	// Rows the renewer would never store (it normalizes names), each a
@@ -279,6 +285,7 @@ func TestANameThatIsNotASafeFileNameIsLoggedAndSkipped(t *testing.T) {
 }
 
 func TestAJobThatCannotOpenTheKeysRemovesNoFileThatPostgreSQLStillHolds(t *testing.T) {
+	t.Parallel()
 	r := certtest.Start(t, nil)
 	want := issue(t, r, "shop.test", "blog.test")
 	dir := filepath.Join(t.TempDir(), "certs")

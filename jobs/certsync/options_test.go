@@ -24,6 +24,7 @@ func registry(t *testing.T) *scheduler.Registry {
 }
 
 func TestBadOptionsAreReportedAtValidateTimeWithTheirFileAndLine(t *testing.T) {
+	t.Parallel()
 	_, err := configs.Parse("snip-jobs.yaml", []byte(`instance: server-1
 jobs:
   - name: cert-files
@@ -66,6 +67,7 @@ jobs:
 }
 
 func TestACertsyncJobMustRunOnEveryServerContinuously(t *testing.T) {
+	t.Parallel()
 	opts := certsync.DefaultOptions()
 	opts.Dir, opts.KeyFile = "/var/lib/snip-certs", "/etc/snip-jobs/certificate-keys"
 	for _, c := range []struct {
@@ -88,6 +90,7 @@ func TestACertsyncJobMustRunOnEveryServerContinuously(t *testing.T) {
 // The example config documents every option of the type, in an entry that
 // validates.
 func TestTheExampleConfigDocumentsEveryOption(t *testing.T) {
+	t.Parallel()
 	b, err := os.ReadFile(filepath.Join("..", "..", "configs", "snip-jobs.example.yaml"))
 	if err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 // requests to another instance's challenge listener; port 443 serves, by
 // SNI, the files a certsync job keeps in sync.
 func TestNginxServesTheSyncedCertificatesBySNIAndARenewalWithoutRestartOrReload(t *testing.T) {
+	t.Parallel()
 	r := certtest.Start(t, nil)
 	base := openDir(t)
 	dir := filepath.Join(base, "certs") // certsync creates it

@@ -12,6 +12,7 @@ import (
 // An entry without a schedule reports on Mondays at 08:00 in its time zone,
 // and catches up every Monday missed within two weeks.
 func TestTheReportRunsOnMondayAtEightByDefault(t *testing.T) {
+	t.Parallel()
 	reg, err := scheduler.NewRegistry(weeklyreport.Type())
 	if err != nil {
 		t.Fatal(err)

@@ -82,6 +82,7 @@ func steadyZone(t *testing.T, now time.Time) *time.Location {
 // very slot over with its newer token, and its run of it stores the one
 // report; later slots of the same week store nothing more.
 func TestLeaderKilledAtTheSlotGivesOneReportWrittenByTheSuccessor(t *testing.T) {
+	t.Parallel()
 	c := jobtest.NewCluster(t)
 	type entry struct {
 		slot  time.Time
@@ -157,6 +158,7 @@ func TestLeaderKilledAtTheSlotGivesOneReportWrittenByTheSuccessor(t *testing.T) 
 // row. (The week's primary key alone would keep the report single: the claims
 // are what keep the runs single.)
 func TestThreeInstancesInDatabaseModeStoreOneReport(t *testing.T) {
+	t.Parallel()
 	c := jobtest.NewCluster(t)
 	var mu sync.Mutex
 	ran := map[time.Time][]string{} // slot (UTC) -> the instances that ran it
@@ -213,6 +215,7 @@ func TestThreeInstancesInDatabaseModeStoreOneReport(t *testing.T) {
 // Two Mondays passed while nobody ran the job. With catch_up: all both weeks
 // get their report; with latest only the last one does.
 func TestMissedWeeksAreCaughtUpByPolicy(t *testing.T) {
+	t.Parallel()
 	week := 7 * 24 * time.Hour // jobtest.Grid(week) fires on Mondays 00:00 UTC
 	lastMonday := jobtest.Grid(week).Next(time.Now().Add(-week))
 	for _, tc := range []struct {

@@ -67,6 +67,7 @@ func (d *db) slotResources() map[string]string {
 // of that slot wrote, with no etcd: a claimer of the slot older than the
 // rebuild is refused, and a claim of the slot taken after it is not.
 func TestRebuildInDatabaseModeIsOrderedWithTheWeeksSlot(t *testing.T) {
+	t.Parallel()
 	d := newDB(t)
 	ctx := context.Background()
 	week := 7 * 24 * time.Hour // jobtest.Grid(week) fires on Mondays 00:00 UTC
@@ -162,6 +163,7 @@ func TestRebuildInDatabaseModeIsOrderedWithTheWeeksSlot(t *testing.T) {
 // takes a new term, newer than the rebuild, and carries on. The rebuilt report
 // stays as it is.
 func TestAfterARebuildInLeaderModeTheLeaderTakesANewTermAndCarriesOn(t *testing.T) {
+	t.Parallel()
 	c := jobtest.NewCluster(t)
 	job := reportJob(time.Second, steadyZone(t, time.Now()), configs.Leader, configs.Latest)
 	c.Start("server-1", jobtest.Registry(t, weeklyreport.Type()), []configs.Job{job})

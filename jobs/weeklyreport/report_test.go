@@ -42,6 +42,7 @@ func seedNormalWeek(d *db, paris *time.Location) {
 }
 
 func TestReportOfANormalWeek(t *testing.T) {
+	t.Parallel()
 	d := newDB(t)
 	paris := mustLoad(t, "Europe/Paris")
 	seedNormalWeek(d, paris)
@@ -122,6 +123,7 @@ func TestReportOfANormalWeek(t *testing.T) {
 }
 
 func TestTheSlotDecidesTheWeek(t *testing.T) {
+	t.Parallel()
 	d := newDB(t)
 	paris := mustLoad(t, "Europe/Paris")
 	j := newJob(t, "Europe/Paris", nil)
@@ -173,6 +175,7 @@ type dstCase struct {
 }
 
 func TestDaysAndWeekBoundariesAcrossDSTChanges(t *testing.T) {
+	t.Parallel()
 	type click = struct {
 		hour   string
 		n      int64
@@ -331,6 +334,7 @@ func TestDaysAndWeekBoundariesAcrossDSTChanges(t *testing.T) {
 }
 
 func TestAWeekWithNoClicksGivesAnEmptyReport(t *testing.T) {
+	t.Parallel()
 	d := newDB(t)
 	paris := mustLoad(t, "Europe/Paris")
 	d.links(map[int64]string{1: "alpha"})
@@ -398,6 +402,7 @@ Grew fastest against 2026-W46 (links with at least 10 clicks then)
 }
 
 func TestTimeZonesWithoutWholeHourOffsetsAreRefused(t *testing.T) {
+	t.Parallel()
 	for zone, offset := range map[string]string{
 		"Asia/Kolkata":        "+05:30",
 		"Asia/Kathmandu":      "+05:45",
@@ -424,6 +429,7 @@ func TestTimeZonesWithoutWholeHourOffsetsAreRefused(t *testing.T) {
 }
 
 func TestAWeekWhenTheZoneHadAHalfHourOffsetIsRefusedWhenBuilt(t *testing.T) {
+	t.Parallel()
 	d := newDB(t)
 	caracas := mustLoad(t, "America/Caracas") // UTC-04:30 from December 2007 to May 2016
 	j := newJob(t, "America/Caracas", nil)
@@ -441,6 +447,7 @@ func TestAWeekWhenTheZoneHadAHalfHourOffsetIsRefusedWhenBuilt(t *testing.T) {
 }
 
 func TestNewRefusesAJobThatCannotWork(t *testing.T) {
+	t.Parallel()
 	paris := mustLoad(t, "Europe/Paris")
 	weekly := func(change func(*configs.Job)) configs.Job {
 		j := configs.Job{
@@ -469,6 +476,7 @@ func TestNewRefusesAJobThatCannotWork(t *testing.T) {
 }
 
 func TestOptions(t *testing.T) {
+	t.Parallel()
 	typ := weeklyreport.Type()
 	if typ.Name != "weeklyreport" {
 		t.Errorf("type name %q", typ.Name)

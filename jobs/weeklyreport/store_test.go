@@ -16,6 +16,7 @@ import (
 )
 
 func TestAStaleTokenIsRefusedAndLeavesTheStoredReportUntouched(t *testing.T) {
+	t.Parallel()
 	d := newDB(t)
 	paris := mustLoad(t, "Europe/Paris")
 	seedNormalWeek(d, paris)
@@ -55,6 +56,7 @@ func TestAStaleTokenIsRefusedAndLeavesTheStoredReportUntouched(t *testing.T) {
 }
 
 func TestRunningAWeekAgainStoresNoSecondReport(t *testing.T) {
+	t.Parallel()
 	d := newDB(t)
 	paris := mustLoad(t, "Europe/Paris")
 	seedNormalWeek(d, paris)
@@ -117,6 +119,7 @@ func TestRunningAWeekAgainStoresNoSecondReport(t *testing.T) {
 }
 
 func TestRebuildReplacesTheReportWithoutASecondMail(t *testing.T) {
+	t.Parallel()
 	d := newDB(t)
 	paris := mustLoad(t, "Europe/Paris")
 	seedNormalWeek(d, paris)
@@ -192,6 +195,7 @@ func TestRebuildReplacesTheReportWithoutASecondMail(t *testing.T) {
 }
 
 func TestShowAndPrint(t *testing.T) {
+	t.Parallel()
 	d := newDB(t)
 	ctx := context.Background()
 	if _, err := weeklyreport.Show(ctx, d.pool, ""); !errors.Is(err, weeklyreport.ErrNotFound) {
@@ -299,6 +303,7 @@ grew_fastest,2,,,6,epsilon,25,20,5,0.25
 }
 
 func TestDSTDaysAreMarkedInTheText(t *testing.T) {
+	t.Parallel()
 	d := newDB(t)
 	paris := mustLoad(t, "Europe/Paris")
 	d.mustRunSlot(newJob(t, "Europe/Paris", nil), at(paris, "2026-03-30 08:00"), 100, "server-1")
@@ -314,6 +319,7 @@ func TestDSTDaysAreMarkedInTheText(t *testing.T) {
 }
 
 func TestTwoJobsRacingForAWeekStoreOneReport(t *testing.T) {
+	t.Parallel()
 	d := newDB(t)
 	ctx := context.Background()
 	paris := mustLoad(t, "Europe/Paris")

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/scheduler/status"
 )
 
@@ -46,7 +47,7 @@ func TestTheJSONOfTheStatusModel(t *testing.T) {
 	run := &status.RunRecord{ID: 1, Instance: "server-1", Token: 7, Slot: at, Started: at, Finished: at, Result: "error", Error: "boom"}
 	slot := &status.SlotRecord{Slot: at, State: "done", Token: 7, Instance: "server-1", Attempts: 1, Finished: at, Error: "x"}
 	leader := &status.Leader{Instance: "server-1", Host: "h", PID: 1, Token: 7, Since: at, Lease: "1f", LeaseTTLSeconds: 9}
-	full := status.Job{Name: "pulse", Type: "sql", Singleton: true, Mode: status.ModeLeader, Schedule: "every 1s",
+	full := status.Job{Name: "pulse", Type: "sql", Singleton: true, Mode: configs.ModeLeader.String(), Schedule: "every 1s",
 		Leading: true, Token: 7, Since: at, Headroom: time.Second, Leader: leader, LastRun: run, LastSlot: slot}
 	inst := status.Instance{Name: "server-1", Up: true, Host: "h", PID: 1, Started: at, Lease: "1f", LeaseTTLSeconds: 9, LeaseGrantedSeconds: 10, Leads: 1}
 	for _, tc := range []struct {
@@ -55,7 +56,7 @@ func TestTheJSONOfTheStatusModel(t *testing.T) {
 		want string
 	}{
 		{"a job, every part known", full, "headroom_ns job last_run last_slot leader leading mode schedule since singleton token type"},
-		{"a job nobody leads, never run", status.Job{Name: "prune", Mode: status.ModeEverywhere},
+		{"a job nobody leads, never run", status.Job{Name: "prune", Mode: configs.ModeEverywhere.String()},
 			"job last_run last_slot leader leading mode schedule singleton type"},
 		{"a leader", leader, "host instance lease lease_ttl_seconds pid since token"},
 		{"an instance up", inst, "host instance leads lease lease_granted_seconds lease_ttl_seconds pid started up"},

@@ -139,13 +139,6 @@ const (
 // was recorded after it (see History).
 var HandOverReasons = []string{EndShutdown, EndWatchdog, EndResignRequest, EndRebalance, EndPanic, EndResigned}
 
-// Modes of a job (Job.Mode): the names of configs.Mode, which decides it.
-const (
-	ModeEverywhere = "everywhere"
-	ModeLeader     = "leader"
-	ModeDatabase   = "database"
-)
-
 // Describe says a job: its name, type, mode and schedule, without its state.
 func Describe(spec configs.Job) Job {
 	return Job{Name: spec.Name, Type: spec.Type, Singleton: spec.Singleton, Mode: spec.Mode().String(), Schedule: describeSchedule(spec.Schedule)}

@@ -182,8 +182,11 @@ func (c *Challenges) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // find looks token up; not found, it waits up to missWait for it to arrive,
 // if a waiting slot is free (the CA's request may overtake the notification).
+// Before the pending tokens have first been read (just after a restart), a
+// miss means nothing yet: the wait starts once they have, so a web tier that
+// serves this handler with its own server answers the same as ours.
 func (c *Challenges) find(ctx context.Context, token, host string) (string, bool) {
-	keyAuth, ok, changed := c.lookup(token, host)
+	keyAuth, ok, _ := c.lookup(token, host)
 	if ok || c.missWait <= 0 {
 		return keyAuth, ok
 	}
@@ -194,19 +197,25 @@ func (c *Challenges) find(ctx context.Context, token, host string) (string, bool
 		c.m.waitsRefused.Inc()
 		return "", false
 	}
+	select {
+	case <-c.ready:
+	case <-ctx.Done():
+		return "", false
+	}
 	timer := time.NewTimer(c.missWait)
 	defer timer.Stop()
 	for {
+		keyAuth, ok, changed := c.lookup(token, host)
+		if ok {
+			c.m.waitsAnswered.Inc()
+			return keyAuth, true
+		}
 		select {
 		case <-changed:
 		case <-timer.C:
 			return "", false
 		case <-ctx.Done():
 			return "", false
-		}
-		if keyAuth, ok, changed = c.lookup(token, host); ok {
-			c.m.waitsAnswered.Inc()
-			return keyAuth, true
 		}
 	}
 }

@@ -282,3 +282,37 @@ func trickle(addr string) error {
 		}
 	}
 }
+
+// A request that reaches the handler before the pending tokens have first
+// been read (a web tier restarting while the CA validates) is answered once
+// they are, not refused after the short miss wait.
+func TestARequestBeforeTheFirstReadIsAnsweredOnceTheTokensAreRead(t *testing.T) {
+	f := newFixture(t)
+	token := randomToken(t)
+	f.present(token, "shop.example.com", token+".thumbprint", time.Hour)
+	h, err := certserve.NewChallenges(f.config(), certserve.WithMissWait(time.Millisecond, 4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	arrived := make(chan struct{}, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	type answer struct {
+		code int
+		body string
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		code, body := get(t, srv.URL, "shop.example.com", token)
+		answered <- answer{code, body}
+	}()
+	<-arrived
+	time.Sleep(20 * time.Millisecond) // the restart's slow first read: far past the 1 ms miss wait
+	certtest.Run(t, h.Run, h.Ready())
+	if a := <-answered; a.code != http.StatusOK || a.body != token+".thumbprint" {
+		t.Fatalf("a request made before the first read got %d %q, want 200 and the key authorization", a.code, a.body)
+	}
+}

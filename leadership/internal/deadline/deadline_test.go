@@ -18,6 +18,7 @@ const (
 func at(d time.Duration) int64 { return int64(d) }
 
 func TestDeadlineCountsFromTheGrantSendTime(t *testing.T) {
+	t.Parallel()
 	d := New(at(1*time.Second), ttl, margin)
 	if got, want := d.Load(), at(8*time.Second); got != want {
 		t.Fatalf("deadline = %v, want send time + TTL − margin = %v", time.Duration(got), time.Duration(want))
@@ -31,6 +32,7 @@ func TestDeadlineCountsFromTheGrantSendTime(t *testing.T) {
 }
 
 func TestLateResponseCountsFromSendNotArrival(t *testing.T) {
+	t.Parallel()
 	d := New(0, ttl, margin) // deadline 7 s
 	// Keep-alive sent at 3 s, its answer arrives at 6.5 s: etcd reset the expiry
 	// somewhere in between, so only the send time is safe.
@@ -41,6 +43,7 @@ func TestLateResponseCountsFromSendNotArrival(t *testing.T) {
 }
 
 func TestResponseAfterTheDeadlineIsRefusedAndTheLeaseStaysDead(t *testing.T) {
+	t.Parallel()
 	d := New(0, ttl, margin) // deadline 7 s
 	// Sent at 6.9 s, answered at 7.2 s: the terms were told to stop at 7 s.
 	if _, ok := d.Renew(at(6900*time.Millisecond), ttl, margin, at(7200*time.Millisecond)); ok {
@@ -57,6 +60,7 @@ func TestResponseAfterTheDeadlineIsRefusedAndTheLeaseStaysDead(t *testing.T) {
 }
 
 func TestLostResponsesLetTheDeadlinePass(t *testing.T) {
+	t.Parallel()
 	d := New(0, ttl, margin)
 	if _, ok := d.Renew(at(3*time.Second), ttl, margin, at(3010*time.Millisecond)); !ok {
 		t.Fatal("renew refused")
@@ -71,6 +75,7 @@ func TestLostResponsesLetTheDeadlinePass(t *testing.T) {
 }
 
 func TestShrunkTTLMovesTheDeadlineEarlier(t *testing.T) {
+	t.Parallel()
 	d := New(0, ttl, margin) // 7 s
 	got, ok := d.Renew(at(1*time.Second), 6*time.Second, margin, at(1100*time.Millisecond))
 	if !ok || got != at(4*time.Second) {
@@ -82,6 +87,7 @@ func TestShrunkTTLMovesTheDeadlineEarlier(t *testing.T) {
 }
 
 func TestTTLShrunkBelowTheMarginEndsTheLease(t *testing.T) {
+	t.Parallel()
 	d := New(0, ttl, margin)
 	if _, ok := d.Renew(at(2*time.Second), 2*time.Second, margin, at(2100*time.Millisecond)); ok {
 		t.Fatal("a TTL shorter than the margin renewed the lease")
@@ -92,6 +98,7 @@ func TestTTLShrunkBelowTheMarginEndsTheLease(t *testing.T) {
 }
 
 func TestKillIsFinal(t *testing.T) {
+	t.Parallel()
 	d := New(0, ttl, margin)
 	if !d.Kill() || d.Kill() {
 		t.Fatal("kill should report true once, then false")
@@ -106,6 +113,7 @@ func TestKillIsFinal(t *testing.T) {
 // renewal computed at 6.9 s that lands after a job saw the 7 s deadline pass must
 // not revive the lease.
 func TestRenewalComputedBeforeAReaderSawExpiryIsRefused(t *testing.T) {
+	t.Parallel()
 	d := New(0, ttl, margin) // 7 s
 	staleNow := at(6900 * time.Millisecond)
 	if d.Valid(at(7100 * time.Millisecond)) {
@@ -121,6 +129,7 @@ func TestRenewalComputedBeforeAReaderSawExpiryIsRefused(t *testing.T) {
 
 // The same property with real goroutines racing (run with -race).
 func TestValidityIsMonotoneUnderRacingRenewals(t *testing.T) {
+	t.Parallel()
 	for round := 0; round < 100; round++ {
 		var clock atomic.Int64
 		d := New(0, ttl, margin)
