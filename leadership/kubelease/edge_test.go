@@ -15,6 +15,7 @@ import (
 // A job Lease rewritten by someone else (an operator naming another holder)
 // ends the term that it recorded: its watch sees the change.
 func TestAJobLeaseRewrittenUnderATermEndsIt(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t, api)
 	a := start(t, api, ns, "a")
 	term := won(t, campaign(a, "report"))
@@ -37,6 +38,7 @@ func TestAJobLeaseRewrittenUnderATermEndsIt(t *testing.T) {
 // leadership.WithHoldback's wait runs before every attempt: the first, and
 // the one after the holder resigned.
 func TestHoldbackRunsBeforeEveryAttempt(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t, api)
 	a, b := start(t, api, ns, "a"), start(t, api, ns, "b")
 	ta := won(t, campaign(a, "report"))

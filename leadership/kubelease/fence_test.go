@@ -17,6 +17,7 @@ import (
 // token: real PostgreSQL, through package fencing, refuses that write, and
 // only the successor's row is there.
 func TestAPausedLeadersWriteIsRefusedByTheFence(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	url, pool := testdb.New(t)
 	testdb.Exec(t, url, "CREATE TABLE reports (token bigint NOT NULL, body text NOT NULL)")

@@ -15,6 +15,7 @@ import (
 // unchanged for its duration; the predecessor's term had stopped being valid
 // before, and the restarted process then takes the job at once.
 func TestARestartedProcessWaitsOutItsPredecessor(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t, api)
 	var c cut
 	old := start(t, api, ns, "a", cutBy(&c))
@@ -41,6 +42,7 @@ func TestARestartedProcessWaitsOutItsPredecessor(t *testing.T) {
 // while it waits, and stops with a DuplicateInstanceError; the first keeps
 // its term.
 func TestASecondLiveProcessWithTheSameNameStops(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t, api)
 	first := start(t, api, ns, "a")
 	term := won(t, campaign(first, "sweep"))

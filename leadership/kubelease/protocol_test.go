@@ -18,6 +18,7 @@ import (
 // unchanged for its duration. ClusterLoad counts the terms of the instances
 // that are up.
 func TestInstancesUpAndTheirLoad(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t, api)
 	var c cut
 	a, b := start(t, api, ns, "a"), start(t, api, ns, "b", cutBy(&c))
@@ -73,6 +74,7 @@ func TestInstancesUpAndTheirLoad(t *testing.T) {
 // An operator's resign request (an annotation on the job Lease) reaches the
 // holder's WatchResignRequests with the job and the token named.
 func TestAResignRequestReachesTheWatcher(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t, api)
 	a := start(t, api, ns, "a")
 	term := won(t, campaign(a, "certs"))
@@ -102,6 +104,7 @@ func TestAResignRequestReachesTheWatcher(t *testing.T) {
 
 // Bad names and timing are reported together, each naming what is wrong.
 func TestConfigErrorsNameWhatIsWrong(t *testing.T) {
+	t.Parallel()
 	_, err := kubelease.NewSession(kubelease.Config{Instance: "Server_1", Namespace: "Bad NS", TTL: 1500 * time.Millisecond})
 	if err == nil {
 		t.Fatal("a bad config was accepted")

@@ -16,6 +16,7 @@ import (
 // the backend needs (take, renew, hand over, resign, delete at Close), and is
 // refused Leases elsewhere, so the allowance is real.
 func TestAUserAllowedOnlyLeasesInOneNamespaceCanLeadAndHandOver(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	const token = "leases-only-token"
 	srv, err := kubeapi.Start(ctx, kubeapi.Options{RBAC: true, ExtraTokens: []string{token + ",snip,snip-uid"}})

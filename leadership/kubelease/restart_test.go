@@ -17,6 +17,7 @@ import (
 // whichever happens, it agrees with the deadline. After the restart the job
 // whose term ended is won again, with a higher token.
 func TestAnAPIServerRestartEndsTermsOnlyByTheirDeadline(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	srv, err := kubeapi.Start(ctx, kubeapi.Options{})
 	if err != nil {

@@ -22,6 +22,7 @@ type span struct {
 // previous one stopped being valid, on this process's monotonic clock), and
 // the tokens strictly increase across the hand-overs.
 func TestTwoSessionsHoldOneTermAtATimeAndTokensGrow(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t, api)
 	a, b := start(t, api, ns, "a"), start(t, api, ns, "b")
 	const rounds = 3
@@ -89,12 +90,10 @@ func TestTwoSessionsHoldOneTermAtATimeAndTokensGrow(t *testing.T) {
 // wins while the resigner's instance Lease is still renewed, so it cannot
 // have waited out the lease duration (it marked no instance Lease expired).
 func TestResignHandsOverAtOnce(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t, api)
 	a, b := start(t, api, ns, "a"), start(t, api, ns, "b")
 	ta := won(t, campaign(a, "certs"))
-	if n := testing.AllocsPerRun(100, func() { ta.Valid() }); n != 0 {
-		t.Errorf("Valid allocates %v times; it must not", n)
-	}
 	wb := campaign(b, "certs")
 	waitWaiting(t, b)
 	if err := ta.Resign(context.Background()); err != nil {
@@ -125,6 +124,7 @@ func TestResignHandsOverAtOnce(t *testing.T) {
 // valid (its deadline) before the new one was granted, by at least the
 // margin, on this process's monotonic clock; the old term ended by expiry.
 func TestACrashedLeaderIsReplacedOnlyAfterItsDeadline(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t, api)
 	var c cut
 	a := start(t, api, ns, "a", cutBy(&c))
@@ -149,5 +149,19 @@ func TestACrashedLeaderIsReplacedOnlyAfterItsDeadline(t *testing.T) {
 	}
 	if b.Expired() != 1 {
 		t.Errorf("the survivor marked %d instance Leases expired, want 1", b.Expired())
+	}
+}
+
+// Valid does no I/O and allocates nothing: a flag and an atomic word read
+// against the monotonic clock. (Not parallel: AllocsPerRun counts the whole
+// process.)
+func TestValidAllocatesNothing(t *testing.T) {
+	a := start(t, api, namespace(t, api), "a")
+	term := won(t, campaign(a, "certs"))
+	if n := testing.AllocsPerRun(100, func() { term.Valid() }); n != 0 {
+		t.Errorf("Valid allocates %v times; it must not", n)
+	}
+	if !term.Valid() {
+		t.Error("a fresh term is not valid")
 	}
 }
