@@ -301,6 +301,9 @@ func (s *Session) take(ctx context.Context, l *lease, job string, jl *coordv1.Le
 		return nil, err
 	}
 	tlog := s.log.With("job", job, "token", token)
+	if s.afterWin != nil {
+		s.afterWin()
+	}
 	if !l.dl.Valid(s.now()) {
 		// The write was answered after the instance Lease's deadline: the job
 		// Lease names a gone holder, which peers take over from.

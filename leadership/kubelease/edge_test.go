@@ -65,3 +65,39 @@ func TestHoldbackRunsBeforeEveryAttempt(t *testing.T) {
 		t.Errorf("holdback ran %d times, want 2 (first attempt, and after the holder went)", n)
 	}
 }
+
+// A win answered after the instance Lease's deadline (the process paused
+// between the write and the check, its renewals failing meanwhile) yields no
+// term: the campaign goes on and, once the session has its Lease again,
+// wins a new term with the next token, valid when returned.
+func TestAWinAnsweredAfterTheDeadlineYieldsNoTerm(t *testing.T) {
+	t.Parallel()
+	ns := namespace(t, api)
+	var c cut
+	a := start(t, api, ns, "a", cutBy(&c))
+	var paused atomic.Bool
+	kubelease.SetAfterWin(a, func() {
+		if paused.Swap(true) {
+			return
+		}
+		c.on.Store(true) // renewals fail from here
+		for { // until the instance Lease's deadline has passed
+			ch := a.StatsChanged()
+			if a.Stats().LeaseEnds[leadership.ReasonExpired] > 0 {
+				break
+			}
+			<-ch
+		}
+		c.on.Store(false)
+	})
+	term := won(t, campaign(a, "report"))
+	if !paused.Load() {
+		t.Fatal("the hook did not run")
+	}
+	if term.Token() != 2 || !term.Valid() {
+		t.Errorf("the term returned has token %d (valid %v); the win at token 1 came after the deadline and must not count", term.Token(), term.Valid())
+	}
+	if n := a.Stats().LeasesGranted; n != 2 {
+		t.Errorf("%d instance Lease incarnations, want 2 (the term is on the second)", n)
+	}
+}

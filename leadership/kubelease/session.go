@@ -44,6 +44,11 @@ type Session struct {
 
 	obs   *observer
 	stats stats
+
+	// afterWin, when set by a test in this package, runs between the API
+	// server's answer to a winning write and the deadline check: a pause at
+	// the worst moment.
+	afterWin func()
 }
 
 // lease is one incarnation of this instance's Lease: the holder identity
