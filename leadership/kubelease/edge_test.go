@@ -81,7 +81,7 @@ func TestAWinAnsweredAfterTheDeadlineYieldsNoTerm(t *testing.T) {
 			return
 		}
 		c.on.Store(true) // renewals fail from here
-		for { // until the instance Lease's deadline has passed
+		for {            // until the instance Lease's deadline has passed
 			ch := a.StatsChanged()
 			if a.Stats().LeaseEnds[leadership.ReasonExpired] > 0 {
 				break
