@@ -81,7 +81,8 @@ func TestAWinAnsweredAfterTheDeadlineYieldsNoTerm(t *testing.T) {
 			return
 		}
 		c.on.Store(true) // renewals fail from here
-		for {            // until the instance Lease's deadline has passed
+		// Wait until the instance Lease's deadline has passed.
+		for {
 			ch := a.StatsChanged()
 			if a.Stats().LeaseEnds[leadership.ReasonExpired] > 0 {
 				break
