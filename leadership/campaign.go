@@ -186,7 +186,7 @@ func (s *Session) tryAcquire(ctx context.Context, l *lease, job, key string) (*T
 	if s.afterWinTxn != nil {
 		s.afterWinTxn()
 	}
-	if !l.dl.valid(s.now()) {
+	if !l.dl.Valid(s.now()) {
 		// etcd accepted the key, but the answer came after the lease's deadline. The
 		// key goes when the lease is revoked or expires; this win is void.
 		tlog.Warn("won after the lease deadline; discarding the win", "lease", int64(l.id))
@@ -199,7 +199,7 @@ func (s *Session) tryAcquire(ctx context.Context, l *lease, job, key string) (*T
 		tlog.Info("term ended", "reason", t.Reason(), "err", t.Err(), "held_for", time.Since(t.started))
 	})
 	go t.watchKey()
-	tlog.Info("term started", "lease", int64(l.id), "deadline_in", time.Duration(l.dl.load()-s.now()))
+	tlog.Info("term started", "lease", int64(l.id), "deadline_in", time.Duration(l.dl.Load()-s.now()))
 	return t, 0, nil
 }
 

@@ -11,6 +11,8 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/peer"
+
+	"github.com/snip/snip-jobs/leadership/internal/deadline"
 )
 
 // A session renews its lease over one long-lived LeaseKeepAlive stream, one
@@ -133,7 +135,7 @@ func (s *Session) keepAlive(l *lease) (cause *EndedError, renewed bool) {
 				next, why = k.failed(fmt.Errorf("no answer within %v", s.patience()))
 			}
 			switch {
-			case l.dl.load() == deadNs:
+			case l.dl.Load() == deadline.Dead:
 				s.checkDeadline(l) // a reader saw the deadline pass: end the lease now
 			case now >= next:
 				k.sendNow(now, why)
@@ -161,7 +163,7 @@ func (a kaAnswer) check(id clientv3.LeaseID) error {
 func (k *keeper) renewed(sentAt int64, resp *pb.LeaseKeepAliveResponse) *EndedError {
 	s, l := k.s, k.l
 	now := s.now()
-	nd, ok := l.dl.renew(sentAt, time.Duration(resp.TTL)*time.Second, s.cfg.Margin, now)
+	nd, ok := l.dl.Renew(sentAt, time.Duration(resp.TTL)*time.Second, s.cfg.Margin, now)
 	if !ok {
 		return ended(ReasonExpired, "keep-alive acknowledged after the deadline")
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/snip/snip-jobs/internal/notify"
 	"github.com/snip/snip-jobs/internal/sleep"
+	"github.com/snip/snip-jobs/leadership/internal/deadline"
 )
 
 // ErrClosed is returned by Campaign and WaitReady once the session is closed.
@@ -57,7 +58,7 @@ type lease struct {
 	id     clientv3.LeaseID
 	ttl    time.Duration // as granted by etcd
 	sentAt int64         // when the grant request was sent
-	dl     *deadline
+	dl     *deadline.Deadline
 	// lastDeadline is the deadline's last live value, kept after it dies so that
 	// EndedAt can say when an expired term stopped being valid.
 	lastDeadline atomic.Int64
@@ -68,7 +69,7 @@ type lease struct {
 }
 
 func (l *lease) end(now int64, cause *EndedError) {
-	if l.dl.kill() {
+	if l.dl.Kill() {
 		l.endNs.CompareAndSwap(0, now)
 	}
 	l.cancel(cause)
@@ -213,7 +214,7 @@ func (s *Session) Stats() Stats {
 	s.mu.Unlock()
 	if l != nil {
 		st.Lease = l.id
-		if v := l.dl.load(); v != deadNs {
+		if v := l.dl.Load(); v != deadline.Dead {
 			st.Headroom = max(0, time.Duration(v-s.now()))
 		}
 		st.LastRenewal = s.at(l.lastDeadline.Load() - int64(l.ttl-s.cfg.Margin))
@@ -337,11 +338,11 @@ func (s *Session) startLease() (*lease, error) {
 		ttl:    time.Duration(resp.TTL) * time.Second,
 		sentAt: sentAt,
 	}
-	l.dl = newDeadline(sentAt, l.ttl, s.cfg.Margin)
-	l.lastDeadline.Store(l.dl.load())
+	l.dl = deadline.New(sentAt, l.ttl, s.cfg.Margin)
+	l.lastDeadline.Store(l.dl.Load())
 	// Not derived from s.ctx: Close ends leases explicitly, with ReasonShutdown.
 	l.ctx, l.cancel = context.WithCancelCause(context.Background())
-	l.timer = time.AfterFunc(time.Duration(l.dl.load()-s.now()), func() { s.checkDeadline(l) })
+	l.timer = time.AfterFunc(time.Duration(l.dl.Load()-s.now()), func() { s.checkDeadline(l) })
 	if err := s.register(ctx, l); err != nil {
 		l.end(s.now(), ended(ReasonShutdown, "registration failed"))
 		l.timer.Stop()
@@ -351,7 +352,7 @@ func (s *Session) startLease() (*lease, error) {
 		return nil, err
 	}
 	left := time.Duration(0) // a grant answered after its deadline: dead on arrival, ended at once
-	if v := l.dl.load(); v != deadNs {
+	if v := l.dl.Load(); v != deadline.Dead {
 		left = time.Duration(v - s.now())
 	}
 	s.log.Info("lease granted", "lease", int64(l.id), "ttl", l.ttl, "deadline_in", left)
@@ -361,7 +362,7 @@ func (s *Session) startLease() (*lease, error) {
 // checkDeadline runs when the deadline timer fires: if no renewal moved the
 // deadline meanwhile, the lease (and every term on it) ends now.
 func (s *Session) checkDeadline(l *lease) {
-	if now := s.now(); !l.dl.valid(now) {
+	if now := s.now(); !l.dl.Valid(now) {
 		l.end(now, ended(ReasonExpired, "no keep-alive acknowledged in time"))
 	}
 }

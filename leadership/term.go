@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/snip/snip-jobs/internal/sleep"
+	"github.com/snip/snip-jobs/leadership/internal/deadline"
 )
 
 // Reason says why a term (or a lease, and with it every term on it) ended.
@@ -101,8 +102,8 @@ func (t *Term) Deadline() time.Time {
 	if t.done.Load() {
 		return time.Time{}
 	}
-	v := t.l.dl.load()
-	if v == deadNs {
+	v := t.l.dl.Load()
+	if v == deadline.Dead {
 		return time.Time{}
 	}
 	return t.s.base.Add(time.Duration(v))
@@ -111,7 +112,7 @@ func (t *Term) Deadline() time.Time {
 // Valid reports, without I/O or allocation, that the term has not ended and its
 // deadline is ahead. Once false it stays false.
 func (t *Term) Valid() bool {
-	return !t.done.Load() && t.l.dl.valid(t.s.now())
+	return !t.done.Load() && t.l.dl.Valid(t.s.now())
 }
 
 // Reason is why the term ended, or "" while it has not.

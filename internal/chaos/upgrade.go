@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/snip/snip-jobs/internal/childproc"
+	"github.com/snip/snip-jobs/internal/gobuild"
 	"github.com/snip/snip-jobs/internal/sleep"
 )
 
@@ -187,7 +188,7 @@ func previousRelease(ctx context.Context, root string) (string, error) {
 // archive into a temporary folder, go build), kept in <user
 // cache>/snip-jobs/release-<commit>/snip-jobs and reused.
 func BuildRelease(ctx context.Context, commit string) (string, error) {
-	cache, err := cacheDir()
+	cache, err := gobuild.CacheDir()
 	if err != nil {
 		return "", err
 	}
@@ -212,5 +213,10 @@ func BuildRelease(ctx context.Context, commit string) (string, error) {
 		return "", fmt.Errorf("git archive %s: %w\n%s", commit, err, out)
 	}
 	out := filepath.Join(src, "snip-jobs.out")
-	return bin, goBuild(ctx, src, []string{"build", "-o", out, "./cmd/snip-jobs"}, out, bin, "")
+	ctx, cancel := context.WithTimeout(ctx, buildTimeout)
+	defer cancel()
+	if _, err := gobuild.Go(ctx, src, "build", "-o", out, "./cmd/snip-jobs"); err != nil {
+		return "", err
+	}
+	return bin, gobuild.Install(ctx, out, bin, nil)
 }

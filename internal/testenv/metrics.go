@@ -130,3 +130,9 @@ func (m Metrics) Minus(before Metrics) Metrics {
 	}
 	return d
 }
+
+// ScrapeMetricsWith is ScrapeMetrics through hc (a server that wants TLS or
+// a token: kube-apiserver's /metrics).
+func ScrapeMetricsWith(ctx context.Context, hc *http.Client, endpoint string) (Metrics, error) {
+	return scrape(ctx, hc, endpoint)
+}

@@ -1,0 +1,46 @@
+package gobuild_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/snip/snip-jobs/internal/gobuild"
+)
+
+// A program built in a throwaway module lands at Bin only after its check
+// passed; Cached then accepts it, and refuses a missing file or one whose
+// check fails.
+func TestBuildInstallsACheckedBinaryThatCachedThenAccepts(t *testing.T) {
+	ctx := context.Background()
+	bin := filepath.Join(t.TempDir(), "hello", "hello")
+	files := map[string]string{
+		"go.mod":  "module hello\n\ngo 1.24\n",
+		"main.go": "package main\n\nimport \"fmt\"\n\nfunc main() { fmt.Println(\"hello v1\") }\n",
+	}
+	steps := [][]string{{"build", "-o", "OUT", "."}}
+	if gobuild.Cached(ctx, bin, nil) {
+		t.Fatal("Cached accepts a binary that does not exist")
+	}
+	err := gobuild.Build{Bin: bin, Files: files, Steps: steps, Check: gobuild.VersionSays("hello v2")}.Run(ctx)
+	if err == nil {
+		t.Fatal("a binary failing its check was installed without an error")
+	}
+	if _, err := os.Stat(bin); !os.IsNotExist(err) {
+		t.Fatalf("a binary failing its check is at %s (stat: %v)", bin, err)
+	}
+	if err := (gobuild.Build{Bin: bin, Files: files, Steps: steps, Check: gobuild.VersionSays("hello v1")}).Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !gobuild.Cached(ctx, bin, gobuild.VersionSays("hello v1")) {
+		t.Error("Cached refuses the binary just built")
+	}
+	if gobuild.Cached(ctx, bin, gobuild.VersionSays("hello v2")) {
+		t.Error("Cached accepts a binary whose check fails")
+	}
+	left, _ := filepath.Glob(filepath.Join(filepath.Dir(bin), "*.build-*"))
+	if len(left) != 0 {
+		t.Errorf("work folders left behind: %v", left)
+	}
+}

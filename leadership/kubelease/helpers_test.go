@@ -1,0 +1,158 @@
+package kubelease_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/snip/snip-jobs/internal/kubeapi"
+	"github.com/snip/snip-jobs/internal/testenv"
+	"github.com/snip/snip-jobs/leadership/kubelease"
+)
+
+// Short timing: an instance is judged gone 3 s after its last renewal was
+// seen; its terms stop 1 s before that.
+const (
+	ttl    = 3 * time.Second
+	margin = time.Second
+	renew  = 400 * time.Millisecond
+)
+
+// namespace creates a namespace for the test on srv.
+func namespace(t *testing.T, srv *kubeapi.Server) string {
+	t.Helper()
+	name := strings.Trim(regexp.MustCompile(`[^a-z0-9]+`).ReplaceAllString(strings.ToLower(t.Name()), "-"), "-")
+	if len(name) > 50 {
+		name = name[len(name)-50:]
+		name = strings.TrimLeft(name, "-")
+	}
+	cs := clientset(t, srv.Config())
+	_, err := cs.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+func clientset(t *testing.T, cfg *rest.Config) *kubernetes.Clientset {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+// cut makes a client's new requests fail at once while set: the process
+// looks crashed (or cut off) to the API server. Watches already open stay.
+type cut struct{ on atomic.Bool }
+
+type cutTransport struct {
+	rt http.RoundTripper
+	c  *cut
+}
+
+func (t cutTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if t.c.on.Load() {
+		return nil, errors.New("test: cut off")
+	}
+	return t.rt.RoundTrip(r)
+}
+
+type sessionOpt func(*kubelease.Config, *rest.Config)
+
+// cutBy lets the test cut the session's client off.
+func cutBy(c *cut) sessionOpt {
+	return func(_ *kubelease.Config, rc *rest.Config) {
+		rc.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return cutTransport{rt, c} }
+	}
+}
+
+// asToken authenticates the session with token instead of the admin's.
+func asToken(token string) sessionOpt {
+	return func(_ *kubelease.Config, rc *rest.Config) { rc.BearerToken = token }
+}
+
+func withTTL(ttl, margin, renew time.Duration) sessionOpt {
+	return func(c *kubelease.Config, _ *rest.Config) { c.TTL, c.Margin, c.RenewInterval = ttl, margin, renew }
+}
+
+// start starts a session of instance on srv in ns, ready, closed at the end.
+func start(t *testing.T, srv *kubeapi.Server, ns, instance string, opts ...sessionOpt) *kubelease.Session {
+	t.Helper()
+	rc := srv.Config()
+	cfg := kubelease.Config{Namespace: ns, Instance: instance, TTL: ttl, Margin: margin, RenewInterval: renew,
+		Logger: testenv.Logger(t).With("session", instance)}
+	for _, o := range opts {
+		o(&cfg, rc)
+	}
+	cfg.Client = clientset(t, rc)
+	s, err := kubelease.NewSession(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*ttl)
+		defer cancel()
+		s.Close(ctx)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Patience)
+	defer cancel()
+	if err := s.WaitReady(ctx); err != nil {
+		t.Fatalf("session %s: %v", instance, err)
+	}
+	return s
+}
+
+// campaign runs Campaign on its own goroutine; the term (or error) arrives on the channel.
+func campaign(s *kubelease.Session, job string) <-chan result {
+	ch := make(chan result, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), testenv.Patience)
+		defer cancel()
+		t, err := s.Campaign(ctx, job)
+		ch <- result{t, err}
+	}()
+	return ch
+}
+
+type result struct {
+	t   *kubelease.Term
+	err error
+}
+
+func won(t *testing.T, ch <-chan result) *kubelease.Term {
+	t.Helper()
+	r := <-ch
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	return r.t
+}
+
+// waitWaiting waits until s has a campaign waiting for another holder to go.
+func waitWaiting(t *testing.T, s *kubelease.Session) {
+	t.Helper()
+	testenv.WaitChange(t, "a campaign of "+s.Instance()+" waiting for the holder", s.StatsChanged,
+		func() bool { return s.Stats().Waiting > 0 })
+}
+
+// waitEnded waits for the term's context to end.
+func waitEnded(t *testing.T, term *kubelease.Term) {
+	t.Helper()
+	select {
+	case <-term.Context().Done():
+	case <-time.After(testenv.Patience):
+		t.Fatalf("term %s/%d did not end", term.Job(), term.Token())
+	}
+}

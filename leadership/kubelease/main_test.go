@@ -1,0 +1,37 @@
+package kubelease_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/go-logr/logr"
+	"k8s.io/klog/v2"
+
+	"github.com/snip/snip-jobs/internal/kubeapi"
+	"github.com/snip/snip-jobs/internal/testenv"
+	"github.com/snip/snip-jobs/leadership/kubelease"
+	"github.com/snip/snip-jobs/scheduler"
+)
+
+// The seam: a kubelease session is a scheduler backend.
+var _ scheduler.Backend[*kubelease.Term] = (*kubelease.Session)(nil)
+
+// api is the kube-apiserver shared by the tests that do not restart it;
+// each test works in a namespace of its own.
+var api *kubeapi.Server
+
+func TestMain(m *testing.M) {
+	// client-go's leaderelection (the benchmarks' baseline) logs through klog.
+	klog.SetLogger(logr.Discard())
+	var err error
+	api, err = kubeapi.Start(context.Background(), kubeapi.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kubelease tests: start kube-apiserver:", err)
+		os.Exit(1)
+	}
+	code := testenv.RunMain(m)
+	api.Close()
+	os.Exit(code)
+}

@@ -1,0 +1,81 @@
+package kubelease
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	coordv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/snip/snip-jobs/internal/sleep"
+)
+
+// RequestResign asks the term of job with token to resign: it sets the
+// annotation jobs.snip.dev/resign-token on the job Lease (a merge patch;
+// the holder's session sees it by watch).
+func RequestResign(ctx context.Context, cli kubernetes.Interface, namespace, prefix, job string, token int64) error {
+	c := Config{Namespace: namespace, Prefix: prefix}
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, annResign, strconv.FormatInt(token, 10))
+	_, err := cli.CoordinationV1().Leases(namespace).Patch(ctx, c.jobLease(job), types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	if err != nil {
+		return fmt.Errorf("kubelease: request resign of %s: %w", job, err)
+	}
+	return nil
+}
+
+// WatchResignRequests calls f for each resign request (RequestResign) on a
+// job Lease of the set: those pending when it starts (a request stays on the
+// job Lease until its term resigns or a new term starts), then each new one
+// seen by watch, until ctx ends. A broken watch is followed by a fresh list
+// (after a quarter renew interval); an unreadable request is logged and
+// ignored. The same request can be delivered twice (after a broken watch):
+// f must be idempotent, as resigning is.
+func (s *Session) WatchResignRequests(ctx context.Context, f func(job string, token int64)) {
+	sel := s.cfg.selector(roleJob)
+	for ctx.Err() == nil {
+		list, err := s.leases.List(ctx, metav1.ListOptions{LabelSelector: sel})
+		if err != nil {
+			sleep.For(ctx, s.cfg.RenewInterval/4)
+			continue
+		}
+		seen := map[string]string{}
+		for i := range list.Items {
+			s.resignRequest(&list.Items[i], seen, f)
+		}
+		w, err := s.leases.Watch(ctx, metav1.ListOptions{LabelSelector: sel, ResourceVersion: list.ResourceVersion})
+		if err != nil {
+			sleep.For(ctx, s.cfg.RenewInterval/4)
+			continue
+		}
+		for ev := range w.ResultChan() {
+			jl, ok := ev.Object.(*coordv1.Lease)
+			if ev.Type == watch.Error || !ok {
+				break
+			}
+			if ev.Type != watch.Deleted {
+				s.resignRequest(jl, seen, f)
+			}
+		}
+		w.Stop()
+	}
+}
+
+// resignRequest calls f for jl's request unless it is the one last seen on jl.
+func (s *Session) resignRequest(jl *coordv1.Lease, seen map[string]string, f func(job string, token int64)) {
+	req := jl.Annotations[annResign]
+	if req == "" || seen[jl.Name] == req {
+		seen[jl.Name] = req
+		return
+	}
+	seen[jl.Name] = req
+	token, err := strconv.ParseInt(req, 10, 64)
+	if err != nil {
+		s.log.Warn("ignoring an unreadable resign request", "lease", jl.Name, "value", req)
+		return
+	}
+	f(jl.Labels[labelName], token)
+}
