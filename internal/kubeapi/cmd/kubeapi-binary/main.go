@@ -1,0 +1,26 @@
+// Command kubeapi-binary prints the path of the kube-apiserver the tests run
+// (internal/kubeapi.Version), building it into the user cache first when it
+// is missing or not that version. .ci/run calls it before `go test`, so that
+// a first build (the better part of an hour on two cores) is a step of its
+// own and not a test that runs into go test's timeout.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+
+	"github.com/snip/snip-jobs/internal/kubeapi"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	bin, err := kubeapi.Binary(ctx, kubeapi.Version)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kubeapi-binary:", err)
+		os.Exit(1)
+	}
+	fmt.Println(bin)
+}
