@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -88,9 +90,10 @@ func TestTwoInstancesOnKubernetesLeasesHandASingletonOverWhenTheLeaderIsKilled(t
 	url := testenv.PostgresDB(t)
 	mk := func(name string) config { return config{instance: name, kube: kube.section, jobs: pulseJob} }
 	env := dbEnv(migrate(t, writeConfig(t, mk("migrator")), url))
-	procs := map[string]*instance{}
+	procs, notes := map[string]*instance{}, map[string]notifications{}
 	for _, name := range []string{"server-a", "server-b"} {
-		procs[name] = start(t, mk(name), env)
+		notes[name] = notifySocket(t) // systemd's, one per unit
+		procs[name] = start(t, mk(name), append(env, "NOTIFY_SOCKET="+notes[name].path, "WATCHDOG_USEC=1000000"))
 	}
 	for _, p := range procs {
 		p.waitReady()
@@ -142,6 +145,10 @@ func TestTwoInstancesOnKubernetesLeasesHandASingletonOverWhenTheLeaderIsKilled(t
 			found, holder, ann["jobs.snip.dev/expired-by"], survivor.name)
 	}
 
+	// The survivor pings the watchdog, healthy on its instance Lease, as
+	// the leader of the job (the test fails waiting otherwise).
+	notes[survivor.name].next(t, "WATCHDOG=1\nSTATUS=1 job(s), leading 1")
+
 	survivor.signal(syscall.SIGTERM)
 	if code := survivor.wait(); code != 0 {
 		t.Fatalf("%s exited with %d after SIGTERM, want 0", survivor.name, code)
@@ -182,5 +189,57 @@ func TestEtcdOnlyCommandsRefuseTheKubernetesBackendNamingTheFile(t *testing.T) {
 	want := bad + ":3:11: kubernetes.server \"http://127.0.0.1:6443\" is plain HTTP"
 	if r := snip(t, nil, "validate", "--config", bad); r.code != 2 || !strings.HasPrefix(r.stderr, want) {
 		t.Errorf("validate of a plain-HTTP server: exit %d, want 2 and a line starting %q:\n%s", r.code, want, r.stderr)
+	}
+}
+
+// notifications is a socket standing in for systemd's NOTIFY_SOCKET: every
+// datagram the instances send, in order.
+type notifications struct {
+	path string
+	ch   chan string
+}
+
+func notifySocket(t *testing.T) notifications {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "sd") // a socket path must be short
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	n := notifications{path: filepath.Join(dir, "notify"), ch: make(chan string, 1024)}
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: n.path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			k, err := conn.Read(buf)
+			if err != nil {
+				return
+			}
+			select {
+			case n.ch <- string(buf[:k]):
+			default: // nobody reads: drop
+			}
+		}
+	}()
+	return n
+}
+
+// next waits for the next datagram that is want.
+func (n notifications) next(t *testing.T, want string) {
+	t.Helper()
+	timeout := time.After(waitLong)
+	for {
+		select {
+		case m := <-n.ch:
+			if m == want {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("no notification %q", want)
+		}
 	}
 }
