@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -148,6 +149,12 @@ func TestTwoInstancesOnKubernetesLeasesHandASingletonOverWhenTheLeaderIsKilled(t
 	// The survivor pings the watchdog, healthy on its instance Lease, as
 	// the leader of the job (the test fails waiting otherwise).
 	notes[survivor.name].next(t, "WATCHDOG=1\nSTATUS=1 job(s), leading 1")
+	// The status page says what it cannot show with this backend, naming
+	// the file, rather than showing no leader.
+	want := "showing the leaders and the instances works with etcd only for now, and " + survivor.config + " has leadership.backend: kubernetes"
+	if code, body := survivor.get("/status/cluster.json"); code != http.StatusOK || !strings.Contains(body, want) {
+		t.Errorf("/status/cluster.json: %d, want %q in:\n%s", code, want, body)
+	}
 
 	survivor.signal(syscall.SIGTERM)
 	if code := survivor.wait(); code != 0 {
