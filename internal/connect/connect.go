@@ -19,7 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap/zapcore"
-	"k8s.io/client-go/kubernetes"
+	coordclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/rest"
 
 	"github.com/snip/snip-jobs/configs"
@@ -68,7 +68,7 @@ func EtcdOnly(f *configs.File, what string) error {
 // and ca_file; or, without server, the pod's service account
 // (rest.InClusterConfig) and, unless kubernetes.namespace says otherwise, the
 // namespace it runs in. Nothing is contacted yet.
-func Kube(f *configs.File) (_ kubernetes.Interface, namespace, where string, _ error) {
+func Kube(f *configs.File) (_ coordclient.CoordinationV1Interface, namespace, where string, _ error) {
 	k := f.Kubernetes
 	var rc *rest.Config
 	namespace = k.Namespace
@@ -97,7 +97,7 @@ func Kube(f *configs.File) (_ kubernetes.Interface, namespace, where string, _ e
 		rc = &rest.Config{Host: k.Server, BearerTokenFile: k.TokenFile, TLSClientConfig: rest.TLSClientConfig{CAFile: k.CAFile}}
 	}
 	rc.UserAgent = "snip-jobs " + f.Instance
-	cs, err := kubernetes.NewForConfig(rc)
+	cs, err := coordclient.NewForConfig(rc)
 	if err != nil {
 		return nil, "", "", fmt.Errorf("kubernetes client for %s: %w", rc.Host, err)
 	}

@@ -71,7 +71,7 @@ func (r *runner) startKube() error {
 	}
 	r.ilog.Info("leadership on Kubernetes Leases", "server", where, "prefix", f.Kubernetes.Prefix)
 	r.session, r.terms, r.where = s, scheduler.Over(s), where
-	leases := cli.CoordinationV1().Leases(ns)
+	leases := cli.Leases(ns)
 	name := kubelease.InstanceLeaseName(f.Kubernetes.Prefix, f.Instance)
 	r.reach = func(ctx context.Context) error {
 		_, err := leases.Get(ctx, name, metav1.GetOptions{})
