@@ -29,6 +29,7 @@ type File struct {
 	Etcd            Etcd
 	Postgres        Postgres
 	Leadership      Leadership
+	Kubernetes      Kubernetes // used with leadership.backend: kubernetes only
 	HTTP            HTTP
 	Log             Log
 	ShutdownTimeout time.Duration
@@ -73,11 +74,39 @@ type Postgres struct {
 	MigrateOnStart bool
 }
 
-// Leadership holds lease timing, with leadership.TimingDefaults applied and checked
-// by leadership.CheckTiming.
+// Leadership holds the backend that keeps the terms and the lease timing, with
+// leadership.TimingDefaults applied and checked by leadership.CheckTiming
+// (whose rules are stricter than package kubelease's, so both backends
+// accept the result).
 type Leadership struct {
+	Backend                    Backend
 	TTL, Margin, RenewInterval time.Duration
 }
+
+// Backend is where singletons' terms are kept (leadership.backend).
+type Backend string
+
+// Backends.
+const (
+	BackendEtcd       Backend = "etcd"       // package leadership (default)
+	BackendKubernetes Backend = "kubernetes" // package leadership/kubelease: coordination.k8s.io Leases
+)
+
+// Kubernetes says how to reach the API server that holds the Leases, and
+// where: Server empty means from inside the cluster, as the pod's service
+// account (KUBERNETES_SERVICE_HOST and _PORT, and the token, CA and
+// namespace files under /var/run/secrets/kubernetes.io/serviceaccount).
+type Kubernetes struct {
+	Server    string // https://host:port; "" in the cluster
+	TokenFile string // with Server: the bearer token, re-read as it changes
+	CAFile    string // with Server: the server's CA ("" the system roots)
+	// Namespace of the Leases; "" in the cluster: the service account's.
+	Namespace string
+	Prefix    string // starts every Lease's name (default kubelease.DefaultPrefix)
+}
+
+// InCluster reports whether the API server is reached as the pod's service account.
+func (k Kubernetes) InCluster() bool { return k.Server == "" }
 
 // HTTP is the listener for /metrics, /healthz, /readyz and /status.
 type HTTP struct {

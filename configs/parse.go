@@ -19,6 +19,7 @@ import (
 	yamlparser "github.com/goccy/go-yaml/parser"
 
 	"github.com/snip/snip-jobs/leadership"
+	"github.com/snip/snip-jobs/leadership/kubelease"
 )
 
 // Load reads and parses the configuration file at path. A file that cannot be read
@@ -103,9 +104,14 @@ func (p *parser) parse() *File {
 	top := p.mapping(body, "", "")
 	f := &File{Path: p.file}
 	f.Instance = p.instance(top)
-	f.Etcd = p.etcd(top.sub("etcd"))
-	f.Postgres = p.postgres(top.sub("postgres"))
 	f.Leadership = p.leadership(top.sub("leadership"))
+	if f.Leadership.Backend != BackendEtcd && top.has("etcd") {
+		top.errorf(top.keyPos("etcd"), "etcd applies only to leadership.backend: etcd, and this file's is %s (line %d): remove this section",
+			f.Leadership.Backend, p.backendPos.Line)
+	}
+	f.Etcd = p.etcd(top.sub("etcd"))
+	f.Kubernetes = p.kubernetes(top, f.Leadership.Backend)
+	f.Postgres = p.postgres(top.sub("postgres"))
 	f.HTTP = p.http(top.sub("http"))
 	f.Log = p.log(top.sub("log"))
 	f.ShutdownTimeout = DefaultShutdownTimeout
@@ -113,6 +119,9 @@ func (p *parser) parse() *File {
 		f.ShutdownTimeout = d
 	}
 	f.Jobs = p.jobs(top)
+	if f.Leadership.Backend == BackendKubernetes {
+		p.leaseNames(top, f)
+	}
 	top.finish()
 	return f
 }
@@ -355,6 +364,16 @@ func (p *parser) postgres(m *mapping) Postgres {
 }
 
 func (p *parser) leadership(m *mapping) Leadership {
+	backend := BackendEtcd
+	if b, ok := m.str("backend"); ok {
+		p.backendPos = m.valuePos("backend")
+		switch Backend(b) {
+		case BackendEtcd, BackendKubernetes:
+			backend = Backend(b)
+		default:
+			m.errorf(m.valuePos("backend"), "leadership.backend %q must be etcd or kubernetes", b)
+		}
+	}
 	ttl, _ := m.duration("ttl", zeroOrPositive)
 	margin, _ := m.duration("margin", zeroOrPositive)
 	renew, _ := m.duration("renew_interval", zeroOrPositive)
@@ -373,7 +392,7 @@ func (p *parser) leadership(m *mapping) Leadership {
 		}
 	}
 	m.finish()
-	return Leadership{TTL: ttl, Margin: margin, RenewInterval: renew}
+	return Leadership{Backend: backend, TTL: ttl, Margin: margin, RenewInterval: renew}
 }
 
 // timingBlame returns the keys a problem reported by leadership.CheckTiming is
@@ -471,3 +490,99 @@ func (p *parser) log(m *mapping) Log {
 	m.finish()
 	return l
 }
+
+// kubernetes reads the kubernetes section, which only leadership.backend:
+// kubernetes uses: either server with token_file (ca_file optional) and
+// namespace, or nothing of those (in the cluster, as the service account).
+func (p *parser) kubernetes(top *mapping, backend Backend) Kubernetes {
+	k := Kubernetes{Prefix: kubelease.DefaultPrefix}
+	if backend != BackendKubernetes && top.has("kubernetes") {
+		said := "etcd, the default"
+		if p.backendPos.Line > 0 {
+			said = fmt.Sprintf("%s at line %d", backend, p.backendPos.Line)
+		}
+		top.errorf(top.keyPos("kubernetes"), "kubernetes applies only to leadership.backend: kubernetes (this file's is %s): set it, or remove this section", said)
+	}
+	m := top.sub("kubernetes")
+	if s, ok := m.str("server"); ok {
+		if msg := checkKubeServer(s); msg != "" {
+			m.errorf(m.valuePos("server"), "kubernetes.server %q %s", s, msg)
+		} else {
+			k.Server = s
+		}
+	}
+	if f, ok := m.str("token_file"); ok && p.absPath(m, "token_file", f) {
+		k.TokenFile = f
+	}
+	if f, ok := m.str("ca_file"); ok && p.absPath(m, "ca_file", f) {
+		k.CAFile = f
+	}
+	if ns, ok := m.str("namespace"); ok {
+		if err := kubelease.CheckNamespace(ns); err != nil {
+			m.errorf(m.valuePos("namespace"), "kubernetes.%s", kubeMsg(err))
+		} else {
+			k.Namespace = ns
+		}
+	}
+	if prefix, ok := m.str("prefix"); ok {
+		if err := kubelease.CheckPrefix(prefix); err != nil {
+			m.errorf(m.valuePos("prefix"), "kubernetes.%s", kubeMsg(err))
+		} else {
+			k.Prefix = prefix
+		}
+	}
+	if m.has("server") {
+		for key, what := range map[string]string{"token_file": "the file holding the bearer token", "namespace": "the namespace of the Leases"} {
+			if !m.has(key) {
+				m.errorf(m.keyPos("server"), "kubernetes.server is set without %s: name %s (only in the cluster is it the service account's)", key, what)
+			}
+		}
+	}
+	for _, key := range []string{"token_file", "ca_file"} {
+		if m.has(key) && !m.has("server") {
+			m.errorf(m.keyPos(key), "kubernetes.%s applies only with kubernetes.server (in the cluster the service account's is used): set server, or remove it", key)
+		}
+	}
+	m.finish()
+	return k
+}
+
+// checkKubeServer returns what is wrong with an API server's URL, or "".
+func checkKubeServer(s string) string {
+	u, err := url.Parse(s)
+	switch {
+	case err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http"):
+		return "must be a URL such as https://10.0.0.1:6443"
+	case u.Scheme != "https":
+		return "is plain HTTP, so the bearer token would travel in clear text: write https://"
+	case (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil:
+		return "must be just https://host:port"
+	}
+	return ""
+}
+
+// leaseNames checks that the instance and the jobs led through terms make
+// valid Lease names (package kubelease names a Lease after each).
+func (p *parser) leaseNames(top *mapping, f *File) {
+	const why = " (leadership.backend: kubernetes names a Lease after it)"
+	if f.Instance != "" {
+		if err := kubelease.CheckInstance(f.Kubernetes.Prefix, f.Instance); err != nil {
+			if top.has("instance") {
+				top.errorf(top.valuePos("instance"), "%s%s", kubeMsg(err), why)
+			} else {
+				top.errorf(top.at, "instance is not set and the host name cannot be used: %s%s; set instance", kubeMsg(err), why)
+			}
+		}
+	}
+	for _, j := range f.Jobs {
+		if j.Mode() != ModeLeader || !jobName.MatchString(j.Name) {
+			continue
+		}
+		if err := kubelease.CheckJob(f.Kubernetes.Prefix, j.Name); err != nil {
+			p.errorf(j.Pos, j.Name, "%s%s", kubeMsg(err), why)
+		}
+	}
+}
+
+// kubeMsg is a kubelease error in a config file's words.
+func kubeMsg(err error) string { return strings.TrimPrefix(err.Error(), "kubelease: ") }

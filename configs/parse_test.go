@@ -150,7 +150,8 @@ func TestDefaults(t *testing.T) {
 			DialTimeout: 5 * time.Second,
 		},
 		Postgres:        configs.Postgres{URLEnv: "SNIP_JOBS_DATABASE_URL"},
-		Leadership:      configs.Leadership{TTL: ttl, Margin: margin, RenewInterval: renew},
+		Leadership:      configs.Leadership{Backend: configs.BackendEtcd, TTL: ttl, Margin: margin, RenewInterval: renew},
+		Kubernetes:      configs.Kubernetes{Prefix: "snip-jobs"},
 		HTTP:            configs.HTTP{Listen: "127.0.0.1:9469"},
 		Log:             configs.Log{Format: configs.LogAuto, Level: slog.LevelInfo},
 		ShutdownTimeout: 15 * time.Second,
@@ -265,7 +266,7 @@ func TestEverySetting(t *testing.T) {
 	if f.Postgres != (configs.Postgres{URLFile: "/etc/db-url", MigrateOnStart: true}) {
 		t.Errorf("postgres: got %+v", f.Postgres)
 	}
-	if f.Leadership != (configs.Leadership{TTL: 6 * time.Second, Margin: 2 * time.Second, RenewInterval: time.Second}) {
+	if f.Leadership != (configs.Leadership{Backend: configs.BackendEtcd, TTL: 6 * time.Second, Margin: 2 * time.Second, RenewInterval: time.Second}) {
 		t.Errorf("leadership: got %+v", f.Leadership)
 	}
 	if f.HTTP.Listen != ":0" || !reflect.DeepEqual(f.HTTP.AllowedHosts, []string{"snip-1.internal", "jobs.example.com"}) || f.Log != (configs.Log{Format: configs.LogJSON, Level: slog.LevelDebug}) || f.ShutdownTimeout != time.Minute {

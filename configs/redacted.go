@@ -85,11 +85,16 @@ func (f *File) Redacted() string {
 		jobs = append(jobs, job)
 	}
 
-	doc := m{
-		{Key: "instance", Value: f.Instance},
-		{Key: "etcd", Value: etcd},
+	doc := m{{Key: "instance", Value: f.Instance}}
+	if f.Leadership.Backend == BackendKubernetes {
+		doc = append(doc, kv{Key: "kubernetes", Value: kubernetesSection(f.Kubernetes)})
+	} else {
+		doc = append(doc, kv{Key: "etcd", Value: etcd})
+	}
+	doc = append(doc, m{
 		{Key: "postgres", Value: pg},
 		{Key: "leadership", Value: m{
+			{Key: "backend", Value: string(f.Leadership.Backend)},
 			{Key: "ttl", Value: dur(f.Leadership.TTL)},
 			{Key: "margin", Value: dur(f.Leadership.Margin)},
 			{Key: "renew_interval", Value: dur(f.Leadership.RenewInterval)},
@@ -98,7 +103,7 @@ func (f *File) Redacted() string {
 		{Key: "log", Value: m{{Key: "format", Value: string(f.Log.Format)}, {Key: "level", Value: strings.ToLower(f.Log.Level.String())}}},
 		{Key: "shutdown_timeout", Value: dur(f.ShutdownTimeout)},
 		{Key: "jobs", Value: jobs},
-	}
+	}...)
 	out, err := yaml.MarshalWithOptions(doc, yaml.IndentSequence(true))
 	if err != nil {
 		// Only an options type the YAML library cannot encode gets here.
@@ -111,6 +116,21 @@ func httpSection(h HTTP) yaml.MapSlice {
 	sec := yaml.MapSlice{{Key: "listen", Value: h.Listen}}
 	if len(h.AllowedHosts) > 0 {
 		sec = append(sec, yaml.MapItem{Key: "allowed_hosts", Value: h.AllowedHosts})
+	}
+	return sec
+}
+
+// kubernetesSection is the kubernetes section as set (in the cluster: only
+// what overrides the service account's).
+func kubernetesSection(k Kubernetes) yaml.MapSlice {
+	sec := yaml.MapSlice{}
+	for _, e := range []yaml.MapItem{
+		{Key: "server", Value: k.Server}, {Key: "token_file", Value: k.TokenFile}, {Key: "ca_file", Value: k.CAFile},
+		{Key: "namespace", Value: k.Namespace}, {Key: "prefix", Value: k.Prefix},
+	} {
+		if e.Value != "" {
+			sec = append(sec, e)
+		}
 	}
 	return sec
 }

@@ -65,7 +65,8 @@ type SecretFile struct {
 }
 
 // SecretFiles lists the files the config names that hold secrets:
-// postgres.url_file, etcd.auth.password_file, etcd.tls.key, and the files a
+// postgres.url_file, etcd.auth.password_file, etcd.tls.key,
+// kubernetes.token_file, and the files a
 // job's options name, if its type says which (Checked.SecretFiles: option
 // key → path).
 func (f *File) SecretFiles() []SecretFile {
@@ -74,6 +75,7 @@ func (f *File) SecretFiles() []SecretFile {
 		{Key: "postgres.url_file", Path: f.Postgres.URLFile},
 		{Key: "etcd.auth.password_file", Path: f.Etcd.Auth.PasswordFile},
 		{Key: "etcd.tls.key", Path: f.Etcd.TLS.Key},
+		{Key: "kubernetes.token_file", Path: f.Kubernetes.TokenFile},
 	} {
 		if s.Path != "" {
 			out = append(out, s)

@@ -26,6 +26,9 @@ type parser struct {
 	aliasNodes int
 	outer      ast.Node
 	overBudget bool
+	// backendPos is where leadership.backend's value is written (zero when
+	// it is not).
+	backendPos Pos
 }
 
 // enter makes n the expansion in progress if there is none, and returns the

@@ -99,6 +99,9 @@ type config struct {
 	tlsCA, tlsCert, tlsKey string
 	user, passwordFile     string
 	dialTimeout            string
+	// kube, when set, is the kubernetes section's body (lines indented by
+	// two): leadership.backend: kubernetes, and no etcd section.
+	kube string
 }
 
 // pulseJob is a singleton sql job that records every run as (instance, token)
@@ -119,29 +122,19 @@ func writeConfig(t *testing.T, c config) string {
 	t.Helper()
 	var b strings.Builder
 	fmt.Fprintf(&b, "instance: %s\n", c.instance)
-	b.WriteString("etcd:\n")
-	if c.endpoints != nil {
-		fmt.Fprintf(&b, "  endpoints: [%s]\n", strings.Join(c.endpoints, ", "))
+	if c.ttl == "" {
+		c.ttl = "ttl: 2s\n  margin: 500ms\n  renew_interval: 400ms"
+	}
+	if c.kube != "" {
+		fmt.Fprintf(&b, "kubernetes:\n%s\n", strings.TrimRight(c.kube, "\n"))
+		c.ttl = "backend: kubernetes\n  " + c.ttl
 	} else {
-		fmt.Fprintf(&b, "  embedded_dir: %s\n", c.embeddedDir)
-	}
-	fmt.Fprintf(&b, "  prefix: %s\n", testPrefix)
-	if c.dialTimeout != "" {
-		fmt.Fprintf(&b, "  dial_timeout: %s\n", c.dialTimeout)
-	}
-	if c.tlsCA != "" || c.tlsCert != "" {
-		fmt.Fprintf(&b, "  tls:\n    ca: %s\n    cert: %s\n    key: %s\n", c.tlsCA, c.tlsCert, c.tlsKey)
-	}
-	if c.user != "" {
-		fmt.Fprintf(&b, "  auth:\n    user: %s\n    password_file: %s\n", c.user, c.passwordFile)
+		writeEtcd(&b, c)
 	}
 	if c.urlFile != "" {
 		fmt.Fprintf(&b, "postgres:\n  url_file: %s\n", c.urlFile)
 	} else {
 		b.WriteString("postgres:\n  url_env: SNIP_JOBS_DATABASE_URL\n")
-	}
-	if c.ttl == "" {
-		c.ttl = "ttl: 2s\n  margin: 500ms\n  renew_interval: 400ms"
 	}
 	fmt.Fprintf(&b, "leadership:\n  %s\n", c.ttl)
 	fmt.Fprintf(&b, "http:\n  listen: 127.0.0.1:%d\n", c.adminPort)
@@ -158,6 +151,26 @@ func writeConfig(t *testing.T, c config) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// writeEtcd writes the etcd section of c.
+func writeEtcd(b *strings.Builder, c config) {
+	b.WriteString("etcd:\n")
+	if c.endpoints != nil {
+		fmt.Fprintf(b, "  endpoints: [%s]\n", strings.Join(c.endpoints, ", "))
+	} else {
+		fmt.Fprintf(b, "  embedded_dir: %s\n", c.embeddedDir)
+	}
+	fmt.Fprintf(b, "  prefix: %s\n", testPrefix)
+	if c.dialTimeout != "" {
+		fmt.Fprintf(b, "  dial_timeout: %s\n", c.dialTimeout)
+	}
+	if c.tlsCA != "" || c.tlsCert != "" {
+		fmt.Fprintf(b, "  tls:\n    ca: %s\n    cert: %s\n    key: %s\n", c.tlsCA, c.tlsCert, c.tlsKey)
+	}
+	if c.user != "" {
+		fmt.Fprintf(b, "  auth:\n    user: %s\n    password_file: %s\n", c.user, c.passwordFile)
+	}
 }
 
 // instance is a `snip-jobs run` process.

@@ -38,6 +38,9 @@ from systemd's $SERVICE_RESULT, $EXIT_CODE and $EXIT_STATUS when set.`,
 					writeLines(c.stderr, "", err.Error())
 					return &exitError{code: 2, err: errSilent}
 				}
+				if err := connect.EtcdOnly(f, "reclaim"); err != nil {
+					return err
+				}
 				log := newLogger(f.Log, c.stderr).With("instance", f.Instance)
 				why := []any{}
 				for _, v := range []string{"SERVICE_RESULT", "EXIT_CODE", "EXIT_STATUS"} {

@@ -88,6 +88,10 @@ or after a fix. The write is fenced like the job's own runs of that week:
 					Pool: pool, Job: spec, Week: *week, Operator: "operator@" + host, Log: log,
 					// Leader mode only: a database-mode job's deployment may run no etcd.
 					LeaderToken: func(ctx context.Context) (int64, error) {
+						// A token from etcd means nothing to Kubernetes Leases' count.
+						if err := connect.EtcdOnly(f, "report rebuild of a job led through terms"); err != nil {
+							return 0, err
+						}
 						cli, err := connect.Etcd(f, connect.Endpoints(f, *endpoints), log)
 						if err != nil {
 							return 0, err

@@ -40,6 +40,9 @@ etcd (not database-mode cron jobs) have a leader.`,
 					writeLines(c.stderr, "", err.Error())
 					return &exitError{code: 2, err: errSilent}
 				}
+				if err := connect.EtcdOnly(f, "resign"); err != nil {
+					return err
+				}
 				if err := ledThroughEtcd(f, name); err != nil {
 					return &exitError{code: 2, err: err}
 				}

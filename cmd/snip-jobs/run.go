@@ -21,7 +21,9 @@ singleton runs here whatever the other instances do; a singleton runs only while
 this instance holds the job's term in etcd, and its PostgreSQL writes are fenced
 by the term's token. With no etcd endpoints in the config, run starts an
 embedded single-member etcd (in etcd.embedded_dir), which is for one instance or
-development only. The database URL is read from postgres.url_env or
+development only. With leadership.backend: kubernetes the terms are kept on
+Kubernetes Leases instead (the kubernetes section; no etcd is started or
+dialled). The database URL is read from postgres.url_env or
 postgres.url_file and must be set; an unreachable database is logged and
 retried, not fatal.
 

@@ -58,6 +58,9 @@ on call: the problems of the last read are shown under it, and Ctrl-C exits 0.`,
 					writeLines(c.stderr, "", err.Error())
 					return &exitError{code: 2, err: errSilent}
 				}
+				if err := connect.EtcdOnly(f, "status"); err != nil {
+					return err
+				}
 				log := newLogger(f.Log, c.stderr)
 				if *watch {
 					src := openStatusSource(f, *endpoints, log)

@@ -106,6 +106,8 @@ type Config struct {
 	// Session is checked by /readyz and shown in /status; nil when the config
 	// needs no etcd.
 	Session Session
+	// SessionName names the session's backend in /readyz (default "etcd").
+	SessionName string
 	// DB is pinged by /readyz; nil when no database is configured.
 	DB Pinger
 	// Checks are further readiness checks, run after the database's ping
@@ -312,20 +314,22 @@ func (s *Server) Ready(ctx context.Context) error {
 		}
 	}
 	if sess := s.cfg.Session; sess != nil {
-		if err := sessionReady(sess); err != nil {
-			errs = append([]error{fmt.Errorf("etcd: %w", err)}, errs...) // etcd first, as always
+		name := cmp.Or(s.cfg.SessionName, "etcd")
+		if err := sessionReady(sess, name); err != nil {
+			errs = append([]error{fmt.Errorf("%s: %w", name, err)}, errs...) // the session first, as always
 		}
 	}
 	return errors.Join(errs...)
 }
 
-func sessionReady(sess Session) error {
+// sessionReady: a live lease is one with headroom left (an etcd lease ID or
+// a Kubernetes instance Lease: Headroom is 0 without a current lease).
+func sessionReady(sess Session, name string) error {
 	if err := sess.Err(); err != nil {
 		return fmt.Errorf("session stopped: %w", err)
 	}
-	st := sess.Stats()
-	if st.Lease == 0 || st.Headroom <= 0 {
-		return errors.New("the session holds no lease (etcd unreachable, or not yet granted)")
+	if sess.Stats().Headroom <= 0 {
+		return fmt.Errorf("the session holds no lease (%s unreachable, or not yet granted)", name)
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 // Package connect opens what a snip-jobs command talks to, from its config:
 // an etcd client (TLS files and login as configured, or one clear error
-// naming the endpoint) and a PostgreSQL pool (a connect timeout, an
+// naming the endpoint), a Kubernetes client for the kubernetes backend, and a
+// PostgreSQL pool (a connect timeout, an
 // application_name naming the instance, and never the URL in an error).
 // The service and the client commands (status, resign, certs, migrate,
 // report) share it.
@@ -11,12 +12,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap/zapcore"
+	coordclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/client-go/rest"
 
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/internal/etcdclient"
@@ -28,9 +32,10 @@ import (
 // answers would hang a run for as long as its context allows.
 const pgConnectTimeout = 10 * time.Second
 
-// NeedsEtcd reports whether some job is a singleton gated by an etcd term
-// (database-mode cron singletons and jobs that run everywhere need no etcd).
-func NeedsEtcd(f *configs.File) bool {
+// NeedsTerms reports whether some job is a singleton gated by a term, of
+// either backend (database-mode cron singletons and jobs that run everywhere
+// need none).
+func NeedsTerms(f *configs.File) bool {
 	for _, j := range f.Jobs {
 		if j.Mode() == configs.ModeLeader {
 			return true
@@ -38,6 +43,69 @@ func NeedsEtcd(f *configs.File) bool {
 	}
 	return false
 }
+
+// NeedsEtcd reports whether some job is a singleton gated by an etcd term:
+// NeedsTerms with leadership.backend: etcd.
+func NeedsEtcd(f *configs.File) bool {
+	return f.Leadership.Backend == configs.BackendEtcd && NeedsTerms(f)
+}
+
+// EtcdOnly refuses what only the etcd backend has (the status and resign
+// commands, reclaim, a fresh token for a rebuild, the status page's leaders)
+// when the config keeps its terms elsewhere: an error naming the file and
+// its backend; nil with etcd.
+func EtcdOnly(f *configs.File, what string) error {
+	if f.Leadership.Backend == configs.BackendEtcd {
+		return nil
+	}
+	return fmt.Errorf("%s works with etcd only for now, and %s has leadership.backend: %s "+
+		"(docs/operations.md, \"The Kubernetes backend\")", what, f.Path, f.Leadership.Backend)
+}
+
+// Kube is a client of the Kubernetes API server that holds the Leases, the
+// namespace they are in, and where that is, for messages: kubernetes.server
+// with token_file (client-go re-reads it as it changes, for rotated tokens)
+// and ca_file; or, without server, the pod's service account
+// (rest.InClusterConfig) and, unless kubernetes.namespace says otherwise, the
+// namespace it runs in. Nothing is contacted yet.
+func Kube(f *configs.File) (_ coordclient.CoordinationV1Interface, namespace, where string, _ error) {
+	k := f.Kubernetes
+	var rc *rest.Config
+	namespace = k.Namespace
+	if k.InCluster() {
+		var err error
+		if rc, err = rest.InClusterConfig(); err != nil {
+			return nil, "", "", fmt.Errorf("kubernetes: %s sets no kubernetes.server, and this process cannot use a pod's service account: %w "+
+				"(set kubernetes.server, token_file and namespace to run outside the cluster)", f.Path, err)
+		}
+		if namespace == "" {
+			b, err := os.ReadFile(serviceAccountNamespace)
+			if err != nil {
+				return nil, "", "", fmt.Errorf("kubernetes: the service account's namespace: %w (or set kubernetes.namespace in %s)", err, f.Path)
+			}
+			namespace = strings.TrimSpace(string(b))
+		}
+	} else {
+		// Read once now, for an error naming the setting rather than a
+		// failed request later.
+		if b, err := os.ReadFile(k.TokenFile); err != nil || strings.TrimSpace(string(b)) == "" {
+			if err == nil {
+				err = errors.New("empty")
+			}
+			return nil, "", "", fmt.Errorf("kubernetes.token_file %s: %w", k.TokenFile, err)
+		}
+		rc = &rest.Config{Host: k.Server, BearerTokenFile: k.TokenFile, TLSClientConfig: rest.TLSClientConfig{CAFile: k.CAFile}}
+	}
+	rc.UserAgent = "snip-jobs " + f.Instance
+	cs, err := coordclient.NewForConfig(rc)
+	if err != nil {
+		return nil, "", "", fmt.Errorf("kubernetes client for %s: %w", rc.Host, err)
+	}
+	return cs, namespace, fmt.Sprintf("%s, namespace %s", rc.Host, namespace), nil
+}
+
+// serviceAccountNamespace is the namespace of a pod's service account.
+const serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 // Endpoints are the endpoints a client command (status, resign) talks to:
 // override (a comma-separated --endpoints) if set, else the config's, else the

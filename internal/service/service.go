@@ -1,5 +1,6 @@
 // Package service is snip-jobs run: it starts what the config asks for
-// (the PostgreSQL pools, etcd or its embedded member, the session, the
+// (the PostgreSQL pools, etcd or its embedded member — or, with
+// leadership.backend: kubernetes, a client of the API server — the session, the
 // scheduler, the admin server and the job types' listeners), tells systemd
 // when it is ready and healthy, and on the first signal stops the jobs
 // within their grace, resigns every term and revokes the lease, so that
@@ -32,6 +33,7 @@ import (
 	"github.com/snip/snip-jobs/internal/etcdlocal"
 	"github.com/snip/snip-jobs/internal/statuspage"
 	"github.com/snip/snip-jobs/leadership"
+	"github.com/snip/snip-jobs/leadership/kubelease"
 	"github.com/snip/snip-jobs/migrations"
 	"github.com/snip/snip-jobs/scheduler"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -120,11 +122,16 @@ type runner struct {
 	pool     *pgxpool.Pool
 	records  *pgxpool.Pool // the scheduler's own records (scheduler.Config.Records)
 	embedded *etcdlocal.Server
-	etcd     *clientv3.Client
-	session  *leadership.Session
-	sched    *scheduler.Scheduler
-	admin    *admin.Server
-	listens  *typeListeners // the job types' own sockets (certrenew's HTTP-01 challenges)
+	etcd     *clientv3.Client // nil with the kubernetes backend
+	session  session          // nil without singletons led through terms
+	terms    scheduler.Session
+	// reach says whether the session's server answers (the watchdog's
+	// question when no lease comes); where names it, for messages.
+	reach   func(ctx context.Context) error
+	where   string
+	sched   *scheduler.Scheduler
+	admin   *admin.Server
+	listens *typeListeners // the job types' own sockets (certrenew's HTTP-01 challenges)
 
 	schedRunning atomic.Bool
 	lastLease    atomic.Int64 // unix nanos when the session was last seen holding a lease
@@ -201,7 +208,7 @@ func (r *runner) run(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
 	case <-sessionDone:
-		failure = fmt.Errorf("the etcd session stopped: %w", r.session.Err())
+		failure = fmt.Errorf("the %s session stopped: %w", r.cfg.Leadership.Backend, r.session.Err())
 	case <-schedDone:
 		failure = errors.New("the scheduler stopped by itself")
 	case failure = <-r.schemaErr:
@@ -252,8 +259,12 @@ func (r *runner) start(ctx context.Context) error {
 	wait := max(minStartTimeout, 3*f.Leadership.TTL)
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	if connect.NeedsEtcd(f) {
-		if err := r.startEtcd(ctx, wctx, wait); err != nil {
+	if connect.NeedsTerms(f) {
+		start := func() error { return r.startEtcd(ctx, wctx, wait) }
+		if f.Leadership.Backend == configs.BackendKubernetes {
+			start = r.startKube
+		}
+		if err := start(); err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -261,7 +272,8 @@ func (r *runner) start(ctx context.Context) error {
 		}
 		session.set(r.session)
 	} else {
-		r.ilog.Info("no job is led through etcd (no singleton outside database mode): not using etcd")
+		b := string(f.Leadership.Backend)
+		r.ilog.Info("no job is led through " + b + " (no singleton outside database mode): not using " + b)
 	}
 	if err := r.startScheduler(reg, mux, page); err != nil {
 		return err
@@ -333,8 +345,8 @@ func (r *runner) startAdmin(reg *prometheus.Registry, mux *http.ServeMux) (*late
 		Checks: []admin.Check{{Name: "schema", Err: r.schemaReady}},
 	}
 	session := &lateSession{}
-	if connect.NeedsEtcd(f) {
-		acfg.Session = session
+	if connect.NeedsTerms(f) {
+		acfg.Session, acfg.SessionName = session, string(f.Leadership.Backend)
 	}
 	a, err := admin.New(acfg)
 	if err != nil {
@@ -352,22 +364,22 @@ func (r *runner) startAdmin(reg *prometheus.Registry, mux *http.ServeMux) (*late
 // a conflicting route panics in ServeMux, at start.
 func (r *runner) startScheduler(reg *prometheus.Registry, mux *http.ServeMux, page *lateHandler) error {
 	f := r.cfg
-	var session scheduler.Session // nil without etcd: database-mode singletons only
-	if r.session != nil {
-		session = scheduler.Over(r.session)
-	}
 	sched, err := scheduler.New(scheduler.Config{
-		File: f, Registry: r.types, Session: session, Pool: r.pool, Records: r.records, Log: r.log, Metrics: reg, Mux: mux,
+		File: f, Registry: r.types, Session: r.terms, Pool: r.pool, Records: r.records, Log: r.log, Metrics: reg, Mux: mux,
 	})
 	if err != nil {
 		return err
 	}
 	r.sched = sched
 	r.admin.SetJobs(sched)
-	p, err := statuspage.New(statuspage.Config{
+	pc := statuspage.Config{
 		Instance: f.Instance, Version: r.version, Etcd: r.etcd, Prefix: f.Etcd.Prefix, Pool: r.pool,
 		Jobs: f.Jobs, DevControl: r.devControl,
-	}, r.ilog)
+	}
+	if err := connect.EtcdOnly(f, "showing the leaders and the instances"); err != nil && connect.NeedsTerms(f) {
+		pc.Unavailable = err.Error()
+	}
+	p, err := statuspage.New(pc, r.ilog)
 	if err != nil {
 		return err
 	}
@@ -383,36 +395,39 @@ func (r *runner) waitFirstLease(ctx, wctx context.Context, wait time.Duration) e
 	}
 	err := r.session.WaitReady(wctx)
 	var dup *leadership.DuplicateInstanceError
+	var kdup *kubelease.DuplicateInstanceError
 	switch {
-	case errors.As(err, &dup):
+	case errors.As(err, &dup), errors.As(err, &kdup):
 		return err
 	case err != nil && ctx.Err() != nil:
 		return ctx.Err()
 	case err != nil:
-		return fmt.Errorf("no etcd lease within %v (is etcd reachable at %v?): %w", wait, r.etcd.Endpoints(), err)
+		return fmt.Errorf("no %s within %v (is %s reachable at %v?): %w", r.leaseWord(), wait, r.serverWord(), r.where, err)
 	}
 	r.lastLease.Store(time.Now().UnixNano())
 	return nil
 }
 
-// lateSession is the admin server's view of the etcd session, which exists
-// only once etcd answered: until then it holds no lease.
+// lateSession is the admin server's view of the session, which exists only
+// once the backend's server answered: until then it holds no lease.
 type lateSession struct {
-	s atomic.Pointer[leadership.Session]
+	s atomic.Pointer[sessionRef]
 }
 
-func (l *lateSession) set(s *leadership.Session) { l.s.Store(s) }
+type sessionRef struct{ s session }
+
+func (l *lateSession) set(s session) { l.s.Store(&sessionRef{s}) }
 
 func (l *lateSession) Stats() leadership.Stats {
-	if s := l.s.Load(); s != nil {
-		return s.Stats()
+	if r := l.s.Load(); r != nil {
+		return r.s.Stats()
 	}
 	return leadership.Stats{}
 }
 
 func (l *lateSession) Err() error {
-	if s := l.s.Load(); s != nil {
-		return s.Err()
+	if r := l.s.Load(); r != nil {
+		return r.s.Err()
 	}
 	return nil
 }
@@ -572,7 +587,11 @@ func (r *runner) startEtcd(ctx, wctx context.Context, wait time.Duration) error 
 	if err != nil {
 		return err
 	}
-	r.session = s
+	r.session, r.terms, r.where = s, scheduler.Over(s), fmt.Sprint(cli.Endpoints())
+	r.reach = func(ctx context.Context) error {
+		_, err := cli.Get(ctx, leadership.InstanceKey(f.Etcd.Prefix, f.Instance))
+		return err
+	}
 	return nil
 }
 
@@ -655,9 +674,10 @@ func (r *runner) shutdown(stopJobs func(), schedDone <-chan struct{}) error {
 	return errors.Join(errs...)
 }
 
-// healthy is what the systemd watchdog pings depend on. Missing an etcd lease
-// is healthy while etcd does not answer (restarting would not help); it is not
-// when etcd answers and the session has still held no lease for a few TTLs.
+// healthy is what the systemd watchdog pings depend on. Missing a lease is
+// healthy while the backend's server (etcd, the API server) does not answer
+// (restarting would not help); it is not when it answers and the session has
+// still held no lease for a few TTLs.
 func (r *runner) healthy() error {
 	if !r.schedRunning.Load() {
 		return errors.New("the scheduler is not running")
@@ -666,10 +686,10 @@ func (r *runner) healthy() error {
 		return nil
 	}
 	if err := r.session.Err(); err != nil {
-		return fmt.Errorf("the etcd session stopped: %w", err)
+		return fmt.Errorf("the %s session stopped: %w", r.cfg.Leadership.Backend, err)
 	}
 	now := time.Now()
-	if r.session.Stats().Lease != 0 {
+	if holdsLease(r.session.Stats()) {
 		r.lastLease.Store(now.UnixNano())
 		return nil
 	}
@@ -679,10 +699,10 @@ func (r *runner) healthy() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if _, err := r.etcd.Get(ctx, leadership.InstanceKey(r.cfg.Etcd.Prefix, r.cfg.Instance)); err != nil {
-		return nil // etcd is down: waiting is all anyone can do
+	if err := r.reach(ctx); err != nil {
+		return nil // the server is down: waiting is all anyone can do
 	}
-	return fmt.Errorf("etcd answers, but the session has held no lease for %v", without.Round(time.Second))
+	return fmt.Errorf("%s answers, but the session has held no lease for %v", r.cfg.Leadership.Backend, without.Round(time.Second))
 }
 
 // statusLine is the STATUS= line shown by systemctl status.
@@ -690,8 +710,8 @@ func (r *runner) statusLine() string {
 	s := fmt.Sprintf("%d job(s)", len(r.cfg.Jobs))
 	if r.sched != nil && r.session != nil {
 		s += fmt.Sprintf(", leading %d", r.sched.Leading())
-		if r.session.Stats().Lease == 0 {
-			s += ", no etcd lease"
+		if !holdsLease(r.session.Stats()) {
+			s += ", no " + r.leaseWord()
 		}
 	}
 	return s

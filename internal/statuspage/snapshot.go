@@ -107,6 +107,9 @@ type Config struct {
 	DevControl string
 	// ReadTimeout bounds one read of the cluster (default 3 s).
 	ReadTimeout time.Duration
+	// Unavailable, when set, says what the page cannot show and why (the
+	// leaders of a backend it cannot read): shown with every read's errors.
+	Unavailable string
 }
 
 // Bounds of reads and of the window.
@@ -132,6 +135,9 @@ func (p *Page) read(ctx context.Context, window time.Duration) Snapshot {
 		Jobs: c.Jobs, LeadersKnown: c.LeadersKnown, Terms: []status.TermRecord{}, Rejections: []status.Rejection{}, Errors: c.Errors,
 	}
 	fail := func(err error) { s.Errors = append(s.Errors, err.Error()) }
+	if cfg.Unavailable != "" {
+		s.Errors = append([]string{cfg.Unavailable}, s.Errors...)
+	}
 	if cfg.Pool != nil {
 		if err := cfg.Pool.QueryRow(ctx, `SELECT now()`).Scan(&s.Now); err != nil {
 			fail(fmt.Errorf("database clock: %w", err))

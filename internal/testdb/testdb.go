@@ -185,7 +185,9 @@ func roles(ctx context.Context, url string) (owner, runtime string, err error) {
 // createRoles runs the cluster's roles SQL unless both roles exist there.
 // Roles belong to the cluster, not to a database; the cluster itself is
 // asked (a port reused by a new cluster in one test binary has no roles).
-// Two tests creating them at once: the loser's duplicate_object is success.
+// Two tests creating them at once: the loser's duplicate_object is success,
+// and so is its unique_violation on pg_authid's name (what a CREATE ROLE
+// racing another's uncommitted one gets, once that one commits).
 func createRoles(ctx context.Context, dbURL, sql string) error {
 	conn, err := pgx.Connect(ctx, dbURL)
 	if err != nil {
@@ -198,7 +200,8 @@ func createRoles(ctx context.Context, dbURL, sql string) error {
 		return err
 	}
 	err = exec(ctx, dbURL, sql)
-	if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == "42710" { // duplicate_object
+	if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) &&
+		(pe.Code == "42710" || pe.Code == "23505" && pe.ConstraintName == "pg_authid_rolname_index") { // duplicate_object, unique_violation
 		return nil
 	}
 	return err

@@ -103,7 +103,7 @@ func benchKubelease(b *testing.B, ns string) (stop func()) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		s, err := kubelease.NewSession(kubelease.Config{Client: cs, Namespace: ns, Instance: name,
+		s, err := kubelease.NewSession(kubelease.Config{Client: cs.CoordinationV1(), Namespace: ns, Instance: name,
 			TTL: 15 * time.Second, Margin: 5 * time.Second, RenewInterval: 2 * time.Second})
 		if err != nil {
 			b.Fatal(err)

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/client-go/kubernetes"
+	coordclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 
 	"github.com/snip/snip-jobs/leadership"
 )
@@ -24,7 +24,9 @@ const (
 type Config struct {
 	// Client talks to the API server. Required. It needs get, list, watch,
 	// create, update and delete on coordination.k8s.io Leases in Namespace.
-	Client kubernetes.Interface
+	// Only the coordination/v1 client (a clientset's CoordinationV1()): a
+	// binary that builds no whole clientset is some 14 MB smaller.
+	Client coordclient.CoordinationV1Interface
 	// Namespace holds the Leases (default "default").
 	Namespace string
 	// Prefix starts every Lease's name and is the value of the

@@ -62,7 +62,7 @@ func handOverKubelease(b *testing.B, crash bool) time.Duration {
 		if err != nil {
 			b.Fatal(err)
 		}
-		s, err := kubelease.NewSession(kubelease.Config{Client: cs, Namespace: ns, Instance: name, TTL: ttl, Margin: margin, RenewInterval: 500 * time.Millisecond})
+		s, err := kubelease.NewSession(kubelease.Config{Client: cs.CoordinationV1(), Namespace: ns, Instance: name, TTL: ttl, Margin: margin, RenewInterval: 500 * time.Millisecond})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -96,7 +96,7 @@ func start(t *testing.T, srv *kubeapi.Server, ns, instance string, opts ...sessi
 	for _, o := range opts {
 		o(&cfg, rc)
 	}
-	cfg.Client = clientset(t, rc)
+	cfg.Client = clientset(t, rc).CoordinationV1()
 	s, err := kubelease.NewSession(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -46,7 +46,7 @@ func TestASecondLiveProcessWithTheSameNameStops(t *testing.T) {
 	ns := namespace(t, api)
 	first := start(t, api, ns, "a")
 	term := won(t, campaign(first, "sweep"))
-	second, err := kubelease.NewSession(kubelease.Config{Client: clientset(t, api.Config()), Namespace: ns, Instance: "a",
+	second, err := kubelease.NewSession(kubelease.Config{Client: clientset(t, api.Config()).CoordinationV1(), Namespace: ns, Instance: "a",
 		TTL: ttl, Margin: margin, RenewInterval: renew, Logger: testenv.Logger(t)})
 	if err != nil {
 		t.Fatal(err)

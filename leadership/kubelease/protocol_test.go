@@ -89,7 +89,7 @@ func TestAResignRequestReachesTheWatcher(t *testing.T) {
 	admin := clientset(t, api.Config())
 	// Pending requests are delivered too, so this one arrives whether the
 	// watcher had started or not.
-	if err := kubelease.RequestResign(ctx, admin, ns, kubelease.DefaultPrefix, "certs", term.Token()); err != nil {
+	if err := kubelease.RequestResign(ctx, admin.CoordinationV1(), ns, kubelease.DefaultPrefix, "certs", term.Token()); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -114,7 +114,7 @@ func TestConfigErrorsNameWhatIsWrong(t *testing.T) {
 			t.Errorf("the error does not say %q:\n%v", want, err)
 		}
 	}
-	s, err := kubelease.NewSession(kubelease.Config{Client: clientset(t, api.Config()), Instance: "ok"})
+	s, err := kubelease.NewSession(kubelease.Config{Client: clientset(t, api.Config()).CoordinationV1(), Instance: "ok"})
 	if err != nil {
 		t.Fatal(err)
 	}

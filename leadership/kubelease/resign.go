@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
+	coordclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 
 	"github.com/snip/snip-jobs/internal/sleep"
 )
@@ -17,10 +17,10 @@ import (
 // RequestResign asks the term of job with token to resign: it sets the
 // annotation jobs.snip.dev/resign-token on the job Lease (a merge patch;
 // the holder's session sees it by watch).
-func RequestResign(ctx context.Context, cli kubernetes.Interface, namespace, prefix, job string, token int64) error {
+func RequestResign(ctx context.Context, cli coordclient.LeasesGetter, namespace, prefix, job string, token int64) error {
 	c := Config{Namespace: namespace, Prefix: prefix}
 	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, annResign, strconv.FormatInt(token, 10))
-	_, err := cli.CoordinationV1().Leases(namespace).Patch(ctx, c.jobLease(job), types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	_, err := cli.Leases(namespace).Patch(ctx, c.jobLease(job), types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 	if err != nil {
 		return fmt.Errorf("kubelease: request resign of %s: %w", job, err)
 	}

@@ -96,7 +96,7 @@ func NewSession(cfg Config) (*Session, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Session{
 		cfg: cfg, log: cfg.Logger.With("instance", cfg.Instance), base: time.Now(),
-		leases: cfg.Client.CoordinationV1().Leases(cfg.Namespace),
+		leases: cfg.Client.Leases(cfg.Namespace),
 		ctx:    ctx, cancel: cancel, done: make(chan struct{}), changed: make(chan struct{}),
 		past: map[string]bool{}, busy: map[string]*busySlot{},
 	}
