@@ -97,6 +97,7 @@ func Kube(f *configs.File) (_ coordclient.CoordinationV1Interface, namespace, wh
 		rc = &rest.Config{Host: k.Server, BearerTokenFile: k.TokenFile, TLSClientConfig: rest.TLSClientConfig{CAFile: k.CAFile}}
 	}
 	rc.UserAgent = "snip-jobs " + f.Instance
+	rc.QPS = -1 // kubelease refuses a throttled client: see its Config.Client
 	cs, err := coordclient.NewForConfig(rc)
 	if err != nil {
 		return nil, "", "", fmt.Errorf("kubernetes client for %s: %w", rc.Host, err)

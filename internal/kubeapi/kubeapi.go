@@ -248,7 +248,9 @@ func (s *Server) URL() string { return "https://127.0.0.1:" + strconv.Itoa(s.por
 // it, which kube-apiserver writes into --cert-dir at its first start.
 func (s *Server) caFile() string { return filepath.Join(s.dir, "certs", "apiserver.crt") }
 
-// Config is a client configuration for the admin (system:masters).
+// Config is a client configuration for the admin (system:masters). Like
+// every configuration here it has no client-side rate limit (QPS -1), as
+// kubelease requires.
 func (s *Server) Config() *rest.Config { return s.TokenConfig(s.token) }
 
 // TokenConfig is a client configuration authenticating with token (one of
@@ -256,6 +258,7 @@ func (s *Server) Config() *rest.Config { return s.TokenConfig(s.token) }
 func (s *Server) TokenConfig(token string) *rest.Config {
 	return &rest.Config{
 		Host:            s.URL(),
+		QPS:             -1,
 		BearerToken:     token,
 		TLSClientConfig: rest.TLSClientConfig{CAFile: s.caFile()},
 	}

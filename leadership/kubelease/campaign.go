@@ -10,7 +10,6 @@ import (
 	coordv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/snip/snip-jobs/internal/sleep"
 	"github.com/snip/snip-jobs/leadership"
@@ -59,7 +58,6 @@ func (s *Session) Campaign(ctx context.Context, job string, opts ...leadership.C
 }
 
 func (s *Session) campaign(ctx context.Context, job string, holdback func() time.Duration) (*Term, error) {
-	name := s.cfg.jobLease(job)
 	log := s.log.With("job", job)
 	for {
 		if holdback != nil {
@@ -68,17 +66,13 @@ func (s *Session) campaign(ctx context.Context, job string, holdback func() time
 			}
 		}
 		l, err := s.waitLease(ctx)
+		if err == nil {
+			err = s.obs.waitSynced(ctx)
+		}
 		if err != nil {
 			return nil, err
 		}
-		jl, err := s.leases.Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			jl, err = nil, nil
-		}
-		var t *Term
-		if err == nil {
-			t, err = s.contend(ctx, l, job, jl)
-		}
+		t, err := s.contend(ctx, l, job)
 		switch {
 		case t != nil:
 			return t, nil
@@ -91,90 +85,67 @@ func (s *Session) campaign(ctx context.Context, job string, holdback func() time
 	}
 }
 
-// contend decides on jl (nil: absent) and takes it when it is free, or waits
-// until it may be; it returns (nil, nil) when the caller should read the job
-// Lease again after the holdback (it changed, or a wait ended).
-func (s *Session) contend(ctx context.Context, l *lease, job string, jl *coordv1.Lease) (*Term, error) {
-	var w watch.Interface
-	defer func() {
-		if w != nil {
-			w.Stop()
-		}
-	}()
+// contend judges the job Lease as the observer holds it and takes it when it
+// is free, or waits until it may be; it returns (nil, nil) when the caller
+// should judge again after the holdback (a wait ended with the job free, or
+// a write lost a race).
+func (s *Session) contend(ctx context.Context, l *lease, job string) (*Term, error) {
 	waited := false
 	for {
 		if l.ctx.Err() != nil {
 			return nil, nil
 		}
+		jl, jobChanged := s.obs.lease(s.cfg.jobLease(job))
 		holder := holderOf(jl)
-		if jl == nil || holder == "" || holder == l.holder || s.ownPast(holder) {
-			if waited {
-				return nil, nil
-			}
-			return s.take(ctx, l, job, jl)
-		}
-		gone, due, changed, err := s.holderGone(ctx, jl)
-		if err != nil {
-			return nil, err
-		}
-		if gone {
-			if waited {
-				return nil, nil
-			}
-			return s.take(ctx, l, job, jl)
-		}
-		if due <= 0 {
-			continue // an expiry lost a race with a renewal: judge the new version
-		}
-		if w == nil {
-			w, err = s.leases.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + jl.Name, ResourceVersion: jl.ResourceVersion})
-			if err != nil {
+		free := jl == nil || holder == "" || holder == l.holder || s.ownPast(holder)
+		var due time.Duration
+		var holderChanged <-chan struct{}
+		if !free {
+			var err error
+			if free, due, holderChanged, err = s.holderGone(ctx, jl); err != nil {
 				return nil, err
 			}
 		}
+		switch {
+		case free && waited:
+			return nil, nil
+		case free:
+			return s.take(ctx, l, job, jl)
+		case due <= 0:
+			continue // an expiry lost a race with a renewal: judge the new version
+		}
 		waited = true
-		next, ok := s.wait(ctx, w, changed, due)
-		if !ok {
+		if !s.wait(ctx, l, jobChanged, holderChanged, due) {
 			return nil, nil
 		}
-		if next != nil {
-			jl = next
-		}
 	}
 }
 
-// wait waits for an event of the job Lease's watch (returned: its new
-// state, or ok false when it was deleted or the watch broke), a change of
-// the instance Leases, the due time (0: none), or the end of ctx.
-func (s *Session) wait(ctx context.Context, w watch.Interface, changed <-chan struct{}, due time.Duration) (*coordv1.Lease, bool) {
+// wait waits for a change of the job Lease or of its holder's instance
+// Lease, the due time, the end of this session's instance Lease or of ctx;
+// false for the last two.
+func (s *Session) wait(ctx context.Context, l *lease, jobChanged, holderChanged <-chan struct{}, due time.Duration) bool {
 	s.stats.add(&s.stats.waiting, 1)
 	defer s.stats.add(&s.stats.waiting, -1)
-	var timer <-chan time.Time
-	if due > 0 {
-		t := time.NewTimer(due)
-		defer t.Stop()
-		timer = t.C
-	}
+	t := time.NewTimer(due)
+	defer t.Stop()
 	select {
-	case ev, open := <-w.ResultChan():
-		l, isLease := ev.Object.(*coordv1.Lease)
-		if !open || !isLease || ev.Type == watch.Deleted || ev.Type == watch.Error {
-			return nil, false
-		}
-		return l, true
-	case <-changed:
-	case <-timer:
+	case <-jobChanged:
+	case <-holderChanged:
+	case <-t.C:
+	case <-l.ctx.Done():
+		return false
 	case <-ctx.Done():
-		return nil, false
+		return false
 	}
-	return nil, true
+	return true
 }
 
-// holderGone judges jl's holder: gone when its instance Lease (fresh read)
-// is absent or names another holder, or when this session has seen it
-// unchanged for its duration and has now marked it expired, under the
-// resourceVersion seen, so that a renewal racing this fails. Otherwise due
-// says how long until that duration runs out.
+// holderGone judges jl's holder: gone when its instance Lease is absent or
+// names another holder, or when this session has seen it unchanged for its
+// duration and has now marked it expired, under the resourceVersion seen, so
+// that a renewal racing this fails. Otherwise due says how long until that
+// duration runs out, and changed is closed at the instance Lease's next change.
 func (s *Session) holderGone(ctx context.Context, jl *coordv1.Lease) (gone bool, due time.Duration, changed <-chan struct{}, err error) {
 	holder, name := holderOf(jl), jl.Annotations[annInstance]
 	if name == "" {
@@ -182,7 +153,7 @@ func (s *Session) holderGone(ctx context.Context, jl *coordv1.Lease) (gone bool,
 	}
 	st, ok, changed := s.obs.get(name)
 	if !ok || holderOf(st.lease) != holder {
-		// The observer may lag the job Lease just read: ask the API server.
+		// jl may be a fresh read put in ahead of the watch: ask the API server.
 		il, err := s.leases.Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return true, 0, nil, nil
@@ -222,16 +193,7 @@ func (s *Session) expire(ctx context.Context, il *coordv1.Lease) (bool, error) {
 		s.obs.del(il.Name)
 		return false, nil
 	case apierrors.IsConflict(err):
-		cur, err := s.leases.Get(ctx, il.Name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			s.obs.del(il.Name)
-			return false, nil
-		}
-		if err != nil {
-			return false, err
-		}
-		s.obs.put(cur)
-		return false, nil // renewed or taken meanwhile: judge again
+		return false, s.refresh(ctx, il.Name) // renewed or taken meanwhile: judge again
 	case err != nil:
 		return false, err
 	}
@@ -239,6 +201,22 @@ func (s *Session) expire(ctx context.Context, il *coordv1.Lease) (bool, error) {
 	s.stats.add(&s.stats.expired, 1)
 	s.log.Warn("marked a peer's instance Lease expired: unchanged for its duration", "lease", il.Name, "holder", holderOf(il))
 	return true, nil
+}
+
+// refresh gives the observer a fresh read of the Lease name, after a write
+// made on its copy lost a race: the copy may be older than the watch has
+// delivered yet, and judging it again would lose again.
+func (s *Session) refresh(ctx context.Context, name string) error {
+	cur, err := s.leases.Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		s.obs.del(name)
+	case err != nil:
+		return err
+	default:
+		s.obs.put(cur)
+	}
+	return nil
 }
 
 // tokenOf is the job Lease's token annotation (0 when absent).
@@ -296,10 +274,11 @@ func (s *Session) take(ctx context.Context, l *lease, job string, jl *coordv1.Le
 	}
 	switch {
 	case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || apierrors.IsNotFound(err):
-		return nil, nil
+		return nil, s.refresh(ctx, obj.Name)
 	case err != nil:
 		return nil, err
 	}
+	s.obs.put(res)
 	tlog := s.log.With("job", job, "token", token)
 	if s.afterWin != nil {
 		s.afterWin()

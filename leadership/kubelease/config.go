@@ -25,7 +25,12 @@ type Config struct {
 	// Client talks to the API server. Required. It needs get, list, watch,
 	// create, update and delete on coordination.k8s.io Leases in Namespace.
 	// Only the coordination/v1 client (a clientset's CoordinationV1()): a
-	// binary that builds no whole clientset is some 14 MB smaller.
+	// binary that builds no whole clientset is some 14 MB smaller. It must
+	// not be rate-limited on the client side (build it from a rest.Config
+	// with QPS -1): the instance Lease's renewals share it with every
+	// campaign's writes, and a renewal queued behind 100 of them at
+	// client-go's default 5 requests/s outlives the deadline and ends every
+	// term. The API server's own priority and fairness still applies.
 	Client coordclient.CoordinationV1Interface
 	// Namespace holds the Leases (default "default").
 	Namespace string
@@ -59,6 +64,9 @@ func (c Config) withDefaults() (Config, error) {
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	if c.Client == nil {
 		bad("kubelease: Client is required")
+	} else if rl := c.Client.RESTClient().GetRateLimiter(); rl != nil {
+		bad("kubelease: the client is rate-limited to %g requests/s: the instance Lease's renewals would queue behind "+
+			"campaigns and miss their deadline; build it from a rest.Config with QPS: -1", rl.QPS())
 	}
 	if c.Namespace == "" {
 		c.Namespace = DefaultNamespace
@@ -135,8 +143,11 @@ func (c Config) instanceLease(instance string) string { return c.Prefix + "-inst
 func (c Config) jobLease(job string) string           { return c.Prefix + "-job-" + job }
 
 func (c Config) selector(role string) string {
-	return labelRole + "=" + role + "," + labelSet + "=" + c.Prefix
+	return labelRole + "=" + role + "," + c.setSelector()
 }
+
+// setSelector selects every Lease of the set, instance and job Leases.
+func (c Config) setSelector() string { return labelSet + "=" + c.Prefix }
 
 // leadershipConfig is the timing and naming the scheduler reads.
 func (c Config) leadershipConfig() leadership.Config {

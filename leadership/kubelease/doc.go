@@ -46,9 +46,11 @@
 // marks the instance Lease released and expired (annotation
 // jobs.snip.dev/expired-by) in an update under the resourceVersion it saw:
 // a renewal racing it fails, so the holder's last successful renewal is the
-// one that wrote the version seen. Changes are learnt by watch (one watch of
-// the instance Leases per session, one of the job Lease per waiting
-// campaign and per term), not by polling.
+// one that wrote the version seen. Changes are learnt by watch, not by
+// polling: one watch per session of every Lease of the set, whatever the
+// number of jobs, campaigns and terms. A campaign judges the job Lease from
+// that watch's copy; a stale copy only makes its write, made under the
+// copy's resourceVersion, fail.
 //
 // The clock argument. The candidate first saw that version no earlier than
 // it was written, and it was written no earlier than its renewal was sent.
@@ -81,6 +83,8 @@
 //   - Deregister marks the instance Lease leaving (annotation
 //     jobs.snip.dev/leaving) instead of deleting it: deleting it would free
 //     the jobs of terms that are still valid.
+//   - The client must not be rate-limited on the client side (Config.Client):
+//     the instance Lease's renewals share it with the campaigns' writes.
 //   - Job and instance names must make valid Lease names and label values
 //     (lower-case letters, digits, '-', '.').
 //   - What leadership.Term does not guarantee holds here too: a paused

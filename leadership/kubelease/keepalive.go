@@ -116,7 +116,7 @@ func (s *Session) renew(ctx context.Context, l *lease, leaving bool) error {
 	}
 	l.lastDeadline.Store(nd)
 	l.timer.Reset(time.Duration(nd - nowNs))
-	s.stats.changed.notify()
+	s.stats.changed.Notify()
 	return nil
 }
 

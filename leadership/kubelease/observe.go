@@ -11,20 +11,32 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 
+	"github.com/snip/snip-jobs/internal/notify"
 	"github.com/snip/snip-jobs/internal/sleep"
 )
 
-// observer follows the instance Leases of the set by list and watch, and
-// remembers when this session first saw each version of each (seenAt, on
-// its monotonic clock). seenAt is never earlier than the version's write,
+// observer follows every Lease of the set (instance and job Leases) by one
+// list and one watch per session, whatever the number of jobs: campaigns
+// and terms read it instead of reading or watching Leases of their own. It
+// remembers when this session first saw each version of each Lease (seenAt,
+// on its monotonic clock). seenAt is never earlier than the version's write,
 // and so never earlier than the send time of the renewal that wrote it: a
 // wait of the Lease's duration from seenAt outlasts its holder's deadline.
 // A version seen late (a slow or broken watch) only makes the wait longer.
+//
+// What it holds may lag the API server, and a fresh read put in (put) may
+// be followed by an older watch event: readers judge from it only what is
+// safe to judge late, and every write made on that judgement carries the
+// resourceVersion read as its precondition.
 type observer struct {
-	s  *Session
-	mu sync.Mutex
-	m  map[string]seen
-	n  notifier
+	s      *Session
+	synced chan struct{} // closed after the first list
+	once   sync.Once
+
+	mu     sync.Mutex
+	m      map[string]seen
+	byName map[string]*notify.Notifier
+	all    notify.Notifier
 }
 
 type seen struct {
@@ -32,20 +44,24 @@ type seen struct {
 	seenAt int64
 }
 
-func newObserver(s *Session) *observer { return &observer{s: s, m: map[string]seen{}} }
+func newObserver(s *Session) *observer {
+	return &observer{s: s, synced: make(chan struct{}), m: map[string]seen{}, byName: map[string]*notify.Notifier{}}
+}
 
 // run lists and then watches until ctx ends; a broken watch is followed by a
 // fresh list (retried at a quarter of the renew interval while the API
 // server does not answer).
 func (o *observer) run(ctx context.Context) {
-	sel := o.s.cfg.selector(roleInstance)
+	sel := o.s.cfg.setSelector()
 	for ctx.Err() == nil {
 		list, err := o.s.leases.List(ctx, metav1.ListOptions{LabelSelector: sel})
 		if err != nil {
+			o.s.log.Debug("list of the set's Leases failed; retrying", "err", err)
 			sleep.For(ctx, o.s.cfg.RenewInterval/4)
 			continue
 		}
 		o.replace(list.Items)
+		o.once.Do(func() { close(o.synced) })
 		w, err := o.s.leases.Watch(ctx, metav1.ListOptions{LabelSelector: sel, ResourceVersion: list.ResourceVersion})
 		if err != nil {
 			sleep.For(ctx, o.s.cfg.RenewInterval/4)
@@ -53,6 +69,16 @@ func (o *observer) run(ctx context.Context) {
 		}
 		o.follow(w)
 		w.Stop()
+	}
+}
+
+// waitSynced waits until the first list is in (or ctx ends).
+func (o *observer) waitSynced(ctx context.Context) error {
+	select {
+	case <-o.synced:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
@@ -78,55 +104,77 @@ func (o *observer) put(l *coordv1.Lease) {
 		return
 	}
 	o.m[l.Name] = seen{lease: l.DeepCopy(), seenAt: o.s.now()}
-	o.n.notify()
+	o.notifyLocked(l.Name)
 }
 
 func (o *observer) del(name string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if _, ok := o.m[name]; !ok {
+		return
+	}
 	delete(o.m, name)
-	o.n.notify()
+	o.notifyLocked(name)
+}
+
+func (o *observer) notifyLocked(name string) {
+	if n := o.byName[name]; n != nil {
+		n.Notify()
+	}
+	o.all.Notify()
 }
 
 func (o *observer) replace(items []coordv1.Lease) {
-	o.mu.Lock()
 	keep := map[string]bool{}
 	for i := range items {
 		keep[items[i].Name] = true
+		o.put(&items[i])
 	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
 	for name := range o.m {
 		if !keep[name] {
 			delete(o.m, name)
+			o.notifyLocked(name)
 		}
 	}
-	o.mu.Unlock()
-	for i := range items {
-		o.put(&items[i])
-	}
-	o.n.notify()
 }
 
-// get returns what is known of the instance Lease name, and a channel closed
-// at the next change of anything the observer knows.
+// get returns what is known of the Lease name, and a channel closed at its
+// next change.
 func (o *observer) get(name string) (seen, bool, <-chan struct{}) {
-	ch := o.n.wait()
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	n := o.byName[name]
+	if n == nil {
+		n = &notify.Notifier{}
+		o.byName[name] = n
+	}
+	ch := n.Wait()
 	st, ok := o.m[name]
 	return st, ok, ch
+}
+
+// lease is the Lease name as known (nil: absent), with its change channel.
+func (o *observer) lease(name string) (*coordv1.Lease, <-chan struct{}) {
+	st, _, ch := o.get(name)
+	return st.lease, ch
 }
 
 // up returns the instances that are up, by name with their holder identity:
 // held, not leaving, and seen changed within their duration. It also says
 // when the next of them goes stale (0: none) and gives the change channel.
 func (o *observer) up() (map[string]string, time.Duration, <-chan struct{}) {
-	ch := o.n.wait()
 	now := o.s.now()
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	ch := o.all.Wait()
 	out := map[string]string{}
 	var next time.Duration
 	for _, st := range o.m {
+		if st.lease.Labels[labelRole] != roleInstance {
+			continue
+		}
 		h := holderOf(st.lease)
 		stale := time.Duration(st.seenAt + int64(o.s.durationOf(st.lease)) - now)
 		if h == "" || st.lease.Annotations[annLeaving] != "" || stale <= 0 {

@@ -114,6 +114,12 @@ func TestConfigErrorsNameWhatIsWrong(t *testing.T) {
 			t.Errorf("the error does not say %q:\n%v", want, err)
 		}
 	}
+	throttled := api.Config()
+	throttled.QPS = 0 // client-go's default: 5 requests/s
+	_, err = kubelease.NewSession(kubelease.Config{Client: clientset(t, throttled).CoordinationV1(), Instance: "ok"})
+	if err == nil || !strings.Contains(err.Error(), "rate-limited to 5 requests/s") {
+		t.Errorf("a rate-limited client: %v", err)
+	}
 	s, err := kubelease.NewSession(kubelease.Config{Client: clientset(t, api.Config()).CoordinationV1(), Instance: "ok"})
 	if err != nil {
 		t.Fatal(err)

@@ -187,7 +187,7 @@ func (s *Session) setCurrent(l *lease) {
 	}
 	close(s.changed)
 	s.changed = make(chan struct{})
-	s.stats.changed.notify()
+	s.stats.changed.Notify()
 }
 
 // run takes the instance Lease and renews it until it is lost, until Close.

@@ -1,10 +1,10 @@
 package kubelease
 
 import (
-	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/snip/snip-jobs/internal/notify"
 	"github.com/snip/snip-jobs/leadership"
 )
 
@@ -16,41 +16,17 @@ type stats struct {
 	expired           atomic.Int64
 	waiting           atomic.Int64
 	leaseEnds         [5]atomic.Int64
-	changed           notifier
+	changed           notify.Notifier
 }
 
 func (st *stats) add(c *atomic.Int64, d int64) {
 	c.Add(d)
-	st.changed.notify()
+	st.changed.Notify()
 }
 
 var reasonIndex = map[leadership.Reason]int{
 	leadership.ReasonExpired: 0, leadership.ReasonLeaseLost: 1, leadership.ReasonKeyLost: 2,
 	leadership.ReasonResigned: 3, leadership.ReasonShutdown: 4,
-}
-
-// notifier is a channel closed at the next notify (see leadership's).
-type notifier struct {
-	mu sync.Mutex
-	ch chan struct{}
-}
-
-func (n *notifier) wait() <-chan struct{} {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.ch == nil {
-		n.ch = make(chan struct{})
-	}
-	return n.ch
-}
-
-func (n *notifier) notify() {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.ch != nil {
-		close(n.ch)
-		n.ch = nil
-	}
 }
 
 // Stats is a snapshot of the session's counters in leadership's terms:
@@ -87,4 +63,4 @@ func (s *Session) Expired() int64 { return s.stats.expired.Load() }
 
 // StatsChanged returns a channel closed at the next change of what Stats
 // reports (not Headroom, which moves with the clock).
-func (s *Session) StatsChanged() <-chan struct{} { return s.stats.changed.wait() }
+func (s *Session) StatsChanged() <-chan struct{} { return s.stats.changed.Wait() }

@@ -10,7 +10,6 @@ import (
 	coordv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/snip/snip-jobs/internal/sleep"
 	"github.com/snip/snip-jobs/leadership"
@@ -41,7 +40,7 @@ func (s *Session) newTerm(l *lease, job string, token int64, won *coordv1.Lease)
 		t.done.Store(true)
 		t.log.Info("term ended", "reason", t.Reason(), "err", t.Err(), "held_for", time.Since(t.started))
 	})
-	go t.watch(won.ResourceVersion)
+	go t.follow()
 	t.log.Info("term started", "holder", l.holder, "deadline_in", time.Duration(l.dl.Load()-s.now()))
 	return t
 }
@@ -121,47 +120,64 @@ func (t *Term) mine(jl *coordv1.Lease) bool {
 	return err == nil && tok == t.token && holderOf(jl) == t.l.holder
 }
 
-// watch ends the term when its job Lease is deleted or records another term.
-// A broken watch is followed by a read that checks the Lease, then a new watch.
-func (t *Term) watch(rv string) {
-	leases := t.s.leases
+// another reports whether jl, as the observer holds it, records a later
+// term or this term released: a version with this term's token was written
+// by it, and tokens only grow. Anything else (absent, an older token) may be
+// the observer lagging this term's win, and is settled by a read.
+func (t *Term) another(jl *coordv1.Lease) bool {
+	tok, err := tokenOf(jl)
+	return jl != nil && err == nil && (tok > t.token || tok == t.token && holderOf(jl) != t.l.holder)
+}
+
+// follow ends the term when its job Lease, as the session's observer sees
+// it, is deleted or records another term. The observer's copy is judged
+// alone when that is certain; otherwise a read settles it, once per version
+// the observer holds. The deadline, not this, is what keeps terms apart:
+// another instance takes the job only after this term's instance Lease is
+// gone.
+func (t *Term) follow() {
+	settled := "" // resourceVersion of the observer's copy a read has settled
 	for t.ctx.Err() == nil {
-		w, err := leases.Watch(t.ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + t.name, ResourceVersion: rv})
-		if err == nil {
-			for ev := range w.ResultChan() {
-				jl, ok := ev.Object.(*coordv1.Lease)
-				if ev.Type == watch.Error || !ok {
-					break
-				}
-				if ev.Type == watch.Deleted || !t.mine(jl) {
-					t.end(&leadership.EndedError{Reason: leadership.ReasonKeyLost,
-						Detail: fmt.Sprintf("job Lease %s %s (holder %q, token %q)", t.name, ev.Type, holderOf(jl), jl.Annotations[annToken])})
-					w.Stop()
-					return
-				}
-				rv = jl.ResourceVersion
-			}
-			w.Stop()
-		}
-		if t.ctx.Err() != nil {
-			return
-		}
-		rctx, cancel := context.WithTimeout(t.ctx, t.s.cfg.RenewInterval)
-		jl, err := leases.Get(rctx, t.name, metav1.GetOptions{})
-		cancel()
+		jl, changed := t.s.obs.lease(t.name)
 		switch {
-		case apierrors.IsNotFound(err):
-			t.end(&leadership.EndedError{Reason: leadership.ReasonKeyLost, Detail: "job Lease " + t.name + " gone"})
+		case t.mine(jl):
+		case t.another(jl):
+			t.end(&leadership.EndedError{Reason: leadership.ReasonKeyLost,
+				Detail: fmt.Sprintf("job Lease %s records another term (holder %q, token %q)", t.name, holderOf(jl), jl.Annotations[annToken])})
 			return
-		case err != nil:
-			sleep.For(t.ctx, t.s.cfg.RenewInterval/4) // unreachable: the deadline ends the term if this lasts
-		case !t.mine(jl):
-			t.end(&leadership.EndedError{Reason: leadership.ReasonKeyLost, Detail: "job Lease " + t.name + " records another term"})
-			return
-		default:
-			rv = jl.ResourceVersion
+		case jl == nil || jl.ResourceVersion != settled:
+			if ended := t.settle(); ended {
+				return
+			}
+			if jl != nil {
+				settled = jl.ResourceVersion
+			}
+		}
+		select {
+		case <-changed:
+		case <-t.ctx.Done():
 		}
 	}
+}
+
+// settle reads the job Lease and ends the term when it is gone or records
+// another term; true when it ended the term. A failed read is left to the
+// next change (the deadline ends the term if the API server stays away).
+func (t *Term) settle() bool {
+	ctx, cancel := context.WithTimeout(t.ctx, t.s.cfg.RenewInterval)
+	defer cancel()
+	jl, err := t.s.leases.Get(ctx, t.name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		t.end(&leadership.EndedError{Reason: leadership.ReasonKeyLost, Detail: "job Lease " + t.name + " gone"})
+		return true
+	case err != nil:
+		return false
+	case !t.mine(jl):
+		t.end(&leadership.EndedError{Reason: leadership.ReasonKeyLost, Detail: "job Lease " + t.name + " records another term"})
+		return true
+	}
+	return false
 }
 
 // Resign ends the term and releases its job Lease (holder cleared, token
