@@ -57,7 +57,8 @@ func unitJobs(keys string) string {
       ` + keys + "\n"
 }
 
-// The units in deploy/systemd, installed unchanged in a Debian container whose
+// The units in deploy/systemd, installed unchanged (drop-ins add the
+// credentials and shorten the watchdog) in a Debian container whose
 // PID 1 is a real systemd, with the freshly built binary and a config in the
 // files the unit reads; an instance on the host runs the same jobs. Against
 // systemd itself: start waits for READY=1 and status shows the service's
@@ -194,6 +195,10 @@ func bootUnit(t *testing.T, root string, creds map[string]string, cfg []byte) *u
 		{"/etc/systemd/system/" + unitName, service, 0o644},
 		{"/etc/systemd/system/" + socketName, readUnit(t, socketName), 0o644},
 		{"/etc/systemd/system/" + unitName + ".d/credentials.conf", credentialsDropIn(t, service, creds), 0o644},
+		// The unit's 30 s watchdog shortened, as a drop-in can: the stall
+		// phase waits it out. Still above the lease's ttl (10 s), so the jobs
+		// move by the lease's expiry before systemd restarts the process.
+		{"/etc/systemd/system/" + unitName + ".d/watchdog.conf", []byte("[Service]\nWatchdogSec=12s\n"), 0o644},
 		{"/etc/snip-jobs/snip-jobs.yaml", cfg, 0o644},
 		{"/etc/snip-jobs/env", []byte("# the secrets come through LoadCredential=\n"), 0o600},
 	}

@@ -3,12 +3,15 @@ package chaos_test
 import (
 	"context"
 	"flag"
+	"fmt"
 	"os"
 	"slices"
 	"strconv"
+	"sync"
 	"testing"
 
 	"github.com/snip/snip-jobs/internal/chaos"
+	"github.com/snip/snip-jobs/internal/clitest"
 	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/scheduler"
 )
@@ -30,7 +33,34 @@ func TestMain(m *testing.M) {
 	if !parallelGiven {
 		_ = flag.Set("test.parallel", strconv.Itoa(runs))
 	}
-	os.Exit(testenv.RunMain(m))
+	dir, err := os.MkdirTemp("", "snip-jobs-chaos-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binDir = dir
+	code := testenv.RunMain(m)
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// binDir holds the one snip-jobs binary the runs share (snipJobs).
+var (
+	binDir    string
+	buildOnce = sync.OnceValues(func() (string, error) {
+		return clitest.Build(binDir, "github.com/snip/snip-jobs/cmd/snip-jobs", "snip-jobs")
+	})
+)
+
+// snipJobs is this module's snip-jobs, built once for every run of the
+// package (a link of the binary costs seconds of a core each time).
+func snipJobs(t *testing.T) string {
+	t.Helper()
+	bin, err := buildOnce()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
 }
 
 // runs is how many of this package's tests start a cluster.
@@ -49,6 +79,7 @@ func TestEveryFaultKindOnceLeavesEveryInvariantIntact(t *testing.T) {
 	rep, err := chaos.Run(context.Background(), chaos.Options{
 		Faults:      len(chaos.AllKinds),
 		AwaitReport: true, // the report's check must have one to check
+		Binary:      snipJobs(t),
 		Log:         testenv.Logger(t),
 	})
 	if err != nil {

@@ -55,6 +55,10 @@ type Options struct {
 	// run the members with; empty: this program's embedded etcd
 	// (MemberMain, the etcd of this module's go.mod).
 	EtcdBinary string
+	// Binary is a snip-jobs binary built from this module for the
+	// instances (empty: the run builds one). Not with Broken, which builds
+	// its own. Several runs of one process can share one build.
+	Binary string `json:"-"`
 	// Log receives progress. Default: discard.
 	Log *slog.Logger `json:"-"`
 

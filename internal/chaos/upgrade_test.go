@@ -34,7 +34,7 @@ func TestARollingUpgradeFromThePreviousReleaseKeepsEveryInvariant(t *testing.T) 
 	// keep-alive, which is slow under auth (fixed since).
 	// AwaitReport: the previous release stores this week's report before the
 	// upgrade starts; leaders of both releases must leave it at one.
-	rep, err := chaos.Upgrade(ctx, chaos.Options{TTL: 4 * time.Second, AwaitReport: true, Log: testenv.Logger(t)}, old)
+	rep, err := chaos.Upgrade(ctx, chaos.Options{TTL: 4 * time.Second, AwaitReport: true, Binary: snipJobs(t), Log: testenv.Logger(t)}, old)
 	if err != nil {
 		t.Fatalf("the upgrade could not be done: %v", err)
 	}

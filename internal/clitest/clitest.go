@@ -20,10 +20,12 @@ import (
 )
 
 // Build builds the main package pkg (an import path, or a path relative to
-// the test's package) into dir and returns the binary's path.
+// the test's package) into dir and returns the binary's path. Without debug
+// information (-s -w): a test runs the binary, no debugger does, and the
+// link takes a third less.
 func Build(dir, pkg, name string) (string, error) {
 	bin := filepath.Join(dir, name)
-	if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-o", bin, "-ldflags=-s -w", pkg).CombinedOutput(); err != nil {
 		return "", errors.New("go build " + pkg + ": " + err.Error() + "\n" + string(out))
 	}
 	return bin, nil

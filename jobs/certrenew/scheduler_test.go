@@ -172,7 +172,14 @@ func TestUnderTheSchedulerALostOrderIsPlacedAgainAfterTheLockDelay(t *testing.T)
 				crashed.token, crashed.name, crashed.at = l.Token, l.Instance, time.Now()
 				crashed.Unlock()
 			})
-			if crash { // the CA never takes the crashed leader's order
+			crashed.Lock()
+			before := ev.At.Before(crashed.at)
+			crashed.Unlock()
+			// The CA never takes the crashed leader's order, nor one it sent
+			// while it was being crashed (seen once under load: a second
+			// newOrder for the domain 1 ms after the first, let through
+			// after the crash).
+			if crash || before {
 				problem(w, http.StatusInternalServerError, "urn:ietf:params:acme:error:serverInternal", "lost", "")
 				return
 			}
@@ -206,12 +213,17 @@ func TestUnderTheSchedulerALostOrderIsPlacedAgainAfterTheLockDelay(t *testing.T)
 		Scan(&lastSeen); err != nil {
 		t.Fatal(err)
 	}
-	orders := ca.ordersFor(d)
-	if len(orders) != 2 {
-		t.Fatalf("%d orders for %s, want 2 (the crashed one, the one after the lock-delay)", len(orders), d)
+	var taken []caEvent
+	for _, o := range ca.ordersFor(d) {
+		if o.Status < 400 {
+			taken = append(taken, o)
+		}
 	}
-	if earliest := lastSeen.Add(opts.LockDelay); orders[1].At.Before(earliest) {
-		t.Errorf("ordered again at %v, before the lock-delay after the crashed term was last seen (%v)", orders[1].At, earliest)
+	if len(taken) != 1 {
+		t.Fatalf("the CA took %d orders for %s, want 1 (the successor's, after the lock-delay)", len(taken), d)
+	}
+	if earliest := lastSeen.Add(opts.LockDelay); taken[0].At.Before(earliest) {
+		t.Errorf("ordered again at %v, before the lock-delay after the crashed term was last seen (%v)", taken[0].At, earliest)
 	}
 	if n := count(`SELECT count(*) FROM certrenew_orders WHERE domain = $1 AND result = 'abandoned' AND token = $2`, d, crashed.token); n != 1 {
 		t.Errorf("the crashed order is not recorded as abandoned")
