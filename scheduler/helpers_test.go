@@ -15,7 +15,10 @@ import (
 	"github.com/snip/snip-jobs/scheduler"
 )
 
-func TestMain(m *testing.M) { os.Exit(testenv.RunMain(m)) }
+func TestMain(m *testing.M) {
+	testenv.MostlyWaiting(4) // instances waiting for leases, slots and commits
+	os.Exit(testenv.RunMain(m))
+}
 
 // newCluster is a jobtest cluster with the table test jobs write to, which
 // the instances' runtime role may insert into, as an operator grants for a

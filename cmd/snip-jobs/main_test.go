@@ -31,6 +31,7 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
+	testenv.MostlyWaiting(4) // processes starting, leases expiring, a container booting
 	os.Exit(clitest.Main(m, clitest.Binary{Pkg: ".", Name: "snip-jobs", Path: &binary}))
 }
 

@@ -2,11 +2,9 @@ package chaos_test
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"os"
 	"slices"
-	"strconv"
 	"sync"
 	"testing"
 
@@ -27,12 +25,7 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == chaos.MemberCommand {
 		os.Exit(chaos.MemberMain(os.Args[2:]))
 	}
-	flag.Parse()
-	parallelGiven := false
-	flag.Visit(func(f *flag.Flag) { parallelGiven = parallelGiven || f.Name == "test.parallel" })
-	if !parallelGiven {
-		_ = flag.Set("test.parallel", strconv.Itoa(runs))
-	}
+	testenv.MostlyWaiting(runs)
 	dir, err := os.MkdirTemp("", "snip-jobs-chaos-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

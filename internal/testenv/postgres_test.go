@@ -9,7 +9,10 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-func TestMain(m *testing.M) { os.Exit(RunMain(m)) }
+func TestMain(m *testing.M) {
+	MostlyWaiting(4) // clusters starting, members electing
+	os.Exit(RunMain(m))
+}
 
 func pgConnect(t testing.TB, url string) *pgx.Conn {
 	t.Helper()

@@ -25,6 +25,7 @@ var api *kubeapi.Server
 func TestMain(m *testing.M) {
 	// client-go's leaderelection (the benchmarks' baseline) logs through klog.
 	klog.SetLogger(logr.Discard())
+	testenv.MostlyWaiting(4) // sessions waiting out Lease durations
 	var err error
 	api, err = kubeapi.Start(context.Background(), kubeapi.Options{})
 	if err != nil {
