@@ -20,12 +20,9 @@ import (
 type clusterView struct {
 	Backend string `json:"backend"`
 	Jobs    []struct {
-		Name   string `json:"job"`
-		Mode   string `json:"mode"`
-		Leader *struct {
-			Instance string `json:"instance"`
-			Token    int64  `json:"token"`
-		} `json:"leader"`
+		Name   string      `json:"job"`
+		Mode   string      `json:"mode"`
+		Leader *pageLeader `json:"leader"`
 	} `json:"jobs"`
 	Instances []struct {
 		Name string `json:"instance"`
@@ -63,6 +60,29 @@ func TestDevOnKubernetesLeasesShowsTheLeadersAndResigns(t *testing.T) {
 		t.Fatalf("%s: %v\n%s", cfgPath[1], err, b)
 	}
 	st := dev.state()
+	job, lead := waitLeaders(t, st)
+	if r := snip(t, "status", "--config", cfgPath[1]); r.Code != 0 || len(clitest.LinesWith(r.Stdout, job, lead.Instance, fmt.Sprint(lead.Token), "renewed")) != 1 {
+		t.Errorf("status: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
+	}
+	next, token := devResign(t, dev, job, lead.Instance, lead.Token)
+	eventually(t, "the narration of the hand-over", func() bool {
+		out := dev.stdout()
+		return strings.Contains(out, fmt.Sprintf("%s's term is over (token %d)", lead.Instance, lead.Token)) &&
+			strings.Contains(out, fmt.Sprintf("→ %s leads (token %d)", next, token))
+	})
+	stopDev(t, dev, st)
+}
+
+type pageLeader struct {
+	Instance string `json:"instance"`
+	Token    int64  `json:"token"`
+}
+
+// waitLeaders waits until every page shows three instances up and a leader
+// for each singleton, read from the Leases, and returns the first singleton
+// and its leader.
+func waitLeaders(t *testing.T, st devState) (string, *pageLeader) {
+	t.Helper()
 	var v clusterView
 	eventually(t, "three instances up and a leader for each singleton, on every page", func() bool {
 		for _, in := range st.Instances {
@@ -78,20 +98,19 @@ func TestDevOnKubernetesLeasesShowsTheLeadersAndResigns(t *testing.T) {
 		}
 		return true
 	})
-	job, lead := "", v.Jobs[0].Leader
 	for _, j := range v.Jobs {
 		if j.Mode == "leader" {
-			job, lead = j.Name, j.Leader
-			break
+			return j.Name, j.Leader
 		}
 	}
-	if job == "" {
-		t.Fatalf("no singleton in the demo: %+v", v.Jobs)
-	}
-	if r := snip(t, "status", "--config", cfgPath[1]); r.Code != 0 || len(clitest.LinesWith(r.Stdout, job, lead.Instance, fmt.Sprint(lead.Token), "renewed")) != 1 {
-		t.Errorf("status: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
-	}
+	t.Fatalf("no singleton in the demo: %+v", v.Jobs)
+	return "", nil
+}
 
+// devResign asks the supervisor to make job's leader resign, and returns
+// the successor it names: another instance, with a higher token.
+func devResign(t *testing.T, dev *devProcess, job, leader string, token int64) (string, int64) {
+	t.Helper()
 	resp, err := http.Post(dev.control+"/dev/resign?job="+job, "", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -100,18 +119,20 @@ func TestDevOnKubernetesLeasesShowsTheLeadersAndResigns(t *testing.T) {
 	json.NewDecoder(resp.Body).Decode(&msg)
 	resp.Body.Close()
 	m := regexp.MustCompile(`resigned; (\S+) took over \(token (\d+)\)`).FindStringSubmatch(msg.Message)
-	if resp.StatusCode != http.StatusOK || m == nil || m[1] == lead.Instance || !strings.HasPrefix(msg.Message, fmt.Sprintf("%s: %s (token %d)", job, lead.Instance, lead.Token)) {
-		t.Fatalf("resign: %s %+v; want %s (token %d) handing over to another instance", resp.Status, msg, lead.Instance, lead.Token)
+	if resp.StatusCode != http.StatusOK || m == nil || m[1] == leader || !strings.HasPrefix(msg.Message, fmt.Sprintf("%s: %s (token %d)", job, leader, token)) {
+		t.Fatalf("resign: %s %+v; want %s (token %d) handing over to another instance", resp.Status, msg, leader, token)
 	}
-	if next, err := strconv.ParseInt(m[2], 10, 64); err != nil || next <= lead.Token {
-		t.Errorf("the successor's token %s is not above %d", m[2], lead.Token)
+	next, err := strconv.ParseInt(m[2], 10, 64)
+	if err != nil || next <= token {
+		t.Errorf("the successor's token %s is not above %d", m[2], token)
 	}
-	eventually(t, "the narration of the hand-over", func() bool {
-		out := dev.stdout()
-		return strings.Contains(out, fmt.Sprintf("%s's term is over (token %d)", lead.Instance, lead.Token)) &&
-			strings.Contains(out, fmt.Sprintf("→ %s leads (token %s)", m[1], m[2]))
-	})
+	return m[1], next
+}
 
+// stopDev sends SIGINT and checks that dev exits 0 having removed its
+// folder and stopped every instance of st.
+func stopDev(t *testing.T, dev *devProcess, st devState) {
+	t.Helper()
 	dir := regexp.MustCompile(`(/\S*/snip-jobs-dev-\d+)`).FindStringSubmatch(dev.stdout())
 	if err := dev.proc.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)

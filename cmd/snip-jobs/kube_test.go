@@ -178,6 +178,11 @@ func TestTwoInstancesOnKubernetesLeasesHandASingletonOverWhenTheLeaderIsKilled(t
 	if _, _, found := kube.lease(t, kubePrefix+"-instance-"+survivor.name); found {
 		t.Errorf("%s's instance Lease is still there after SIGTERM", survivor.name)
 	}
+	// Nobody leads pulse now: resign says so.
+	want := "pulse has no leader now: nothing to resign"
+	if r := snip(t, env, "resign", "pulse", "--config", survivor.config); r.code != 1 || !strings.Contains(r.stderr, want) {
+		t.Errorf("resign with no leader: exit %d, want 1 and %q in:\n%s%s", r.code, want, r.stdout, r.stderr)
+	}
 }
 
 // kubeStatus runs `status --json` with in's config.
