@@ -41,9 +41,9 @@ type devProcess struct {
 	began   time.Time // when its banner was read
 }
 
-// startDev runs snip-dev on free ports and waits for its banner. It is
-// killed at the end of the test if it still runs.
-func startDev(t *testing.T) *devProcess {
+// startDev runs snip-dev on free ports, with args, and waits for its
+// banner. It is killed at the end of the test if it still runs.
+func startDev(t *testing.T, args ...string) *devProcess {
 	t.Helper()
 	dir := t.TempDir()
 	d := &devProcess{t: t, out: filepath.Join(dir, "stdout"), errOut: filepath.Join(dir, "stderr")}
@@ -58,7 +58,7 @@ func startDev(t *testing.T) *devProcess {
 	}
 	defer stderr.Close()
 	d.proc, err = childproc.Start(childproc.Spec{
-		Path: snipDevBin, Args: []string{"--http-base", "-1", "--snip-jobs", snipJobsBin},
+		Path: snipDevBin, Args: append([]string{"--http-base", "-1", "--snip-jobs", snipJobsBin}, args...),
 		Stdout: stdout, Stderr: stderr,
 	})
 	if err != nil {
@@ -80,7 +80,7 @@ func startDev(t *testing.T) *devProcess {
 		}
 		if m := control.FindStringSubmatch(d.stdout()); m != nil {
 			d.control = m[1]
-			return strings.Contains(d.stdout(), "What happens, as etcd reports it:")
+			return strings.Contains(d.stdout(), "What happens, as ")
 		}
 		return false
 	})
@@ -394,6 +394,9 @@ func TestDevRunsAClusterWhoseStatusPageShowsAFailoverInABrowser(t *testing.T) {
 	b := browser(t)
 	ctx := b.ctx
 	dev := startDev(t)
+	if !strings.Contains(dev.stdout(), "What happens, as etcd reports it:") {
+		t.Errorf("dev's banner does not name etcd:\n%s", dev.stdout())
+	}
 	st := dev.state()
 	if len(st.Instances) != 3 {
 		t.Fatalf("dev runs %d instances, want 3: %+v", len(st.Instances), st)

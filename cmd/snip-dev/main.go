@@ -32,7 +32,7 @@ const about = `Runs a local Snip jobs cluster, for trying things out and for dev
 a throwaway PostgreSQL from the machine's server binaries (Debian's
 postgresql-15), migrated and filled with demo data (links, two weeks of click
 counts, custom domains, a stream of clicks on one viral link), an embedded
-etcd, an ACME test CA (Pebble) whose certificates a stand-in for Snip's web
+etcd (or, with --backend kubernetes, a local kube-apiserver), an ACME test CA (Pebble) whose certificates a stand-in for Snip's web
 tier serves over HTTPS, and three snip-jobs instances as child processes, each
 running the demo jobs. It prints where each instance's status page is and how
 to break things: kill or pause (SIGSTOP) the leader of a job, make it resign,
@@ -71,6 +71,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	bindir := fs.String("pg-bindir", "", "folder of PostgreSQL's initdb and postgres\n(default: pg_config --bindir, else /usr/lib/postgresql/15/bin)")
 	logs := fs.Bool("logs", false, "also print the instances' logs here, each line prefixed with its instance\n(they are always written to files in the cluster's folder)")
 	binary := fs.String("snip-jobs", "", "the snip-jobs binary the instances run (default: built from this module with go build)")
+	backend := fs.String("backend", devcluster.BackendEtcd, "where the instances keep their terms: etcd (an embedded member) or kubernetes\n(a local kube-apiserver: the binary the kubernetes backend's tests build into\n~/.cache/snip-jobs, which must be there already)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -87,6 +88,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return usage("--http-base must be a port (or -1 for free ports)")
 	case *ttl < 2*time.Second || *ttl%time.Second != 0:
 		return usage("--ttl must be whole seconds, at least 2s (etcd's lease granularity)")
+	case *backend != devcluster.BackendEtcd && *backend != devcluster.BackendKubernetes:
+		return usage(fmt.Sprintf("--backend %q: want %s or %s", *backend, devcluster.BackendEtcd, devcluster.BackendKubernetes))
 	}
 	exe, self, cleanup, err := snipJobs(ctx, *binary, stdout)
 	if err != nil {
@@ -94,7 +97,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer cleanup()
-	cfg := devcluster.Config{HTTPBase: *base, Instances: *instances, TTL: *ttl, PGBindir: *bindir, Executable: exe}
+	cfg := devcluster.Config{HTTPBase: *base, Instances: *instances, TTL: *ttl, PGBindir: *bindir, Executable: exe, Backend: *backend}
 	if err := runDev(ctx, stdout, stderr, cfg, self, *logs); err != nil {
 		fmt.Fprintln(stderr, "snip-dev: "+err.Error())
 		return 1
@@ -216,8 +219,13 @@ func printBanner(w io.Writer, c *devcluster.Cluster, self string) {
 	p("")
 	row := func(label, format string, args ...any) { p("  %-12s%s", label, fmt.Sprintf(format, args...)) }
 	row("PostgreSQL", "%s  (%s; data in %s)", c.DatabaseURL(), c.PostgresBindir(), c.PostgresDir())
-	row("etcd", "%s  (embedded; key prefix %s)", c.EtcdEndpoint(), c.Prefix())
-	row("files", "%s  (configs, logs, etcd's data)", c.Dir())
+	label, where := c.Backend()
+	row(label, "%s", where)
+	files := "configs, logs, etcd's data"
+	if label != devcluster.BackendEtcd {
+		files = "configs, logs, the API server's token"
+	}
+	row("files", "%s  (%s)", c.Dir(), files)
 	row("jobs", "%s", strings.Join(names, ", "))
 	for i, l := range c.LeftOut() {
 		label := ""
@@ -269,5 +277,5 @@ func printBanner(w io.Writer, c *devcluster.Cluster, self string) {
 	}
 	tw.Flush()
 	p("")
-	p("What happens, as etcd reports it:")
+	p("What happens, as %s reports it:", label)
 }

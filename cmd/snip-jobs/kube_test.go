@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -19,7 +20,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/snip/snip-jobs/internal/kubeapi"
+	"github.com/snip/snip-jobs/internal/statuspage"
 	"github.com/snip/snip-jobs/internal/testenv"
+	"github.com/snip/snip-jobs/scheduler/status"
 )
 
 // kubePrefix starts the Leases' names in the kubernetes tests; the job
@@ -113,6 +116,11 @@ func TestTwoInstancesOnKubernetesLeasesHandASingletonOverWhenTheLeaderIsKilled(t
 		t.Fatalf("job Lease held by %q with token %q; the newest row is %s's with token %d", holder, ann["jobs.snip.dev/token"], first.instance, first.token)
 	}
 
+	// status and the page show the leader and both instances from the
+	// Leases; resign hands the job to the other instance with a higher token.
+	checkKubeStatus(t, env, procs, first)
+	first = resignOnKube(t, env, kube, url, procs[first.instance], first)
+
 	killed := procs[first.instance]
 	killed.signal(syscall.SIGKILL)
 	if code := killed.wait(); code != -1 {
@@ -149,11 +157,11 @@ func TestTwoInstancesOnKubernetesLeasesHandASingletonOverWhenTheLeaderIsKilled(t
 	// The survivor pings the watchdog, healthy on its instance Lease, as
 	// the leader of the job (the test fails waiting otherwise).
 	notes[survivor.name].next(t, "WATCHDOG=1\nSTATUS=1 job(s), leading 1")
-	// The status page says what it cannot show with this backend, naming
-	// the file, rather than showing no leader.
-	want := "showing the leaders and the instances works with etcd only for now, and " + survivor.config + " has leadership.backend: kubernetes"
-	if code, body := survivor.get("/status/cluster.json"); code != http.StatusOK || !strings.Contains(body, want) {
-		t.Errorf("/status/cluster.json: %d, want %q in:\n%s", code, want, body)
+	// status names the survivor; the killed instance's Lease, released by
+	// the survivor, is not listed.
+	if st := kubeStatus(t, env, survivor); st.Jobs[0].Leader == nil || st.Jobs[0].Leader.Instance != survivor.name ||
+		st.Jobs[0].Leader.Token != second.token || len(st.Instances) != 1 || st.Instances[0].Name != survivor.name {
+		t.Errorf("status --json after the kill: %+v (leader %+v)", st, st.Jobs[0].Leader)
 	}
 
 	survivor.signal(syscall.SIGTERM)
@@ -170,19 +178,106 @@ func TestTwoInstancesOnKubernetesLeasesHandASingletonOverWhenTheLeaderIsKilled(t
 	if _, _, found := kube.lease(t, kubePrefix+"-instance-"+survivor.name); found {
 		t.Errorf("%s's instance Lease is still there after SIGTERM", survivor.name)
 	}
+	// Nobody leads pulse now: resign says so.
+	want := "pulse has no leader now: nothing to resign"
+	if r := snip(t, env, "resign", "pulse", "--config", survivor.config); r.code != 1 || !strings.Contains(r.stderr, want) {
+		t.Errorf("resign with no leader: exit %d, want 1 and %q in:\n%s%s", r.code, want, r.stdout, r.stderr)
+	}
 }
 
-// The commands that read etcd say, with the kubernetes backend, that they
-// are not available, naming the file and its backend (exit 1), instead of
-// dialling an etcd that is not there.
-func TestEtcdOnlyCommandsRefuseTheKubernetesBackendNamingTheFile(t *testing.T) {
+// kubeStatus runs `status --json` with in's config.
+func kubeStatus(t *testing.T, env []string, in *instance) status.Cluster {
+	t.Helper()
+	r := snip(t, env, "status", "--json", "--config", in.config)
+	var st status.Cluster
+	if err := json.Unmarshal([]byte(r.stdout), &st); r.code != 0 || err != nil {
+		t.Fatalf("status --json: exit %d, %v\n%s%s", r.code, err, r.stdout, r.stderr)
+	}
+	return st
+}
+
+// checkKubeStatus checks that status (--json and the table) and the status
+// page of each instance name the leader of pulse with its token, and both
+// instances up on their instance Leases.
+func checkKubeStatus(t *testing.T, env []string, procs map[string]*instance, lead pulse) {
+	t.Helper()
+	st := kubeStatus(t, env, procs[lead.instance])
+	j := st.Jobs[0]
+	if st.Backend != "kubernetes" || !st.LeadersKnown || j.Leader == nil || j.Leader.Instance != lead.instance || j.Leader.Token != lead.token ||
+		j.Leader.Lease != kubePrefix+"-instance-"+lead.instance || !strings.HasPrefix(j.Leader.Holder, lead.instance+"/") || j.Leader.Renewed.IsZero() {
+		t.Errorf("status --json: %+v, leader %+v; want %s with token %d", st, j.Leader, lead.instance, lead.token)
+	}
+	if len(st.Instances) != 2 {
+		t.Fatalf("status --json: instances %+v, want server-a and server-b", st.Instances)
+	}
+	for _, in := range st.Instances {
+		wantLeads := map[bool]int{true: 1, false: 0}[in.Name == lead.instance]
+		if !in.Up || in.Leads != wantLeads || in.LeaseGrantedSeconds != 2 || in.Host == "" || in.PID != procs[in.Name].proc.Pid() {
+			t.Errorf("status --json: instance %+v; want up, leading %d, a 2 s Lease (the tests' ttl), pid %d", in, wantLeads, procs[in.Name].proc.Pid())
+		}
+	}
+	r := snip(t, env, "status", "--config", procs[lead.instance].config)
+	if r.code != 0 || len(linesWith(r.stdout, "pulse", "leader", lead.instance, fmt.Sprint(lead.token), "renewed")) != 1 ||
+		strings.Count(r.stdout, "ago, of 2s)") != 2 {
+		t.Errorf("status: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	for name, p := range procs {
+		var s statuspage.Snapshot
+		code, body := p.get("/status/cluster.json")
+		if err := json.Unmarshal([]byte(body), &s); code != http.StatusOK || err != nil || len(s.Errors) > 0 || s.Backend != "kubernetes" ||
+			s.Jobs[0].Leader == nil || s.Jobs[0].Leader.Instance != lead.instance || s.Jobs[0].Leader.Token != lead.token || len(s.Instances) != 2 {
+			t.Errorf("/status/cluster.json of %s: %d, %v\n%s", name, code, err, body)
+		}
+	}
+}
+
+// resignOnKube runs `resign pulse` and returns the first pulse of the term
+// that follows: on the other instance, with a higher token, named by the
+// job Lease.
+func resignOnKube(t *testing.T, env []string, kube kubeCluster, url string, leader *instance, lead pulse) pulse {
+	t.Helper()
+	r := snip(t, env, "resign", "pulse", "--config", leader.config)
+	if r.code != 0 || !strings.Contains(r.stdout, fmt.Sprintf("pulse: leader was %s (token %d)\n", lead.instance, lead.token)) {
+		t.Fatalf("resign: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	holder, ann, _ := kube.lease(t, kubePrefix+"-job-pulse")
+	next := strings.SplitN(holder, "/", 2)[0]
+	token, _ := strconv.ParseInt(ann["jobs.snip.dev/token"], 10, 64)
+	if next == lead.instance || token <= lead.token || !strings.Contains(r.stdout, fmt.Sprintf("pulse: now %s (token %d)\n", next, token)) {
+		t.Fatalf("resign: the job Lease names %q with token %d after %s's token %d; output:\n%s", holder, token, lead.instance, lead.token, r.stdout)
+	}
+	var p pulse
+	waitPulses(t, url, "a pulse of the term after resign", func() bool {
+		for _, q := range pulses(t, url) {
+			if q.token == token {
+				p = q
+				return true
+			}
+		}
+		return false
+	})
+	if p.instance != next {
+		t.Fatalf("token %d's rows are %s's; the job Lease names %s", token, p.instance, next)
+	}
+	checkPulses(t, pulses(t, url))
+	return p
+}
+
+// reclaim, which only etcd has, says with the kubernetes backend that it is
+// not available, naming the file and its backend (exit 1), instead of
+// dialling an etcd that is not there; status and resign go to the API
+// server, and say which setting keeps them from it.
+func TestReclaimRefusesTheKubernetesBackendAndStatusAndResignNameTheSetting(t *testing.T) {
 	t.Parallel()
 	section := "  server: https://127.0.0.1:1\n  token_file: /nonexistent/token\n  namespace: snip\n"
 	path := writeConfig(t, config{instance: "server-a", kube: section, jobs: pulseJob, adminPort: 1})
-	for _, args := range [][]string{{"status"}, {"resign", "pulse"}, {"reclaim"}} {
+	want := "reclaim works with etcd only for now, and " + path + " has leadership.backend: kubernetes"
+	if r := snip(t, nil, "reclaim", "--config", path); r.code != 1 || !strings.Contains(r.stderr, want) {
+		t.Errorf("reclaim: exit %d, want 1 and %q in:\n%s%s", r.code, want, r.stdout, r.stderr)
+	}
+	for _, args := range [][]string{{"status"}, {"resign", "pulse"}} {
 		r := snip(t, nil, append(args, "--config", path)...)
-		want := args[0] + " works with etcd only for now, and " + path + " has leadership.backend: kubernetes"
-		if r.code != 1 || !strings.Contains(r.stderr, want) {
+		if want := "kubernetes.token_file /nonexistent/token"; r.code != 1 || !strings.Contains(r.stderr, want) {
 			t.Errorf("%s: exit %d, want 1 and %q in:\n%s%s", args[0], r.code, want, r.stdout, r.stderr)
 		}
 	}
@@ -193,7 +288,7 @@ func TestEtcdOnlyCommandsRefuseTheKubernetesBackendNamingTheFile(t *testing.T) {
 	// validate reports a bad kubernetes setting at its line (the section's
 	// second: after instance and kubernetes:).
 	bad := writeConfig(t, config{instance: "server-a", kube: "  server: http://127.0.0.1:6443\n  token_file: /t\n  namespace: snip\n", adminPort: 1})
-	want := bad + ":3:11: kubernetes.server \"http://127.0.0.1:6443\" is plain HTTP"
+	want = bad + ":3:11: kubernetes.server \"http://127.0.0.1:6443\" is plain HTTP"
 	if r := snip(t, nil, "validate", "--config", bad); r.code != 2 || !strings.HasPrefix(r.stderr, want) {
 		t.Errorf("validate of a plain-HTTP server: exit %d, want 2 and a line starting %q:\n%s", r.code, want, r.stderr)
 	}

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/internal/connect"
 	"github.com/snip/snip-jobs/internal/termsafe"
 	"github.com/snip/snip-jobs/leadership"
+	"github.com/snip/snip-jobs/leadership/kubelease"
 )
 
 func resignCommand() command {
@@ -25,7 +27,8 @@ Use it to move a job off a server before maintenance, or to check that
 failover works. The request names the leader's fencing token, so a leader that
 changed in the meantime is left alone. With a single instance running, the
 same instance takes the job again with a new term. Only singletons led through
-etcd (not database-mode cron jobs) have a leader.`,
+terms (etcd's or Kubernetes Leases', not database-mode cron jobs) have a leader.
+On Kubernetes the request is an annotation on the job's Lease (a patch).`,
 		flags: func(fs *flag.FlagSet, c *cli) func(context.Context, []string) error {
 			path := configFlag(fs)
 			endpoints := fs.String("endpoints", "", "comma-separated etcd endpoints to use instead of the config's\n(with an embedded etcd the default is http://127.0.0.1:2379)")
@@ -40,46 +43,87 @@ etcd (not database-mode cron jobs) have a leader.`,
 					writeLines(c.stderr, "", err.Error())
 					return &exitError{code: 2, err: errSilent}
 				}
-				if err := connect.EtcdOnly(f, "resign"); err != nil {
-					return err
-				}
-				if err := ledThroughEtcd(f, name); err != nil {
+				if err := ledThroughTerms(f, name); err != nil {
 					return &exitError{code: 2, err: err}
 				}
-				cli, err := connect.Etcd(f, connect.Endpoints(f, *endpoints), newLogger(f.Log, c.stderr))
-				if err != nil {
-					return err
-				}
-				defer cli.Close()
 				ctx, cancel := context.WithTimeout(ctx, *timeout)
 				defer cancel()
-				before, after, err := leadership.RequestResign(ctx, cli, f.Etcd.Prefix, name)
-				if errors.Is(err, leadership.ErrNoLeader) {
-					return fmt.Errorf("%s has no leader now: nothing to resign (is any instance running it?)", name)
+				var before, after *handOver
+				if f.Leadership.Backend == configs.BackendKubernetes {
+					before, after, err = resignKube(ctx, f, name)
+				} else {
+					before, after, err = resignEtcd(ctx, f, *endpoints, name, c)
 				}
-				if before.Instance != "" {
-					fmt.Fprintf(c.stdout, "%s: leader was %s (token %d)\n", name, termsafe.String(before.Instance), before.Token)
-				}
-				if err != nil {
-					return err
-				}
-				switch {
-				case after == nil:
-					fmt.Fprintf(c.stdout, "%s: handed over; no instance has taken it yet\n", name)
-				case after.Instance == before.Instance:
-					fmt.Fprintf(c.stdout, "%s: now %s again (token %d): no other instance took it; are the others running?\n", name, termsafe.String(after.Instance), after.Token)
-				default:
-					fmt.Fprintf(c.stdout, "%s: now %s (token %d)\n", name, termsafe.String(after.Instance), after.Token)
-				}
-				return nil
+				return reportResign(c.stdout, name, before, after, err)
 			}
 		},
 	}
 }
 
-// ledThroughEtcd checks that the config has a job called name that has an etcd
-// leader.
-func ledThroughEtcd(f *configs.File, name string) error {
+// handOver is a leader as resign prints it.
+type handOver struct {
+	instance string
+	token    int64
+}
+
+func resignEtcd(ctx context.Context, f *configs.File, endpoints, name string, c *cli) (before, after *handOver, _ error) {
+	cli, err := connect.Etcd(f, connect.Endpoints(f, endpoints), newLogger(f.Log, c.stderr))
+	if err != nil {
+		return nil, nil, err
+	}
+	defer cli.Close()
+	b, a, err := leadership.RequestResign(ctx, cli, f.Etcd.Prefix, name)
+	if b.Instance != "" {
+		before = &handOver{b.Instance, b.Token}
+	}
+	if a != nil {
+		after = &handOver{a.Instance, a.Token}
+	}
+	return before, after, err
+}
+
+func resignKube(ctx context.Context, f *configs.File, name string) (before, after *handOver, _ error) {
+	cli, ns, where, err := connect.Kube(f)
+	if err != nil {
+		return nil, nil, err
+	}
+	b, a, err := kubelease.Resign(ctx, cli, ns, f.Kubernetes.Prefix, name)
+	if b.Instance.Instance != "" {
+		before = &handOver{b.Instance.Instance, b.Token}
+	}
+	if a != nil {
+		after = &handOver{a.Instance.Instance, a.Token}
+	}
+	if err != nil && !errors.Is(err, leadership.ErrNoLeader) {
+		err = fmt.Errorf("%w (Kubernetes API server %s)", err, where)
+	}
+	return before, after, err
+}
+
+// reportResign prints the leader before and after a resign request.
+func reportResign(w io.Writer, name string, before, after *handOver, err error) error {
+	if errors.Is(err, leadership.ErrNoLeader) {
+		return fmt.Errorf("%s has no leader now: nothing to resign (is any instance running it?)", name)
+	}
+	if before != nil {
+		fmt.Fprintf(w, "%s: leader was %s (token %d)\n", name, termsafe.String(before.instance), before.token)
+	}
+	switch {
+	case err != nil:
+		return err
+	case after == nil:
+		fmt.Fprintf(w, "%s: handed over; no instance has taken it yet\n", name)
+	case after.instance == before.instance:
+		fmt.Fprintf(w, "%s: now %s again (token %d): no other instance took it; are the others running?\n", name, termsafe.String(after.instance), after.token)
+	default:
+		fmt.Fprintf(w, "%s: now %s (token %d)\n", name, termsafe.String(after.instance), after.token)
+	}
+	return nil
+}
+
+// ledThroughTerms checks that the config has a job called name that has a
+// leader (a term of the leadership backend).
+func ledThroughTerms(f *configs.File, name string) error {
 	for _, j := range f.Jobs {
 		if j.Name != name {
 			continue

@@ -17,6 +17,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/snip/snip-jobs/configs"
+	"github.com/snip/snip-jobs/internal/clusterview"
 	"github.com/snip/snip-jobs/internal/connect"
 	"github.com/snip/snip-jobs/internal/termsafe"
 	"github.com/snip/snip-jobs/scheduler/status"
@@ -26,14 +27,15 @@ func statusCommand() command {
 	return command{
 		name:    "status",
 		summary: "show every job's leader, term and last run, as the cluster sees them",
-		about: `Shows the jobs of the config file as the whole cluster sees them, read from etcd
-(the leader of each singleton: instance, fencing token, since when, time left on
-its lease) and PostgreSQL (each job's last run: where, when, result; a cron
+		about: `Shows the jobs of the config file as the whole cluster sees them, read from the
+leadership backend (the leader of each singleton: instance, fencing token, since
+when, time left on its etcd lease or, on Kubernetes, when its instance Lease was
+last renewed) and PostgreSQL (each job's last run: where, when, result; a cron
 job's last slot and its state), and which instances are up. It needs no running
-instance and can be run on any machine that reaches etcd and the database.
---json prints the same as one JSON object. If etcd or the database cannot be
-read, what could be read is shown, the problems are printed on standard error,
-and the exit status is 1.
+instance and can be run on any machine that reaches the backend and the
+database. --json prints the same as one JSON object. If the backend or the
+database cannot be read, what could be read is shown, the problems are printed
+on standard error, and the exit status is 1.
 
 --watch redraws the table every --interval (1s) until Ctrl-C, for a terminal
 on call: the problems of the last read are shown under it, and Ctrl-C exits 0.`,
@@ -57,9 +59,6 @@ on call: the problems of the last read are shown under it, and Ctrl-C exits 0.`,
 				if err != nil {
 					writeLines(c.stderr, "", err.Error())
 					return &exitError{code: 2, err: errSilent}
-				}
-				if err := connect.EtcdOnly(f, "status"); err != nil {
-					return err
 				}
 				log := newLogger(f.Log, c.stderr)
 				if *watch {
@@ -98,23 +97,34 @@ func readStatus(ctx context.Context, f *configs.File, endpoints string, log *slo
 	return src.read(ctx)
 }
 
-// statusSource is what status reads from: etcd and PostgreSQL clients, opened
-// once (and kept across the redraws of --watch). Neither connects until read.
+// statusSource is what status reads from: the leadership backend's client
+// (etcd's or the Kubernetes API server's) and PostgreSQL's, opened once (and
+// kept across the redraws of --watch). None connects until read.
 type statusSource struct {
 	f        *configs.File
 	cli      *clientv3.Client
+	view     status.LeadershipReader
 	pool     *pgxpool.Pool
 	openErrs []string // why a client could not be made, shown at every read
 }
 
 func openStatusSource(f *configs.File, endpoints string, log *slog.Logger) *statusSource {
 	src := &statusSource{f: f}
-	if connect.NeedsEtcd(f) || endpoints != "" {
+	switch {
+	case f.Leadership.Backend == configs.BackendKubernetes && connect.NeedsTerms(f):
+		cli, ns, _, err := connect.Kube(f)
+		if err != nil {
+			src.openErrs = append(src.openErrs, err.Error())
+		} else {
+			src.view = clusterview.Kube(cli, ns, f.Kubernetes.Prefix, time.Now)
+		}
+	case connect.NeedsEtcd(f) || endpoints != "":
 		cli, err := connect.Etcd(f, connect.Endpoints(f, endpoints), log)
 		if err != nil {
 			src.openErrs = append(src.openErrs, err.Error())
+		} else {
+			src.cli, src.view = cli, clusterview.Etcd(cli, f.Etcd.Prefix)
 		}
-		src.cli = cli
 	}
 	pool, err := connect.Pool(context.Background(), f, "status")
 	if err != nil {
@@ -135,7 +145,7 @@ func (src *statusSource) close() {
 
 // read reads the cluster once; what cannot be read is listed in Errors.
 func (src *statusSource) read(ctx context.Context) status.Cluster {
-	st := status.Read(ctx, status.Source{Etcd: src.cli, Prefix: src.f.Etcd.Prefix, Pool: src.pool, Jobs: src.f.Jobs})
+	st := status.Read(ctx, status.Source{Leadership: src.view, Pool: src.pool, Jobs: src.f.Jobs})
 	st.Errors = append(slices.Clone(src.openErrs), st.Errors...)
 	return st
 }
@@ -145,14 +155,7 @@ func (src *statusSource) read(ctx context.Context) status.Cluster {
 // in etcd, may hold terminal controls.
 func printStatus(w io.Writer, st status.Cluster, now time.Time) {
 	esc := termsafe.String
-	if len(st.Instances) > 0 {
-		var up []string
-		for _, r := range st.Instances {
-			up = append(up, fmt.Sprintf("%s (host %s, pid %d, up %s, lease %gs left of %gs)",
-				esc(r.Name), esc(r.Host), r.PID, ago(now, r.Started), r.LeaseTTLSeconds, r.LeaseGrantedSeconds))
-		}
-		fmt.Fprintf(w, "instances up: %s\n\n", strings.Join(up, ", "))
-	}
+	printInstances(w, st.Instances, now)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "JOB\tMODE\tLEADER\tTOKEN\tSINCE\tLEASE LEFT\tLAST RUN\tRESULT\tLAST SLOT\tSLOT STATE")
 	var failures []string
@@ -163,6 +166,9 @@ func printStatus(w io.Writer, st status.Cluster, now time.Time) {
 			leader, token = esc(j.Leader.Instance), strconv.FormatInt(j.Leader.Token, 10)
 			since = ago(now, j.Leader.Since) + " ago"
 			left = (time.Duration(j.Leader.LeaseTTLSeconds) * time.Second).String()
+			if j.Leader.Holder != "" {
+				left = "renewed " + ago(now, j.Leader.Renewed) + " ago"
+			}
 		case j.Mode == "leader":
 			leader = "none"
 		}
@@ -190,6 +196,35 @@ func printStatus(w io.Writer, st status.Cluster, now time.Time) {
 			fmt.Fprintln(w, f)
 		}
 	}
+}
+
+// printInstances prints the instances line(s) of status's table; on
+// Kubernetes, held instance Leases not renewed lately apart.
+func printInstances(w io.Writer, instances []status.Instance, now time.Time) {
+	if len(instances) == 0 {
+		return
+	}
+	esc := termsafe.String
+	var up, stale []string
+	for _, r := range instances {
+		lease := fmt.Sprintf("lease %gs left of %gs", r.LeaseTTLSeconds, r.LeaseGrantedSeconds)
+		if r.Holder != "" {
+			lease = fmt.Sprintf("renewed %s ago, of %gs", ago(now, r.Renewed), r.LeaseGrantedSeconds)
+		}
+		line := fmt.Sprintf("%s (host %s, pid %d, up %s, %s)", esc(r.Name), esc(r.Host), r.PID, ago(now, r.Started), lease)
+		if r.Up {
+			up = append(up, line)
+		} else {
+			stale = append(stale, line)
+		}
+	}
+	if len(up) > 0 {
+		fmt.Fprintf(w, "instances up: %s\n", strings.Join(up, ", "))
+	}
+	if len(stale) > 0 {
+		fmt.Fprintf(w, "instances not up (leaving, or instance Lease not renewed within its duration: gone, or clocks apart): %s\n", strings.Join(stale, ", "))
+	}
+	fmt.Fprintln(w)
 }
 
 // ago is a rough age for people: wall clocks of different hosts are compared.

@@ -50,9 +50,8 @@ func NeedsEtcd(f *configs.File) bool {
 	return f.Leadership.Backend == configs.BackendEtcd && NeedsTerms(f)
 }
 
-// EtcdOnly refuses what only the etcd backend has (the status and resign
-// commands, reclaim, a fresh token for a rebuild, the status page's leaders)
-// when the config keeps its terms elsewhere: an error naming the file and
+// EtcdOnly refuses what only the etcd backend has (reclaim by PID, a fresh
+// token for a rebuild) when the config keeps its terms elsewhere: an error naming the file and
 // its backend; nil with etcd.
 func EtcdOnly(f *configs.File, what string) error {
 	if f.Leadership.Backend == configs.BackendEtcd {

@@ -13,7 +13,6 @@ import (
 
 	"github.com/snip/snip-jobs/internal/childproc"
 	"github.com/snip/snip-jobs/internal/sockact"
-	"github.com/snip/snip-jobs/leadership"
 )
 
 // Process states, as /dev/state and the status pages show them.
@@ -113,20 +112,13 @@ func (ch *child) start() error {
 }
 
 // reclaim does what systemd's ExecStopPost= does for the service once the
-// process has exited (and been reaped): it revokes the lease the process left
-// behind, if any, so that its jobs move now rather than when the lease
-// expires. It returns what to add to the exit's announcement.
+// process has exited (and been reaped): on etcd it revokes the lease the
+// process left behind, if any, so that its jobs move now rather than when
+// the lease expires. It returns what to add to the exit's announcement.
 func (ch *child) reclaim() string {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	got, err := leadership.Reclaim(ctx, ch.c.cli, prefix, ch.name, "")
-	switch {
-	case err != nil:
-		return fmt.Sprintf(" and its lease could not be revoked (%v): its jobs move once it expires, within %v", err, ch.c.cfg.TTL)
-	case got.Revoked:
-		return fmt.Sprintf("; revoked the lease it left (pid %d), so its jobs move now", got.Registration.PID)
-	}
-	return ""
+	return ch.c.terms.reclaim(ctx, ch.name)
 }
 
 func describeExit(err error) string {

@@ -58,6 +58,11 @@ type Config struct {
 	PGBindir string
 	// TTL of the instances' leases (default 5 s; whole seconds, at least 2 s).
 	TTL time.Duration
+	// Backend keeps the terms: BackendEtcd (default: an embedded etcd) or
+	// BackendKubernetes (a local kube-apiserver from the binary the
+	// kubernetes backend's tests build into the cache; Start fails, saying
+	// so, when it is not there).
+	Backend string
 	// Out receives what happens, for people: leaders changing, instances
 	// exiting, actions taken. Default: discard.
 	Out io.Writer
@@ -80,8 +85,7 @@ type Cluster struct {
 	pg      *pgcluster.Cluster
 	dbURL   string
 	pool    *pgxpool.Pool
-	etcd    *etcdlocal.Server
-	cli     *clientv3.Client
+	terms   terms // etcd or a local Kubernetes API server
 	ca      *acmeCA
 	web     *webTier // with the CA only
 	jobs    []demoJob
@@ -128,7 +132,7 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	}()
 
 	sweepStale(c.log)
-	c.say("starting PostgreSQL, etcd and %d instances", cfg.Instances)
+	c.say("starting PostgreSQL, %s and %d instances", map[string]string{BackendEtcd: "etcd", BackendKubernetes: "a Kubernetes API server"}[cfg.Backend], cfg.Instances)
 	if c.dir, err = os.MkdirTemp("", dirPrefix); err != nil {
 		return nil, fmt.Errorf("devcluster: %w", err)
 	}
@@ -138,7 +142,7 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	if err := c.startDatabase(ctx); err != nil {
 		return nil, err
 	}
-	if err := c.startEtcd(ctx); err != nil {
+	if err := c.startTerms(ctx); err != nil {
 		return nil, err
 	}
 	challenge, err := c.startCAAndWebTier(ctx)
@@ -166,8 +170,9 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 			return nil, err
 		}
 	}
-	c.say("PostgreSQL on port %d (migrated, demo data in), etcd at %s; waiting for the instances to be ready",
-		c.pg.Port(), c.etcd.Endpoint())
+	label, where := c.terms.where()
+	c.say("PostgreSQL on port %d (migrated, demo data in), %s at %s; waiting for the instances to be ready",
+		c.pg.Port(), label, where)
 	if err := c.waitReady(ctx); err != nil {
 		return nil, err
 	}
@@ -190,6 +195,9 @@ func (cfg Config) withDefaults() Config {
 	}
 	if cfg.TTL <= 0 {
 		cfg.TTL = DefaultTTL
+	}
+	if cfg.Backend == "" {
+		cfg.Backend = BackendEtcd
 	}
 	if cfg.Out == nil {
 		cfg.Out = io.Discard
@@ -225,13 +233,29 @@ func (c *Cluster) startDatabase(ctx context.Context) (err error) {
 	return err
 }
 
-// startEtcd starts the cluster's one embedded etcd member and a client to it.
-func (c *Cluster) startEtcd(ctx context.Context) (err error) {
-	c.etcd, err = etcdlocal.Start(ctx, etcdlocal.Config{Dir: filepath.Join(c.dir, "etcd"), ClientAddr: "127.0.0.1:0", Log: c.log})
+// startTerms starts what the instances keep their terms in: the cluster's
+// one embedded etcd member and a client to it, or a local kube-apiserver.
+func (c *Cluster) startTerms(ctx context.Context) error {
+	switch c.cfg.Backend {
+	case BackendEtcd:
+	case BackendKubernetes:
+		k, err := startKube(ctx, c.dir, c.cfg.TTL)
+		if err != nil {
+			return err
+		}
+		c.terms = k
+		return nil
+	default:
+		return fmt.Errorf("devcluster: backend %q: want %s or %s", c.cfg.Backend, BackendEtcd, BackendKubernetes)
+	}
+	e := &etcdTerms{ttl: c.cfg.TTL}
+	c.terms = e
+	var err error
+	e.srv, err = etcdlocal.Start(ctx, etcdlocal.Config{Dir: filepath.Join(c.dir, "etcd"), ClientAddr: "127.0.0.1:0", Log: c.log})
 	if err != nil {
 		return fmt.Errorf("etcd: %w", err)
 	}
-	c.cli, err = clientv3.New(clientv3.Config{Endpoints: []string{c.etcd.Endpoint()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	e.cli, err = clientv3.New(clientv3.Config{Endpoints: []string{e.srv.Endpoint()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return fmt.Errorf("etcd client: %w", err)
 	}
@@ -291,7 +315,7 @@ func (c *Cluster) configureInstances(lns, challenge []*net.TCPListener) error {
 			socks = append(socks, sockact.Socket{Name: "challenge", Listener: challenge[i-1]})
 		}
 		text, err := instanceConfig{
-			Instance: name, Etcd: c.etcd.Endpoint(), URLFile: c.URLFile(), TTL: c.cfg.TTL, Listen: listen,
+			Instance: name, Backend: c.terms.configSection(), LeadershipBackend: c.terms.leadershipLine(), URLFile: c.URLFile(), TTL: c.cfg.TTL, Listen: listen,
 			Jobs: c.jobs, Env: env, ShutdownIn: childShutdown,
 		}.render(c.cfg.Types, path)
 		if err != nil {
@@ -385,11 +409,8 @@ func (c *Cluster) close(ctx context.Context) error {
 	for _, ln := range c.held {
 		ln.Close()
 	}
-	if c.cli != nil {
-		_ = c.cli.Close()
-	}
-	if c.etcd != nil {
-		c.etcd.Close()
+	if c.terms != nil {
+		c.terms.close()
 	}
 	if c.pool != nil {
 		c.pool.Close()
@@ -435,11 +456,8 @@ func (c *Cluster) DatabaseURL() string { return c.dbURL }
 func (c *Cluster) PostgresDir() string    { return c.pg.Dir() }
 func (c *Cluster) PostgresBindir() string { return c.pg.Bindir() }
 
-// EtcdEndpoint is the embedded etcd's client URL.
-func (c *Cluster) EtcdEndpoint() string { return c.etcd.Endpoint() }
-
-// Prefix is the instances' etcd key prefix.
-func (c *Cluster) Prefix() string { return prefix }
+// Backend names where the terms are kept and says where it is, for people.
+func (c *Cluster) Backend() (label, where string) { return c.terms.where() }
 
 // ControlURL is the supervisor's base URL.
 func (c *Cluster) ControlURL() string { return c.controlURL }

@@ -210,7 +210,7 @@ func (c *Cluster) target(ctx context.Context, instance, job string) (*child, str
 	case job == "":
 		return nil, "", badRequest("give instance=NAME or job=NAME")
 	}
-	l, ok, err := leadership.Observe(ctx, c.cli, prefix, job)
+	l, ok, err := c.terms.leader(ctx, job)
 	switch {
 	case err != nil:
 		return nil, "", err
@@ -218,11 +218,11 @@ func (c *Cluster) target(ctx context.Context, instance, job string) (*child, str
 		return nil, "", badRequest("%s has no leader now (just killed? a job that runs everywhere?)", job)
 	}
 	for _, ch := range c.children {
-		if ch.name == l.Instance {
-			return ch, fmt.Sprintf("the leader of %s (token %d)", job, l.Token), nil
+		if ch.name == l.instance {
+			return ch, fmt.Sprintf("the leader of %s (token %d)", job, l.token), nil
 		}
 	}
-	return nil, "", fmt.Errorf("the leader of %s is %q, not one of this cluster's instances", job, l.Instance)
+	return nil, "", fmt.Errorf("the leader of %s is %q, not one of this cluster's instances", job, l.instance)
 }
 
 func role(who string) string {
@@ -254,7 +254,7 @@ func (c *Cluster) resumeAll() (string, error) {
 func (c *Cluster) resign(ctx context.Context, job string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, resignBound)
 	defer cancel()
-	before, after, err := leadership.RequestResign(ctx, c.cli, prefix, job)
+	before, after, err := c.terms.resign(ctx, job)
 	if errors.Is(err, leadership.ErrNoLeader) {
 		return "", badRequest("%s has no leader now", job)
 	}
@@ -264,9 +264,9 @@ func (c *Cluster) resign(ctx context.Context, job string) (string, error) {
 	var msg string
 	switch {
 	case after == nil:
-		msg = fmt.Sprintf("%s: %s (token %d) resigned; nobody has taken it yet", job, before.Instance, before.Token)
+		msg = fmt.Sprintf("%s: %s (token %d) resigned; nobody has taken it yet", job, before.instance, before.token)
 	default:
-		msg = fmt.Sprintf("%s: %s (token %d) resigned; %s took over (token %d)", job, before.Instance, before.Token, after.Instance, after.Token)
+		msg = fmt.Sprintf("%s: %s (token %d) resigned; %s took over (token %d)", job, before.instance, before.token, after.instance, after.token)
 	}
 	c.say("dev: %s", msg)
 	return msg, nil

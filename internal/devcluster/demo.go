@@ -118,25 +118,27 @@ func selectDemoJobs(types configs.Types, ca *acmeCA) []demoJob {
 
 // instanceConfig is the config file of one instance.
 type instanceConfig struct {
-	Instance   string
-	Etcd       string // endpoint
-	URLFile    string
-	TTL        time.Duration
-	Listen     string
-	Jobs       []demoJob
-	Env        demoEnv
-	ShutdownIn time.Duration
+	Instance string
+	// Backend is the config's etcd: or kubernetes: section, and
+	// LeadershipBackend its leadership.backend line ("" for etcd).
+	Backend, LeadershipBackend string
+	URLFile                    string
+	TTL                        time.Duration
+	Listen                     string
+	Jobs                       []demoJob
+	Env                        demoEnv
+	ShutdownIn                 time.Duration
 }
 
 var configTemplate = template.Must(template.New("config").Parse(`# Written by snip-dev for {{.Instance}}; removed when dev stops.
 # configs/snip-jobs.example.yaml documents every setting.
 instance: {{.Instance}}
-etcd:
-  endpoints: [{{.Etcd}}]
-  prefix: /snip-jobs
-postgres:
+{{.Backend}}postgres:
   url_file: {{.URLFile}}
 leadership:
+{{- with .LeadershipBackend}}
+  {{.}}
+{{- end}}
   # Short, so that a killed leader is replaced within seconds.
   ttl: {{.TTL}}
   margin: {{.Margin}}

@@ -31,7 +31,7 @@ func TestTheDemoHasTheJobsWhoseTypesAreBuiltInAndItsConfigIsValid(t *testing.T) 
 		t.Fatalf("demo jobs %+v; want weekly-report only (sql, aggregator and certrenew are not in this registry)", jobs)
 	}
 	path := filepath.Join(t.TempDir(), "server-1.yaml")
-	text, err := instanceConfig{Instance: "server-1", Etcd: "http://127.0.0.1:2379", URLFile: "/tmp/database-url",
+	text, err := instanceConfig{Instance: "server-1", Backend: etcdSection("http://127.0.0.1:2379"), URLFile: "/tmp/database-url",
 		TTL: 5 * time.Second, Listen: "127.0.0.1:9471", Jobs: jobs, ShutdownIn: childShutdown}.render(types, path)
 	if err != nil {
 		t.Fatal(err)
@@ -46,6 +46,35 @@ func TestTheDemoHasTheJobsWhoseTypesAreBuiltInAndItsConfigIsValid(t *testing.T) 
 	}
 	if !strings.Contains(string(text), "removed when dev stops") {
 		t.Errorf("the config does not say where it comes from:\n%s", text)
+	}
+}
+
+// With --backend kubernetes the instances' configs have a kubernetes
+// section and leadership.backend: kubernetes, and no etcd section.
+func TestTheDemoConfigOnKubernetesIsValid(t *testing.T) {
+	types, err := scheduler.NewRegistry(weeklyreport.Type())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	token := filepath.Join(dir, "kube-token")
+	if err := os.WriteFile(token, []byte("t\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "server-1.yaml")
+	text, err := instanceConfig{Instance: "server-1", Backend: kubeSection("https://127.0.0.1:6443", token, ""),
+		LeadershipBackend: "backend: kubernetes", URLFile: "/tmp/database-url", TTL: 5 * time.Second, Listen: "127.0.0.1:9471",
+		Jobs: selectDemoJobs(types, nil), ShutdownIn: childShutdown}.render(types, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := configs.Parse(path, text, types)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Leadership.Backend != configs.BackendKubernetes || f.Kubernetes.Server != "https://127.0.0.1:6443" || f.Kubernetes.TokenFile != token ||
+		f.Kubernetes.Namespace != kubeNamespace || f.Kubernetes.Prefix != kubePrefix || f.Leadership.TTL != 5*time.Second {
+		t.Errorf("config: %+v\n%s", f, text)
 	}
 }
 
@@ -65,7 +94,7 @@ func TestTheRenewersEntryIsValidOnceThereIsATestCA(t *testing.T) {
 		t.Fatalf("with a CA the demo has %+v; want weekly-report and cert-renewer", jobs)
 	}
 	path := filepath.Join(t.TempDir(), "server-2.yaml")
-	text, err := instanceConfig{Instance: "server-2", Etcd: "http://127.0.0.1:2379", URLFile: "/tmp/database-url",
+	text, err := instanceConfig{Instance: "server-2", Backend: etcdSection("http://127.0.0.1:2379"), URLFile: "/tmp/database-url",
 		TTL: 5 * time.Second, Listen: "127.0.0.1:9472", Jobs: jobs, ShutdownIn: childShutdown,
 		Env: demoEnv{CA: ca, Challenge: "127.0.0.1:5002"}}.render(types, path)
 	if err != nil {

@@ -7,7 +7,9 @@
 // postgresql-15 if they are missing), with every migration applied and demo
 // data (links, two weeks of hourly counts for the weekly report, custom domains
 // when the table exists, and a dev-only table for the heartbeat job); an
-// embedded single-member etcd (package etcdlocal); the supervisor's HTTP
+// embedded single-member etcd (package etcdlocal) or, with Config.Backend
+// kubernetes, a local kube-apiserver (package kubeapi, only from the binary
+// already in the cache: backend.go, backend_kube.go); the supervisor's HTTP
 // control server; and the instances (three by default) as child processes —
 // the same binary re-executed as `snip-jobs run --config <generated file>
 // --dev-control <supervisor URL>` — so that killing or pausing one is a real
@@ -35,8 +37,8 @@
 // one of the cluster's own pages (a web page elsewhere cannot drive it); a
 // request without Origin (curl) is accepted.
 //
-// Narrate (narrate.go, why.go) says every change of leader as etcd reports
-// it, and why each term ended, in the status page's words
+// Narrate (narrate.go, why.go) says every change of leader as the backend
+// reports it, and why each term ended, in the status page's words
 // (statuspage.EndReason): the reason its instance recorded in job_terms just
 // after handing over (resign, rebalance, shutdown, watchdog, expired...), or
 // what the supervisor did to the process (killed, paused), since such an

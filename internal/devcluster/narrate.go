@@ -2,16 +2,10 @@ package devcluster
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
-	"strings"
 	"sync"
 	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/snip/snip-jobs/leadership"
 )
 
 // lineWriter writes whole lines, one writer at a time.
@@ -31,7 +25,7 @@ func (c *Cluster) sayAt(at time.Time, format string, args ...any) {
 }
 
 // Narrate says who leads each job now, and from then on every change of
-// leader as etcd reports it, until Close. Call it once, after printing
+// leader as the backend reports it, until Close. Call it once, after printing
 // whatever should come first.
 func (c *Cluster) Narrate() {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -43,43 +37,20 @@ func (c *Cluster) Narrate() {
 }
 
 func (c *Cluster) narrate(ctx context.Context) {
-	key := leadership.LeaderKey(prefix, "")
-	resp, err := c.cli.Get(ctx, key, clientv3.WithPrefix())
-	if err != nil {
-		if ctx.Err() == nil {
-			c.log.Warn("cannot read the leaders", "err", err)
+	err := c.terms.watch(ctx, func(ch leaderChange) {
+		switch ch.kind {
+		case changeCurrent:
+			c.say("%-16s led by %s (token %d)", ch.job, ch.l.instance, ch.l.token)
+		case changeStarted:
+			c.say("%-16s → %s leads (token %d)", ch.job, ch.l.instance, ch.l.token)
+		case changeOver:
+			at := time.Now()
+			why := c.whyEnded(ctx, ch.job, ch.l.instance, ch.l.token)
+			c.ends.note(ch.job, ch.l.token, why)
+			c.sayAt(at, "%-16s   %s's term is over (token %d): %s; no leader until another instance wins", ch.job, ch.l.instance, ch.l.token, why)
 		}
-		return
+	})
+	if err != nil && ctx.Err() == nil {
+		c.log.Warn("watching the leaders", "err", err)
 	}
-	for _, kv := range resp.Kvs {
-		c.say("%-16s led by %s (token %d)", strings.TrimPrefix(string(kv.Key), key), leaderName(kv.Value), kv.CreateRevision)
-	}
-	for wr := range c.cli.Watch(ctx, key, clientv3.WithPrefix(), clientv3.WithPrevKV(), clientv3.WithRev(resp.Header.Revision+1)) {
-		if err := wr.Err(); err != nil {
-			if ctx.Err() == nil {
-				c.log.Warn("watching the leaders", "err", err)
-			}
-			return
-		}
-		for _, ev := range wr.Events {
-			job := strings.TrimPrefix(string(ev.Kv.Key), key)
-			switch {
-			case ev.Type == clientv3.EventTypePut && ev.IsCreate():
-				c.say("%-16s → %s leads (token %d)", job, leaderName(ev.Kv.Value), ev.Kv.CreateRevision)
-			case ev.Type == clientv3.EventTypeDelete && ev.PrevKv != nil:
-				at, name, token := time.Now(), leaderName(ev.PrevKv.Value), ev.PrevKv.CreateRevision
-				why := c.whyEnded(ctx, job, name, token)
-				c.ends.note(job, token, why)
-				c.sayAt(at, "%-16s   %s's term is over (token %d): %s; no leader until another instance wins", job, name, token, why)
-			}
-		}
-	}
-}
-
-func leaderName(value []byte) string {
-	var rec leadership.LeaderRecord
-	if err := json.Unmarshal(value, &rec); err != nil || rec.Instance == "" {
-		return "?"
-	}
-	return rec.Instance
 }

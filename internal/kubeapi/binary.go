@@ -43,6 +43,21 @@ func Binary(ctx context.Context, version string) (string, error) {
 	}.Run(ctx)
 }
 
+// CachedBinary is Binary without the build: an error saying how to build
+// it when the cache has no kube-apiserver of version.
+func CachedBinary(ctx context.Context, version string) (string, error) {
+	cache, err := gobuild.CacheDir()
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(cache, "kube-apiserver-"+version)
+	if !gobuild.Cached(ctx, bin, IsVersion(version)) {
+		return "", fmt.Errorf("no kube-apiserver %s at %s yet: the kubernetes backend's tests build it there once "+
+			"(go test ./leadership/kubelease; the better part of an hour and ~3 GB of memory on two cores)", version, bin)
+	}
+	return bin, nil
+}
+
 // IsVersion checks that a binary is kube-apiserver built from
 // k8s.io/kubernetes at version. It reads the build information Go embeds
 // (`go version -m`), because a binary built with plain `go build` answers

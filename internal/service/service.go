@@ -28,6 +28,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/internal/admin"
+	"github.com/snip/snip-jobs/internal/clusterview"
 	"github.com/snip/snip-jobs/internal/connect"
 	"github.com/snip/snip-jobs/internal/etcdclient"
 	"github.com/snip/snip-jobs/internal/etcdlocal"
@@ -36,6 +37,7 @@ import (
 	"github.com/snip/snip-jobs/leadership/kubelease"
 	"github.com/snip/snip-jobs/migrations"
 	"github.com/snip/snip-jobs/scheduler"
+	"github.com/snip/snip-jobs/scheduler/status"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -122,8 +124,9 @@ type runner struct {
 	pool     *pgxpool.Pool
 	records  *pgxpool.Pool // the scheduler's own records (scheduler.Config.Records)
 	embedded *etcdlocal.Server
-	etcd     *clientv3.Client // nil with the kubernetes backend
-	session  session          // nil without singletons led through terms
+	etcd     *clientv3.Client        // nil with the kubernetes backend
+	session  session                 // nil without singletons led through terms
+	view     status.LeadershipReader // the status page's read of the session's backend; nil without one
 	terms    scheduler.Session
 	// reach says whether the session's server answers (the watchdog's
 	// question when no lease comes); where names it, for messages.
@@ -373,11 +376,8 @@ func (r *runner) startScheduler(reg *prometheus.Registry, mux *http.ServeMux, pa
 	r.sched = sched
 	r.admin.SetJobs(sched)
 	pc := statuspage.Config{
-		Instance: f.Instance, Version: r.version, Etcd: r.etcd, Prefix: f.Etcd.Prefix, Pool: r.pool,
+		Instance: f.Instance, Version: r.version, Leadership: r.view, Pool: r.pool,
 		Jobs: f.Jobs, DevControl: r.devControl,
-	}
-	if err := connect.EtcdOnly(f, "showing the leaders and the instances"); err != nil && connect.NeedsTerms(f) {
-		pc.Unavailable = err.Error()
 	}
 	p, err := statuspage.New(pc, r.ilog)
 	if err != nil {
@@ -578,7 +578,7 @@ func (r *runner) startEtcd(ctx, wctx context.Context, wait time.Duration) error 
 			r.ilog.Info("etcd member", "endpoint", e.URL, "version", e.Version)
 		}
 	}
-	r.etcd = cli
+	r.etcd, r.view = cli, clusterview.Etcd(cli, f.Etcd.Prefix)
 	s, err := leadership.NewSession(leadership.Config{
 		Client: cli, Prefix: f.Etcd.Prefix, Instance: f.Instance,
 		TTL: f.Leadership.TTL, Margin: f.Leadership.Margin, RenewInterval: f.Leadership.RenewInterval,

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/snip/snip-jobs/configs"
+	"github.com/snip/snip-jobs/internal/clusterview"
 	"github.com/snip/snip-jobs/internal/connect"
 	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/leadership/kubelease"
@@ -71,6 +73,7 @@ func (r *runner) startKube() error {
 	}
 	r.ilog.Info("leadership on Kubernetes Leases", "server", where, "prefix", f.Kubernetes.Prefix)
 	r.session, r.terms, r.where = s, scheduler.Over(s), where
+	r.view = clusterview.Kube(cli, ns, f.Kubernetes.Prefix, time.Now)
 	leases := cli.Leases(ns)
 	name := kubelease.InstanceLeaseName(f.Kubernetes.Prefix, f.Instance)
 	r.reach = func(ctx context.Context) error {

@@ -19,8 +19,9 @@
 //
 // Where the data comes from: package scheduler/status reads it, in the one
 // status model that `snip-jobs status` and /status show too. The leaders,
-// their lease time left and the instances that are up are read from etcd
-// (through package leadership); last runs, last cron slots, the term history
+// their lease time left (on Kubernetes: when their instance Lease was last
+// renewed) and the instances that are up are read from the leadership
+// backend (Config.Leadership, package clusterview); last runs, last cron slots, the term history
 // (job_terms) and refused writes (fence_rejections) from PostgreSQL, with the
 // database's clock, so the timeline compares instants written by different
 // servers. Each
@@ -37,8 +38,8 @@
 // or lost the database) ends where its successor starts; a term whose recorded
 // end comes after its successor's start (an instance that was paused and
 // noticed late) is cut at the successor's start, and the late part is drawn
-// apart as a thin tail. An open term with no successor is "ongoing" if etcd
-// names it the leader, and "lost" otherwise. A gap is the time between the end
+// apart as a thin tail. An open term with no successor is "ongoing" if the
+// backend names it the leader, and "lost" otherwise. A gap is the time between the end
 // of one term and the start of the next (or now, when nobody leads): the
 // stretch before the first recorded term of the window is not called a gap,
 // since the history may simply not reach back that far (a cluster that just
@@ -47,8 +48,8 @@
 // What it does NOT guarantee: that the history is complete. job_terms and
 // fence_rejections are bookkeeping written best-effort outside the fence (see
 // migrations/0006_terms.sql); a term whose start could not be recorded (the
-// database was down) is missing from the timeline though etcd shows it as the
-// leader in the jobs table. "Since" uses the leader's wall clock and is for
+// database was down) is missing from the timeline though the backend shows it
+// as the leader in the jobs table. "Since" uses the leader's wall clock and is for
 // people only.
 //
 // In development (snip-dev), Config.DevControl names the dev

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/snip/snip-jobs/configs"
+	"github.com/snip/snip-jobs/internal/clusterview"
 	"github.com/snip/snip-jobs/internal/testdb"
 	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/leadership"
@@ -145,7 +146,7 @@ func TestThePageReadsTheClusterFromEtcdAndPostgres(t *testing.T) {
 	testenv.Exec(t, pool, `INSERT INTO fence_rejections (resource, token, current, instance) VALUES ('pulse', $1, $2, 'server-b')`, term.Token()-1, term.Token())
 	testenv.Exec(t, pool, `INSERT INTO job_runs (job, instance, token, finished_at, result) VALUES ('pulse', 'server-a', $1, now(), 'ok')`, term.Token())
 
-	page, err := New(Config{Instance: "server-a", Version: "test", Etcd: cli, Prefix: prefix, Pool: pool, Jobs: []configs.Job{
+	page, err := New(Config{Instance: "server-a", Version: "test", Leadership: clusterview.Etcd(cli, prefix), Pool: pool, Jobs: []configs.Job{
 		{Name: "pulse", Type: "sql", Singleton: true, Schedule: configs.Schedule{Kind: configs.Interval, Every: time.Second}},
 		{Name: "prune", Type: "sql", Schedule: configs.Schedule{Kind: configs.Interval, Every: time.Minute}},
 	}}, nil)

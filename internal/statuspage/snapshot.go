@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/scheduler/status"
@@ -30,12 +29,14 @@ type Snapshot struct {
 	LocalNow      time.Time    `json:"local_now"`
 	WindowSeconds float64      `json:"window_seconds"`
 	Jobs          []status.Job `json:"jobs"`
-	// Instances are those up (registered in etcd) and those seen in the
-	// window's history or by the dev supervisor, by name.
+	// Instances are those the leadership backend lists (status.Read) and
+	// those seen in the window's history or by the dev supervisor, by name.
 	Instances []Instance `json:"instances"`
-	// LeadersKnown is false when etcd could not be read: then no term can be
-	// told ongoing from lost.
+	// LeadersKnown is false when the leadership backend could not be read:
+	// then no term can be told ongoing from lost.
 	LeadersKnown bool `json:"leaders_known"`
+	// Backend is the leadership backend read ("etcd", "kubernetes"; "" for none).
+	Backend string `json:"backend,omitempty"`
 	// Terms overlap the window (or never recorded an end), oldest first.
 	Terms []status.TermRecord `json:"terms"`
 	// Rejections are the writes the fence refused in the window.
@@ -95,9 +96,9 @@ type DevInstance struct {
 type Config struct {
 	// Instance and Version name the serving instance.
 	Instance, Version string
-	// Etcd is the instance's etcd client; nil when its config needs no etcd.
-	Etcd   *clientv3.Client
-	Prefix string // etcd key prefix
+	// Leadership reads the leaders and the instances from the leadership
+	// backend (package clusterview); nil when the config needs none.
+	Leadership status.LeadershipReader
 	// Pool is the instance's database pool; nil without a database.
 	Pool *pgxpool.Pool
 	// Jobs is the instance's job list.
@@ -107,9 +108,6 @@ type Config struct {
 	DevControl string
 	// ReadTimeout bounds one read of the cluster (default 3 s).
 	ReadTimeout time.Duration
-	// Unavailable, when set, says what the page cannot show and why (the
-	// leaders of a backend it cannot read): shown with every read's errors.
-	Unavailable string
 }
 
 // Bounds of reads and of the window.
@@ -129,15 +127,12 @@ func (p *Page) read(ctx context.Context, window time.Duration) Snapshot {
 	ctx, cancel := context.WithTimeout(ctx, cfg.ReadTimeout)
 	defer cancel()
 	local := time.Now()
-	c := status.Read(ctx, status.Source{Etcd: cfg.Etcd, Prefix: cfg.Prefix, Pool: cfg.Pool, Jobs: cfg.Jobs})
+	c := status.Read(ctx, status.Source{Leadership: cfg.Leadership, Pool: cfg.Pool, Jobs: cfg.Jobs})
 	s := Snapshot{
 		Instance: cfg.Instance, Version: cfg.Version, Now: local, LocalNow: local, WindowSeconds: window.Seconds(),
-		Jobs: c.Jobs, LeadersKnown: c.LeadersKnown, Terms: []status.TermRecord{}, Rejections: []status.Rejection{}, Errors: c.Errors,
+		Jobs: c.Jobs, LeadersKnown: c.LeadersKnown, Backend: c.Backend, Terms: []status.TermRecord{}, Rejections: []status.Rejection{}, Errors: c.Errors,
 	}
 	fail := func(err error) { s.Errors = append(s.Errors, err.Error()) }
-	if cfg.Unavailable != "" {
-		s.Errors = append([]string{cfg.Unavailable}, s.Errors...)
-	}
 	if cfg.Pool != nil {
 		if err := cfg.Pool.QueryRow(ctx, `SELECT now()`).Scan(&s.Now); err != nil {
 			fail(fmt.Errorf("database clock: %w", err))

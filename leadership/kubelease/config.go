@@ -134,6 +134,8 @@ const (
 	annLeaving    = "jobs.snip.dev/leaving"
 	annExpiredBy  = "jobs.snip.dev/expired-by"
 	annResign     = "jobs.snip.dev/resign-token"
+	annHost       = "jobs.snip.dev/host" // on an instance Lease, for people
+	annPID        = "jobs.snip.dev/pid"  // on an instance Lease, for people
 	roleInstance  = "instance"
 	roleJob       = "job"
 	leavingMarker = "true"

@@ -11,11 +11,19 @@
 //     "<instance>/<random>", new for each incarnation (the etcd backend's
 //     lease ID); renewTime is bumped every renew interval by an update
 //     under the resourceVersion last written. O(1) writes per process,
-//     whatever the number of jobs.
+//     whatever the number of jobs. Annotations jobs.snip.dev/host and
+//     jobs.snip.dev/pid say where it runs, for people.
 //   - <prefix>-job-<job> (jobs.snip.dev/role=job): holderIdentity names the
 //     incarnation that leads the job, annotation jobs.snip.dev/instance-lease
 //     its instance Lease, and annotation jobs.snip.dev/token the fencing
-//     token. Written only when a term starts or resigns.
+//     token. Written only when a term starts or resigns, and patched by an
+//     operator's resign request (annotation jobs.snip.dev/resign-token).
+//
+// Reading without a session (snip-jobs status, resign): ReadSet lists the
+// set's Leases once; a job's leader is its job Lease's holder while that
+// holder's instance Lease names it too. Whether that holder still renews,
+// a one-shot read cannot judge as peers do (unchanged for the duration on
+// their own clock): it gets renewTime, the holder's wall clock.
 //
 // A Term carries:
 //

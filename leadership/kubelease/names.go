@@ -11,6 +11,10 @@ func InstanceLeaseName(prefix, instance string) string {
 	return Config{Prefix: prefix}.instanceLease(instance)
 }
 
+// SetSelector is the label selector of every Lease of the set prefix
+// (instance and job Leases), for a reader's own list or watch.
+func SetSelector(prefix string) string { return Config{Prefix: prefix}.setSelector() }
+
 // CheckNamespace, CheckPrefix, CheckInstance and CheckJob report what
 // NewSession and Campaign would refuse, so that a config file can be checked
 // before anything runs (nil: accepted).

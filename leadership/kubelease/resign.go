@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
 	coordv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -12,6 +13,7 @@ import (
 	coordclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 
 	"github.com/snip/snip-jobs/internal/sleep"
+	"github.com/snip/snip-jobs/leadership"
 )
 
 // RequestResign asks the term of job with token to resign: it sets the
@@ -25,6 +27,41 @@ func RequestResign(ctx context.Context, cli coordclient.LeasesGetter, namespace,
 		return fmt.Errorf("kubelease: request resign of %s: %w", job, err)
 	}
 	return nil
+}
+
+// Resign asks job's leader to hand over, as leadership.RequestResign does on
+// etcd: it reads the leader (ReadLeader; leadership.ErrNoLeader when there
+// is none), requests that term's resignation (RequestResign), and waits
+// until another term leads the job, or ctx ends: then after is nil with no
+// error when nobody leads it (handed over, not taken yet), and an error
+// when the same term still does. It returns the leader before and after.
+func Resign(ctx context.Context, cli coordclient.LeasesGetter, namespace, prefix, job string) (before LeaseLeader, after *LeaseLeader, err error) {
+	before, ok, err := ReadLeader(ctx, cli, namespace, prefix, job)
+	if err != nil {
+		return before, nil, err
+	}
+	if !ok {
+		return before, nil, fmt.Errorf("resign %s: %w", job, leadership.ErrNoLeader)
+	}
+	if err := RequestResign(ctx, cli, namespace, prefix, job, before.Token); err != nil {
+		return before, nil, err
+	}
+	for {
+		l, ok, err := ReadLeader(ctx, cli, namespace, prefix, job)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			return before, nil, fmt.Errorf("resign %s: %w", job, err)
+		case ok && l.Token != before.Token:
+			return before, &l, nil
+		}
+		if !sleep.For(ctx, 50*time.Millisecond) {
+			if !ok && err == nil {
+				return before, nil, nil
+			}
+			return before, nil, fmt.Errorf("resign %s: the leader (%s, token %d) did not hand over: %w",
+				job, before.Instance.Instance, before.Token, ctx.Err())
+		}
+	}
 }
 
 // WatchResignRequests calls f for each resign request (RequestResign) on a

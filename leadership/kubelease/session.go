@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -245,8 +247,12 @@ func (s *Session) instanceObject(holder string, cur *coordv1.Lease) *coordv1.Lea
 		obj.Labels = map[string]string{}
 	}
 	obj.Labels[labelRole], obj.Labels[labelSet], obj.Labels[labelName] = roleInstance, s.cfg.Prefix, s.cfg.Instance
+	if obj.Annotations == nil {
+		obj.Annotations = map[string]string{}
+	}
 	delete(obj.Annotations, annExpiredBy)
 	delete(obj.Annotations, annLeaving)
+	obj.Annotations[annHost], obj.Annotations[annPID] = s.cfg.Host, strconv.Itoa(os.Getpid())
 	now := metav1.NowMicro()
 	secs := int32(s.cfg.TTL / time.Second)
 	obj.Spec = coordv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &secs, AcquireTime: &now, RenewTime: &now}

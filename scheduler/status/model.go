@@ -12,10 +12,13 @@ import (
 type Cluster struct {
 	Instances []Instance `json:"instances"`
 	Jobs      []Job      `json:"jobs"`
-	// LeadersKnown is false when etcd was not read (no etcd configured, or it
-	// did not answer): then no job's leader is known.
-	LeadersKnown bool     `json:"leaders_known"`
-	Errors       []string `json:"errors,omitempty"`
+	// LeadersKnown is false when the leadership backend was not read (none
+	// configured, or it did not answer): then no job's leader is known.
+	LeadersKnown bool `json:"leaders_known"`
+	// Backend is the leadership backend read: "etcd" or "kubernetes"; ""
+	// when none is configured.
+	Backend string   `json:"backend,omitempty"`
+	Errors  []string `json:"errors,omitempty"`
 }
 
 // Job is one job of a config file.
@@ -24,7 +27,7 @@ type Job struct {
 	Type      string `json:"type"`
 	Singleton bool   `json:"singleton"`
 	// Mode is everywhere (not a singleton), leader (a singleton led through
-	// etcd) or database (a singleton cron job whose slots PostgreSQL decides).
+	// terms of the leadership backend) or database (a singleton cron job whose slots PostgreSQL decides).
 	Mode     string `json:"mode"`
 	Schedule string `json:"schedule"`
 	// Leading: a term of the job is held (in an instance's own view: by this
@@ -35,29 +38,39 @@ type Job struct {
 	// Headroom is the time left until the term's deadline (an instance's own
 	// view only).
 	Headroom time.Duration `json:"headroom_ns,omitempty"`
-	// Leader is the holder of the job's leader key in etcd (the cluster's
-	// view); nil when nobody holds it, or it was not read.
+	// Leader is the holder of the job's term as the leadership backend says
+	// (the cluster's view); nil when nobody holds it, or it was not read.
 	Leader   *Leader     `json:"leader"`
 	LastRun  *RunRecord  `json:"last_run"`
 	LastSlot *SlotRecord `json:"last_slot"`
 }
 
-// Leader is the holder of a job's leader key in etcd.
+// Leader is the holder of a job's term: on etcd, of its leader key; on
+// Kubernetes, the incarnation its job Lease names while that incarnation's
+// instance Lease still names it too.
 type Leader struct {
 	Instance string    `json:"instance"`
 	Host     string    `json:"host"`
 	PID      int       `json:"pid"`
 	Token    int64     `json:"token"`
 	Since    time.Time `json:"since"` // the leader's wall clock when it won
-	Lease    string    `json:"lease"` // hex, as etcdctl prints it
+	// Lease is, on etcd, its lease ID in hex as etcdctl prints it; on
+	// Kubernetes, the name of its instance Lease.
+	Lease string `json:"lease"`
 	// LeaseTTLSeconds is what etcd says is left on the leader's lease (whole
 	// seconds): near the TTL while the leader renews, counting down once it
-	// stopped.
+	// stopped. 0 on Kubernetes, where no server counts down: see Renewed.
 	LeaseTTLSeconds float64 `json:"lease_ttl_seconds"`
+	// Holder and Renewed (Kubernetes only): the incarnation holding the
+	// instance Lease and its renewTime. See Instance.Renewed.
+	Holder  string    `json:"holder,omitempty"`
+	Renewed time.Time `json:"renewed,omitzero"`
 }
 
-// Instance is a snip-jobs instance; Read lists those up: registered on a live
-// lease.
+// Instance is a snip-jobs instance. On etcd, Read lists those up:
+// registered on a live lease. On Kubernetes it lists those whose instance
+// Lease is held (not released at shutdown nor judged gone by a peer), and Up
+// is a one-shot reader's guess (see Renewed).
 type Instance struct {
 	Name string `json:"instance"`
 	Up   bool   `json:"up"`
@@ -66,15 +79,28 @@ type Instance struct {
 	Host    string    `json:"host,omitempty"`
 	PID     int       `json:"pid,omitempty"`
 	Started time.Time `json:"started,omitzero"`
-	Lease   string    `json:"lease,omitempty"` // hex, as etcdctl prints it
+	// Lease is, on etcd, the lease ID in hex as etcdctl prints it; on
+	// Kubernetes, the instance Lease's name.
+	Lease string `json:"lease,omitempty"`
 	// LeaseTTLSeconds is what etcd says is left on its lease, of
 	// LeaseGrantedSeconds: a running instance renews it every renew
 	// interval; one that stopped renewing (killed, paused, cut off from etcd)
-	// stays listed while it counts down to 0.
+	// stays listed while it counts down to 0. On Kubernetes, LeaseTTLSeconds
+	// is 0 (no server counts down) and LeaseGrantedSeconds is the Lease's
+	// leaseDurationSeconds.
 	LeaseTTLSeconds     float64 `json:"lease_ttl_seconds"`
 	LeaseGrantedSeconds float64 `json:"lease_granted_seconds"`
-	// Leads is the number of jobs it leads now (etcd).
+	// Leads is the number of jobs it leads now (as the backend says).
 	Leads int `json:"leads"`
+	// Holder and Renewed (Kubernetes only): the incarnation holding the
+	// instance Lease, and its renewTime, the instance's wall clock at its
+	// last renewal. Peers judge an instance gone by seeing its Lease
+	// unchanged for its duration on their own clock, which a one-shot read
+	// cannot do: Up is Renewed no older than the duration by the reader's
+	// wall clock (and not leaving), as good as the two hosts' clocks agree.
+	// It is for people; nothing decides on it.
+	Holder  string    `json:"holder,omitempty"`
+	Renewed time.Time `json:"renewed,omitzero"`
 }
 
 // RunRecord is one run of a job, as logged in job_runs.

@@ -4,31 +4,41 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/snip/snip-jobs/configs"
-	"github.com/snip/snip-jobs/leadership"
 )
 
 // Source is where Read reads from.
 type Source struct {
-	// Etcd is nil when the config needs no etcd (database mode only): then
-	// no leader and no instance is read.
-	Etcd   *clientv3.Client
-	Prefix string // etcd key prefix
+	// Leadership reads the leadership backend; nil when the config needs
+	// none (no job led through terms): then no leader and no instance is
+	// read. Package clusterview has one for each backend.
+	Leadership LeadershipReader
 	// Pool is nil without a database: then no last run or slot is read.
 	Pool *pgxpool.Pool
 	// Jobs are the config file's jobs, in its order.
 	Jobs []configs.Job
 }
 
-// Read reads the cluster's state of src's jobs from etcd (each singleton's
-// leader, the instances that are up and their leases) and PostgreSQL (each
+// Leadership is what a leadership backend says of the cluster.
+type Leadership struct {
+	Backend string // "etcd" or "kubernetes"
+	// Leaders by job; nil when they could not be read.
+	Leaders map[string]Leader
+	// Instances are the instances the backend lists; Read fills in Leads.
+	Instances []Instance
+}
+
+// LeadershipReader reads a backend once. With an error it returns what it
+// could read: Read shows that and lists the error.
+type LeadershipReader func(ctx context.Context) (Leadership, error)
+
+// Read reads the cluster's state of src's jobs from the leadership backend
+// (each singleton's leader, the instances that are up) and PostgreSQL (each
 // job's last run and last cron slot). What cannot be read is listed in
 // Errors, one problem each; the rest is filled in.
 func Read(ctx context.Context, src Source) Cluster {
@@ -38,23 +48,19 @@ func Read(ctx context.Context, src Source) Cluster {
 			c.Errors = append(c.Errors, e.Error())
 		}
 	}
-	leaders := map[string]leadership.Leader{}
-	if src.Etcd != nil {
-		ls, err := leadership.Leaders(ctx, src.Etcd, src.Prefix)
-		if err != nil {
+	var ls Leadership
+	if src.Leadership != nil {
+		var err error
+		if ls, err = src.Leadership(ctx); err != nil {
 			fail(err)
-		} else {
-			c.LeadersKnown = true
 		}
-		for _, l := range ls {
-			leaders[l.Job] = l
-		}
+		c.Backend, c.LeadersKnown = ls.Backend, ls.Leaders != nil
 	}
 	leads := map[string]int{}
 	for _, spec := range src.Jobs {
 		j := Describe(spec)
-		if l, ok := leaders[spec.Name]; ok {
-			j.Leader = leaderOf(l)
+		if l, ok := ls.Leaders[spec.Name]; ok {
+			j.Leader = &l
 			j.Leading, j.Token, j.Since = true, l.Token, l.Since
 			leads[l.Instance]++
 		}
@@ -65,31 +71,24 @@ func Read(ctx context.Context, src Source) Cluster {
 		}
 		c.Jobs = append(c.Jobs, j)
 	}
-	if src.Etcd != nil {
-		regs, err := leadership.InstanceLeases(ctx, src.Etcd, src.Prefix)
-		if err != nil {
-			fail(err)
-		}
-		for _, r := range regs {
-			c.Instances = append(c.Instances, Instance{Name: r.Instance, Up: true, Host: r.Host, PID: r.PID, Started: r.Started,
-				Lease: strconv.FormatInt(r.Lease, 16), LeaseTTLSeconds: r.LeaseTTL.Seconds(),
-				LeaseGrantedSeconds: r.LeaseGranted.Seconds(), Leads: leads[r.Instance]})
-		}
+	for _, in := range ls.Instances {
+		in.Leads = leads[in.Name]
+		c.Instances = append(c.Instances, in)
 	}
 	return c
 }
 
-func leaderOf(l leadership.Leader) *Leader {
-	return &Leader{Instance: l.Instance, Host: l.Host, PID: l.PID, Token: l.Token, Since: l.Since,
-		Lease: strconv.FormatInt(int64(l.Lease), 16), LeaseTTLSeconds: l.LeaseTTL.Seconds()}
-}
-
 // splitJoined undoes errors.Join, so that each problem is reported on its own.
 func splitJoined(err error) []error {
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		return j.Unwrap()
+	j, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return []error{err}
 	}
-	return []error{err}
+	var out []error
+	for _, e := range j.Unwrap() {
+		out = append(out, splitJoined(e)...)
+	}
+	return out
 }
 
 // readLast reads the job's last run (job_runs) and last cron slot (cron_slots).
