@@ -21,7 +21,7 @@ func TestMain(m *testing.M) {
 		os.Exit(childMain())
 	}
 	testenv.MostlyWaiting(8) // ~5 s of CPU in ~45 s of waiting for leases
-	os.Exit(m.Run())
+	os.Exit(testenv.RunMain(m))
 }
 
 // Short leases keep the tests quick; orderings, not durations, are asserted.

@@ -2,89 +2,10 @@ package kubelease_test
 
 import (
 	"context"
-	"slices"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/snip/snip-jobs/leadership"
-	"github.com/snip/snip-jobs/leadership/kubelease"
 )
-
-type span struct {
-	who        string
-	token      int64
-	start, end time.Time
-}
-
-// Two sessions take turns leading one job, each handing over only once the
-// other is waiting: at most one term at a time (each term starts after the
-// previous one stopped being valid, on this process's monotonic clock), and
-// the tokens strictly increase across the hand-overs.
-func TestTwoSessionsHoldOneTermAtATimeAndTokensGrow(t *testing.T) {
-	t.Parallel()
-	ns := namespace(t, api)
-	a, b := start(t, api, ns, "a"), start(t, api, ns, "b")
-	const rounds = 3
-	var mu sync.Mutex
-	var spans []span
-	done := map[string]chan struct{}{"a": make(chan struct{}), "b": make(chan struct{})}
-	run := func(me, other *kubelease.Session, errs chan<- error) {
-		defer close(done[me.Instance()])
-		for range rounds {
-			term, err := me.Campaign(context.Background(), "report")
-			if err != nil {
-				errs <- err
-				return
-			}
-			if !term.Valid() {
-				errs <- &leadership.EndedError{Reason: term.Reason(), Detail: "granted an invalid term"}
-			}
-			// Hold the term until the other session waits for it (or has finished).
-			for {
-				ch := other.StatsChanged()
-				if other.Stats().Waiting > 0 {
-					break
-				}
-				select {
-				case <-ch:
-					continue
-				case <-done[other.Instance()]:
-				}
-				break
-			}
-			if err := term.Resign(context.Background()); err != nil {
-				errs <- err
-				return
-			}
-			mu.Lock()
-			spans = append(spans, span{me.Instance(), term.Token(), term.Started(), term.EndedAt()})
-			mu.Unlock()
-		}
-	}
-	errs := make(chan error, 2*rounds)
-	go run(a, b, errs)
-	go run(b, a, errs)
-	<-done["a"]
-	<-done["b"]
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
-	slices.SortFunc(spans, func(x, y span) int { return x.start.Compare(y.start) })
-	if len(spans) != 2*rounds {
-		t.Fatalf("%d terms, want %d", len(spans), 2*rounds)
-	}
-	for i := 1; i < len(spans); i++ {
-		p, c := spans[i-1], spans[i]
-		if c.token <= p.token {
-			t.Errorf("term %d of %s has token %d, not above the previous term's %d (%s)", i, c.who, c.token, p.token, p.who)
-		}
-		if c.start.Before(p.end) {
-			t.Errorf("term %d (%s, token %d) started %v before the previous term (%s, token %d) ended", i, c.who, c.token, p.end.Sub(c.start), p.who, p.token)
-		}
-	}
-}
 
 // A resigned term's job goes to the waiting session at once: the successor
 // wins while the resigner's instance Lease is still renewed, so it cannot

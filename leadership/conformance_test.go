@@ -1,0 +1,27 @@
+package leadership_test
+
+import (
+	"testing"
+
+	"github.com/snip/snip-jobs/internal/testenv"
+	"github.com/snip/snip-jobs/leadership"
+	"github.com/snip/snip-jobs/leadership/internal/conformance"
+)
+
+// The guarantee's tests shared with the Kubernetes backend (package
+// conformance), on a real etcd: one term at a time with growing tokens,
+// resign hands over at once, a leader cut off from etcd (its client closed:
+// no keep-alive, no revoke) is replaced only after its deadline and fenced
+// at PostgreSQL.
+func TestTheGuarantee(t *testing.T) {
+	t.Parallel()
+	etcd := testenv.StartEtcd(t, 1)
+	conformance.Run(t, conformance.Backend[*leadership.Term]{
+		Margin: testMargin,
+		Start: func(t *testing.T, instance string) (conformance.Session[*leadership.Term], func()) {
+			cli := etcd.Client(t)
+			s := startSession(t, cli, instance)
+			return s, func() { _ = cli.Close() }
+		},
+	})
+}
