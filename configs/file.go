@@ -93,20 +93,26 @@ const (
 )
 
 // Kubernetes says how to reach the API server that holds the Leases, and
-// where: Server empty means from inside the cluster, as the pod's service
-// account (KUBERNETES_SERVICE_HOST and _PORT, and the token, CA and
-// namespace files under /var/run/secrets/kubernetes.io/serviceaccount).
+// where: Server with TokenFile; or a Kubeconfig file; or neither, from
+// inside the cluster as the pod's service account (KUBERNETES_SERVICE_HOST
+// and _PORT, and the token, CA and namespace files under
+// /var/run/secrets/kubernetes.io/serviceaccount).
 type Kubernetes struct {
-	Server    string // https://host:port; "" in the cluster
+	Server    string // https://host:port; "" in the cluster or with Kubeconfig
 	TokenFile string // with Server: the bearer token, re-read as it changes
 	CAFile    string // with Server: the server's CA ("" the system roots)
-	// Namespace of the Leases; "" in the cluster: the service account's.
+	// Kubeconfig is a kubeconfig file (kubectl's format: its server,
+	// credentials, exec plugins) instead of Server; Context picks one of
+	// its contexts ("" its current context).
+	Kubeconfig, Context string
+	// Namespace of the Leases; "" in the cluster: the service account's;
+	// with Kubeconfig: the context's, else "default".
 	Namespace string
 	Prefix    string // starts every Lease's name (default kubelease.DefaultPrefix)
 }
 
 // InCluster reports whether the API server is reached as the pod's service account.
-func (k Kubernetes) InCluster() bool { return k.Server == "" }
+func (k Kubernetes) InCluster() bool { return k.Server == "" && k.Kubeconfig == "" }
 
 // HTTP is the listener for /metrics, /healthz, /readyz and /status.
 type HTTP struct {

@@ -91,6 +91,27 @@ func TestEachKubernetesBackendProblemIsReportedAtItsLine(t *testing.T) {
 			"  ca_file: kube-ca.pem",
 			"  namespace: snip",
 		), 6, `kubernetes.ca_file "kube-ca.pem" must be an absolute path`, ""},
+		{"kubeconfig and server", lines(
+			"instance: a",
+			"leadership: {backend: kubernetes}",
+			"kubernetes:",
+			"  server: https://10.0.0.1:6443",
+			"  token_file: /etc/snip-jobs/kube-token",
+			"  namespace: snip",
+			"  kubeconfig: /etc/snip-jobs/kubeconfig",
+		), 7, "kubernetes.kubeconfig and kubernetes.server both say how to reach the API server: keep one", ""},
+		{"kubeconfig relative", lines(
+			"instance: a",
+			"leadership: {backend: kubernetes}",
+			"kubernetes:",
+			"  kubeconfig: kubeconfig",
+		), 4, `kubernetes.kubeconfig "kubeconfig" must be an absolute path`, ""},
+		{"context without kubeconfig", lines(
+			"instance: a",
+			"leadership: {backend: kubernetes}",
+			"kubernetes:",
+			"  context: prod",
+		), 4, "kubernetes.context picks a context of kubernetes.kubeconfig", ""},
 		{"namespace that cannot be one", lines(
 			"instance: a",
 			"leadership: {backend: kubernetes}",

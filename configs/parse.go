@@ -517,6 +517,12 @@ func (p *parser) kubernetes(top *mapping, backend Backend) Kubernetes {
 	if f, ok := m.str("ca_file"); ok && p.absPath(m, "ca_file", f) {
 		k.CAFile = f
 	}
+	if f, ok := m.str("kubeconfig"); ok && p.absPath(m, "kubeconfig", f) {
+		k.Kubeconfig = f
+	}
+	if c, ok := m.str("context"); ok {
+		k.Context = c
+	}
 	if ns, ok := m.str("namespace"); ok {
 		if err := kubelease.CheckNamespace(ns); err != nil {
 			m.errorf(m.valuePos("namespace"), "kubernetes.%s", kubeMsg(err))
@@ -542,6 +548,12 @@ func (p *parser) kubernetes(top *mapping, backend Backend) Kubernetes {
 		if m.has(key) && !m.has("server") {
 			m.errorf(m.keyPos(key), "kubernetes.%s applies only with kubernetes.server (in the cluster the service account's is used): set server, or remove it", key)
 		}
+	}
+	if m.has("kubeconfig") && m.has("server") {
+		m.errorf(m.keyPos("kubeconfig"), "kubernetes.kubeconfig and kubernetes.server both say how to reach the API server: keep one")
+	}
+	if m.has("context") && !m.has("kubeconfig") {
+		m.errorf(m.keyPos("context"), "kubernetes.context picks a context of kubernetes.kubeconfig: set kubeconfig, or remove it")
 	}
 	m.finish()
 	return k

@@ -126,6 +126,7 @@ func kubernetesSection(k Kubernetes) yaml.MapSlice {
 	sec := yaml.MapSlice{}
 	for _, e := range []yaml.MapItem{
 		{Key: "server", Value: k.Server}, {Key: "token_file", Value: k.TokenFile}, {Key: "ca_file", Value: k.CAFile},
+		{Key: "kubeconfig", Value: k.Kubeconfig}, {Key: "context", Value: k.Context},
 		{Key: "namespace", Value: k.Namespace}, {Key: "prefix", Value: k.Prefix},
 	} {
 		if e.Value != "" {

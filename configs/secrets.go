@@ -66,7 +66,7 @@ type SecretFile struct {
 
 // SecretFiles lists the files the config names that hold secrets:
 // postgres.url_file, etcd.auth.password_file, etcd.tls.key,
-// kubernetes.token_file, and the files a
+// kubernetes.token_file, kubernetes.kubeconfig, and the files a
 // job's options name, if its type says which (Checked.SecretFiles: option
 // key → path).
 func (f *File) SecretFiles() []SecretFile {
@@ -76,6 +76,7 @@ func (f *File) SecretFiles() []SecretFile {
 		{Key: "etcd.auth.password_file", Path: f.Etcd.Auth.PasswordFile},
 		{Key: "etcd.tls.key", Path: f.Etcd.TLS.Key},
 		{Key: "kubernetes.token_file", Path: f.Kubernetes.TokenFile},
+		{Key: "kubernetes.kubeconfig", Path: f.Kubernetes.Kubeconfig}, // credentials, as kubectl keeps them
 	} {
 		if s.Path != "" {
 			out = append(out, s)

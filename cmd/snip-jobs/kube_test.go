@@ -37,7 +37,11 @@ const kubePrefix = "snip-test"
 type kubeCluster struct {
 	ns      string
 	section string
-	cs      *kubernetes.Clientset
+	// viaKubeconfig reaches the same server through a kubeconfig file whose
+	// current context is another namespace's: the section names the
+	// context to use and takes the namespace from it.
+	viaKubeconfig string
+	cs            *kubernetes.Clientset
 }
 
 func startKube(t *testing.T) kubeCluster {
@@ -62,7 +66,21 @@ func startKube(t *testing.T) kubeCluster {
 	}
 	section := fmt.Sprintf("  server: %s\n  token_file: %s\n  ca_file: %s\n  namespace: %s\n  prefix: %s\n",
 		rc.Host, token, rc.TLSClientConfig.CAFile, ns, kubePrefix)
-	return kubeCluster{ns: ns, section: section, cs: cs}
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	doc := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters: [{name: test, cluster: {server: %q, certificate-authority: %q}}]
+users: [{name: admin, user: {tokenFile: %q}}]
+contexts:
+  - {name: elsewhere, context: {cluster: test, user: admin, namespace: default}}
+  - {name: snip, context: {cluster: test, user: admin, namespace: %s}}
+current-context: elsewhere
+`, rc.Host, rc.TLSClientConfig.CAFile, token, ns)
+	if err := os.WriteFile(kubeconfig, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	via := fmt.Sprintf("  kubeconfig: %s\n  context: snip\n  prefix: %s\n", kubeconfig, kubePrefix)
+	return kubeCluster{ns: ns, section: section, viaKubeconfig: via, cs: cs}
 }
 
 // lease reads a Lease of the test's namespace (nil when there is none).
@@ -88,11 +106,18 @@ func (k kubeCluster) lease(t *testing.T, name string) (holder string, annotation
 // (after marking the dead one's instance Lease expired: there is no death
 // reclaim) with a higher token, whose rows follow every row of the old one;
 // SIGTERM then resigns and deletes its instance Lease, exit 0.
+// server-b reaches the API server through a kubeconfig file (kubernetes.kubeconfig and context), server-a through server and token_file.
 func TestTwoInstancesOnKubernetesLeasesHandASingletonOverWhenTheLeaderIsKilled(t *testing.T) {
 	t.Parallel()
 	kube := startKube(t)
 	url := testenv.PostgresDB(t)
-	mk := func(name string) config { return config{instance: name, kube: kube.section, jobs: pulseJob} }
+	// server-b reaches the API server through a kubeconfig file's context.
+	mk := func(name string) config {
+		if name == "server-b" {
+			return config{instance: name, kube: kube.viaKubeconfig, jobs: pulseJob}
+		}
+		return config{instance: name, kube: kube.section, jobs: pulseJob}
+	}
 	env := dbEnv(migrate(t, writeConfig(t, mk("migrator")), url))
 	procs, notes := map[string]*instance{}, map[string]notifications{}
 	for _, name := range []string{"server-a", "server-b"} {

@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	coordclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/internal/etcdclient"
@@ -64,7 +65,8 @@ func EtcdOnly(f *configs.File, what string) error {
 // Kube is a client of the Kubernetes API server that holds the Leases, the
 // namespace they are in, and where that is, for messages: kubernetes.server
 // with token_file (client-go re-reads it as it changes, for rotated tokens)
-// and ca_file; or, without server, the pod's service account
+// and ca_file; or kubernetes.kubeconfig (fromKubeconfig); or, without
+// either, the pod's service account
 // (rest.InClusterConfig) and, unless kubernetes.namespace says otherwise, the
 // namespace it runs in. Nothing is contacted yet.
 func Kube(f *configs.File) (_ coordclient.CoordinationV1Interface, namespace, where string, _ error) {
@@ -84,6 +86,11 @@ func Kube(f *configs.File) (_ coordclient.CoordinationV1Interface, namespace, wh
 			}
 			namespace = strings.TrimSpace(string(b))
 		}
+	} else if k.Kubeconfig != "" {
+		var err error
+		if rc, namespace, err = fromKubeconfig(k, f.Path); err != nil {
+			return nil, "", "", err
+		}
 	} else {
 		// Read once now, for an error naming the setting rather than a
 		// failed request later.
@@ -102,6 +109,26 @@ func Kube(f *configs.File) (_ coordclient.CoordinationV1Interface, namespace, wh
 		return nil, "", "", fmt.Errorf("kubernetes client for %s: %w", rc.Host, err)
 	}
 	return cs, namespace, fmt.Sprintf("%s, namespace %s", rc.Host, namespace), nil
+}
+
+// fromKubeconfig loads the client configuration of k.Kubeconfig's context
+// (k.Context, or its current one) and the namespace of the Leases:
+// kubernetes.namespace, else the context's, else "default".
+func fromKubeconfig(k configs.Kubernetes, path string) (*rest.Config, string, error) {
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+		&clientcmd.ClientConfigLoadingRules{ExplicitPath: k.Kubeconfig},
+		&clientcmd.ConfigOverrides{CurrentContext: k.Context})
+	rc, err := cc.ClientConfig()
+	if err != nil {
+		return nil, "", fmt.Errorf("kubernetes.kubeconfig %s (in %s): %w", k.Kubeconfig, path, err)
+	}
+	namespace := k.Namespace
+	if namespace == "" {
+		if namespace, _, err = cc.Namespace(); err != nil {
+			return nil, "", fmt.Errorf("kubernetes.kubeconfig %s: the context's namespace: %w (or set kubernetes.namespace in %s)", k.Kubeconfig, err, path)
+		}
+	}
+	return rc, namespace, nil
 }
 
 // serviceAccountNamespace is the namespace of a pod's service account.
