@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/internal/connect"
 	"github.com/snip/snip-jobs/internal/termsafe"
@@ -67,57 +68,67 @@ or after a fix. The write is fenced like the job's own runs of that week:
 				}
 				defer pool.Close()
 				if args[0] == "show" {
-					// The report holds link slugs and titles: escaped (termsafe), line breaks kept.
-					var text strings.Builder
-					err := weeklyreport.Print(ctx, pool, &text, *week)
-					if errors.Is(err, weeklyreport.ErrNotFound) {
-						return fmt.Errorf("no stored report for %s", orLatest(*week))
-					}
-					if err != nil {
-						return err
-					}
-					_, err = io.WriteString(c.stdout, termsafe.Text(text.String()))
-					return err
+					return reportShow(ctx, c, pool, *week)
 				}
 				if *week == "" {
 					return usageError("usage: report rebuild needs --week (e.g. --week 2026-W47)")
 				}
-				log := newLogger(f.Log, c.stderr)
-				host, _ := os.Hostname()
-				run, err := weeklyreport.RebuildRun(ctx, weeklyreport.RebuildConfig{
-					Pool: pool, Job: spec, Week: *week, Operator: "operator@" + host, Log: log,
-					// Leader mode only: a database-mode job's deployment may run no etcd.
-					LeaderToken: func(ctx context.Context) (int64, error) {
-						// A token from etcd means nothing to Kubernetes Leases' count.
-						if err := connect.EtcdOnly(f, "report rebuild of a job led through terms"); err != nil {
-							return 0, err
-						}
-						cli, err := connect.Etcd(f, connect.Endpoints(f, *endpoints), log)
-						if err != nil {
-							return 0, err
-						}
-						defer cli.Close()
-						return leadership.FreshToken(ctx, cli, f.Etcd.Prefix)
-					},
-				})
-				if err != nil {
-					return err
-				}
-				if err := weeklyreport.Rebuild(ctx, run, *week); err != nil {
-					return err
-				}
-				if run.Slot.IsZero() {
-					fmt.Fprintf(c.stdout, "%s: report %s rebuilt (token %d, newer than every term); no second mail queued\n"+
-						"The leader's next fenced write is refused once, logged as \"fenced write refused: a newer term has written\": "+
-						"that is this rebuild, not a stale leader; the leader takes a new term.\n", spec.Name, *week, run.Token)
-				} else {
-					fmt.Fprintf(c.stdout, "%s: report %s rebuilt (claim token %d, fenced with the slot %s); no second mail queued\n",
-						spec.Name, *week, run.Token, run.Slot.UTC().Format(time.RFC3339))
-				}
-				return nil
+				return reportRebuild(ctx, c, f, pool, spec, *week, *endpoints)
 			}
 		},
 	}
+}
+
+// reportShow prints week's stored report (the latest when week is ""). The
+// report holds link slugs and titles: escaped (termsafe), line breaks kept.
+func reportShow(ctx context.Context, c *cli, pool *pgxpool.Pool, week string) error {
+	var text strings.Builder
+	err := weeklyreport.Print(ctx, pool, &text, week)
+	if errors.Is(err, weeklyreport.ErrNotFound) {
+		return fmt.Errorf("no stored report for %s", orLatest(week))
+	}
+	if err != nil {
+		return err
+	}
+	_, err = io.WriteString(c.stdout, termsafe.Text(text.String()))
+	return err
+}
+
+// reportRebuild rebuilds week's report of the job spec, fenced like its runs.
+func reportRebuild(ctx context.Context, c *cli, f *configs.File, pool *pgxpool.Pool, spec configs.Job, week, endpoints string) error {
+	log := newLogger(f.Log, c.stderr)
+	host, _ := os.Hostname()
+	run, err := weeklyreport.RebuildRun(ctx, weeklyreport.RebuildConfig{
+		Pool: pool, Job: spec, Week: week, Operator: "operator@" + host, Log: log,
+		// Leader mode only: a database-mode job's deployment may run no etcd.
+		LeaderToken: func(ctx context.Context) (int64, error) {
+			// A token from etcd means nothing to Kubernetes Leases' count.
+			if err := connect.EtcdOnly(f, "report rebuild of a job led through terms"); err != nil {
+				return 0, err
+			}
+			cli, err := connect.Etcd(f, connect.Endpoints(f, endpoints), log)
+			if err != nil {
+				return 0, err
+			}
+			defer cli.Close()
+			return leadership.FreshToken(ctx, cli, f.Etcd.Prefix)
+		},
+	})
+	if err != nil {
+		return err
+	}
+	if err := weeklyreport.Rebuild(ctx, run, week); err != nil {
+		return err
+	}
+	if run.Slot.IsZero() {
+		fmt.Fprintf(c.stdout, "%s: report %s rebuilt (token %d, newer than every term); no second mail queued\n"+
+			"The leader's next fenced write is refused once, logged as \"fenced write refused: a newer term has written\": "+
+			"that is this rebuild, not a stale leader; the leader takes a new term.\n", spec.Name, week, run.Token)
+	} else {
+		fmt.Fprintf(c.stdout, "%s: report %s rebuilt (claim token %d, fenced with the slot %s); no second mail queued\n",
+			spec.Name, week, run.Token, run.Slot.UTC().Format(time.RFC3339))
+	}
+	return nil
 }
 
 // jobOfType finds the config's job of type typ: the one named, or the only
