@@ -31,7 +31,7 @@ type kubeTerms struct {
 }
 
 // startKube starts the API server; it refuses to build kube-apiserver (the
-// first build takes the better part of an hour).
+// first build takes about 10½ minutes on two idle cores).
 func startKube(ctx context.Context, dir string, ttl time.Duration) (_ *kubeTerms, err error) {
 	k := &kubeTerms{ttl: ttl, tokenFile: filepath.Join(dir, "kube-token")}
 	k.srv, err = kubeapi.Start(ctx, kubeapi.Options{NoBuild: true})

@@ -1,7 +1,7 @@
 // Command kubeapi-binary prints the path of the kube-apiserver the tests run
 // (internal/kubeapi.Version), building it into the user cache first when it
 // is missing or not that version. .ci/run calls it before `go test`, so that
-// a first build (the better part of an hour on two cores) is a step of its
+// a first build (about 10½ minutes on two idle cores) is a step of its
 // own and not a test that runs into go test's timeout.
 package main
 
