@@ -25,8 +25,9 @@ type clusterView struct {
 		Leader *pageLeader `json:"leader"`
 	} `json:"jobs"`
 	Instances []struct {
-		Name string `json:"instance"`
-		Up   bool   `json:"up"`
+		Name  string `json:"instance"`
+		Up    bool   `json:"up"`
+		Leads int    `json:"leads"`
 	} `json:"instances"`
 	Errors []string `json:"errors"`
 }
@@ -78,8 +79,10 @@ type pageLeader struct {
 	Token    int64  `json:"token"`
 }
 
-// waitLeaders waits until every page shows three instances up and a leader
-// for each singleton, read from the Leases, and returns the first singleton
+// waitLeaders waits until every page shows three instances up, a leader for
+// each singleton, read from the Leases, and the terms spread (no instance
+// leads two more than another: the instances started one after another, and
+// until then the first hands terms over), and returns the first singleton
 // and its leader.
 func waitLeaders(t *testing.T, st devState) (string, *pageLeader) {
 	t.Helper()
@@ -94,6 +97,13 @@ func waitLeaders(t *testing.T, st devState) (string, *pageLeader) {
 				if j.Mode == "leader" && j.Leader == nil {
 					return false
 				}
+			}
+			least, most := v.Instances[0].Leads, v.Instances[0].Leads
+			for _, in := range v.Instances {
+				least, most = min(least, in.Leads), max(most, in.Leads)
+			}
+			if most-least > 1 {
+				return false
 			}
 		}
 		return true

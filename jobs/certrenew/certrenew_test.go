@@ -610,9 +610,14 @@ func TestAnOrderLearntOfDuringTheLockDelayIsFinishedNotOrderedAgain(t *testing.T
 		}
 	})
 	pausedDone := make(chan error, 1)
-	go func() { pausedDone <- c.lead("a", 10).pass() }()
+	pausedOver := make(chan struct{})
+	go func() { pausedDone <- c.lead("a", 10).pass(); close(pausedOver) }()
 	<-held
 
+	// The successor looks again only once the paused leader's pass is over
+	// (its transport noted the URL before its next request failed): under
+	// load the lock-delay alone could end first.
+	c.holdAt("lock-delay passed; ordering", pausedOver)
 	done := make(chan error, 1)
 	go func() { done <- c.lead("b", 20).pass() }()
 	<-waiting // its first look found the order in flight, and no URL

@@ -61,6 +61,19 @@ func (c *cluster) logger() *slog.Logger {
 type logTap struct {
 	mu      sync.Mutex
 	waiting map[string]chan struct{}
+	holds   map[string]<-chan struct{}
+}
+
+// holdAt makes the instance that logs msg wait, inside that log call, until
+// until is closed: a test's way to order a step of one pass after another
+// pass's (msg must be logged where the pass holds nothing another needs).
+func (c *cluster) holdAt(msg string, until <-chan struct{}) {
+	c.tap.mu.Lock()
+	defer c.tap.mu.Unlock()
+	if c.tap.holds == nil {
+		c.tap.holds = map[string]<-chan struct{}{}
+	}
+	c.tap.holds[msg] = until
 }
 
 // logged returns a channel closed when any instance first logs msg after
@@ -89,7 +102,11 @@ func (h *tapHandler) Handle(ctx context.Context, r slog.Record) error {
 		close(ch)
 		delete(h.tap.waiting, r.Message)
 	}
+	hold := h.tap.holds[r.Message]
 	h.tap.mu.Unlock()
+	if hold != nil {
+		<-hold
+	}
 	if !h.Handler.Enabled(ctx, r.Level) {
 		return nil
 	}
