@@ -108,7 +108,7 @@ type Kubernetes struct {
 	// Namespace of the Leases; "" in the cluster: the service account's;
 	// with Kubeconfig: the context's, else "default".
 	Namespace string
-	Prefix    string // starts every Lease's name (default kubelease.DefaultPrefix)
+	Prefix    string // starts every Lease's name (default layout.DefaultPrefix)
 }
 
 // InCluster reports whether the API server is reached as the pod's service account.

@@ -19,7 +19,7 @@ import (
 	yamlparser "github.com/goccy/go-yaml/parser"
 
 	"github.com/snip/snip-jobs/leadership"
-	"github.com/snip/snip-jobs/leadership/kubelease"
+	"github.com/snip/snip-jobs/leadership/kubelease/layout"
 )
 
 // Load reads and parses the configuration file at path. A file that cannot be read
@@ -495,7 +495,7 @@ func (p *parser) log(m *mapping) Log {
 // kubernetes uses: either server with token_file (ca_file optional) and
 // namespace, or nothing of those (in the cluster, as the service account).
 func (p *parser) kubernetes(top *mapping, backend Backend) Kubernetes {
-	k := Kubernetes{Prefix: kubelease.DefaultPrefix}
+	k := Kubernetes{Prefix: layout.DefaultPrefix}
 	if backend != BackendKubernetes && top.has("kubernetes") {
 		said := "etcd, the default"
 		if p.backendPos.Line > 0 {
@@ -524,14 +524,14 @@ func (p *parser) kubernetes(top *mapping, backend Backend) Kubernetes {
 		k.Context = c
 	}
 	if ns, ok := m.str("namespace"); ok {
-		if err := kubelease.CheckNamespace(ns); err != nil {
+		if err := layout.CheckNamespace(ns); err != nil {
 			m.errorf(m.valuePos("namespace"), "kubernetes.%s", kubeMsg(err))
 		} else {
 			k.Namespace = ns
 		}
 	}
 	if prefix, ok := m.str("prefix"); ok {
-		if err := kubelease.CheckPrefix(prefix); err != nil {
+		if err := layout.CheckPrefix(prefix); err != nil {
 			m.errorf(m.valuePos("prefix"), "kubernetes.%s", kubeMsg(err))
 		} else {
 			k.Prefix = prefix
@@ -578,7 +578,7 @@ func checkKubeServer(s string) string {
 func (p *parser) leaseNames(top *mapping, f *File) {
 	const why = " (leadership.backend: kubernetes names a Lease after it)"
 	if f.Instance != "" {
-		if err := kubelease.CheckInstance(f.Kubernetes.Prefix, f.Instance); err != nil {
+		if err := layout.CheckInstance(f.Kubernetes.Prefix, f.Instance); err != nil {
 			if top.has("instance") {
 				top.errorf(top.valuePos("instance"), "%s%s", kubeMsg(err), why)
 			} else {
@@ -590,7 +590,7 @@ func (p *parser) leaseNames(top *mapping, f *File) {
 		if j.Mode() != ModeLeader || !jobName.MatchString(j.Name) {
 			continue
 		}
-		if err := kubelease.CheckJob(f.Kubernetes.Prefix, j.Name); err != nil {
+		if err := layout.CheckJob(f.Kubernetes.Prefix, j.Name); err != nil {
 			p.errorf(j.Pos, j.Name, "%s%s", kubeMsg(err), why)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/snip/snip-jobs/internal/sleep"
 	"github.com/snip/snip-jobs/leadership"
+	"github.com/snip/snip-jobs/leadership/kubelease/layout"
 )
 
 type busySlot struct{ term context.Context }
@@ -27,7 +28,7 @@ type busySlot struct{ term context.Context }
 // the instance Leases, and tries again when either changes or the duration
 // runs out. leadership.WithHoldback's wait runs before every attempt.
 func (s *Session) Campaign(ctx context.Context, job string, opts ...leadership.CampaignOption) (*Term, error) {
-	if err := s.cfg.checkName("job", job, s.cfg.jobLease(job)); err != nil {
+	if err := layout.CheckJob(s.cfg.Prefix, job); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()

@@ -11,12 +11,13 @@ import (
 	coordclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 
 	"github.com/snip/snip-jobs/leadership"
+	"github.com/snip/snip-jobs/leadership/kubelease/layout"
 )
 
 // Defaults for Config.
 const (
 	DefaultNamespace = "default"
-	DefaultPrefix    = "snip-jobs"
+	DefaultPrefix    = layout.DefaultPrefix
 	DefaultTTL       = 10 * time.Second
 )
 
@@ -76,7 +77,7 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Instance == "" {
 		bad("kubelease: Instance is required (a name unique among the servers, e.g. the host name)")
-	} else if err := c.checkName("instance", c.Instance, c.instanceLease(c.Instance)); err != nil {
+	} else if err := layout.CheckInstance(c.Prefix, c.Instance); err != nil {
 		errs = append(errs, err)
 	}
 	if msgs := validation.IsDNS1123Label(c.Namespace); len(msgs) > 0 {
@@ -112,18 +113,6 @@ func (c Config) withDefaults() (Config, error) {
 	return c, errors.Join(errs...)
 }
 
-// checkName reports a job or instance name that cannot name a Lease or be a
-// label value.
-func (c Config) checkName(what, name, lease string) error {
-	if msgs := validation.IsValidLabelValue(name); len(msgs) > 0 {
-		return fmt.Errorf("kubelease: %s name %q: %v", what, name, msgs)
-	}
-	if msgs := validation.IsDNS1123Subdomain(lease); len(msgs) > 0 {
-		return fmt.Errorf("kubelease: %s name %q makes the Lease name %q: %v", what, name, lease, msgs)
-	}
-	return nil
-}
-
 // The Lease layout (see the package comment).
 const (
 	labelRole     = "jobs.snip.dev/role" // "instance" or "job"
@@ -141,8 +130,10 @@ const (
 	leavingMarker = "true"
 )
 
-func (c Config) instanceLease(instance string) string { return c.Prefix + "-instance-" + instance }
-func (c Config) jobLease(job string) string           { return c.Prefix + "-job-" + job }
+func (c Config) instanceLease(instance string) string {
+	return layout.InstanceLease(c.Prefix, instance)
+}
+func (c Config) jobLease(job string) string { return layout.JobLease(c.Prefix, job) }
 
 func (c Config) selector(role string) string {
 	return labelRole + "=" + role + "," + c.setSelector()

@@ -1,0 +1,58 @@
+// Package layout names the Kubernetes backend's Leases and checks the names
+// a config file gives them (namespace, prefix, instance, job), without a
+// Kubernetes client: package configs checks a file with it, and only what
+// runs the backend links client-go (package kubelease).
+package layout
+
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// DefaultPrefix starts every Lease's name unless the config says otherwise.
+const DefaultPrefix = "snip-jobs"
+
+// InstanceLease is the name of instance's Lease under prefix.
+func InstanceLease(prefix, instance string) string { return prefix + "-instance-" + instance }
+
+// JobLease is the name of job's Lease under prefix.
+func JobLease(prefix, job string) string { return prefix + "-job-" + job }
+
+// CheckNamespace, CheckPrefix, CheckInstance and CheckJob report what
+// kubelease's NewSession and Campaign would refuse, so that a config file
+// can be checked before anything runs (nil: accepted).
+func CheckNamespace(namespace string) error {
+	if msgs := validation.IsDNS1123Label(namespace); len(msgs) > 0 {
+		return fmt.Errorf("kubelease: namespace %q: %v", namespace, msgs)
+	}
+	return nil
+}
+
+// CheckPrefix: see CheckNamespace.
+func CheckPrefix(prefix string) error {
+	if msgs := validation.IsValidLabelValue(prefix); len(msgs) > 0 {
+		return fmt.Errorf("kubelease: prefix %q is the value of a label and starts every Lease's name: %v", prefix, msgs)
+	}
+	return nil
+}
+
+// CheckInstance: see CheckNamespace.
+func CheckInstance(prefix, instance string) error {
+	return checkName("instance", instance, InstanceLease(prefix, instance))
+}
+
+// CheckJob: see CheckNamespace.
+func CheckJob(prefix, job string) error { return checkName("job", job, JobLease(prefix, job)) }
+
+// checkName reports a job or instance name that cannot name a Lease or be a
+// label value.
+func checkName(what, name, lease string) error {
+	if msgs := validation.IsValidLabelValue(name); len(msgs) > 0 {
+		return fmt.Errorf("kubelease: %s name %q: %v", what, name, msgs)
+	}
+	if msgs := validation.IsDNS1123Subdomain(lease); len(msgs) > 0 {
+		return fmt.Errorf("kubelease: %s name %q makes the Lease name %q: %v", what, name, lease, msgs)
+	}
+	return nil
+}
