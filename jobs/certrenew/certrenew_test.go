@@ -590,6 +590,7 @@ func TestAnOrderLearntOfDuringTheLockDelayIsFinishedNotOrderedAgain(t *testing.T
 	passed := c.logged("lock-delay passed; ordering")
 	held, release := make(chan struct{}), make(chan struct{})
 	var answered atomic.Bool
+	nextSeen, seenOnce := make(chan struct{}), sync.Once{}
 	c.ca.setHook(func(ev *caEvent, w http.ResponseWriter, pebble func()) {
 		select {
 		case <-passed: // the successor's requests, after its lock-delay
@@ -604,6 +605,7 @@ func TestAnOrderLearntOfDuringTheLockDelayIsFinishedNotOrderedAgain(t *testing.T
 			<-release
 			answered.Store(true)
 		case answered.Load(): // the paused leader's next requests, while the successor waits
+			seenOnce.Do(func() { close(nextSeen) })
 			problem(w, http.StatusInternalServerError, "urn:ietf:params:acme:error:serverInternal", "lost", "")
 		default: // before the order: accounts, nonces
 			pebble()
@@ -616,8 +618,12 @@ func TestAnOrderLearntOfDuringTheLockDelayIsFinishedNotOrderedAgain(t *testing.T
 
 	// The successor looks again only once the paused leader's pass is over
 	// (its transport noted the URL before its next request failed): under
-	// load the lock-delay alone could end first.
+	// load the lock-delay alone could end first. And the paused leader's
+	// heartbeat, which a real pause would stop too, may see the newer term
+	// only after its transport had the answer (it would end the pass and
+	// abandon the answer: the successor then orders again, as documented).
 	c.holdAt("lock-delay passed; ordering", pausedOver)
+	c.holdAt("a newer term has started: stopping this pass", nextSeen)
 	done := make(chan error, 1)
 	go func() { done <- c.lead("b", 20).pass() }()
 	<-waiting // its first look found the order in flight, and no URL
