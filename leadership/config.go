@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/snip/snip-jobs/leadership/internal/deadline"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -129,17 +130,8 @@ func CheckTiming(ttl, margin, renew time.Duration) error {
 	case ttl%time.Second != 0:
 		bad("leadership: TTL %v is not a whole number of seconds (etcd grants leases in seconds)", ttl)
 	}
-	switch {
-	case margin < 0:
-		bad("leadership: stop-early margin %v is negative", margin)
-	case margin >= ttl:
-		bad("leadership: stop-early margin %v must be less than the TTL %v", margin, ttl)
-	}
-	if renew <= 0 {
-		bad("leadership: renew interval %v must be positive", renew)
-	} else if margin < ttl && 2*renew >= ttl-margin {
-		bad("leadership: renew interval %v leaves room for fewer than two keep-alives before the deadline "+
-			"(TTL %v − margin %v = %v); use less than %v", renew, ttl, margin, ttl-margin, (ttl-margin)/2)
+	for _, msg := range deadline.CheckRoom(ttl, margin, renew, "keep-alives") {
+		bad("leadership: %s", msg)
 	}
 	return errors.Join(errs...)
 }

@@ -138,13 +138,7 @@ func (t *Term) EndedAt() time.Time {
 	if t.ctx.Err() == nil {
 		return time.Time{}
 	}
-	e := t.l.lastDeadline.Load()
-	for _, v := range []int64{t.endNs.Load(), t.l.endNs.Load()} {
-		if v != 0 && v < e {
-			e = v
-		}
-	}
-	return t.s.at(e)
+	return t.s.at(deadline.EndedAt(t.l.lastDeadline.Load(), t.endNs.Load(), t.l.endNs.Load()))
 }
 
 // end ends the term with cause unless it has already ended.

@@ -11,6 +11,7 @@ import (
 	coordclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 
 	"github.com/snip/snip-jobs/leadership"
+	"github.com/snip/snip-jobs/leadership/internal/deadline"
 	"github.com/snip/snip-jobs/leadership/kubelease/layout"
 )
 
@@ -98,14 +99,11 @@ func (c Config) withDefaults() (Config, error) {
 	if c.RenewInterval == 0 {
 		c.RenewInterval = c.TTL / 3
 	}
-	switch {
-	case c.TTL < time.Second || c.TTL%time.Second != 0:
+	if c.TTL < time.Second || c.TTL%time.Second != 0 {
 		bad("kubelease: TTL %v must be a whole number of seconds, at least 1 s (leaseDurationSeconds)", c.TTL)
-	case c.Margin <= 0 || c.Margin >= c.TTL:
-		bad("kubelease: stop-early margin %v must be positive and less than the TTL %v", c.Margin, c.TTL)
-	case c.RenewInterval <= 0 || 2*c.RenewInterval >= c.TTL-c.Margin:
-		bad("kubelease: renew interval %v leaves room for fewer than two renewals before the deadline "+
-			"(TTL %v − margin %v); use less than %v", c.RenewInterval, c.TTL, c.Margin, (c.TTL-c.Margin)/2)
+	}
+	for _, msg := range deadline.CheckRoom(c.TTL, c.Margin, c.RenewInterval, "renewals") {
+		bad("kubelease: %s", msg)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/snip/snip-jobs/internal/sleep"
 	"github.com/snip/snip-jobs/leadership"
+	"github.com/snip/snip-jobs/leadership/internal/deadline"
 )
 
 // Term is one instance's leadership of one job, as leadership.Term is (see
@@ -97,13 +98,7 @@ func (t *Term) EndedAt() time.Time {
 	if t.ctx.Err() == nil {
 		return time.Time{}
 	}
-	e := t.l.lastDeadline.Load()
-	for _, v := range []int64{t.endNs.Load(), t.l.endNs.Load()} {
-		if v != 0 && v < e {
-			e = v
-		}
-	}
-	return t.s.at(e)
+	return t.s.at(deadline.EndedAt(t.l.lastDeadline.Load(), t.endNs.Load(), t.l.endNs.Load()))
 }
 
 func (t *Term) end(cause *leadership.EndedError) {

@@ -10,6 +10,7 @@
 package deadline
 
 import (
+	"fmt"
 	"math"
 	"sync/atomic"
 	"time"
@@ -81,3 +82,36 @@ func (d *Deadline) Kill() bool { return d.ns.Swap(Dead) != Dead }
 
 // Load returns the deadline, or Dead.
 func (d *Deadline) Load() int64 { return d.ns.Load() }
+
+// EndedAt is when a term stopped being valid: the earliest of its lease's
+// last deadline and the instants it or its lease was ended (0: not ended).
+func EndedAt(lastDeadline int64, ends ...int64) int64 {
+	e := lastDeadline
+	for _, v := range ends {
+		if v != 0 && v < e {
+			e = v
+		}
+	}
+	return e
+}
+
+// CheckRoom reports, in words without a package prefix, a stop-early margin
+// not inside the TTL, or a renew interval that leaves room for fewer than
+// two renewals (called renewals, as the backend calls them) before the
+// deadline, TTL − margin: one lost renewal must not end the terms.
+func CheckRoom(ttl, margin, renew time.Duration, renewals string) []string {
+	var out []string
+	switch {
+	case margin < 0:
+		out = append(out, fmt.Sprintf("stop-early margin %v is negative", margin))
+	case margin >= ttl:
+		out = append(out, fmt.Sprintf("stop-early margin %v must be less than the TTL %v", margin, ttl))
+	}
+	if renew <= 0 {
+		out = append(out, fmt.Sprintf("renew interval %v must be positive", renew))
+	} else if margin < ttl && 2*renew >= ttl-margin {
+		out = append(out, fmt.Sprintf("renew interval %v leaves room for fewer than two %s before the deadline "+
+			"(TTL %v − margin %v = %v); use less than %v", renew, renewals, ttl, margin, ttl-margin, (ttl-margin)/2))
+	}
+	return out
+}

@@ -158,3 +158,23 @@ func TestValidityIsMonotoneUnderRacingRenewals(t *testing.T) {
 		}
 	}
 }
+
+// A term stopped being valid at the earliest of its last deadline and the
+// instants it or its lease was ended; an end not yet set (0) does not count.
+func TestEndedAtIsTheEarliestOfTheDeadlineAndTheEnds(t *testing.T) {
+	for _, c := range []struct {
+		last int64
+		ends []int64
+		want int64
+	}{
+		{100, []int64{0, 0}, 100},   // expired: only the deadline
+		{100, []int64{40, 0}, 40},   // resigned before the deadline
+		{100, []int64{0, 70}, 70},   // its lease ended first
+		{100, []int64{90, 60}, 60},  // both: the earlier
+		{100, []int64{130, 0}, 100}, // ended after the deadline had passed
+	} {
+		if got := EndedAt(c.last, c.ends...); got != c.want {
+			t.Errorf("EndedAt(%d, %v) = %d, want %d", c.last, c.ends, got, c.want)
+		}
+	}
+}
