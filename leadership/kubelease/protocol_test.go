@@ -114,6 +114,12 @@ func TestConfigErrorsNameWhatIsWrong(t *testing.T) {
 			t.Errorf("the error does not say %q:\n%v", want, err)
 		}
 	}
+	// One lost renewal must not end the terms: two renewals fit before the deadline.
+	_, err = kubelease.NewSession(kubelease.Config{Client: clientset(t, api.Config()).CoordinationV1(), Instance: "ok",
+		TTL: 3 * time.Second, Margin: time.Second, RenewInterval: time.Second})
+	if err == nil || !strings.Contains(err.Error(), "renew interval 1s leaves room for fewer than two renewals") {
+		t.Errorf("a renew interval of half the room: %v", err)
+	}
 	throttled := api.Config()
 	throttled.QPS = 0 // client-go's default: 5 requests/s
 	_, err = kubelease.NewSession(kubelease.Config{Client: clientset(t, throttled).CoordinationV1(), Instance: "ok"})
