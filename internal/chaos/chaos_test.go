@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/snip/snip-jobs/internal/chaos"
-	"github.com/snip/snip-jobs/internal/clitest"
 	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/scheduler"
 )
@@ -41,7 +40,7 @@ func TestMain(m *testing.M) {
 var (
 	binDir    string
 	buildOnce = sync.OnceValues(func() (string, error) {
-		return clitest.Build(binDir, "github.com/snip/snip-jobs/cmd/snip-jobs", "snip-jobs")
+		return chaos.BuildSnipJobs(context.Background(), binDir)
 	})
 )
 

@@ -101,6 +101,13 @@ func moduleRoot() (string, error) {
 	}
 }
 
+// BuildSnipJobs builds this module's snip-jobs into dir, as a run does
+// without Options.Binary: for several runs of one process to share
+// (Options.Binary).
+func BuildSnipJobs(ctx context.Context, dir string) (string, error) {
+	return buildBinary(ctx, dir, false)
+}
+
 // buildBinary builds snip-jobs into dir; broken, with brokenPatches.
 func buildBinary(ctx context.Context, dir string, broken bool) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, buildTimeout)
