@@ -294,6 +294,16 @@ func (d *db) commit(l *ledger, evs []event, reasons []string) []int64 {
 	return ids
 }
 
+// events counts the rows of click_events.
+func (d *db) events() int {
+	d.t.Helper()
+	var n int
+	if err := d.obs.QueryRow(context.Background(), `SELECT count(*) FROM click_events`).Scan(&n); err != nil {
+		d.t.Fatal(err)
+	}
+	return n
+}
+
 // state is the aggregator's bookkeeping row.
 type state struct {
 	prev             string
