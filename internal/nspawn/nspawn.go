@@ -194,12 +194,32 @@ func (c *Container) Console() string {
 // Cancelling ctx kills the command inside too.
 func (c *Container) Command(ctx context.Context, name string, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, "nsenter", append([]string{"--target", strconv.Itoa(c.leader), "--all", "--", name}, args...)...)
-	// nsenter forks to enter the PID namespace and does not pass signals on:
-	// kill its process group, which holds both.
+	// nsenter forks to enter the PID namespace and does not pass signals on.
+	// Cancel kills its child, inside, first: nsenter then reaps it and ends.
+	// Killed first, nsenter would orphan the child to the host's init,
+	// outside the container, and the container's halt would wait out the
+	// zombie (10 s). WaitDelay then ends nsenter should it linger.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.Cancel = func() error { return killInside(cmd.Process.Pid) }
+	cmd.WaitDelay = killTimeout
 	cmd.Env = withoutNotify(os.Environ())
 	return cmd
+}
+
+// killInside kills the children of nsenter (pid): what it runs inside the
+// container. Before nsenter has forked, it kills nsenter's process group.
+func killInside(pid int) error {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	children := strings.Fields(string(b))
+	if err != nil || len(children) == 0 {
+		return syscall.Kill(-pid, syscall.SIGKILL)
+	}
+	for _, c := range children {
+		if child, err := strconv.Atoi(c); err == nil {
+			_ = syscall.Kill(child, syscall.SIGKILL)
+		}
+	}
+	return nil
 }
 
 // Run runs name with args inside the container and returns its output

@@ -70,6 +70,11 @@ func TestBootRunsSystemdAndCloseLeavesNothingBehind(t *testing.T) {
 		t.Fatalf("the unit's line in the journal: %+v, %v\n%s", e, err, j.Dump())
 	}
 	j.Close()
+	// What Close of a command ended inside was reaped there: an orphaned
+	// zombie would hold the container's halt for 10 s.
+	if ps, err := ct.Run(ctx, "ps", "-eo", "stat=,comm="); err != nil || strings.Contains(ps, "journalctl") {
+		t.Errorf("after the journal was closed, the container's processes are:\n%s%v", ps, err)
+	}
 
 	leader := ct.Leader()
 	closed = true
