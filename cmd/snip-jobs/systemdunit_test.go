@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/snip/snip-jobs/internal/flock"
 	"github.com/snip/snip-jobs/internal/nspawn"
 	"github.com/snip/snip-jobs/internal/sockact"
 	"github.com/snip/snip-jobs/internal/testdb"
@@ -642,7 +643,7 @@ func getChallenge(token, host string) (int, string) {
 // shares) and fails if something else holds it.
 func holdPort80(t *testing.T, cache string) {
 	t.Helper()
-	unlock, err := nspawn.Lock(context.Background(), filepath.Join(cache, "port-80.lock"))
+	unlock, err := flock.Lock(context.Background(), filepath.Join(cache, "port-80.lock"))
 	if err != nil {
 		t.Fatal(err)
 	}

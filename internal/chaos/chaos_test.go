@@ -2,7 +2,6 @@ package chaos_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"slices"
 	"sync"
@@ -25,24 +24,13 @@ func TestMain(m *testing.M) {
 		os.Exit(chaos.MemberMain(os.Args[2:]))
 	}
 	testenv.MostlyWaiting(runs)
-	dir, err := os.MkdirTemp("", "snip-jobs-chaos-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binDir = dir
-	code := testenv.RunMain(m)
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(testenv.RunMain(m))
 }
 
-// binDir holds the one snip-jobs binary the runs share (snipJobs).
-var (
-	binDir    string
-	buildOnce = sync.OnceValues(func() (string, error) {
-		return chaos.BuildSnipJobs(context.Background(), binDir)
-	})
-)
+// buildOnce builds the one snip-jobs binary the runs share (snipJobs).
+var buildOnce = sync.OnceValues(func() (string, error) {
+	return chaos.BuildSnipJobs(context.Background())
+})
 
 // snipJobs is this module's snip-jobs, built once for every run of the
 // package (a link of the binary costs seconds of a core each time).

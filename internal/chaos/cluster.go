@@ -22,6 +22,7 @@ import (
 	"github.com/snip/snip-jobs/internal/acmetest"
 	"github.com/snip/snip-jobs/internal/childproc"
 	"github.com/snip/snip-jobs/internal/faultproxy"
+	"github.com/snip/snip-jobs/internal/gobuild"
 	"github.com/snip/snip-jobs/internal/pgcluster"
 	"github.com/snip/snip-jobs/internal/sleep"
 	"github.com/snip/snip-jobs/internal/sockact"
@@ -101,11 +102,17 @@ func moduleRoot() (string, error) {
 	}
 }
 
-// BuildSnipJobs builds this module's snip-jobs into dir, as a run does
-// without Options.Binary: for several runs of one process to share
-// (Options.Binary).
-func BuildSnipJobs(ctx context.Context, dir string) (string, error) {
-	return buildBinary(ctx, dir, false)
+// BuildSnipJobs builds this module's snip-jobs, as a run does without
+// Options.Binary, where every test process of the checkout shares it
+// (gobuild.Shared): for several runs to share (Options.Binary).
+func BuildSnipJobs(ctx context.Context) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, buildTimeout)
+	defer cancel()
+	root, err := moduleRoot()
+	if err != nil {
+		return "", err
+	}
+	return gobuild.Shared(ctx, filepath.Join(root, "cmd", "snip-jobs"), "snip-jobs")
 }
 
 // buildBinary builds snip-jobs into dir; broken, with brokenPatches.

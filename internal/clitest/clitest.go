@@ -1,5 +1,5 @@
 // Package clitest runs the project's commands as processes in tests, the way
-// operators and systemd do: each built once per test binary, run to
+// operators and systemd do: each linked once per checkout, run to
 // completion in an environment without the developer's own snip-jobs
 // settings.
 package clitest
@@ -16,20 +16,9 @@ import (
 	"testing"
 
 	"github.com/snip/snip-jobs/internal/childproc"
+	"github.com/snip/snip-jobs/internal/gobuild"
 	"github.com/snip/snip-jobs/internal/testenv"
 )
-
-// Build builds the main package pkg (an import path, or a path relative to
-// the test's package) into dir and returns the binary's path. Without debug
-// information (-s -w): a test runs the binary, no debugger does, and the
-// link takes a third less.
-func Build(dir, pkg, name string) (string, error) {
-	bin := filepath.Join(dir, name)
-	if out, err := exec.Command("go", "build", "-o", bin, "-ldflags=-s -w", pkg).CombinedOutput(); err != nil {
-		return "", errors.New("go build " + pkg + ": " + err.Error() + "\n" + string(out))
-	}
-	return bin, nil
-}
 
 // Binary is a command a test package builds once: its main package (a path
 // relative to the test's package), its name, and where its path goes.
@@ -38,17 +27,16 @@ type Binary struct {
 	Path      *string
 }
 
-// Main builds bins into a temporary folder, runs the tests through
-// testenv.RunMain, removes the folder, and returns the exit code for os.Exit.
+// Main builds bins (gobuild.Shared: linked once for every test binary of the
+// checkout), runs the tests through testenv.RunMain, and returns the exit
+// code for os.Exit.
 func Main(m *testing.M, bins ...Binary) int {
-	dir, err := os.MkdirTemp("", "snip-jobs-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
 	for _, b := range bins {
-		if *b.Path, err = Build(dir, b.Pkg, b.Name); err != nil {
+		dir, err := filepath.Abs(b.Pkg)
+		if err == nil {
+			*b.Path, err = gobuild.Shared(context.Background(), dir, b.Name)
+		}
+		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}

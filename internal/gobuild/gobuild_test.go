@@ -44,3 +44,51 @@ func TestBuildInstallsACheckedBinaryThatCachedThenAccepts(t *testing.T) {
 		t.Errorf("work folders left behind: %v", left)
 	}
 }
+
+// Shared links a package once: built again unchanged, the binary is the same
+// file (the link was skipped; go build only touches it); after a source change, it is the new
+// program, in a new file (renamed into place: a process running the old one
+// keeps it).
+func TestSharedLinksOnceAndAgainOnlyAfterAChange(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	write := func(greeting string) {
+		t.Helper()
+		for name, content := range map[string]string{
+			"go.mod":  "module hello\n\ngo 1.24\n",
+			"main.go": "package main\n\nimport \"fmt\"\n\nfunc main() { fmt.Println(\"" + greeting + "\") }\n",
+		} {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	build := func() (string, os.FileInfo) {
+		t.Helper()
+		bin, err := gobuild.Shared(ctx, dir, "hello")
+		if err != nil {
+			t.Fatal(err)
+		}
+		fi, err := os.Stat(bin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return bin, fi
+	}
+	write("hello v1")
+	bin, first := build()
+	t.Cleanup(func() { os.RemoveAll(filepath.Dir(bin)) })
+	if err := gobuild.VersionSays("hello v1")(ctx, bin); err != nil {
+		t.Fatal(err)
+	}
+	if _, again := build(); !os.SameFile(first, again) {
+		t.Error("built again unchanged, the binary was linked again (a new file)")
+	}
+	write("hello v2")
+	if _, changed := build(); os.SameFile(first, changed) {
+		t.Error("after a source change, the binary is the same file")
+	}
+	if err := gobuild.VersionSays("hello v2")(ctx, bin); err != nil {
+		t.Error(err)
+	}
+}

@@ -9,7 +9,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
+
+	"github.com/snip/snip-jobs/internal/flock"
 )
 
 // The root file system: Debian's minimal base with systemd as init, dbus
@@ -39,7 +40,7 @@ func Rootfs(ctx context.Context, cacheDir string) (string, error) {
 	}
 	name := "nspawn-" + Suite + "-" + recipeHash()
 	final := filepath.Join(cacheDir, name)
-	unlock, err := Lock(ctx, final+".lock")
+	unlock, err := flock.Lock(ctx, final+".lock")
 	if err != nil {
 		return "", err
 	}
@@ -87,30 +88,6 @@ func recipeHash() string {
 func stale(dir, name string) []string {
 	matches, _ := filepath.Glob(filepath.Join(dir, "."+name+".build-*"))
 	return matches
-}
-
-// Lock takes an exclusive lock on path (created if needed), waiting for it
-// until ctx ends: one holder at a time across processes. The lock goes with
-// the process, however it ends.
-func Lock(ctx context.Context, path string) (unlock func(), err error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("nspawn: lock %s: %w", path, err)
-	}
-	got := make(chan error, 1)
-	go func() { got <- syscall.Flock(int(f.Fd()), syscall.LOCK_EX) }()
-	select {
-	case err := <-got:
-		if err != nil {
-			f.Close()
-			return nil, fmt.Errorf("nspawn: lock %s: %w", path, err)
-		}
-		return func() { f.Close() }, nil
-	case <-ctx.Done():
-		// Closing the file ends the pending flock's claim once it returns.
-		go func() { <-got; f.Close() }()
-		return nil, fmt.Errorf("nspawn: waiting for the lock %s: %w", path, context.Cause(ctx))
-	}
 }
 
 // tail returns the last n lines of out.
