@@ -99,7 +99,7 @@ func (j *job) Run(ctx context.Context, run *scheduler.Run) error {
 				}
 				continue
 			}
-			if !w.fold {
+			if !w.fold && !w.advance {
 				backoff = 0
 				j.m.backlog.Set(0)
 				j.m.idle.Inc()

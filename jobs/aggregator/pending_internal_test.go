@@ -52,7 +52,7 @@ func TestTheLookForWorkNeverScansTheEvents(t *testing.T) {
 			}
 		}
 		var w work
-		if err := conn.QueryRow(ctx, pendingSQL, args...).Scan(&w.fold, &w.prune, &w.horizon); err != nil {
+		if err := conn.QueryRow(ctx, pendingSQL, args...).Scan(&w.fold, &w.advance, &w.prune, &w.horizon); err != nil {
 			t.Fatal(err)
 		}
 		if w.fold {

@@ -35,14 +35,15 @@ FROM (SELECT pg_snapshot_xmin(prev) AS xmin, (SELECT max(horizon) FROM click_agg
 	SELECT max(recorded_at) FROM click_aggregator_horizons WHERE recorded_at <= now() - $1::bigint * interval '1 microsecond')`
 )
 
-// pendingSQL decides, reading only, what has work: a batch, when a window is
-// in progress, when a transaction finished since prev has events (the newest
-// event's txid at or above prev's xmax, or an event of one of prev's
-// in-progress transactions), or when the current snapshot is not later than
-// prev (a position from another cluster: the batch refuses it and records
-// that), or when a new position would free the oldest event for pruning (it
-// is not below prev's xmin, which a transaction open elsewhere in the
-// cluster held back, but is below the current one's); a prune, when the oldest event lies below its bound (pruneBoundSQL;
+// pendingSQL decides, reading only, what has work: a batch, to fold, when a
+// window is in progress, when a transaction finished since prev has events
+// (the newest event's txid at or above prev's xmax, or an event of one of
+// prev's in-progress transactions), or when the current snapshot is not
+// later than prev (a position from another cluster: the batch refuses it and
+// records that); a batch, to advance, when a new position would free the
+// oldest event for pruning (it is not below prev's xmin, which a transaction
+// open elsewhere in the cluster held back, but is below the current one's);
+// a prune, when the oldest event lies below its bound (pruneBoundSQL;
 // $1 is the retention in microseconds); with a retention, the record of the
 // horizon, when no record a minute old or newer covers prev's xmin (an idle
 // job records it once, then writes nothing).
@@ -60,9 +61,9 @@ const pendingSQL = `SELECT
 	s.target IS NOT NULL
 	OR pg_snapshot_xmax(pg_current_snapshot()) < pg_snapshot_xmax(s.prev)
 	OR coalesce((SELECT max(txid) FROM click_events) >= pg_snapshot_xmax(s.prev), false)
-	OR EXISTS (SELECT FROM pg_snapshot_xip(s.prev) x WHERE (SELECT min(e.txid) FROM click_events e WHERE e.txid >= x) = x)
-	OR (NOT $2::bool AND s.unpruned > 0 AND coalesce((SELECT m >= pg_snapshot_xmin(s.prev) AND m < pg_snapshot_xmin(pg_current_snapshot())
-		FROM (SELECT min(txid) AS m FROM click_events) o), false)),
+	OR EXISTS (SELECT FROM pg_snapshot_xip(s.prev) x WHERE (SELECT min(e.txid) FROM click_events e WHERE e.txid >= x) = x),
+	NOT $2::bool AND s.unpruned > 0 AND coalesce((SELECT m >= pg_snapshot_xmin(s.prev) AND m < pg_snapshot_xmin(pg_current_snapshot())
+		FROM (SELECT min(txid) AS m FROM click_events) o), false),
 	s.unpruned > 0 AND ($2::bool OR coalesce((SELECT min(txid) FROM click_events) < (
 		SELECT CASE WHEN $1::bigint = 0 THEN x WHEN old > x THEN x ELSE old END
 		FROM (SELECT pg_snapshot_xmin(s.prev) AS x, (SELECT max(horizon) FROM click_aggregator_horizons
@@ -71,8 +72,8 @@ const pendingSQL = `SELECT
 		WHERE recorded_at > now() - interval '1 minute' OR horizon >= pg_snapshot_xmin(s.prev))
 FROM click_aggregator_state s`
 
-// work is what pending found to do.
-type work struct{ fold, prune, horizon bool }
+// work is what pending found to do. fold and advance each call for a batch.
+type work struct{ fold, advance, prune, horizon bool }
 
 // pending reads what has work (pruning: see pendingSQL). Without a pool (a job built for a test of its
 // options) everything is assumed to.
@@ -81,7 +82,7 @@ func (j *job) pending(ctx context.Context, pruning bool) (work, error) {
 		return work{fold: true}, nil
 	}
 	var w work
-	if err := j.pool.QueryRow(ctx, pendingSQL, j.opts.Retention.Microseconds(), pruning).Scan(&w.fold, &w.prune, &w.horizon); err != nil {
+	if err := j.pool.QueryRow(ctx, pendingSQL, j.opts.Retention.Microseconds(), pruning).Scan(&w.fold, &w.advance, &w.prune, &w.horizon); err != nil {
 		return work{}, fmt.Errorf("look for work: %w", err)
 	}
 	return w, nil
