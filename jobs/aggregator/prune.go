@@ -56,15 +56,17 @@ FROM (SELECT pg_snapshot_xmin(prev) AS xmin, (SELECT max(horizon) FROM click_agg
 // `txid >= x` for a third of the table and read all of it (0.6 s for 2 M
 // events) to find nothing. $2: a prune has just deleted a full chunk, so more
 // is prunable; the oldest event, found only past the index entries of every
-// event deleted since the last VACUUM, is not read.
-const pendingSQL = `SELECT
+// event deleted since the last VACUUM, is not read. It is read once (oldest,
+// a CTE computed when first used) for both answers that need it.
+const pendingSQL = `WITH oldest AS MATERIALIZED (SELECT min(txid) AS m FROM click_events)
+SELECT
 	s.target IS NOT NULL
 	OR pg_snapshot_xmax(pg_current_snapshot()) < pg_snapshot_xmax(s.prev)
 	OR coalesce((SELECT max(txid) FROM click_events) >= pg_snapshot_xmax(s.prev), false)
 	OR EXISTS (SELECT FROM pg_snapshot_xip(s.prev) x WHERE (SELECT min(e.txid) FROM click_events e WHERE e.txid >= x) = x),
 	NOT $2::bool AND s.unpruned > 0 AND coalesce((SELECT m >= pg_snapshot_xmin(s.prev) AND m < pg_snapshot_xmin(pg_current_snapshot())
-		FROM (SELECT min(txid) AS m FROM click_events) o), false),
-	s.unpruned > 0 AND ($2::bool OR coalesce((SELECT min(txid) FROM click_events) < (
+		FROM oldest), false),
+	s.unpruned > 0 AND ($2::bool OR coalesce((SELECT m FROM oldest) < (
 		SELECT CASE WHEN $1::bigint = 0 THEN x WHEN old > x THEN x ELSE old END
 		FROM (SELECT pg_snapshot_xmin(s.prev) AS x, (SELECT max(horizon) FROM click_aggregator_horizons
 			WHERE recorded_at <= now() - $1::bigint * interval '1 microsecond') AS old) b), false)),
