@@ -6,14 +6,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"k8s.io/client-go/rest"
 
 	"github.com/snip/snip-jobs/fencing"
 	"github.com/snip/snip-jobs/internal/faultproxy"
-	"github.com/snip/snip-jobs/internal/testdb"
 	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/leadership"
+	"github.com/snip/snip-jobs/leadership/internal/conformance"
 	"github.com/snip/snip-jobs/leadership/kubelease"
 )
 
@@ -28,14 +27,7 @@ import (
 func TestALeaderCutFromTheAPIServerIsReplacedAndFencedAfterTheHeal(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url, pool := testdb.New(t)
-	testdb.Exec(t, url, "CREATE TABLE reports (token bigint NOT NULL, body text NOT NULL)")
-	insert := func(token int64, body string) func(context.Context, pgx.Tx) error {
-		return func(ctx context.Context, tx pgx.Tx) error {
-			_, err := tx.Exec(ctx, "INSERT INTO reports (token, body) VALUES ($1, $2)", token, body)
-			return err
-		}
-	}
+	pool, insert := conformance.Reports(t)
 	p, err := faultproxy.New(strings.TrimPrefix(api.URL(), "https://"))
 	if err != nil {
 		t.Fatal(err)

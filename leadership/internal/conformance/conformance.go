@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/snip/snip-jobs/fencing"
 	"github.com/snip/snip-jobs/internal/testdb"
@@ -140,14 +141,7 @@ func resignHandsOver[T Term](t *testing.T, b Backend[T]) {
 // token's write after the successor's.
 func cutOffLeader[T Term](t *testing.T, b Backend[T]) {
 	ctx := context.Background()
-	url, pool := testdb.New(t)
-	testdb.Exec(t, url, "CREATE TABLE reports (token bigint NOT NULL, body text NOT NULL)")
-	insert := func(token int64, body string) func(context.Context, pgx.Tx) error {
-		return func(ctx context.Context, tx pgx.Tx) error {
-			_, err := tx.Exec(ctx, "INSERT INTO reports (token, body) VALUES ($1, $2)", token, body)
-			return err
-		}
-	}
+	pool, insert := Reports(t)
 	a, cut := b.Start(t, "a")
 	c, _ := b.Start(t, "c")
 	ta := win(t, a, "weekly")
@@ -182,6 +176,19 @@ func cutOffLeader[T Term](t *testing.T, b Backend[T]) {
 	}
 	if n := testenv.Value[int](t, pool, "SELECT count(*) FROM reports WHERE body = 'a after the cut'"); n != 0 {
 		t.Errorf("the stale write left %d rows", n)
+	}
+}
+
+// Reports is a database with a table of reports that fenced writes insert
+// into: its pool, and insert, the write of one report by a term's token.
+func Reports(t *testing.T) (*pgxpool.Pool, func(token int64, body string) func(context.Context, pgx.Tx) error) {
+	url, pool := testdb.New(t)
+	testdb.Exec(t, url, "CREATE TABLE reports (token bigint NOT NULL, body text NOT NULL)")
+	return pool, func(token int64, body string) func(context.Context, pgx.Tx) error {
+		return func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, "INSERT INTO reports (token, body) VALUES ($1, $2)", token, body)
+			return err
+		}
 	}
 }
 
