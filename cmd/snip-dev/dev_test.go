@@ -41,6 +41,21 @@ type devProcess struct {
 	began   time.Time // when its banner was read
 }
 
+// interrupt sends dev SIGINT, as Ctrl-C does, and returns its exit code
+// once it has exited.
+func (d *devProcess) interrupt() int {
+	d.t.Helper()
+	if err := d.proc.Signal(syscall.SIGINT); err != nil {
+		d.t.Fatal(err)
+	}
+	select {
+	case <-d.exited:
+	case <-time.After(waitLong):
+		d.t.Fatal("snip-dev did not exit after SIGINT")
+	}
+	return d.proc.ExitCode()
+}
+
 // startDev runs snip-dev on free ports, with args, and waits for its
 // banner. It is killed at the end of the test if it still runs.
 func startDev(t *testing.T, args ...string) *devProcess {
@@ -554,15 +569,7 @@ func TestDevRunsAClusterWhoseStatusPageShowsAFailoverInABrowser(t *testing.T) {
 		t.Fatalf("dev did not print its folders: %v", files)
 	}
 	st = dev.state()
-	if err := dev.proc.Signal(syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-dev.exited:
-	case <-time.After(waitLong):
-		t.Fatal("snip-dev did not exit after SIGINT")
-	}
-	if code := dev.proc.ExitCode(); code != 0 {
+	if code := dev.interrupt(); code != 0 {
 		t.Errorf("dev exited %d after SIGINT, want 0", code)
 	}
 	if out := dev.stdout(); !strings.Contains(out, "stopped; removed "+files[0]+" and "+files[1]) || strings.Contains(out, "killing the instances now") {

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/snip/snip-jobs/internal/clitest"
 )
@@ -147,15 +146,7 @@ func devResign(t *testing.T, dev *devProcess, job, leader string, token int64) (
 func stopDev(t *testing.T, dev *devProcess, st devState) {
 	t.Helper()
 	dir := regexp.MustCompile(`(/\S*/snip-jobs-dev-\d+)`).FindStringSubmatch(dev.stdout())
-	if err := dev.proc.Signal(syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-dev.exited:
-	case <-time.After(waitLong):
-		t.Fatal("snip-dev did not exit after SIGINT")
-	}
-	if code := dev.proc.ExitCode(); code != 0 || !strings.Contains(dev.stdout(), "stopped; removed ") {
+	if code := dev.interrupt(); code != 0 || !strings.Contains(dev.stdout(), "stopped; removed ") {
 		t.Errorf("dev exited %d after SIGINT:\n%s", code, dev.stdout())
 	}
 	if _, err := os.Stat(dir[1]); !errors.Is(err, os.ErrNotExist) {
