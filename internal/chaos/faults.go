@@ -38,11 +38,11 @@ const (
 	// member (its fault proxies drop all traffic) for TTL + 1.5 s. Its
 	// database link stays up.
 	PartitionLeader Kind = "partition-leader"
-	// PartitionSlowDB adds latency (TTL − ¾ renew interval, 1.7 s, each way)
-	// to the probe leader's PostgreSQL link and cuts it off from etcd the
-	// moment one of its probe transactions has run its INSERT, for 2 TTL + 1 s:
-	// a leader whose COMMIT, if sent while its term still looked valid,
-	// reaches the database after its successor's write.
+	// PartitionSlowDB adds latency (1.55 s each way at TTL 2 s; slowLink) to
+	// the probe leader's PostgreSQL link and cuts it off from etcd the moment
+	// one of its probe transactions has run its INSERT, for 2 TTL + 1 s, the
+	// link slower still from the cut: a leader whose COMMIT, if sent while its
+	// term still looked valid, reaches the database after its successor's write.
 	PartitionSlowDB Kind = "partition-slow-db"
 	// EtcdMemberLoss SIGKILLs an etcd member that is not the raft leader for
 	// 2 s, then restarts it.
@@ -393,6 +393,10 @@ func (c *cluster) partitionLeader(ctx context.Context, rng *rand.Rand, f *Fault,
 	f.Led = ledJobs(led)
 	f.Start = time.Now()
 	in.partition(true)
+	if slowDB {
+		_, after := c.opts.slowLink()
+		in.db.SetDelay(after) // the INSERT's answer keeps its latency; the COMMIT gets this one
+	}
 	sleep.For(ctx, hold)
 	in.partition(false)
 	in.db.SetDelay(0)
@@ -400,29 +404,21 @@ func (c *cluster) partitionLeader(ctx context.Context, rng *rand.Rand, f *Fault,
 	return c.takeovers(ctx, f, led, 3*c.opts.TTL+10*time.Second)
 }
 
-// slowProbeLeader slows the probe leader's database link and returns once
-// one of its probe transactions has run its INSERT and waits for the client
-// (idle in transaction, its last statement the INSERT): the moment the
-// database answers, with the leader's COMMIT to come. The INSERT must have
-// run, not only been parsed: on a new connection pgx first prepares the
-// statement (Parse/Describe, a round trip of its own), after which the
-// backend shows the same state and query. Only a transaction that has written
-// has an xid (backend_xid); matching the parse instead cut the link a round
-// trip early, so that the term had ended before the INSERT's answer came and
-// the broken build's stale COMMIT was never sent (the checker then found
-// nothing in 12 faults, in one CI run).
-//
-// The latency d (TTL − ¾ renew interval: 1.7 s of 2 s) is chosen so that the
-// leader, cut off from etcd now, gets that answer and would send COMMIT just
-// before the deadline of a term whose last keep-alive went out at most one
-// renew interval ago, were the margin zero (deadline ≥ now + TTL − renew −
-// margin). With the margin, the term has ended by then and COMMIT is never
-// sent; without it, COMMIT is sent and reaches the database d later, after
-// the successor's first write, unless the fence holds the successor back.
+// slowProbeLeader slows the probe leader's database link (slowLink's first
+// latency) and returns once one of its probe transactions has run its INSERT
+// and waits for the client (idle in transaction, its last statement the
+// INSERT): the moment the database answers, with the leader's COMMIT to come.
+// The INSERT must have run, not only been parsed: on a new connection pgx
+// first prepares the statement (Parse/Describe, a round trip of its own),
+// after which the backend shows the same state and query. Only a transaction
+// that has written has an xid (backend_xid); matching the parse instead cut
+// the link a round trip early, so that the term had ended before the INSERT's
+// answer came and the broken build's stale COMMIT was never sent (the checker
+// then found nothing in 12 faults, in one CI run).
 func (c *cluster) slowProbeLeader(ctx context.Context) (*instance, error) {
 	ctx, cancel := context.WithTimeout(ctx, 6*c.opts.TTL+20*time.Second)
 	defer cancel()
-	d := c.opts.TTL - c.opts.renewInterval()*3/4
+	d, _ := c.opts.slowLink()
 	var in *instance
 	defer func() {
 		if ctx.Err() != nil && in != nil {
@@ -453,6 +449,29 @@ func (c *cluster) slowProbeLeader(ctx context.Context) (*instance, error) {
 				ctx.Err(), c.describeConns(in))
 		}
 	}
+}
+
+// slowLink is the latency of the probe leader's database link in a
+// partition-slow-db fault: answer until the cut (so for the INSERT's answer,
+// which the cut finds on its way), after from the cut on (so for the COMMIT
+// that answer prompts, if the leader's term still looks valid).
+//
+// The cut comes at most one renew interval after the leader's last keep-alive
+// was sent, so its term's deadline is between TTL − renew interval − margin
+// and TTL − margin after the cut. answer (TTL − (margin + renew interval)/2:
+// 1.55 s of a 2 s TTL) brings the INSERT's answer after the deadline of every
+// term with the margin, and before that of every term were the margin zero
+// (the broken build): with the margin, COMMIT is never sent; without it, it is
+// sent every time. (That needs a margin above the renew interval, as in the
+// harness's own timing; with -default-timing some COMMITs of either build go
+// out, or none.) after holds that COMMIT until about 2¼ TTL after the cut:
+// after the successor's first write (the old lease expires at etcd by TTL
+// after the cut, then the campaign and the probe's first run), and before
+// PostgreSQL ends the transaction for idleness (3 TTL, fencing). Were COMMIT
+// to land before the successor's write, nothing would be out of order.
+func (o Options) slowLink() (answer, after time.Duration) {
+	answer = o.TTL - (o.margin()+o.renewInterval())/2
+	return answer, o.TTL*9/4 - answer
 }
 
 // describeConns says what in's database connections are doing, for an error

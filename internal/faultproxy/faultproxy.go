@@ -4,8 +4,9 @@
 // harness (internal/chaos) puts one between every instance and every server;
 // the tests' etcd clusters (internal/testenv) put one in front of a member.
 //
-// Every chunk of bytes is held for the latency (counted from when it was
-// read) before it is written on, in order, in each direction. A cut (a
+// Every chunk of bytes is held for the latency set when it was read before
+// it is written on, in order, in each direction: a change of latency, as on a
+// real link, applies to the bytes sent from then on, not to those in flight. A cut (a
 // network partition) holds every byte, both ways, on open and new
 // connections, until it heals, then delivers them in order: what a partition
 // does to TCP, whose retransmissions deliver late but never lose or corrupt a
@@ -44,6 +45,7 @@ type Proxy struct {
 	closed bool
 	done   chan struct{} // closed by Close
 	wg     sync.WaitGroup
+	onRead func() // tests: called once a chunk read is queued
 }
 
 // New starts a proxy on a free 127.0.0.1 port that forwards to the address
@@ -62,8 +64,8 @@ func New(to string) (*Proxy, error) {
 // Addr is the proxy's host:port (127.0.0.1).
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
-// SetDelay holds every chunk d (each way) from now on, including the chunks
-// already held; zero or less forwards at once.
+// SetDelay holds every chunk read from now on d (each way); chunks already
+// read keep the latency they were read with. Zero or less forwards at once.
 func (p *Proxy) SetDelay(d time.Duration) {
 	p.mu.Lock()
 	p.delay = max(d, 0)
@@ -88,6 +90,22 @@ func (p *Proxy) Partition(on bool) {
 	case !on && p.cut != nil:
 		close(p.cut)
 		p.cut = nil
+	}
+}
+
+// waitUntil returns at t, or false when the proxy closes first.
+func (p *Proxy) waitUntil(t time.Time) bool {
+	d := time.Until(t)
+	if d <= 0 {
+		return true
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-p.done:
+		return false
 	}
 }
 
@@ -161,7 +179,7 @@ func (p *Proxy) accept() {
 }
 
 type chunk struct {
-	at   time.Time
+	due  time.Time // when it was read, plus the latency then
 	data []byte
 }
 
@@ -176,7 +194,10 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 		for {
 			n, err := src.Read(buf)
 			if n > 0 {
-				q <- chunk{at: time.Now(), data: append([]byte(nil), buf[:n]...)}
+				q <- chunk{due: time.Now().Add(p.Delay()), data: append([]byte(nil), buf[:n]...)}
+				if p.onRead != nil {
+					p.onRead()
+				}
 			}
 			if err != nil {
 				return
@@ -184,10 +205,7 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 		}
 	}()
 	for c := range q {
-		if d := time.Until(c.at.Add(p.Delay())); d > 0 {
-			time.Sleep(d)
-		}
-		if !p.waitHealed() {
+		if !p.waitUntil(c.due) || !p.waitHealed() {
 			break
 		}
 		if _, err := dst.Write(c.data); err != nil {

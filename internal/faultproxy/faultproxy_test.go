@@ -116,6 +116,49 @@ func TestDelayHoldsEachChunkAtLeastTheLatency(t *testing.T) {
 	roundTrip(t, c, r, "fast")
 }
 
+// A chunk keeps the latency it was read with: raising the latency holds what
+// is sent from then on, not what is already on its way (as on a real link).
+func TestARaisedLatencyDoesNotHoldWhatIsAlreadyOnItsWay(t *testing.T) {
+	got := make(chan string, 1)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		line, _ := bufio.NewReader(c).ReadString('\n')
+		got <- line
+	}()
+	p, err := faultproxy.New(ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	read := make(chan struct{}, 1)
+	p.OnRead(func() { read <- struct{}{} })
+	c, _ := dial(t, p)
+
+	p.SetDelay(100 * time.Millisecond)
+	if _, err := io.WriteString(c, "on its way\n"); err != nil {
+		t.Fatal(err)
+	}
+	<-read // the line is in flight, held 100 ms
+	p.SetDelay(time.Hour)
+	select {
+	case line := <-got:
+		if line != "on its way\n" {
+			t.Fatalf("the server got %q", line)
+		}
+	case <-time.After(30 * time.Second): // the hour applied to it
+		t.Fatal("a line read at 100 ms of latency was still held 30 s after the latency was raised to an hour")
+	}
+}
+
 // A connection the proxy cannot forward is closed, so the client's call
 // fails rather than hangs.
 func TestAConnectionToADownServerIsClosed(t *testing.T) {
