@@ -592,8 +592,9 @@ func (p *Proxy) Blackhole() { p.p.Partition(true) }
 // Unblackhole heals the link.
 func (p *Proxy) Unblackhole() { p.p.Partition(false) }
 
-// Delay holds every chunk of data d before forwarding it, in each
-// direction, so a request/response round trip takes at least 2d longer.
+// Delay holds every chunk of data read from now on d before forwarding it,
+// in each direction, so a request/response round trip takes at least 2d
+// longer; chunks already on their way keep the delay they were read with.
 // A d of zero or less removes the delay.
 func (p *Proxy) Delay(d time.Duration) { p.p.SetDelay(d) }
 
