@@ -115,30 +115,24 @@ func BuildSnipJobs(ctx context.Context) (string, error) {
 	return gobuild.Shared(ctx, filepath.Join(root, "cmd", "snip-jobs"), "snip-jobs")
 }
 
-// buildBinary builds snip-jobs into dir; broken, with brokenPatches.
+// buildBinary builds snip-jobs, shared by the checkout's runs
+// (gobuild.Shared); broken, with brokenPatches (its overlay written into dir),
+// as a binary of its own, linked again only when a patched source changes.
 func buildBinary(ctx context.Context, dir string, broken bool) (string, error) {
+	if !broken {
+		return BuildSnipJobs(ctx)
+	}
 	ctx, cancel := context.WithTimeout(ctx, buildTimeout)
 	defer cancel()
 	root, err := moduleRoot()
 	if err != nil {
 		return "", err
 	}
-	bin := filepath.Join(dir, "snip-jobs")
-	args := []string{"build", "-o", bin, "-ldflags=-s -w"} // no debug info: a quicker link
-	if broken {
-		overlay, err := brokenOverlay(root, dir)
-		if err != nil {
-			return "", err
-		}
-		args = append(args, "-overlay", overlay)
+	overlay, err := brokenOverlay(root, dir)
+	if err != nil {
+		return "", err
 	}
-	args = append(args, "github.com/snip/snip-jobs/cmd/snip-jobs")
-	cmd := exec.CommandContext(ctx, "go", args...)
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, out)
-	}
-	return bin, nil
+	return gobuild.Shared(ctx, filepath.Join(root, "cmd", "snip-jobs"), "snip-jobs-broken", "-overlay", overlay)
 }
 
 func startCluster(ctx context.Context, o Options) (_ *cluster, err error) {

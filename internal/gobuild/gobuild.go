@@ -141,8 +141,9 @@ func Install(ctx context.Context, out, bin string, check Check) error {
 // `go test ./...` that run the same command link it once (~5 s of a core
 // each) rather than each its own copy. A changed source is linked again; a
 // process already running the old binary keeps it (go build renames the new
-// one into place).
-func Shared(ctx context.Context, pkgDir, name string) (string, error) {
+// one into place). flags go to go build (an -overlay, for one): a build with
+// other flags needs a name of its own.
+func Shared(ctx context.Context, pkgDir, name string, flags ...string) (string, error) {
 	sum := sha256.Sum256([]byte(pkgDir))
 	dir := filepath.Join(os.TempDir(), "snip-jobs-bin-"+hex.EncodeToString(sum[:6]))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -154,7 +155,8 @@ func Shared(ctx context.Context, pkgDir, name string) (string, error) {
 		return "", err
 	}
 	defer unlock()
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "-ldflags=-s -w", ".")
+	args := append([]string{"build", "-o", bin, "-ldflags=-s -w"}, flags...)
+	cmd := exec.CommandContext(ctx, "go", append(args, ".")...)
 	cmd.Dir = pkgDir
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build %s: %w\n%s", pkgDir, err, out)
