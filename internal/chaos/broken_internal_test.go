@@ -10,28 +10,25 @@ import (
 // a folder of its own, finds the binary up to date (the same file; go build
 // only touches it) instead of linking it again into a new file.
 func TestTheBrokenBuildIsLinkedOnceForEveryRun(t *testing.T) {
-	ctx := context.Background()
-	first, err := buildBinary(ctx, t.TempDir(), true)
-	if err != nil {
-		t.Fatal(err)
+	build := func(broken bool) (string, os.FileInfo) {
+		t.Helper()
+		bin, err := buildBinary(context.Background(), t.TempDir(), broken)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fi, err := os.Stat(bin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return bin, fi
 	}
-	before, err := os.Stat(first)
-	if err != nil {
-		t.Fatal(err)
-	}
-	second, err := buildBinary(ctx, t.TempDir(), true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	after, err := os.Stat(second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	first, before := build(true)
+	second, after := build(true)
 	if second != first || !os.SameFile(before, after) {
 		t.Errorf("the second run's broken build is %s, a new file: want %s, the same file (go build only touches an up-to-date binary)",
 			second, first)
 	}
-	if normal, err := buildBinary(ctx, t.TempDir(), false); err != nil || normal == first {
-		t.Errorf("the normal build is %s (%v), want a binary apart from the broken one", normal, err)
+	if normal, _ := build(false); normal == first {
+		t.Errorf("the normal build is %s, the broken one's file: want a binary apart", normal)
 	}
 }

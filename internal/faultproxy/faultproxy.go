@@ -24,10 +24,13 @@
 package faultproxy
 
 import (
+	"context"
 	"errors"
 	"net"
 	"sync"
 	"time"
+
+	"github.com/snip/snip-jobs/internal/sleep"
 )
 
 // dialTimeout bounds the connection to the server for each accepted client.
@@ -43,7 +46,8 @@ type Proxy struct {
 	conns  map[net.Conn]struct{}
 	up     map[net.Conn]struct{} // the server side of conns
 	closed bool
-	done   chan struct{} // closed by Close
+	life   context.Context // ended by Close
+	end    context.CancelFunc
 	wg     sync.WaitGroup
 	onRead func() // tests: called once a chunk read is queued
 }
@@ -55,7 +59,8 @@ func New(to string) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{ln: ln, to: to, conns: map[net.Conn]struct{}{}, up: map[net.Conn]struct{}{}, done: make(chan struct{})}
+	p := &Proxy{ln: ln, to: to, conns: map[net.Conn]struct{}{}, up: map[net.Conn]struct{}{}}
+	p.life, p.end = context.WithCancel(context.Background())
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
@@ -93,22 +98,6 @@ func (p *Proxy) Partition(on bool) {
 	}
 }
 
-// waitUntil returns at t, or false when the proxy closes first.
-func (p *Proxy) waitUntil(t time.Time) bool {
-	d := time.Until(t)
-	if d <= 0 {
-		return true
-	}
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-		return true
-	case <-p.done:
-		return false
-	}
-}
-
 // waitHealed returns once the link is not cut, or false when the proxy closes first.
 func (p *Proxy) waitHealed() bool {
 	p.mu.Lock()
@@ -120,7 +109,7 @@ func (p *Proxy) waitHealed() bool {
 	select {
 	case <-cut:
 		return true
-	case <-p.done:
+	case <-p.life.Done():
 		return false
 	}
 }
@@ -205,7 +194,7 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 		}
 	}()
 	for c := range q {
-		if !p.waitUntil(c.due) || !p.waitHealed() {
+		if !sleep.Until(p.life, c.due) || !p.waitHealed() {
 			break
 		}
 		if _, err := dst.Write(c.data); err != nil {
@@ -229,7 +218,7 @@ func (p *Proxy) Close() error {
 		return nil
 	}
 	p.closed = true
-	close(p.done)
+	p.end()
 	for c := range p.conns {
 		c.Close()
 	}

@@ -159,6 +159,32 @@ func TestARaisedLatencyDoesNotHoldWhatIsAlreadyOnItsWay(t *testing.T) {
 	}
 }
 
+// Close drops what is held: it does not wait out a chunk's latency.
+func TestCloseDoesNotWaitOutAHeldChunk(t *testing.T) {
+	p, err := faultproxy.New(echo(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := make(chan struct{}, 1)
+	p.OnRead(func() { read <- struct{}{} })
+	c, _ := dial(t, p)
+	p.SetDelay(time.Hour)
+	if _, err := io.WriteString(c, "held\n"); err != nil {
+		t.Fatal(err)
+	}
+	<-read // held for the hour
+	closed := make(chan error, 1)
+	go func() { closed <- p.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second): // the hour's wait
+		t.Fatal("Close still waiting 30 s after it was called, on a chunk held for an hour")
+	}
+}
+
 // A connection the proxy cannot forward is closed, so the client's call
 // fails rather than hangs.
 func TestAConnectionToADownServerIsClosed(t *testing.T) {
