@@ -210,7 +210,7 @@ func (cfg Config) withDefaults() Config {
 
 // startDatabase creates the cluster's PostgreSQL, migrated, with the demo data.
 func (c *Cluster) startDatabase(ctx context.Context) (err error) {
-	c.pg, err = pgcluster.Create(ctx, pgcluster.Options{Bindir: c.cfg.PGBindir, Prefix: dirPrefix + "pg-"})
+	c.pg, err = pgcluster.Create(ctx, pgcluster.Options{Bindir: c.cfg.PGBindir, Prefix: dirPrefix + "pg-", Autovacuum: true})
 	if err != nil {
 		return fmt.Errorf("PostgreSQL: %w", err)
 	}

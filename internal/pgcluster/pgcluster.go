@@ -18,6 +18,10 @@
 // not), or any security beyond loopback (any local user may connect as the
 // superuser without a password). It is for tests and development only.
 //
+// initdb runs once per set of server binaries: its output is kept in the user
+// cache folder (~/.cache/snip-jobs/pg-initdb) and later clusters start from a
+// copy with a system identifier of their own (initdb.go).
+//
 // When the effective user is root, initdb and postgres, which refuse to run as
 // root, run as the OS user "postgres" (created by the Debian package), and the
 // cluster's folder is given to that user.
@@ -72,6 +76,11 @@ type Options struct {
 	// Prefix starts the name of the cluster's temporary folder (default
 	// "pgcluster-").
 	Prefix string
+	// Autovacuum keeps autovacuum on, for a cluster that lives for days
+	// (snip-dev). Off by default: tests make hundreds of databases, and the
+	// launcher forks a worker for each of them every minute, each fork costing
+	// tens of milliseconds of CPU on a virtual machine.
+	Autovacuum bool
 }
 
 // Cluster is a throwaway PostgreSQL cluster.
@@ -122,16 +131,8 @@ func Create(ctx context.Context, o Options) (_ *Cluster, err error) {
 		}
 	}()
 
-	initdb := c.command("initdb",
-		"-D", c.dataDir(),
-		"-U", "postgres",
-		"--auth=trust",
-		"--encoding=UTF8",
-		"--locale=C",
-		"--no-sync",
-	)
-	if out, err := initdb.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("initdb: %v\n%s", err, out)
+	if err := c.initDataDir(); err != nil {
+		return nil, err
 	}
 
 	// Settings that hold for every start; the port is given on the command
@@ -147,7 +148,8 @@ full_page_writes = off
 # what each statement cost, counted by the server itself: tests and
 # benchmarks that claim "no query" read pg_stat_statements
 shared_preload_libraries = 'pg_stat_statements'
-`, strings.ReplaceAll(c.dir, "'", "''"))
+autovacuum = %t
+`, strings.ReplaceAll(c.dir, "'", "''"), o.Autovacuum)
 	f, err := os.OpenFile(filepath.Join(c.dataDir(), "postgresql.conf"), os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		return nil, err

@@ -34,6 +34,10 @@ func TestACreatedClusterServesItsDatabasesAndDestroyLeavesNothing(t *testing.T) 
 	if err := conn.QueryRow(ctx, `SELECT current_database()`).Scan(&db); err != nil || db != "snip" {
 		t.Fatalf("current_database() = %q, %v", db, err)
 	}
+	var autovacuum string
+	if err := conn.QueryRow(ctx, `SHOW autovacuum`).Scan(&autovacuum); err != nil || autovacuum != "off" {
+		t.Errorf("autovacuum = %q, %v; want off unless Options.Autovacuum", autovacuum, err)
+	}
 	conn.Close(ctx)
 
 	if err := c.Destroy(); err != nil {
@@ -58,4 +62,72 @@ func TestWithoutServerBinariesTheErrorNamesTheDebianPackage(t *testing.T) {
 	if !errors.Is(err, ErrNoServerBinaries) || !strings.Contains(err.Error(), "apt-get install postgresql-15") {
 		t.Fatalf("Create with an empty bindir: %v; want ErrNoServerBinaries naming postgresql-15", err)
 	}
+}
+
+// Clusters after the first start from a copy of its initdb output; each must
+// still be a database system of its own, as the aggregator's restore guard
+// (pg_control_system()) and PostgreSQL's own WAL checks expect.
+func TestEveryClusterHasASystemIdentifierOfItsOwn(t *testing.T) {
+	ctx := context.Background()
+	seen := map[int64]string{}
+	for range 3 {
+		c, err := Create(ctx, Options{Prefix: "pgcluster-test-"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Destroy() })
+		conn, err := pgx.Connect(ctx, c.URL("postgres"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var id int64
+		err = conn.QueryRow(ctx, `SELECT system_identifier FROM pg_control_system()`).Scan(&id)
+		conn.Close(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if other, ok := seen[id]; ok {
+			t.Fatalf("%s and %s share the system identifier %d", other, c.Dir(), id)
+		}
+		seen[id] = c.Dir()
+		// A restart reads the WAL again: the rewritten headers must agree.
+		if err := c.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pristine, err := pristinePath(mustBindir(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(pristine, "global", "pg_control")); err != nil {
+		t.Errorf("no initdb output kept in the cache: %v", err)
+	}
+}
+
+func TestASystemIdentifierIsRewrittenOnlyInAControlFileThisCodeKnows(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "global"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	junk := make([]byte, 8192) // no CRC-32C of what precedes it anywhere
+	for i := range junk {
+		junk[i] = byte(i)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "global", "pg_control"), junk, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := newSystemIdentifier(dir, 42); err == nil || !strings.Contains(err.Error(), "not a pg_control") {
+		t.Fatalf("newSystemIdentifier on junk: %v; want an error saying it is not a pg_control", err)
+	}
+}
+
+func mustBindir(t *testing.T) string {
+	dir, err := FindBindir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
