@@ -19,6 +19,7 @@ func TestMain(m *testing.M) {
 	if url := os.Getenv(childURLEnv); url != "" {
 		os.Exit(childMain(url))
 	}
+	testenv.MostlyWaiting(4) // processes and clusters starting, locks held
 	os.Exit(testenv.RunMain(m))
 }
 

@@ -54,7 +54,10 @@ func TestTheExampleConfigAndItsRuleFilesAreValid(t *testing.T) {
 
 func TestEveryAlertRuleFileFiresAndStaysQuietOnItsSyntheticSeries(t *testing.T) {
 	for _, f := range testFiles(t) {
-		t.Run(f, func(t *testing.T) { run(t, "test", "rules", f) })
+		t.Run(f, func(t *testing.T) {
+			t.Parallel()
+			run(t, "test", "rules", f)
+		})
 	}
 }
 

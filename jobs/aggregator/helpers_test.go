@@ -27,7 +27,10 @@ import (
 	"github.com/snip/snip-jobs/scheduler"
 )
 
-func TestMain(m *testing.M) { os.Exit(testenv.RunMain(m)) }
+func TestMain(m *testing.M) {
+	testenv.MostlyWaiting(4) // terms, restarts and batches waited on; ~17 s of CPU in ~34 s
+	os.Exit(testenv.RunMain(m))
+}
 
 // patience bounds waits for things that must happen; it only decides how long
 // a broken build takes to fail, never whether a healthy one passes.

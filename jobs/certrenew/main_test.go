@@ -14,6 +14,6 @@ func TestMain(m *testing.M) {
 	// lego logs through a process-wide logger (stdout, Info) and ignores the
 	// context: silence it here; the renewer logs what matters through run.Log.
 	legolog.SetDefault(slog.New(slog.DiscardHandler))
-	testenv.MostlyWaiting(4) // lock-delays, leases and Retry-After waits
+	testenv.MostlyWaiting(8) // lock-delays, leases and Retry-After waits: ~17 s of CPU in ~41 s
 	os.Exit(testenv.RunMain(m))
 }

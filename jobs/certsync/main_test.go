@@ -7,4 +7,7 @@ import (
 	"github.com/snip/snip-jobs/internal/testenv"
 )
 
-func TestMain(m *testing.M) { os.Exit(testenv.RunMain(m)) }
+func TestMain(m *testing.M) {
+	testenv.MostlyWaiting(4) // waiting for notifications and reload commands
+	os.Exit(testenv.RunMain(m))
+}

@@ -18,7 +18,10 @@ import (
 	"github.com/snip/snip-jobs/scheduler"
 )
 
-func TestMain(m *testing.M) { os.Exit(testenv.RunMain(m)) }
+func TestMain(m *testing.M) {
+	testenv.MostlyWaiting(8) // instances waiting for slots and leases
+	os.Exit(testenv.RunMain(m))
+}
 
 const jobName = "weekly-report"
 
