@@ -20,7 +20,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(childMain())
 	}
-	testenv.MostlyWaiting(8) // ~5 s of CPU in ~45 s of waiting for leases
+	testenv.MostlyWaiting(16) // ~5 s of CPU in ~80 s of tests waiting for leases
 	os.Exit(testenv.RunMain(m))
 }
 

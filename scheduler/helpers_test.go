@@ -16,7 +16,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	testenv.MostlyWaiting(8) // instances waiting for leases, slots and commits: 21 → 13 s alone, same CPU
+	testenv.MostlyWaiting(12) // instances waiting for leases, slots and commits: 21 → 13 s alone at 8, same CPU
 	os.Exit(testenv.RunMain(m))
 }
 

@@ -10,6 +10,7 @@ import (
 // a folder of its own, finds the binary up to date (the same file; go build
 // only touches it) instead of linking it again into a new file.
 func TestTheBrokenBuildIsLinkedOnceForEveryRun(t *testing.T) {
+	t.Parallel()
 	build := func(broken bool) (string, os.FileInfo) {
 		t.Helper()
 		bin, err := buildBinary(context.Background(), t.TempDir(), broken)

@@ -13,6 +13,7 @@ import (
 // passed; Cached then accepts it, and refuses a missing file or one whose
 // check fails.
 func TestBuildInstallsACheckedBinaryThatCachedThenAccepts(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	bin := filepath.Join(t.TempDir(), "hello", "hello")
 	files := map[string]string{
@@ -50,6 +51,7 @@ func TestBuildInstallsACheckedBinaryThatCachedThenAccepts(t *testing.T) {
 // program, in a new file (renamed into place: a process running the old one
 // keeps it).
 func TestSharedLinksOnceAndAgainOnlyAfterAChange(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
 	write := func(greeting string) {
