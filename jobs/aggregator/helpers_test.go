@@ -427,15 +427,17 @@ func (d *db) wantCounts(l *ledger) {
 	}
 }
 
-// backendOf returns the pid of the backend of application app that is
-// waiting for a lock, waiting until there is one.
+// waitLockWait returns the pid of the backend of application app in this
+// test's database that is waiting for a lock, waiting until there is one.
+// Other tests in the shared cluster run aggregators of the same name.
 func (d *db) waitLockWait(app string) int32 {
 	d.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	for {
 		var pid int32
-		err := d.obs.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE split_part(application_name, ' fence-token=', 1) = $1 AND wait_event_type = 'Lock'`, app).Scan(&pid)
+		err := d.obs.QueryRow(ctx, `SELECT pid FROM pg_stat_activity
+			WHERE datname = current_database() AND split_part(application_name, ' fence-token=', 1) = $1 AND wait_event_type = 'Lock'`, app).Scan(&pid)
 		if err == nil {
 			return pid
 		}

@@ -114,7 +114,7 @@ func TestAfterADroppedConnectionTheSourceReadsEverythingAgain(t *testing.T) {
 	// notification were lost), then the reader's connection is cut: only
 	// the full read on reconnection can find the change.
 	renewed := f.storeSilently("shop.example.com")
-	testenv.Exec(t, f.pool, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'certserve test'`)
+	testenv.Exec(t, f.pool, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'certserve test'`)
 	waitServed(t, src, "shop.example.com", renewed)
 }
 
