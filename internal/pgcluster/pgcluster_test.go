@@ -3,6 +3,7 @@ package pgcluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -97,6 +98,9 @@ func TestEveryClusterHasASystemIdentifierOfItsOwn(t *testing.T) {
 		if err := c.Start(ctx); err != nil {
 			t.Fatal(err)
 		}
+		if _, err := c.CreateDatabase(ctx, "after_restart"); err != nil {
+			t.Fatalf("housekeeping after a restart: %v", err)
+		}
 	}
 	pristine, err := pristinePath(mustBindir(t))
 	if err != nil {
@@ -130,4 +134,40 @@ func mustBindir(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return dir
+}
+
+// A connection costs ~50 ms of CPU here: creating databases one after another
+// goes through the connections already open, not a new one each.
+func TestCreatingDatabasesOpensNoConnectionPerStatement(t *testing.T) {
+	ctx := context.Background()
+	c, err := Create(ctx, Options{Prefix: "pgcluster-test-"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Destroy() })
+	if _, err := c.CreateDatabase(ctx, "first"); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, c.URL("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var since time.Time
+	if err := conn.QueryRow(ctx, `SELECT now()`).Scan(&since); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		if _, err := c.CreateDatabase(ctx, fmt.Sprintf("db_%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var opened, open int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE backend_start > $1), count(*) FROM pg_stat_activity
+		WHERE datname = 'postgres' AND pid <> pg_backend_pid()`, since).Scan(&opened, &open); err != nil {
+		t.Fatal(err)
+	}
+	if opened != 0 || open == 0 || open > adminConns {
+		t.Errorf("10 databases created: %d connections opened meanwhile, %d open; want 0 opened and 1 to %d open", opened, open, adminConns)
+	}
 }
