@@ -101,52 +101,25 @@ func (c *Cluster) copyPristine(pristine string) error {
 	return newSystemIdentifier(c.dataDir(), systemIdentifier(time.Now()))
 }
 
-// copyTree copies the folders and regular files under src to dst, keeping
-// their permissions, owned by cred's user (nil: ours).
+// copyTree copies the tree src to dst (os.CopyFS), dst itself private as
+// PostgreSQL requires of a data directory, everything owned by cred's user
+// (nil: ours).
 func copyTree(src, dst string, cred *syscall.Credential) error {
-	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(src, path)
-		if err != nil {
-			return err
-		}
-		to := filepath.Join(dst, rel)
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		switch {
-		case d.IsDir():
-			err = os.Mkdir(to, fi.Mode().Perm())
-		case fi.Mode().IsRegular():
-			err = copyFile(path, to, fi.Mode().Perm())
-		default:
-			return fmt.Errorf("%s: not a folder or a regular file", path)
-		}
-		if err == nil && cred != nil {
-			err = os.Chown(to, int(cred.Uid), int(cred.Gid))
-		}
+	if err := os.CopyFS(dst, os.DirFS(src)); err != nil {
 		return err
+	}
+	if err := os.Chmod(dst, 0o700); err != nil {
+		return err
+	}
+	if cred == nil {
+		return nil
+	}
+	return filepath.WalkDir(dst, func(path string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Chown(path, int(cred.Uid), int(cred.Gid))
 	})
-}
-
-func copyFile(src, dst string, perm fs.FileMode) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
-	if err != nil {
-		return err
-	}
-	_, err = io.Copy(out, in)
-	if cerr := out.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 // systemIdentifier makes an identifier the way initdb does (BootStrapXLOG):
@@ -161,7 +134,7 @@ func systemIdentifier(now time.Time) uint64 {
 // refuses to start when the two disagree, and so would catch a miss here.
 // Both are in the machine's byte order: little-endian on amd64 and arm64.
 const (
-	walMagicLen     = 2  // xlp_magic
+	walInfoOffset   = 2  // xlp_info, after xlp_magic
 	walLongHeader   = 2  // XLP_LONG_HEADER in xlp_info
 	walSysidOffset  = 24 // xlp_sysid in XLogLongPageHeaderData
 	controlMaxBytes = 512
@@ -220,7 +193,7 @@ func rewriteWALSysid(seg string, old []byte, id uint64) error {
 	if _, err := io.ReadFull(f, head); err != nil {
 		return fmt.Errorf("%s: %w", seg, err)
 	}
-	info := binary.LittleEndian.Uint16(head[walMagicLen:])
+	info := binary.LittleEndian.Uint16(head[walInfoOffset:])
 	if info&walLongHeader == 0 || !bytes.Equal(head[walSysidOffset:], old) {
 		return fmt.Errorf("%s: no long page header with the system identifier of pg_control", seg)
 	}

@@ -15,11 +15,7 @@ import (
 
 func TestACreatedClusterServesItsDatabasesAndDestroyLeavesNothing(t *testing.T) {
 	ctx := context.Background()
-	c, err := Create(ctx, Options{Prefix: "pgcluster-test-"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Destroy() })
+	c := create(t)
 	if !strings.HasPrefix(filepath.Base(c.Dir()), "pgcluster-test-") {
 		t.Errorf("folder %s does not start with the prefix", c.Dir())
 	}
@@ -72,11 +68,7 @@ func TestEveryClusterHasASystemIdentifierOfItsOwn(t *testing.T) {
 	ctx := context.Background()
 	seen := map[int64]string{}
 	for range 3 {
-		c, err := Create(ctx, Options{Prefix: "pgcluster-test-"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Destroy() })
+		c := create(t)
 		conn, err := pgx.Connect(ctx, c.URL("postgres"))
 		if err != nil {
 			t.Fatal(err)
@@ -140,11 +132,7 @@ func mustBindir(t *testing.T) string {
 // goes through the connections already open, not a new one each.
 func TestCreatingDatabasesOpensNoConnectionPerStatement(t *testing.T) {
 	ctx := context.Background()
-	c, err := Create(ctx, Options{Prefix: "pgcluster-test-"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Destroy() })
+	c := create(t)
 	if _, err := c.CreateDatabase(ctx, "first"); err != nil {
 		t.Fatal(err)
 	}
@@ -170,4 +158,15 @@ func TestCreatingDatabasesOpensNoConnectionPerStatement(t *testing.T) {
 	if opened != 0 || open == 0 || open > adminConns {
 		t.Errorf("10 databases created: %d connections opened meanwhile, %d open; want 0 opened and 1 to %d open", opened, open, adminConns)
 	}
+}
+
+// create makes a cluster the test destroys when it ends.
+func create(t *testing.T) *Cluster {
+	t.Helper()
+	c, err := Create(context.Background(), Options{Prefix: "pgcluster-test-"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Destroy() })
+	return c
 }
