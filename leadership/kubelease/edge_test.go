@@ -8,6 +8,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/leadership/kubelease"
 )
@@ -42,6 +43,13 @@ func TestHoldbackRunsBeforeEveryAttempt(t *testing.T) {
 	ns := namespace(t, api)
 	a, b := start(t, api, ns, "a"), start(t, api, ns, "b")
 	ta := won(t, campaign(a, "report"))
+	// Otherwise b's first attempt may write against a Lease it has not seen
+	// taken, lose, and (rightly) hold back again.
+	seen, cancel := context.WithTimeout(t.Context(), testenv.Patience)
+	defer cancel()
+	if err := kubelease.WaitHeldSeen(seen, b, "report"); err != nil {
+		t.Fatal(err)
+	}
 	var calls atomic.Int64
 	got := make(chan result, 1)
 	go func() {

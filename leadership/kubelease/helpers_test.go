@@ -28,7 +28,7 @@ const (
 	renew  = 400 * time.Millisecond
 )
 
-// namespace creates a namespace for the test on srv.
+// namespace creates a namespace for the test on srv, named after it.
 func namespace(t *testing.T, srv *kubeapi.Server) string {
 	t.Helper()
 	name := strings.Trim(regexp.MustCompile(`[^a-z0-9]+`).ReplaceAllString(strings.ToLower(t.Name()), "-"), "-")
@@ -37,11 +37,12 @@ func namespace(t *testing.T, srv *kubeapi.Server) string {
 		name = strings.TrimLeft(name, "-")
 	}
 	cs := clientset(t, srv.Config())
-	_, err := cs.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	// A generated suffix lets -count=N run a test again on the same server.
+	ns, err := cs.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: name + "-"}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return name
+	return ns.Name
 }
 
 func clientset(t *testing.T, cfg *rest.Config) *kubernetes.Clientset {
