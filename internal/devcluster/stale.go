@@ -13,7 +13,8 @@ import (
 // sweepStale removes the folders of earlier dev clusters whose supervisor is
 // gone without cleaning up (killed with SIGKILL): a folder named
 // snip-jobs-dev-* in the temporary directory whose dev.pid names a process
-// that no longer exists, and the PostgreSQL folder it recorded. Anything it
+// that no longer exists, and the PostgreSQL folder it recorded when that sits
+// beside it (one in memory, pgcluster's next Create sweeps). Anything it
 // cannot read or is not sure of is left alone.
 func sweepStale(log *slog.Logger) {
 	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), dirPrefix+"*"))

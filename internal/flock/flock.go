@@ -10,6 +10,7 @@ package flock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"syscall"
@@ -35,5 +36,24 @@ func Lock(ctx context.Context, path string) (unlock func(), err error) {
 		// Closing the file ends the pending flock's claim once it returns.
 		go func() { <-got; f.Close() }()
 		return nil, fmt.Errorf("flock: waiting for the lock %s: %w", path, context.Cause(ctx))
+	}
+}
+
+// TryLock takes the lock on path, which must exist, if no process holds it;
+// ok is false when one does.
+func TryLock(path string) (unlock func(), ok bool, err error) {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, false, fmt.Errorf("flock: lock %s: %w", path, err)
+	}
+	switch err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); {
+	case err == nil:
+		return func() { f.Close() }, true, nil
+	case errors.Is(err, syscall.EWOULDBLOCK):
+		f.Close()
+		return nil, false, nil
+	default:
+		f.Close()
+		return nil, false, fmt.Errorf("flock: lock %s: %w", path, err)
 	}
 }

@@ -38,3 +38,24 @@ func TestASecondLockWaitsForTheFirstsUnlock(t *testing.T) {
 	unlock()
 	(<-got)()
 }
+
+// TryLock takes a free lock at once and reports a held one without waiting.
+func TestTryLockTakesAFreeLockAndReportsAHeldOne(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "x.lock")
+	if _, _, err := flock.TryLock(path); err == nil {
+		t.Fatal("TryLock of a missing file succeeded")
+	}
+	unlock, err := flock.Lock(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := flock.TryLock(path); ok || err != nil {
+		t.Fatalf("TryLock of a held lock: ok %v, err %v; want false, nil", ok, err)
+	}
+	unlock()
+	unlock, ok, err := flock.TryLock(path)
+	if !ok || err != nil {
+		t.Fatalf("TryLock of a released lock: ok %v, err %v; want true, nil", ok, err)
+	}
+	unlock()
+}

@@ -1,6 +1,7 @@
 // Package pgcluster runs a throwaway PostgreSQL cluster from the machine's
 // PostgreSQL server binaries (Debian's postgresql-15: initdb and postgres): its
-// own data directory in a temporary folder, its own postmaster on 127.0.0.1 on
+// own data directory in a temporary folder (in memory, /dev/shm, when the
+// machine has room there: folder.go), its own postmaster on 127.0.0.1 on
 // a free port, trust authentication for the superuser role "postgres". The
 // tests (internal/testenv) and snip-dev use it.
 //
@@ -11,7 +12,8 @@
 // server (immediate shutdown) and removes every file. The postmaster is started
 // with SIGQUIT as its parent-death signal (package pdeathsig): if this process
 // dies without calling Destroy, the server shuts down at once rather than
-// outliving it (its folder stays behind in the temporary directory).
+// outliving it (its folder stays behind: on disk until removed, in memory
+// until the next Create sweeps it).
 //
 // What is NOT provided: durability (fsync, synchronous_commit and
 // full_page_writes are off: a Stop keeps committed data, an OS crash would
@@ -89,6 +91,7 @@ type Options struct {
 type Cluster struct {
 	bindir string              // initdb, postgres
 	dir    string              // data/, server.log and the unix socket
+	folder clusterDir          // dir, with its claim when in memory
 	port   int                 // fixed for the life of the cluster
 	cred   *syscall.Credential // the postgres OS user when we are root; nil otherwise
 
@@ -125,14 +128,14 @@ func Create(ctx context.Context, o Options) (_ *Cluster, err error) {
 	if prefix == "" {
 		prefix = "pgcluster-"
 	}
-	dir, err := makeClusterDir(prefix, cred)
+	folder, err := makeClusterDir(ctx, prefix, cred)
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{bindir: bindir, dir: dir, cred: cred}
+	c := &Cluster{bindir: bindir, dir: folder.path, folder: folder, cred: cred}
 	defer func() {
 		if err != nil {
-			os.RemoveAll(dir)
+			folder.release()
 		}
 	}()
 
@@ -326,7 +329,7 @@ func (c *Cluster) Destroy() error {
 		c.proc = nil
 		errs = append(errs, stopPostmaster(pm, syscall.SIGQUIT, killTimeout))
 	}
-	errs = append(errs, os.RemoveAll(c.dir))
+	errs = append(errs, c.folder.release())
 	return errors.Join(errs...)
 }
 
@@ -523,68 +526,6 @@ func serverCredential() (*syscall.Credential, error) {
 		return nil, fmt.Errorf("postgres user: gid %q: %w", u.Gid, err)
 	}
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
-}
-
-// makeClusterDir creates the cluster's folder, owned by the server's user. It
-// holds the unix socket, so its path must stay well under the 107 bytes of a
-// socket address; and when the server runs as another user, every folder
-// above it must be searchable by that user (t.TempDir's are not: 0700).
-func makeClusterDir(prefix string, cred *syscall.Credential) (string, error) {
-	var tried []string
-	for _, parent := range []string{os.TempDir(), "/tmp"} {
-		if len(parent) > 60 {
-			tried = append(tried, parent+" (too long for a unix socket path)")
-			continue
-		}
-		if cred != nil {
-			if err := searchableBy(parent, cred); err != nil {
-				tried = append(tried, err.Error())
-				continue
-			}
-		}
-		dir, err := os.MkdirTemp(parent, prefix)
-		if err != nil {
-			return "", err
-		}
-		if cred != nil {
-			if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
-				os.RemoveAll(dir)
-				return "", err
-			}
-		}
-		return dir, nil
-	}
-	return "", fmt.Errorf("no folder for the cluster: %s", strings.Join(tried, "; "))
-}
-
-// searchableBy reports whether user cred can traverse dir and every folder
-// above it. Supplementary groups are ignored: the server runs without them.
-func searchableBy(dir string, cred *syscall.Credential) error {
-	dir, err := filepath.Abs(dir)
-	if err != nil {
-		return err
-	}
-	for {
-		fi, err := os.Stat(dir)
-		if err != nil {
-			return err
-		}
-		st, ok := fi.Sys().(*syscall.Stat_t)
-		mode := fi.Mode().Perm()
-		switch {
-		case !ok:
-		case st.Uid == cred.Uid && mode&0o100 != 0:
-		case st.Uid != cred.Uid && st.Gid == cred.Gid && mode&0o010 != 0:
-		case st.Uid != cred.Uid && st.Gid != cred.Gid && mode&0o001 != 0:
-		default:
-			return fmt.Errorf("%s (mode %v) is not searchable by uid %d", dir, mode, cred.Uid)
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return nil
-		}
-		dir = parent
-	}
 }
 
 func freePort() (int, error) {
