@@ -16,13 +16,13 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
-	"github.com/snip/snip-jobs/internal/testenv"
+	"github.com/snip/snip-jobs/internal/etcdtest"
 	"github.com/snip/snip-jobs/leadership"
 )
 
 // go test ./leadership -run '^$' -bench Valid -benchmem
 func BenchmarkTermValid(b *testing.B) {
-	etcd := testenv.StartEtcd(b, 1)
+	etcd := etcdtest.Start(b, 1)
 	s := startSession(b, etcd.Client(b), "bench")
 	term := mustWin(b, s, "job")
 	b.ReportAllocs()
@@ -45,7 +45,7 @@ func BenchmarkTermValid(b *testing.B) {
 // received, which flatters etcd by one round trip) to the successor's win.
 // resign: from just before Resign to the successor's win.
 func BenchmarkFailover(b *testing.B) {
-	etcd := testenv.StartEtcd(b, 1)
+	etcd := etcdtest.Start(b, 1)
 	for _, impl := range []failoverImpl{snipImpl{}, etcdElectionImpl{}} {
 		for _, kind := range []string{"crash", "resign"} {
 			b.Run(impl.name()+"/"+kind, func(b *testing.B) {
@@ -67,14 +67,14 @@ type failoverImpl interface {
 	name() string
 	// round elects a leader, starts a waiting successor, crashes or resigns the
 	// leader, and returns the time from the reference instant to the successor's win.
-	round(b *testing.B, etcd *testenv.EtcdCluster, job string, crash bool) time.Duration
+	round(b *testing.B, etcd *etcdtest.Cluster, job string, crash bool) time.Duration
 }
 
 type snipImpl struct{}
 
 func (snipImpl) name() string { return "snip" }
 
-func (snipImpl) round(b *testing.B, etcd *testenv.EtcdCluster, job string, crash bool) time.Duration {
+func (snipImpl) round(b *testing.B, etcd *etcdtest.Cluster, job string, crash bool) time.Duration {
 	leaderCli := etcd.Client(b)
 	leader := startSession(b, leaderCli, job+"-leader")
 	term := mustWin(b, leader, "job")
@@ -133,7 +133,7 @@ func (o *observedLease) KeepAlive(ctx context.Context, id clientv3.LeaseID) (<-c
 	return out, nil
 }
 
-func (etcdElectionImpl) round(b *testing.B, etcd *testenv.EtcdCluster, job string, crash bool) time.Duration {
+func (etcdElectionImpl) round(b *testing.B, etcd *etcdtest.Cluster, job string, crash bool) time.Duration {
 	pfx := prefix(b) + "/" + job
 	leaderCli := etcd.Client(b)
 	obs := &observedLease{Lease: leaderCli.Lease}
@@ -197,7 +197,7 @@ func (etcdElectionImpl) round(b *testing.B, etcd *testenv.EtcdCluster, job strin
 // the successor's win (for snip-jobs its term's start).
 func BenchmarkDeathReclaim(b *testing.B) {
 	const ttl = 10 * time.Second
-	etcd := testenv.StartEtcd(b, 1)
+	etcd := etcdtest.Start(b, 1)
 	bin := filepath.Join(b.TempDir(), "snip-jobs")
 	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/snip-jobs").CombinedOutput(); err != nil {
 		b.Fatalf("go build ./cmd/snip-jobs: %v\n%s", err, out)
@@ -218,7 +218,7 @@ func BenchmarkDeathReclaim(b *testing.B) {
 
 // deathReclaimRound is one snip-jobs round: with bin, the reclaim is the
 // `snip-jobs reclaim` command; without, leadership.Reclaim.
-func deathReclaimRound(b *testing.B, etcd *testenv.EtcdCluster, job string, ttl time.Duration, bin string) time.Duration {
+func deathReclaimRound(b *testing.B, etcd *etcdtest.Cluster, job string, ttl time.Duration, bin string) time.Duration {
 	child, _, _ := startChild(b, etcd.Endpoints(), job+"-leader", job, childTTLEnv+"="+ttl.String())
 	follower := startSession(b, etcd.Client(b), job+"-follower", withTTL(ttl, ttl*3/10))
 	next := campaign(context.Background(), follower, job)
@@ -251,7 +251,7 @@ func deathReclaimRound(b *testing.B, etcd *testenv.EtcdCluster, job string, ttl 
 	return d
 }
 
-func deathElectionRound(b *testing.B, etcd *testenv.EtcdCluster, job string, ttl time.Duration) time.Duration {
+func deathElectionRound(b *testing.B, etcd *etcdtest.Cluster, job string, ttl time.Duration) time.Duration {
 	pfx := prefix(b) + "/" + job
 	child, _, _ := startChild(b, etcd.Endpoints(), "leader", job, childTTLEnv+"="+ttl.String(), childImplEnv+"=election")
 	fs, err := concurrency.NewSession(etcd.Client(b), concurrency.WithTTL(int(ttl/time.Second)))
@@ -319,7 +319,7 @@ func reportPercentilesAs(b *testing.B, prefix string, samples []time.Duration) {
 //
 //	go test ./leadership -run '^$' -bench KeepAliveTraffic -benchtime 1x
 func BenchmarkKeepAliveTraffic(b *testing.B) {
-	etcd := testenv.StartEtcd(b, 1)
+	etcd := etcdtest.Start(b, 1)
 	for _, n := range []int{1, 100, 1000} {
 		b.Run(fmt.Sprintf("elections=%d", n), func(b *testing.B) {
 			s := startSession(b, etcd.Client(b), fmt.Sprintf("holder-%d", n))

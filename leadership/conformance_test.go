@@ -3,7 +3,7 @@ package leadership_test
 import (
 	"testing"
 
-	"github.com/snip/snip-jobs/internal/testenv"
+	"github.com/snip/snip-jobs/internal/etcdtest"
 	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/leadership/internal/conformance"
 )
@@ -15,7 +15,7 @@ import (
 // at PostgreSQL.
 func TestTheGuarantee(t *testing.T) {
 	t.Parallel()
-	etcd := testenv.StartEtcd(t, 1)
+	etcd := etcdtest.Start(t, 1)
 	conformance.Run(t, conformance.Backend[*leadership.Term]{
 		Margin: testMargin,
 		Start: func(t *testing.T, instance string) (conformance.Session[*leadership.Term], func()) {

@@ -11,7 +11,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/snip/snip-jobs/internal/testenv"
+	"github.com/snip/snip-jobs/internal/etcdtest"
 	"github.com/snip/snip-jobs/leadership"
 )
 
@@ -19,7 +19,7 @@ import (
 // instant, and tokens strictly increase.
 func TestAtMostOneTermPerJobOverManyRounds(t *testing.T) {
 	t.Parallel()
-	etcd := testenv.StartEtcd(t, 1)
+	etcd := etcdtest.Start(t, 1)
 	jobs := []string{"cert-renewer", "aggregator"}
 	const rounds = 40
 	book := newLedger()
@@ -87,7 +87,7 @@ func checkEndedByLoad(t *testing.T, term *leadership.Term) {
 // lease.
 func TestCrashedLeaderIsReplacedAfterItsLeaseExpires(t *testing.T) {
 	t.Parallel()
-	etcd := testenv.StartEtcd(t, 1)
+	etcd := etcdtest.Start(t, 1)
 	observer := etcd.Client(t)
 	crashing := etcd.Client(t)
 	a := startSession(t, crashing, "server-a")
@@ -125,7 +125,7 @@ func TestCrashedLeaderIsReplacedAfterItsLeaseExpires(t *testing.T) {
 // starts after; when traffic returns the old term stays dead.
 func TestPartitionedLeaderStopsBeforeEtcdExpiresItsLease(t *testing.T) {
 	t.Parallel()
-	etcd := testenv.StartEtcd(t, 1)
+	etcd := etcdtest.Start(t, 1)
 	observer := etcd.Client(t)
 	link := etcd.Proxy(t, 0)
 	// etcd reports a lease's time left in whole seconds, truncated: a margin of
@@ -180,7 +180,7 @@ func TestPartitionedLeaderStopsBeforeEtcdExpiresItsLease(t *testing.T) {
 // lease still has time left, so it did not wait for expiry.
 func TestResignAndShutdownHandOverWithoutWaitingForExpiry(t *testing.T) {
 	t.Parallel()
-	etcd := testenv.StartEtcd(t, 1)
+	etcd := etcdtest.Start(t, 1)
 	observer := etcd.Client(t)
 	slow := withTTL(10*time.Second, 3*time.Second) // expiry would take ~10 s
 	a := startSession(t, etcd.Client(t), "server-a", slow)
@@ -234,7 +234,7 @@ func TestResignAndShutdownHandOverWithoutWaitingForExpiry(t *testing.T) {
 // renewed through each loss: a keep-alive sent after the loss is acknowledged.
 func TestEtcdMemberAndLeaderLoss(t *testing.T) {
 	t.Parallel()
-	etcd := testenv.StartEtcd(t, 3)
+	etcd := etcdtest.Start(t, 3)
 	observer := etcd.Client(t)
 	// A term stays valid for 7 s after the send time of its newest acknowledged
 	// keep-alive, and one goes out every second: a killed etcd leader is
@@ -327,7 +327,7 @@ func checkLeaderKeyMatches(t *testing.T, observer *clientv3.Client, term *leader
 // current term ends by its deadline; after quorum returns a leader is elected.
 func TestQuorumLossEndsTermsAndElectsNobodyUntilItReturns(t *testing.T) {
 	t.Parallel()
-	etcd := testenv.StartEtcd(t, 3)
+	etcd := etcdtest.Start(t, 3)
 	a := startSession(t, etcd.Client(t), "server-a")
 	b := startSession(t, etcd.Client(t), "server-b")
 	c := startSession(t, etcd.Client(t), "server-c")
@@ -387,7 +387,7 @@ func TestQuorumLossEndsTermsAndElectsNobodyUntilItReturns(t *testing.T) {
 // concurrency.Election returning a "phantom" win here).
 func TestCampaignThatWaitedThroughItsLeaseExpiryGetsNoTermOnIt(t *testing.T) {
 	t.Parallel()
-	etcd := testenv.StartEtcd(t, 1)
+	etcd := etcdtest.Start(t, 1)
 	observer := etcd.Client(t)
 	link := etcd.Proxy(t, 0)
 	a := startSession(t, etcd.Client(t), "server-a")
@@ -419,7 +419,7 @@ func TestCampaignThatWaitedThroughItsLeaseExpiryGetsNoTermOnIt(t *testing.T) {
 
 func TestCampaignForAJobAlreadyHeldIsRefused(t *testing.T) {
 	t.Parallel()
-	etcd := testenv.StartEtcd(t, 1)
+	etcd := etcdtest.Start(t, 1)
 	a := startSession(t, etcd.Client(t), "server-a")
 	term := mustWin(t, a, "aggregator")
 	if _, err := a.Campaign(context.Background(), "aggregator"); !errors.Is(err, leadership.ErrBusy) {
@@ -439,7 +439,7 @@ func TestCampaignForAJobAlreadyHeldIsRefused(t *testing.T) {
 // refusal would cost it an error and a second.)
 func TestAJobIsFreeToCampaignForAsSoonAsItsTermHasEnded(t *testing.T) {
 	t.Parallel()
-	etcd := testenv.StartEtcd(t, 1)
+	etcd := etcdtest.Start(t, 1)
 	cli := etcd.Client(t)
 	a := startSession(t, cli, "server-a")
 	for i := range 100 {
@@ -459,7 +459,7 @@ func TestAJobIsFreeToCampaignForAsSoonAsItsTermHasEnded(t *testing.T) {
 
 func TestKeyDeletedUnderATermEndsIt(t *testing.T) {
 	t.Parallel()
-	etcd := testenv.StartEtcd(t, 1)
+	etcd := etcdtest.Start(t, 1)
 	cli := etcd.Client(t)
 	a := startSession(t, cli, "server-a")
 	term := mustWin(t, a, "aggregator")
@@ -478,7 +478,7 @@ func TestKeyDeletedUnderATermEndsIt(t *testing.T) {
 // its key was removed and a successor won) leaves the successor's key alone.
 func TestLateResignOfAnOldTermLeavesTheSuccessorInPlace(t *testing.T) {
 	t.Parallel()
-	etcd := testenv.StartEtcd(t, 1)
+	etcd := etcdtest.Start(t, 1)
 	cli := etcd.Client(t)
 	a := startSession(t, etcd.Client(t), "server-a")
 	b := startSession(t, etcd.Client(t), "server-b")
@@ -508,7 +508,7 @@ func TestLateResignOfAnOldTermLeavesTheSuccessorInPlace(t *testing.T) {
 // etcd is reachable.
 func TestResigningATermThatEndedWithItsLeaseWaitsOnNothing(t *testing.T) {
 	t.Parallel()
-	etcd := testenv.StartEtcd(t, 1)
+	etcd := etcdtest.Start(t, 1)
 	observer := etcd.Client(t)
 	link := etcd.Proxy(t, 0)
 	a := startSession(t, etcd.Client(t, link.Endpoint()), "server-a")
@@ -539,7 +539,7 @@ func TestResigningATermThatEndedWithItsLeaseWaitsOnNothing(t *testing.T) {
 // than the TTL (the seed's CA call) does not let its lease lapse.
 func TestAJobBlockedLongerThanTheTTLDoesNotStopKeepAlives(t *testing.T) {
 	t.Parallel()
-	etcd := testenv.StartEtcd(t, 1)
+	etcd := etcdtest.Start(t, 1)
 	a := startSession(t, etcd.Client(t), "server-a")
 	term := mustWin(t, a, "cert-renewer")
 	sent := a.Stats().KeepAlivesSent
@@ -559,7 +559,7 @@ func TestAJobBlockedLongerThanTheTTLDoesNotStopKeepAlives(t *testing.T) {
 
 func TestFreshTokenIsAboveEveryTermsToken(t *testing.T) {
 	t.Parallel()
-	etcd := testenv.StartEtcd(t, 1)
+	etcd := etcdtest.Start(t, 1)
 	cli := etcd.Client(t)
 	a := startSession(t, etcd.Client(t), "server-a")
 	term := mustWin(t, a, "weekly-report")
@@ -584,7 +584,7 @@ func TestFreshTokenIsAboveEveryTermsToken(t *testing.T) {
 // successor does not wait for the resigning instance's lease.
 func TestResignDuringAnEtcdElectionDeletesTheKeyOnceThereIsALeader(t *testing.T) {
 	t.Parallel()
-	etcd := testenv.StartEtcd(t, 3)
+	etcd := etcdtest.Start(t, 3)
 	lead := etcd.LeaderIndex(t)
 	follower := (lead + 1) % 3
 	observer := etcd.Client(t, etcd.Endpoint(follower))

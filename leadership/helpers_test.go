@@ -12,6 +12,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/snip/snip-jobs/internal/etcdtest"
 	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/leadership"
 )
@@ -159,10 +160,10 @@ func waitStats(t testing.TB, s *leadership.Session, what string, cond func(leade
 }
 
 // waitKeys waits until cond holds, woken by each change under the test's
-// prefix (testenv.WaitKeys: an etcd watch).
+// prefix (etcdtest.WaitKeys: an etcd watch).
 func waitKeys(t testing.TB, cli *clientv3.Client, what string, cond func() bool) {
 	t.Helper()
-	testenv.WaitKeys(t, cli, prefix(t)+"/", what, cond)
+	etcdtest.WaitKeys(t, cli, prefix(t)+"/", what, cond)
 }
 
 // leaseAlive reports whether etcd still has the lease (and the keys on it).

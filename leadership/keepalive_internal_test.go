@@ -11,6 +11,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/snip/snip-jobs/internal/etcdtest"
 	"github.com/snip/snip-jobs/internal/testenv"
 )
 
@@ -105,7 +106,7 @@ func leaseKeepAlives(m testenv.Metrics) (streams, requests float64) {
 // holds; etcd ends nothing with an error. Counted at etcd's /metrics.
 func TestSteadyStateIsOneKeepAlivePerIntervalOnOneStream(t *testing.T) {
 	// Not parallel: etcd's gRPC metrics are process-wide, shared by every embedded member.
-	etcd := testenv.StartEtcd(t, 1)
+	etcd := etcdtest.Start(t, 1)
 	s, _ := recordedSession(t, etcd.Client(t), Config{Instance: "steady"})
 	for i := range 50 {
 		if _, err := s.Campaign(context.Background(), fmt.Sprint("job-", i)); err != nil {
@@ -143,7 +144,7 @@ func TestSteadyStateIsOneKeepAlivePerIntervalOnOneStream(t *testing.T) {
 // link's delay before the answer could arrive.
 func TestAKeepAliveAnsweredLateCountsFromItsSendTime(t *testing.T) {
 	t.Parallel()
-	etcd := testenv.StartEtcd(t, 1)
+	etcd := etcdtest.Start(t, 1)
 	link := etcd.Proxy(t, 0)
 	const delay = 150 * time.Millisecond
 	s, rec := recordedSession(t, etcd.Client(t, link.Endpoint()), Config{Instance: "late", TTL: 4 * time.Second, Margin: time.Second})
@@ -167,7 +168,7 @@ func TestAKeepAliveAnsweredLateCountsFromItsSendTime(t *testing.T) {
 // and its term carry on.
 func TestAFailedKeepAliveIsSentAgainAtOnceOnAnotherMember(t *testing.T) {
 	t.Parallel()
-	etcd := testenv.StartEtcd(t, 3)
+	etcd := etcdtest.Start(t, 3)
 	cfg := Config{Instance: "moving", TTL: 10 * time.Second, Margin: 3 * time.Second}
 	s, rec := recordedSession(t, etcd.Client(t), cfg)
 	term, err := s.Campaign(context.Background(), "job")
@@ -201,7 +202,7 @@ func TestAFailedKeepAliveIsSentAgainAtOnceOnAnotherMember(t *testing.T) {
 
 // keepAliveMember is the index of the member the session's keep-alive
 // stream reached.
-func (s *Session) keepAliveMember(t *testing.T, etcd *testenv.EtcdCluster) int {
+func (s *Session) keepAliveMember(t *testing.T, etcd *etcdtest.Cluster) int {
 	t.Helper()
 	if m := s.kaMember.Load(); m != nil {
 		for i := range etcd.Size() {
@@ -220,7 +221,7 @@ func (s *Session) keepAliveMember(t *testing.T, etcd *testenv.EtcdCluster) int {
 // sent once the lease has ended.
 func TestUnansweredKeepAlivesAreRetriedAtAPaceUntilTheDeadline(t *testing.T) {
 	t.Parallel()
-	etcd := testenv.StartEtcd(t, 1)
+	etcd := etcdtest.Start(t, 1)
 	link := etcd.Proxy(t, 0)
 	s, rec := recordedSession(t, etcd.Client(t, link.Endpoint()), Config{Instance: "cut", TTL: 4 * time.Second, Margin: time.Second})
 	term, err := s.Campaign(context.Background(), "job")

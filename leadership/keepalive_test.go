@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/snip/snip-jobs/internal/testenv"
+	"github.com/snip/snip-jobs/internal/etcdtest"
 	"github.com/snip/snip-jobs/leadership"
 )
 
@@ -14,7 +14,7 @@ import (
 // the etcd member itself counts them.
 func TestKeepAlivesShareOneStreamAndOneLogin(t *testing.T) {
 	// Not parallel: etcd's gRPC metrics are process-wide, shared by every embedded member.
-	etcd := testenv.StartSecureEtcd(t, 1, prefix(t))
+	etcd := etcdtest.StartSecure(t, 1, prefix(t))
 	logins := func() float64 {
 		return etcd.Metrics(t, 0).Sum("grpc_server_started_total", `grpc_method="Authenticate"`)
 	}

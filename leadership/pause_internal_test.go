@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/snip/snip-jobs/internal/etcdtest"
 	"github.com/snip/snip-jobs/internal/testenv"
 )
 
@@ -14,7 +15,7 @@ import (
 // goes on and wins again on a live lease, with a new, higher token.
 func TestWinAnsweredAfterTheDeadlineYieldsNoTerm(t *testing.T) {
 	t.Parallel()
-	etcd := testenv.StartEtcd(t, 1)
+	etcd := etcdtest.Start(t, 1)
 	link := etcd.Proxy(t, 0)
 	s, err := NewSession(Config{
 		Client: etcd.Client(t, link.Endpoint()), Prefix: "/pause-test", Instance: "paused",

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/snip/snip-jobs/internal/testenv"
+	"github.com/snip/snip-jobs/internal/etcdtest"
 	"github.com/snip/snip-jobs/leadership"
 )
 
@@ -16,7 +16,7 @@ import (
 // terms go on until it resigns them.
 func TestClusterLoadCountsTheTermsOfEachInstanceThatIsUp(t *testing.T) {
 	t.Parallel()
-	etcd := testenv.StartEtcd(t, 1)
+	etcd := etcdtest.Start(t, 1)
 	a := startSession(t, etcd.Client(t), "server-a")
 	b := startSession(t, etcd.Client(t), "server-b")
 	mustWin(t, a, "one")
@@ -46,7 +46,7 @@ func TestClusterLoadCountsTheTermsOfEachInstanceThatIsUp(t *testing.T) {
 // RequestResign returns both leaders. A job without a leader is refused.
 func TestAResignRequestNamesTheLeadersTokenAndWaitsForTheHandOver(t *testing.T) {
 	t.Parallel()
-	etcd := testenv.StartEtcd(t, 1)
+	etcd := etcdtest.Start(t, 1)
 	cli := etcd.Client(t)
 	a := startSession(t, etcd.Client(t), "server-a")
 	b := startSession(t, etcd.Client(t), "server-b")

@@ -10,7 +10,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/snip/snip-jobs/internal/testenv"
+	"github.com/snip/snip-jobs/internal/etcdtest"
 )
 
 // A registration names its process by PID and start time. When the PID now
@@ -20,7 +20,7 @@ import (
 // running process, and is refused.
 func TestDeathReclaimTellsAReusedPIDFromTheRegisteredProcess(t *testing.T) {
 	t.Parallel()
-	etcd := testenv.StartEtcd(t, 1)
+	etcd := etcdtest.Start(t, 1)
 	cli := etcd.Client(t)
 	host, _ := os.Hostname()
 	pid := os.Getpid() // a running process: this one
@@ -58,7 +58,7 @@ func TestDeathReclaimLeavesAnotherPIDNamespacesRegistrationAlone(t *testing.T) {
 	if pidNamespace() == "" {
 		t.Fatal("/proc/self/ns/pid is unreadable: the PID namespace check cannot be shown")
 	}
-	etcd := testenv.StartEtcd(t, 1)
+	etcd := etcdtest.Start(t, 1)
 	cli := etcd.Client(t)
 	host, _ := os.Hostname()
 	lease := registerAs(t, cli, Registration{Instance: "contained", Host: host, PID: 1 << 30, PIDNamespace: "pid:[1]"})

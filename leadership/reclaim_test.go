@@ -17,7 +17,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
 
-	"github.com/snip/snip-jobs/internal/testenv"
+	"github.com/snip/snip-jobs/internal/etcdtest"
 	"github.com/snip/snip-jobs/leadership"
 )
 
@@ -103,7 +103,7 @@ func startChild(t testing.TB, endpoints []string, instance, job string, env ...s
 // once instead of after the predecessor's 30 s lease expires.
 func TestRestartedInstanceReclaimsItsDeadPredecessorsLease(t *testing.T) {
 	t.Parallel()
-	etcd := testenv.StartEtcd(t, 1)
+	etcd := etcdtest.Start(t, 1)
 	observer := etcd.Client(t)
 	child, oldToken, oldLease := startChild(t, etcd.Endpoints(), "server-a", "cert-renewer")
 
@@ -139,7 +139,7 @@ func TestRestartedInstanceReclaimsItsDeadPredecessorsLease(t *testing.T) {
 
 func TestSecondLiveProcessWithTheSameInstanceNameIsRefused(t *testing.T) {
 	t.Parallel()
-	etcd := testenv.StartEtcd(t, 1)
+	etcd := etcdtest.Start(t, 1)
 	child, _, lease := startChild(t, etcd.Endpoints(), "server-a", "aggregator")
 	_ = child
 
@@ -168,7 +168,7 @@ func TestSecondLiveProcessWithTheSameInstanceNameIsRefused(t *testing.T) {
 
 func TestSameInstanceNameFromAnotherHostIsRefused(t *testing.T) {
 	t.Parallel()
-	etcd := testenv.StartEtcd(t, 1)
+	etcd := etcdtest.Start(t, 1)
 	startSession(t, etcd.Client(t), "server-a", withHost("host-1"))
 
 	s, err := leadership.NewSession(config(t, etcd.Client(t), "server-a", withHost("host-2")))
@@ -190,7 +190,7 @@ func TestSameInstanceNameFromAnotherHostIsRefused(t *testing.T) {
 
 func TestDeregisterKeepsTheTermsButLeavesTheInstanceList(t *testing.T) {
 	t.Parallel()
-	etcd := testenv.StartEtcd(t, 1)
+	etcd := etcdtest.Start(t, 1)
 	cli := etcd.Client(t)
 	a := startSession(t, etcd.Client(t), "server-a")
 	startSession(t, etcd.Client(t), "server-b")
@@ -216,7 +216,7 @@ func TestDeregisterKeepsTheTermsButLeavesTheInstanceList(t *testing.T) {
 // instance waiting for its job wins at once instead of after the 30 s lease.
 func TestDeathReclaimMovesADeadProcesssJobsAtOnce(t *testing.T) {
 	t.Parallel()
-	etcd := testenv.StartEtcd(t, 1)
+	etcd := etcdtest.Start(t, 1)
 	observer := etcd.Client(t)
 	child, oldToken, oldLease := startChild(t, etcd.Endpoints(), "server-a", "aggregator")
 	other := startSession(t, etcd.Client(t), "server-b", withTTL(30*time.Second, 9*time.Second))
@@ -258,7 +258,7 @@ func TestDeathReclaimMovesADeadProcesssJobsAtOnce(t *testing.T) {
 // calls it by mistake (or for a process it did not start) changes nothing.
 func TestDeathReclaimLeavesARunningProcessAlone(t *testing.T) {
 	t.Parallel()
-	etcd := testenv.StartEtcd(t, 1)
+	etcd := etcdtest.Start(t, 1)
 	observer := etcd.Client(t)
 	child, token, lease := startChild(t, etcd.Endpoints(), "server-a", "aggregator")
 	got, err := leadership.Reclaim(context.Background(), observer, prefix(t), "server-a", "")
@@ -279,7 +279,7 @@ func TestDeathReclaimLeavesARunningProcessAlone(t *testing.T) {
 // Only the host that ran the process can tell that it is gone.
 func TestDeathReclaimRefusesAnotherHostsRegistration(t *testing.T) {
 	t.Parallel()
-	etcd := testenv.StartEtcd(t, 1)
+	etcd := etcdtest.Start(t, 1)
 	observer := etcd.Client(t)
 	s := startSession(t, etcd.Client(t), "server-a", withHost("host-1"))
 	got, err := leadership.Reclaim(context.Background(), observer, prefix(t), "server-a", "host-2")

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/snip/snip-jobs/internal/testenv"
+	"github.com/snip/snip-jobs/internal/etcdtest"
 	"github.com/snip/snip-jobs/leadership"
 )
 
@@ -15,7 +15,7 @@ import (
 // session closed, a registration deleted).
 func TestWatchInstancesFollowsInstancesComingAndGoing(t *testing.T) {
 	t.Parallel()
-	etcd := testenv.StartEtcd(t, 1)
+	etcd := etcdtest.Start(t, 1)
 	cli := etcd.Client(t)
 	startSession(t, etcd.Client(t), "server-a")
 	ctx, cancel := context.WithCancel(context.Background())

@@ -14,15 +14,16 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/snip/snip-jobs/internal/etcdsecure"
+	"github.com/snip/snip-jobs/internal/etcdtest"
 	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/scheduler/status"
 )
 
-// secure returns c set up for the cluster of testenv.StartSecureEtcd: its
+// secure returns c set up for the cluster of etcdtest.StartSecure: its
 // https endpoints, the CA, the test's client certificate, and snip-jobs' user
 // (whose role may touch testPrefix's keys only) with its password in a file.
-func secure(t *testing.T, etcd *testenv.EtcdCluster, c config) config {
+func secure(t *testing.T, etcd *etcdtest.Cluster, c config) config {
 	t.Helper()
 	sec := etcd.Security()
 	c.endpoints = etcd.Endpoints()
@@ -48,7 +49,7 @@ func writeSecret(t *testing.T, s string) string {
 // only because every key on it is under the prefix.
 func TestOverTLSWithAPrefixOnlyUserInstancesLeadFailOverAndResign(t *testing.T) {
 	t.Parallel()
-	etcd := testenv.StartSecureEtcd(t, 3, testPrefix)
+	etcd := etcdtest.StartSecure(t, 3, testPrefix)
 	observer := etcd.Client(t) // root
 	url := testenv.PostgresDB(t)
 	env := dbEnv(url)
@@ -135,7 +136,7 @@ func checkLeaseKeysUnderThePrefix(t *testing.T, root *clientv3.Client) {
 // error that names the endpoint and the cause, and no retries.
 func TestEtcdRefusingUsGivesOneErrorNamingTheEndpointAndTheCause(t *testing.T) {
 	t.Parallel()
-	etcd := testenv.StartSecureEtcd(t, 1, testPrefix)
+	etcd := etcdtest.StartSecure(t, 1, testPrefix)
 	url := testenv.PostgresDB(t)
 	env := dbEnv(url)
 	migrate(t, writeConfig(t, secure(t, etcd, config{instance: "migrator"})), url)
@@ -192,13 +193,13 @@ func TestStartUpWaitsForAnUnreachableEtcdWithOrWithoutALogin(t *testing.T) {
 		name := map[bool]string{false: "without login", true: "with login over TLS"}[login]
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			var etcd *testenv.EtcdCluster
+			var etcd *etcdtest.Cluster
 			c := config{instance: "server-a", jobs: pulseJob, dialTimeout: "1s"}
 			if login {
-				etcd = testenv.StartSecureEtcd(t, 1, testPrefix)
+				etcd = etcdtest.StartSecure(t, 1, testPrefix)
 				c = secure(t, etcd, c)
 			} else {
-				etcd = testenv.StartEtcd(t, 1)
+				etcd = etcdtest.Start(t, 1)
 				c.endpoints = etcd.Endpoints()
 			}
 			url := testenv.PostgresDB(t)

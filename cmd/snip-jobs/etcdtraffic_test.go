@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/snip/snip-jobs/internal/etcdtest"
 	"github.com/snip/snip-jobs/internal/testenv"
 )
 
@@ -16,7 +17,7 @@ import (
 // Not parallel: etcd members embedded in one test process count into one
 // registry, so the figures are this test's only while no other test runs.
 func TestARunningInstanceAsksEtcdOnlyForKeepAlivesOnOneStream(t *testing.T) {
-	etcd := testenv.StartEtcd(t, 1)
+	etcd := etcdtest.Start(t, 1)
 	observer := etcdClient(t, etcd.Endpoint(0))
 	url := testenv.PostgresDB(t)
 	env := dbEnv(url)

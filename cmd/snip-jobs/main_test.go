@@ -20,6 +20,7 @@ import (
 
 	"github.com/snip/snip-jobs/internal/childproc"
 	"github.com/snip/snip-jobs/internal/clitest"
+	"github.com/snip/snip-jobs/internal/etcdtest"
 	"github.com/snip/snip-jobs/internal/sockact"
 	"github.com/snip/snip-jobs/internal/testdb"
 	"github.com/snip/snip-jobs/internal/testenv"
@@ -375,7 +376,7 @@ func checkPulses(t *testing.T, ps []pulse) map[int64]string {
 func leaderOf(t *testing.T, cli *clientv3.Client, job string, not int64) leadership.Leader {
 	t.Helper()
 	var l leadership.Leader
-	testenv.WaitKeys(t, cli, testPrefix+"/", "a leader of "+job+" other than token "+strconv.FormatInt(not, 10), func() bool {
+	etcdtest.WaitKeys(t, cli, testPrefix+"/", "a leader of "+job+" other than token "+strconv.FormatInt(not, 10), func() bool {
 		got, ok, err := leadership.Observe(context.Background(), cli, testPrefix, job)
 		if err != nil {
 			t.Fatal(err)

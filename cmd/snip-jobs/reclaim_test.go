@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/snip/snip-jobs/internal/etcdtest"
 	"github.com/snip/snip-jobs/internal/testenv"
 )
 
@@ -18,7 +19,7 @@ import (
 // nothing to do.
 func TestReclaimAfterSIGKILLMovesTheJobAtOnceAndLeavesARunningProcessAlone(t *testing.T) {
 	t.Parallel()
-	etcd := testenv.StartEtcd(t, 1)
+	etcd := etcdtest.Start(t, 1)
 	observer := etcdClient(t, etcd.Endpoint(0))
 	url := testenv.PostgresDB(t)
 	env := dbEnv(url)

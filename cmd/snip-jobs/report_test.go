@@ -11,6 +11,7 @@ import (
 
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/fencing"
+	"github.com/snip/snip-jobs/internal/etcdtest"
 	"github.com/snip/snip-jobs/internal/testdb"
 	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/jobs/weeklyreport"
@@ -32,7 +33,7 @@ const reportJobYAML = `
 // current counts, fenced by a fresh token, without a second outbox row.
 func TestReportShowAndRebuild(t *testing.T) {
 	t.Parallel()
-	etcd := testenv.StartEtcd(t, 1)
+	etcd := etcdtest.Start(t, 1)
 	url := testenv.PostgresDB(t)
 	path := writeConfig(t, config{instance: "server-1", endpoints: etcd.Endpoints(), adminPort: freePort(t), jobs: reportJobYAML})
 	env := dbEnv(migrate(t, path, url))

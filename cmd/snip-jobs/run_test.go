@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/snip/snip-jobs/internal/etcdtest"
 	"github.com/snip/snip-jobs/internal/testdb"
 	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/scheduler/status"
@@ -26,7 +27,7 @@ import (
 // process exits 0 having resigned.
 func TestThreeInstancesRunASingletonOnOneAndHandOverOnResignAndSIGTERM(t *testing.T) {
 	t.Parallel()
-	etcd := testenv.StartEtcd(t, 1)
+	etcd := etcdtest.Start(t, 1)
 	observer := etcdClient(t, etcd.Endpoint(0))
 	url := testenv.PostgresDB(t)
 	// A 10 s lease: a successor that waited for expiry would be easy to tell
@@ -179,7 +180,7 @@ func TestThreeInstancesRunASingletonOnOneAndHandOverOnResignAndSIGTERM(t *testin
 // leader's lease has expired.
 func TestKilledLeaderIsReplacedAfterItsLeaseExpires(t *testing.T) {
 	t.Parallel()
-	etcd := testenv.StartEtcd(t, 1)
+	etcd := etcdtest.Start(t, 1)
 	observer := etcdClient(t, etcd.Endpoint(0))
 	url := testenv.PostgresDB(t)
 	mk := func(name string) config {
@@ -214,7 +215,7 @@ func TestKilledLeaderIsReplacedAfterItsLeaseExpires(t *testing.T) {
 
 func TestASecondProcessWithTheSameInstanceNameExits1(t *testing.T) {
 	t.Parallel()
-	etcd := testenv.StartEtcd(t, 1)
+	etcd := etcdtest.Start(t, 1)
 	url := testenv.PostgresDB(t)
 	c := config{instance: "server-a", endpoints: []string{etcd.Endpoint(0)}, jobs: pulseJob}
 	env := dbEnv(migrate(t, writeConfig(t, c), url))
@@ -238,7 +239,7 @@ func TestASecondProcessWithTheSameInstanceNameExits1(t *testing.T) {
 // 200 when both are fine.
 func TestReadyzFollowsTheEtcdLeaseAndPostgres(t *testing.T) {
 	t.Parallel()
-	etcd := testenv.StartEtcd(t, 1)
+	etcd := etcdtest.Start(t, 1)
 	pg := testenv.StartPostgres(t)
 	url := pg.CreateDatabase(t)
 	c := config{instance: "server-a", endpoints: []string{etcd.Endpoint(0)}, jobs: pulseJob}
@@ -315,7 +316,7 @@ func TestRunWithoutEtcdEndpointsStartsAnEmbeddedEtcd(t *testing.T) {
 // pings while it is healthy, STOPPING=1 at SIGTERM, and nothing after.
 func TestRunTellsSystemdReadyWatchdogAndStopping(t *testing.T) {
 	t.Parallel()
-	etcd := testenv.StartEtcd(t, 1)
+	etcd := etcdtest.Start(t, 1)
 	url := testenv.PostgresDB(t)
 	c := config{instance: "server-a", endpoints: []string{etcd.Endpoint(0)}, jobs: pulseJob}
 	env := dbEnv(migrate(t, writeConfig(t, c), url))

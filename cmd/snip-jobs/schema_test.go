@@ -15,6 +15,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx", for goose
 	"github.com/pressly/goose/v3"
 
+	"github.com/snip/snip-jobs/internal/etcdtest"
 	"github.com/snip/snip-jobs/internal/testdb"
 	"github.com/snip/snip-jobs/internal/testenv"
 )
@@ -38,7 +39,7 @@ func migrateAllButNewest(t *testing.T, url string) (fstest.MapFS, string) {
 // newer binary migrated further is only warned about (rolling upgrades).
 func TestRunRefusesASchemaWithoutItsNewestMigrationUntilMigrated(t *testing.T) {
 	t.Parallel()
-	etcd := testenv.StartEtcd(t, 1)
+	etcd := etcdtest.Start(t, 1)
 	url := testenv.PostgresDB(t)
 	env := dbEnv(url)
 	c := config{instance: "server-a", endpoints: []string{etcd.Endpoint(0)}, jobs: pulseJob}
@@ -84,7 +85,7 @@ func TestRunRefusesASchemaWithoutItsNewestMigrationUntilMigrated(t *testing.T) {
 // carries on when it does not. It is not ready (/readyz) until it compared.
 func TestRunComparesTheSchemaOncePostgresAnswers(t *testing.T) {
 	t.Parallel()
-	etcd := testenv.StartEtcd(t, 1)
+	etcd := etcdtest.Start(t, 1)
 	pg := testenv.StartPostgres(t)
 	url := pg.CreateDatabase(t)
 	env := dbEnv(url)

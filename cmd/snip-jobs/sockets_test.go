@@ -7,6 +7,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/snip/snip-jobs/internal/etcdtest"
 	"github.com/snip/snip-jobs/internal/sockact"
 	"github.com/snip/snip-jobs/internal/testenv"
 )
@@ -17,7 +18,7 @@ import (
 // listening there would fail, and the instance is ready all the same.
 func TestRunServesTheAdminOnThePassedSocketInsteadOfHTTPListen(t *testing.T) {
 	t.Parallel()
-	etcd := testenv.StartEtcd(t, 1)
+	etcd := etcdtest.Start(t, 1)
 	url := testenv.PostgresDB(t)
 	busy := testenv.Listen(t) // http.listen: taken
 	admin := testenv.Listen(t)

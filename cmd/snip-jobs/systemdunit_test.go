@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/snip/snip-jobs/internal/etcdtest"
 	"github.com/snip/snip-jobs/internal/flock"
 	"github.com/snip/snip-jobs/internal/nspawn"
 	"github.com/snip/snip-jobs/internal/sockact"
@@ -84,7 +85,7 @@ func TestTheUnitUnderARealSystemd(t *testing.T) {
 	t.Logf("root file system %s ready in %v", root, time.Since(begin).Round(time.Millisecond))
 	holdPort80(t, cache)
 
-	etcd := testenv.StartEtcd(t, 1)
+	etcd := etcdtest.Start(t, 1)
 	observer := etcdClient(t, etcd.Endpoint(0))
 	url := testenv.PostgresDB(t)
 	keys := randomKey(t)

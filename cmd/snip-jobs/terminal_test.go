@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/snip/snip-jobs/internal/etcdtest"
 	"github.com/snip/snip-jobs/internal/testdb"
 	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/jobs/certrenew"
@@ -24,7 +25,7 @@ const hostileEscaped = `\x1b]0;pwned\x07\x1b[2J\u009b31m\u202e`
 // --json prints the data as stored.
 func TestStringsFromTheDatabaseArePrintedEscapedAndJSONIsUnchanged(t *testing.T) {
 	t.Parallel()
-	etcd := testenv.StartEtcd(t, 1)
+	etcd := etcdtest.Start(t, 1)
 	url := testenv.PostgresDB(t)
 	path := writeConfig(t, config{instance: "server-1", endpoints: etcd.Endpoints(), adminPort: freePort(t), jobs: certsJobYAML + reportJobYAML})
 	env := dbEnv(migrate(t, path, url))

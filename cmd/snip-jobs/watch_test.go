@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/snip/snip-jobs/internal/etcdtest"
 	"github.com/snip/snip-jobs/internal/testenv"
 )
 
@@ -97,7 +98,7 @@ func (term *terminal) waitFrame(t *testing.T, what string, cond func(frame strin
 // and Ctrl-C ends it with status 0 and nothing half drawn.
 func TestStatusWatchRedrawsTheTableOnATerminalUntilCtrlC(t *testing.T) {
 	t.Parallel()
-	etcd := testenv.StartEtcd(t, 1)
+	etcd := etcdtest.Start(t, 1)
 	url := testenv.PostgresDB(t)
 	env := dbEnv(url)
 	c := config{instance: "server-a", endpoints: []string{etcd.Endpoint(0)}, jobs: pulseJob}

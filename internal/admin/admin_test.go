@@ -18,6 +18,7 @@ import (
 
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/internal/admin"
+	"github.com/snip/snip-jobs/internal/etcdtest"
 	"github.com/snip/snip-jobs/internal/testdb"
 	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/leadership"
@@ -43,7 +44,7 @@ func get(t *testing.T, s *admin.Server, path string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-func session(t *testing.T, etcd *testenv.EtcdCluster, instance string) *leadership.Session {
+func session(t *testing.T, etcd *etcdtest.Cluster, instance string) *leadership.Session {
 	t.Helper()
 	s, err := leadership.NewSession(leadership.Config{
 		Client: etcd.Client(t), Instance: instance, TTL: 2 * time.Second, Margin: 500 * time.Millisecond,
@@ -85,7 +86,7 @@ func serve(t *testing.T, cfg admin.Config) *admin.Server {
 }
 
 func TestReadyzNeedsALeaseAndAPostgresPingAndNamesWhatIsMissing(t *testing.T) {
-	etcd := testenv.StartEtcd(t, 1)
+	etcd := etcdtest.Start(t, 1)
 	pg := testenv.StartPostgres(t)
 	etcd.Stop(t, 0)
 	s := serve(t, admin.Config{Instance: "server-a", Session: session(t, etcd, "server-a"), DB: pool(t, pg.URL("postgres"))})
@@ -163,7 +164,7 @@ func TestReadyzWithoutASessionChecksOnlyPostgres(t *testing.T) {
 }
 
 func TestStatusAndMetricsShowTheSchedulersTermsOnTheSharedMux(t *testing.T) {
-	etcd := testenv.StartEtcd(t, 1)
+	etcd := etcdtest.Start(t, 1)
 	url := testdb.URL(t)
 	reg, err := scheduler.NewRegistry(scheduler.Type{
 		Name: "tick",

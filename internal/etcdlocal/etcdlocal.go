@@ -17,7 +17,7 @@
 // cluster.
 //
 // Member, StartMember and Ready are the project's one launcher of embedded
-// members, Start's and the test bench's (internal/testenv's clusters in the
+// members, Start's and the test bench's (internal/etcdtest's clusters in the
 // test process, internal/chaos's member processes): one place that turns a
 // member's name, URLs, cluster and options into etcd's configuration.
 package etcdlocal

@@ -15,7 +15,7 @@ import (
 
 // Member is one embedded etcd member of a cluster whose members all listen on
 // loopback: the one description from which this package's Start, the tests'
-// clusters (internal/testenv) and the fault harness's member processes
+// clusters (internal/etcdtest) and the fault harness's member processes
 // (internal/chaos) start etcd. Zero fields take etcd's defaults unless noted.
 type Member struct {
 	Name      string

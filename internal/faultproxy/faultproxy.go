@@ -2,7 +2,7 @@
 // between a client and one server (an etcd member, PostgreSQL) whose latency
 // can be set, and which can be cut, while connections are open. The fault
 // harness (internal/chaos) puts one between every instance and every server;
-// the tests' etcd clusters (internal/testenv) put one in front of a member.
+// the tests' etcd clusters (internal/etcdtest) put one in front of a member.
 //
 // Every chunk of bytes is held for the latency set when it was read before
 // it is written on, in order, in each direction: a change of latency, as on a

@@ -18,6 +18,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/snip/snip-jobs/configs"
+	"github.com/snip/snip-jobs/internal/etcdtest"
 	"github.com/snip/snip-jobs/internal/testdb"
 	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/leadership"
@@ -34,7 +35,7 @@ const Patience = testenv.Patience
 // func TestMain(m *testing.M) { os.Exit(testenv.RunMain(m)) }.
 type Cluster struct {
 	T          *testing.T
-	Etcd       *testenv.EtcdCluster
+	Etcd       *etcdtest.Cluster
 	URL        string           // database URL as the schema's owner: the test's fixtures and checks
 	RuntimeURL string           // database URL as the runtime role: what the instances use
 	DB         *pgxpool.Pool    // the test's own view of the database
@@ -48,7 +49,7 @@ type Cluster struct {
 func NewCluster(t *testing.T) *Cluster {
 	t.Helper()
 	db := testdb.NewDB(t)
-	c := &Cluster{T: t, Etcd: testenv.StartEtcd(t, 1), URL: db.Owner, RuntimeURL: db.Runtime, TTL: 2 * time.Second,
+	c := &Cluster{T: t, Etcd: etcdtest.Start(t, 1), URL: db.Owner, RuntimeURL: db.Runtime, TTL: 2 * time.Second,
 		Prefix: "/test/" + strings.ReplaceAll(t.Name(), "/", "-")}
 	c.DB = c.Pool()
 	c.Obs = c.Etcd.Client(t)
@@ -237,10 +238,10 @@ func (c *Cluster) WaitCommit(what string, tables []string, cond func() bool) {
 }
 
 // WaitKeys waits until cond holds, woken by each change under the
-// cluster's prefix (testenv.WaitKeys: an etcd watch), for a term won or ended.
+// cluster's prefix (etcdtest.WaitKeys: an etcd watch), for a term won or ended.
 func (c *Cluster) WaitKeys(what string, cond func() bool) {
 	c.T.Helper()
-	testenv.WaitKeys(c.T, c.Obs, c.Prefix+"/", what, cond)
+	etcdtest.WaitKeys(c.T, c.Obs, c.Prefix+"/", what, cond)
 }
 
 // MetricSum adds up every series of a metric family on a node's registry;

@@ -15,6 +15,7 @@ import (
 
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/internal/clusterview"
+	"github.com/snip/snip-jobs/internal/etcdtest"
 	"github.com/snip/snip-jobs/internal/testdb"
 	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/leadership"
@@ -127,7 +128,7 @@ func TestThePageIsReadableWithoutJavaScript(t *testing.T) {
 // instances from etcd, last runs and the term history from PostgreSQL.
 func TestThePageReadsTheClusterFromEtcdAndPostgres(t *testing.T) {
 	ctx := context.Background()
-	etcd := testenv.StartEtcd(t, 1)
+	etcd := etcdtest.Start(t, 1)
 	cli := etcd.Client(t)
 	_, pool := testdb.New(t)
 	const prefix = "/statuspage-test"

@@ -7,10 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"testing"
 	"time"
-
-	"go.etcd.io/etcd/client/pkg/v3/transport"
 )
 
 // Metrics is one scrape of a /metrics page (Prometheus text format): each
@@ -20,29 +17,6 @@ import (
 // (grpc_server_started_total), every call ended, by code
 // (grpc_server_handled_total).
 type Metrics map[string]float64
-
-// Metrics scrapes member i's /metrics, served on its client URL (over TLS
-// with the test's client certificate for a member of StartSecureEtcd): what
-// the etcd server itself counted. Members embedded in one process count into
-// one registry: the figures are those of every member in the process, this
-// cluster's only while no other runs (a test that counts must not be
-// parallel).
-func (c *EtcdCluster) Metrics(t testing.TB, i int) Metrics {
-	t.Helper()
-	hc := http.DefaultClient
-	if pki := c.member(i).tls; pki != nil {
-		tc, err := transport.TLSInfo{CertFile: pki.ClientCert, KeyFile: pki.ClientKey, TrustedCAFile: pki.CA}.ClientConfig()
-		if err != nil {
-			t.Fatalf("testenv: Metrics: %v", err)
-		}
-		hc = &http.Client{Transport: &http.Transport{TLSClientConfig: tc, ForceAttemptHTTP2: true}}
-	}
-	m, err := scrape(context.Background(), hc, c.Endpoint(i))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
 
 // ScrapeMetrics reads base + "/metrics": an etcd member's plain client URL
 // (http://host:port), or a snip-jobs instance's admin URL.

@@ -1,4 +1,4 @@
-package testenv
+package etcdtest
 
 import (
 	"context"
@@ -67,12 +67,12 @@ func etcdMustGet(t *testing.T, cli *clientv3.Client, key, want string) {
 
 func TestEtcdSingleMember(t *testing.T) {
 	t.Parallel()
-	c := StartEtcd(t, 1)
+	c := Start(t, 1)
 	if got := c.LeaderIndex(t); got != 0 {
 		t.Fatalf("LeaderIndex = %d, want 0", got)
 	}
 	if !c.Running(0) {
-		t.Fatal("Running(0) = false after StartEtcd")
+		t.Fatal("Running(0) = false after Start")
 	}
 	if eps := c.Endpoints(); len(eps) != 1 || eps[0] != c.Endpoint(0) {
 		t.Fatalf("Endpoints() = %v, Endpoint(0) = %q", eps, c.Endpoint(0))
@@ -104,7 +104,7 @@ func TestEtcdSingleMember(t *testing.T) {
 
 func TestEtcdLeaderStopAndRestart(t *testing.T) {
 	t.Parallel()
-	c := StartEtcd(t, 3)
+	c := Start(t, 3)
 	cli := c.Client(t)
 	if err := etcdPut(cli, 10*time.Second, "before", "1"); err != nil {
 		t.Fatalf("put before stop: %v", err)
@@ -154,7 +154,7 @@ func TestEtcdLeaderStopAndRestart(t *testing.T) {
 
 func TestEtcdNoQuorum(t *testing.T) {
 	t.Parallel()
-	c := StartEtcd(t, 3)
+	c := Start(t, 3)
 	cli := c.Client(t, c.Endpoint(2))
 	if err := etcdPut(cli, 10*time.Second, "k", "1"); err != nil {
 		t.Fatalf("put with all members up: %v", err)
@@ -178,7 +178,7 @@ func TestEtcdNoQuorum(t *testing.T) {
 
 func TestEtcdProxyBlackhole(t *testing.T) {
 	t.Parallel()
-	c := StartEtcd(t, 1)
+	c := Start(t, 1)
 	p := c.Proxy(t, 0)
 	cli := c.Client(t, p.Endpoint())
 
@@ -213,7 +213,7 @@ func TestEtcdProxyBlackhole(t *testing.T) {
 
 func TestEtcdProxyDelay(t *testing.T) {
 	t.Parallel()
-	c := StartEtcd(t, 1)
+	c := Start(t, 1)
 	p := c.Proxy(t, 0)
 	cli := c.Client(t, p.Endpoint())
 	if err := etcdPut(cli, 10*time.Second, "k", "1"); err != nil {
@@ -240,7 +240,7 @@ func TestEtcdProxyDelay(t *testing.T) {
 func TestEtcdProxyToStoppedMember(t *testing.T) {
 	t.Parallel()
 	// A 3-member cluster so that stopping one member leaves a quorum.
-	c := StartEtcd(t, 3)
+	c := Start(t, 3)
 	p := c.Proxy(t, 0)
 	cli := c.Client(t, p.Endpoint())
 	if err := etcdPut(cli, 10*time.Second, "k", "1"); err != nil {
@@ -260,7 +260,7 @@ func TestEtcdProxyToStoppedMember(t *testing.T) {
 
 func TestEtcdKillLeader(t *testing.T) {
 	t.Parallel()
-	c := StartEtcd(t, 3)
+	c := Start(t, 3)
 	old := c.LeaderIndex(t)
 	c.Kill(t, old)
 	if c.Running(old) {
@@ -282,7 +282,7 @@ func TestEtcdKillLeader(t *testing.T) {
 // carries its watch and lease keep-alive over to another member.
 func TestEtcdStopMovesStreams(t *testing.T) {
 	t.Parallel()
-	c := StartEtcd(t, 3)
+	c := Start(t, 3)
 	cli := c.Client(t)
 	writer := c.Client(t)
 
@@ -338,7 +338,7 @@ func TestEtcdStopMovesStreams(t *testing.T) {
 func BenchmarkEtcdPut(b *testing.B) {
 	for _, n := range []int{1, 3} {
 		b.Run(fmt.Sprintf("members=%d", n), func(b *testing.B) {
-			c := StartEtcd(b, n)
+			c := Start(b, n)
 			cli := c.Client(b)
 			ctx := context.Background()
 			for b.Loop() {

@@ -1,4 +1,4 @@
-package testenv
+package etcdtest
 
 import (
 	"context"
@@ -34,7 +34,7 @@ import (
 // how long a broken environment takes to report itself, never whether a
 // healthy one passes.
 const (
-	etcdReadyTimeout  = 60 * time.Second // StartEtcd/Restart until every started member is ready
+	etcdReadyTimeout  = 60 * time.Second // Start/Restart until every started member is ready
 	etcdLeaderTimeout = 30 * time.Second // LeaderIndex until the running members agree
 	etcdPollInterval  = 10 * time.Millisecond
 	etcdDialTimeout   = 5 * time.Second // clientv3.Config.DialTimeout of Client
@@ -42,18 +42,18 @@ const (
 	etcdBcryptCost    = 4               // bcrypt.MinCost: see etcdMember.config
 )
 
-// EtcdCluster is a cluster of real etcd members running in the test process.
+// Cluster is a cluster of real etcd members running in the test process.
 // Member i is named "m<i>"; its client and peer URLs, data directory and raft
 // member ID stay the same across Stop and Restart.
-type EtcdCluster struct {
+type Cluster struct {
 	mu      sync.Mutex // guards members[*].etcd; held during Stop and Restart
 	members []*etcdMember
-	secure  *EtcdSecurity // nil: plain http, no authentication
+	secure  *Security // nil: plain http, no authentication
 }
 
-// EtcdSecurity is the TLS material and the users of a cluster started by
-// StartSecureEtcd.
-type EtcdSecurity struct {
+// Security is the TLS material and the users of a cluster started by
+// StartSecure.
+type Security struct {
 	PKI  *etcdsecure.PKI
 	Auth etcdsecure.Auth
 }
@@ -68,7 +68,7 @@ type etcdMember struct {
 	stopping  chan struct{} // closed to cut the running etcd's client streams
 }
 
-// StartEtcd starts an n-member etcd cluster (n is 1 or 3) and waits until
+// Start starts an n-member etcd cluster (n is 1 or 3) and waits until
 // every member is ready and the cluster has a leader. Each member has its own
 // data directory under t.TempDir() and listens on free 127.0.0.1 ports.
 // The members are stopped at t.Cleanup.
@@ -77,23 +77,23 @@ type etcdMember struct {
 // timeout) and skip fsync (UnsafeNoFsync): they stop, or are killed, inside
 // the test process, whose writes the kernel keeps, so nothing depends on
 // durability across a machine crash.
-func StartEtcd(t testing.TB, n int) *EtcdCluster {
+func Start(t testing.TB, n int) *Cluster {
 	t.Helper()
 	return startEtcd(t, n, nil)
 }
 
-// StartSecureEtcd starts an n-member cluster as StartEtcd does, whose members
+// StartSecure starts an n-member cluster as Start does, whose members
 // serve clients over TLS only (https:// client URLs, a server certificate for
 // 127.0.0.1 signed by a CA made for the test, and a client certificate of
 // that CA required), with authentication enabled: a root user, and a user
 // whose role may read and write the keys under prefix and nothing else (the
 // grants of docs/operations.md, see etcdsecure.Grant). Client returns clients
 // that log in as root; Security gives the files and users for snip-jobs.
-func StartSecureEtcd(t testing.TB, n int, prefix string) *EtcdCluster {
+func StartSecure(t testing.TB, n int, prefix string) *Cluster {
 	t.Helper()
 	pki, err := etcdsecure.NewPKI(filepath.Join(t.TempDir(), "pki"))
 	if err != nil {
-		t.Fatalf("testenv: StartSecureEtcd: %v", err)
+		t.Fatalf("etcdtest: StartSecure: %v", err)
 	}
 	c := startEtcd(t, n, pki)
 	admin := c.client(t, c.Endpoints(), "", "") // auth still off
@@ -101,27 +101,27 @@ func StartSecureEtcd(t testing.TB, n int, prefix string) *EtcdCluster {
 	ctx, cancel := context.WithTimeout(context.Background(), etcdReadyTimeout)
 	defer cancel()
 	if err := etcdsecure.Grant(ctx, admin, a); err != nil {
-		t.Fatalf("testenv: StartSecureEtcd: %v", err)
+		t.Fatalf("etcdtest: StartSecure: %v", err)
 	}
 	_ = admin.Close()
-	c.secure = &EtcdSecurity{PKI: pki, Auth: a}
+	c.secure = &Security{PKI: pki, Auth: a}
 	return c
 }
 
 // Security returns the TLS files and users of a cluster started by
-// StartSecureEtcd, nil for a plain one.
-func (c *EtcdCluster) Security() *EtcdSecurity { return c.secure }
+// StartSecure, nil for a plain one.
+func (c *Cluster) Security() *Security { return c.secure }
 
-func startEtcd(t testing.TB, n int, pki *etcdsecure.PKI) *EtcdCluster {
+func startEtcd(t testing.TB, n int, pki *etcdsecure.PKI) *Cluster {
 	t.Helper()
 	if n != 1 && n != 3 {
-		t.Fatalf("testenv: StartEtcd: n = %d, want 1 or 3", n)
+		t.Fatalf("etcdtest: Start: n = %d, want 1 or 3", n)
 	}
 	// One base directory, created before the Cleanup below is registered,
 	// so that it is removed only after the members have stopped (Cleanup
 	// runs last-registered first).
 	base := t.TempDir()
-	c := &EtcdCluster{}
+	c := &Cluster{}
 	t.Cleanup(c.stopAll)
 
 	var lastErr error
@@ -135,15 +135,15 @@ func startEtcd(t testing.TB, n int, pki *etcdsecure.PKI) *EtcdCluster {
 		if !etcdAddrInUse(err) {
 			break
 		}
-		t.Logf("testenv: StartEtcd attempt %d: %v; retrying on fresh ports", attempt, err)
+		t.Logf("etcdtest: Start attempt %d: %v; retrying on fresh ports", attempt, err)
 	}
-	t.Fatalf("testenv: StartEtcd(%d): %v", n, lastErr)
+	t.Fatalf("etcdtest: Start(%d): %v", n, lastErr)
 	return nil
 }
 
 // start reserves ports, starts the n members one after the other and waits
 // until each is ready. On failure it stops what it started.
-func (c *EtcdCluster) start(base string, attempt, n int, pki *etcdsecure.PKI) error {
+func (c *Cluster) start(base string, attempt, n int, pki *etcdsecure.PKI) error {
 	ports, release, err := etcdReservePorts(2 * n)
 	if err != nil {
 		return err
@@ -171,7 +171,7 @@ func (c *EtcdCluster) start(base string, attempt, n int, pki *etcdsecure.PKI) er
 	// port that accepts connections but does not answer costs that second:
 	// a port still held by the reservation, or a member started concurrently
 	// whose peer listener is open but not served yet. So: release every
-	// port first, then start the members one after the other; embed.StartEtcd
+	// port first, then start the members one after the other; embed.Start
 	// returns without waiting for the peers (ReadyNotify does), and a member
 	// it returns serves its peer URL, so every peer asked either answers or
 	// refuses the connection.
@@ -279,7 +279,7 @@ func etcdCutStreams(stopping <-chan struct{}) grpc.StreamServerInterceptor {
 		select {
 		case <-stopping:
 			if ss.Context().Err() == nil {
-				return status.Error(codes.Unavailable, "testenv: etcd member is stopping")
+				return status.Error(codes.Unavailable, "etcdtest: etcd member is stopping")
 			}
 		default:
 		}
@@ -303,7 +303,7 @@ func etcdLogger(name string) *zap.Logger {
 	enc := zap.NewProductionEncoderConfig()
 	enc.EncodeTime = zapcore.ISO8601TimeEncoder
 	core := zapcore.NewCore(zapcore.NewConsoleEncoder(enc), zapcore.Lock(os.Stderr), zapcore.ErrorLevel)
-	return zap.New(etcdQuietClose{core}).Named("testenv.etcd." + name)
+	return zap.New(etcdQuietClose{core}).Named("etcdtest." + name)
 }
 
 type etcdQuietClose struct{ zapcore.Core }
@@ -345,7 +345,7 @@ func (m *etcdMember) waitReady() error {
 	return nil
 }
 
-func (c *EtcdCluster) stopAll() {
+func (c *Cluster) stopAll() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	// Kill rather than stop cleanly: a clean stop of the leader waits up to
@@ -359,7 +359,7 @@ func (c *EtcdCluster) stopAll() {
 
 // Endpoints returns the client URLs of all members, running or not, in
 // index order.
-func (c *EtcdCluster) Endpoints() []string {
+func (c *Cluster) Endpoints() []string {
 	eps := make([]string, len(c.members))
 	for i := range c.members {
 		eps[i] = c.Endpoint(i)
@@ -368,27 +368,27 @@ func (c *EtcdCluster) Endpoints() []string {
 }
 
 // Endpoint returns the client URL of member i ("http://127.0.0.1:port", or
-// https for a cluster of StartSecureEtcd).
-func (c *EtcdCluster) Endpoint(i int) string {
+// https for a cluster of StartSecure).
+func (c *Cluster) Endpoint(i int) string {
 	return c.member(i).clientURL.String()
 }
 
 // Size returns the number of members.
-func (c *EtcdCluster) Size() int { return len(c.members) }
+func (c *Cluster) Size() int { return len(c.members) }
 
-func (c *EtcdCluster) member(i int) *etcdMember {
+func (c *Cluster) member(i int) *etcdMember {
 	if i < 0 || i >= len(c.members) {
-		panic(fmt.Sprintf("testenv: etcd member %d does not exist (the cluster has %d)", i, len(c.members)))
+		panic(fmt.Sprintf("etcdtest: etcd member %d does not exist (the cluster has %d)", i, len(c.members)))
 	}
 	return c.members[i]
 }
 
 // Client returns a clientv3 client on the given endpoints, or on all
 // members' client URLs when none are given; on a cluster of
-// StartSecureEtcd it presents the test's client certificate and logs in as
+// StartSecure it presents the test's client certificate and logs in as
 // root. It is closed at t.Cleanup; closing it earlier (to simulate a crashed
 // process) is harmless.
-func (c *EtcdCluster) Client(t testing.TB, endpoints ...string) *clientv3.Client {
+func (c *Cluster) Client(t testing.TB, endpoints ...string) *clientv3.Client {
 	t.Helper()
 	if len(endpoints) == 0 {
 		endpoints = c.Endpoints()
@@ -400,10 +400,10 @@ func (c *EtcdCluster) Client(t testing.TB, endpoints ...string) *clientv3.Client
 }
 
 // UserClient is Client logged in as snip-jobs' user (only its prefix).
-func (c *EtcdCluster) UserClient(t testing.TB, endpoints ...string) *clientv3.Client {
+func (c *Cluster) UserClient(t testing.TB, endpoints ...string) *clientv3.Client {
 	t.Helper()
 	if c.secure == nil {
-		t.Fatal("testenv: UserClient: the cluster has no authentication (use StartSecureEtcd)")
+		t.Fatal("etcdtest: UserClient: the cluster has no authentication (use StartSecure)")
 	}
 	if len(endpoints) == 0 {
 		endpoints = c.Endpoints()
@@ -411,7 +411,7 @@ func (c *EtcdCluster) UserClient(t testing.TB, endpoints ...string) *clientv3.Cl
 	return c.client(t, endpoints, c.secure.Auth.User, c.secure.Auth.Password)
 }
 
-func (c *EtcdCluster) client(t testing.TB, endpoints []string, user, password string) *clientv3.Client {
+func (c *Cluster) client(t testing.TB, endpoints []string, user, password string) *clientv3.Client {
 	t.Helper()
 	cfg := clientv3.Config{
 		Endpoints:   endpoints,
@@ -423,13 +423,13 @@ func (c *EtcdCluster) client(t testing.TB, endpoints []string, user, password st
 	if pki := c.member(0).tls; pki != nil {
 		tc, err := transport.TLSInfo{CertFile: pki.ClientCert, KeyFile: pki.ClientKey, TrustedCAFile: pki.CA}.ClientConfig()
 		if err != nil {
-			t.Fatalf("testenv: etcd client TLS: %v", err)
+			t.Fatalf("etcdtest: etcd client TLS: %v", err)
 		}
 		cfg.TLS = tc
 	}
 	cli, err := clientv3.New(cfg)
 	if err != nil {
-		t.Fatalf("testenv: etcd client on %v: %v", endpoints, err)
+		t.Fatalf("etcdtest: etcd client on %v: %v", endpoints, err)
 	}
 	t.Cleanup(func() { _ = cli.Close() })
 	return cli
@@ -441,7 +441,7 @@ func (c *EtcdCluster) client(t testing.TB, endpoints []string, user, password st
 // so the cluster has a leader again at once. In-flight unary requests are
 // let finish; client streams (watches, lease keep-alives) are cut at once
 // with codes.Unavailable, and clients move to another endpoint.
-func (c *EtcdCluster) Stop(t testing.TB, i int) {
+func (c *Cluster) Stop(t testing.TB, i int) {
 	t.Helper()
 	c.stop(t, "Stop", i, false)
 }
@@ -450,18 +450,18 @@ func (c *EtcdCluster) Stop(t testing.TB, i int) {
 // leadership over, so when it was the leader the other members elect a new
 // one only after the election timeout (1 s). Connections to it are closed,
 // as the kernel does for a killed process. Restart brings it back.
-func (c *EtcdCluster) Kill(t testing.TB, i int) {
+func (c *Cluster) Kill(t testing.TB, i int) {
 	t.Helper()
 	c.stop(t, "Kill", i, true)
 }
 
-func (c *EtcdCluster) stop(t testing.TB, op string, i int, kill bool) {
+func (c *Cluster) stop(t testing.TB, op string, i int, kill bool) {
 	t.Helper()
 	m := c.member(i)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if m.etcd == nil {
-		t.Fatalf("testenv: %s: etcd member %s is not running", op, m.name)
+		t.Fatalf("etcdtest: %s: etcd member %s is not running", op, m.name)
 	}
 	m.stop(kill)
 }
@@ -472,13 +472,13 @@ func (c *EtcdCluster) stop(t testing.TB, op string, i int, kill bool) {
 // itself through raft, so a quorum must be running with it: restarting one
 // member of a 3-member cluster whose other two are stopped fails after a
 // bound.
-func (c *EtcdCluster) Restart(t testing.TB, i int) {
+func (c *Cluster) Restart(t testing.TB, i int) {
 	t.Helper()
 	m := c.member(i)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if m.etcd != nil {
-		t.Fatalf("testenv: Restart: etcd member %s is running", m.name)
+		t.Fatalf("etcdtest: Restart: etcd member %s is running", m.name)
 	}
 	peers := make([]string, len(c.members))
 	for j, o := range c.members {
@@ -487,16 +487,16 @@ func (c *EtcdCluster) Restart(t testing.TB, i int) {
 	// With a data directory the member boots from its WAL and ignores
 	// InitialCluster and ClusterState; "existing" says what this is.
 	if err := m.start(strings.Join(peers, ","), embed.ClusterStateFlagExisting); err != nil {
-		t.Fatalf("testenv: Restart: %v", err)
+		t.Fatalf("etcdtest: Restart: %v", err)
 	}
 	if err := m.waitReady(); err != nil {
 		m.stop(true)
-		t.Fatalf("testenv: Restart: %v", err)
+		t.Fatalf("etcdtest: Restart: %v", err)
 	}
 }
 
 // Running reports whether member i is running (started and not stopped).
-func (c *EtcdCluster) Running(i int) bool {
+func (c *Cluster) Running(i int) bool {
 	m := c.member(i)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -507,7 +507,7 @@ func (c *EtcdCluster) Running(i int) bool {
 // and that leader is a running member, and returns the leader's index. It
 // fails the test when that does not happen within a bound, for instance
 // because no quorum is running.
-func (c *EtcdCluster) LeaderIndex(t testing.TB) int {
+func (c *Cluster) LeaderIndex(t testing.TB) int {
 	t.Helper()
 	deadline := time.Now().Add(etcdLeaderTimeout)
 	for {
@@ -516,7 +516,7 @@ func (c *EtcdCluster) LeaderIndex(t testing.TB) int {
 			return idx
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("testenv: LeaderIndex: the running etcd members do not agree on a leader after %v; last seen: %s",
+			t.Fatalf("etcdtest: LeaderIndex: the running etcd members do not agree on a leader after %v; last seen: %s",
 				etcdLeaderTimeout, state)
 		}
 		time.Sleep(etcdPollInterval)
@@ -525,7 +525,7 @@ func (c *EtcdCluster) LeaderIndex(t testing.TB) int {
 
 // leader returns the index of the leader all running members agree on, or
 // -1 and a description of what each member sees.
-func (c *EtcdCluster) leader() (int, string) {
+func (c *Cluster) leader() (int, string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var (
@@ -567,12 +567,12 @@ type Proxy struct {
 // i's client URL, and closes it (and its connections) at t.Cleanup. The member
 // does not have to be running; while it is stopped, the proxy closes the
 // connections it cannot forward.
-func (c *EtcdCluster) Proxy(t testing.TB, i int) *Proxy {
+func (c *Cluster) Proxy(t testing.TB, i int) *Proxy {
 	t.Helper()
 	to := c.member(i).clientURL
 	p, err := faultproxy.New(to.Host) // bytes only: TLS goes through it end to end
 	if err != nil {
-		t.Fatalf("testenv: Proxy to etcd member %d (%s): %v", i, to.Host, err)
+		t.Fatalf("etcdtest: Proxy to etcd member %d (%s): %v", i, to.Host, err)
 	}
 	t.Cleanup(func() { _ = p.Close() })
 	from := url.URL{Scheme: to.Scheme, Host: p.Addr()} // the client speaks to the member through it
@@ -580,7 +580,7 @@ func (c *EtcdCluster) Proxy(t testing.TB, i int) *Proxy {
 }
 
 // Endpoint returns the proxy's URL ("http://127.0.0.1:port", https in front
-// of a member of StartSecureEtcd), usable as a clientv3 endpoint.
+// of a member of StartSecure), usable as a clientv3 endpoint.
 func (p *Proxy) Endpoint() string { return p.endpoint }
 
 // Blackhole cuts the link both ways, on open connections as well as new

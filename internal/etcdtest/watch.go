@@ -1,4 +1,4 @@
-package testenv
+package etcdtest
 
 import (
 	"context"
@@ -8,17 +8,18 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/snip/snip-jobs/internal/sleep"
+	"github.com/snip/snip-jobs/internal/testenv"
 )
 
 // WaitKeys waits until cond holds, checking it once and again at each change
 // etcd reports under prefix (a watch created before the first check, so no
 // change is missed): etcd signals, the test does not poll. A watch etcd
 // cancels (a member may, with auth on) is opened again and cond checked
-// anew. It fails the test naming what it waited for once Patience has
+// anew. It fails the test naming what it waited for once testenv.Patience has
 // passed.
 func WaitKeys(t testing.TB, cli *clientv3.Client, prefix, what string, cond func() bool) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), Patience)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Patience)
 	defer cancel()
 	for ctx.Err() == nil {
 		if waitKeysOnce(ctx, cli, prefix, cond) {
@@ -26,7 +27,7 @@ func WaitKeys(t testing.TB, cli *clientv3.Client, prefix, what string, cond func
 		}
 		sleep.For(ctx, 50*time.Millisecond) // not a poll of cond: a pause before watching again
 	}
-	t.Fatalf("waiting for %s: no change under %s made it hold within %v", what, prefix, Patience)
+	t.Fatalf("waiting for %s: no change under %s made it hold within %v", what, prefix, testenv.Patience)
 }
 
 // waitKeysOnce waits on one watch; false if the watch ended first.
