@@ -28,6 +28,7 @@ import (
 	"github.com/snip/snip-jobs/internal/etcdlocal"
 	"github.com/snip/snip-jobs/internal/etcdsecure"
 	"github.com/snip/snip-jobs/internal/faultproxy"
+	"github.com/snip/snip-jobs/internal/freeport"
 )
 
 // Bounds for waiting on etcd. They are generous on purpose: they only decide
@@ -601,9 +602,13 @@ func (p *Proxy) Delay(d time.Duration) { p.p.SetDelay(d) }
 // Undelay removes the delay.
 func (p *Proxy) Undelay() { p.p.SetDelay(0) }
 
-// etcdReservePorts finds n distinct free TCP ports on 127.0.0.1 by listening
-// on port 0. The listeners stay open, so the ports stay taken, until release
-// is called; the caller releases them as late as possible.
+// etcdReservePorts finds n distinct free TCP ports on 127.0.0.1 below the
+// kernel's ephemeral range: a member keeps its ports across Stop and Restart,
+// and a port in that range may meanwhile become the source port of any
+// outgoing connection (a PostgreSQL pool's, another test binary's), which
+// would hold it for as long as it lives. The listeners stay open, so the
+// ports stay taken, until release is called; the caller releases them as
+// late as possible.
 func etcdReservePorts(n int) (ports []int, release func(), err error) {
 	lns := make([]net.Listener, 0, n)
 	release = func() {
@@ -612,7 +617,7 @@ func etcdReservePorts(n int) (ports []int, release func(), err error) {
 		}
 	}
 	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		ln, err := freeport.Listen()
 		if err != nil {
 			release()
 			return nil, nil, fmt.Errorf("reserve a free port on 127.0.0.1: %w", err)

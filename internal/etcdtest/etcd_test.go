@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+
+	"github.com/snip/snip-jobs/internal/freeport"
 	"testing"
 	"time"
 
@@ -347,5 +350,22 @@ func BenchmarkEtcdPut(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// A member's client and peer ports lie below the kernel's ephemeral range:
+// while it is stopped, no outgoing connection can be given one as its source
+// port and keep its Restart from binding it.
+func TestEtcdPortsLieBelowTheEphemeralRange(t *testing.T) {
+	c := Start(t, 1)
+	m := c.member(0)
+	for _, u := range []string{m.clientURL.Port(), m.peerURL.Port()} {
+		port, err := strconv.Atoi(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if port < freeport.Low || port >= freeport.EphemeralStart() {
+			t.Errorf("member port %d is outside [%d, %d)", port, freeport.Low, freeport.EphemeralStart())
+		}
 	}
 }

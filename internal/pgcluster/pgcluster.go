@@ -49,6 +49,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/snip/snip-jobs/internal/freeport"
 	"github.com/snip/snip-jobs/internal/pdeathsig"
 )
 
@@ -528,8 +529,9 @@ func serverCredential() (*syscall.Credential, error) {
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
 }
 
+// freePort is a free port that Start can bind again after a Stop (freeport).
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := freeport.Listen()
 	if err != nil {
 		return 0, err
 	}
