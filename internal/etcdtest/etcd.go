@@ -172,7 +172,7 @@ func (c *Cluster) start(base string, attempt, n int, pki *etcdsecure.PKI) error 
 	// port that accepts connections but does not answer costs that second:
 	// a port still held by the reservation, or a member started concurrently
 	// whose peer listener is open but not served yet. So: release every
-	// port first, then start the members one after the other; embed.Start
+	// port first, then start the members one after the other; embed.StartEtcd
 	// returns without waiting for the peers (ReadyNotify does), and a member
 	// it returns serves its peer URL, so every peer asked either answers or
 	// refuses the connection.

@@ -59,3 +59,14 @@ func EphemeralStart() int {
 	}
 	return low
 }
+
+// Port is a port below the ephemeral range that was free a moment ago, for
+// a server that binds it itself (a child process) and again after a restart.
+func Port() (int, error) {
+	ln, err := Listen()
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}

@@ -2,6 +2,7 @@ package freeport_test
 
 import (
 	"net"
+	"strconv"
 	"testing"
 
 	"github.com/snip/snip-jobs/internal/freeport"
@@ -23,4 +24,21 @@ func TestListenGivesFreePortsBelowTheEphemeralRange(t *testing.T) {
 		}
 		seen[port] = true
 	}
+}
+
+// Port's port, free a moment ago, is below the ephemeral range and can be
+// bound.
+func TestPortIsBelowTheEphemeralRangeAndFree(t *testing.T) {
+	port, err := freeport.Port()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if port < freeport.Low || port >= freeport.EphemeralStart() {
+		t.Errorf("port %d is outside [%d, %d)", port, freeport.Low, freeport.EphemeralStart())
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		t.Fatalf("bind the port given: %v", err)
+	}
+	ln.Close()
 }

@@ -24,7 +24,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -35,6 +34,7 @@ import (
 
 	"github.com/snip/snip-jobs/internal/childproc"
 	"github.com/snip/snip-jobs/internal/etcdlocal"
+	"github.com/snip/snip-jobs/internal/freeport"
 	"github.com/snip/snip-jobs/internal/sleep"
 )
 
@@ -103,7 +103,7 @@ func Start(ctx context.Context, opts Options) (_ *Server, err error) {
 	if err := s.writeFiles(); err != nil {
 		return nil, fmt.Errorf("kubeapi: %w", err)
 	}
-	if s.port, err = freePort(); err != nil {
+	if s.port, err = freeport.Port(); err != nil {
 		return nil, fmt.Errorf("kubeapi: %w", err)
 	}
 	return s, s.Start(ctx)
@@ -137,15 +137,6 @@ func (s *Server) writeFiles() error {
 		}
 	}
 	return nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func (s *Server) args() []string {

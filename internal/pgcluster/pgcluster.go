@@ -34,7 +34,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -174,7 +173,7 @@ autovacuum = %t
 	// The free port is only free until someone else binds it; a parallel
 	// process starting its own cluster can win that race.
 	for attempt := 1; ; attempt++ {
-		if c.port, err = freePort(); err != nil {
+		if c.port, err = freeport.Port(); err != nil {
 			return nil, err
 		}
 		c.mu.Lock()
@@ -527,14 +526,4 @@ func serverCredential() (*syscall.Credential, error) {
 		return nil, fmt.Errorf("postgres user: gid %q: %w", u.Gid, err)
 	}
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
-}
-
-// freePort is a free port that Start can bind again after a Stop (freeport).
-func freePort() (int, error) {
-	l, err := freeport.Listen()
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
