@@ -14,7 +14,7 @@ import (
 
 	"github.com/snip/snip-jobs/fencing"
 	"github.com/snip/snip-jobs/internal/notify"
-	"github.com/snip/snip-jobs/internal/testenv"
+	"github.com/snip/snip-jobs/testbench/benchtest"
 )
 
 func TestWriteWithCurrentOrHigherTokenCommitsAndAdvances(t *testing.T) {
@@ -421,7 +421,7 @@ func TestANewerWriterEndsAStaleHolderAndWrites(t *testing.T) {
 	d.wantReports(res, "by 6")
 	// The break is reported by its own goroutine, which may read the
 	// query's answer after the write it unblocked has returned.
-	testenv.WaitChange(t, "the break reported", reports.Wait, func() bool {
+	benchtest.WaitChange(t, "the break reported", reports.Wait, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(broken) > 0
@@ -476,7 +476,7 @@ func TestTheWriteABreakUnblockedDoesNotWaitForTheBreaksAnswer(t *testing.T) {
 		t.Fatalf("the write returned after the break's answer (%d reports): it waited for it", n)
 	}
 	d.wantReports(res, "by 6")
-	testenv.WaitChange(t, "the break reported the holder it ended", reports.Wait, func() bool { return reported() > 0 })
+	benchtest.WaitChange(t, "the break reported the holder it ended", reports.Wait, func() bool { return reported() > 0 })
 	five.let()
 	if err := <-five.done; err == nil {
 		t.Fatal("the stale holder's transaction committed after it was ended")

@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/snip/snip-jobs/fencing"
-	"github.com/snip/snip-jobs/internal/testdb"
+	"github.com/snip/snip-jobs/testbench/dbtest"
 )
 
 // patience bounds waits for things that must happen; it only decides how long
@@ -30,7 +30,7 @@ type db struct {
 func newDB(t testing.TB) *db {
 	t.Helper()
 	ctx := context.Background()
-	d := &db{t: t, url: testdb.URL(t)}
+	d := &db{t: t, url: dbtest.URL(t)}
 	d.obs = d.pool("observer")
 	if _, err := d.obs.Exec(ctx, `CREATE TABLE reports (
 		id       bigserial PRIMARY KEY,

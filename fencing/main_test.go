@@ -4,10 +4,10 @@ import (
 	"os"
 	"testing"
 
-	"github.com/snip/snip-jobs/internal/testenv"
+	"github.com/snip/snip-jobs/testbench/benchtest"
 )
 
 func TestMain(m *testing.M) {
-	testenv.MostlyWaiting(8) // writers held on locks, breaks waiting for their answers
-	os.Exit(testenv.RunMain(m))
+	benchtest.MostlyWaiting(8) // writers held on locks, breaks waiting for their answers
+	os.Exit(benchtest.RunMain(m))
 }

@@ -16,8 +16,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
-	"github.com/snip/snip-jobs/internal/etcdtest"
 	"github.com/snip/snip-jobs/leadership"
+	"github.com/snip/snip-jobs/testbench/etcdtest"
 )
 
 // go test ./leadership -run '^$' -bench Valid -benchmem

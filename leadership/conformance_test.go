@@ -3,9 +3,9 @@ package leadership_test
 import (
 	"testing"
 
-	"github.com/snip/snip-jobs/internal/etcdtest"
 	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/leadership/internal/conformance"
+	"github.com/snip/snip-jobs/testbench/etcdtest"
 )
 
 // The guarantee's tests shared with the Kubernetes backend (package

@@ -11,8 +11,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/snip/snip-jobs/internal/etcdtest"
 	"github.com/snip/snip-jobs/leadership"
+	"github.com/snip/snip-jobs/testbench/etcdtest"
 )
 
 // 1. Several candidates, many rounds: at most one valid term per job at any

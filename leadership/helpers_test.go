@@ -12,17 +12,17 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/snip/snip-jobs/internal/etcdtest"
-	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/leadership"
+	"github.com/snip/snip-jobs/testbench/benchtest"
+	"github.com/snip/snip-jobs/testbench/etcdtest"
 )
 
 func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(childMain())
 	}
-	testenv.MostlyWaiting(16) // ~5 s of CPU in ~80 s of tests waiting for leases
-	os.Exit(testenv.RunMain(m))
+	benchtest.MostlyWaiting(16) // ~5 s of CPU in ~80 s of tests waiting for leases
+	os.Exit(benchtest.RunMain(m))
 }
 
 // Short leases keep the tests quick; orderings, not durations, are asserted.
@@ -53,7 +53,7 @@ func config(t testing.TB, cli *clientv3.Client, instance string, opts ...option)
 	c := leadership.Config{
 		Client: cli, Prefix: prefix(t), Instance: instance,
 		TTL: testTTL, Margin: testMargin,
-		Logger: testenv.Logger(t),
+		Logger: benchtest.Logger(t),
 	}
 	if _, bench := t.(*testing.B); bench {
 		c.Logger = nil // benchmark output stays readable
@@ -156,7 +156,7 @@ func leaseTTL(t testing.TB, cli *clientv3.Client, id clientv3.LeaseID) int64 {
 // session at each change (StatsChanged), not by polling.
 func waitStats(t testing.TB, s *leadership.Session, what string, cond func(leadership.Stats) bool) {
 	t.Helper()
-	testenv.WaitChange(t, what, s.StatsChanged, func() bool { return cond(s.Stats()) })
+	benchtest.WaitChange(t, what, s.StatsChanged, func() bool { return cond(s.Stats()) })
 }
 
 // waitKeys waits until cond holds, woken by each change under the test's
@@ -171,10 +171,10 @@ func leaseAlive(t testing.TB, cli *clientv3.Client, id clientv3.LeaseID) bool {
 	return leaseTTL(t, cli, id) >= 0
 }
 
-// eventually polls cond until it holds (testenv.Eventually).
+// eventually polls cond until it holds (benchtest.Eventually).
 func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	testenv.Eventually(t, what, cond)
+	benchtest.Eventually(t, what, cond)
 }
 
 // ledger records every term granted in a test and checks the two invariants:
@@ -222,7 +222,7 @@ func (l *ledger) changed() <-chan struct{} {
 // waitFor waits until cond holds, woken by each grant booked.
 func (l *ledger) waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	testenv.WaitChange(t, what, l.changed, cond)
+	benchtest.WaitChange(t, what, l.changed, cond)
 }
 
 // last is the newest term booked for job, nil if none.

@@ -11,8 +11,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/snip/snip-jobs/internal/etcdtest"
-	"github.com/snip/snip-jobs/internal/testenv"
+	"github.com/snip/snip-jobs/testbench/benchtest"
+	"github.com/snip/snip-jobs/testbench/etcdtest"
 )
 
 // sends records every keep-alive a session sends (its onKeepAlive hook).
@@ -55,7 +55,7 @@ func (r *sends) has(at time.Time) bool {
 // for its first lease.
 func recordedSession(t *testing.T, cli *clientv3.Client, cfg Config) (*Session, *sends) {
 	t.Helper()
-	cfg.Client, cfg.Logger = cli, testenv.Logger(t)
+	cfg.Client, cfg.Logger = cli, benchtest.Logger(t)
 	if cfg.Prefix == "" {
 		cfg.Prefix = "/ka-test/" + t.Name()
 	}
@@ -87,7 +87,7 @@ func recordedSession(t *testing.T, cli *clientv3.Client, cfg Config) (*Session, 
 func nextRenewal(t *testing.T, s *Session, after time.Time) time.Time {
 	t.Helper()
 	var at time.Time
-	testenv.WaitChange(t, "a keep-alive acknowledged", s.StatsChanged, func() bool {
+	benchtest.WaitChange(t, "a keep-alive acknowledged", s.StatsChanged, func() bool {
 		at = s.Stats().LastRenewal
 		return at.After(after)
 	})
@@ -96,7 +96,7 @@ func nextRenewal(t *testing.T, s *Session, after time.Time) time.Time {
 
 // leaseKeepAlives is what etcd counted of LeaseKeepAlive: streams opened and
 // requests received.
-func leaseKeepAlives(m testenv.Metrics) (streams, requests float64) {
+func leaseKeepAlives(m benchtest.Metrics) (streams, requests float64) {
 	return m.Sum("grpc_server_started_total", `grpc_method="LeaseKeepAlive"`),
 		m.Sum("grpc_server_msg_received_total", `grpc_method="LeaseKeepAlive"`)
 }

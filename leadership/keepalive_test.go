@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/snip/snip-jobs/internal/etcdtest"
 	"github.com/snip/snip-jobs/leadership"
+	"github.com/snip/snip-jobs/testbench/etcdtest"
 )
 
 // With etcd's authentication on, every new gRPC stream costs a login (a

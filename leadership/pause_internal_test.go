@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/snip/snip-jobs/internal/etcdtest"
-	"github.com/snip/snip-jobs/internal/testenv"
+	"github.com/snip/snip-jobs/testbench/benchtest"
+	"github.com/snip/snip-jobs/testbench/etcdtest"
 )
 
 // A process paused between etcd's "you won" and looking at the answer can wake
@@ -19,7 +19,7 @@ func TestWinAnsweredAfterTheDeadlineYieldsNoTerm(t *testing.T) {
 	link := etcd.Proxy(t, 0)
 	s, err := NewSession(Config{
 		Client: etcd.Client(t, link.Endpoint()), Prefix: "/pause-test", Instance: "paused",
-		TTL: 2 * time.Second, Margin: 500 * time.Millisecond, Logger: testenv.Logger(t),
+		TTL: 2 * time.Second, Margin: 500 * time.Millisecond, Logger: benchtest.Logger(t),
 	})
 	if err != nil {
 		t.Fatal(err)

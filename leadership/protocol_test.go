@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/snip/snip-jobs/internal/etcdtest"
 	"github.com/snip/snip-jobs/leadership"
+	"github.com/snip/snip-jobs/testbench/etcdtest"
 )
 
 // ClusterLoad counts the terms each instance that is up leads; an instance

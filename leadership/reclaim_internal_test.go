@@ -10,7 +10,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/snip/snip-jobs/internal/etcdtest"
+	"github.com/snip/snip-jobs/testbench/etcdtest"
 )
 
 // A registration names its process by PID and start time. When the PID now

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/snip/snip-jobs/internal/etcdtest"
 	"github.com/snip/snip-jobs/leadership"
+	"github.com/snip/snip-jobs/testbench/etcdtest"
 )
 
 // WatchInstances reports the instances that are up as they come and go:

@@ -10,9 +10,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/snip/snip-jobs/internal/testdb"
-	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/migrations"
+	"github.com/snip/snip-jobs/testbench/benchtest"
+	"github.com/snip/snip-jobs/testbench/dbtest"
 )
 
 // docs/operations.md shows the grants the binary gives, as it gives them.
@@ -26,7 +26,7 @@ func TestTheRuntimeGrantsInTheDocsAreTheBinarys(t *testing.T) {
 	if m == nil {
 		t.Fatal("docs/operations.md has no runtime-grants SQL block")
 	}
-	if want := migrations.GrantSQL(testdb.RuntimeRole); string(m[1]) != want {
+	if want := migrations.GrantSQL(dbtest.RuntimeRole); string(m[1]) != want {
 		t.Errorf("docs/operations.md's grants:\n%s\nthe binary's (migrations.GrantSQL):\n%s", m[1], want)
 	}
 }
@@ -51,14 +51,14 @@ var notGranted = []string{
 // must decide what the role may do with it.
 func TestEveryTableOfTheSchemaIsGrantedToTheRuntimeRole(t *testing.T) {
 	t.Parallel()
-	db := testdb.NewDB(t)
+	db := dbtest.NewDB(t)
 	rows, err := connect(t, db.Owner).Query(context.Background(), `
 		SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 		WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p', 'S')
 		  AND NOT (has_table_privilege($1, c.oid, 'SELECT') OR has_table_privilege($1, c.oid, 'INSERT')
 		        OR has_table_privilege($1, c.oid, 'UPDATE') OR has_table_privilege($1, c.oid, 'DELETE')
 		        OR (c.relkind = 'S' AND has_sequence_privilege($1, c.oid, 'USAGE')))
-		ORDER BY 1`, testdb.RuntimeRole)
+		ORDER BY 1`, dbtest.RuntimeRole)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestEveryTableOfTheSchemaIsGrantedToTheRuntimeRole(t *testing.T) {
 func TestTheRuntimeRoleCannotChangeTheSchemaAndAMissingGrantIsNamed(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := testdb.NewDB(t)
+	db := dbtest.NewDB(t)
 	rt := connect(t, db.Runtime)
 	for _, stmt := range []string{
 		"CREATE TABLE intruder (x int)",
@@ -97,7 +97,7 @@ func TestTheRuntimeRoleCannotChangeTheSchemaAndAMissingGrantIsNamed(t *testing.T
 	if err != nil || len(c.Pending) > 0 || len(c.Missing) > 0 {
 		t.Fatalf("Check as the runtime role: %+v, %v; want nothing pending or missing", c, err)
 	}
-	if _, err := connect(t, db.Owner).Exec(ctx, "REVOKE INSERT ON job_runs FROM "+testdb.RuntimeRole+"; REVOKE USAGE ON SEQUENCE cron_claim_tokens FROM "+testdb.RuntimeRole); err != nil {
+	if _, err := connect(t, db.Owner).Exec(ctx, "REVOKE INSERT ON job_runs FROM "+dbtest.RuntimeRole+"; REVOKE USAGE ON SEQUENCE cron_claim_tokens FROM "+dbtest.RuntimeRole); err != nil {
 		t.Fatal(err)
 	}
 	c, err = migrations.Check(ctx, db.Runtime)
@@ -114,17 +114,17 @@ func TestTheRuntimeRoleCannotChangeTheSchemaAndAMissingGrantIsNamed(t *testing.T
 func TestGrantNamesWhatItCannotDo(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	super := testenv.PostgresDB(t)
-	owner, _ := testdb.Roles(t, super)
+	super := benchtest.PostgresDB(t)
+	owner, _ := dbtest.Roles(t, super)
 	// Snip's application created links first, as its own role (here the superuser).
 	if _, err := connect(t, super).Exec(ctx, "CREATE TABLE links (id bigint PRIMARY KEY, slug text NOT NULL UNIQUE)"); err != nil {
 		t.Fatal(err)
 	}
-	testdb.Migrate(t, owner)
+	dbtest.Migrate(t, owner)
 	if _, err := migrations.Grant(ctx, owner, "nobody_here"); err == nil || !strings.Contains(err.Error(), `role "nobody_here" does not exist`) {
 		t.Errorf("Grant to a missing role: %v", err)
 	}
-	notes, err := migrations.Grant(ctx, owner, testdb.RuntimeRole)
+	notes, err := migrations.Grant(ctx, owner, dbtest.RuntimeRole)
 	if err != nil || len(notes) != 1 || !strings.Contains(notes[0], `table links belongs to role postgres: as postgres, run GRANT SELECT ON links TO "snip_jobs"`) {
 		t.Errorf("Grant with links owned by the application: notes %q, %v", notes, err)
 	}

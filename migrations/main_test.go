@@ -8,7 +8,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/snip/snip-jobs/internal/testenv"
+	"github.com/snip/snip-jobs/testbench/benchtest"
 )
 
 // childURLEnv, when set, makes the test binary a child process that runs Up
@@ -19,8 +19,8 @@ func TestMain(m *testing.M) {
 	if url := os.Getenv(childURLEnv); url != "" {
 		os.Exit(childMain(url))
 	}
-	testenv.MostlyWaiting(4) // processes and clusters starting, locks held
-	os.Exit(testenv.RunMain(m))
+	benchtest.MostlyWaiting(4) // processes and clusters starting, locks held
+	os.Exit(benchtest.RunMain(m))
 }
 
 // childOutput is what a child process prints on stdout.

@@ -21,16 +21,16 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/snip/snip-jobs/internal/testenv"
+	"github.com/snip/snip-jobs/testbench/benchtest"
 )
 
 func TestUpAppliesEveryMigrationOnceAndThenNothing(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := testenv.PostgresDB(t)
+	url := benchtest.PostgresDB(t)
 	want := embeddedVersions(t)
 
-	first, err := Up(ctx, url, testenv.Logger(t))
+	first, err := Up(ctx, url, benchtest.Logger(t))
 	if err != nil {
 		t.Fatalf("first Up: %v", err)
 	}
@@ -44,7 +44,7 @@ func TestUpAppliesEveryMigrationOnceAndThenNothing(t *testing.T) {
 		t.Errorf("fencing_tokens does not exist after Up")
 	}
 
-	second, err := Up(ctx, url, testenv.Logger(t))
+	second, err := Up(ctx, url, benchtest.Logger(t))
 	if err != nil {
 		t.Fatalf("second Up: %v", err)
 	}
@@ -61,7 +61,7 @@ func TestUpAppliesEveryMigrationOnceAndThenNothing(t *testing.T) {
 // children), released at the same moment, call Up on one fresh database.
 func TestUpFromThreeProcessesAppliesEachMigrationOnce(t *testing.T) {
 	t.Parallel()
-	url := testenv.PostgresDB(t)
+	url := benchtest.PostgresDB(t)
 	want := embeddedVersions(t)
 	exe, err := os.Executable()
 	if err != nil {
@@ -133,7 +133,7 @@ func TestUpFromThreeProcessesAppliesEachMigrationOnce(t *testing.T) {
 func TestFailingMigrationIsNamedAndEarlierOnesStayApplied(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := testenv.PostgresDB(t)
+	url := benchtest.PostgresDB(t)
 	fsys := embeddedPlus(t, map[string]string{
 		"9998_good.sql": "-- +goose Up\nCREATE TABLE good_before_broken (id int);\n" +
 			"-- +goose Down\nDROP TABLE good_before_broken;\n",
@@ -141,7 +141,7 @@ func TestFailingMigrationIsNamedAndEarlierOnesStayApplied(t *testing.T) {
 			"-- +goose Down\nDROP TABLE half_done;\n",
 	})
 
-	res, err := up(ctx, url, testenv.Logger(t), options{fsys: fsys})
+	res, err := up(ctx, url, benchtest.Logger(t), options{fsys: fsys})
 	if err == nil {
 		t.Fatal("Up with a broken migration succeeded")
 	}
@@ -166,7 +166,7 @@ func TestFailingMigrationIsNamedAndEarlierOnesStayApplied(t *testing.T) {
 		"9998_good.sql":   "-- +goose Up\nCREATE TABLE good_before_broken (id int);\n",
 		"9999_broken.sql": "-- +goose Up\nCREATE TABLE half_done (id int);\n",
 	})
-	res, err = up(ctx, url, testenv.Logger(t), options{fsys: fixed})
+	res, err = up(ctx, url, benchtest.Logger(t), options{fsys: fixed})
 	if err != nil {
 		t.Fatalf("Up after the fix: %v", err)
 	}
@@ -179,11 +179,11 @@ func TestFailingMigrationIsNamedAndEarlierOnesStayApplied(t *testing.T) {
 // parse stops the run before anything is applied.
 func TestUnparsableMigrationIsNamedAndNothingIsApplied(t *testing.T) {
 	t.Parallel()
-	url := testenv.PostgresDB(t)
+	url := benchtest.PostgresDB(t)
 	fsys := embeddedPlus(t, map[string]string{
 		"9999_no_annotation.sql": "CREATE TABLE x (id int);\n",
 	})
-	res, err := up(context.Background(), url, testenv.Logger(t), options{fsys: fsys})
+	res, err := up(context.Background(), url, benchtest.Logger(t), options{fsys: fsys})
 	if err == nil {
 		t.Fatal("Up with an unparsable migration succeeded")
 	}
@@ -201,13 +201,13 @@ func TestUnparsableMigrationIsNamedAndNothingIsApplied(t *testing.T) {
 func TestNewerSchemaIsLeftAloneAndOutOfOrderFilesAreRefused(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := testenv.PostgresDB(t)
+	url := benchtest.PostgresDB(t)
 	newer := embeddedPlus(t, map[string]string{"9999_future.sql": "-- +goose Up\nCREATE TABLE future (id int);\n"})
 	if _, err := up(ctx, url, nil, options{fsys: newer}); err != nil {
 		t.Fatalf("newer binary: %v", err)
 	}
 
-	res, err := Up(ctx, url, testenv.Logger(t))
+	res, err := Up(ctx, url, benchtest.Logger(t))
 	if err != nil {
 		t.Fatalf("older binary: %v", err)
 	}
@@ -232,7 +232,7 @@ func TestNewerSchemaIsLeftAloneAndOutOfOrderFilesAreRefused(t *testing.T) {
 // goose skips a file whose name it cannot number; Up refuses it instead.
 func TestMisnamedMigrationFileIsRefused(t *testing.T) {
 	t.Parallel()
-	url := testenv.PostgresDB(t)
+	url := benchtest.PostgresDB(t)
 	for _, name := range []string{"0002-scheduler.sql", "02_scheduler.sql", "0002_Scheduler.sql", "scheduler.sql", "0000_zero.sql"} {
 		t.Run(name, func(t *testing.T) {
 			fsys := embeddedPlus(t, map[string]string{name: "-- +goose Up\nSELECT 1;\n"})
@@ -342,7 +342,7 @@ func TestPasswordIsNeverShown(t *testing.T) {
 func TestStatusReportsPendingThenApplied(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := testenv.PostgresDB(t)
+	url := benchtest.PostgresDB(t)
 	want := embeddedVersions(t)
 
 	st, err := Status(ctx, url)
@@ -389,7 +389,7 @@ func TestStatusReportsPendingThenApplied(t *testing.T) {
 func TestCheckReportsPendingAndUnknownMigrationsWithoutWriting(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := testenv.PostgresDB(t)
+	url := benchtest.PostgresDB(t)
 	names := embeddedNames(t)
 	versions := embeddedVersions(t)
 	last, beforeLast := names[len(names)-1], versions[len(versions)-2]

@@ -13,8 +13,8 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/snip/snip-jobs/configs"
-	"github.com/snip/snip-jobs/internal/testdb"
-	"github.com/snip/snip-jobs/internal/testenv"
+	"github.com/snip/snip-jobs/testbench/benchtest"
+	"github.com/snip/snip-jobs/testbench/dbtest"
 )
 
 type fiveMinutes struct{}
@@ -45,7 +45,7 @@ func TestCatchUpPolicies(t *testing.T) {
 		{configs.Latest, after(30).Add(30 * time.Second), []time.Time{after(30)}, 5},
 		{configs.None, after(30).Add(30 * time.Second), []time.Time{after(30)}, 5},
 	}
-	_, pool := testdb.New(t)
+	_, pool := dbtest.New(t)
 
 	for i, tc := range cases {
 		t.Run(fmt.Sprintf("%s-at-%s", tc.policy, tc.now.Format("15:04:05")), func(t *testing.T) {
@@ -93,7 +93,7 @@ func TestCatchUpPolicies(t *testing.T) {
 // latest due slot as skipped and runs nothing.
 func TestFirstSweepOfANewJobStartsHistoryWithoutRunningOldSlots(t *testing.T) {
 	t.Parallel()
-	_, pool := testdb.New(t)
+	_, pool := dbtest.New(t)
 	runs := 0
 	reg, _ := NewRegistry(Type{Name: "rec", New: func(Env, configs.Job) (Job, error) {
 		return JobFunc(func(context.Context, *Run) error { runs++; return nil }), nil
@@ -123,7 +123,7 @@ func TestFirstSweepOfANewJobStartsHistoryWithoutRunningOldSlots(t *testing.T) {
 // catch-up window (24 h) shorter than its period, on a fresh database.
 func weeklyJob(t *testing.T, policy configs.CatchUpPolicy) (*Scheduler, *[]time.Time, *pgxpool.Pool) {
 	t.Helper()
-	_, pool := testdb.New(t)
+	_, pool := dbtest.New(t)
 	weekly, err := cron.ParseStandard("0 8 * * MON")
 	if err != nil {
 		t.Fatal(err)
@@ -196,7 +196,7 @@ func TestSlotsMissedBeforeTheWindowAreRecordedAsSkippedAndCounted(t *testing.T) 
 	for _, policy := range []configs.CatchUpPolicy{configs.All, configs.Latest} {
 		t.Run(policy.String(), func(t *testing.T) {
 			s, ran, pool := weeklyJob(t, policy)
-			testenv.Exec(t, pool, `INSERT INTO cron_slots (job, slot, state, token, instance)
+			benchtest.Exec(t, pool, `INSERT INTO cron_slots (job, slot, state, token, instance)
 				VALUES ('report', '2026-11-02 08:00Z', 'done', 1, 'server-0')`)
 			// Swept twice, as by two instances in database mode: counted once.
 			for range 2 {

@@ -9,9 +9,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/snip/snip-jobs/configs"
-	"github.com/snip/snip-jobs/internal/testdb"
-	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/scheduler/slots"
+	"github.com/snip/snip-jobs/testbench/benchtest"
+	"github.com/snip/snip-jobs/testbench/dbtest"
 )
 
 // claimTestTTL is the database-mode claim TTL of these tests: extended every
@@ -31,7 +31,7 @@ func dbModeInstance(t *testing.T, pool *pgxpool.Pool, instance string, run JobFu
 	if err != nil {
 		t.Fatal(err)
 	}
-	testenv.Exec(t, pool, `INSERT INTO cron_slots (job, slot, state, token, instance)
+	benchtest.Exec(t, pool, `INSERT INTO cron_slots (job, slot, state, token, instance)
 		VALUES ('report', $1, 'done', 0, 'server-0') ON CONFLICT DO NOTHING`, slot08.Add(-5*time.Minute))
 	return s.run.databaseCron(s.jobs[0])
 }
@@ -47,7 +47,7 @@ var (
 // meanwhile does not run the slot a second time.
 func TestADatabaseModeRunLongerThanItsClaimKeepsTheSlot(t *testing.T) {
 	t.Parallel()
-	_, pool := testdb.New(t)
+	_, pool := dbtest.New(t)
 	started, release := make(chan struct{}), make(chan struct{})
 	c1 := dbModeInstance(t, pool, "server-1", func(ctx context.Context, r *Run) error {
 		close(started)
@@ -60,10 +60,10 @@ func TestADatabaseModeRunLongerThanItsClaimKeepsTheSlot(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- c1.SweepAt(context.Background(), sweep08) }()
 	<-started
-	claimedAt := testenv.Value[time.Time](t, pool, `SELECT claimed_at FROM cron_slots WHERE job = 'report' AND slot = $1`, slot08)
+	claimedAt := benchtest.Value[time.Time](t, pool, `SELECT claimed_at FROM cron_slots WHERE job = 'report' AND slot = $1`, slot08)
 	// Two claim TTLs after the claim: without extensions it would have run out.
-	testenv.Eventually(t, "two claim TTLs passed at the database", func() bool {
-		return testenv.Value[bool](t, pool, `SELECT now() > $1::timestamptz + 2 * make_interval(secs => $2)`, claimedAt, claimTestTTL.Seconds())
+	benchtest.Eventually(t, "two claim TTLs passed at the database", func() bool {
+		return benchtest.Value[bool](t, pool, `SELECT now() > $1::timestamptz + 2 * make_interval(secs => $2)`, claimedAt, claimTestTTL.Seconds())
 	})
 	if err := c2.SweepAt(context.Background(), sweep08.Add(time.Minute)); err != nil {
 		t.Fatal(err)
@@ -92,7 +92,7 @@ func TestADatabaseModeRunLongerThanItsClaimKeepsTheSlot(t *testing.T) {
 // before they are tried.
 func TestADatabaseModeRunWhoseClaimWasTakenIsStopped(t *testing.T) {
 	t.Parallel()
-	_, pool := testdb.New(t)
+	_, pool := dbtest.New(t)
 	started := make(chan *Run, 1)
 	var cause error
 	var validAfter bool
@@ -108,7 +108,7 @@ func TestADatabaseModeRunWhoseClaimWasTakenIsStopped(t *testing.T) {
 	if !r.Valid() {
 		t.Fatal("the run is not valid while its claim holds")
 	}
-	testenv.Exec(t, pool, `UPDATE cron_slots SET token = nextval('cron_claim_tokens'), instance = 'server-2', claimed_at = now()
+	benchtest.Exec(t, pool, `UPDATE cron_slots SET token = nextval('cron_claim_tokens'), instance = 'server-2', claimed_at = now()
 		WHERE job = 'report' AND slot = $1`, slot08)
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -116,7 +116,7 @@ func TestADatabaseModeRunWhoseClaimWasTakenIsStopped(t *testing.T) {
 	if !errors.Is(cause, slots.ErrClaimLost) || validAfter {
 		t.Errorf("run ended with cause %v, valid %v; want %v and not valid", cause, validAfter, slots.ErrClaimLost)
 	}
-	if got := testenv.Value[string](t, pool, `SELECT instance FROM cron_slots WHERE job = 'report' AND slot = $1`, slot08); got != "server-2" {
+	if got := benchtest.Value[string](t, pool, `SELECT instance FROM cron_slots WHERE job = 'report' AND slot = $1`, slot08); got != "server-2" {
 		t.Errorf("the slot's claim is %s's, want server-2's: the stopped run overwrote it", got)
 	}
 }
@@ -126,7 +126,7 @@ func TestADatabaseModeRunWhoseClaimWasTakenIsStopped(t *testing.T) {
 // the claim runs out.
 func TestADatabaseModePanicFailsTheSlot(t *testing.T) {
 	t.Parallel()
-	_, pool := testdb.New(t)
+	_, pool := dbtest.New(t)
 	c := dbModeInstance(t, pool, "server-1", func(context.Context, *Run) error { panic("boom") })
 	if err := c.SweepAt(context.Background(), sweep08); err != nil {
 		t.Fatal(err)

@@ -9,15 +9,15 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/snip/snip-jobs/configs"
-	"github.com/snip/snip-jobs/internal/jobtest"
-	"github.com/snip/snip-jobs/internal/testdb"
-	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/scheduler"
+	"github.com/snip/snip-jobs/testbench/benchtest"
+	"github.com/snip/snip-jobs/testbench/dbtest"
+	"github.com/snip/snip-jobs/testbench/jobtest"
 )
 
 func TestMain(m *testing.M) {
-	testenv.MostlyWaiting(12) // instances waiting for leases, slots and commits: 21 → 13 s alone at 8, same CPU
-	os.Exit(testenv.RunMain(m))
+	benchtest.MostlyWaiting(12) // instances waiting for leases, slots and commits: 21 → 13 s alone at 8, same CPU
+	os.Exit(benchtest.RunMain(m))
 }
 
 // newCluster is a jobtest cluster with the table test jobs write to, which
@@ -29,8 +29,8 @@ func newCluster(t *testing.T) *jobtest.Cluster {
 	if _, err := c.DB.Exec(context.Background(), `CREATE TABLE test_events (
 		id bigserial PRIMARY KEY, job text NOT NULL, instance text NOT NULL, token bigint NOT NULL,
 		slot timestamptz, at timestamptz NOT NULL DEFAULT clock_timestamp());
-		GRANT INSERT ON test_events TO `+testdb.RuntimeRole+`;
-		GRANT USAGE ON SEQUENCE test_events_id_seq TO `+testdb.RuntimeRole); err != nil {
+		GRANT INSERT ON test_events TO `+dbtest.RuntimeRole+`;
+		GRANT USAGE ON SEQUENCE test_events_id_seq TO `+dbtest.RuntimeRole); err != nil {
 		t.Fatal(err)
 	}
 	return c

@@ -9,12 +9,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/snip/snip-jobs/configs"
-	"github.com/snip/snip-jobs/internal/jobtest"
-	"github.com/snip/snip-jobs/internal/testdb"
-	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/scheduler"
 	"github.com/snip/snip-jobs/scheduler/status"
+	"github.com/snip/snip-jobs/testbench/benchtest"
+	"github.com/snip/snip-jobs/testbench/dbtest"
+	"github.com/snip/snip-jobs/testbench/jobtest"
 )
 
 // The leader lifecycle decides what to do when a term starts and ends; which
@@ -147,12 +147,12 @@ func (h holder) typ() scheduler.Type {
 // (and a real database for its records and fence).
 func startOnFake(t *testing.T, s *fakeSession, h holder) *prometheus.Registry {
 	t.Helper()
-	db := testdb.NewDB(t)
+	db := dbtest.NewDB(t)
 	metrics := prometheus.NewRegistry()
 	sched, err := scheduler.New(scheduler.Config{
 		File:     &configs.File{Instance: "server-1", Jobs: []configs.Job{jobtest.Continuous("job", "hold")}},
-		Registry: jobtest.Registry(t, h.typ()), Session: s, Pool: testdb.Pool(t, db.Runtime),
-		Metrics: metrics, Log: testenv.Logger(t),
+		Registry: jobtest.Registry(t, h.typ()), Session: s, Pool: dbtest.Pool(t, db.Runtime),
+		Metrics: metrics, Log: benchtest.Logger(t),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -174,8 +174,8 @@ func recv[T any](t *testing.T, what string, ch <-chan T) T {
 	select {
 	case v := <-ch:
 		return v
-	case <-time.After(testenv.Patience):
-		t.Fatalf("waited %v for %s", testenv.Patience, what)
+	case <-time.After(benchtest.Patience):
+		t.Fatalf("waited %v for %s", benchtest.Patience, what)
 		panic("unreachable")
 	}
 }

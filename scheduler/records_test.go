@@ -6,9 +6,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/snip/snip-jobs/internal/testdb"
-	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/scheduler"
+	"github.com/snip/snip-jobs/testbench/benchtest"
+	"github.com/snip/snip-jobs/testbench/dbtest"
 )
 
 // WarmRecords prepares the scheduler's record statements on a connection to a
@@ -34,11 +34,11 @@ func TestWarmRecordsPreparesTheRecordStatementsAndNeverFailsAConnection(t *testi
 		return n, conn
 	}
 
-	if n, _ := prepared(testenv.PostgresDB(t)); n != 0 {
+	if n, _ := prepared(benchtest.PostgresDB(t)); n != 0 {
 		t.Errorf("%d statements prepared on a database without the tables, want 0", n)
 	}
 
-	n, conn := prepared(testdb.URL(t))
+	n, conn := prepared(dbtest.URL(t))
 	if n != 5 {
 		t.Fatalf("%d statements prepared, want the 5 of job_terms, job_runs and fence_rejections", n)
 	}

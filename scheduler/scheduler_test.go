@@ -12,10 +12,10 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/snip/snip-jobs/configs"
-	"github.com/snip/snip-jobs/internal/jobtest"
 	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/scheduler"
 	"github.com/snip/snip-jobs/scheduler/status"
+	"github.com/snip/snip-jobs/testbench/jobtest"
 )
 
 // A singleton runs on exactly one of three instances; a job that is not a

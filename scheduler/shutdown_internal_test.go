@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/snip/snip-jobs/configs"
-	"github.com/snip/snip-jobs/internal/testenv"
+	"github.com/snip/snip-jobs/testbench/benchtest"
 )
 
 // A job that runs everywhere has no term, but its grace still bounds its stop
@@ -44,7 +44,7 @@ func TestAJobWithoutTermsThatIgnoresShutdownIsCountedAsAnOverrun(t *testing.T) {
 	<-started
 	cancel()
 	overruns := func(job string) float64 { return testutil.ToFloat64(s.m.overruns.WithLabelValues(job)) }
-	testenv.Eventually(t, "the stubborn job counted as an overrun", func() bool { return overruns("stubborn") == 1 })
+	benchtest.Eventually(t, "the stubborn job counted as an overrun", func() bool { return overruns("stubborn") == 1 })
 	close(release)
 	if err := <-done; err != nil {
 		t.Fatal(err)

@@ -20,7 +20,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/snip/snip-jobs/internal/chaos"
+	"github.com/snip/snip-jobs/testbench/chaos"
 )
 
 func main() {
@@ -37,7 +37,7 @@ func run(args []string) int {
 	ttl := fs.Duration("ttl", 2*time.Second, "the instances' lease TTL (margin TTL/4, keep-alives every TTL/5)")
 	defTiming := fs.Bool("default-timing", false, "leave margin and renew interval to snip-jobs' defaults for the TTL")
 	kinds := fs.String("kinds", "", "comma-separated fault kinds to draw from (default all: "+kindList()+")")
-	broken := fs.Bool("broken", false, "build snip-jobs with internal/chaos/broken.go's patches (stop-early margin 0, no fence check)")
+	broken := fs.Bool("broken", false, "build snip-jobs with testbench/chaos/broken.go's patches (stop-early margin 0, no fence check)")
 	stop := fs.Bool("stop-at-violation", false, "stop injecting at the first write (of any job) accepted out of token order")
 	keep := fs.Bool("keep", false, "keep the run's folder (logs, configs, data)")
 	out := fs.String("out", "", "also write the Markdown report to this file")

@@ -25,8 +25,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/snip/snip-jobs/internal/childproc"
-	"github.com/snip/snip-jobs/internal/clitest"
+	"github.com/snip/snip-jobs/testbench/childproc"
+	"github.com/snip/snip-jobs/testbench/clitest"
 )
 
 var updateScreenshot = flag.Bool("update-screenshot", false, "write the status page's screenshot to docs/status-page.png")

@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/snip/snip-jobs/internal/clitest"
+	"github.com/snip/snip-jobs/testbench/clitest"
 )
 
 // clusterView is what this test reads of a page's /status/cluster.json.

@@ -24,8 +24,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/snip/snip-jobs/internal/devcluster"
 	"github.com/snip/snip-jobs/jobs/builtin"
+	"github.com/snip/snip-jobs/testbench/devcluster"
 )
 
 const about = `Runs a local Snip jobs cluster, for trying things out and for development:

@@ -4,8 +4,8 @@ import (
 	"os"
 	"testing"
 
-	"github.com/snip/snip-jobs/internal/clitest"
-	"github.com/snip/snip-jobs/internal/testenv"
+	"github.com/snip/snip-jobs/testbench/benchtest"
+	"github.com/snip/snip-jobs/testbench/clitest"
 )
 
 // snipDevBin and snipJobsBin are the two binaries, built once by TestMain;
@@ -21,11 +21,11 @@ func TestMain(m *testing.M) {
 
 // waitLong bounds waiting on processes: how long a broken setup takes to
 // fail, never whether a working one passes.
-const waitLong = testenv.Patience
+const waitLong = benchtest.Patience
 
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	testenv.Eventually(t, what, cond)
+	benchtest.Eventually(t, what, cond)
 }
 
 // snip runs snip-jobs to completion.

@@ -14,9 +14,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/snip/snip-jobs/app/connect"
 	"github.com/snip/snip-jobs/configs"
-	"github.com/snip/snip-jobs/internal/connect"
-	"github.com/snip/snip-jobs/internal/termsafe"
+	"github.com/snip/snip-jobs/internal/ttysafe"
 	"github.com/snip/snip-jobs/jobs/certrenew"
 )
 
@@ -126,18 +126,18 @@ func requestRetries(ctx context.Context, c *cli, pool *pgxpool.Pool, opts certre
 			var ie *certrenew.InvalidNameError
 			switch {
 			case errors.As(err, &ie):
-				fmt.Fprintf(c.stderr, "snip-jobs certs retry: %q: invalid name (%s): %s\n", raw, ie.Code, termsafe.String(ie.Reason))
+				fmt.Fprintf(c.stderr, "snip-jobs certs retry: %q: invalid name (%s): %s\n", raw, ie.Code, ttysafe.String(ie.Reason))
 			case errors.Is(err, certrenew.ErrNotBackingOff):
-				fmt.Fprintf(c.stderr, "snip-jobs certs retry: %s has no back-off to end (no failure recorded, or its next attempt is already due): nothing to retry\n", termsafe.String(r.Name))
+				fmt.Fprintf(c.stderr, "snip-jobs certs retry: %s has no back-off to end (no failure recorded, or its next attempt is already due): nothing to retry\n", ttysafe.String(r.Name))
 			default:
-				fmt.Fprintf(c.stderr, "snip-jobs certs retry: %q: %s\n", raw, termsafe.String(err.Error()))
+				fmt.Fprintf(c.stderr, "snip-jobs certs retry: %q: %s\n", raw, ttysafe.String(err.Error()))
 			}
 			continue
 		}
 		fmt.Fprintf(c.stdout, "%s: retry requested (%d failure(s), last %s; would have been tried at %s); the leader tries it at its next pass\n",
-			termsafe.String(r.Name), r.Failures, termsafe.String(r.ErrorReason), r.NextAttempt.UTC().Format(time.RFC3339))
+			ttysafe.String(r.Name), r.Failures, ttysafe.String(r.ErrorReason), r.NextAttempt.UTC().Format(time.RFC3339))
 		if r.ErrorReason == certrenew.ReasonRateLimited {
-			fmt.Fprintf(c.stderr, "snip-jobs certs retry: warning: %s is waiting for the CA's rate limit (its Retry-After); an order before then is refused again and still spends the order budget\n", termsafe.String(r.Name))
+			fmt.Fprintf(c.stderr, "snip-jobs certs retry: warning: %s is waiting for the CA's rate limit (its Retry-After); an order before then is refused again and still spends the order budget\n", ttysafe.String(r.Name))
 		}
 	}
 	if failed {
@@ -155,12 +155,12 @@ func requestRenewals(ctx context.Context, c *cli, pool *pgxpool.Pool, opts certr
 		var ie *certrenew.InvalidNameError
 		switch {
 		case errors.As(err, &ie):
-			fmt.Fprintf(c.stderr, "snip-jobs certs renew: %q: invalid name (%s): %s\n", raw, ie.Code, termsafe.String(ie.Reason))
+			fmt.Fprintf(c.stderr, "snip-jobs certs renew: %q: invalid name (%s): %s\n", raw, ie.Code, ttysafe.String(ie.Reason))
 		case err != nil:
-			fmt.Fprintf(c.stderr, "snip-jobs certs renew: %q: %s\n", raw, termsafe.String(err.Error()))
+			fmt.Fprintf(c.stderr, "snip-jobs certs renew: %q: %s\n", raw, ttysafe.String(err.Error()))
 		default:
 			fmt.Fprintf(c.stdout, "%s: renewal requested (current certificate %s, not after %s); the leader renews it at its next pass\n",
-				termsafe.String(r.Name), termsafe.String(r.Serial), r.NotAfter.UTC().Format(time.RFC3339))
+				ttysafe.String(r.Name), ttysafe.String(r.Serial), r.NotAfter.UTC().Format(time.RFC3339))
 		}
 		failed = failed || err != nil
 	}
@@ -191,10 +191,10 @@ func printCerts(w io.Writer, list []certrenew.DomainStatus) {
 		if reason == "" {
 			reason = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", termsafe.String(d.Domain), termsafe.String(d.State),
-			at(d.NotAfter), at(d.RenewAt), at(d.OrderStarted), d.Failures, next, termsafe.String(reason))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", ttysafe.String(d.Domain), ttysafe.String(d.State),
+			at(d.NotAfter), at(d.RenewAt), at(d.OrderStarted), d.Failures, next, ttysafe.String(reason))
 		if d.Error != "" {
-			errs = append(errs, fmt.Sprintf("%s: %s", termsafe.String(d.Domain), termsafe.String(d.Error)))
+			errs = append(errs, fmt.Sprintf("%s: %s", ttysafe.String(d.Domain), ttysafe.String(d.Error)))
 		}
 	}
 	tw.Flush()

@@ -9,9 +9,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/snip/snip-jobs/internal/testdb"
-	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/jobs/certrenew"
+	"github.com/snip/snip-jobs/testbench/benchtest"
+	"github.com/snip/snip-jobs/testbench/dbtest"
 )
 
 const certsJobYAML = `
@@ -27,10 +27,10 @@ const certsJobYAML = `
 // only, and says why not for the others (exit 1).
 func TestCertsListShowsTheDomainsAndRetryAsksOnlyForBackingOffOnes(t *testing.T) {
 	t.Parallel()
-	url := testenv.PostgresDB(t)
+	url := benchtest.PostgresDB(t)
 	path := writeConfig(t, config{instance: "server-1", endpoints: []string{"http://127.0.0.1:1"}, adminPort: freePort(t), jobs: certsJobYAML})
 	env := dbEnv(migrate(t, path, url))
-	testdb.Exec(t, url, `INSERT INTO custom_domains (domain) VALUES ('Shop.Example.com'), ('printer.local'), ('new.example.org'), ('go.example.net');
+	dbtest.Exec(t, url, `INSERT INTO custom_domains (domain) VALUES ('Shop.Example.com'), ('printer.local'), ('new.example.org'), ('go.example.net');
 		INSERT INTO certrenew_certificates (domain, chain_pem, key_sealed, key_id, serial, ari_cert_id, not_before, not_after,
 			renew_at, ari_next_check, token, instance)
 		VALUES ('go.example.net', 'stored by the renewer', '\x00', 'k', '01', 'id', now() - interval '1 day', now() + interval '89 days',
@@ -96,7 +96,7 @@ func TestCertsListShowsTheDomainsAndRetryAsksOnlyForBackingOffOnes(t *testing.T)
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	if got := testenv.Value[string](t, pool, `SELECT coalesce(string_agg(domain, ','), '') FROM certrenew_retry_requests`); got != "shop.example.com" {
+	if got := benchtest.Value[string](t, pool, `SELECT coalesce(string_agg(domain, ','), '') FROM certrenew_retry_requests`); got != "shop.example.com" {
 		t.Errorf("retry requests recorded: %q, want shop.example.com only", got)
 	}
 	if r := snip(t, env, "certs", "list", "--config", path); !strings.Contains(r.stdout, "(retry requested)") {
@@ -104,7 +104,7 @@ func TestCertsListShowsTheDomainsAndRetryAsksOnlyForBackingOffOnes(t *testing.T)
 	}
 
 	// A domain waiting for the CA's rate limit: the request is recorded, with a warning.
-	testdb.Exec(t, url, `INSERT INTO custom_domains (domain) VALUES ('busy.example.com');
+	dbtest.Exec(t, url, `INSERT INTO custom_domains (domain) VALUES ('busy.example.com');
 		INSERT INTO certrenew_domains (domain, source, failures, next_attempt_at, last_error_reason, token)
 		VALUES ('busy.example.com', 'busy.example.com', 0, now() + interval '1 hour', 'rate_limited', 7)`)
 	r = snip(t, env, "certs", "retry", "busy.example.com", "--config", path)
@@ -121,7 +121,7 @@ func TestCertsListShowsTheDomainsAndRetryAsksOnlyForBackingOffOnes(t *testing.T)
 		!strings.Contains(r.stderr, "no current certificate to renew: new.example.org") {
 		t.Errorf("certs renew of a certified and a new domain: exit %d, want 1\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	if n := testenv.Value[int64](t, pool, `SELECT count(*) FROM certrenew_retry_requests WHERE renew`); n != 1 {
+	if n := benchtest.Value[int64](t, pool, `SELECT count(*) FROM certrenew_retry_requests WHERE renew`); n != 1 {
 		t.Errorf("%d renewal requests recorded, want 1 (go.example.net)", n)
 	}
 }

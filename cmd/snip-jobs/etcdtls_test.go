@@ -13,11 +13,11 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/snip/snip-jobs/internal/etcdsecure"
-	"github.com/snip/snip-jobs/internal/etcdtest"
-	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/scheduler/status"
+	"github.com/snip/snip-jobs/testbench/benchtest"
+	"github.com/snip/snip-jobs/testbench/etcdtest"
+	"github.com/snip/snip-jobs/testbench/etcdtlstest"
 )
 
 // secure returns c set up for the cluster of etcdtest.StartSecure: its
@@ -51,7 +51,7 @@ func TestOverTLSWithAPrefixOnlyUserInstancesLeadFailOverAndResign(t *testing.T) 
 	t.Parallel()
 	etcd := etcdtest.StartSecure(t, 3, testPrefix)
 	observer := etcd.Client(t) // root
-	url := testenv.PostgresDB(t)
+	url := benchtest.PostgresDB(t)
 	env := dbEnv(url)
 	// A 4 s lease: a keep-alive stream opened again (after a late answer)
 	// logs in first, a bcrypt check and a raft round on a member sharing two
@@ -117,7 +117,7 @@ func checkLeaseKeysUnderThePrefix(t *testing.T, root *clientv3.Client) {
 	if err != nil || len(regs) == 0 {
 		t.Fatalf("instances: %v, %v", regs, err)
 	}
-	want := etcdsecure.KeyRange(testPrefix)
+	want := etcdtlstest.KeyRange(testPrefix)
 	for _, r := range regs {
 		ttl, err := root.TimeToLive(ctx, clientv3.LeaseID(r.Lease), clientv3.WithAttachedKeys())
 		if err != nil {
@@ -137,11 +137,11 @@ func checkLeaseKeysUnderThePrefix(t *testing.T, root *clientv3.Client) {
 func TestEtcdRefusingUsGivesOneErrorNamingTheEndpointAndTheCause(t *testing.T) {
 	t.Parallel()
 	etcd := etcdtest.StartSecure(t, 1, testPrefix)
-	url := testenv.PostgresDB(t)
+	url := benchtest.PostgresDB(t)
 	env := dbEnv(url)
 	migrate(t, writeConfig(t, secure(t, etcd, config{instance: "migrator"})), url)
 	pki := etcd.Security().PKI
-	otherCA, err := etcdsecure.OtherCA(t.TempDir(), "other-ca")
+	otherCA, err := etcdtlstest.OtherCA(t.TempDir(), "other-ca")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +202,7 @@ func TestStartUpWaitsForAnUnreachableEtcdWithOrWithoutALogin(t *testing.T) {
 				etcd = etcdtest.Start(t, 1)
 				c.endpoints = etcd.Endpoints()
 			}
-			url := testenv.PostgresDB(t)
+			url := benchtest.PostgresDB(t)
 			env := dbEnv(url)
 			migrate(t, writeConfig(t, c), url)
 			etcd.Stop(t, 0)

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/snip/snip-jobs/internal/etcdtest"
-	"github.com/snip/snip-jobs/internal/testenv"
+	"github.com/snip/snip-jobs/testbench/benchtest"
+	"github.com/snip/snip-jobs/testbench/etcdtest"
 )
 
 // In steady state a running instance asks etcd for one thing only: one
@@ -19,7 +19,7 @@ import (
 func TestARunningInstanceAsksEtcdOnlyForKeepAlivesOnOneStream(t *testing.T) {
 	etcd := etcdtest.Start(t, 1)
 	observer := etcdClient(t, etcd.Endpoint(0))
-	url := testenv.PostgresDB(t)
+	url := benchtest.PostgresDB(t)
 	env := dbEnv(url)
 	var jobs strings.Builder
 	for i := range 12 {
@@ -35,21 +35,21 @@ func TestARunningInstanceAsksEtcdOnlyForKeepAlivesOnOneStream(t *testing.T) {
 	observer.Close() // from now on only the instance talks to etcd
 
 	ctx := context.Background()
-	scrape := func() (etcdSide testenv.Metrics, sent float64) {
+	scrape := func() (etcdSide benchtest.Metrics, sent float64) {
 		t.Helper()
-		m, err := testenv.ScrapeMetrics(ctx, in.admin)
+		m, err := benchtest.ScrapeMetrics(ctx, in.admin)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return etcd.Metrics(t, 0), m.Sum("snip_jobs_keepalives_sent_total")
 	}
-	var before testenv.Metrics
+	var before benchtest.Metrics
 	var sentBefore float64
 	eventually(t, "a first keep-alive (the stream opens with it)", func() bool {
 		before, sentBefore = scrape()
 		return sentBefore >= 2
 	})
-	var after testenv.Metrics
+	var after benchtest.Metrics
 	var sent float64
 	eventually(t, "five more keep-alives", func() bool {
 		after, sent = scrape()

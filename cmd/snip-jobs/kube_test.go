@@ -19,10 +19,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/snip/snip-jobs/internal/kubeapi"
-	"github.com/snip/snip-jobs/internal/statuspage"
-	"github.com/snip/snip-jobs/internal/testenv"
+	"github.com/snip/snip-jobs/app/statuspage"
 	"github.com/snip/snip-jobs/scheduler/status"
+	"github.com/snip/snip-jobs/testbench/benchtest"
+	"github.com/snip/snip-jobs/testbench/kubetest"
 )
 
 // kubePrefix starts the Leases' names in the kubernetes tests; the job
@@ -30,7 +30,7 @@ import (
 // (package kubelease's layout).
 const kubePrefix = "snip-test"
 
-// kubeCluster is a real kube-apiserver (internal/kubeapi) with a namespace
+// kubeCluster is a real kube-apiserver (testbench/kubetest) with a namespace
 // for the test, the kubernetes section that reaches it as the config file
 // spells it (server, a token file, the CA), and the admin's client for the
 // test's own reads.
@@ -46,7 +46,7 @@ type kubeCluster struct {
 
 func startKube(t *testing.T) kubeCluster {
 	t.Helper()
-	srv, err := kubeapi.Start(context.Background(), kubeapi.Options{})
+	srv, err := kubetest.Start(context.Background(), kubetest.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +110,7 @@ func (k kubeCluster) lease(t *testing.T, name string) (holder string, annotation
 func TestTwoInstancesOnKubernetesLeasesHandASingletonOverWhenTheLeaderIsKilled(t *testing.T) {
 	t.Parallel()
 	kube := startKube(t)
-	url := testenv.PostgresDB(t)
+	url := benchtest.PostgresDB(t)
 	// server-b reaches the API server through a kubeconfig file's context.
 	mk := func(name string) config {
 		if name == "server-b" {

@@ -20,7 +20,7 @@ import (
 	"syscall"
 	"text/tabwriter"
 
-	"github.com/snip/snip-jobs/internal/termsafe"
+	"github.com/snip/snip-jobs/internal/ttysafe"
 )
 
 // command is one subcommand.
@@ -119,7 +119,7 @@ func runMain(ctx context.Context, args []string, c *cli) int {
 	if !errors.Is(err, errSilent) {
 		// An error may quote the database (a PostgreSQL message, a stored error):
 		// escaped (termsafe), its lines kept.
-		fmt.Fprintf(c.stderr, "snip-jobs %s: %s\n", cmd.name, termsafe.Text(err.Error()))
+		fmt.Fprintf(c.stderr, "snip-jobs %s: %s\n", cmd.name, ttysafe.Text(err.Error()))
 		if code == 2 && strings.HasPrefix(err.Error(), "usage:") {
 			fmt.Fprintf(c.stderr, "Run 'snip-jobs %s --help' for usage.\n", cmd.name)
 		}

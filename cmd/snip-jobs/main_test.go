@@ -18,13 +18,13 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/snip/snip-jobs/internal/childproc"
-	"github.com/snip/snip-jobs/internal/clitest"
-	"github.com/snip/snip-jobs/internal/etcdtest"
-	"github.com/snip/snip-jobs/internal/sockact"
-	"github.com/snip/snip-jobs/internal/testdb"
-	"github.com/snip/snip-jobs/internal/testenv"
+	"github.com/snip/snip-jobs/app/sockact"
 	"github.com/snip/snip-jobs/leadership"
+	"github.com/snip/snip-jobs/testbench/benchtest"
+	"github.com/snip/snip-jobs/testbench/childproc"
+	"github.com/snip/snip-jobs/testbench/clitest"
+	"github.com/snip/snip-jobs/testbench/dbtest"
+	"github.com/snip/snip-jobs/testbench/etcdtest"
 )
 
 // binary is snip-jobs, built once by TestMain; the tests drive it as a process,
@@ -32,27 +32,27 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
-	testenv.MostlyWaiting(4) // processes starting, leases expiring, a container booting
+	benchtest.MostlyWaiting(4) // processes starting, leases expiring, a container booting
 	os.Exit(clitest.Main(m, clitest.Binary{Pkg: ".", Name: "snip-jobs", Path: &binary}))
 }
 
 // waitLong bounds waiting on processes: how long a broken setup takes to
 // fail, never whether a working one passes.
-const waitLong = testenv.Patience
+const waitLong = benchtest.Patience
 
-// eventually polls cond until it holds (testenv.Eventually).
+// eventually polls cond until it holds (benchtest.Eventually).
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	testenv.Eventually(t, what, cond)
+	benchtest.Eventually(t, what, cond)
 }
 
 // waitPulses waits until cond holds, woken by each commit to the pulses
-// table in the database at url (testdb.WaitCommit), not by polling. The
+// table in the database at url (dbtest.WaitCommit), not by polling. The
 // pulses are fenced writes, which the fence's row lock already serialises, so
 // the trigger's NOTIFY orders no commit that was not ordered.
 func waitPulses(t *testing.T, url, what string, cond func() bool) {
 	t.Helper()
-	testdb.WaitCommit(t, url, what, []string{"pulses"}, cond)
+	dbtest.WaitCommit(t, url, what, []string{"pulses"}, cond)
 }
 
 // result is a finished command.
@@ -196,7 +196,7 @@ func start(t *testing.T, c config, env []string, args ...string) *instance {
 	// race in CI).
 	socks := c.passed
 	if c.adminPort == 0 {
-		ln := testenv.Listen(t)
+		ln := benchtest.Listen(t)
 		c.adminPort = ln.Addr().(*net.TCPAddr).Port
 		socks = append(socks, sockact.Socket{Name: "admin", Listener: ln})
 	}
@@ -303,19 +303,19 @@ func (in *instance) waitReady() {
 }
 
 // migrate sets up the empty database at url (a superuser's) as
-// docs/operations.md says: the two roles (testdb.Roles), the schema applied
+// docs/operations.md says: the two roles (dbtest.Roles), the schema applied
 // with `snip-jobs migrate --grant-to snip_jobs` as the owner, and the pulses
 // table, the sql jobs' own, granted to the runtime role by its owner. It
 // returns the URL of the runtime role, which the commands under test use;
 // the test's fixtures and checks keep url.
 func migrate(t *testing.T, configPath, url string) (runtime string) {
 	t.Helper()
-	owner, runtime := testdb.Roles(t, url)
-	r := snip(t, dbEnv(owner), "migrate", "--grant-to", testdb.RuntimeRole, "--config", configPath)
-	if r.code != 0 || !strings.Contains(r.stdout, "granted role "+testdb.RuntimeRole) || r.stderr != "" && strings.Contains(r.stderr, "warning") {
+	owner, runtime := dbtest.Roles(t, url)
+	r := snip(t, dbEnv(owner), "migrate", "--grant-to", dbtest.RuntimeRole, "--config", configPath)
+	if r.code != 0 || !strings.Contains(r.stdout, "granted role "+dbtest.RuntimeRole) || r.stderr != "" && strings.Contains(r.stderr, "warning") {
 		t.Fatalf("migrate --grant-to: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	testdb.Exec(t, owner, pulsesTable+"; GRANT SELECT, INSERT ON pulses TO "+testdb.RuntimeRole+"; GRANT USAGE ON SEQUENCE pulses_id_seq TO "+testdb.RuntimeRole)
+	dbtest.Exec(t, owner, pulsesTable+"; GRANT SELECT, INSERT ON pulses TO "+dbtest.RuntimeRole+"; GRANT USAGE ON SEQUENCE pulses_id_seq TO "+dbtest.RuntimeRole)
 	return runtime
 }
 

@@ -8,7 +8,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/snip/snip-jobs/internal/connect"
+	"github.com/snip/snip-jobs/app/connect"
 	"github.com/snip/snip-jobs/leadership"
 )
 

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/snip/snip-jobs/internal/etcdtest"
-	"github.com/snip/snip-jobs/internal/testenv"
+	"github.com/snip/snip-jobs/testbench/benchtest"
+	"github.com/snip/snip-jobs/testbench/etcdtest"
 )
 
 // `snip-jobs reclaim`, systemd's ExecStopPost=: after the leader was
@@ -21,7 +21,7 @@ func TestReclaimAfterSIGKILLMovesTheJobAtOnceAndLeavesARunningProcessAlone(t *te
 	t.Parallel()
 	etcd := etcdtest.Start(t, 1)
 	observer := etcdClient(t, etcd.Endpoint(0))
-	url := testenv.PostgresDB(t)
+	url := benchtest.PostgresDB(t)
 	env := dbEnv(url)
 	mk := func(name string) config {
 		return config{instance: name, endpoints: []string{etcd.Endpoint(0)}, jobs: pulseJob, ttl: "ttl: 10s\n  margin: 3s"}

@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/snip/snip-jobs/app/connect"
 	"github.com/snip/snip-jobs/configs"
-	"github.com/snip/snip-jobs/internal/connect"
-	"github.com/snip/snip-jobs/internal/termsafe"
+	"github.com/snip/snip-jobs/internal/ttysafe"
 	"github.com/snip/snip-jobs/jobs/weeklyreport"
 	"github.com/snip/snip-jobs/leadership"
 )
@@ -90,7 +90,7 @@ func reportShow(ctx context.Context, c *cli, pool *pgxpool.Pool, week string) er
 	if err != nil {
 		return err
 	}
-	_, err = io.WriteString(c.stdout, termsafe.Text(text.String()))
+	_, err = io.WriteString(c.stdout, ttysafe.Text(text.String()))
 	return err
 }
 

@@ -11,12 +11,12 @@ import (
 
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/fencing"
-	"github.com/snip/snip-jobs/internal/etcdtest"
-	"github.com/snip/snip-jobs/internal/testdb"
-	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/jobs/weeklyreport"
 	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/scheduler"
+	"github.com/snip/snip-jobs/testbench/benchtest"
+	"github.com/snip/snip-jobs/testbench/dbtest"
+	"github.com/snip/snip-jobs/testbench/etcdtest"
 )
 
 const reportJobYAML = `
@@ -34,7 +34,7 @@ const reportJobYAML = `
 func TestReportShowAndRebuild(t *testing.T) {
 	t.Parallel()
 	etcd := etcdtest.Start(t, 1)
-	url := testenv.PostgresDB(t)
+	url := benchtest.PostgresDB(t)
 	path := writeConfig(t, config{instance: "server-1", endpoints: etcd.Endpoints(), adminPort: freePort(t), jobs: reportJobYAML})
 	env := dbEnv(migrate(t, path, url))
 	ctx := context.Background()
@@ -50,7 +50,7 @@ func TestReportShowAndRebuild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	testdb.Exec(t, url, `INSERT INTO links (id, slug) VALUES (1, 'launch');
+	dbtest.Exec(t, url, `INSERT INTO links (id, slug) VALUES (1, 'launch');
 		INSERT INTO link_hourly_counts (link_id, hour, clicks) VALUES (1, '2026-11-18 10:00Z', 40)`)
 	slot := time.Date(2026, 11, 23, 7, 0, 0, 0, time.UTC)
 	if _, err := pool.Exec(ctx, `INSERT INTO cron_slots (job, slot, state, token, instance) VALUES ('weekly-report', $1, 'running', $2, 'server-1')`,
@@ -76,7 +76,7 @@ func TestReportShowAndRebuild(t *testing.T) {
 	}
 
 	// Late clicks were counted; the operator rebuilds the week.
-	testdb.Exec(t, url, `UPDATE link_hourly_counts SET clicks = 75 WHERE link_id = 1`)
+	dbtest.Exec(t, url, `UPDATE link_hourly_counts SET clicks = 75 WHERE link_id = 1`)
 	rebuild := snip(t, env, "report", "rebuild", "--config", path, "--week", "2026-W47")
 	if rebuild.code != 0 || !strings.Contains(rebuild.stdout, "rebuilt") {
 		t.Fatalf("report rebuild: exit %d\n%s%s", rebuild.code, rebuild.stdout, rebuild.stderr)
@@ -111,8 +111,8 @@ func TestReportShowAndRebuild(t *testing.T) {
 // the week's slot, the resource the slot's database-mode runs write through.
 func TestReportRebuildInDatabaseModeNeedsNoEtcd(t *testing.T) {
 	t.Parallel()
-	url := testenv.PostgresDB(t)
-	nobody := testenv.Listen(t) // accepts connections, never answers
+	url := benchtest.PostgresDB(t)
+	nobody := benchtest.Listen(t) // accepts connections, never answers
 	path := writeConfig(t, config{instance: "server-1", endpoints: []string{"http://" + nobody.Addr().String()},
 		adminPort: freePort(t), jobs: reportJobYAML + "    coordination: database\n"})
 	env := dbEnv(migrate(t, path, url))
@@ -126,7 +126,7 @@ func TestReportRebuildInDatabaseModeNeedsNoEtcd(t *testing.T) {
 	// The Monday 23 November 08:00 (Paris) slot reports 2026-W47; an instance
 	// claimed it from the sequence, as the scheduler does, and stored the week
 	// fenced on <job>@<slot>.
-	testdb.Exec(t, url, `INSERT INTO links (id, slug) VALUES (1, 'launch');
+	dbtest.Exec(t, url, `INSERT INTO links (id, slug) VALUES (1, 'launch');
 		INSERT INTO link_hourly_counts (link_id, hour, clicks) VALUES (1, '2026-11-18 10:00Z', 40)`)
 	slot := time.Date(2026, 11, 23, 7, 0, 0, 0, time.UTC)
 	const resource = "weekly-report@2026-11-23T07:00:00Z"
@@ -155,7 +155,7 @@ func TestReportRebuildInDatabaseModeNeedsNoEtcd(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	testdb.Exec(t, url, `UPDATE link_hourly_counts SET clicks = 75 WHERE link_id = 1`)
+	dbtest.Exec(t, url, `UPDATE link_hourly_counts SET clicks = 75 WHERE link_id = 1`)
 	rebuild := snip(t, env, "report", "rebuild", "--config", path, "--week", "2026-W47")
 	if rebuild.code != 0 || !strings.Contains(rebuild.stdout, "rebuilt (claim token") {
 		t.Fatalf("report rebuild: exit %d\n%s%s", rebuild.code, rebuild.stdout, rebuild.stderr)

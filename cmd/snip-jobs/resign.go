@@ -8,9 +8,9 @@ import (
 	"io"
 	"time"
 
+	"github.com/snip/snip-jobs/app/connect"
 	"github.com/snip/snip-jobs/configs"
-	"github.com/snip/snip-jobs/internal/connect"
-	"github.com/snip/snip-jobs/internal/termsafe"
+	"github.com/snip/snip-jobs/internal/ttysafe"
 	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/leadership/kubelease"
 )
@@ -106,7 +106,7 @@ func reportResign(w io.Writer, name string, before, after *handOver, err error) 
 		return fmt.Errorf("%s has no leader now: nothing to resign (is any instance running it?)", name)
 	}
 	if before != nil {
-		fmt.Fprintf(w, "%s: leader was %s (token %d)\n", name, termsafe.String(before.instance), before.token)
+		fmt.Fprintf(w, "%s: leader was %s (token %d)\n", name, ttysafe.String(before.instance), before.token)
 	}
 	switch {
 	case err != nil:
@@ -114,9 +114,9 @@ func reportResign(w io.Writer, name string, before, after *handOver, err error) 
 	case after == nil:
 		fmt.Fprintf(w, "%s: handed over; no instance has taken it yet\n", name)
 	case after.instance == before.instance:
-		fmt.Fprintf(w, "%s: now %s again (token %d): no other instance took it; are the others running?\n", name, termsafe.String(after.instance), after.token)
+		fmt.Fprintf(w, "%s: now %s again (token %d): no other instance took it; are the others running?\n", name, ttysafe.String(after.instance), after.token)
 	default:
-		fmt.Fprintf(w, "%s: now %s (token %d)\n", name, termsafe.String(after.instance), after.token)
+		fmt.Fprintf(w, "%s: now %s (token %d)\n", name, ttysafe.String(after.instance), after.token)
 	}
 	return nil
 }

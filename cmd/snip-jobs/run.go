@@ -7,9 +7,9 @@ import (
 
 	legolog "github.com/go-acme/lego/v5/log"
 
+	"github.com/snip/snip-jobs/app/etcdlocal"
+	"github.com/snip/snip-jobs/app/service"
 	"github.com/snip/snip-jobs/configs"
-	"github.com/snip/snip-jobs/internal/etcdlocal"
-	"github.com/snip/snip-jobs/internal/service"
 )
 
 func runCommand() command {

@@ -14,10 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/snip/snip-jobs/internal/etcdtest"
-	"github.com/snip/snip-jobs/internal/testdb"
-	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/scheduler/status"
+	"github.com/snip/snip-jobs/testbench/benchtest"
+	"github.com/snip/snip-jobs/testbench/dbtest"
+	"github.com/snip/snip-jobs/testbench/etcdtest"
 )
 
 // Three instances, a shared etcd and database, one singleton that records
@@ -29,7 +29,7 @@ func TestThreeInstancesRunASingletonOnOneAndHandOverOnResignAndSIGTERM(t *testin
 	t.Parallel()
 	etcd := etcdtest.Start(t, 1)
 	observer := etcdClient(t, etcd.Endpoint(0))
-	url := testenv.PostgresDB(t)
+	url := benchtest.PostgresDB(t)
 	// A 10 s lease: a successor that waited for expiry would be easy to tell
 	// from one that was handed the job.
 	slow := "ttl: 10s\n  margin: 3s"
@@ -182,7 +182,7 @@ func TestKilledLeaderIsReplacedAfterItsLeaseExpires(t *testing.T) {
 	t.Parallel()
 	etcd := etcdtest.Start(t, 1)
 	observer := etcdClient(t, etcd.Endpoint(0))
-	url := testenv.PostgresDB(t)
+	url := benchtest.PostgresDB(t)
 	mk := func(name string) config {
 		return config{instance: name, endpoints: []string{etcd.Endpoint(0)}, jobs: pulseJob}
 	}
@@ -216,7 +216,7 @@ func TestKilledLeaderIsReplacedAfterItsLeaseExpires(t *testing.T) {
 func TestASecondProcessWithTheSameInstanceNameExits1(t *testing.T) {
 	t.Parallel()
 	etcd := etcdtest.Start(t, 1)
-	url := testenv.PostgresDB(t)
+	url := benchtest.PostgresDB(t)
 	c := config{instance: "server-a", endpoints: []string{etcd.Endpoint(0)}, jobs: pulseJob}
 	env := dbEnv(migrate(t, writeConfig(t, c), url))
 	first := start(t, c, env)
@@ -240,7 +240,7 @@ func TestASecondProcessWithTheSameInstanceNameExits1(t *testing.T) {
 func TestReadyzFollowsTheEtcdLeaseAndPostgres(t *testing.T) {
 	t.Parallel()
 	etcd := etcdtest.Start(t, 1)
-	pg := testenv.StartPostgres(t)
+	pg := benchtest.StartPostgres(t)
 	url := pg.CreateDatabase(t)
 	c := config{instance: "server-a", endpoints: []string{etcd.Endpoint(0)}, jobs: pulseJob}
 	env := dbEnv(migrate(t, writeConfig(t, c), url))
@@ -279,7 +279,7 @@ func TestReadyzFollowsTheEtcdLeaseAndPostgres(t *testing.T) {
 // singletons on it.
 func TestRunWithoutEtcdEndpointsStartsAnEmbeddedEtcd(t *testing.T) {
 	t.Parallel()
-	url := testenv.PostgresDB(t)
+	url := benchtest.PostgresDB(t)
 	c := config{instance: "solo", embeddedDir: filepath.Join(t.TempDir(), "etcd"), jobs: pulseJob}
 	env := dbEnv(migrate(t, writeConfig(t, c), url))
 	// Port 0: etcd picks a free port (and retries if it loses it), and the
@@ -317,7 +317,7 @@ func TestRunWithoutEtcdEndpointsStartsAnEmbeddedEtcd(t *testing.T) {
 func TestRunTellsSystemdReadyWatchdogAndStopping(t *testing.T) {
 	t.Parallel()
 	etcd := etcdtest.Start(t, 1)
-	url := testenv.PostgresDB(t)
+	url := benchtest.PostgresDB(t)
 	c := config{instance: "server-a", endpoints: []string{etcd.Endpoint(0)}, jobs: pulseJob}
 	env := dbEnv(migrate(t, writeConfig(t, c), url))
 
@@ -391,7 +391,7 @@ func TestRunTellsSystemdReadyWatchdogAndStopping(t *testing.T) {
 // with --allow-readable-secrets run starts and warns about each instead.
 func TestRunRefusesSecretFilesOthersCanReadUnlessAllowed(t *testing.T) {
 	t.Parallel()
-	url := testdb.URL(t)
+	url := dbtest.URL(t)
 	dir := t.TempDir()
 	urlFile := filepath.Join(dir, "database-url")
 	keyFile := filepath.Join(dir, "certificate-keys")
@@ -436,17 +436,17 @@ func TestRunRefusesSecretFilesOthersCanReadUnlessAllowed(t *testing.T) {
 // missing one stops it (exit 1) before any job runs, naming the table.
 func TestRunRefusesToStartWithoutAGrantItNeedsNamingTheTable(t *testing.T) {
 	t.Parallel()
-	url := testenv.PostgresDB(t)
+	url := benchtest.PostgresDB(t)
 	c := config{instance: "server-a", endpoints: []string{"https://127.0.0.1:1"}, jobs: pulseJob}
 	runtime := migrate(t, writeConfig(t, c), url)
-	testdb.Exec(t, url, "REVOKE INSERT ON job_runs FROM "+testdb.RuntimeRole+"; REVOKE SELECT ON custom_domains FROM "+testdb.RuntimeRole)
+	dbtest.Exec(t, url, "REVOKE INSERT ON job_runs FROM "+dbtest.RuntimeRole+"; REVOKE SELECT ON custom_domains FROM "+dbtest.RuntimeRole)
 	r := snip(t, dbEnv(runtime), "run", "--config", writeConfig(t, c))
 	want := "the database role lacks privileges this binary needs: INSERT on job_runs, SELECT on custom_domains; " +
 		"grant them with `snip-jobs migrate --grant-to ROLE` run as the schema's owner"
 	if r.code != 1 || !strings.Contains(r.stderr, want) {
 		t.Errorf("run without two grants: exit %d, want 1 and %q in:\n%s", r.code, want, r.stderr)
 	}
-	if n := testenv.Value[int64](t, testdb.Pool(t, url), `SELECT count(*) FROM job_runs`); n != 0 {
+	if n := benchtest.Value[int64](t, dbtest.Pool(t, url), `SELECT count(*) FROM job_runs`); n != 0 {
 		t.Errorf("%d runs were recorded; want none before the check", n)
 	}
 }

@@ -15,9 +15,9 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx", for goose
 	"github.com/pressly/goose/v3"
 
-	"github.com/snip/snip-jobs/internal/etcdtest"
-	"github.com/snip/snip-jobs/internal/testdb"
-	"github.com/snip/snip-jobs/internal/testenv"
+	"github.com/snip/snip-jobs/testbench/benchtest"
+	"github.com/snip/snip-jobs/testbench/dbtest"
+	"github.com/snip/snip-jobs/testbench/etcdtest"
 )
 
 // migrateAllButNewest gives the database at url the previous binary's schema
@@ -28,7 +28,7 @@ func migrateAllButNewest(t *testing.T, url string) (fstest.MapFS, string) {
 	files, newest := repoMigrations(t)
 	delete(files, newest)
 	gooseUp(t, url, files)
-	testdb.Exec(t, url, pulsesTable)
+	dbtest.Exec(t, url, pulsesTable)
 	return files, newest
 }
 
@@ -40,7 +40,7 @@ func migrateAllButNewest(t *testing.T, url string) (fstest.MapFS, string) {
 func TestRunRefusesASchemaWithoutItsNewestMigrationUntilMigrated(t *testing.T) {
 	t.Parallel()
 	etcd := etcdtest.Start(t, 1)
-	url := testenv.PostgresDB(t)
+	url := benchtest.PostgresDB(t)
 	env := dbEnv(url)
 	c := config{instance: "server-a", endpoints: []string{etcd.Endpoint(0)}, jobs: pulseJob}
 	files, newest := migrateAllButNewest(t, url)
@@ -86,7 +86,7 @@ func TestRunRefusesASchemaWithoutItsNewestMigrationUntilMigrated(t *testing.T) {
 func TestRunComparesTheSchemaOncePostgresAnswers(t *testing.T) {
 	t.Parallel()
 	etcd := etcdtest.Start(t, 1)
-	pg := testenv.StartPostgres(t)
+	pg := benchtest.StartPostgres(t)
 	url := pg.CreateDatabase(t)
 	env := dbEnv(url)
 	c := config{instance: "server-a", endpoints: []string{etcd.Endpoint(0)}, jobs: pulseJob}

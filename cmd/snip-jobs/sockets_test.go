@@ -7,9 +7,9 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/snip/snip-jobs/internal/etcdtest"
-	"github.com/snip/snip-jobs/internal/sockact"
-	"github.com/snip/snip-jobs/internal/testenv"
+	"github.com/snip/snip-jobs/app/sockact"
+	"github.com/snip/snip-jobs/testbench/benchtest"
+	"github.com/snip/snip-jobs/testbench/etcdtest"
 )
 
 // Under systemd socket activation (a .socket unit with FileDescriptorName=admin)
@@ -19,9 +19,9 @@ import (
 func TestRunServesTheAdminOnThePassedSocketInsteadOfHTTPListen(t *testing.T) {
 	t.Parallel()
 	etcd := etcdtest.Start(t, 1)
-	url := testenv.PostgresDB(t)
-	busy := testenv.Listen(t) // http.listen: taken
-	admin := testenv.Listen(t)
+	url := benchtest.PostgresDB(t)
+	busy := benchtest.Listen(t) // http.listen: taken
+	admin := benchtest.Listen(t)
 	c := config{instance: "activated", endpoints: []string{etcd.Endpoint(0)}, jobs: pulseJob,
 		adminPort: busy.Addr().(*net.TCPAddr).Port,
 		passed:    []sockact.Socket{{Name: "admin", Listener: admin}}}
@@ -48,7 +48,7 @@ func TestRunServesTheAdminOnThePassedSocketInsteadOfHTTPListen(t *testing.T) {
 func TestRunRefusesAPassedSocketItDoesNotKnow(t *testing.T) {
 	t.Parallel()
 	c := config{instance: "misnamed", endpoints: []string{"http://127.0.0.1:1"}, jobs: pulseJob,
-		passed: []sockact.Socket{{Name: "snip-jobs-admin.socket", Listener: testenv.Listen(t)}}}
+		passed: []sockact.Socket{{Name: "snip-jobs-admin.socket", Listener: benchtest.Listen(t)}}}
 	in := start(t, c, nil)
 	if code := in.wait(); code != 1 {
 		t.Fatalf("exit %d, want 1", code)

@@ -16,10 +16,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/snip/snip-jobs/app/clusterview"
+	"github.com/snip/snip-jobs/app/connect"
 	"github.com/snip/snip-jobs/configs"
-	"github.com/snip/snip-jobs/internal/clusterview"
-	"github.com/snip/snip-jobs/internal/connect"
-	"github.com/snip/snip-jobs/internal/termsafe"
+	"github.com/snip/snip-jobs/internal/ttysafe"
 	"github.com/snip/snip-jobs/scheduler/status"
 )
 
@@ -81,7 +81,7 @@ on call: the problems of the last read are shown under it, and Ctrl-C exits 0.`,
 				}
 				if len(st.Errors) > 0 {
 					for _, e := range st.Errors {
-						fmt.Fprintf(c.stderr, "snip-jobs status: %s\n", termsafe.String(e))
+						fmt.Fprintf(c.stderr, "snip-jobs status: %s\n", ttysafe.String(e))
 					}
 					return errSilent
 				}
@@ -154,7 +154,7 @@ func (src *statusSource) read(ctx context.Context) status.Cluster {
 // database is escaped (termsafe): an error text, even an instance's host name
 // in etcd, may hold terminal controls.
 func printStatus(w io.Writer, st status.Cluster, now time.Time) {
-	esc := termsafe.String
+	esc := ttysafe.String
 	printInstances(w, st.Instances, now)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "JOB\tMODE\tLEADER\tTOKEN\tSINCE\tLEASE LEFT\tLAST RUN\tRESULT\tLAST SLOT\tSLOT STATE")
@@ -204,7 +204,7 @@ func printInstances(w io.Writer, instances []status.Instance, now time.Time) {
 	if len(instances) == 0 {
 		return
 	}
-	esc := termsafe.String
+	esc := ttysafe.String
 	var up, stale []string
 	for _, r := range instances {
 		lease := fmt.Sprintf("lease %gs left of %gs", r.LeaseTTLSeconds, r.LeaseGrantedSeconds)

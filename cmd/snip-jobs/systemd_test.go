@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/snip/snip-jobs/internal/service"
+	"github.com/snip/snip-jobs/app/service"
 )
 
 // The units in deploy/systemd are what operators install: systemd-analyze

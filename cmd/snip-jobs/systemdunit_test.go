@@ -20,14 +20,14 @@ import (
 	"github.com/jackc/pgx/v5"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/snip/snip-jobs/internal/etcdtest"
-	"github.com/snip/snip-jobs/internal/flock"
-	"github.com/snip/snip-jobs/internal/nspawn"
-	"github.com/snip/snip-jobs/internal/sockact"
-	"github.com/snip/snip-jobs/internal/testdb"
-	"github.com/snip/snip-jobs/internal/testenv"
+	"github.com/snip/snip-jobs/app/sockact"
 	"github.com/snip/snip-jobs/jobs/certrenew"
 	"github.com/snip/snip-jobs/leadership"
+	"github.com/snip/snip-jobs/testbench/benchtest"
+	"github.com/snip/snip-jobs/testbench/dbtest"
+	"github.com/snip/snip-jobs/testbench/etcdtest"
+	"github.com/snip/snip-jobs/testbench/flock"
+	"github.com/snip/snip-jobs/testbench/systemdtest"
 )
 
 // What the unit test installs in the container, and where the unit and its
@@ -77,7 +77,7 @@ func TestTheUnitUnderARealSystemd(t *testing.T) {
 	cache := cacheDir(t)
 	begin := time.Now()
 	rctx, cancel := context.WithTimeout(ctx, rootfsPatience)
-	root, err := nspawn.Rootfs(rctx, cache)
+	root, err := systemdtest.Rootfs(rctx, cache)
 	cancel()
 	if err != nil {
 		t.Fatal(err)
@@ -87,12 +87,12 @@ func TestTheUnitUnderARealSystemd(t *testing.T) {
 
 	etcd := etcdtest.Start(t, 1)
 	observer := etcdClient(t, etcd.Endpoint(0))
-	url := testenv.PostgresDB(t)
+	url := benchtest.PostgresDB(t)
 	keys := randomKey(t)
 	ttl := "ttl: 10s\n  margin: 3s"
 	hostCfg := config{instance: hostInstance, endpoints: []string{etcd.Endpoint(0)}, ttl: ttl,
 		jobs:   unitJobs("key_env: SNIP_TEST_CERT_KEY"),
-		passed: []sockact.Socket{{Name: certrenew.ChallengeSocket, Listener: testenv.Listen(t)}}} // not port 80: the unit's
+		passed: []sockact.Socket{{Name: certrenew.ChallengeSocket, Listener: benchtest.Listen(t)}}} // not port 80: the unit's
 	runtime := migrate(t, writeConfig(t, hostCfg), url)
 	unitCfg, err := os.ReadFile(writeConfig(t, config{instance: unitInstance, endpoints: []string{etcd.Endpoint(0)}, ttl: ttl,
 		urlFile: credentialsDir + "/database-url",
@@ -160,7 +160,7 @@ func TestTheUnitUnderARealSystemd(t *testing.T) {
 // unit is snip-jobs.service in a booted container.
 type unit struct {
 	t       *testing.T
-	ct      *nspawn.Container
+	ct      *systemdtest.Container
 	journal journal
 }
 
@@ -170,7 +170,7 @@ type unit struct {
 func bootUnit(t *testing.T, root string, creds map[string]string, cfg []byte) *unit {
 	t.Helper()
 	ctx := context.Background()
-	ct, err := nspawn.Boot(ctx, root, "snip-jobs-unit", filepath.Join(t.TempDir(), "console.log"))
+	ct, err := systemdtest.Boot(ctx, root, "snip-jobs-unit", filepath.Join(t.TempDir(), "console.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -447,7 +447,7 @@ func (u *unit) stop(observer *clientv3.Client, url string, first leadership.Lead
 		if l := leaderOf(t, observer, job, token); l.Instance != hostInstance {
 			t.Errorf("%s after the stop: led by %s", job, l.Instance)
 		}
-		if reason := testenv.Value[string](t, dbConn(t, url), `SELECT coalesce(reason, '') FROM job_terms WHERE job = $1 AND token = $2`, job, token); reason != "shutdown" {
+		if reason := benchtest.Value[string](t, dbConn(t, url), `SELECT coalesce(reason, '') FROM job_terms WHERE job = $1 AND token = $2`, job, token); reason != "shutdown" {
 			t.Errorf("%s's term %d ended with %q, want shutdown (resigned at SIGTERM)", job, token, reason)
 		}
 	}
@@ -495,29 +495,29 @@ func settled(t *testing.T, observer *clientv3.Client) leadership.Leader {
 func checkFence(t *testing.T, url string) {
 	t.Helper()
 	pool := dbConn(t, url)
-	if n := testenv.Value[int64](t, pool, `SELECT count(*) FROM fence_rejections r
+	if n := benchtest.Value[int64](t, pool, `SELECT count(*) FROM fence_rejections r
 		WHERE r.token >= r.current OR NOT EXISTS (SELECT 1 FROM job_terms n WHERE n.token = r.current AND n.started_at <= r.at)`); n != 0 {
 		t.Errorf("%d write(s) refused without a newer term having begun", n)
 	}
-	if n := testenv.Value[int64](t, pool, `SELECT count(*) FROM job_runs r WHERE r.result = 'stale'
+	if n := benchtest.Value[int64](t, pool, `SELECT count(*) FROM job_runs r WHERE r.result = 'stale'
 		AND NOT EXISTS (SELECT 1 FROM job_terms n WHERE n.job = r.job AND n.token > r.token AND n.started_at <= r.finished_at)`); n != 0 {
 		t.Errorf("%d run(s) refused while their term was the newest", n)
 	}
-	refused := testenv.Value[int64](t, pool, `SELECT count(*) FROM fence_rejections`)
+	refused := benchtest.Value[int64](t, pool, `SELECT count(*) FROM fence_rejections`)
 	t.Logf("writes refused by the fence (all of replaced terms): %d", refused)
 }
 
 // journal waits on the unit's journal.
 type journal struct {
 	t *testing.T
-	j *nspawn.Journal
+	j *systemdtest.Journal
 }
 
 func (j journal) len() int { return j.j.Len() }
 
-func (j journal) wait(what string, from int, match func(nspawn.Entry) bool) (nspawn.Entry, int) {
+func (j journal) wait(what string, from int, match func(systemdtest.Entry) bool) (systemdtest.Entry, int) {
 	j.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), testenv.Patience)
+	ctx, cancel := context.WithTimeout(context.Background(), benchtest.Patience)
 	defer cancel()
 	e, i, err := j.j.Wait(ctx, from, match)
 	if err != nil {
@@ -527,14 +527,14 @@ func (j journal) wait(what string, from int, match func(nspawn.Entry) bool) (nsp
 }
 
 // systemdSays matches systemd's own lines about the unit.
-func systemdSays(sub string) func(nspawn.Entry) bool {
-	return func(e nspawn.Entry) bool { return e.PID == 1 && strings.Contains(e.Message, sub) }
+func systemdSays(sub string) func(systemdtest.Entry) bool {
+	return func(e systemdtest.Entry) bool { return e.PID == 1 && strings.Contains(e.Message, sub) }
 }
 
 // processSays matches a JSON log line of snip-jobs with msg (a prefix) and
 // every one of subs.
-func processSays(msg string, subs ...string) func(nspawn.Entry) bool {
-	return func(e nspawn.Entry) bool {
+func processSays(msg string, subs ...string) func(systemdtest.Entry) bool {
+	return func(e systemdtest.Entry) bool {
 		if e.PID == 1 || !strings.Contains(e.Message, `"msg":"`+msg) {
 			return false
 		}
@@ -547,7 +547,7 @@ func processSays(msg string, subs ...string) func(nspawn.Entry) bool {
 	}
 }
 
-func unitStarted(e nspawn.Entry) bool { return e.PID == 1 && e.MessageID == msgUnitStarted }
+func unitStarted(e systemdtest.Entry) bool { return e.PID == 1 && e.MessageID == msgUnitStarted }
 
 // termSeen is the first new term of a job after some token, as a watch saw it.
 type termSeen struct {
@@ -574,7 +574,7 @@ func watchTerms(t *testing.T, cli *clientv3.Client, job string) *termWatch {
 func (w *termWatch) next(t *testing.T, token int64) termSeen {
 	t.Helper()
 	var s termSeen
-	timeout := time.After(testenv.Patience)
+	timeout := time.After(benchtest.Patience)
 	for {
 		select {
 		case resp := <-w.events:
@@ -593,7 +593,7 @@ func (w *termWatch) next(t *testing.T, token int64) termSeen {
 				}
 			}
 		case <-timeout:
-			t.Fatalf("no new term of %s within %v", w.job, testenv.Patience)
+			t.Fatalf("no new term of %s within %v", w.job, benchtest.Patience)
 		}
 	}
 }
@@ -618,7 +618,7 @@ func instanceLease(t *testing.T, cli *clientv3.Client, instance string) clientv3
 func storeChallenge(t *testing.T, url string) string {
 	t.Helper()
 	token := strings.TrimRight(base64.URLEncoding.EncodeToString([]byte(randomKey(t)))[:43], "=")
-	testdb.Exec(t, url, fmt.Sprintf(`INSERT INTO certrenew_challenges (token, domain, key_auth, fence_token, expires_at)
+	dbtest.Exec(t, url, fmt.Sprintf(`INSERT INTO certrenew_challenges (token, domain, key_auth, fence_token, expires_at)
 		VALUES ('%s', '%s', '%s.thumbprint', 1, now() + interval '1 hour')`, token, challengeDomain, token))
 	return token
 }
@@ -630,7 +630,7 @@ func getChallenge(token, host string) (int, string) {
 		return 0, err.Error()
 	}
 	req.Host = host
-	resp, err := (&http.Client{Timeout: testenv.Patience}).Do(req)
+	resp, err := (&http.Client{Timeout: benchtest.Patience}).Do(req)
 	if err != nil {
 		return 0, err.Error()
 	}

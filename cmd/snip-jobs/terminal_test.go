@@ -5,11 +5,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/snip/snip-jobs/internal/etcdtest"
-	"github.com/snip/snip-jobs/internal/testdb"
-	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/jobs/certrenew"
 	"github.com/snip/snip-jobs/scheduler/status"
+	"github.com/snip/snip-jobs/testbench/benchtest"
+	"github.com/snip/snip-jobs/testbench/dbtest"
+	"github.com/snip/snip-jobs/testbench/etcdtest"
 )
 
 // hostile is text a terminal would obey: retitle the window (OSC 0), clear
@@ -26,11 +26,11 @@ const hostileEscaped = `\x1b]0;pwned\x07\x1b[2J\u009b31m\u202e`
 func TestStringsFromTheDatabaseArePrintedEscapedAndJSONIsUnchanged(t *testing.T) {
 	t.Parallel()
 	etcd := etcdtest.Start(t, 1)
-	url := testenv.PostgresDB(t)
+	url := benchtest.PostgresDB(t)
 	path := writeConfig(t, config{instance: "server-1", endpoints: etcd.Endpoints(), adminPort: freePort(t), jobs: certsJobYAML + reportJobYAML})
 	env := dbEnv(migrate(t, path, url))
 	domain := "shop" + hostile + ".example.com"
-	testdb.Exec(t, url, `INSERT INTO custom_domains (domain) VALUES ('`+domain+`');
+	dbtest.Exec(t, url, `INSERT INTO custom_domains (domain) VALUES ('`+domain+`');
 		INSERT INTO certrenew_domains (domain, source, failures, next_attempt_at, last_error, last_error_reason, last_error_at, token)
 		VALUES ('good.example.com', 'good.example.com', 1, now() + interval '1 hour', 'the CA said: `+hostile+`', 'dns', now(), 7);
 		INSERT INTO custom_domains (domain) VALUES ('good.example.com');

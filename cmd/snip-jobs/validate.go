@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/snip/snip-jobs/internal/service"
+	"github.com/snip/snip-jobs/app/service"
 )
 
 func validateCommand() command {

@@ -12,8 +12,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/snip/snip-jobs/internal/etcdtest"
-	"github.com/snip/snip-jobs/internal/testenv"
+	"github.com/snip/snip-jobs/testbench/benchtest"
+	"github.com/snip/snip-jobs/testbench/etcdtest"
 )
 
 // openPTY opens a pseudo-terminal: the test reads the master, the command
@@ -99,7 +99,7 @@ func (term *terminal) waitFrame(t *testing.T, what string, cond func(frame strin
 func TestStatusWatchRedrawsTheTableOnATerminalUntilCtrlC(t *testing.T) {
 	t.Parallel()
 	etcd := etcdtest.Start(t, 1)
-	url := testenv.PostgresDB(t)
+	url := benchtest.PostgresDB(t)
 	env := dbEnv(url)
 	c := config{instance: "server-a", endpoints: []string{etcd.Endpoint(0)}, jobs: pulseJob}
 	path := writeConfig(t, c)

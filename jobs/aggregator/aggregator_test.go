@@ -15,11 +15,11 @@ import (
 
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/fencing"
-	"github.com/snip/snip-jobs/internal/jobtest"
-	"github.com/snip/snip-jobs/internal/testdb"
-	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/jobs/aggregator"
 	"github.com/snip/snip-jobs/scheduler"
+	"github.com/snip/snip-jobs/testbench/benchtest"
+	"github.com/snip/snip-jobs/testbench/dbtest"
+	"github.com/snip/snip-jobs/testbench/jobtest"
 )
 
 // small makes batches of a few events, so that every test goes through many
@@ -33,7 +33,7 @@ func small() aggregator.Options {
 
 func TestAnEventCommittedAfterHigherIdsIsCountedOnceWhenItCommits(t *testing.T) {
 	t.Parallel()
-	d := newDB(t, testdb.NewDB(t))
+	d := newDB(t, dbtest.NewDB(t))
 	l := newLedger()
 	now := time.Now()
 	d.startAggregator(1, small())
@@ -77,7 +77,7 @@ func TestAnEventCommittedAfterHigherIdsIsCountedOnceWhenItCommits(t *testing.T) 
 // it at once.
 func TestAnIdleAggregatorWritesNothingUntilAnEventCommits(t *testing.T) {
 	t.Parallel()
-	d := newDB(t, testdb.NewDB(t))
+	d := newDB(t, dbtest.NewDB(t))
 	l := newLedger()
 	now := time.Now()
 	a := d.startAggregator(1, small())
@@ -88,7 +88,7 @@ func TestAnIdleAggregatorWritesNothingUntilAnEventCommits(t *testing.T) {
 	// Past the prune of the processed events: it waits, with one more batch,
 	// for any transaction another test held open when the job's position
 	// was taken (TestEventsProcessedBesideAnOlderOpenTransactionAreDeletedOnceItEnds).
-	testdb.WaitCommit(t, d.url, "the processed events to be deleted", []string{"click_events"}, func() bool { return d.events() == 0 })
+	dbtest.WaitCommit(t, d.url, "the processed events to be deleted", []string{"click_events"}, func() bool { return d.events() == 0 })
 	a.waitIdlePolls(t, 1)
 	versions := func() string { // the rows' versions change with every write
 		var v string
@@ -115,7 +115,7 @@ func TestAnIdleAggregatorWritesNothingUntilAnEventCommits(t *testing.T) {
 
 func TestConcurrentProducersWithInterleavedCommitsAreCountedExactly(t *testing.T) {
 	t.Parallel()
-	d := newDB(t, testdb.NewDB(t))
+	d := newDB(t, dbtest.NewDB(t))
 	l := newLedger()
 	d.startAggregator(1, small())
 
@@ -169,7 +169,7 @@ func TestConcurrentProducersWithInterleavedCommitsAreCountedExactly(t *testing.T
 
 func TestBadEventsGoToRejectsWithTheirReasonAndNeverStopTheJob(t *testing.T) {
 	t.Parallel()
-	d := newDB(t, testdb.NewDB(t))
+	d := newDB(t, dbtest.NewDB(t))
 	l := newLedger()
 	now := time.Now()
 	a := d.startAggregator(1, small())
@@ -227,7 +227,7 @@ func TestBadEventsGoToRejectsWithTheirReasonAndNeverStopTheJob(t *testing.T) {
 // refuses any UPDATE of an event. Nothing of a refused statement stays.
 func TestAProducerCannotWriteTheTransactionIDItself(t *testing.T) {
 	t.Parallel()
-	d := newDB(t, testdb.NewDB(t))
+	d := newDB(t, dbtest.NewDB(t))
 	ctx := context.Background()
 	refused := func(what string, err error) {
 		t.Helper()
@@ -263,7 +263,7 @@ func TestAProducerCannotWriteTheTransactionIDItself(t *testing.T) {
 func TestTwoAggregatorsWithDifferentTokensCountOnce(t *testing.T) {
 	t.Parallel()
 	t.Run("the older starts second and is refused before it folds anything", func(t *testing.T) {
-		d := newDB(t, testdb.NewDB(t))
+		d := newDB(t, dbtest.NewDB(t))
 		l := newLedger()
 		now := time.Now()
 		newer := d.startAggregator(20, small())
@@ -275,7 +275,7 @@ func TestTwoAggregatorsWithDifferentTokensCountOnce(t *testing.T) {
 		// The older opens a batch only when it finds something to fold:
 		// events commit until it has, and has been refused.
 		older := d.startAggregator(10, small())
-		testenv.Eventually(t, "the older aggregator to open a batch", func() bool {
+		benchtest.Eventually(t, "the older aggregator to open a batch", func() bool {
 			d.commit(l, []event{click(1, now)}, []string{""})
 			return older.returned()
 		})
@@ -296,7 +296,7 @@ func TestTwoAggregatorsWithDifferentTokensCountOnce(t *testing.T) {
 	})
 
 	t.Run("both run at once while producers commit; the older is refused at its first batch after the newer's first", func(t *testing.T) {
-		d := newDB(t, testdb.NewDB(t))
+		d := newDB(t, dbtest.NewDB(t))
 		l := newLedger()
 		now := time.Now()
 		older := d.startAggregator(10, small())
@@ -311,7 +311,7 @@ func TestTwoAggregatorsWithDifferentTokensCountOnce(t *testing.T) {
 		// has, and has been refused.
 		d.waitFolded(20)
 		newer := d.startAggregator(20, small())
-		testenv.Eventually(t, "the older aggregator to open a batch after the newer's", func() bool {
+		benchtest.Eventually(t, "the older aggregator to open a batch after the newer's", func() bool {
 			d.commit(l, []event{click(1, now)}, []string{""})
 			return older.returned()
 		})
@@ -328,7 +328,7 @@ func TestTwoAggregatorsWithDifferentTokensCountOnce(t *testing.T) {
 
 func TestALeaderKilledMidBatchLeavesNothingAndItsSuccessorContinues(t *testing.T) {
 	t.Parallel()
-	d := newDB(t, testdb.NewDB(t))
+	d := newDB(t, dbtest.NewDB(t))
 	l := newLedger()
 	now := time.Now()
 	ctx := context.Background()
@@ -379,7 +379,7 @@ func TestALeaderKilledMidBatchLeavesNothingAndItsSuccessorContinues(t *testing.T
 
 func TestAPausedLeaderThatFinishesItsBatchAfterItsSuccessorStartedCountsOnce(t *testing.T) {
 	t.Parallel()
-	d := newDB(t, testdb.NewDB(t))
+	d := newDB(t, dbtest.NewDB(t))
 	l := newLedger()
 	now := time.Now()
 	ctx := context.Background()
@@ -409,7 +409,7 @@ func TestAPausedLeaderThatFinishesItsBatchAfterItsSuccessorStartedCountsOnce(t *
 	if err := hold.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, "the paused leader to open its next batch", func() bool {
+	benchtest.Eventually(t, "the paused leader to open its next batch", func() bool {
 		d.commit(l, []event{click(1, now)}, []string{""})
 		return leader.returned()
 	})
@@ -426,8 +426,8 @@ func TestAPausedLeaderThatFinishesItsBatchAfterItsSuccessorStartedCountsOnce(t *
 
 func TestPostgresRestartsWhileProducersAndTheAggregatorRun(t *testing.T) {
 	t.Parallel()
-	pg := testenv.StartPostgres(t)
-	d := newDB(t, testdb.NewDBIn(t, pg))
+	pg := benchtest.StartPostgres(t)
+	d := newDB(t, dbtest.NewDBIn(t, pg))
 	l := newLedger()
 	opts := small()
 	opts.BatchSize = 50
@@ -468,7 +468,7 @@ func TestPostgresRestartsWhileProducersAndTheAggregatorRun(t *testing.T) {
 		})
 	}
 	waitFolded := func(n int64) {
-		testenv.Eventually(t, fmt.Sprintf("%d events counted", n), func() bool { return d.stateRetry().folded >= n })
+		benchtest.Eventually(t, fmt.Sprintf("%d events counted", n), func() bool { return d.stateRetry().folded >= n })
 	}
 	waitFolded(100)
 	pg.Restart(t)
@@ -524,7 +524,7 @@ func (d *db) stateRetry() state {
 
 func TestTheLoopStopsWhenTheTermEnds(t *testing.T) {
 	t.Parallel()
-	d := newDB(t, testdb.NewDB(t))
+	d := newDB(t, dbtest.NewDB(t))
 	t.Run("Valid turns false", func(t *testing.T) {
 		a := d.startAggregator(1, small())
 		a.waitIdlePolls(t, 1)
@@ -552,12 +552,12 @@ func TestProcessedEventsAreDeletedOrKeptForTheRetention(t *testing.T) {
 	ctx := context.Background()
 	now := time.Now()
 	waitEvents := func(t *testing.T, d *db, want int) {
-		testdb.WaitCommit(t, d.url, fmt.Sprintf("click_events to hold %d events", want), []string{"click_events"},
+		dbtest.WaitCommit(t, d.url, fmt.Sprintf("click_events to hold %d events", want), []string{"click_events"},
 			func() bool { return d.events() == want })
 	}
 
 	t.Run("retention 0 deletes them", func(t *testing.T) {
-		d := newDB(t, testdb.NewDB(t))
+		d := newDB(t, dbtest.NewDB(t))
 		l := newLedger()
 		d.startAggregator(1, small())
 		for i := range 30 {
@@ -570,7 +570,7 @@ func TestProcessedEventsAreDeletedOrKeptForTheRetention(t *testing.T) {
 	})
 
 	t.Run("a retention keeps them until it has passed", func(t *testing.T) {
-		d := newDB(t, testdb.NewDB(t))
+		d := newDB(t, dbtest.NewDB(t))
 		l := newLedger()
 		opts := small()
 		opts.Retention = time.Hour
@@ -590,7 +590,7 @@ func TestProcessedEventsAreDeletedOrKeptForTheRetention(t *testing.T) {
 		if _, err := d.obs.Exec(ctx, `DELETE FROM click_aggregator_horizons`); err != nil {
 			t.Fatal(err)
 		}
-		testdb.WaitCommit(t, d.url, "a horizon recorded", []string{"click_aggregator_horizons"}, func() bool {
+		dbtest.WaitCommit(t, d.url, "a horizon recorded", []string{"click_aggregator_horizons"}, func() bool {
 			var n int
 			if err := d.obs.QueryRow(ctx, `SELECT count(*) FROM click_aggregator_horizons`).Scan(&n); err != nil {
 				t.Fatal(err)
@@ -609,7 +609,7 @@ func TestEventsProcessedBesideAnOlderOpenTransactionAreDeletedOnceItEnds(t *test
 	// Not parallel: the open transaction holds back every snapshot's xmin in
 	// the shared cluster (see the retention test above).
 	ctx := context.Background()
-	d := newDB(t, testdb.NewDB(t))
+	d := newDB(t, dbtest.NewDB(t))
 	l := newLedger()
 	older, err := d.obs.Begin(ctx)
 	if err != nil {
@@ -634,7 +634,7 @@ func TestEventsProcessedBesideAnOlderOpenTransactionAreDeletedOnceItEnds(t *test
 	if err := older.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	testdb.WaitCommit(t, d.url, "click_events to be emptied", []string{"click_events"}, func() bool { return d.events() == 0 })
+	dbtest.WaitCommit(t, d.url, "click_events to be emptied", []string{"click_events"}, func() bool { return d.events() == 0 })
 	d.wantCounts(l)
 }
 

@@ -15,9 +15,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/snip/snip-jobs/internal/testdb"
-	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/jobs/aggregator"
+	"github.com/snip/snip-jobs/testbench/benchtest"
+	"github.com/snip/snip-jobs/testbench/dbtest"
 )
 
 // The benchmarks run on a private cluster (fsync and synchronous_commit off,
@@ -43,7 +43,7 @@ const (
 func benchDB(b *testing.B) *db {
 	b.Helper()
 	ctx := context.Background()
-	pg := testenv.StartPostgres(b)
+	pg := benchtest.StartPostgres(b)
 	conn, err := pgx.Connect(ctx, pg.URL("postgres"))
 	if err != nil {
 		b.Fatal(err)
@@ -59,7 +59,7 @@ func benchDB(b *testing.B) *db {
 	conn.Close(ctx)
 	pg.Restart(b)
 
-	d := &db{t: b, url: testdb.Migrate(b, pg.CreateDatabase(b))}
+	d := &db{t: b, url: dbtest.Migrate(b, pg.CreateDatabase(b))}
 	d.obs = d.pool("observer")
 	if _, err := d.obs.Exec(ctx, `INSERT INTO links (id, slug) SELECT g, 'l' || g FROM generate_series(1, $1::int) g`, otherLinks+1); err != nil {
 		b.Fatal(err)

@@ -20,16 +20,16 @@ import (
 
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/fencing"
-	"github.com/snip/snip-jobs/internal/jobtest"
-	"github.com/snip/snip-jobs/internal/testdb"
-	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/jobs/aggregator"
 	"github.com/snip/snip-jobs/scheduler"
+	"github.com/snip/snip-jobs/testbench/benchtest"
+	"github.com/snip/snip-jobs/testbench/dbtest"
+	"github.com/snip/snip-jobs/testbench/jobtest"
 )
 
 func TestMain(m *testing.M) {
-	testenv.MostlyWaiting(4) // terms, restarts and batches waited on; ~17 s of CPU in ~34 s
-	os.Exit(testenv.RunMain(m))
+	benchtest.MostlyWaiting(4) // terms, restarts and batches waited on; ~17 s of CPU in ~34 s
+	os.Exit(benchtest.RunMain(m))
 }
 
 // patience bounds waits for things that must happen; it only decides how long
@@ -48,9 +48,9 @@ type db struct {
 }
 
 // newDB is the test's database set up as docs/operations.md says
-// (testdb.NewDB): the test as the superuser, the aggregators connecting as
+// (dbtest.NewDB): the test as the superuser, the aggregators connecting as
 // the runtime role; with links 1..links.
-func newDB(t testing.TB, roles testdb.DB) *db {
+func newDB(t testing.TB, roles dbtest.DB) *db {
 	t.Helper()
 	ctx := context.Background()
 	d := &db{t: t, url: roles.Super, job: roles.Runtime}
@@ -123,7 +123,7 @@ func (d *db) startAggregatorOn(pool *pgxpool.Pool, token int64, opts aggregator.
 		Job: "aggregator", Instance: instance, Token: token,
 		Fence: fencing.New(pool, instance),
 		Valid: a.valid.Load,
-		Log:   slog.New(recordingHandler{testenv.Logger(d.t).Handler(), a.logs}),
+		Log:   slog.New(recordingHandler{benchtest.Logger(d.t).Handler(), a.logs}),
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	a.cancel = cancel
@@ -368,7 +368,7 @@ func (a *aggregatorJob) waitIdlePolls(t testing.TB, k int) {
 	t.Helper()
 	const name = "snip_aggregator_idle_polls_total"
 	want := a.counter(t, name, nil) + float64(k)
-	testenv.Eventually(t, fmt.Sprintf("the aggregator to find nothing to do %d more times", k), func() bool {
+	benchtest.Eventually(t, fmt.Sprintf("the aggregator to find nothing to do %d more times", k), func() bool {
 		return a.counter(t, name, nil) >= want
 	})
 }
@@ -385,7 +385,7 @@ func (d *db) waitFolded(n int64) {
 // and the events' commit order is what the aggregator must get right.
 func (d *db) waitState(what string, cond func() bool) {
 	d.t.Helper()
-	testdb.WaitCommit(d.t, d.url, what, []string{"click_aggregator_state"}, cond)
+	dbtest.WaitCommit(d.t, d.url, what, []string{"click_aggregator_state"}, cond)
 }
 
 // wantCounts checks link_counts, link_hourly_counts and click_rejects against

@@ -10,8 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/snip/snip-jobs/internal/testdb"
-	"github.com/snip/snip-jobs/internal/testenv"
+	"github.com/snip/snip-jobs/testbench/benchtest"
+	"github.com/snip/snip-jobs/testbench/dbtest"
 )
 
 // Whether an event's link exists is decided once per batch, in the snapshot
@@ -24,17 +24,17 @@ import (
 // rejected while another was neither.
 func TestALinkDeletedAndAnotherCreatedDuringTheFoldLeaveEveryEventCountedOrRejectedOnce(t *testing.T) {
 	t.Parallel()
-	d := newDB(t, testdb.NewDB(t))
+	d := newDB(t, dbtest.NewDB(t))
 	ctx := context.Background()
 	const linkA, linkB, linkC = 7, links + 100, 3
 
 	// Nothing references links, so the trigger's delete needs no cascade.
-	if n := testenv.Value[int](t, d.obs, `SELECT count(*) FROM pg_constraint WHERE contype = 'f' AND confrelid = 'links'::regclass`); n != 0 {
+	if n := benchtest.Value[int](t, d.obs, `SELECT count(*) FROM pg_constraint WHERE contype = 'f' AND confrelid = 'links'::regclass`); n != 0 {
 		t.Fatalf("%d foreign keys reference links; the test's delete of a link assumes none", n)
 	}
 	// SECURITY DEFINER: the swap is Snip's application's doing, not the
 	// aggregator's role's, which may only read links.
-	testenv.Exec(t, d.obs, fmt.Sprintf(`CREATE FUNCTION test_swap_links() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER AS $$
+	benchtest.Exec(t, d.obs, fmt.Sprintf(`CREATE FUNCTION test_swap_links() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER AS $$
 BEGIN
 	DELETE FROM links WHERE id = %[1]d;
 	IF FOUND THEN
@@ -42,7 +42,7 @@ BEGIN
 	END IF;
 	RETURN NULL;
 END $$`, linkA, linkB))
-	testenv.Exec(t, d.obs, fmt.Sprintf(`CREATE TRIGGER test_swap_links AFTER INSERT OR UPDATE ON link_hourly_counts
+	benchtest.Exec(t, d.obs, fmt.Sprintf(`CREATE TRIGGER test_swap_links AFTER INSERT OR UPDATE ON link_hourly_counts
 	FOR EACH ROW WHEN (NEW.link_id = %d) EXECUTE FUNCTION test_swap_links()`, linkA))
 
 	// One producer transaction: one batch holds all of it.
@@ -70,8 +70,8 @@ END $$`, linkA, linkB))
 	d.startAggregator(1, small())
 	d.waitProcessed(l.events())
 
-	if n := testenv.Value[int](t, d.obs, `SELECT count(*) FROM links WHERE id IN ($1, $2)`, linkA, linkB); n != 1 ||
-		!testenv.Value[bool](t, d.obs, `SELECT EXISTS (SELECT FROM links WHERE id = $1)`, linkB) {
+	if n := benchtest.Value[int](t, d.obs, `SELECT count(*) FROM links WHERE id IN ($1, $2)`, linkA, linkB); n != 1 ||
+		!benchtest.Value[bool](t, d.obs, `SELECT EXISTS (SELECT FROM links WHERE id = $1)`, linkB) {
 		t.Fatalf("the trigger did not swap the links during the fold: link %d should be gone and link %d there", linkA, linkB)
 	}
 

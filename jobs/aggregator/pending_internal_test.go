@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/snip/snip-jobs/internal/testdb"
+	"github.com/snip/snip-jobs/testbench/dbtest"
 )
 
 // The look for work runs every interval while the job is idle, with the
@@ -17,7 +17,7 @@ import (
 func TestTheLookForWorkNeverScansTheEvents(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := testdb.URL(t)
+	url := dbtest.URL(t)
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		t.Fatal(err)

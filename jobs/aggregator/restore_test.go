@@ -13,9 +13,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/snip/snip-jobs/internal/pgcluster"
-	"github.com/snip/snip-jobs/internal/testdb"
-	"github.com/snip/snip-jobs/internal/testenv"
+	"github.com/snip/snip-jobs/testbench/benchtest"
+	"github.com/snip/snip-jobs/testbench/dbtest"
+	"github.com/snip/snip-jobs/testbench/pgcluster"
 )
 
 // A pg_dump of a database whose transaction ids are far ahead, restored into
@@ -39,13 +39,13 @@ func TestAfterAPgDumpRestoreIntoANewClusterBatchesAreRefusedUntilTheReset(t *tes
 		d.commit(l, []event{click(int64(1+i%links), now)}, []string{""})
 	}
 	refusals := func() float64 { return agg.counter(t, "snip_aggregator_errors_total", nil) }
-	testenv.Eventually(t, "three refused batches", func() bool { return refusals() >= 3 })
+	benchtest.Eventually(t, "three refused batches", func() bool { return refusals() >= 3 })
 
 	// The new cluster's ids overtake the restored position: the check alone
 	// would let batches run from it now, and skip the events above.
 	overtake(t, d)
 	after := refusals()
-	testenv.Eventually(t, "two more refused batches (the second begun after the ids overtook the position), or a batch that ran", func() bool {
+	benchtest.Eventually(t, "two more refused batches (the second begun after the ids overtook the position), or a batch that ran", func() bool {
 		return refusals() >= after+2 || d.state() != restored
 	})
 	if s := d.state(); s != restored {
@@ -65,7 +65,7 @@ func TestAfterAPgDumpRestoreIntoANewClusterBatchesAreRefusedUntilTheReset(t *tes
 	}
 	agg = d.startAggregator(101, small())
 	refusals = func() float64 { return agg.counter(t, "snip_aggregator_errors_total", nil) }
-	testenv.Eventually(t, "the new leader's two refused batches, or a batch that ran", func() bool {
+	benchtest.Eventually(t, "the new leader's two refused batches, or a batch that ran", func() bool {
 		return refusals() >= 2 || d.state() != restored
 	})
 	if s := d.state(); s != restored {
@@ -77,7 +77,7 @@ func TestAfterAPgDumpRestoreIntoANewClusterBatchesAreRefusedUntilTheReset(t *tes
 
 	// The reset, as docs/aggregator.md writes it.
 	reset := strings.ReplaceAll(docSQL(t, "## After a pg_dump restore"), ":restored_max_id", fmt.Sprint(restoredMax))
-	testenv.Exec(t, d.obs, reset)
+	benchtest.Exec(t, d.obs, reset)
 	for i := range 10 {
 		d.commit(l, []event{click(int64(1+i%links), now)}, []string{""})
 	}
@@ -110,7 +110,7 @@ func TestARestoredPositionNoBatchSawBeforeTheIdsOvertookItIsStillRefused(t *test
 
 	agg := d.startAggregator(100, small())
 	refusals := func() float64 { return agg.counter(t, "snip_aggregator_errors_total", nil) }
-	testenv.Eventually(t, "two refused batches, or a batch that ran", func() bool {
+	benchtest.Eventually(t, "two refused batches, or a batch that ran", func() bool {
 		return refusals() >= 2 || d.state() != restored
 	})
 	if s := d.state(); s != restored {
@@ -122,7 +122,7 @@ func TestARestoredPositionNoBatchSawBeforeTheIdsOvertookItIsStillRefused(t *test
 	}
 
 	reset := strings.ReplaceAll(docSQL(t, "## After a pg_dump restore"), ":restored_max_id", fmt.Sprint(restoredMax))
-	testenv.Exec(t, d.obs, reset)
+	benchtest.Exec(t, d.obs, reset)
 	d.waitProcessed(l.events())
 	d.wantCounts(l)
 	agg.wantRunning(t)
@@ -134,7 +134,7 @@ func TestARestoredPositionNoBatchSawBeforeTheIdsOvertookItIsStillRefused(t *test
 // at INFO, and goes on counting.
 func TestAnotherClusterWithTheSameNumberingCarriesOn(t *testing.T) {
 	t.Parallel()
-	d := newDB(t, testdb.NewDB(t))
+	d := newDB(t, dbtest.NewDB(t))
 	l := newLedger()
 	now := time.Now()
 	agg := d.startAggregator(1, small())
@@ -142,12 +142,12 @@ func TestAnotherClusterWithTheSameNumberingCarriesOn(t *testing.T) {
 		d.commit(l, []event{click(int64(1+i%links), now)}, []string{""})
 	}
 	d.waitProcessed(l.events())
-	real := testenv.Value[int64](t, d.obs, `SELECT cluster_id FROM click_aggregator_state`)
-	if want := testenv.Value[int64](t, d.obs, `SELECT system_identifier FROM pg_control_system()`); real != want {
+	real := benchtest.Value[int64](t, d.obs, `SELECT cluster_id FROM click_aggregator_state`)
+	if want := benchtest.Value[int64](t, d.obs, `SELECT system_identifier FROM pg_control_system()`); real != want {
 		t.Fatalf("cluster_id %d, want this cluster's system identifier %d", real, want)
 	}
 	// As a pg_upgrade leaves it: another cluster's identifier stored.
-	testenv.Exec(t, d.obs, `UPDATE click_aggregator_state SET cluster_id = 42`)
+	benchtest.Exec(t, d.obs, `UPDATE click_aggregator_state SET cluster_id = 42`)
 	for i := range 10 {
 		d.commit(l, []event{click(int64(1+i%links), now)}, []string{""})
 	}
@@ -156,7 +156,7 @@ func TestAnotherClusterWithTheSameNumberingCarriesOn(t *testing.T) {
 	if n := agg.logs.count(slog.LevelInfo, "on another PostgreSQL cluster than the last batch"); n != 1 {
 		t.Errorf("%d INFO records about the cluster change; want 1", n)
 	}
-	if got := testenv.Value[int64](t, d.obs, `SELECT cluster_id FROM click_aggregator_state`); got != real {
+	if got := benchtest.Value[int64](t, d.obs, `SELECT cluster_id FROM click_aggregator_state`); got != real {
 		t.Errorf("cluster_id after the change: %d, want %d", got, real)
 	}
 	if msgs := agg.logs.atLeast(slog.LevelWarn); len(msgs) != 0 {
@@ -170,8 +170,8 @@ func TestAnotherClusterWithTheSameNumberingCarriesOn(t *testing.T) {
 // that the guard needing it is off, and records no cluster.
 func TestADatabaseThatHidesItsClusterStillCountsAndSaysTheGuardIsOff(t *testing.T) {
 	t.Parallel()
-	d := newDB(t, testdb.NewDB(t))
-	testenv.Exec(t, d.obs, `CREATE ROLE aggregator_job LOGIN;
+	d := newDB(t, dbtest.NewDB(t))
+	benchtest.Exec(t, d.obs, `CREATE ROLE aggregator_job LOGIN;
 		GRANT ALL ON ALL TABLES IN SCHEMA public TO aggregator_job;
 		GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO aggregator_job;
 		REVOKE EXECUTE ON FUNCTION pg_control_system() FROM PUBLIC`)
@@ -197,7 +197,7 @@ func TestADatabaseThatHidesItsClusterStillCountsAndSaysTheGuardIsOff(t *testing.
 	if msgs := agg.logs.atLeast(slog.LevelWarn); len(msgs) != 1 || !strings.Contains(msgs[0], "pg_control_system()") {
 		t.Errorf("records at WARN or above: %q; want one saying pg_control_system() is not readable", msgs)
 	}
-	if n := testenv.Value[int64](t, d.obs, `SELECT count(*) FROM click_aggregator_state WHERE cluster_id IS NULL`); n != 1 {
+	if n := benchtest.Value[int64](t, d.obs, `SELECT count(*) FROM click_aggregator_state WHERE cluster_id IS NULL`); n != 1 {
 		t.Errorf("a cluster recorded without reading it")
 	}
 	agg.wantRunning(t)
@@ -214,8 +214,8 @@ func restoredFromAhead(t *testing.T) (*db, *ledger, int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := newDB(t, testdb.NewDB(t))
-	testenv.Exec(t, src.obs, `DO $$ BEGIN
+	src := newDB(t, dbtest.NewDB(t))
+	benchtest.Exec(t, src.obs, `DO $$ BEGIN
 	WHILE pg_snapshot_xmax(pg_current_snapshot()) < '10000'::xid8 LOOP
 		PERFORM pg_current_xact_id();
 		COMMIT;
@@ -245,17 +245,17 @@ END $$`)
 
 	dump := filepath.Join(t.TempDir(), "snip.dump")
 	command(t, filepath.Join(bindir, "pg_dump"), "--format=custom", "--file", dump, "--dbname", src.url)
-	pg := testenv.StartPostgres(t)
+	pg := benchtest.StartPostgres(t)
 	d := &db{t: t, url: pg.CreateDatabase(t)}
 	// The new cluster has the roles too, so the dump's grants restore: the
 	// aggregators run as the runtime role, as before the dump.
-	_, d.job = testdb.Roles(t, d.url)
+	_, d.job = dbtest.Roles(t, d.url)
 	command(t, filepath.Join(bindir, "pg_restore"), "--exit-on-error", "--no-owner", "--dbname", d.url, dump)
 	d.obs = d.pool("observer")
-	restoredMax := testenv.Value[int64](t, d.obs, `SELECT last_value FROM click_events_id_seq`)
-	if !testenv.Value[bool](t, d.obs, `SELECT pg_snapshot_xmax(pg_current_snapshot()) < pg_snapshot_xmax(prev) FROM click_aggregator_state`) {
+	restoredMax := benchtest.Value[int64](t, d.obs, `SELECT last_value FROM click_events_id_seq`)
+	if !benchtest.Value[bool](t, d.obs, `SELECT pg_snapshot_xmax(pg_current_snapshot()) < pg_snapshot_xmax(prev) FROM click_aggregator_state`) {
 		t.Fatalf("the new cluster's ids are not below the restored position %s: the test needs them below",
-			testenv.Value[string](t, d.obs, `SELECT prev::text FROM click_aggregator_state`))
+			benchtest.Value[string](t, d.obs, `SELECT prev::text FROM click_aggregator_state`))
 	}
 	return d, l, restoredMax
 }
@@ -263,7 +263,7 @@ END $$`)
 // overtake runs transactions in d until its ids pass the stored position's.
 func overtake(t *testing.T, d *db) {
 	t.Helper()
-	testenv.Exec(t, d.obs, `DO $$
+	benchtest.Exec(t, d.obs, `DO $$
 DECLARE stored xid8 := (SELECT pg_snapshot_xmax(prev) FROM click_aggregator_state);
 BEGIN
 	WHILE pg_snapshot_xmax(pg_current_snapshot()) <= stored LOOP

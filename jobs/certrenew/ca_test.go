@@ -24,8 +24,8 @@ import (
 	"github.com/letsencrypt/pebble/v2/va"
 	"github.com/letsencrypt/pebble/v2/wfe"
 
-	"github.com/snip/snip-jobs/internal/acmetest"
-	"github.com/snip/snip-jobs/internal/testenv"
+	"github.com/snip/snip-jobs/testbench/acmetest"
+	"github.com/snip/snip-jobs/testbench/benchtest"
 )
 
 // testCA is Let's Encrypt's test CA, Pebble, in this process: its ACME
@@ -418,7 +418,7 @@ func freeAddr(t testing.TB) string {
 
 func waitListening(t testing.TB, addr string) {
 	t.Helper()
-	testenv.Eventually(t, addr+" to accept connections", func() bool {
+	benchtest.Eventually(t, addr+" to accept connections", func() bool {
 		c, err := net.Dial("tcp", addr)
 		if err == nil {
 			c.Close()

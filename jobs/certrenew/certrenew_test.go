@@ -18,9 +18,9 @@ import (
 	"github.com/letsencrypt/pebble/v2/ca"
 
 	"github.com/snip/snip-jobs/fencing"
-	"github.com/snip/snip-jobs/internal/acmetest"
-	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/jobs/certrenew"
+	"github.com/snip/snip-jobs/testbench/acmetest"
+	"github.com/snip/snip-jobs/testbench/benchtest"
 )
 
 // A new leader issues a certificate for every wanted domain; the CA's
@@ -404,8 +404,8 @@ func TestTermEndingWhileTheCAProcessesStopsThePassAtOnce(t *testing.T) {
 		if !errors.Is(err, context.Canceled) {
 			t.Fatalf("pass of the ended term: %v, want context.Canceled", err)
 		}
-	case <-time.After(testenv.Patience):
-		t.Fatalf("the pass of a term that ended while lego polled a processing order did not return in %v", testenv.Patience)
+	case <-time.After(benchtest.Patience):
+		t.Fatalf("the pass of a term that ended while lego polled a processing order did not return in %v", benchtest.Patience)
 	}
 	if !finalized.Load() {
 		t.Fatal("the order was never finalized: the test did not reach lego's wait")
@@ -517,7 +517,7 @@ func TestTheSuccessorStoresAnIssuedCertificateWithoutWaitingForTheLockDelay(t *t
 
 	done := make(chan error, 1)
 	go func() { done <- c.lead("c", 30).pass() }()
-	testenv.Eventually(t, "the successor stored the issued certificate", func() bool {
+	benchtest.Eventually(t, "the successor stored the issued certificate", func() bool {
 		return c.int(`SELECT count(*) FROM certrenew_certificates WHERE domain = $1 AND current AND token = 30`, d) == 1
 	})
 	if err := <-done; err != nil {
@@ -662,7 +662,7 @@ func TestASuccessorFinishesAReadyOrderAtOnceAndThePausedLeadersFinalizeIsRefused
 
 	done := make(chan error, 1)
 	go func() { done <- c.lead("b", 20).pass() }()
-	testenv.Eventually(t, "the successor stored a certificate (without waiting an hour)", func() bool {
+	benchtest.Eventually(t, "the successor stored a certificate (without waiting an hour)", func() bool {
 		return c.int(`SELECT count(*) FROM certrenew_certificates WHERE domain = $1 AND current AND token = 20`, d) == 1
 	})
 	if err := <-done; err != nil {

@@ -22,13 +22,13 @@ import (
 
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/fencing"
-	"github.com/snip/snip-jobs/internal/certtest"
-	"github.com/snip/snip-jobs/internal/jobtest"
-	"github.com/snip/snip-jobs/internal/testdb"
-	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/jobs/certrenew"
 	"github.com/snip/snip-jobs/jobs/certrenew/certserve"
 	"github.com/snip/snip-jobs/scheduler"
+	"github.com/snip/snip-jobs/testbench/benchtest"
+	"github.com/snip/snip-jobs/testbench/certtest"
+	"github.com/snip/snip-jobs/testbench/dbtest"
+	"github.com/snip/snip-jobs/testbench/jobtest"
 )
 
 const jobName = "certs"
@@ -52,7 +52,7 @@ type cluster struct {
 func (c *cluster) logger() *slog.Logger {
 	var next slog.Handler = slog.DiscardHandler
 	if !c.quiet {
-		next = testenv.Logger(c.t).Handler()
+		next = benchtest.Logger(c.t).Handler()
 	}
 	return slog.New(&tapHandler{Handler: next, tap: &c.tap})
 }
@@ -161,8 +161,8 @@ type clusterOptions struct {
 
 func newCluster(t testing.TB, co clusterOptions) *cluster {
 	t.Helper()
-	db := testdb.NewDB(t)
-	c := &cluster{t: t, ca: newTestCA(t, co.ca), pool: testdb.Pool(t, db.Super), svc: testdb.Pool(t, db.Runtime),
+	db := dbtest.NewDB(t)
+	c := &cluster{t: t, ca: newTestCA(t, co.ca), pool: dbtest.Pool(t, db.Super), svc: dbtest.Pool(t, db.Runtime),
 		inst: map[string]*instance{}, quiet: co.quiet}
 	c.keyFile = writeKeyFile(t, newKey(t))
 	c.keys = c.keyring(c.keyFile)
@@ -353,22 +353,22 @@ func (c *cluster) addDomains(status string, domains ...string) {
 
 func (c *cluster) exec(sql string, args ...any) {
 	c.t.Helper()
-	testenv.Exec(c.t, c.pool, sql, args...)
+	benchtest.Exec(c.t, c.pool, sql, args...)
 }
 
 func (c *cluster) int(sql string, args ...any) int64 {
 	c.t.Helper()
-	return testenv.Value[int64](c.t, c.pool, sql, args...)
+	return benchtest.Value[int64](c.t, c.pool, sql, args...)
 }
 
 func (c *cluster) str(sql string, args ...any) string {
 	c.t.Helper()
-	return testenv.Value[string](c.t, c.pool, sql, args...)
+	return benchtest.Value[string](c.t, c.pool, sql, args...)
 }
 
 func (c *cluster) time(sql string, args ...any) time.Time {
 	c.t.Helper()
-	return testenv.Value[time.Time](c.t, c.pool, sql, args...)
+	return benchtest.Value[time.Time](c.t, c.pool, sql, args...)
 }
 
 // current returns the current certificate of domain, opened with the
@@ -509,7 +509,7 @@ func (in *instance) counter(name string, labels ...string) float64 {
 // takes longer than a generous bound (a broken renewer, not a slow one).
 func eventually(t testing.TB, what string, pass func(), done func() bool) {
 	t.Helper()
-	testenv.Eventually(t, what, func() bool {
+	benchtest.Eventually(t, what, func() bool {
 		if done() {
 			return true
 		}

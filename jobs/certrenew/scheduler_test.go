@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/snip/snip-jobs/configs"
-	"github.com/snip/snip-jobs/internal/jobtest"
-	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/jobs/certrenew"
+	"github.com/snip/snip-jobs/testbench/benchtest"
+	"github.com/snip/snip-jobs/testbench/jobtest"
 )
 
 // schedulerCluster starts what the renewer needs under the real scheduler: a
@@ -27,7 +27,7 @@ func schedulerCluster(t *testing.T) (*jobtest.Cluster, *testCA, certrenew.Option
 		if err != nil {
 			t.Fatal(err)
 		}
-		srv := &http.Server{Handler: challengeHandler(t, jc.DB, testenv.Logger(t)), ReadHeaderTimeout: 10 * time.Second}
+		srv := &http.Server{Handler: challengeHandler(t, jc.DB, benchtest.Logger(t)), ReadHeaderTimeout: 10 * time.Second}
 		go srv.Serve(ln)
 		t.Cleanup(func() { srv.Close() })
 		addrs = append(addrs, ln.Addr().String())
@@ -52,13 +52,13 @@ func TestANewDomainIsCertifiedWithoutWaitingForTheNextInterval(t *testing.T) {
 	job := configs.Job{Name: jobName, Type: "certrenew", Singleton: true, Grace: 2 * time.Second,
 		Schedule: configs.Schedule{Kind: configs.Interval, Every: time.Hour}, Options: jobtest.Options(t, opts)}
 	jc.Start("a", jobtest.Registry(t, certrenew.Type()), []configs.Job{job})
-	count := func(sql string, args ...any) int64 { return testenv.Value[int64](t, jc.DB, sql, args...) }
+	count := func(sql string, args ...any) int64 { return benchtest.Value[int64](t, jc.DB, sql, args...) }
 	passes := func() int64 {
 		return count(`SELECT count(*) FROM job_runs WHERE job = $1 AND finished_at IS NOT NULL`, jobName)
 	}
 	jc.WaitCommit("the first pass, at the start of the term", []string{"job_runs"}, func() bool { return passes() == 1 })
 
-	testenv.Exec(t, jc.DB, `INSERT INTO custom_domains (domain) VALUES ('new.customer.test'), ('bad name.customer.test')`)
+	benchtest.Exec(t, jc.DB, `INSERT INTO custom_domains (domain) VALUES ('new.customer.test'), ('bad name.customer.test')`)
 	jc.WaitCommit("the new domain certified", []string{"certrenew_certificates"}, func() bool {
 		return count(`SELECT count(*) FROM certrenew_certificates WHERE domain = 'new.customer.test' AND current`) == 1
 	})
@@ -86,11 +86,11 @@ func TestARetryRequestWakesTheLeader(t *testing.T) {
 	if err := ca.db.AddBlockedDomain(blocked); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Exec(t, jc.DB, `INSERT INTO custom_domains (domain) VALUES ($1)`, blocked)
+	benchtest.Exec(t, jc.DB, `INSERT INTO custom_domains (domain) VALUES ($1)`, blocked)
 	job := configs.Job{Name: jobName, Type: "certrenew", Singleton: true, Grace: 2 * time.Second,
 		Schedule: configs.Schedule{Kind: configs.Interval, Every: time.Hour}, Options: jobtest.Options(t, opts)}
 	jc.Start("a", jobtest.Registry(t, certrenew.Type()), []configs.Job{job})
-	count := func(sql string, args ...any) int64 { return testenv.Value[int64](t, jc.DB, sql, args...) }
+	count := func(sql string, args ...any) int64 { return benchtest.Value[int64](t, jc.DB, sql, args...) }
 	passes := func() int64 {
 		return count(`SELECT count(*) FROM job_runs WHERE job = $1 AND finished_at IS NOT NULL`, jobName)
 	}

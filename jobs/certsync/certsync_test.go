@@ -13,10 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/snip/snip-jobs/internal/certtest"
-	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/jobs/certrenew/keyring"
 	"github.com/snip/snip-jobs/jobs/certsync"
+	"github.com/snip/snip-jobs/testbench/benchtest"
+	"github.com/snip/snip-jobs/testbench/certtest"
 )
 
 // reloader is a reload command that appends, per run, the SHA-256 of the
@@ -249,14 +249,14 @@ func TestANameThatIsNotASafeFileNameIsLoggedAndSkipped(t *testing.T) {
 	want := issue(t, r, "shop.test")
 	// Rows the renewer would never store (it normalizes names), each a
 	// valid pair: shop.test's, its key sealed for the other name.
-	sealed := testenv.Value[[]byte](t, r.Pool, `SELECT key_sealed FROM certrenew_certificates WHERE domain = 'shop.test' AND current`)
+	sealed := benchtest.Value[[]byte](t, r.Pool, `SELECT key_sealed FROM certrenew_certificates WHERE domain = 'shop.test' AND current`)
 	key, err := r.Keys.Open(sealed, keyring.CertificateAAD("shop.test"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	bad := []string{"../escape.test", "a/b.test", ".hidden.test", "Upper.test", "two..dots.test", "single"}
 	for _, d := range bad {
-		testenv.Exec(t, r.Pool, `INSERT INTO certrenew_certificates (domain, chain_pem, key_sealed, key_id, serial, ari_cert_id,
+		benchtest.Exec(t, r.Pool, `INSERT INTO certrenew_certificates (domain, chain_pem, key_sealed, key_id, serial, ari_cert_id,
 				not_before, not_after, renew_at, ari_next_check, token, instance)
 			SELECT $1, chain_pem, $2, key_id, serial, ari_cert_id, not_before, not_after, renew_at, ari_next_check, token, instance
 			FROM certrenew_certificates WHERE domain = 'shop.test' AND current`, d, r.Keys.Seal(key, keyring.CertificateAAD(d)))
@@ -316,7 +316,7 @@ func TestAJobThatCannotOpenTheKeysRemovesNoFileThatPostgreSQLStillHolds(t *testi
 
 	// A file whose domain PostgreSQL no longer holds is removed all the same
 	// (at the retry: this reader saw no change).
-	testenv.Exec(t, r.Pool, `UPDATE certrenew_certificates SET current = false WHERE domain = 'blog.test' AND current`)
+	benchtest.Exec(t, r.Pool, `UPDATE certrenew_certificates SET current = false WHERE domain = 'blog.test' AND current`)
 	s.waitFor(t, "blog.test removed", func(st certsync.Status) bool {
 		return fmtFiles(st.Files) == fmtFiles(map[string]string{"shop.test": ""})
 	})

@@ -25,12 +25,12 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/snip/snip-jobs/configs"
-	"github.com/snip/snip-jobs/internal/certtest"
-	"github.com/snip/snip-jobs/internal/jobtest"
-	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/jobs/certrenew/certserve"
 	"github.com/snip/snip-jobs/jobs/certsync"
 	"github.com/snip/snip-jobs/scheduler"
+	"github.com/snip/snip-jobs/testbench/benchtest"
+	"github.com/snip/snip-jobs/testbench/certtest"
+	"github.com/snip/snip-jobs/testbench/jobtest"
 )
 
 // syncer is a certsync job running on the renewer's database, as on one of
@@ -51,7 +51,7 @@ func startSyncer(t *testing.T, r *certtest.Renewer, opts func(*certsync.Options)
 	o.KeyFile, o.Settle = r.KeyFile, 50*time.Millisecond
 	opts(&o)
 	s := &syncer{reg: prometheus.NewRegistry(), logs: &lockedBuffer{}}
-	log := slog.New(slog.NewMultiHandler(testenv.Logger(t).Handler(), slog.NewJSONHandler(s.logs, nil)))
+	log := slog.New(slog.NewMultiHandler(benchtest.Logger(t).Handler(), slog.NewJSONHandler(s.logs, nil)))
 	job, err := certsync.Type().Build(scheduler.Env{Instance: "server-2", Pool: r.Pool, Log: log.With("instance", "server-2", "job", "cert-files"), Metrics: s.reg},
 		configs.Job{Name: "cert-files", Type: "certsync", Schedule: configs.Schedule{Kind: configs.Continuous}, Options: jobtest.Options(t, o)})
 	if err != nil {
@@ -77,7 +77,7 @@ func startSyncer(t *testing.T, r *certtest.Renewer, opts func(*certsync.Options)
 // status of a sync, and returns that status.
 func (s *syncer) waitFor(t *testing.T, what string, cond func(certsync.Status) bool) certsync.Status {
 	t.Helper()
-	deadline := time.After(testenv.Patience)
+	deadline := time.After(benchtest.Patience)
 	for {
 		synced := s.Synced()
 		st := s.Status()
@@ -87,7 +87,7 @@ func (s *syncer) waitFor(t *testing.T, what string, cond func(certsync.Status) b
 		select {
 		case <-synced:
 		case <-deadline:
-			t.Fatalf("waited %v for the certsync job: %s; its last status: %+v", testenv.Patience, what, st)
+			t.Fatalf("waited %v for the certsync job: %s; its last status: %+v", benchtest.Patience, what, st)
 		}
 	}
 }
@@ -197,8 +197,8 @@ func issue(t *testing.T, r *certtest.Renewer, domains ...string) map[string]stri
 // tokens of the shared table, from memory, behind the limits of port 80.
 func serveChallenges(t *testing.T, h *certserve.Challenges) string {
 	t.Helper()
-	ln := testenv.Listen(t)
-	srv := certserve.NewChallengeServer(h, certserve.DefaultServerLimits(), testenv.Logger(t))
+	ln := benchtest.Listen(t)
+	srv := certserve.NewChallengeServer(h, certserve.DefaultServerLimits(), benchtest.Logger(t))
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 	return ln.Addr().String()
@@ -208,7 +208,7 @@ func serveChallenges(t *testing.T, h *certserve.Challenges) string {
 // the serial (hex) of the certificate it was shown and the status.
 func get(roots *x509.CertPool, addr, domain string) (serial string, status int, err error) {
 	client := &http.Client{
-		Timeout: testenv.Patience,
+		Timeout: benchtest.Patience,
 		Transport: &http.Transport{
 			TLSClientConfig: &tls.Config{RootCAs: roots},
 			DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
@@ -229,7 +229,7 @@ func get(roots *x509.CertPool, addr, domain string) (serial string, status int, 
 // handshake connects to addr sending serverName as SNI, trusting nothing
 // (it only asks which certificate, if any, is presented).
 func handshake(addr, serverName string) (*x509.Certificate, error) {
-	c, err := tls.DialWithDialer(&net.Dialer{Timeout: testenv.Patience}, "tcp", addr,
+	c, err := tls.DialWithDialer(&net.Dialer{Timeout: benchtest.Patience}, "tcp", addr,
 		&tls.Config{ServerName: serverName, InsecureSkipVerify: true})
 	if err != nil {
 		return nil, err

@@ -4,10 +4,10 @@ import (
 	"os"
 	"testing"
 
-	"github.com/snip/snip-jobs/internal/testenv"
+	"github.com/snip/snip-jobs/testbench/benchtest"
 )
 
 func TestMain(m *testing.M) {
-	testenv.MostlyWaiting(4) // waiting for notifications and reload commands
-	os.Exit(testenv.RunMain(m))
+	benchtest.MostlyWaiting(4) // waiting for notifications and reload commands
+	os.Exit(benchtest.RunMain(m))
 }

@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/snip/snip-jobs/internal/testenv"
+	"github.com/snip/snip-jobs/testbench/benchtest"
 )
 
 // BenchmarkNginxHandshakesWhileAFileIsReplaced measures what the layout of
@@ -58,7 +58,7 @@ func BenchmarkNginxHandshakesWhileAFileIsReplaced(b *testing.B) {
 	var lns []*net.TCPListener
 	var servers, addrs []string
 	for _, l := range layouts {
-		ln := testenv.Listen(b)
+		ln := benchtest.Listen(b)
 		lns, addrs = append(lns, ln), append(addrs, ln.Addr().String())
 		servers = append(servers, fmt.Sprintf("server { listen %s ssl; %s return 200; }", ln.Addr(), fmt.Sprintf(l.conf, dir)))
 		for name, data := range l.files(pairs[0][0], pairs[0][1]) {
@@ -80,7 +80,7 @@ func BenchmarkNginxHandshakesWhileAFileIsReplaced(b *testing.B) {
 							return
 						default:
 						}
-						c, err := tls.DialWithDialer(&net.Dialer{Timeout: testenv.Patience}, "tcp", addrs[i],
+						c, err := tls.DialWithDialer(&net.Dialer{Timeout: benchtest.Patience}, "tcp", addrs[i],
 							&tls.Config{ServerName: "shop.test", InsecureSkipVerify: true})
 						if err != nil {
 							failed.Add(1)

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/snip/snip-jobs/internal/testenv"
+	"github.com/snip/snip-jobs/testbench/benchtest"
 )
 
 // nginxBinary is Debian's nginx-light, which .ci/run installs.
@@ -101,7 +101,7 @@ http {
 		_ = cmd.Process.Signal(syscall.SIGQUIT) // graceful stop
 		select {
 		case <-n.exited:
-		case <-time.After(testenv.Patience):
+		case <-time.After(benchtest.Patience):
 			_ = cmd.Process.Kill()
 			<-n.exited
 		}

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/snip/snip-jobs/configs"
-	"github.com/snip/snip-jobs/internal/jobtest"
 	"github.com/snip/snip-jobs/jobs/certsync"
 	"github.com/snip/snip-jobs/scheduler"
+	"github.com/snip/snip-jobs/testbench/jobtest"
 )
 
 func registry(t *testing.T) *scheduler.Registry {

@@ -9,9 +9,9 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/snip/snip-jobs/internal/certtest"
-	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/jobs/certsync"
+	"github.com/snip/snip-jobs/testbench/benchtest"
+	"github.com/snip/snip-jobs/testbench/certtest"
 )
 
 // Snip's web tier behind a real nginx configured with docs/certrenew.md's
@@ -29,7 +29,7 @@ func TestNginxServesTheSyncedCertificatesBySNIAndARenewalWithoutRestartOrReload(
 		http.Redirect(w, req, "https://example.com/launch-video", http.StatusFound)
 	}))
 	challenges := serveChallenges(t, r.Challenges("server-2 challenges")) // not the ordering instance's
-	port80, port443 := testenv.Listen(t), testenv.Listen(t)
+	port80, port443 := benchtest.Listen(t), benchtest.Listen(t)
 	ngx := startNginx(t, base, docsSnippet(t, map[string]string{
 		"listen 80 ":           "listen " + port80.Addr().String() + " ",
 		"listen 443 ":          "listen " + port443.Addr().String() + " ",
@@ -49,7 +49,7 @@ func TestNginxServesTheSyncedCertificatesBySNIAndARenewalWithoutRestartOrReload(
 	r.Pass()
 	want := map[string]string{"shop.test": r.Serial("shop.test"), "blog.test": r.Serial("blog.test")}
 	// (nginx logs a request once it has answered it: the log may lag the CA.)
-	testenv.Eventually(t, "nginx's access log showing an HTTP-01 request answered 200 per domain",
+	benchtest.Eventually(t, "nginx's access log showing an HTTP-01 request answered 200 per domain",
 		func() bool { return challengesProxied(t, ngx) >= 2 })
 
 	sync.waitFiles(t, want)
@@ -99,7 +99,7 @@ func TestNginxServesTheSyncedCertificatesBySNIAndARenewalWithoutRestartOrReload(
 
 	// A certificate no longer current: its file goes, and nginx refuses
 	// the name.
-	testenv.Exec(t, r.Pool, `UPDATE certrenew_certificates SET current = false WHERE domain = 'blog.test' AND current`)
+	benchtest.Exec(t, r.Pool, `UPDATE certrenew_certificates SET current = false WHERE domain = 'blog.test' AND current`)
 	delete(want, "blog.test")
 	sync.waitFiles(t, want)
 	if _, _, err := get(roots, web443, "blog.test"); err == nil {

@@ -14,14 +14,14 @@ import (
 
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/fencing"
-	"github.com/snip/snip-jobs/internal/jobtest"
-	"github.com/snip/snip-jobs/internal/testdb"
-	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/jobs/sqljob"
 	"github.com/snip/snip-jobs/scheduler"
+	"github.com/snip/snip-jobs/testbench/benchtest"
+	"github.com/snip/snip-jobs/testbench/dbtest"
+	"github.com/snip/snip-jobs/testbench/jobtest"
 )
 
-func TestMain(m *testing.M) { os.Exit(testenv.RunMain(m)) }
+func TestMain(m *testing.M) { os.Exit(benchtest.RunMain(m)) }
 
 // The sql type: a singleton's statement is fenced by its token, a cron
 // singleton's slot completes in the statement's own transaction, and a job that
@@ -48,7 +48,7 @@ jobs:
 	}
 	fence := fencing.New(pool, "server-a")
 	slot := time.Date(2026, 11, 23, 7, 0, 0, 0, time.UTC)
-	testenv.Exec(t, pool, `INSERT INTO cron_slots (job, slot, state, token, instance) VALUES ('stamp', '2026-11-23T07:00:00Z', 'running', 20, 'server-a')`)
+	benchtest.Exec(t, pool, `INSERT INTO cron_slots (job, slot, state, token, instance) VALUES ('stamp', '2026-11-23T07:00:00Z', 'running', 20, 'server-a')`)
 	run := func(token int64, slot time.Time) error {
 		var f *fencing.Fence
 		if token > 0 {
@@ -81,9 +81,9 @@ jobs:
 // pool as the runtime role (the job's).
 func runtimeDB(t *testing.T) (string, *pgxpool.Pool) {
 	t.Helper()
-	db := testdb.NewDB(t)
-	testdb.Exec(t, db.Owner, pulsesTable+"; GRANT INSERT ON pulses TO "+testdb.RuntimeRole+"; GRANT USAGE ON SEQUENCE pulses_id_seq TO "+testdb.RuntimeRole)
-	return db.Super, testdb.Pool(t, db.Runtime)
+	db := dbtest.NewDB(t)
+	dbtest.Exec(t, db.Owner, pulsesTable+"; GRANT INSERT ON pulses TO "+dbtest.RuntimeRole+"; GRANT USAGE ON SEQUENCE pulses_id_seq TO "+dbtest.RuntimeRole)
+	return db.Super, dbtest.Pool(t, db.Runtime)
 }
 
 // A statement on a table the runtime role was not granted fails with
@@ -112,7 +112,7 @@ func TestTheSQLJobRunsOneStatementInsideTheFenceWhateverItIsGiven(t *testing.T) 
 	url, pool := runtimeDB(t)
 	fence := fencing.New(pool, "server-a")
 	slot := time.Date(2026, 11, 23, 7, 0, 0, 0, time.UTC)
-	testenv.Exec(t, pool, `INSERT INTO cron_slots (job, slot, state, token, instance) VALUES ('stamp', '2026-11-23T07:00:00Z', 'running', 20, 'server-a')`)
+	benchtest.Exec(t, pool, `INSERT INTO cron_slots (job, slot, state, token, instance) VALUES ('stamp', '2026-11-23T07:00:00Z', 'running', 20, 'server-a')`)
 	typ := sqljob.Type()
 	run := func(statement string, token int64, slot time.Time) error {
 		spec := configs.Job{Name: "stamp", Type: "sql", Singleton: token > 0, Options: jobtest.Options(t, sqljob.Options{Statement: statement}),

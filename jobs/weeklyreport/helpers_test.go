@@ -12,15 +12,15 @@ import (
 
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/fencing"
-	"github.com/snip/snip-jobs/internal/testdb"
-	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/jobs/weeklyreport"
 	"github.com/snip/snip-jobs/scheduler"
+	"github.com/snip/snip-jobs/testbench/benchtest"
+	"github.com/snip/snip-jobs/testbench/dbtest"
 )
 
 func TestMain(m *testing.M) {
-	testenv.MostlyWaiting(8) // instances waiting for slots and leases
-	os.Exit(testenv.RunMain(m))
+	benchtest.MostlyWaiting(8) // instances waiting for slots and leases
+	os.Exit(benchtest.RunMain(m))
 }
 
 const jobName = "weekly-report"
@@ -42,18 +42,18 @@ type db struct {
 
 func newDB(t testing.TB) *db {
 	t.Helper()
-	roles := testdb.NewDB(t)
-	return &db{t: t, url: roles.Super, pool: testdb.Pool(t, roles.Super), svc: testdb.Pool(t, roles.Runtime)}
+	roles := dbtest.NewDB(t)
+	return &db{t: t, url: roles.Super, pool: dbtest.Pool(t, roles.Super), svc: dbtest.Pool(t, roles.Runtime)}
 }
 
 // waitSlots waits until cond holds, woken by each commit to cron_slots (a
 // slot claimed, done or skipped), not by polling.
 func (d *db) waitSlots(what string, cond func() bool) {
 	d.t.Helper()
-	testdb.WaitCommit(d.t, d.url, what, []string{"cron_slots"}, cond)
+	dbtest.WaitCommit(d.t, d.url, what, []string{"cron_slots"}, cond)
 }
 
-func (d *db) exec(sql string, args ...any) { d.t.Helper(); testenv.Exec(d.t, d.pool, sql, args...) }
+func (d *db) exec(sql string, args ...any) { d.t.Helper(); benchtest.Exec(d.t, d.pool, sql, args...) }
 
 // links adds links: id → slug.
 func (d *db) links(slugs map[int64]string) {
@@ -110,12 +110,12 @@ func (d *db) mustRunSlot(j scheduler.Job, slot time.Time, token int64, instance 
 
 func (d *db) int(sql string, args ...any) int64 {
 	d.t.Helper()
-	return testenv.Value[int64](d.t, d.pool, sql, args...)
+	return benchtest.Value[int64](d.t, d.pool, sql, args...)
 }
 
 func (d *db) str(sql string, args ...any) string {
 	d.t.Helper()
-	return testenv.Value[string](d.t, d.pool, sql, args...)
+	return benchtest.Value[string](d.t, d.pool, sql, args...)
 }
 
 // slotState is the state of job's slot and the token it was claimed with.

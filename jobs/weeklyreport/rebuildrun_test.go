@@ -12,11 +12,11 @@ import (
 
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/fencing"
-	"github.com/snip/snip-jobs/internal/jobtest"
-	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/jobs/weeklyreport"
 	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/scheduler"
+	"github.com/snip/snip-jobs/testbench/benchtest"
+	"github.com/snip/snip-jobs/testbench/jobtest"
 )
 
 // startWithoutEtcd runs a snip-jobs instance with jobs (all database-mode cron
@@ -26,7 +26,7 @@ import (
 func startWithoutEtcd(t *testing.T, d *db, name string, jobs []configs.Job) (stop func()) {
 	t.Helper()
 	sched, err := scheduler.New(scheduler.Config{File: &configs.File{Instance: name, Jobs: jobs},
-		Registry: jobtest.Registry(t, weeklyreport.Type()), Pool: d.svc, Log: testenv.Logger(t)})
+		Registry: jobtest.Registry(t, weeklyreport.Type()), Pool: d.svc, Log: benchtest.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/snip/snip-jobs/configs"
-	"github.com/snip/snip-jobs/internal/jobtest"
 	"github.com/snip/snip-jobs/jobs/weeklyreport"
 	"github.com/snip/snip-jobs/scheduler"
+	"github.com/snip/snip-jobs/testbench/jobtest"
 )
 
 // seedNormalWeek fills 2026-W47 (Monday 16 to Sunday 22 November 2026, all

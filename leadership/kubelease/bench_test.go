@@ -14,8 +14,8 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
-	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/leadership/kubelease"
+	"github.com/snip/snip-jobs/testbench/benchtest"
 )
 
 // Steady-state traffic at the API server, counted by the API server itself
@@ -59,7 +59,7 @@ func benchTraffic(b *testing.B, mode string, jobs int) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			before, err := testenv.ScrapeMetricsWith(ctx, hc, api.URL())
+			before, err := benchtest.ScrapeMetricsWith(ctx, hc, api.URL())
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -67,7 +67,7 @@ func benchTraffic(b *testing.B, mode string, jobs int) {
 			for b.Loop() {
 				time.Sleep(time.Second) // the measurement window, not a wait for a condition
 			}
-			after, err := testenv.ScrapeMetricsWith(ctx, hc, api.URL())
+			after, err := benchtest.ScrapeMetricsWith(ctx, hc, api.URL())
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -120,7 +120,7 @@ func benchKubelease(b *testing.B, ns string, benchJobs int) (stop func()) {
 	for i := range benchJobs {
 		go follower.Campaign(ctx, fmt.Sprintf("job-%d", i))
 	}
-	testenv.WaitChange(b, "the follower waiting for every job", follower.StatsChanged,
+	benchtest.WaitChange(b, "the follower waiting for every job", follower.StatsChanged,
 		func() bool { return follower.Stats().Waiting == int64(benchJobs) })
 	return func() {
 		cancel()

@@ -8,9 +8,9 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/leadership/kubelease"
+	"github.com/snip/snip-jobs/testbench/benchtest"
 )
 
 // A job Lease rewritten by someone else (an operator naming another holder)
@@ -45,7 +45,7 @@ func TestHoldbackRunsBeforeEveryAttempt(t *testing.T) {
 	ta := won(t, campaign(a, "report"))
 	// Otherwise b's first attempt may write against a Lease it has not seen
 	// taken, lose, and (rightly) hold back again.
-	seen, cancel := context.WithTimeout(t.Context(), testenv.Patience)
+	seen, cancel := context.WithTimeout(t.Context(), benchtest.Patience)
 	defer cancel()
 	if err := kubelease.WaitHeldSeen(seen, b, "report"); err != nil {
 		t.Fatal(err)

@@ -15,9 +15,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/snip/snip-jobs/internal/kubeapi"
-	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/leadership/kubelease"
+	"github.com/snip/snip-jobs/testbench/benchtest"
+	"github.com/snip/snip-jobs/testbench/kubetest"
 )
 
 // Short timing: an instance is judged gone 3 s after its last renewal was
@@ -29,7 +29,7 @@ const (
 )
 
 // namespace creates a namespace for the test on srv, named after it.
-func namespace(t *testing.T, srv *kubeapi.Server) string {
+func namespace(t *testing.T, srv *kubetest.Server) string {
 	t.Helper()
 	name := strings.Trim(regexp.MustCompile(`[^a-z0-9]+`).ReplaceAllString(strings.ToLower(t.Name()), "-"), "-")
 	if len(name) > 50 {
@@ -89,11 +89,11 @@ func withTTL(ttl, margin, renew time.Duration) sessionOpt {
 }
 
 // start starts a session of instance on srv in ns, ready, closed at the end.
-func start(t *testing.T, srv *kubeapi.Server, ns, instance string, opts ...sessionOpt) *kubelease.Session {
+func start(t *testing.T, srv *kubetest.Server, ns, instance string, opts ...sessionOpt) *kubelease.Session {
 	t.Helper()
 	rc := srv.Config()
 	cfg := kubelease.Config{Namespace: ns, Instance: instance, TTL: ttl, Margin: margin, RenewInterval: renew,
-		Logger: testenv.Logger(t).With("session", instance)}
+		Logger: benchtest.Logger(t).With("session", instance)}
 	for _, o := range opts {
 		o(&cfg, rc)
 	}
@@ -107,7 +107,7 @@ func start(t *testing.T, srv *kubeapi.Server, ns, instance string, opts ...sessi
 		defer cancel()
 		s.Close(ctx)
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), testenv.Patience)
+	ctx, cancel := context.WithTimeout(context.Background(), benchtest.Patience)
 	defer cancel()
 	if err := s.WaitReady(ctx); err != nil {
 		t.Fatalf("session %s: %v", instance, err)
@@ -119,7 +119,7 @@ func start(t *testing.T, srv *kubeapi.Server, ns, instance string, opts ...sessi
 func campaign(s *kubelease.Session, job string) <-chan result {
 	ch := make(chan result, 1)
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), testenv.Patience)
+		ctx, cancel := context.WithTimeout(context.Background(), benchtest.Patience)
 		defer cancel()
 		t, err := s.Campaign(ctx, job)
 		ch <- result{t, err}
@@ -144,7 +144,7 @@ func won(t *testing.T, ch <-chan result) *kubelease.Term {
 // waitWaiting waits until s has a campaign waiting for another holder to go.
 func waitWaiting(t *testing.T, s *kubelease.Session) {
 	t.Helper()
-	testenv.WaitChange(t, "a campaign of "+s.Instance()+" waiting for the holder", s.StatsChanged,
+	benchtest.WaitChange(t, "a campaign of "+s.Instance()+" waiting for the holder", s.StatsChanged,
 		func() bool { return s.Stats().Waiting > 0 })
 }
 
@@ -153,7 +153,7 @@ func waitEnded(t *testing.T, term *kubelease.Term) {
 	t.Helper()
 	select {
 	case <-term.Context().Done():
-	case <-time.After(testenv.Patience):
+	case <-time.After(benchtest.Patience):
 		t.Fatalf("term %s/%d did not end", term.Job(), term.Token())
 	}
 }

@@ -5,9 +5,9 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/leadership/kubelease"
+	"github.com/snip/snip-jobs/testbench/benchtest"
 )
 
 // A process restarted under the same instance name while its predecessor's
@@ -47,12 +47,12 @@ func TestASecondLiveProcessWithTheSameNameStops(t *testing.T) {
 	first := start(t, api, ns, "a")
 	term := won(t, campaign(first, "sweep"))
 	second, err := kubelease.NewSession(kubelease.Config{Client: clientset(t, api.Config()).CoordinationV1(), Namespace: ns, Instance: "a",
-		TTL: ttl, Margin: margin, RenewInterval: renew, Logger: testenv.Logger(t)})
+		TTL: ttl, Margin: margin, RenewInterval: renew, Logger: benchtest.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer second.Close(context.Background())
-	ctx, cancel := context.WithTimeout(context.Background(), testenv.Patience)
+	ctx, cancel := context.WithTimeout(context.Background(), benchtest.Patience)
 	defer cancel()
 	err = second.WaitReady(ctx)
 	var dup *kubelease.DuplicateInstanceError

@@ -9,10 +9,10 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/klog/v2"
 
-	"github.com/snip/snip-jobs/internal/kubeapi"
-	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/leadership/kubelease"
 	"github.com/snip/snip-jobs/scheduler"
+	"github.com/snip/snip-jobs/testbench/benchtest"
+	"github.com/snip/snip-jobs/testbench/kubetest"
 )
 
 // The seam: a kubelease session is a scheduler backend.
@@ -20,19 +20,19 @@ var _ scheduler.Backend[*kubelease.Term] = (*kubelease.Session)(nil)
 
 // api is the kube-apiserver shared by the tests that do not restart it;
 // each test works in a namespace of its own.
-var api *kubeapi.Server
+var api *kubetest.Server
 
 func TestMain(m *testing.M) {
 	// client-go's leaderelection (the benchmarks' baseline) logs through klog.
 	klog.SetLogger(logr.Discard())
-	testenv.MostlyWaiting(4) // sessions waiting out Lease durations
+	benchtest.MostlyWaiting(4) // sessions waiting out Lease durations
 	var err error
-	api, err = kubeapi.Start(context.Background(), kubeapi.Options{})
+	api, err = kubetest.Start(context.Background(), kubetest.Options{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "kubelease tests: start kube-apiserver:", err)
 		os.Exit(1)
 	}
-	code := testenv.RunMain(m)
+	code := benchtest.RunMain(m)
 	api.Close()
 	os.Exit(code)
 }

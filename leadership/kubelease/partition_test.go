@@ -9,11 +9,11 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/snip/snip-jobs/fencing"
-	"github.com/snip/snip-jobs/internal/faultproxy"
-	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/leadership/internal/conformance"
 	"github.com/snip/snip-jobs/leadership/kubelease"
+	"github.com/snip/snip-jobs/testbench/benchtest"
+	"github.com/snip/snip-jobs/testbench/faultproxy"
 )
 
 // A leader cut off from the API server by a network partition (a fault
@@ -61,7 +61,7 @@ func TestALeaderCutFromTheAPIServerIsReplacedAndFencedAfterTheHeal(t *testing.T)
 	}
 
 	p.Partition(false)
-	testenv.WaitChange(t, "a's session holding a new instance Lease after the heal", a.StatsChanged,
+	benchtest.WaitChange(t, "a's session holding a new instance Lease after the heal", a.StatsChanged,
 		func() bool { return a.Stats().LeasesGranted == 2 && a.Stats().Headroom > 0 })
 	err = fa.Do(ctx, "weekly", ta.Token(), insert(ta.Token(), "a after the heal"))
 	if !errors.Is(err, fencing.ErrStaleToken) {
@@ -77,7 +77,7 @@ func TestALeaderCutFromTheAPIServerIsReplacedAndFencedAfterTheHeal(t *testing.T)
 		t.Fatalf("a's new campaign returned while b leads: term %v, err %v", r.t, r.err)
 	default:
 	}
-	if n := testenv.Value[int](t, pool, "SELECT count(*) FROM reports WHERE body = 'a after the heal'"); n != 0 {
+	if n := benchtest.Value[int](t, pool, "SELECT count(*) FROM reports WHERE body = 'a after the heal'"); n != 0 {
 		t.Errorf("the stale write left %d rows", n)
 	}
 }

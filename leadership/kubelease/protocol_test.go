@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/leadership/kubelease"
+	"github.com/snip/snip-jobs/testbench/benchtest"
 )
 
 // WatchInstances follows the instances that are up from the session's watch:
@@ -39,7 +39,7 @@ func TestInstancesUpAndTheirLoad(t *testing.T) {
 				if slices.Equal(got, want) {
 					return
 				}
-			case <-time.After(testenv.Patience):
+			case <-time.After(benchtest.Patience):
 				t.Fatalf("instances up never became %v", want)
 			}
 		}
@@ -97,7 +97,7 @@ func TestAResignRequestReachesTheWatcher(t *testing.T) {
 		if r != (req{"certs", term.Token()}) {
 			t.Fatalf("resign request %+v, want certs/%d", r, term.Token())
 		}
-	case <-time.After(testenv.Patience):
+	case <-time.After(benchtest.Patience):
 		t.Fatal("no resign request arrived")
 	}
 }

@@ -10,9 +10,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/snip/snip-jobs/internal/kubeapi"
-	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/leadership/kubelease"
+	"github.com/snip/snip-jobs/testbench/benchtest"
+	"github.com/snip/snip-jobs/testbench/kubetest"
 )
 
 // Under RBAC, a user allowed only Leases in one namespace can do everything
@@ -24,7 +24,7 @@ func TestAUserAllowedOnlyLeasesInOneNamespaceCanLeadAndHandOver(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	const token, opToken = "leases-only-token", "operator-token"
-	srv, err := kubeapi.Start(ctx, kubeapi.Options{RBAC: true, ExtraTokens: []string{token + ",snip,snip-uid", opToken + ",operator,operator-uid"}})
+	srv, err := kubetest.Start(ctx, kubetest.Options{RBAC: true, ExtraTokens: []string{token + ",snip,snip-uid", opToken + ",operator,operator-uid"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func allow(t *testing.T, admin *kubernetes.Clientset, ns, user string, verbs ...
 // and has it resign to a, which is campaigning.
 func operatorResigns(t *testing.T, op *rest.Config, ns string, a, b *kubelease.Session, tb *kubelease.Term) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), testenv.Patience)
+	ctx, cancel := context.WithTimeout(context.Background(), benchtest.Patience)
 	defer cancel()
 	cli := clientset(t, op).CoordinationV1()
 	set, err := kubelease.ReadSet(ctx, cli, ns, kubelease.DefaultPrefix)

@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/snip/snip-jobs/internal/kubeapi"
-	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/leadership"
+	"github.com/snip/snip-jobs/testbench/benchtest"
+	"github.com/snip/snip-jobs/testbench/kubetest"
 )
 
 // The API server crashes (its process is killed; etcd and the port stay) and starts
@@ -19,7 +19,7 @@ import (
 func TestAnAPIServerRestartEndsTermsOnlyByTheirDeadline(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	srv, err := kubeapi.Start(ctx, kubeapi.Options{})
+	srv, err := kubetest.Start(ctx, kubetest.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func TestAnAPIServerRestartEndsTermsOnlyByTheirDeadline(t *testing.T) {
 		t.Errorf("after the restart: token %d (before %d), valid %v", again.Token(), ts.Token(), again.Valid())
 	}
 
-	testenv.WaitChange(t, "the long term renewed after the restart, or ended", long.StatsChanged, func() bool {
+	benchtest.WaitChange(t, "the long term renewed after the restart, or ended", long.StatsChanged, func() bool {
 		return tl.Err() != nil || long.Stats().LastRenewal.After(restarted)
 	})
 	if tl.Err() == nil {

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/leadership/kubelease"
+	"github.com/snip/snip-jobs/testbench/benchtest"
 )
 
 // One session wins 100 jobs campaigned for at once, and a second session's
@@ -23,7 +23,7 @@ func TestASessionWinsAHundredJobsAtOnceWithOneWatchAndKeepsItsInstanceLease(t *t
 		t.Fatal(err)
 	}
 	watches := func() float64 {
-		m, err := testenv.ScrapeMetricsWith(context.Background(), hc, api.URL())
+		m, err := benchtest.ScrapeMetricsWith(context.Background(), hc, api.URL())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -46,7 +46,7 @@ func TestASessionWinsAHundredJobsAtOnceWithOneWatchAndKeepsItsInstanceLease(t *t
 	for i := range jobs {
 		campaign(follower, fmt.Sprintf("job-%d", i))
 	}
-	testenv.WaitChange(t, "every campaign of the follower waiting", follower.StatsChanged,
+	benchtest.WaitChange(t, "every campaign of the follower waiting", follower.StatsChanged,
 		func() bool { return follower.Stats().Waiting == jobs })
 	if n := watches() - before; n != 2 {
 		t.Errorf("%v more Lease watches open at the API server with 100 terms and 100 waiting campaigns; want 2 (one per session)", n)

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/snip/snip-jobs/internal/testenv"
+	"github.com/snip/snip-jobs/testbench/benchtest"
 )
 
 // While one session leads five jobs and another waits for all five, the API
@@ -25,7 +25,7 @@ func TestWaitingAndLeadingCostOnlyTheRenewals(t *testing.T) {
 	for i := range 5 {
 		go b.Campaign(ctx, fmt.Sprintf("job-%d", i))
 	}
-	testenv.WaitChange(t, "b waiting for all five jobs", b.StatsChanged, func() bool { return b.Stats().Waiting == 5 })
+	benchtest.WaitChange(t, "b waiting for all five jobs", b.StatsChanged, func() bool { return b.Stats().Waiting == 5 })
 
 	hc, err := api.HTTPClient()
 	if err != nil {
@@ -34,12 +34,12 @@ func TestWaitingAndLeadingCostOnlyTheRenewals(t *testing.T) {
 	renewals := func() int64 { return a.Stats().KeepAlivesSent + b.Stats().KeepAlivesSent }
 	failures := func() int64 { return a.Stats().KeepAliveFailures + b.Stats().KeepAliveFailures }
 	r0, f0 := renewals(), failures()
-	before, err := testenv.ScrapeMetricsWith(ctx, hc, api.URL())
+	before, err := benchtest.ScrapeMetricsWith(ctx, hc, api.URL())
 	if err != nil {
 		t.Fatal(err)
 	}
-	testenv.WaitChange(t, "twelve more renewals", a.StatsChanged, func() bool { return renewals() >= r0+12 })
-	after, err := testenv.ScrapeMetricsWith(ctx, hc, api.URL())
+	benchtest.WaitChange(t, "twelve more renewals", a.StatsChanged, func() bool { return renewals() >= r0+12 })
+	after, err := benchtest.ScrapeMetricsWith(ctx, hc, api.URL())
 	if err != nil {
 		t.Fatal(err)
 	}

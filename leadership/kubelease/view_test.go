@@ -7,9 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/leadership/kubelease"
+	"github.com/snip/snip-jobs/testbench/benchtest"
 )
 
 // readSet reads the default set of ns as an operator would (no session).
@@ -72,7 +72,7 @@ func TestResignWaitsForTheNextTermAndRefusesAJobWithoutALeader(t *testing.T) {
 	ns := namespace(t, api)
 	a, b := start(t, api, ns, "a"), start(t, api, ns, "b")
 	ta := won(t, campaign(a, "certs"))
-	ctx, cancel := context.WithTimeout(context.Background(), testenv.Patience)
+	ctx, cancel := context.WithTimeout(context.Background(), benchtest.Patience)
 	defer cancel()
 	go a.WatchResignRequests(ctx, func(job string, token int64) {
 		if job == "certs" && token == ta.Token() {

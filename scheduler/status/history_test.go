@@ -6,12 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/snip/snip-jobs/internal/testdb"
-	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/scheduler/status"
+	"github.com/snip/snip-jobs/testbench/benchtest"
+	"github.com/snip/snip-jobs/testbench/dbtest"
 )
 
-func TestMain(m *testing.M) { os.Exit(testenv.RunMain(m)) }
+func TestMain(m *testing.M) { os.Exit(benchtest.RunMain(m)) }
 
 // A handed-over term records its end after resigning, so that record may land
 // after its successor's start: History ends it at that start. A term that
@@ -19,7 +19,7 @@ func TestMain(m *testing.M) { os.Exit(testenv.RunMain(m)) }
 // noticed late), and a term never closed stays open.
 func TestHistoryEndsAHandedOverTermNoLaterThanItsSuccessorStarted(t *testing.T) {
 	ctx := context.Background()
-	_, pool := testdb.New(t)
+	_, pool := dbtest.New(t)
 	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	for _, r := range []struct {

@@ -13,10 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/snip/snip-jobs/internal/certtest"
-	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/jobs/certrenew"
 	"github.com/snip/snip-jobs/jobs/certrenew/certserve"
+	"github.com/snip/snip-jobs/testbench/benchtest"
+	"github.com/snip/snip-jobs/testbench/certtest"
 )
 
 var handshakesPerRound = flag.Int("handshakes", 2000, "BenchmarkHandshake: handshakes per variant per round")
@@ -118,7 +118,7 @@ func BenchmarkChallengeFlood(b *testing.B) {
 		return serveChallenges(b, h, certserve.DefaultServerLimits())
 	}
 	waiting, noWait := listener(), listener(certserve.WithMissWait(0, 0))
-	testenv.Exec(b, f.pool, `CREATE TABLE heartbeat (at timestamptz NOT NULL)`)
+	benchtest.Exec(b, f.pool, `CREATE TABLE heartbeat (at timestamptz NOT NULL)`)
 	for b.Loop() {
 		for _, phase := range []struct{ name, addr string }{
 			{"quiet", ""}, {"flood", waiting}, {"quiet", ""}, {"flood-no-wait", noWait},
@@ -180,5 +180,5 @@ func heartbeatDuring(b *testing.B, f *fixture, addr string, d time.Duration) ([]
 // PostgreSQL counts them (flushed lazily: read after a pause).
 func (f *fixture) xacts() int64 {
 	f.t.Helper()
-	return testenv.Value[int64](f.t, f.pool, `SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()`)
+	return benchtest.Value[int64](f.t, f.pool, `SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()`)
 }

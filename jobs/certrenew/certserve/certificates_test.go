@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/snip/snip-jobs/internal/certtest"
-	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/jobs/certrenew/certserve"
+	"github.com/snip/snip-jobs/testbench/benchtest"
+	"github.com/snip/snip-jobs/testbench/certtest"
 )
 
 func TestEveryCurrentCertificateIsServedFromMemoryWithoutAQueryPerHandshake(t *testing.T) {
@@ -64,7 +64,7 @@ func TestARenewalCommittedIsServedWithoutRestartingAnything(t *testing.T) {
 	added := f.store("new.example.com", f.keys)
 	waitServed(t, src, "new.example.com", added)
 	changed := src.Changed()
-	testenv.Exec(t, f.pool, `DELETE FROM certrenew_certificates WHERE domain = 'shop.example.com'`)
+	benchtest.Exec(t, f.pool, `DELETE FROM certrenew_certificates WHERE domain = 'shop.example.com'`)
 	waitFor(t, "the deletion to be applied", changed)
 	if _, ok := src.Lookup("shop.example.com"); ok {
 		t.Errorf("a domain without a current certificate is still served")
@@ -114,7 +114,7 @@ func TestAfterADroppedConnectionTheSourceReadsEverythingAgain(t *testing.T) {
 	// notification were lost), then the reader's connection is cut: only
 	// the full read on reconnection can find the change.
 	renewed := f.storeSilently("shop.example.com")
-	testenv.Exec(t, f.pool, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'certserve test'`)
+	benchtest.Exec(t, f.pool, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'certserve test'`)
 	waitServed(t, src, "shop.example.com", renewed)
 }
 

@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/snip/snip-jobs/internal/certtest"
-	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/jobs/certrenew/certserve"
+	"github.com/snip/snip-jobs/testbench/benchtest"
+	"github.com/snip/snip-jobs/testbench/certtest"
 )
 
 // challenges starts the handler on the fixture's database, served over
@@ -42,7 +42,7 @@ func (f *fixture) challenges(arrived func(), opts ...certserve.ChallengesOption)
 // present stores a token as the renewer's HTTP-01 provider does.
 func (f *fixture) present(token, domain, keyAuth string, ttl time.Duration) {
 	f.t.Helper()
-	testenv.Exec(f.t, f.pool, `INSERT INTO certrenew_challenges (token, domain, key_auth, fence_token, expires_at)
+	benchtest.Exec(f.t, f.pool, `INSERT INTO certrenew_challenges (token, domain, key_auth, fence_token, expires_at)
 		VALUES ($1, $2, $3, 1, now() + make_interval(secs => $4))`, token, domain, keyAuth, ttl.Seconds())
 }
 
@@ -141,8 +141,8 @@ func TestUnknownTokensAndHostsCostPostgreSQLNothing(t *testing.T) {
 	}
 
 	// Removed (the renewer's CleanUp), it is no longer answered.
-	testenv.Exec(t, f.pool, `DELETE FROM certrenew_challenges WHERE token = $1`, token)
-	testenv.Eventually(t, "the removed token to be refused", func() bool {
+	benchtest.Exec(t, f.pool, `DELETE FROM certrenew_challenges WHERE token = $1`, token)
+	benchtest.Eventually(t, "the removed token to be refused", func() bool {
 		code, _ := get(t, base, "shop.example.com", token)
 		return code == http.StatusNotFound
 	})
@@ -151,7 +151,7 @@ func TestUnknownTokensAndHostsCostPostgreSQLNothing(t *testing.T) {
 func TestARequestThatOvertakesItsTokensNotificationWaitsForIt(t *testing.T) {
 	f := newFixture(t)
 	arrived := make(chan struct{}, 1)
-	_, base := f.challenges(func() { arrived <- struct{}{} }, certserve.WithMissWait(testenv.Patience, 1))
+	_, base := f.challenges(func() { arrived <- struct{}{} }, certserve.WithMissWait(benchtest.Patience, 1))
 
 	token := randomToken(t)
 	type answer struct {
@@ -179,7 +179,7 @@ func TestTheChallengeServerClosesWhatClientsLeaveOpen(t *testing.T) {
 	// kept-alive connection; the other closes clients that send nothing,
 	// or a body a byte at a time.
 	idle, slow := certserve.DefaultServerLimits(), certserve.DefaultServerLimits()
-	idle.IdleTimeout, idle.ReadHeaderTimeout, idle.ReadTimeout = 200*time.Millisecond, testenv.Patience, testenv.Patience
+	idle.IdleTimeout, idle.ReadHeaderTimeout, idle.ReadTimeout = 200*time.Millisecond, benchtest.Patience, benchtest.Patience
 	slow.ReadHeaderTimeout, slow.ReadTimeout = 300*time.Millisecond, 300*time.Millisecond
 	idleAddr, slowAddr := serveChallenges(t, h, idle), serveChallenges(t, h, slow)
 
@@ -219,7 +219,7 @@ func serveChallenges(t testing.TB, h http.Handler, l certserve.ServerLimits) str
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := certserve.NewChallengeServer(h, l, testenv.Logger(t))
+	srv := certserve.NewChallengeServer(h, l, benchtest.Logger(t))
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 	return ln.Addr().String()
@@ -228,12 +228,12 @@ func serveChallenges(t testing.TB, h http.Handler, l certserve.ServerLimits) str
 // closedByServer opens a connection (sending one keep-alive request if
 // request) and reads until the server closes it.
 func closedByServer(addr string, request bool) error {
-	c, err := net.DialTimeout("tcp", addr, testenv.Patience)
+	c, err := net.DialTimeout("tcp", addr, benchtest.Patience)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(testenv.Patience))
+	_ = c.SetDeadline(time.Now().Add(benchtest.Patience))
 	r := bufio.NewReader(c)
 	if request {
 		fmt.Fprintf(c, "GET %s%s HTTP/1.1\r\nHost: shop.example.com\r\n\r\n", certserve.ChallengePath, strings.Repeat("a", 43))
@@ -253,18 +253,18 @@ func closedByServer(addr string, request bool) error {
 // trickle sends a POST whose body comes a byte at a time, until the server
 // closes the connection.
 func trickle(addr string) error {
-	c, err := net.DialTimeout("tcp", addr, testenv.Patience)
+	c, err := net.DialTimeout("tcp", addr, benchtest.Patience)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	_ = c.SetReadDeadline(time.Now().Add(testenv.Patience))
+	_ = c.SetReadDeadline(time.Now().Add(benchtest.Patience))
 	fmt.Fprintf(c, "POST %sx HTTP/1.1\r\nHost: shop.example.com\r\nContent-Length: 100000\r\n\r\n", certserve.ChallengePath)
 	closed := make(chan error, 1)
 	go func() {
 		_, err := io.Copy(io.Discard, c)
 		if ne, ok := err.(net.Error); ok && ne.Timeout() {
-			closed <- fmt.Errorf("a trickled body held the connection for %v", testenv.Patience)
+			closed <- fmt.Errorf("a trickled body held the connection for %v", benchtest.Patience)
 			return
 		}
 		closed <- nil // EOF, or reset: closed by the server either way

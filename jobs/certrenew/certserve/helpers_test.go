@@ -20,14 +20,14 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/snip/snip-jobs/internal/certtest"
-	"github.com/snip/snip-jobs/internal/testdb"
-	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/jobs/certrenew/certserve"
 	"github.com/snip/snip-jobs/jobs/certrenew/keyring"
+	"github.com/snip/snip-jobs/testbench/benchtest"
+	"github.com/snip/snip-jobs/testbench/certtest"
+	"github.com/snip/snip-jobs/testbench/dbtest"
 )
 
-func TestMain(m *testing.M) { os.Exit(testenv.RunMain(m)) }
+func TestMain(m *testing.M) { os.Exit(benchtest.RunMain(m)) }
 
 // fixture is a database with the renewer's schema, a keyring, and a CA that
 // issues the certificates a renewer would have stored.
@@ -42,7 +42,7 @@ type fixture struct {
 
 func newFixture(t testing.TB) *fixture {
 	t.Helper()
-	url, pool := testdb.New(t)
+	url, pool := dbtest.New(t)
 	f := &fixture{t: t, url: url, pool: pool, keys: newKeyring(t)}
 	f.caKey = newECKey(t)
 	tmpl := &x509.Certificate{
@@ -57,7 +57,7 @@ func newFixture(t testing.TB) *fixture {
 	if f.caCrt, err = x509.ParseCertificate(der); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Exec(t, pool, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`)
+	benchtest.Exec(t, pool, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`)
 	return f
 }
 
@@ -167,7 +167,7 @@ func (f *fixture) config() certserve.Config {
 		f.t.Fatal(err)
 	}
 	cc.RuntimeParams["application_name"] = "certserve test"
-	return certserve.Config{DB: cc, Log: testenv.Logger(f.t)}
+	return certserve.Config{DB: cc, Log: benchtest.Logger(f.t)}
 }
 
 // certificates starts a source on the fixture's database and waits until it
@@ -188,15 +188,15 @@ func waitFor(t testing.TB, what string, ch <-chan struct{}) {
 	t.Helper()
 	select {
 	case <-ch:
-	case <-time.After(testenv.Patience):
-		t.Fatalf("waited %v for %s", testenv.Patience, what)
+	case <-time.After(benchtest.Patience):
+		t.Fatalf("waited %v for %s", benchtest.Patience, what)
 	}
 }
 
 // waitServed waits (on Changed) until src serves serial for domain.
 func waitServed(t testing.TB, src *certserve.Certificates, domain, serial string) {
 	t.Helper()
-	deadline := time.After(testenv.Patience)
+	deadline := time.After(benchtest.Patience)
 	for {
 		changed := src.Changed()
 		if crt, ok := src.Lookup(domain); ok && crt.Serial == serial {
@@ -205,7 +205,7 @@ func waitServed(t testing.TB, src *certserve.Certificates, domain, serial string
 		select {
 		case <-changed:
 		case <-deadline:
-			t.Fatalf("waited %v for %s to be served with serial %s", testenv.Patience, domain, serial)
+			t.Fatalf("waited %v for %s to be served with serial %s", benchtest.Patience, domain, serial)
 		}
 	}
 }
@@ -216,7 +216,7 @@ func waitServed(t testing.TB, src *certserve.Certificates, domain, serial string
 // per-request lookup's.
 func (f *fixture) readerQueries() int64 {
 	f.t.Helper()
-	return testenv.Value[int64](f.t, f.pool, `SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements
+	return benchtest.Value[int64](f.t, f.pool, `SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements
 		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
 		  AND query ILIKE 'SELECT%' AND query NOT LIKE '%pg_stat_statements%'
 		  AND (query LIKE '%certrenew_certificates%' OR query LIKE '%certrenew_challenges%')`)
@@ -256,7 +256,7 @@ func tlsServerWith(t testing.TB, cfg *tls.Config) string {
 func (f *fixture) handshake(addr, domain string) (string, error) {
 	roots := x509.NewCertPool()
 	roots.AddCert(f.caCrt)
-	d := net.Dialer{Timeout: testenv.Patience}
+	d := net.Dialer{Timeout: benchtest.Patience}
 	c, err := tls.DialWithDialer(&d, "tcp", addr, &tls.Config{ServerName: domain, RootCAs: roots})
 	if err != nil {
 		return "", err

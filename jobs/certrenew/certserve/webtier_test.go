@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/snip/snip-jobs/internal/certtest"
 	"github.com/snip/snip-jobs/jobs/certrenew/certserve"
+	"github.com/snip/snip-jobs/testbench/certtest"
 )
 
 // webTier is Snip's web tier as a Go server: port 80 answers the short links

@@ -24,9 +24,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/snip/snip-jobs/fencing"
-	"github.com/snip/snip-jobs/internal/testdb"
-	"github.com/snip/snip-jobs/internal/testenv"
 	"github.com/snip/snip-jobs/leadership"
+	"github.com/snip/snip-jobs/testbench/benchtest"
+	"github.com/snip/snip-jobs/testbench/dbtest"
 )
 
 // Term is what the suite needs of a backend's term.
@@ -98,8 +98,8 @@ func oneTermAtATime[T Term](t *testing.T, b Backend[T]) {
 		select {
 		case term := <-terms:
 			got = append(got, term)
-		case <-time.After(testenv.Patience):
-			t.Fatalf("%d terms in %v, want %d", len(got), testenv.Patience, rounds)
+		case <-time.After(benchtest.Patience):
+			t.Fatalf("%d terms in %v, want %d", len(got), benchtest.Patience, rounds)
 		}
 	}
 	sort.Slice(got, func(i, j int) bool { return got[i].Started().Before(got[j].Started()) })
@@ -158,7 +158,7 @@ func cutOffLeader[T Term](t *testing.T, b Backend[T]) {
 	}
 	select {
 	case <-ta.Context().Done():
-	case <-time.After(testenv.Patience):
+	case <-time.After(benchtest.Patience):
 		t.Fatal("the cut-off term's context did not end")
 	}
 	if ta.Reason() != leadership.ReasonExpired {
@@ -174,7 +174,7 @@ func cutOffLeader[T Term](t *testing.T, b Backend[T]) {
 	if !errors.Is(err, fencing.ErrStaleToken) {
 		t.Fatalf("the cut-off leader's write after the takeover: %v, want %v", err, fencing.ErrStaleToken)
 	}
-	if n := testenv.Value[int](t, pool, "SELECT count(*) FROM reports WHERE body = 'a after the cut'"); n != 0 {
+	if n := benchtest.Value[int](t, pool, "SELECT count(*) FROM reports WHERE body = 'a after the cut'"); n != 0 {
 		t.Errorf("the stale write left %d rows", n)
 	}
 }
@@ -182,8 +182,8 @@ func cutOffLeader[T Term](t *testing.T, b Backend[T]) {
 // Reports is a database with a table of reports that fenced writes insert
 // into: its pool, and insert, the write of one report by a term's token.
 func Reports(t *testing.T) (*pgxpool.Pool, func(token int64, body string) func(context.Context, pgx.Tx) error) {
-	url, pool := testdb.New(t)
-	testdb.Exec(t, url, "CREATE TABLE reports (token bigint NOT NULL, body text NOT NULL)")
+	url, pool := dbtest.New(t)
+	dbtest.Exec(t, url, "CREATE TABLE reports (token bigint NOT NULL, body text NOT NULL)")
 	return pool, func(token int64, body string) func(context.Context, pgx.Tx) error {
 		return func(ctx context.Context, tx pgx.Tx) error {
 			_, err := tx.Exec(ctx, "INSERT INTO reports (token, body) VALUES ($1, $2)", token, body)
@@ -200,7 +200,7 @@ type result[T Term] struct {
 func campaign[T Term](s Session[T], job string) <-chan result[T] {
 	ch := make(chan result[T], 1)
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), testenv.Patience)
+		ctx, cancel := context.WithTimeout(context.Background(), benchtest.Patience)
 		defer cancel()
 		term, err := s.Campaign(ctx, job)
 		ch <- result[T]{term, err}
@@ -224,5 +224,5 @@ func win[T Term](t *testing.T, s Session[T], job string) T {
 
 func waitWaiting[T Term](t *testing.T, s Session[T]) {
 	t.Helper()
-	testenv.WaitChange(t, fmt.Sprintf("a campaign waiting (%T)", s), s.StatsChanged, func() bool { return s.Stats().Waiting > 0 })
+	benchtest.WaitChange(t, fmt.Sprintf("a campaign waiting (%T)", s), s.StatsChanged, func() bool { return s.Stats().Waiting > 0 })
 }

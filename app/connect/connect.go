@@ -1,0 +1,222 @@
+// Package connect opens what a snip-jobs command talks to, from its config:
+// an etcd client (TLS files and login as configured, or one clear error
+// naming the endpoint), a Kubernetes client for the kubernetes backend, and a
+// PostgreSQL pool (a connect timeout, an
+// application_name naming the instance, and never the URL in an error).
+// The service and the client commands (status, resign, certs, migrate,
+// report) share it.
+package connect
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap/zapcore"
+	coordclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/snip/snip-jobs/app/etcdclient"
+	"github.com/snip/snip-jobs/app/etcdlocal"
+	"github.com/snip/snip-jobs/configs"
+)
+
+// pgConnectTimeout bounds each connection attempt when the URL has no
+// connect_timeout: pgx has no default, and a server that accepts but never
+// answers would hang a run for as long as its context allows.
+const pgConnectTimeout = 10 * time.Second
+
+// NeedsTerms reports whether some job is a singleton gated by a term, of
+// either backend (database-mode cron singletons and jobs that run everywhere
+// need none).
+func NeedsTerms(f *configs.File) bool {
+	for _, j := range f.Jobs {
+		if j.Mode() == configs.ModeLeader {
+			return true
+		}
+	}
+	return false
+}
+
+// NeedsEtcd reports whether some job is a singleton gated by an etcd term:
+// NeedsTerms with leadership.backend: etcd.
+func NeedsEtcd(f *configs.File) bool {
+	return f.Leadership.Backend == configs.BackendEtcd && NeedsTerms(f)
+}
+
+// EtcdOnly refuses what only the etcd backend has (reclaim by PID, a fresh
+// token for a rebuild) when the config keeps its terms elsewhere: an error naming the file and
+// its backend; nil with etcd.
+func EtcdOnly(f *configs.File, what string) error {
+	if f.Leadership.Backend == configs.BackendEtcd {
+		return nil
+	}
+	return fmt.Errorf("%s works with etcd only for now, and %s has leadership.backend: %s "+
+		"(docs/operations.md, \"The Kubernetes backend\")", what, f.Path, f.Leadership.Backend)
+}
+
+// Kube is a client of the Kubernetes API server that holds the Leases, the
+// namespace they are in, and where that is, for messages: kubernetes.server
+// with token_file (client-go re-reads it as it changes, for rotated tokens)
+// and ca_file; or kubernetes.kubeconfig (fromKubeconfig); or, without
+// either, the pod's service account
+// (rest.InClusterConfig) and, unless kubernetes.namespace says otherwise, the
+// namespace it runs in. Nothing is contacted yet.
+func Kube(f *configs.File) (_ coordclient.CoordinationV1Interface, namespace, where string, _ error) {
+	k := f.Kubernetes
+	var rc *rest.Config
+	namespace = k.Namespace
+	if k.InCluster() {
+		var err error
+		if rc, err = rest.InClusterConfig(); err != nil {
+			return nil, "", "", fmt.Errorf("kubernetes: %s sets no kubernetes.server, and this process cannot use a pod's service account: %w "+
+				"(set kubernetes.server, token_file and namespace to run outside the cluster)", f.Path, err)
+		}
+		if namespace == "" {
+			b, err := os.ReadFile(serviceAccountNamespace)
+			if err != nil {
+				return nil, "", "", fmt.Errorf("kubernetes: the service account's namespace: %w (or set kubernetes.namespace in %s)", err, f.Path)
+			}
+			namespace = strings.TrimSpace(string(b))
+		}
+	} else if k.Kubeconfig != "" {
+		var err error
+		if rc, namespace, err = fromKubeconfig(k, f.Path); err != nil {
+			return nil, "", "", err
+		}
+	} else {
+		// Read once now, for an error naming the setting rather than a
+		// failed request later.
+		if b, err := os.ReadFile(k.TokenFile); err != nil || strings.TrimSpace(string(b)) == "" {
+			if err == nil {
+				err = errors.New("empty")
+			}
+			return nil, "", "", fmt.Errorf("kubernetes.token_file %s: %w", k.TokenFile, err)
+		}
+		rc = &rest.Config{Host: k.Server, BearerTokenFile: k.TokenFile, TLSClientConfig: rest.TLSClientConfig{CAFile: k.CAFile}}
+	}
+	rc.UserAgent = "snip-jobs " + f.Instance
+	rc.QPS = -1 // kubelease refuses a throttled client: see its Config.Client
+	cs, err := coordclient.NewForConfig(rc)
+	if err != nil {
+		return nil, "", "", fmt.Errorf("kubernetes client for %s: %w", rc.Host, err)
+	}
+	return cs, namespace, fmt.Sprintf("%s, namespace %s", rc.Host, namespace), nil
+}
+
+// fromKubeconfig loads the client configuration of k.Kubeconfig's context
+// (k.Context, or its current one) and the namespace of the Leases:
+// kubernetes.namespace, else the context's, else "default".
+func fromKubeconfig(k configs.Kubernetes, path string) (*rest.Config, string, error) {
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+		&clientcmd.ClientConfigLoadingRules{ExplicitPath: k.Kubeconfig},
+		&clientcmd.ConfigOverrides{CurrentContext: k.Context})
+	rc, err := cc.ClientConfig()
+	if err != nil {
+		return nil, "", fmt.Errorf("kubernetes.kubeconfig %s (in %s): %w", k.Kubeconfig, path, err)
+	}
+	namespace := k.Namespace
+	if namespace == "" {
+		if namespace, _, err = cc.Namespace(); err != nil {
+			return nil, "", fmt.Errorf("kubernetes.kubeconfig %s: the context's namespace: %w (or set kubernetes.namespace in %s)", k.Kubeconfig, err, path)
+		}
+	}
+	return rc, namespace, nil
+}
+
+// serviceAccountNamespace is the namespace of a pod's service account.
+const serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// Endpoints are the endpoints a client command (status, resign) talks to:
+// override (a comma-separated --endpoints) if set, else the config's, else the
+// embedded etcd's default address.
+func Endpoints(f *configs.File, override string) []string {
+	if override != "" {
+		var eps []string
+		for _, e := range strings.Split(override, ",") {
+			if e = strings.TrimSpace(e); e != "" {
+				eps = append(eps, e)
+			}
+		}
+		return eps
+	}
+	if !f.Etcd.Embedded() {
+		return f.Etcd.Endpoints
+	}
+	return []string{"http://" + etcdlocal.DefaultClientAddr}
+}
+
+// EtcdConfig is how to reach endpoints with the config's TLS files and user.
+// etcd's own log lines (errors only) go to log.
+func EtcdConfig(f *configs.File, endpoints []string, log *slog.Logger) (etcdclient.Config, error) {
+	cfg := etcdclient.Config{
+		Endpoints: endpoints, DialTimeout: f.Etcd.DialTimeout,
+		CA: f.Etcd.TLS.CA, Cert: f.Etcd.TLS.Cert, Key: f.Etcd.TLS.Key,
+		Logger: etcdlocal.ZapLogger(log.With("component", "etcd-client"), zapcore.ErrorLevel),
+	}
+	if f.Etcd.Auth.User != "" {
+		pw, err := f.EtcdPassword()
+		if err != nil {
+			return cfg, fmt.Errorf("etcd auth: %w", err)
+		}
+		cfg.User, cfg.Password = f.Etcd.Auth.User, pw
+	}
+	return cfg, nil
+}
+
+// Etcd connects a client command (status, resign, report) to
+// endpoints: within dial_timeout, or with an error that names the endpoint
+// and what is wrong (etcdclient.Connect).
+func Etcd(f *configs.File, endpoints []string, log *slog.Logger) (*clientv3.Client, error) {
+	cfg, err := EtcdConfig(f, endpoints, log)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), f.Etcd.DialTimeout)
+	defer cancel()
+	cli, _, err := etcdclient.Connect(ctx, cfg, nil)
+	return cli, err
+}
+
+// Pool builds a PostgreSQL pool from the config's database URL. It does
+// not connect: connections are made when first needed. Neither the URL nor a
+// parse error quoting it is ever shown. tune, if any, adjusts the pool's
+// settings after the URL's.
+func Pool(ctx context.Context, f *configs.File, purpose string, tune ...func(*pgxpool.Config)) (*pgxpool.Pool, error) {
+	url, err := f.DatabaseURL()
+	if err != nil {
+		return nil, fmt.Errorf("database URL: %w", err)
+	}
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, errors.New("the database URL cannot be parsed (not shown: it may hold a password)")
+	}
+	if pc.ConnConfig.ConnectTimeout <= 0 {
+		pc.ConnConfig.ConnectTimeout = pgConnectTimeout
+	}
+	if _, set := pc.ConnConfig.RuntimeParams["application_name"]; !set {
+		pc.ConnConfig.RuntimeParams["application_name"] = "snip-jobs " + purpose + " " + f.Instance
+	}
+	for _, t := range tune {
+		t(pc)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("database pool: %w", err)
+	}
+	return pool, nil
+}
+
+// Ping checks that PostgreSQL answers within d.
+func Ping(ctx context.Context, pool *pgxpool.Pool, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	return pool.Ping(ctx)
+}

@@ -1,0 +1,718 @@
+// Package service is snip-jobs run: it starts what the config asks for
+// (the PostgreSQL pools, etcd or its embedded member — or, with
+// leadership.backend: kubernetes, a client of the API server — the session, the
+// scheduler, the admin server and the job types' listeners), tells systemd
+// when it is ready and healthy, and on the first signal stops the jobs
+// within their grace, resigns every term and revokes the lease, so that
+// another instance leads at once. cmd/snip-jobs wraps it in flags.
+//
+// What it does not do: restart itself (systemd's Restart= does), or decide
+// anything about a job (the scheduler does).
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/snip/snip-jobs/app/admin"
+	"github.com/snip/snip-jobs/app/clusterview"
+	"github.com/snip/snip-jobs/app/connect"
+	"github.com/snip/snip-jobs/app/etcdclient"
+	"github.com/snip/snip-jobs/app/etcdlocal"
+	"github.com/snip/snip-jobs/app/statuspage"
+	"github.com/snip/snip-jobs/configs"
+	"github.com/snip/snip-jobs/leadership"
+	"github.com/snip/snip-jobs/leadership/kubelease"
+	"github.com/snip/snip-jobs/migrations"
+	"github.com/snip/snip-jobs/scheduler"
+	"github.com/snip/snip-jobs/scheduler/status"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Bounds of start-up and shutdown steps that the config does not set.
+const (
+	dbPingTimeout    = 5 * time.Second
+	schemaTimeout    = 10 * time.Second // one comparison of the schema with the binary's migrations
+	schemaRetry      = time.Second      // between comparisons while PostgreSQL does not answer
+	minStartTimeout  = 30 * time.Second // WaitReady: at least this, or 3 TTLs
+	closeGrace       = 3 * time.Second  // each closing step once shutdown_timeout has passed
+	stuckLeaseFactor = 3                // watchdog: no lease for this many TTLs while etcd answers = stuck
+)
+
+// checkSecretFiles refuses secret files their group or others may read: an
+// error naming each (and the flag that allows them), or with allow a
+// warning for each.
+func checkSecretFiles(f *configs.File, allow bool, log *slog.Logger) error {
+	exposed := f.ExposedSecrets()
+	if len(exposed) == 0 {
+		return nil
+	}
+	if allow {
+		for _, e := range exposed {
+			log.Warn("secret file readable by other users (allowed by --allow-readable-secrets)", "file", e.Path, "setting", e.Key,
+				"job", e.Job, "mode", fmt.Sprintf("%04o", e.Mode), "problem", e.String())
+		}
+		return nil
+	}
+	lines := make([]string, len(exposed))
+	for i, e := range exposed {
+		lines[i] = e.String()
+	}
+	return fmt.Errorf("%s: secret files must be readable by their owner only:\n%s\n"+
+		"(or start with --allow-readable-secrets to run with a warning instead)", f.Path, strings.Join(lines, "\n"))
+}
+
+// Options are what `snip-jobs run` is given: the loaded config, the job
+// types built in, and what its flags and service manager pass.
+type Options struct {
+	Config  *configs.File
+	Types   *scheduler.Registry
+	Version string       // logged at start and shown on /status
+	Log     *slog.Logger // the configured logger; the service adds the instance
+	// EmbeddedListen is the embedded etcd's client address, used only when the
+	// config names no etcd endpoints.
+	EmbeddedListen string
+	// DevControl is snip-dev's supervisor, for the status page's buttons.
+	DevControl string
+	// Sockets are those the service manager passed (InheritSockets).
+	Sockets Sockets
+	// AllowReadableSecrets starts with a warning for each secret file its
+	// group or others may read, instead of refusing to start.
+	AllowReadableSecrets bool
+}
+
+// NoJobsWarning is said by validate and run of a file without jobs: allowed
+// (a server being set up), but a truncated deploy looks the same.
+const NoJobsWarning = "no jobs: this instance will run nothing (is the file complete?)"
+
+// Run runs the service until ctx ends (the first signal) or something fails,
+// then shuts down. A nil error means a clean stop.
+func Run(ctx context.Context, o Options) error {
+	r := &runner{cfg: o.Config, types: o.Types, version: o.Version, log: o.Log,
+		embeddedListen: o.EmbeddedListen, devControl: o.DevControl, socks: o.Sockets}
+	r.ilog = r.log.With("instance", o.Config.Instance)
+	if err := checkSecretFiles(o.Config, o.AllowReadableSecrets, r.ilog); err != nil {
+		return err
+	}
+	return r.run(ctx)
+}
+
+// runner is one `snip-jobs run` process: what it started, for shutdown.
+type runner struct {
+	cfg            *configs.File
+	types          *scheduler.Registry
+	version        string
+	log            *slog.Logger // the scheduler and the session add the instance themselves
+	ilog           *slog.Logger // log with the instance, for this file's lines
+	embeddedListen string
+	devControl     string  // snip-dev's supervisor, for the status page's buttons
+	socks          Sockets // passed by the service manager; taken by the admin and challenge servers
+	notify         notifier
+
+	pool     *pgxpool.Pool
+	records  *pgxpool.Pool // the scheduler's own records (scheduler.Config.Records)
+	embedded *etcdlocal.Server
+	etcd     *clientv3.Client        // nil with the kubernetes backend
+	session  session                 // nil without singletons led through terms
+	view     status.LeadershipReader // the status page's read of the session's backend; nil without one
+	terms    scheduler.Session
+	// reach says whether the session's server answers (the watchdog's
+	// question when no lease comes); where names it, for messages.
+	reach   func(ctx context.Context) error
+	where   string
+	sched   *scheduler.Scheduler
+	admin   *admin.Server
+	listens *typeListeners // the job types' own sockets (certrenew's HTTP-01 challenges)
+
+	schedRunning atomic.Bool
+	lastLease    atomic.Int64 // unix nanos when the session was last seen holding a lease
+
+	schemaErr       chan error         // the schema lacks migrations, found after start-up
+	schemaPending   atomic.Bool        // the schema is still to be compared (PostgreSQL has not answered yet)
+	stopSchemaCheck context.CancelFunc // ends a schema comparison waiting for PostgreSQL; nil when none
+}
+
+// run starts everything, runs until ctx ends (the first signal) or something
+// fails, and shuts down. A nil error means a clean stop.
+func (r *runner) run(ctx context.Context) error {
+	r.notify = notifier{log: r.ilog}
+	r.schemaErr = make(chan error, 1)
+	// ctx ends at the first signal; a second one ends the process at once.
+	sigs := make(chan os.Signal, 2)
+	defer close(sigs)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs) // before the close above
+	go func() {
+		sig, ok := <-sigs
+		if !ok {
+			return
+		}
+		r.ilog.Info("signal received: shutting down", "signal", sig.String(), "shutdown_timeout", r.cfg.ShutdownTimeout)
+		if sig, ok = <-sigs; ok {
+			r.ilog.Error("second signal: exiting now, without a clean shutdown", "signal", sig.String())
+			os.Exit(1)
+		}
+	}()
+
+	if err := r.start(ctx); err != nil {
+		r.shutdown(nil, nil)
+		if ctx.Err() != nil {
+			r.ilog.Info("stopped during start-up")
+			return nil
+		}
+		return err
+	}
+	select {
+	case err := <-r.schemaErr: // PostgreSQL answered during start-up
+		r.shutdown(nil, nil)
+		return err
+	default:
+	}
+
+	runCtx, stopJobs := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopJobs()
+	schedDone := make(chan struct{})
+	r.schedRunning.Store(true)
+	go func() {
+		defer close(schedDone)
+		_ = r.sched.Run(runCtx)
+		r.schedRunning.Store(false)
+	}()
+	r.ilog.Info("running", "jobs", len(r.cfg.Jobs), "admin", r.admin.Addr().String())
+	if len(r.cfg.Jobs) == 0 {
+		r.ilog.Warn(NoJobsWarning, "config", r.cfg.Path)
+	}
+	r.notify.ready(r.statusLine())
+	wdCtx, stopWatchdog := context.WithCancel(runCtx)
+	defer stopWatchdog()
+	wdDone := make(chan struct{})
+	go func() {
+		defer close(wdDone)
+		r.notify.watchdog(wdCtx, r.healthy, r.statusLine)
+	}()
+
+	var sessionDone <-chan struct{}
+	if r.session != nil {
+		sessionDone = r.session.Done()
+	}
+	var failure error
+	select {
+	case <-ctx.Done():
+	case <-sessionDone:
+		failure = fmt.Errorf("the %s session stopped: %w", r.cfg.Leadership.Backend, r.session.Err())
+	case <-schedDone:
+		failure = errors.New("the scheduler stopped by itself")
+	case failure = <-r.schemaErr:
+	}
+	if failure != nil {
+		r.ilog.Error("shutting down", "err", failure)
+	}
+	stopWatchdog()
+	<-wdDone // no ping after STOPPING=1
+	if err := r.shutdown(stopJobs, schedDone); err != nil && failure == nil {
+		failure = err
+	}
+	if failure == nil {
+		r.ilog.Info("stopped cleanly")
+	}
+	return failure
+}
+
+// start brings up the database pool, etcd, the session, the scheduler and the
+// admin server, and waits for the first lease.
+func (r *runner) start(ctx context.Context) error {
+	f := r.cfg
+	r.ilog.Info("starting", "version", r.version, "config", f.Path)
+	if err := r.startDatabase(ctx); err != nil {
+		return err
+	}
+
+	// The admin server comes first: while etcd does not answer (with or
+	// without a user to log in), /healthz answers and /readyz says the
+	// session holds no lease, the same way in both cases.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		collectors.NewBuildInfoCollector(),
+	)
+	mux := http.NewServeMux()
+	page, session, err := r.startAdmin(reg, mux)
+	if err != nil {
+		return err
+	}
+	env := scheduler.Env{Instance: f.Instance, Pool: r.pool, Log: r.ilog, Metrics: reg}
+	if r.listens, err = startListeners(f, r.types, env, r.socks); err != nil {
+		return err
+	}
+
+	// One bound for the whole wait for etcd: logging in, then the first lease.
+	wait := max(minStartTimeout, 3*f.Leadership.TTL)
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	if connect.NeedsTerms(f) {
+		start := func() error { return r.startEtcd(ctx, wctx, wait) }
+		if f.Leadership.Backend == configs.BackendKubernetes {
+			start = r.startKube
+		}
+		if err := start(); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return err
+		}
+		session.set(r.session)
+	} else {
+		b := string(f.Leadership.Backend)
+		r.ilog.Info("no job is led through " + b + " (no singleton outside database mode): not using " + b)
+	}
+	if err := r.startScheduler(reg, mux, page); err != nil {
+		return err
+	}
+	return r.waitFirstLease(ctx, wctx, wait)
+}
+
+// startDatabase opens the pools and compares the schema with the binary's
+// migrations (or applies them, with migrate_on_start); a database that does
+// not answer yet is compared once it does.
+func (r *runner) startDatabase(ctx context.Context) error {
+	f := r.cfg
+	pool, err := connect.Pool(ctx, f, "run")
+	if err != nil {
+		return fmt.Errorf("%w (run needs PostgreSQL: set it in the environment or the file the config names)", err)
+	}
+	r.pool = pool
+	// Two connections, kept open and warm: a term's start or end and a run's
+	// record may be written at once.
+	if r.records, err = connect.Pool(ctx, f, "records", func(c *pgxpool.Config) {
+		c.MaxConns, c.MinConns, c.AfterConnect = 2, 2, scheduler.WarmRecords
+	}); err != nil {
+		return err
+	}
+	pingErr := connect.Ping(ctx, pool, dbPingTimeout)
+	if pingErr != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		r.ilog.Warn("PostgreSQL does not answer yet; jobs that need it fail and retry until it does", "err", pingErr)
+	}
+	switch {
+	case f.Postgres.MigrateOnStart:
+		url, err := f.DatabaseURL()
+		if err != nil {
+			return fmt.Errorf("database URL: %w", err)
+		}
+		if _, err := migrations.Up(ctx, url, r.ilog); err != nil {
+			return fmt.Errorf("migrate on start: %w", err)
+		}
+	case pingErr != nil:
+		r.checkSchemaLater(ctx)
+	default:
+		err := r.checkSchema(ctx)
+		var cannot *schemaUncheckedError
+		switch {
+		case errors.As(err, &cannot):
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			r.ilog.Warn("cannot compare the database schema with this binary's migrations yet; trying again until it can", "err", cannot.err)
+			r.checkSchemaLater(ctx)
+		case err != nil:
+			return err
+		}
+	}
+	return nil
+}
+
+// startAdmin starts the admin server before the scheduler and the etcd
+// session exist: the page and the session it shows are set once they do.
+func (r *runner) startAdmin(reg *prometheus.Registry, mux *http.ServeMux) (*lateHandler, *lateSession, error) {
+	f := r.cfg
+	page := &lateHandler{}
+	acfg := admin.Config{
+		Listen: f.HTTP.Listen, Listener: r.socks.take(socketAdmin), AllowedHosts: f.HTTP.AllowedHosts,
+		Mux: mux, Gatherer: reg, Instance: f.Instance, Version: r.version,
+		DB: r.pool, Page: page, Log: r.ilog,
+		Checks: []admin.Check{{Name: "schema", Err: r.schemaReady}},
+	}
+	session := &lateSession{}
+	if connect.NeedsTerms(f) {
+		acfg.Session, acfg.SessionName = session, string(f.Leadership.Backend)
+	}
+	a, err := admin.New(acfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := a.Start(); err != nil {
+		return nil, nil, err
+	}
+	r.admin = a
+	return page, session, nil
+}
+
+// startScheduler builds the scheduler and the status page, and hands them to
+// the admin server. Job types get the mux after the admin routes are on it:
+// a conflicting route panics in ServeMux, at start.
+func (r *runner) startScheduler(reg *prometheus.Registry, mux *http.ServeMux, page *lateHandler) error {
+	f := r.cfg
+	sched, err := scheduler.New(scheduler.Config{
+		File: f, Registry: r.types, Session: r.terms, Pool: r.pool, Records: r.records, Log: r.log, Metrics: reg, Mux: mux,
+	})
+	if err != nil {
+		return err
+	}
+	r.sched = sched
+	r.admin.SetJobs(sched)
+	pc := statuspage.Config{
+		Instance: f.Instance, Version: r.version, Leadership: r.view, Pool: r.pool,
+		Jobs: f.Jobs, DevControl: r.devControl,
+	}
+	p, err := statuspage.New(pc, r.ilog)
+	if err != nil {
+		return err
+	}
+	page.set(p)
+	return nil
+}
+
+// waitFirstLease waits, within wctx (wait long), for the session's first
+// lease; without a session there is nothing to wait for.
+func (r *runner) waitFirstLease(ctx, wctx context.Context, wait time.Duration) error {
+	if r.session == nil {
+		return nil
+	}
+	err := r.session.WaitReady(wctx)
+	var dup *leadership.DuplicateInstanceError
+	var kdup *kubelease.DuplicateInstanceError
+	switch {
+	case errors.As(err, &dup), errors.As(err, &kdup):
+		return err
+	case err != nil && ctx.Err() != nil:
+		return ctx.Err()
+	case err != nil:
+		return fmt.Errorf("no %s within %v (is %s reachable at %v?): %w", r.leaseWord(), wait, r.serverWord(), r.where, err)
+	}
+	r.lastLease.Store(time.Now().UnixNano())
+	return nil
+}
+
+// lateSession is the admin server's view of the session, which exists only
+// once the backend's server answered: until then it holds no lease.
+type lateSession struct {
+	s atomic.Pointer[sessionRef]
+}
+
+type sessionRef struct{ s session }
+
+func (l *lateSession) set(s session) { l.s.Store(&sessionRef{s}) }
+
+func (l *lateSession) Stats() leadership.Stats {
+	if r := l.s.Load(); r != nil {
+		return r.s.Stats()
+	}
+	return leadership.Stats{}
+}
+
+func (l *lateSession) Err() error {
+	if r := l.s.Load(); r != nil {
+		return r.s.Err()
+	}
+	return nil
+}
+
+// lateHandler serves the status page once it exists, 503 before.
+type lateHandler struct{ h atomic.Pointer[http.Handler] }
+
+func (l *lateHandler) set(h http.Handler) { l.h.Store(&h) }
+
+func (l *lateHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	if h := l.h.Load(); h != nil {
+		(*h).ServeHTTP(w, req)
+		return
+	}
+	http.Error(w, "starting: waiting for etcd", http.StatusServiceUnavailable)
+}
+
+// schemaUncheckedError: the schema could not be compared (PostgreSQL did not
+// answer, or the comparison failed); nothing is known about it.
+type schemaUncheckedError struct{ err error }
+
+func (e *schemaUncheckedError) Error() string {
+	return "cannot compare the database schema with this binary's migrations: " + e.err.Error()
+}
+func (e *schemaUncheckedError) Unwrap() error { return e.err }
+
+// checkSchema compares the database's schema with the migrations built into
+// this binary. Migrations the database lacks are an error naming them and the
+// command that applies them; versions it has that this binary does not know
+// (a newer binary applied them: a rolling upgrade) are logged as a warning.
+// A *schemaUncheckedError means nothing could be compared.
+func (r *runner) checkSchema(ctx context.Context) error {
+	url, err := r.cfg.DatabaseURL()
+	if err != nil {
+		return fmt.Errorf("database URL: %w", err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, schemaTimeout)
+	c, err := migrations.Check(cctx, url)
+	cancel()
+	if err != nil {
+		return &schemaUncheckedError{err: err}
+	}
+	if len(c.Unknown) > 0 {
+		r.ilog.Warn("the database has migrations this binary does not know: a newer binary applied them "+
+			"(a rolling upgrade, or this binary was rolled back); running on the assumption that the schema is compatible",
+			"unknown_versions", c.Unknown, "schema_version", c.Current)
+	}
+	if len(c.Pending) > 0 {
+		return fmt.Errorf("the database schema lacks %d migration(s) this binary needs: %s (schema at version %d); "+
+			"apply them with `snip-jobs migrate --config %s` (or set postgres.migrate_on_start: true) and start again",
+			len(c.Pending), strings.Join(c.Pending, ", "), c.Current, r.cfg.Path)
+	}
+	if len(c.Missing) > 0 {
+		return fmt.Errorf("the database role lacks privileges this binary needs: %s; grant them with "+
+			"`snip-jobs migrate --grant-to ROLE` run as the schema's owner (docs/operations.md, \"Database roles\") and start again",
+			strings.Join(c.Missing, ", "))
+	}
+	r.ilog.Info("the database schema has every migration this binary needs", "schema_version", c.Current)
+	return nil
+}
+
+// checkSchemaLater compares the schema in the background, every schemaRetry
+// until it can (PostgreSQL answers), and sends a lacking schema's error to
+// r.schemaErr, which stops the process. A database that does not answer is
+// not fatal; it is logged once here and again only at debug level.
+func (r *runner) checkSchemaLater(ctx context.Context) {
+	ctx, r.stopSchemaCheck = context.WithCancel(ctx)
+	r.schemaPending.Store(true)
+	r.ilog.Info("the database schema is compared with this binary's migrations once PostgreSQL answers")
+	go func() {
+		t := time.NewTicker(schemaRetry)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			err := r.checkSchema(ctx)
+			var cannot *schemaUncheckedError
+			if errors.As(err, &cannot) {
+				if ctx.Err() == nil {
+					r.ilog.Debug("the database schema cannot be compared yet", "err", cannot.err)
+				}
+				continue
+			}
+			if err != nil {
+				r.schemaErr <- err // buffered; sent once
+				return
+			}
+			r.schemaPending.Store(false)
+			return
+		}
+	}()
+}
+
+// schemaReady is /readyz's schema check: an instance is not ready before
+// its database's schema was compared with its migrations (a schema that
+// lacks one stops the process instead).
+func (r *runner) schemaReady(context.Context) error {
+	if r.schemaPending.Load() {
+		return errors.New("not yet compared with this binary's migrations (PostgreSQL has not answered since start-up)")
+	}
+	return nil
+}
+
+// startEtcd connects to the configured etcd, or starts the embedded one (under
+// ctx), and starts the leadership session. It waits (up to wctx, which ends
+// after wait) while etcd does not answer to a login, and fails at once when
+// etcd answers and refuses us (etcdclient.Connect); without a login the
+// session does the waiting.
+func (r *runner) startEtcd(ctx, wctx context.Context, wait time.Duration) error {
+	f := r.cfg
+	endpoints := f.Etcd.Endpoints
+	if f.Etcd.Embedded() {
+		srv, err := etcdlocal.Start(ctx, etcdlocal.Config{Dir: f.Etcd.EmbeddedDir, ClientAddr: r.embeddedListen, Log: r.log})
+		if err != nil {
+			return fmt.Errorf("embedded etcd: %w", err)
+		}
+		r.embedded = srv
+		endpoints = []string{srv.Endpoint()}
+		r.ilog.Warn("no etcd endpoints configured: started an embedded single-member etcd. "+
+			"It is for a single instance or for development: instances that each start their own etcd do not see each other, "+
+			"and every one of them would run every singleton. Several servers need a shared etcd cluster (etcd.endpoints).",
+			"endpoint", srv.Endpoint(), "data_dir", srv.Dir())
+	}
+	cfg, err := connect.EtcdConfig(f, endpoints, r.log)
+	if err != nil {
+		return err
+	}
+	cli, eps, err := etcdclient.Connect(wctx, cfg, func(err error) {
+		r.ilog.Warn("etcd does not answer yet; waiting", "err", err, "for_at_most", wait)
+	})
+	switch {
+	case err != nil && wctx.Err() != nil:
+		return fmt.Errorf("no etcd lease within %v (is etcd reachable at %v?): %w", wait, endpoints, err)
+	case err != nil:
+		return err
+	}
+	for _, e := range eps {
+		if e.Version == "" {
+			continue
+		}
+		if minimum, below := etcdclient.BelowMinimum(e.Version); below {
+			r.ilog.Warn("this etcd member runs a version older than snip-jobs supports: upgrade it (docs/operations.md, \"etcd versions\")",
+				"endpoint", e.URL, "version", e.Version, "minimum", minimum)
+		} else {
+			r.ilog.Info("etcd member", "endpoint", e.URL, "version", e.Version)
+		}
+	}
+	r.etcd, r.view = cli, clusterview.Etcd(cli, f.Etcd.Prefix)
+	s, err := leadership.NewSession(leadership.Config{
+		Client: cli, Prefix: f.Etcd.Prefix, Instance: f.Instance,
+		TTL: f.Leadership.TTL, Margin: f.Leadership.Margin, RenewInterval: f.Leadership.RenewInterval,
+		Logger: r.log,
+	})
+	if err != nil {
+		return err
+	}
+	r.session, r.terms, r.where = s, scheduler.Over(s), fmt.Sprint(cli.Endpoints())
+	r.reach = func(ctx context.Context) error {
+		_, err := cli.Get(ctx, leadership.InstanceKey(f.Etcd.Prefix, f.Instance))
+		return err
+	}
+	return nil
+}
+
+// shutdown stops the jobs (stopJobs), waits for the scheduler to resign every
+// term (schedDone), closes the session (revoking the lease), the admin server
+// and the connections, within shutdown_timeout. stopJobs and schedDone are nil
+// when the scheduler never ran. It returns an error if a step did not finish.
+func (r *runner) shutdown(stopJobs func(), schedDone <-chan struct{}) error {
+	r.notify.stopping()
+	if r.stopSchemaCheck != nil {
+		r.stopSchemaCheck()
+	}
+	if r.admin != nil {
+		r.admin.Stopping()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.ShutdownTimeout)
+	defer cancel()
+	// Steps after the deadline still get a moment: revoking the lease is what
+	// lets a successor start without waiting for it to expire.
+	stepCtx := func() (context.Context, context.CancelFunc) {
+		if ctx.Err() != nil {
+			return context.WithTimeout(context.Background(), closeGrace)
+		}
+		return context.WithCancel(ctx)
+	}
+	var errs []error
+	if stopJobs != nil {
+		stopJobs()
+		select {
+		case <-schedDone:
+		case <-ctx.Done():
+			errs = append(errs, fmt.Errorf("jobs still running after shutdown_timeout %v", r.cfg.ShutdownTimeout))
+			r.ilog.Error("jobs did not stop within shutdown_timeout; closing the session anyway (their fenced writes will be refused)",
+				"shutdown_timeout", r.cfg.ShutdownTimeout)
+		}
+	}
+	if r.session != nil {
+		sctx, scancel := stepCtx()
+		if err := r.session.Close(sctx); err != nil {
+			errs = append(errs, err)
+			r.ilog.Error("leadership session did not close in time; successors wait for the lease to expire", "err", err)
+		}
+		scancel()
+	}
+	if r.listens != nil {
+		actx, acancel := stepCtx()
+		r.listens.shutdown(actx)
+		acancel()
+	}
+	if r.admin != nil {
+		actx, acancel := stepCtx()
+		if err := r.admin.Shutdown(actx); err != nil {
+			r.ilog.Warn("admin server shutdown", "err", err)
+		}
+		acancel()
+	}
+	if r.etcd != nil {
+		_ = r.etcd.Close()
+	}
+	if r.embedded != nil {
+		r.embedded.Close()
+	}
+	for _, p := range []*pgxpool.Pool{r.pool, r.records} {
+		if p == nil {
+			continue
+		}
+		// Close waits for every connection to be released; a job that ignores
+		// its context may hold one forever.
+		closed := make(chan struct{})
+		go func() { p.Close(); close(closed) }()
+		pctx, pcancel := stepCtx()
+		select {
+		case <-closed:
+		case <-pctx.Done():
+			r.ilog.Warn("database pool still has connections in use; exiting without waiting for them",
+				"pool", p.Config().ConnConfig.RuntimeParams["application_name"])
+		}
+		pcancel()
+	}
+	return errors.Join(errs...)
+}
+
+// healthy is what the systemd watchdog pings depend on. Missing a lease is
+// healthy while the backend's server (etcd, the API server) does not answer
+// (restarting would not help); it is not when it answers and the session has
+// still held no lease for a few TTLs.
+func (r *runner) healthy() error {
+	if !r.schedRunning.Load() {
+		return errors.New("the scheduler is not running")
+	}
+	if r.session == nil {
+		return nil
+	}
+	if err := r.session.Err(); err != nil {
+		return fmt.Errorf("the %s session stopped: %w", r.cfg.Leadership.Backend, err)
+	}
+	now := time.Now()
+	if holdsLease(r.session.Stats()) {
+		r.lastLease.Store(now.UnixNano())
+		return nil
+	}
+	without := now.Sub(time.Unix(0, r.lastLease.Load()))
+	if without < stuckLeaseFactor*r.cfg.Leadership.TTL {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := r.reach(ctx); err != nil {
+		return nil // the server is down: waiting is all anyone can do
+	}
+	return fmt.Errorf("%s answers, but the session has held no lease for %v", r.cfg.Leadership.Backend, without.Round(time.Second))
+}
+
+// statusLine is the STATUS= line shown by systemctl status.
+func (r *runner) statusLine() string {
+	s := fmt.Sprintf("%d job(s)", len(r.cfg.Jobs))
+	if r.sched != nil && r.session != nil {
+		s += fmt.Sprintf(", leading %d", r.sched.Leading())
+		if !holdsLease(r.session.Stats()) {
+			s += ", no " + r.leaseWord()
+		}
+	}
+	return s
+}

@@ -1,0 +1,146 @@
+package chaos_test
+
+import (
+	"context"
+	"os"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/snip/snip-jobs/scheduler"
+	"github.com/snip/snip-jobs/testbench/benchtest"
+	"github.com/snip/snip-jobs/testbench/chaos"
+)
+
+// TestMain lets the harness run this test binary again as an etcd member
+// process (chaos.MemberCommand), as cmd/snip-chaos does; the checker's own
+// tests use the shared PostgreSQL of benchtest.
+//
+// The runs are clusters of processes that mostly wait (for leases to expire,
+// members to elect, faults to heal): about one core between all of them. They
+// run at once, not GOMAXPROCS at a time, unless -parallel says otherwise.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == chaos.MemberCommand {
+		os.Exit(chaos.MemberMain(os.Args[2:]))
+	}
+	benchtest.MostlyWaiting(runs)
+	os.Exit(benchtest.RunMain(m))
+}
+
+// buildOnce builds the one snip-jobs binary the runs share (snipJobs).
+var buildOnce = sync.OnceValues(func() (string, error) {
+	return chaos.BuildSnipJobs(context.Background())
+})
+
+// snipJobs is this module's snip-jobs, built once for every run of the
+// package (a link of the binary costs seconds of a core each time).
+func snipJobs(t *testing.T) string {
+	t.Helper()
+	bin, err := buildOnce()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+// runs is how many of this package's tests start a cluster.
+const runs = 5
+
+// Three snip-jobs processes on a three-member etcd cluster (each member its
+// own process) and one PostgreSQL, with clicks and custom domains flowing in,
+// go through one fault of every kind, in random order: leader SIGKILLed and
+// restarted, SIGSTOPped past its TTL, cut off from etcd (once with a slow
+// database link), SIGTERMed and restarted; an etcd member, the etcd leader,
+// and two members (no quorum) lost and restarted; PostgreSQL restarted. What
+// the resources accepted must satisfy every invariant of the checker, and the
+// cluster must recover after each fault.
+func TestEveryFaultKindOnceLeavesEveryInvariantIntact(t *testing.T) {
+	t.Parallel()
+	rep, err := chaos.Run(context.Background(), chaos.Options{
+		Faults:      len(chaos.AllKinds),
+		AwaitReport: true, // the report's check must have one to check
+		Binary:      snipJobs(t),
+		Log:         benchtest.Logger(t),
+	})
+	if err != nil {
+		t.Fatalf("the run could not be done: %v", err)
+	}
+	t.Logf("report:\n%s", rep.Markdown())
+	for _, v := range rep.Violations {
+		t.Errorf("%s: %s", v.Invariant, v.Detail)
+	}
+	kinds := map[chaos.Kind]bool{}
+	for _, f := range rep.Faults {
+		kinds[f.Kind] = true
+	}
+	for _, k := range chaos.AllKinds {
+		if !kinds[k] {
+			t.Errorf("no %s fault was injected", k)
+		}
+	}
+	if rep.Probe.Writes == 0 || rep.Probe.Terms < 2 {
+		t.Errorf("the probe saw %d writes from %d terms: the run did not exercise leadership", rep.Probe.Writes, rep.Probe.Terms)
+	}
+	// Each check had something to check.
+	if want := []string{chaos.JobProbe, chaos.JobReport, chaos.JobCerts, chaos.JobAggregator}; !slices.Equal(rep.Jobs, want) {
+		t.Errorf("the run's jobs are %v, want %v", rep.Jobs, want)
+	}
+	logged := map[string]int{}
+	for _, w := range rep.Writes {
+		logged[w.Job] = w.Writes
+	}
+	for _, job := range []string{chaos.JobReport, chaos.JobCerts, chaos.JobAggregator} {
+		if logged[job] == 0 {
+			t.Errorf("no write of %s was logged: its token order was not checked", job)
+		}
+	}
+	if rep.Counts == nil {
+		t.Errorf("the click counts were not checked")
+	} else if rep.Counts.Valid == 0 || rep.Counts.Invalid == 0 {
+		t.Errorf("the counts were checked against %d valid and %d invalid events: the load did not run", rep.Counts.Valid, rep.Counts.Invalid)
+	}
+	if rep.Reports.Reports == 0 {
+		t.Errorf("no weekly report was stored (%d slots done, %d skipped, %d open)", rep.Reports.SlotsDone, rep.Reports.SlotsSkipped, rep.Reports.SlotsOpen)
+	}
+	if rep.Certs.Stored == 0 {
+		t.Errorf("no certificate was stored (the CA issued %d)", rep.Certs.Issued)
+	}
+	for _, f := range rep.Faults {
+		for _, tk := range f.Takeovers {
+			if tk.To <= tk.From {
+				t.Errorf("fault %d (%s): %s went from token %d to %d", f.N, f.Kind, tk.Job, tk.From, tk.To)
+			}
+		}
+	}
+	// Every job returns once its term has ended, within its grace: an overrun
+	// holds that job's next campaign on its instance, and a SIGTERM hand-over.
+	for job, n := range rep.Overruns {
+		t.Errorf("%s ran past its grace %d time(s) after its term ended (see %q in the instance logs)", job, n, scheduler.MsgOverrun)
+	}
+}
+
+// The same harness on a deliberately broken snip-jobs (go build -overlay with
+// broken.go's patches: stop-early margin zero, fence check disabled) must report
+// violations: a leader cut off from etcd while its database link is slow has
+// a write, sent while its term looked valid, accepted after its successor's.
+func TestTheCheckerCatchesABrokenBuild(t *testing.T) {
+	t.Parallel()
+	rep, err := chaos.Run(context.Background(), chaos.Options{
+		Faults:          12,
+		Kinds:           []chaos.Kind{chaos.PartitionSlowDB},
+		Broken:          true,
+		StopAtViolation: true,
+		Log:             benchtest.Logger(t),
+	})
+	if err != nil {
+		t.Fatalf("the run could not be done: %v", err)
+	}
+	t.Logf("report:\n%s", rep.Markdown())
+	counts := rep.ViolationCounts()
+	if counts[chaos.InvTokenOrder] == 0 {
+		t.Errorf("no probe write accepted out of token order was reported after %d faults on the broken build", len(rep.Faults))
+	}
+	if counts[chaos.InvFenceTable] == 0 {
+		t.Errorf("the broken build writes no fencing_tokens rows, and the checker did not say so")
+	}
+}

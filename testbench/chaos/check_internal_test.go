@@ -1,0 +1,257 @@
+package chaos
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/snip/snip-jobs/testbench/dbtest"
+)
+
+// The "no acting leader" figure is the longest gap between accepted probe
+// writes from the last one before the fault until the cluster settled; for a
+// slow-database partition it starts at the cut, since the fault slows the
+// leader's writes before it.
+func TestNoActingMeasuresTheLongestGapAroundAFault(t *testing.T) {
+	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	var probe []probeRow
+	for i, ms := range []int{0, 4000, 4250, 6500, 6750, 7000} { // one write in the slowed link, a takeover at 4.25→6.5 s
+		probe = append(probe, probeRow{Seq: int64(i + 1), Committed: at(ms)})
+	}
+	probe = append(probe, probeRow{Seq: 0, Committed: at(5000)}) // refused by the fence: not a write
+
+	kill := &Fault{Kind: KillLeader, Start: at(4300), Settled: at(6800)}
+	slow := &Fault{Kind: PartitionSlowDB, Start: at(3000), Settled: at(6800)}
+	early := &Fault{Kind: KillLeader, Start: at(3000), Settled: at(6800)}
+	noActing(probe, []*Fault{kill, slow, early})
+
+	if want := 2250 * time.Millisecond; kill.NoActing != want { // 4.25 → 6.5
+		t.Errorf("kill: no acting leader %v, want %v", kill.NoActing, want)
+	}
+	if want := 2250 * time.Millisecond; slow.NoActing != want { // from the cut at 3 s: 3→4 is 1 s, then 4.25→6.5
+		t.Errorf("partition-slow-db: no acting leader %v, want %v (counted from the cut)", slow.NoActing, want)
+	}
+	if want := 4 * time.Second; early.NoActing != want { // any other kind counts from the last write before: 0→4
+		t.Errorf("kill before the slowed write: no acting leader %v, want %v", early.NoActing, want)
+	}
+}
+
+// "No acting leader" is a gap in the probe's writes, so for a fault aimed at
+// a leader it counts only when the target led the probe; etcd and PostgreSQL
+// faults stop every job, and count always. The figure says over how many.
+func TestNoActingCountsOnlyFaultsThatStruckTheProbesLeader(t *testing.T) {
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	rep := &Report{Jobs: []string{JobProbe, JobReport, JobCerts, JobAggregator}, Faults: []*Fault{
+		{Kind: KillLeader, Led: []string{JobProbe, JobCerts}, NoActing: ms(2300)},
+		{Kind: KillLeader, Led: []string{JobAggregator}, NoActing: ms(260)},
+		{Kind: KillLeader, Led: []string{JobReport}, NoActing: ms(270)},
+		{Kind: PostgresRestart, NoActing: ms(2100)},
+		{Kind: PostgresRestart, NoActing: ms(2200)},
+		// a report written before Led was recorded: the probe's takeover says it was struck
+		{Kind: PauseLeader, Takeovers: []Takeover{{Job: JobProbe}}, NoActing: ms(2400)},
+		{Kind: PauseLeader, Takeovers: []Takeover{{Job: JobCerts}}, NoActing: ms(250)},
+	}}
+	got := map[Kind]KindStats{}
+	for _, s := range rep.ByKind() {
+		got[s.Kind] = s
+	}
+	for _, c := range []struct {
+		kind   Kind
+		faults int
+		want   Dist
+	}{
+		{KillLeader, 3, Dist{N: 1, P50: ms(2300), P99: ms(2300), Max: ms(2300)}},
+		{PostgresRestart, 2, Dist{N: 2, P50: ms(2100), P99: ms(2200), Max: ms(2200)}},
+		{PauseLeader, 2, Dist{N: 1, P50: ms(2400), P99: ms(2400), Max: ms(2400)}},
+	} {
+		if s := got[c.kind]; s.Faults != c.faults || s.NoActing != c.want {
+			t.Errorf("%s: %d faults, no acting leader %+v; want %d faults, %+v", c.kind, s.Faults, s.NoActing, c.faults, c.want)
+		}
+	}
+	md := rep.Markdown()
+	for _, want := range []string{
+		"| kill-leader | 3 | 2.3s / 2.3s / 2.3s (1) |",
+		"| postgres-restart | 2 | 2.1s / 2.2s / 2.2s (2) |",
+		"Leaders struck (faults aimed at a leader whose target led the job): probe 1, weekly-report 1, cert-renewer 1, aggregator 1.",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("the report lacks %q:\n%s", want, md)
+		}
+	}
+}
+
+// writeLogDB is a database with the project's schema and the harness's, and
+// a way to open sessions named as an instance names its own.
+func writeLogDB(t *testing.T) (*pgxpool.Pool, func(app string) *pgx.Conn) {
+	t.Helper()
+	ctx := context.Background()
+	url, pool := dbtest.New(t)
+	if err := setupSchema(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	return pool, func(app string) *pgx.Conn {
+		t.Helper()
+		cfg, err := pgx.ParseConfig(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.RuntimeParams["application_name"] = app
+		conn, err := pgx.ConnectConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close(context.Background()) })
+		return conn
+	}
+}
+
+func run(t *testing.T, tx interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+}, sql string, args ...any) {
+	t.Helper()
+	if _, err := tx.Exec(context.Background(), sql, args...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+func begin(t *testing.T, conn *pgx.Conn) pgx.Tx {
+	t.Helper()
+	tx, err := conn.Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tx
+}
+
+func commit(t *testing.T, tx pgx.Tx) {
+	t.Helper()
+	if err := tx.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func checkLog(t *testing.T, pool *pgxpool.Pool, granted ...termEvent) []Violation {
+	t.Helper()
+	f, err := readFacts(context.Background(), pool, granted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := &checker{pool: pool, ttl: 2 * time.Second}
+	k.checkWrites(f)
+	return k.out
+}
+
+// A job's writes are checked in the order they committed, not the order they
+// ran: a stale term's transaction that wrote first and committed after its
+// successor's is reported, once, naming both. An update of the aggregator's
+// state that sets neither token nor updated_at (a prune) is not a write of
+// the token it leaves in the row.
+func TestTheWriteLogReportsALowerTokenCommittedAfterAHigherOne(t *testing.T) {
+	pool, connect := writeLogDB(t)
+	a, b := connect("snip-jobs run server-a"), connect("snip-jobs run server-b")
+	reject := `INSERT INTO click_rejects (event_id, txid, clicked_at, reason, token) VALUES ($1, '1', now(), 'null_link', $2)`
+
+	stale := begin(t, a)
+	run(t, stale, reject, 1, 5)
+	run(t, stale, reject, 2, 5)
+	successor := begin(t, b)
+	run(t, successor, reject, 3, 7)
+	commit(t, successor)
+	commit(t, stale) // after the successor's
+	run(t, b, `UPDATE click_aggregator_state SET token = 7, updated_at = now()`)
+	run(t, pool, `UPDATE click_aggregator_state SET unpruned = 0`) // not an instance's session: reported if logged
+
+	out := checkLog(t, pool,
+		termEvent{Job: JobAggregator, Token: 5, Instance: "server-a", Start: true},
+		termEvent{Job: JobAggregator, Token: 7, Instance: "server-b", Start: true})
+	if len(out) != 1 || out[0].Invariant != InvTokenOrder {
+		t.Fatalf("violations %+v, want one of %q", out, InvTokenOrder)
+	}
+	for _, want := range []string{"aggregator's click_rejects insert", "by server-a with token 5", "after aggregator's click_rejects insert", "by server-b with token 7"} {
+		if !strings.Contains(out[0].Detail, want) {
+			t.Errorf("the violation %q does not say %q", out[0].Detail, want)
+		}
+	}
+}
+
+// Each logged write's token must be a term of its job that etcd granted to
+// the instance whose session wrote it; a row that names an instance must name
+// that one; a write in a fenced transaction must carry the fence's token.
+func TestTheWriteLogReportsWritesByNoGrantedTerm(t *testing.T) {
+	pool, connect := writeLogDB(t)
+	a, c := connect("snip-jobs run server-a"), connect("snip-jobs run server-c")
+	fenced := func(token int) pgx.Tx { // as package fencing names its transactions
+		tx := begin(t, a)
+		run(t, tx, `SELECT set_config('application_name', current_setting('application_name') || ' fence-token=' || $1, true)`, strconv.Itoa(token))
+		return tx
+	}
+
+	run(t, c, `INSERT INTO click_rejects (event_id, txid, clicked_at, reason, token) VALUES (1, '1', now(), 'null_link', 9)`)
+	tx := fenced(5)
+	run(t, tx, `INSERT INTO cron_slots (job, slot, state, token, instance) VALUES ($1, now(), 'running', 5, 'server-b')`, JobReport)
+	commit(t, tx)
+	tx = fenced(8)
+	run(t, tx, `INSERT INTO certrenew_job (job, token) VALUES ($1, 6)`, JobCerts)
+	commit(t, tx)
+	tx = fenced(6)
+	run(t, tx, `UPDATE certrenew_job SET token = 6, updated_at = now()`) // all well
+	commit(t, tx)
+
+	out := checkLog(t, pool,
+		termEvent{Job: JobReport, Token: 5, Instance: "server-a", Start: true},
+		termEvent{Job: JobCerts, Token: 6, Instance: "server-a", Start: true})
+	var got []string
+	for _, v := range out {
+		if v.Invariant != InvTermOwner {
+			t.Errorf("unexpected violation: %s: %s", v.Invariant, v.Detail)
+		}
+		got = append(got, v.Detail)
+	}
+	for _, want := range []string{
+		"aggregator's click_rejects insert (transaction",   // token 9, granted to nobody
+		"weekly-report's cron_slots insert (transaction",   // names server-b
+		"cert-renewer's certrenew_job insert (transaction", // fenced with 8
+	} {
+		if !slices.ContainsFunc(got, func(d string) bool { return strings.HasPrefix(d, want) }) {
+			t.Errorf("no violation starts with %q; got %q", want, got)
+		}
+	}
+	if len(got) != 3 {
+		t.Errorf("%d violations, want 3: %q", len(got), got)
+	}
+}
+
+// A count that differs from the committed events says how many events lie
+// beyond the aggregator's last position: committed after it last read (not
+// the job's to count yet), as against skipped.
+func TestACountMismatchSaysHowManyEventsWereBeyondTheAggregatorsPosition(t *testing.T) {
+	pool, _ := writeLogDB(t)
+	ctx := context.Background()
+	run(t, pool, `INSERT INTO click_events (link_id, referrer_host, country) VALUES (1, 'example.org', 'FR')`)
+	run(t, pool, `UPDATE click_aggregator_state SET prev = pg_current_snapshot()`) // the job has read up to here
+	run(t, pool, `INSERT INTO click_events (link_id, referrer_host, country) VALUES (1, 'example.org', 'FR')`)
+	run(t, pool, `INSERT INTO link_counts (link_id, clicks) VALUES (1, 1)`) // the first counted, the second not reached
+
+	k := &checker{pool: pool}
+	if _, err := k.checkCounts(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var said bool
+	for _, v := range k.out {
+		if v.Invariant != InvCounts {
+			t.Errorf("violation of %q, want only %q: %s", v.Invariant, InvCounts, v.Detail)
+		}
+		said = said || strings.HasPrefix(v.Detail, "1 committed events are beyond the aggregator's last position")
+	}
+	if !said {
+		t.Errorf("the violations %+v do not say that 1 event was beyond the aggregator's position", k.out)
+	}
+}

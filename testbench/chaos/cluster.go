@@ -1,0 +1,636 @@
+package chaos
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/snip/snip-jobs/app/sockact"
+	"github.com/snip/snip-jobs/internal/sleep"
+	"github.com/snip/snip-jobs/migrations"
+	"github.com/snip/snip-jobs/testbench/acmetest"
+	"github.com/snip/snip-jobs/testbench/childproc"
+	"github.com/snip/snip-jobs/testbench/faultproxy"
+	"github.com/snip/snip-jobs/testbench/gobuild"
+	"github.com/snip/snip-jobs/testbench/pgcluster"
+)
+
+// Prefix is the etcd key prefix of the instances under test.
+const Prefix = "/snip-chaos"
+
+// Job names in the instances' config.
+const (
+	JobProbe      = "probe"
+	JobReport     = "weekly-report"
+	JobCerts      = "cert-renewer"
+	JobAggregator = "aggregator"
+)
+
+// Margin is the stop-early margin the instances run with: a quarter of the TTL.
+func Margin(ttl time.Duration) time.Duration { return ttl / 4 }
+
+// RenewInterval is the instances' keep-alive interval: a fifth of the TTL.
+func RenewInterval(ttl time.Duration) time.Duration { return ttl / 5 }
+
+// Bounds for start-up steps.
+const (
+	buildTimeout = 5 * time.Minute
+	readyBound   = 60 * time.Second
+)
+
+// cluster is everything a run starts: the binary, three etcd member
+// processes, PostgreSQL, the CA, three snip-jobs processes and their proxies,
+// the observer and the load.
+type cluster struct {
+	opts   Options
+	log    *slog.Logger
+	dir    string
+	binary string
+
+	etcd        *etcdCluster
+	etcdVersion string // the members' server version
+	pg          *pgcluster.Cluster
+	dbURL       string // direct, for the harness
+	pool        *pgxpool.Pool
+	ca          *acmetest.CA
+	instances   []*instance
+	routeMu     sync.Mutex // routeChallenges
+	obs         *observer
+	jobs        []string // leader-mode jobs, JobProbe first
+	load        *load
+}
+
+// jobTypes lists the job types built into binary, from `validate --help`.
+func jobTypes(ctx context.Context, binary string) ([]string, error) {
+	out, _ := exec.CommandContext(ctx, binary, "validate", "--help").CombinedOutput()
+	m := regexp.MustCompile(`Job types built into this binary: ([a-z0-9, -]+)\.`).FindSubmatch(out)
+	if m == nil {
+		return nil, fmt.Errorf("%s validate --help does not list the job types:\n%s", binary, out)
+	}
+	return strings.Split(string(m[1]), ", "), nil
+}
+
+// moduleRoot finds the snip-jobs module's folder: the working directory or
+// one above it.
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for d := dir; ; d = filepath.Dir(d) {
+		b, err := os.ReadFile(filepath.Join(d, "go.mod"))
+		if err == nil && strings.HasPrefix(string(b), "module github.com/snip/snip-jobs\n") {
+			return d, nil
+		}
+		if filepath.Dir(d) == d {
+			return "", fmt.Errorf("run inside the snip-jobs module (no go.mod of github.com/snip/snip-jobs in %s or above): it builds snip-jobs from source", dir)
+		}
+	}
+}
+
+// BuildSnipJobs builds this module's snip-jobs, as a run does without
+// Options.Binary, where every test process of the checkout shares it
+// (gobuild.Shared): for several runs to share (Options.Binary).
+func BuildSnipJobs(ctx context.Context) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, buildTimeout)
+	defer cancel()
+	root, err := moduleRoot()
+	if err != nil {
+		return "", err
+	}
+	return gobuild.Shared(ctx, filepath.Join(root, "cmd", "snip-jobs"), "snip-jobs")
+}
+
+// buildBinary builds snip-jobs, shared by the checkout's runs
+// (gobuild.Shared); broken, with brokenPatches (its overlay written into dir),
+// as a binary of its own, linked again only when a patched source changes.
+func buildBinary(ctx context.Context, dir string, broken bool) (string, error) {
+	if !broken {
+		return BuildSnipJobs(ctx)
+	}
+	ctx, cancel := context.WithTimeout(ctx, buildTimeout)
+	defer cancel()
+	root, err := moduleRoot()
+	if err != nil {
+		return "", err
+	}
+	overlay, err := brokenOverlay(root, dir)
+	if err != nil {
+		return "", err
+	}
+	return gobuild.Shared(ctx, filepath.Join(root, "cmd", "snip-jobs"), "snip-jobs-broken", "-overlay", overlay)
+}
+
+func startCluster(ctx context.Context, o Options) (_ *cluster, err error) {
+	c := &cluster{opts: o, log: o.Log}
+	defer func() {
+		if err != nil {
+			c.close()
+		}
+	}()
+	if c.dir, err = os.MkdirTemp(o.WorkDir, "snip-chaos-"); err != nil {
+		return nil, err
+	}
+	begin := time.Now()
+	runs, err := c.build(ctx)
+	if err != nil {
+		return nil, err
+	}
+	secure, err := c.startEtcd(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.startDatabase(ctx); err != nil {
+		return nil, err
+	}
+	if c.ca, err = acmetest.Start(c.dir); err != nil {
+		return nil, err
+	}
+	keyFile := filepath.Join(c.dir, "certificate-keys")
+	key := make([]byte, 32)
+	_, _ = rand.Read(key)
+	if err := os.WriteFile(keyFile, []byte(base64.StdEncoding.EncodeToString(key)+"\n"), 0o600); err != nil {
+		return nil, err
+	}
+	c.jobs = []string{JobProbe, JobReport, JobCerts, JobAggregator}
+	jobs := fmt.Sprintf(jobsYAML, c.ca.DirectoryURL, c.ca.RootsFile, acmetest.Profile, keyFile)
+	for i := range 3 {
+		in, err := c.newInstance(fmt.Sprintf("server-%c", 'a'+i), runs)
+		if err != nil {
+			return nil, err
+		}
+		if err := writeInstanceConfig(c.dir, in, in.etcdEndpoints(), secure, o, jobs); err != nil {
+			return nil, err
+		}
+	}
+	if c.obs, err = newObserver(ctx, c.etcd.cli, Prefix); err != nil {
+		return nil, fmt.Errorf("observe leaders: %w", err)
+	}
+	for _, in := range c.instances {
+		if err := in.start(); err != nil {
+			return nil, err
+		}
+	}
+	c.load = startLoad(ctx, c.pool)
+	if err := c.settle(ctx, time.Now()); err != nil {
+		return nil, fmt.Errorf("the cluster did not come up: %w", err)
+	}
+	c.log.Info("cluster up", "dir", c.dir, "jobs", c.jobs, "took", time.Since(begin).Round(time.Millisecond))
+	return c, nil
+}
+
+// build builds snip-jobs (broken, if asked) and returns the binary the
+// instances start: that one, or the previous release's. Every job the
+// checker checks must run: a binary without one of their types is an error,
+// not a run that silently checks less.
+func (c *cluster) build(ctx context.Context) (runs string, err error) {
+	begin := time.Now()
+	if c.binary = c.opts.Binary; c.binary == "" || c.opts.Broken {
+		if c.binary, err = buildBinary(ctx, c.dir, c.opts.Broken); err != nil {
+			return "", err
+		}
+	}
+	runs = c.binary
+	if c.opts.previous != "" {
+		runs = c.opts.previous
+	}
+	types, err := jobTypes(ctx, runs)
+	if err != nil {
+		return "", err
+	}
+	c.log.Info("built snip-jobs", "broken", c.opts.Broken, "types", types, "took", time.Since(begin).Round(time.Millisecond))
+	var missing []string
+	for _, t := range []string{"sql", "weeklyreport", "certrenew", "aggregator"} {
+		if !slices.Contains(types, t) {
+			missing = append(missing, t)
+		}
+	}
+	if len(missing) > 0 {
+		return "", fmt.Errorf("this snip-jobs lacks the job type(s) %s (it has %s): the checker needs every job", strings.Join(missing, ", "), strings.Join(types, ", "))
+	}
+	return runs, nil
+}
+
+// startEtcd starts the three members (this test binary as an embedded member,
+// or the given etcd binary) and waits for a leader; it returns the instances'
+// etcd settings (TLS and auth).
+func (c *cluster) startEtcd(ctx context.Context) (secure string, err error) {
+	exe, native := "", false
+	if c.opts.EtcdBinary != "" {
+		exe, native = c.opts.EtcdBinary, true
+	} else if exe, err = os.Executable(); err != nil {
+		return "", err
+	}
+	if c.etcd, err = startEtcd(ctx, exe, native, c.dir, 3); err != nil {
+		return "", err
+	}
+	if c.etcdVersion, err = c.etcd.version(ctx); err != nil {
+		return "", err
+	}
+	if secure, err = c.etcdSettings(); err != nil {
+		return "", err
+	}
+	_, err = c.etcd.waitLeader(ctx, readyBound)
+	return secure, err
+}
+
+// startDatabase creates PostgreSQL's database, migrated by this build or by
+// the previous release (as an operator would), with the checker's schema.
+func (c *cluster) startDatabase(ctx context.Context) (err error) {
+	if c.pg, err = pgcluster.Create(ctx, pgcluster.Options{Prefix: "snip-chaos-pg-"}); err != nil {
+		return err
+	}
+	if c.dbURL, err = c.pg.CreateDatabase(ctx, "chaos"); err != nil {
+		return err
+	}
+	if c.opts.previous == "" {
+		if _, err := migrations.Up(ctx, c.dbURL, nil); err != nil {
+			return fmt.Errorf("migrations: %w", err)
+		}
+	} else if err := c.migrateWith(ctx, c.opts.previous); err != nil {
+		return err
+	}
+	if c.pool, err = pgxpool.New(ctx, c.dbURL); err != nil {
+		return err
+	}
+	return setupSchema(ctx, c.pool)
+}
+
+// newInstance prepares (does not start) an instance running binary: its
+// ports, held by the harness as systemd would and passed at every start (no
+// other process can take them between a kill and the restart), and a fault
+// proxy to each etcd member and to PostgreSQL.
+func (c *cluster) newInstance(name, binary string) (_ *instance, err error) {
+	in := &instance{name: name, binary: binary, logPath: filepath.Join(c.dir, name+".log"), changed: c.routeChallenges}
+	c.instances = append(c.instances, in) // closed with the cluster, however far this gets
+	if in.adminLn, err = sockact.Listen("127.0.0.1:0"); err != nil {
+		return nil, err
+	}
+	if in.challengeLn, err = sockact.Listen("127.0.0.1:0"); err != nil {
+		return nil, err
+	}
+	in.adminURL = "http://" + in.adminLn.Addr().String()
+	in.challenge = in.challengeLn.Addr().String()
+	for _, m := range c.etcd.members {
+		mu, err := url.Parse(m.clientURL)
+		if err != nil {
+			return nil, err
+		}
+		p, err := faultproxy.New(mu.Host)
+		if err != nil {
+			return nil, err
+		}
+		in.etcd = append(in.etcd, p)
+	}
+	pgu, err := url.Parse(c.dbURL)
+	if err != nil {
+		return nil, err
+	}
+	if in.db, err = faultproxy.New(pgu.Host); err != nil {
+		return nil, err
+	}
+	u := *pgu
+	u.Host = in.db.Addr()
+	q := u.Query()
+	q.Set("connect_timeout", "10")
+	u.RawQuery = q.Encode()
+	in.databaseURL = u.String()
+	return in, nil
+}
+
+// etcdEndpoints are the instance's etcd endpoints: its proxies to the members.
+func (in *instance) etcdEndpoints() []string {
+	eps := make([]string, len(in.etcd))
+	for i, p := range in.etcd {
+		eps[i] = "https://" + p.Addr()
+	}
+	return eps
+}
+
+// migrateWith runs `binary migrate` on the database, as an operator does.
+func (c *cluster) migrateWith(ctx context.Context, binary string) error {
+	cfg := filepath.Join(c.dir, "migrate.yaml")
+	if err := os.WriteFile(cfg, []byte("instance: migrator\npostgres:\n  url_env: SNIP_JOBS_DATABASE_URL\njobs: []\n"), 0o600); err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, binary, "migrate", "--config", cfg)
+	cmd.Env = childproc.Env("SNIP_JOBS_DATABASE_URL=" + c.dbURL)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%s migrate: %w\n%s", binary, err, out)
+	}
+	return nil
+}
+
+// etcdSettings is the etcd block's TLS and auth settings of every instance:
+// the harness's CA, its client certificate, and snip-jobs' user (whose role
+// covers the prefix only), the password in a file.
+func (c *cluster) etcdSettings() (string, error) {
+	pw := filepath.Join(c.dir, "etcd-password")
+	if err := os.WriteFile(pw, []byte(c.etcd.auth.Password+"\n"), 0o600); err != nil {
+		return "", err
+	}
+	p := c.etcd.pki
+	return fmt.Sprintf("  tls:\n    ca: %s\n    cert: %s\n    key: %s\n  auth:\n    user: %s\n    password_file: %s\n",
+		p.CA, p.ClientCert, p.ClientKey, c.etcd.auth.User, pw), nil
+}
+
+// jobsYAML is the job list every instance runs.
+// {{challenge}} becomes the instance's own HTTP-01 listener.
+const jobsYAML = `  - name: probe
+    type: sql
+    singleton: true
+    every: 1s
+    grace: 2s
+    options:
+      statement: INSERT INTO chaos_probe (instance, token) VALUES (@instance, @token)
+  - name: weekly-report
+    type: weeklyreport
+    singleton: true
+    cron: "* * * * *"
+    timezone: Europe/Paris
+    grace: 5s
+  - name: cert-renewer
+    type: certrenew
+    singleton: true
+    every: 2s
+    grace: 5s
+    options:
+      directory: %s
+      ca_roots_file: %s
+      email: ops@snip.example
+      profile: %s
+      challenge_listen: "{{challenge}}"
+      key_file: %s
+      lock_delay: 8s
+      order_timeout: 10s
+      require_public_tld: false
+  - name: aggregator
+    type: aggregator
+    singleton: true
+    continuous: true
+    grace: 5s
+    options:
+      interval: 100ms
+      retention: 24h
+`
+
+// schemaSQL is the harness's own tables: the probe, whose rows record, at
+// commit, their order (a deferred constraint trigger runs while the
+// transaction commits) and the database's clock; and chaos_writes, the same
+// record for the rows the other jobs write with their term's token (see
+// loggedWrites). Both number commits from one sequence.
+const schemaSQL = `
+CREATE SEQUENCE chaos_commit_seq;
+CREATE TABLE chaos_probe (
+    id           bigserial PRIMARY KEY,
+    instance     text      NOT NULL,
+    token        bigint    NOT NULL,
+    commit_seq   bigint,
+    committed_at timestamptz
+);
+CREATE FUNCTION chaos_probe_committed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE chaos_probe SET commit_seq = nextval('chaos_commit_seq'), committed_at = clock_timestamp() WHERE id = NEW.id;
+    RETURN NULL;
+END $$;
+CREATE CONSTRAINT TRIGGER chaos_probe_commit AFTER INSERT ON chaos_probe
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION chaos_probe_committed();
+
+-- One row per logged write of a job, inserted while its transaction commits:
+-- seq is the commit order. token is the row's token column as written; row_instance
+-- the row's own instance column (NULL when it has none); client the writing
+-- session's application_name ("snip-jobs run <instance>", with " fence-token=N"
+-- inside a fenced transaction); xact the writing transaction.
+CREATE TABLE chaos_writes (
+    seq          bigint      PRIMARY KEY,
+    job          text        NOT NULL,
+    tbl          text        NOT NULL,
+    op           text        NOT NULL,
+    token        bigint,
+    row_instance text,
+    client       text        NOT NULL,
+    xact         xid8        NOT NULL,
+    committed_at timestamptz NOT NULL
+);
+-- Arguments: the job, the name of the row's token column, and (optional) of
+-- its instance column.
+CREATE FUNCTION chaos_write_committed() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    r jsonb := to_jsonb(NEW);
+BEGIN
+    INSERT INTO chaos_writes (seq, job, tbl, op, token, row_instance, client, xact, committed_at)
+    VALUES (nextval('chaos_commit_seq'), TG_ARGV[0], TG_TABLE_NAME, TG_OP, (r ->> TG_ARGV[1])::bigint,
+            CASE WHEN TG_NARGS > 2 THEN r ->> TG_ARGV[2] END,
+            current_setting('application_name'), pg_current_xact_id(), clock_timestamp());
+    RETURN NULL;
+END $$;
+INSERT INTO links (id, slug) SELECT i, 'l' || i FROM generate_series(1, 20) i;
+`
+
+// loggedWrite is a kind of row write that carries the writer's term token,
+// recorded in chaos_writes at commit.
+type loggedWrite struct {
+	job, table string
+	events     string // INSERT, UPDATE or INSERT OR UPDATE
+	when       string // the trigger's WHEN condition, if any
+	token      string // the row's column holding the token
+	instance   string // the row's column naming the instance, if any
+}
+
+// loggedWrites are the jobs' writes whose token is always the writing term's
+// own: for each job, their tokens in commit order must never go down, and
+// each must be a term of that job granted to the writer. Left out on purpose:
+// updates that keep another term's token in the row (a successor marking its
+// predecessor's certrenew_terms row lapsed or its order abandoned; a
+// certificate made not current; a prune's update of the aggregator's state,
+// which sets neither token nor updated_at; the re-sealing of keys), rows
+// without a token (the counts, the outbox), and certrenew_order_urls, which is
+// written outside the fence by design. A new write path that stores an older
+// token in one of these tables shows up here as a violation: add it to the
+// exceptions above only if that token is not the writer's by design.
+var loggedWrites = []loggedWrite{
+	{JobAggregator, "click_aggregator_state", "UPDATE", "NEW.updated_at IS DISTINCT FROM OLD.updated_at", "token", ""},
+	{JobAggregator, "click_rejects", "INSERT", "", "token", ""},
+	{JobReport, "weekly_reports", "INSERT OR UPDATE", "", "token", "instance"},
+	{JobReport, "cron_slots", "INSERT OR UPDATE", "NEW.job = '" + JobReport + "'", "token", "instance"},
+	{JobCerts, "certrenew_certificates", "INSERT", "", "token", "instance"},
+	{JobCerts, "certrenew_orders", "INSERT", "", "token", "instance"},
+	{JobCerts, "certrenew_terms", "INSERT", "", "token", "instance"},
+	{JobCerts, "certrenew_domains", "INSERT", "", "token", ""},
+	{JobCerts, "certrenew_domains", "UPDATE", "NEW.updated_at IS DISTINCT FROM OLD.updated_at", "token", ""},
+	{JobCerts, "certrenew_challenges", "INSERT OR UPDATE", "", "fence_token", ""},
+	{JobCerts, "certrenew_invalid_domains", "INSERT OR UPDATE", "", "token", ""},
+	{JobCerts, "certrenew_job", "INSERT OR UPDATE", "", "token", ""},
+	{JobCerts, "certrenew_account", "INSERT", "", "token", ""},
+}
+
+// triggersSQL creates the deferred constraint triggers of loggedWrites, on
+// the tables that exist and lack theirs: a previous release's schema may not
+// have a table yet (see Upgrade), whose trigger is created once a migration
+// adds it.
+func triggersSQL() string {
+	var b strings.Builder
+	for i, w := range loggedWrites {
+		when := ""
+		if w.when != "" {
+			when = " WHEN (" + w.when + ")"
+		}
+		args := fmt.Sprintf("''%s'', ''%s''", w.job, w.token)
+		if w.instance != "" {
+			args += fmt.Sprintf(", ''%s''", w.instance)
+		}
+		fmt.Fprintf(&b, `DO $$ BEGIN
+IF to_regclass('%[2]s') IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'chaos_write_%[1]d') THEN
+EXECUTE 'CREATE CONSTRAINT TRIGGER chaos_write_%[1]d AFTER %[3]s ON %[2]s DEFERRABLE INITIALLY DEFERRED FOR EACH ROW%[4]s EXECUTE FUNCTION chaos_write_committed(%[5]s)';
+END IF; END $$;
+`, i, w.table, w.events, strings.ReplaceAll(when, "'", "''"), args)
+	}
+	return b.String()
+}
+
+func setupSchema(ctx context.Context, pool *pgxpool.Pool) error {
+	if _, err := pool.Exec(ctx, schemaSQL); err != nil {
+		return fmt.Errorf("chaos schema: %w", err)
+	}
+	return installTriggers(ctx, pool)
+}
+
+// installTriggers adds the write log's missing triggers (after a migration).
+func installTriggers(ctx context.Context, pool *pgxpool.Pool) error {
+	if _, err := pool.Exec(ctx, triggersSQL()); err != nil {
+		return fmt.Errorf("chaos schema: the write log's triggers: %w", err)
+	}
+	return nil
+}
+
+// settle waits until every instance runs and is ready, every leader-mode job
+// has a leader, and the probe has committed a row after `after` with the
+// current probe leader's token.
+func (c *cluster) settle(ctx context.Context, after time.Time) error {
+	ctx, cancel := context.WithTimeout(ctx, readyBound)
+	defer cancel()
+	var why string
+	for {
+		why = c.unsettled(ctx, after)
+		if why == "" {
+			return nil
+		}
+		if !sleep.For(ctx, 50*time.Millisecond) {
+			for _, in := range c.instances {
+				if !in.running() {
+					why += fmt.Sprintf("\n%s: exit status %d; the end of its log:\n%s", in.name, lastExit(in), in.logTail(12))
+				}
+			}
+			return fmt.Errorf("not settled within %v: %s", readyBound, why)
+		}
+	}
+}
+
+func (c *cluster) unsettled(ctx context.Context, after time.Time) string {
+	for _, in := range c.instances {
+		if !in.running() {
+			return in.name + " is not running"
+		}
+		if !in.ready(ctx) {
+			return in.name + " is not ready"
+		}
+	}
+	ls := c.obs.leaders()
+	for _, j := range c.jobs {
+		if _, ok := ls[j]; !ok {
+			return j + " has no leader"
+		}
+	}
+	var n int
+	qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	err := c.pool.QueryRow(qctx, `SELECT count(*) FROM chaos_probe WHERE token = $1 AND committed_at > $2`, ls[JobProbe].Token, after).Scan(&n)
+	if err != nil {
+		return "probe: " + err.Error()
+	}
+	if n == 0 {
+		return "no probe write by the current term yet"
+	}
+	return ""
+}
+
+// routeChallenges points the CA's validations at the running instances'
+// challenge listeners, as a load balancer's health check would: a stopped
+// instance's port is still bound (the harness holds it), and a connection to
+// it would wait in the backlog instead of being refused and tried elsewhere.
+func (c *cluster) routeChallenges() {
+	c.routeMu.Lock() // the last to run reads the latest states
+	defer c.routeMu.Unlock()
+	var addrs []string
+	for _, in := range c.instances {
+		if in.running() {
+			addrs = append(addrs, in.challenge)
+		}
+	}
+	c.ca.Route(addrs...)
+}
+
+func (c *cluster) instance(name string) *instance {
+	for _, in := range c.instances {
+		if in.name == name {
+			return in
+		}
+	}
+	return nil
+}
+
+// stop stops the load and the instances (SIGTERM, then SIGKILL after a bound).
+func (c *cluster) stopInstances() {
+	for _, in := range c.instances {
+		if in.running() {
+			_ = in.signal(sigCONT)
+			_ = in.signal(sigTERM)
+		}
+	}
+	for _, in := range c.instances {
+		in.wait(20 * time.Second)
+	}
+}
+
+func (c *cluster) close() {
+	if c.load != nil {
+		c.load.stop()
+	}
+	for _, in := range c.instances {
+		in.kill()
+		in.closeLinks()
+	}
+	if c.ca != nil {
+		c.ca.Close()
+	}
+	if c.etcd != nil {
+		c.etcd.close()
+	}
+	if c.pool != nil {
+		c.pool.Close()
+	}
+	if c.pg != nil {
+		if err := c.pg.Destroy(); err != nil {
+			c.log.Warn("remove PostgreSQL", "err", err)
+		}
+	}
+	if c.dir != "" && !c.opts.KeepDir {
+		_ = os.RemoveAll(c.dir)
+	}
+}
+
+var errNoLeader = errors.New("no leader")

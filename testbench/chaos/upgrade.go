@@ -1,0 +1,222 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/snip/snip-jobs/internal/sleep"
+	"github.com/snip/snip-jobs/testbench/childproc"
+	"github.com/snip/snip-jobs/testbench/gobuild"
+)
+
+// UpgradeRestart is a step of Upgrade: one server stopped (SIGTERM) and
+// started again with the new binary. It is not drawn by Run.
+const UpgradeRestart Kind = "upgrade-restart"
+
+// UpgradeStats is what an upgrade did to the schema: the highest migration
+// applied by the previous release, then by the new binary.
+type UpgradeStats struct {
+	SchemaBefore, SchemaAfter int64
+}
+
+// Upgrade runs a rolling upgrade from the previous release (the snip-jobs
+// binary previous) to this module's snip-jobs under the load of Run, and
+// checks Run's invariants over all of it. It follows docs/operations.md's
+// upgrade procedure: the database migrated by the previous release and three
+// instances of it running, then `snip-jobs migrate` with the new binary, then
+// each server restarted with the new binary, one at a time (SIGTERM: it
+// resigns and hands over; start; ready), `snip-jobs status` checked between
+// servers (exit 0, every job led). Each restart is a Fault of kind
+// UpgradeRestart. With o.AwaitReport, the upgrade starts once the previous
+// release has stored a weekly report (a cron slot a minute: up to
+// reportBound).
+func Upgrade(ctx context.Context, o Options, previous string) (*Report, error) {
+	o, err := o.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	o.previous = previous
+	rep := &Report{Options: o, Seed: o.Seed, Started: time.Now()}
+	c, err := startCluster(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	defer c.close()
+	rep.Jobs, rep.EtcdVersion = c.jobs, c.etcdVersion
+	sleep.For(ctx, o.Pause) // the old release at work
+	if o.AwaitReport {
+		// The old release stores this week's report first; every slot after
+		// (leaders of either release) must leave it alone.
+		if err := c.waitReport(ctx); err != nil {
+			return nil, fmt.Errorf("the previous release: %w", err)
+		}
+	}
+	rep.Upgrade = &UpgradeStats{}
+	if rep.Upgrade.SchemaBefore, err = c.schemaVersion(ctx); err != nil {
+		return nil, err
+	}
+	if err := c.migrateWith(ctx, c.binary); err != nil {
+		return nil, fmt.Errorf("the upgrade's migration: %w", err)
+	}
+	if rep.Upgrade.SchemaAfter, err = c.schemaVersion(ctx); err != nil {
+		return nil, err
+	}
+	if err := installTriggers(ctx, c.pool); err != nil { // tables the migration added
+		return nil, err
+	}
+	for i, in := range c.instances {
+		f := c.upgradeRestart(ctx, i+1, in)
+		rep.Faults = append(rep.Faults, f)
+		o.Log.Info("server upgraded", "n", i+1, "instance", in.name, "led", f.Led, "err", f.Err)
+		sleep.For(ctx, o.Pause)
+	}
+	return c.conclude(ctx, rep)
+}
+
+func (c *cluster) schemaVersion(ctx context.Context) (int64, error) {
+	var v int64
+	err := c.pool.QueryRow(ctx, `SELECT coalesce(max(version_id), 0) FROM goose_db_version WHERE is_applied`).Scan(&v)
+	if err != nil {
+		return 0, fmt.Errorf("the schema's version: %w", err)
+	}
+	return v, nil
+}
+
+// upgradeRestart stops in with SIGTERM, waits for its jobs' successors,
+// starts it with the new binary, waits until the cluster settled, and checks
+// `snip-jobs status`.
+func (c *cluster) upgradeRestart(ctx context.Context, n int, in *instance) *Fault {
+	f := &Fault{N: n, Kind: UpgradeRestart, Target: in.name}
+	led := c.ledBy(in.name)
+	f.Led, f.Start = ledJobs(led), time.Now()
+	err := in.signal(syscall.SIGTERM)
+	if err == nil {
+		err = c.takeovers(ctx, f, led, 3*c.opts.TTL+10*time.Second)
+		if !in.wait(30 * time.Second) {
+			err = joinErrs(err, fmt.Errorf("%s did not exit within 30 s of SIGTERM", in.name))
+		}
+		f.ExitCode = lastExit(in)
+		in.binary = c.binary
+		err = joinErrs(err, c.restart(ctx, f, in))
+	}
+	if err == nil {
+		if err = c.settle(ctx, f.Healed); err == nil {
+			f.Settled = time.Now()
+			err = c.statusShowsEveryJobLed(ctx, in)
+		}
+	}
+	if err != nil {
+		f.Err = err.Error()
+	}
+	return f
+}
+
+// statusShowsEveryJobLed runs the new binary's `status --json` with in's
+// config: it must exit 0 and name a leader for every job.
+func (c *cluster) statusShowsEveryJobLed(ctx context.Context, in *instance) error {
+	ctx, cancel := context.WithTimeout(ctx, readyBound)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, c.binary, "status", "--json", "--config", in.config)
+	cmd.Env = childproc.Env("SNIP_JOBS_DATABASE_URL=" + c.dbURL)
+	out, err := cmd.Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			err = fmt.Errorf("%w: %s", err, ee.Stderr)
+		}
+		return fmt.Errorf("snip-jobs status after upgrading %s: %w", in.name, err)
+	}
+	var st struct {
+		Jobs []struct {
+			Job    string `json:"job"`
+			Leader *struct {
+				Instance string `json:"instance"`
+			} `json:"leader"`
+		} `json:"jobs"`
+	}
+	if err := json.Unmarshal(out, &st); err != nil {
+		return fmt.Errorf("snip-jobs status --json: %w\n%s", err, out)
+	}
+	for _, j := range st.Jobs {
+		if j.Leader == nil {
+			return fmt.Errorf("snip-jobs status after upgrading %s: %s has no leader", in.name, j.Job)
+		}
+	}
+	return nil
+}
+
+// PreviousRelease is the commit of this repository's previous release: the
+// parent of the commit that added the newest migration (migrations/*.sql), so
+// that upgrading from it applies a migration. It fails, saying so, when the
+// history is not there (a shallow clone, or no git checkout).
+func PreviousRelease(ctx context.Context) (string, error) {
+	root, err := moduleRoot()
+	if err != nil {
+		return "", err
+	}
+	return previousRelease(ctx, root)
+}
+
+func previousRelease(ctx context.Context, root string) (string, error) {
+	git := func(args ...string) (string, error) {
+		out, err := exec.CommandContext(ctx, "git", append([]string{"-C", root}, args...)...).CombinedOutput()
+		return strings.TrimSpace(string(out)), err
+	}
+	const fetch = "the rolling-upgrade test builds the previous release from this repository's git history; " +
+		"run it in a full clone (git fetch --unshallow)"
+	added, err := git("log", "--diff-filter=A", "-1", "--format=%H", "--", "migrations/*.sql")
+	if err != nil || added == "" {
+		return "", fmt.Errorf("no commit adding a migration found in %s (%v: %s): %s", root, err, added, fetch)
+	}
+	parent, err := git("rev-parse", "--verify", "--quiet", added+"^")
+	if err != nil || parent == "" {
+		shallow, _ := git("rev-parse", "--is-shallow-repository")
+		return "", fmt.Errorf("the parent of %s (which added the newest migration) is not in this clone (shallow: %s): %s", added, shallow, fetch)
+	}
+	return parent, nil
+}
+
+// BuildRelease returns snip-jobs built from commit of this repository (git
+// archive into a temporary folder, go build), kept in <user
+// cache>/snip-jobs/release-<commit>/snip-jobs and reused.
+func BuildRelease(ctx context.Context, commit string) (string, error) {
+	cache, err := gobuild.CacheDir()
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(cache, "release-"+commit, "snip-jobs")
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
+		return "", err
+	}
+	src, err := os.MkdirTemp(filepath.Dir(bin), "src-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(src)
+	archive := exec.CommandContext(ctx, "sh", "-c", `git -C "$1" archive "$2" | tar -x -C "$3"`, "sh", root, commit, src)
+	if out, err := archive.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("git archive %s: %w\n%s", commit, err, out)
+	}
+	out := filepath.Join(src, "snip-jobs.out")
+	ctx, cancel := context.WithTimeout(ctx, buildTimeout)
+	defer cancel()
+	if _, err := gobuild.Go(ctx, src, "build", "-o", out, "./cmd/snip-jobs"); err != nil {
+		return "", err
+	}
+	return bin, gobuild.Install(ctx, out, bin, nil)
+}

@@ -1,0 +1,152 @@
+package devcluster
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/snip/snip-jobs/app/etcdlocal"
+	"github.com/snip/snip-jobs/leadership"
+)
+
+// The backends the instances can keep their terms in (Config.Backend).
+const (
+	BackendEtcd       = "etcd"
+	BackendKubernetes = "kubernetes"
+)
+
+// leaderRef is a job's leader as the supervisor says it.
+type leaderRef struct {
+	instance string
+	token    int64
+}
+
+// leaderChange is one thing the narrator says: a leader found at the start
+// (current), a term that started, or one that is over.
+type leaderChange struct {
+	job  string
+	l    leaderRef
+	kind changeKind
+}
+
+type changeKind int
+
+const (
+	changeCurrent changeKind = iota
+	changeStarted
+	changeOver
+)
+
+// terms is what the supervisor asks of the backend the instances keep their
+// terms in: etcd (one embedded member) or a local Kubernetes API server.
+type terms interface {
+	// configSection is the instance config's lines that point at the
+	// backend (etcd:, or kubernetes: with leadership.backend set apart).
+	configSection() string
+	leadershipLine() string
+	// where describes the backend for the banner: a label and a line.
+	where() (label, line string)
+	leader(ctx context.Context, job string) (leaderRef, bool, error)
+	resign(ctx context.Context, job string) (before leaderRef, after *leaderRef, err error)
+	// watch calls f for every change of leader until ctx ends.
+	watch(ctx context.Context, f func(leaderChange)) error
+	// reclaim frees what a process that exited left behind (systemd's
+	// ExecStopPost=), and says what to add to the exit's announcement.
+	reclaim(ctx context.Context, instance string) string
+	close()
+}
+
+// etcdTerms is an embedded single-member etcd and a client to it.
+type etcdTerms struct {
+	srv *etcdlocal.Server
+	cli *clientv3.Client
+	ttl time.Duration
+}
+
+func (e *etcdTerms) configSection() string { return etcdSection(e.srv.Endpoint()) }
+
+// etcdSection is an instance config's etcd section for endpoint.
+func etcdSection(endpoint string) string {
+	return fmt.Sprintf("etcd:\n  endpoints: [%s]\n  prefix: %s\n", endpoint, prefix)
+}
+
+func (e *etcdTerms) leadershipLine() string { return "" }
+
+func (e *etcdTerms) where() (string, string) {
+	return "etcd", fmt.Sprintf("%s  (embedded; key prefix %s)", e.srv.Endpoint(), prefix)
+}
+
+func (e *etcdTerms) leader(ctx context.Context, job string) (leaderRef, bool, error) {
+	l, ok, err := leadership.Observe(ctx, e.cli, prefix, job)
+	return leaderRef{l.Instance, l.Token}, ok, err
+}
+
+func (e *etcdTerms) resign(ctx context.Context, job string) (leaderRef, *leaderRef, error) {
+	b, a, err := leadership.RequestResign(ctx, e.cli, prefix, job)
+	var after *leaderRef
+	if a != nil {
+		after = &leaderRef{a.Instance, a.Token}
+	}
+	return leaderRef{b.Instance, b.Token}, after, err
+}
+
+// watch says the leaders, then every leader key created or deleted.
+func (e *etcdTerms) watch(ctx context.Context, f func(leaderChange)) error {
+	key := leadership.LeaderKey(prefix, "")
+	resp, err := e.cli.Get(ctx, key, clientv3.WithPrefix())
+	if err != nil {
+		return err
+	}
+	for _, kv := range resp.Kvs {
+		f(leaderChange{strings.TrimPrefix(string(kv.Key), key), leaderRef{leaderName(kv.Value), kv.CreateRevision}, changeCurrent})
+	}
+	for wr := range e.cli.Watch(ctx, key, clientv3.WithPrefix(), clientv3.WithPrevKV(), clientv3.WithRev(resp.Header.Revision+1)) {
+		if err := wr.Err(); err != nil {
+			return err
+		}
+		for _, ev := range wr.Events {
+			job := strings.TrimPrefix(string(ev.Kv.Key), key)
+			switch {
+			case ev.Type == clientv3.EventTypePut && ev.IsCreate():
+				f(leaderChange{job, leaderRef{leaderName(ev.Kv.Value), ev.Kv.CreateRevision}, changeStarted})
+			case ev.Type == clientv3.EventTypeDelete && ev.PrevKv != nil:
+				f(leaderChange{job, leaderRef{leaderName(ev.PrevKv.Value), ev.PrevKv.CreateRevision}, changeOver})
+			}
+		}
+	}
+	return nil
+}
+
+func leaderName(value []byte) string {
+	var rec leadership.LeaderRecord
+	if err := json.Unmarshal(value, &rec); err != nil || rec.Instance == "" {
+		return "?"
+	}
+	return rec.Instance
+}
+
+// reclaim revokes the lease the process left behind, if any, so that its
+// jobs move now rather than when the lease expires.
+func (e *etcdTerms) reclaim(ctx context.Context, instance string) string {
+	got, err := leadership.Reclaim(ctx, e.cli, prefix, instance, "")
+	switch {
+	case err != nil:
+		return fmt.Sprintf(" and its lease could not be revoked (%v): its jobs move once it expires, within %v", err, e.ttl)
+	case got.Revoked:
+		return fmt.Sprintf("; revoked the lease it left (pid %d), so its jobs move now", got.Registration.PID)
+	}
+	return ""
+}
+
+func (e *etcdTerms) close() {
+	if e.cli != nil {
+		_ = e.cli.Close()
+	}
+	if e.srv != nil {
+		e.srv.Close()
+	}
+}

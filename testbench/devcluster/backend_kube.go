@@ -1,0 +1,140 @@
+package devcluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	coordclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
+
+	"github.com/snip/snip-jobs/internal/sleep"
+	"github.com/snip/snip-jobs/leadership/kubelease"
+	"github.com/snip/snip-jobs/testbench/kubetest"
+)
+
+// The Leases' place on the dev API server.
+const (
+	kubeNamespace = "default"
+	kubePrefix    = "snip-jobs"
+)
+
+// kubeTerms is a local kube-apiserver (package kubeapi, from the binary
+// already built in the cache) and a client to it.
+type kubeTerms struct {
+	srv       *kubetest.Server
+	cli       coordclient.CoordinationV1Interface
+	tokenFile string
+	ttl       time.Duration
+}
+
+// startKube starts the API server; it refuses to build kube-apiserver (the
+// first build takes about 10½ minutes on two idle cores).
+func startKube(ctx context.Context, dir string, ttl time.Duration) (_ *kubeTerms, err error) {
+	k := &kubeTerms{ttl: ttl, tokenFile: filepath.Join(dir, "kube-token")}
+	k.srv, err = kubetest.Start(ctx, kubetest.Options{NoBuild: true})
+	if err != nil {
+		return nil, fmt.Errorf("--backend kubernetes: %w", err)
+	}
+	if k.cli, err = coordclient.NewForConfig(k.srv.Config()); err != nil {
+		k.close()
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	if err := os.WriteFile(k.tokenFile, []byte(k.srv.Token()+"\n"), 0o600); err != nil {
+		k.close()
+		return nil, fmt.Errorf("devcluster: %w", err)
+	}
+	return k, nil
+}
+
+func (k *kubeTerms) configSection() string {
+	return kubeSection(k.srv.URL(), k.tokenFile, k.srv.Config().TLSClientConfig.CAFile)
+}
+
+// kubeSection is an instance config's kubernetes section.
+func kubeSection(server, tokenFile, caFile string) string {
+	return fmt.Sprintf("kubernetes:\n  server: %s\n  token_file: %s\n  ca_file: %s\n  namespace: %s\n  prefix: %s\n",
+		server, tokenFile, caFile, kubeNamespace, kubePrefix)
+}
+
+func (k *kubeTerms) leadershipLine() string { return "backend: kubernetes" }
+
+func (k *kubeTerms) where() (string, string) {
+	return "kubernetes", fmt.Sprintf("%s  (a local kube-apiserver; Leases %s-* in namespace %s)", k.srv.URL(), kubePrefix, kubeNamespace)
+}
+
+func (k *kubeTerms) leader(ctx context.Context, job string) (leaderRef, bool, error) {
+	l, ok, err := kubelease.ReadLeader(ctx, k.cli, kubeNamespace, kubePrefix, job)
+	return leaderRef{l.Instance.Instance, l.Token}, ok, err
+}
+
+func (k *kubeTerms) resign(ctx context.Context, job string) (leaderRef, *leaderRef, error) {
+	b, a, err := kubelease.Resign(ctx, k.cli, kubeNamespace, kubePrefix, job)
+	var after *leaderRef
+	if a != nil {
+		after = &leaderRef{a.Instance.Instance, a.Token}
+	}
+	return leaderRef{b.Instance.Instance, b.Token}, after, err
+}
+
+// watch reads the set's leaders (kubelease.ReadSet) at every change of one
+// of its Leases, and says what changed. A renewal of an instance Lease is a
+// change too: a leader whose instance Lease a peer marked expired is over.
+func (k *kubeTerms) watch(ctx context.Context, f func(leaderChange)) error {
+	var last map[string]leaderRef
+	for ctx.Err() == nil {
+		w, err := k.cli.Leases(kubeNamespace).Watch(ctx, metav1.ListOptions{LabelSelector: kubelease.SetSelector(kubePrefix)})
+		if err != nil {
+			sleep.For(ctx, time.Second)
+			continue
+		}
+		last = k.diff(ctx, last, f) // after the watch started: nothing is missed
+		for range w.ResultChan() {
+			last = k.diff(ctx, last, f)
+		}
+		w.Stop()
+	}
+	return nil
+}
+
+// diff reads the leaders and calls f for what differs from last (nil: the
+// first read); it returns the leaders read, or last when the read failed.
+func (k *kubeTerms) diff(ctx context.Context, last map[string]leaderRef, f func(leaderChange)) map[string]leaderRef {
+	set, _ := kubelease.ReadSet(ctx, k.cli, kubeNamespace, kubePrefix)
+	if set == nil {
+		return last
+	}
+	now := map[string]leaderRef{}
+	for _, l := range set.Leaders {
+		now[l.Job] = leaderRef{l.Instance.Instance, l.Token}
+	}
+	for job, l := range last {
+		if now[job] != l {
+			f(leaderChange{job, l, changeOver})
+		}
+	}
+	for job, l := range now {
+		switch {
+		case last == nil:
+			f(leaderChange{job, l, changeCurrent})
+		case last[job] != l:
+			f(leaderChange{job, l, changeStarted})
+		}
+	}
+	return now
+}
+
+// reclaim has nothing to free: the backend has no death reclaim, so a
+// killed instance's jobs move once a peer has seen its Lease unchanged for
+// the TTL.
+func (k *kubeTerms) reclaim(context.Context, string) string {
+	return fmt.Sprintf(" (no reclaim on Kubernetes: the jobs it led move once a peer has seen its instance Lease unchanged for %v)", k.ttl)
+}
+
+func (k *kubeTerms) close() {
+	if k.srv != nil {
+		k.srv.Close()
+	}
+}

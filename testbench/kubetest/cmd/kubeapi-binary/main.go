@@ -1,0 +1,26 @@
+// Command kubeapi-binary prints the path of the kube-apiserver the tests run
+// (testbench/kubetest.Version), building it into the user cache first when it
+// is missing or not that version. .ci/run calls it before `go test`, so that
+// a first build (about 10½ minutes on two idle cores) is a step of its
+// own and not a test that runs into go test's timeout.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+
+	"github.com/snip/snip-jobs/testbench/kubetest"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	bin, err := kubetest.Binary(ctx, kubetest.Version)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kubeapi-binary:", err)
+		os.Exit(1)
+	}
+	fmt.Println(bin)
+}
