@@ -19,6 +19,7 @@ import (
 	yamlparser "github.com/goccy/go-yaml/parser"
 
 	"github.com/snip/snip-jobs/leadership"
+	etcdlayout "github.com/snip/snip-jobs/leadership/etcdlease/layout"
 	"github.com/snip/snip-jobs/leadership/kubelease/layout"
 )
 
@@ -185,7 +186,7 @@ func checkInstance(name string) string {
 }
 
 func (p *parser) etcd(m *mapping) Etcd {
-	e := Etcd{EmbeddedDir: DefaultEtcdEmbeddedDir, Prefix: leadership.DefaultPrefix, DialTimeout: DefaultEtcdDialTimeout}
+	e := Etcd{EmbeddedDir: DefaultEtcdEmbeddedDir, Prefix: etcdlayout.DefaultPrefix, DialTimeout: DefaultEtcdDialTimeout}
 	endpoints, _ := m.strings("endpoints")
 	seen := map[string]Pos{}
 	for _, ep := range endpoints {

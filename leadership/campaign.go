@@ -2,14 +2,10 @@ package leadership
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
+	"sync"
 	"time"
-
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/snip/snip-jobs/internal/sleep"
 )
@@ -25,16 +21,16 @@ type campaignOptions struct {
 	holdback func() time.Duration
 }
 
-// WithHoldback makes the campaign wait f() before every attempt to create the
-// key (the first, and each after the holder goes). A scheduler spreading
-// singletons over instances returns a short delay while this instance already
-// leads its fair share, so that instances with fewer terms win first.
+// WithHoldback makes the campaign wait f() before every attempt to win (the
+// first, and each after the holder goes). A scheduler spreading singletons
+// over instances returns a short delay while this instance already leads its
+// fair share, so that instances with fewer terms win first.
 func WithHoldback(f func() time.Duration) CampaignOption {
 	return func(o *campaignOptions) { o.holdback = f }
 }
 
-// Holdback is the wait that WithHoldback set among opts, or nil: for a
-// backend other than this package's Session to honour the same options.
+// Holdback is the wait that WithHoldback set among opts, or nil: for a stand-in
+// session in a test that honours the same options.
 func Holdback(opts ...CampaignOption) func() time.Duration {
 	var o campaignOptions
 	for _, opt := range opts {
@@ -43,181 +39,125 @@ func Holdback(opts ...CampaignOption) func() time.Duration {
 	return o.holdback
 }
 
-// LeaderRecord is the value of a leader key.
-type LeaderRecord struct {
-	Instance string    `json:"instance"`
-	Host     string    `json:"host"`
-	PID      int       `json:"pid"`
-	Since    time.Time `json:"since"` // wall clock when the term was won, for people
-}
-
-// Campaign blocks until this session wins job's election, ctx is done, or the
-// session closes. Winning is a create-if-absent of the leader key on the session's
-// current lease; while another holder has it, Campaign watches the key and tries
-// again when it is deleted (and, in case a watch event is missed, every 3×TTL).
-//
-// The term returned is attached to the lease that was live when the key was
-// created, and was checked to be before that lease's deadline after etcd
-// answered: a campaign that waited through a lease's end continues on the next
-// lease and never returns a term of the old one.
+// Campaign blocks until this session wins job, ctx is done, or the session
+// closes. Each attempt is the store's (Store's Held.Contend): a win on the
+// current lease, or a wait until the holder goes. The term returned is
+// attached to the lease that was live when the store recorded the win, and
+// was checked to be before that lease's deadline after the store answered:
+// a campaign that waited through a lease's end continues on the next lease
+// and never returns a term of the old one.
 func (s *Session) Campaign(ctx context.Context, job string, opts ...CampaignOption) (*Term, error) {
-	if err := checkName("job", job); err != nil {
+	if err := CheckName("job", job); err != nil {
 		return nil, err
 	}
-	var o campaignOptions
-	for _, opt := range opts {
-		opt(&o)
+	if err := s.store.CheckJob(job); err != nil {
+		return nil, err
 	}
-	s.mu.Lock()
-	if b := s.busyJobs[job]; b != nil && (b.term == nil || b.term.Err() == nil) {
-		s.mu.Unlock()
-		return nil, fmt.Errorf("%w: %s", ErrBusy, job)
-	}
-	slot := &busySlot{}
-	s.busyJobs[job] = slot
-	s.mu.Unlock()
-
-	t, err := s.campaign(ctx, job, o)
+	slot, err := s.busy.take(job)
 	if err != nil {
-		s.release(job, slot)
 		return nil, err
 	}
-	s.mu.Lock()
-	slot.term = t.ctx
-	s.mu.Unlock()
-	context.AfterFunc(t.ctx, func() { s.release(job, slot) })
+	t, err := s.campaign(ctx, job, Holdback(opts...))
+	if err != nil {
+		s.busy.release(job, slot)
+		return nil, err
+	}
+	s.busy.hold(slot, t.ctx)
+	context.AfterFunc(t.ctx, func() { s.busy.release(job, slot) })
 	return t, nil
 }
 
-// busySlot is a job's place in Session.busyJobs: a campaign in progress
-// (term nil) or the context of the term it won. A term whose context is done
-// no longer holds the job, even before release has run: release runs on its
-// own goroutine after the context ends, and a Campaign made as soon as Resign
-// returns must not be refused for it.
-type busySlot struct {
-	term context.Context
-}
-
-// release frees job unless another campaign has taken its place since.
-func (s *Session) release(job string, slot *busySlot) {
-	s.mu.Lock()
-	if s.busyJobs[job] == slot {
-		delete(s.busyJobs, job)
-	}
-	s.mu.Unlock()
-}
-
-func (s *Session) campaign(ctx context.Context, job string, o campaignOptions) (*Term, error) {
-	key := s.leaderKey(job)
+func (s *Session) campaign(ctx context.Context, job string, holdback func() time.Duration) (*Term, error) {
 	log := s.log.With("job", job)
 	for {
-		if o.holdback != nil {
-			if d := o.holdback(); d > 0 {
-				sleep.For(ctx, d)
-				if ctx.Err() != nil {
-					return nil, ctx.Err()
-				}
+		if holdback != nil {
+			if d := holdback(); d > 0 && !sleep.For(ctx, d) {
+				return nil, ctx.Err()
 			}
 		}
 		l, err := s.waitLease(ctx)
 		if err != nil {
 			return nil, err
 		}
-		t, holderRev, err := s.tryAcquire(ctx, l, job, key)
+		claim, err := l.held.Contend(ctx, job)
 		switch {
-		case t != nil:
-			return t, nil
+		case claim != nil:
+			if t := s.grant(l, job, claim); t != nil {
+				return t, nil
+			}
+			sleep.For(ctx, s.cfg.RenewInterval/4)
 		case ctx.Err() != nil:
 			return nil, ctx.Err()
 		case err != nil:
 			log.Debug("campaign attempt failed; retrying", "err", err)
 			sleep.For(ctx, s.cfg.RenewInterval/4)
-		case holderRev > 0:
-			s.waitForDelete(ctx, key, holderRev)
 		}
 	}
 }
 
-// tryAcquire makes one create-if-absent attempt on lease l. It returns the term
-// on success; else the revision at which another holder was seen (to watch from),
-// or an error.
-func (s *Session) tryAcquire(ctx context.Context, l *lease, job, key string) (*Term, int64, error) {
-	// The request ends with the campaign, the lease, or a timeout, whichever is first.
-	rctx, cancel := context.WithTimeout(ctx, s.cfg.TTL)
-	defer cancel()
-	stop := context.AfterFunc(l.ctx, cancel)
-	defer stop()
-
-	val, err := json.Marshal(LeaderRecord{Instance: s.cfg.Instance, Host: s.cfg.Host, PID: os.Getpid(), Since: time.Now()})
-	if err != nil {
-		return nil, 0, err
+// grant makes the term of a claim won on l, unless l's deadline passed before
+// the store's answer arrived: that win is void (its record goes with the
+// lease, and peers take it over from there).
+func (s *Session) grant(l *Lease, job string, c Claim) *Term {
+	tlog := s.log.With("job", job, "token", c.Token())
+	if !l.Valid() {
+		tlog.Warn("won after the lease deadline; discarding the win", "lease", l.held.ID())
+		return nil
 	}
-	resp, err := s.cfg.Client.Txn(rctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, string(val), clientv3.WithLease(l.id))).
-		Else(clientv3.OpGet(key)).
-		Commit()
-	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		l.end(s.now(), ended(ReasonLeaseLost, "etcd reports lease %x gone (campaign for %s)", int64(l.id), job))
-		return nil, 0, err
-	}
-	if err != nil {
-		return nil, 0, err
-	}
-	if !resp.Succeeded {
-		kvs := resp.Responses[0].GetResponseRange().Kvs
-		if len(kvs) == 0 {
-			return nil, 0, nil // deleted in between: try again now
-		}
-		if clientv3.LeaseID(kvs[0].Lease) == l.id {
-			// Our own key, from an attempt whose answer was lost. Taking it over would
-			// reuse a token; delete it (only that exact key) and create a fresh one.
-			_, err := s.cfg.Client.Txn(rctx).
-				If(clientv3.Compare(clientv3.CreateRevision(key), "=", kvs[0].CreateRevision)).
-				Then(clientv3.OpDelete(key)).
-				Commit()
-			return nil, 0, err
-		}
-		return nil, resp.Header.Revision, nil
-	}
-
-	token := resp.Header.Revision
-	tlog := s.log.With("job", job, "token", token)
-	if s.afterWinTxn != nil {
-		s.afterWinTxn()
-	}
-	if !l.dl.Valid(s.now()) {
-		// etcd accepted the key, but the answer came after the lease's deadline. The
-		// key goes when the lease is revoked or expires; this win is void.
-		tlog.Warn("won after the lease deadline; discarding the win", "lease", int64(l.id))
-		return nil, 0, ended(ReasonExpired, "won after the lease deadline")
-	}
-	t := &Term{s: s, l: l, job: job, key: key, token: token, started: time.Now(), log: tlog}
+	t := &Term{s: s, l: l, claim: c, job: job, token: c.Token(), started: time.Now(), log: tlog}
 	t.ctx, t.cancel = context.WithCancelCause(l.ctx)
 	context.AfterFunc(t.ctx, func() {
 		t.done.Store(true)
 		tlog.Info("term ended", "reason", t.Reason(), "err", t.Err(), "held_for", time.Since(t.started))
 	})
-	go t.watchKey()
-	tlog.Info("term started", "lease", int64(l.id), "deadline_in", time.Duration(l.dl.Load()-s.now()))
-	return t, 0, nil
+	go func() {
+		if cause := c.Follow(t.ctx); cause != nil {
+			t.end(cause)
+		}
+	}()
+	tlog.Info("term started", "lease", l.held.ID(), "deadline_in", time.Until(l.Deadline()))
+	return t
 }
 
-// waitForDelete returns when key is deleted after revision rev, when the watch
-// breaks, after the slow re-check interval, or when ctx is done.
-func (s *Session) waitForDelete(ctx context.Context, key string, rev int64) {
-	wctx, cancel := context.WithTimeout(ctx, 3*s.cfg.TTL)
-	defer cancel()
-	s.stats.add(&s.stats.waiting, 1)
-	defer s.stats.add(&s.stats.waiting, -1)
-	for resp := range s.cfg.Client.Watch(clientv3.WithRequireLeader(wctx), key, clientv3.WithRev(rev+1)) {
-		if resp.Err() != nil {
-			return
-		}
-		for _, ev := range resp.Events {
-			if ev.Type == clientv3.EventTypeDelete {
-				return
-			}
-		}
+// busy is the jobs with a campaign in progress or a live term.
+type busy struct {
+	mu   sync.Mutex
+	jobs map[string]*busySlot
+}
+
+// busySlot is a job's place in busy: a campaign in progress (term nil) or the
+// context of the term it won. A term whose context is done no longer holds
+// the job, even before release has run: release runs on its own goroutine
+// after the context ends, and a Campaign made as soon as Resign returns must
+// not be refused for it.
+type busySlot struct {
+	term context.Context
+}
+
+// take claims job for a campaign, or says it is busy.
+func (b *busy) take(job string) (*busySlot, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if cur := b.jobs[job]; cur != nil && (cur.term == nil || cur.term.Err() == nil) {
+		return nil, fmt.Errorf("%w: %s", ErrBusy, job)
 	}
+	slot := &busySlot{}
+	b.jobs[job] = slot
+	return slot, nil
+}
+
+// hold records the term a campaign won.
+func (b *busy) hold(slot *busySlot, term context.Context) {
+	b.mu.Lock()
+	slot.term = term
+	b.mu.Unlock()
+}
+
+// release frees job unless another campaign has taken its place since.
+func (b *busy) release(job string, slot *busySlot) {
+	b.mu.Lock()
+	if b.jobs[job] == slot {
+		delete(b.jobs, job)
+	}
+	b.mu.Unlock()
 }

@@ -5,80 +5,69 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/snip/snip-jobs/leadership/internal/deadline"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Defaults for Config. A 10 s lease with a 3 s margin lets a leader act until 7 s
-// after the send time of its newest acknowledged keep-alive; keep-alives go out
+// after the send time of its newest acknowledged renewal; renewals go out
 // every TTL/3, so two can be lost before the deadline passes.
 const (
-	DefaultPrefix = "/snip-jobs"
-	DefaultTTL    = 10 * time.Second
+	DefaultTTL = 10 * time.Second
 	// MinTTL is etcd's practical minimum lease TTL with its default heartbeat
-	// (100 ms) and election timeout (1 s); shorter requests are raised by etcd.
+	// (100 ms) and election timeout (1 s); shorter requests are raised by
+	// etcd. The Kubernetes backend keeps it too: its API server stores Leases
+	// in an etcd of its own.
 	MinTTL = 2 * time.Second
 	// ElectionAllowance is how long an etcd leader election can leave
-	// keep-alives unanswered with etcd's default election timeout (1 s): up
-	// to twice that timeout, and the new leader's first round trips. A lease
+	// renewals unanswered with etcd's default election timeout (1 s): up to
+	// twice that timeout, and the new leader's first round trips. A lease
 	// rides out an election when TTL − margin − renew interval is at least
 	// this (docs/operations.md, "The smallest safe TTL").
 	ElectionAllowance = 2200 * time.Millisecond
 )
 
-// Config configures a Session. Zero fields take the defaults noted on each.
+// Config is what every backend's session needs besides its store: who this
+// process is and the lease's timing. Zero fields take the defaults noted on
+// each.
 type Config struct {
-	// Client is the etcd client. Required. The session does not close it.
-	Client *clientv3.Client
-	// Prefix is the key prefix shared by all instances (default "/snip-jobs").
-	// Leader keys live under <Prefix>/leaders/, registrations under <Prefix>/instances/.
-	Prefix string
 	// Instance names this process among its peers (e.g. the server's name). Required.
 	Instance string
-	// Host is the machine's name, used to tell a restarted process of this instance
-	// (same host, predecessor dead: its lease is revoked at once) from a second live
-	// process or another server using the same name (startup fails). Default os.Hostname().
+	// Host is the machine's name, used to tell a restarted process of this
+	// instance (same host, predecessor dead: its lease is reclaimed at once)
+	// from a second live process or another server using the same name
+	// (startup fails). Default os.Hostname().
 	Host string
 	// TTL of the lease, whole seconds, at least MinTTL (default 10 s).
 	TTL time.Duration
-	// Margin is how long before the lease could expire the session stops treating
-	// its terms as valid (default 3/10 of TTL: 3 s of 10 s). 0 < Margin < TTL.
+	// Margin is how long before the lease could expire the session stops
+	// treating its terms as valid (default 3/10 of TTL: 3 s of 10 s). 0 < Margin < TTL.
 	Margin time.Duration
-	// RenewInterval is the time between keep-alives (default TTL/3, or less
-	// when needed and possible for an etcd election to fit: see TimingDefaults).
-	// It must leave room for at least two keep-alives before the deadline:
-	// 2×RenewInterval < TTL − Margin.
+	// RenewInterval is the time between renewals (default TTL/3, or less
+	// when needed and possible for an etcd election to fit: see
+	// TimingDefaults). It must leave room for at least two renewals before
+	// the deadline: 2×RenewInterval < TTL − Margin.
 	RenewInterval time.Duration
 	// Logger receives the session's logs; every line about a term carries job,
 	// instance and token. Default: discard.
 	Logger *slog.Logger
 }
 
-// withDefaults returns a copy of c with defaults filled in and every problem found
-// reported at once.
-func (c Config) withDefaults() (Config, error) {
+// WithDefaults returns a copy of c with defaults filled in, and every
+// problem found reported at once. A backend's NewSession calls it, adding
+// its own checks of the names.
+func (c Config) WithDefaults() (Config, error) {
 	var errs []error
-	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-
-	if c.Client == nil {
-		bad("leadership: Client is required")
-	}
-	if c.Prefix == "" {
-		c.Prefix = DefaultPrefix
-	}
-	c.Prefix = strings.TrimSuffix(c.Prefix, "/")
 	if c.Instance == "" {
-		bad("leadership: Instance is required (a name unique among the servers, e.g. the host name)")
-	} else if err := checkName("instance", c.Instance); err != nil {
+		errs = append(errs, errors.New("leadership: Instance is required (a name unique among the servers, e.g. the host name)"))
+	} else if err := CheckName("instance", c.Instance); err != nil {
 		errs = append(errs, err)
 	}
 	if c.Host == "" {
 		h, err := os.Hostname()
 		if err != nil {
-			bad("leadership: Host not set and the host name is unknown: %w", err)
+			errs = append(errs, fmt.Errorf("leadership: Host not set and the host name is unknown: %w", err))
 		}
 		c.Host = h
 	}
@@ -113,9 +102,9 @@ func TimingDefaults(ttl, margin, renew time.Duration) (time.Duration, time.Durat
 	return ttl, margin, renew
 }
 
-// ridesOutElections reports whether an etcd leader election (ElectionAllowance)
-// fits between the last keep-alive acknowledged before it and the deadline.
-func ridesOutElections(ttl, margin, renew time.Duration) bool {
+// RidesOutElections reports whether an etcd leader election (ElectionAllowance)
+// fits between the last renewal acknowledged before it and the deadline.
+func RidesOutElections(ttl, margin, renew time.Duration) bool {
 	return ttl-margin-renew >= ElectionAllowance
 }
 
@@ -136,8 +125,10 @@ func CheckTiming(ttl, margin, renew time.Duration) error {
 	return errors.Join(errs...)
 }
 
-// checkName rejects names that would break the key layout or read badly in logs.
-func checkName(what, name string) error {
+// CheckName rejects job and instance names that would read badly in logs or
+// break a store's layout: empty, or with '/', spaces or control characters.
+// A backend may refuse more (Kubernetes names a Lease after them).
+func CheckName(what, name string) error {
 	if name == "" {
 		return fmt.Errorf("leadership: empty %s name", what)
 	}

@@ -66,8 +66,8 @@ type sessionCollector struct{ s Session }
 var (
 	descHeadroom = prometheus.NewDesc("snip_jobs_lease_headroom_seconds",
 		"Time left until the lease's deadline (TTL − margin after the last acknowledged keep-alive); 0 without a lease.", nil, nil)
-	descLeaseUp = prometheus.NewDesc("snip_jobs_lease_up", "1 while the instance holds a live etcd lease.", nil, nil)
-	descGranted = prometheus.NewDesc("snip_jobs_leases_granted_total", "etcd leases granted to this instance.", nil, nil)
+	descLeaseUp = prometheus.NewDesc("snip_jobs_lease_up", "1 while the instance holds a live lease (etcd's, or its instance Lease on Kubernetes).", nil, nil)
+	descGranted = prometheus.NewDesc("snip_jobs_leases_granted_total", "Leases granted to this instance (etcd leases; incarnations of its instance Lease on Kubernetes).", nil, nil)
 	descKASent  = prometheus.NewDesc("snip_jobs_keepalives_sent_total", "Keep-alives sent.", nil, nil)
 	descKAFail  = prometheus.NewDesc("snip_jobs_keepalive_failures_total", "Keep-alives that failed or timed out.", nil, nil)
 	descEnds    = prometheus.NewDesc("snip_jobs_lease_ends_total", "Leases of this instance that ended, by reason.", []string{"reason"}, nil)
@@ -83,7 +83,7 @@ func (c sessionCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c sessionCollector) Collect(ch chan<- prometheus.Metric) {
 	st := c.s.Stats()
 	up := 0.0
-	if st.Lease != 0 {
+	if st.Lease != "" {
 		up = 1
 	}
 	ch <- prometheus.MustNewConstMetric(descHeadroom, prometheus.GaugeValue, st.Headroom.Seconds())

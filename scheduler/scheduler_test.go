@@ -13,6 +13,7 @@ import (
 
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/leadership"
+	"github.com/snip/snip-jobs/leadership/etcdlease"
 	"github.com/snip/snip-jobs/scheduler"
 	"github.com/snip/snip-jobs/scheduler/status"
 	"github.com/snip/snip-jobs/testbench/jobtest"
@@ -94,9 +95,9 @@ func TestKillingTheLeaderMovesTheJob(t *testing.T) {
 // row its job wrote carries the leader key's token. The key alone can be an
 // instance's whose campaign answer has not reached it yet; stopped or killed
 // then, it never had a term.
-func writingLeader(t *testing.T, c *jobtest.Cluster, job string) leadership.Leader {
+func writingLeader(t *testing.T, c *jobtest.Cluster, job string) etcdlease.Leader {
 	t.Helper()
-	var leader leadership.Leader
+	var leader etcdlease.Leader
 	c.WaitCommit("a leader writing", []string{"test_events"}, func() bool {
 		l, ok := c.Leader(job)
 		evs := events(t, c, job)
@@ -351,14 +352,14 @@ func TestResignRequestMovesTheLeader(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), jobtest.Patience)
 	defer cancel()
-	before, after, err := leadership.RequestResign(ctx, c.Obs, c.Prefix, "aggregator")
+	before, after, err := leadership.Resign(ctx, etcdlease.NewCluster(c.Obs, c.Prefix), "aggregator")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if after == nil || after.Token <= before.Token || after.Instance == before.Instance {
 		t.Fatalf("after the resign request: before %+v, after %+v", before, after)
 	}
-	if _, _, err := leadership.RequestResign(ctx, c.Obs, c.Prefix, "no-such-job"); !errors.Is(err, leadership.ErrNoLeader) {
+	if _, _, err := leadership.Resign(ctx, etcdlease.NewCluster(c.Obs, c.Prefix), "no-such-job"); !errors.Is(err, leadership.ErrNoLeader) {
 		t.Fatalf("resign of a job without leader: %v", err)
 	}
 	checkOneWriterAtATime(t, c, "aggregator")
@@ -391,7 +392,7 @@ func TestAJobThatOverrunsItsTermIsCountedAndHandedOver(t *testing.T) {
 	two.Wait("server-2 to wait for the job", func() bool { return two.Session.Stats().Waiting == 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), jobtest.Patience)
 	defer cancel()
-	if _, after, err := leadership.RequestResign(ctx, c.Obs, c.Prefix, "aggregator"); err != nil || after == nil || after.Instance != "server-2" {
+	if _, after, err := leadership.Resign(ctx, etcdlease.NewCluster(c.Obs, c.Prefix), "aggregator"); err != nil || after == nil || after.Instance != "server-2" {
 		t.Fatalf("resign request: after %+v, err %v; want server-2 to lead while server-1's job still runs", after, err)
 	}
 	if got := one.MetricSum(t, "snip_jobs_overruns_total"); got != 1 {
@@ -480,7 +481,7 @@ func TestRecordingARunNeverHoldsTheEndOfItsTerm(t *testing.T) {
 	}
 	resign := func(from string) {
 		t.Helper()
-		before, after, err := leadership.RequestResign(ctx, c.Obs, c.Prefix, "aggregator")
+		before, after, err := leadership.Resign(ctx, etcdlease.NewCluster(c.Obs, c.Prefix), "aggregator")
 		if err != nil || before.Instance != from || after == nil || after.Instance == from {
 			t.Fatalf("resign request: before %+v, after %+v, err %v; want the job moved away from %s", before, after, err, from)
 		}
@@ -567,7 +568,7 @@ func TestRecordingASlotsOutcomeNeverHoldsTheEndOfItsTerm(t *testing.T) {
 		t.Fatalf("slot %v: state %q, err %v; want it running", slot, state, err)
 	}
 
-	before, after, err := leadership.RequestResign(ctx, c.Obs, c.Prefix, "weekly-report")
+	before, after, err := leadership.Resign(ctx, etcdlease.NewCluster(c.Obs, c.Prefix), "weekly-report")
 	if err != nil || before.Instance != "server-1" || after == nil || after.Instance != "server-2" {
 		t.Fatalf("resign request: before %+v, after %+v, err %v; want the job moved to server-2", before, after, err)
 	}

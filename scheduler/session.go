@@ -10,7 +10,7 @@ import (
 // Term is what the scheduler needs of one term of one job, whichever backend
 // granted it: the fencing token, a context that ends with the term, the cheap
 // validity check a job's run gates its writes on, and a way to hand it over.
-// *leadership.Term satisfies it.
+// *leadership.Term satisfies it, whichever backend's store granted it.
 type Term interface {
 	Job() string
 	Token() int64
@@ -26,10 +26,10 @@ type Term interface {
 
 // Session is what the scheduler needs of this process's leadership session:
 // terms, the instances that are up and the terms they lead, operators'
-// resign requests, and the lease's timing. Over adapts a backend's session
-// (*leadership.Session) to it; declaring it here lets the spread and
-// lifecycle decisions be tested without etcd (the guarantees themselves are
-// tested against real etcd).
+// resign requests, and the lease's timing. Over adapts a
+// *leadership.Session, of either backend, to it; declaring it here lets the
+// spread and lifecycle decisions be tested without a store (the guarantees
+// themselves are tested against real etcd and a real kube-apiserver).
 type Session interface {
 	// Config gives the lease's TTL and renew interval, which pace the
 	// scheduler's own waits.
@@ -45,29 +45,16 @@ type Session interface {
 	Stats() leadership.Stats
 }
 
-// Backend is a leadership session whose Campaign returns its own term type T.
-type Backend[T Term] interface {
-	Config() leadership.Config
-	Campaign(ctx context.Context, job string, opts ...leadership.CampaignOption) (T, error)
-	Deregister(ctx context.Context) error
-	WatchInstances(ctx context.Context, f func(names []string))
-	WatchResignRequests(ctx context.Context, f func(job string, token int64))
-	ClusterLoad(ctx context.Context) (map[string]int, error)
-	Stats() leadership.Stats
-}
-
-// Over makes a backend's session a Session (Go has no covariant results:
+// Over makes a leadership session a Session (Go has no covariant results:
 // a Campaign returning *leadership.Term is not one returning Term).
-func Over[T Term](b Backend[T]) Session { return over[T]{b} }
+func Over(s *leadership.Session) Session { return over{s} }
 
-type over[T Term] struct{ Backend[T] }
+type over struct{ *leadership.Session }
 
-func (o over[T]) Campaign(ctx context.Context, job string, opts ...leadership.CampaignOption) (Term, error) {
-	t, err := o.Backend.Campaign(ctx, job, opts...)
+func (o over) Campaign(ctx context.Context, job string, opts ...leadership.CampaignOption) (Term, error) {
+	t, err := o.Session.Campaign(ctx, job, opts...)
 	if err != nil {
 		return nil, err
 	}
 	return t, nil
 }
-
-var _ Backend[*leadership.Term] = (*leadership.Session)(nil)

@@ -359,7 +359,7 @@ type Status struct {
 
 // LeaseStatus is leadership.Stats for people and scripts.
 type LeaseStatus struct {
-	ID                string           `json:"id,omitempty"` // hex, as etcdctl prints it; "" between leases
+	ID                string           `json:"id,omitempty"` // etcd: hex, as etcdctl prints it; Kubernetes: the holder identity; "" between leases
 	HeadroomSeconds   float64          `json:"headroom_seconds"`
 	LastRenewal       time.Time        `json:"last_renewal,omitzero"`
 	LeasesGranted     int64            `json:"leases_granted"`
@@ -386,9 +386,7 @@ func (s *Server) CurrentStatus(ctx context.Context) Status {
 			LeasesGranted: ls.LeasesGranted, KeepAlivesSent: ls.KeepAlivesSent, KeepAliveFailures: ls.KeepAliveFailures,
 			Reclaimed: ls.Reclaimed, Waiting: ls.Waiting, LeaseEnds: map[string]int64{},
 		}
-		if ls.Lease != 0 {
-			l.ID = fmt.Sprintf("%x", int64(ls.Lease))
-		}
+		l.ID = ls.Lease
 		for r, n := range ls.LeaseEnds {
 			l.LeaseEnds[string(r)] = n
 		}

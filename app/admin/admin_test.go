@@ -19,6 +19,7 @@ import (
 	"github.com/snip/snip-jobs/app/admin"
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/leadership"
+	"github.com/snip/snip-jobs/leadership/etcdlease"
 	"github.com/snip/snip-jobs/scheduler"
 	"github.com/snip/snip-jobs/testbench/benchtest"
 	"github.com/snip/snip-jobs/testbench/dbtest"
@@ -46,10 +47,7 @@ func get(t *testing.T, s *admin.Server, path string) (int, string) {
 
 func session(t *testing.T, etcd *etcdtest.Cluster, instance string) *leadership.Session {
 	t.Helper()
-	s, err := leadership.NewSession(leadership.Config{
-		Client: etcd.Client(t), Instance: instance, TTL: 2 * time.Second, Margin: 500 * time.Millisecond,
-		RenewInterval: 400 * time.Millisecond, Logger: benchtest.Logger(t),
-	})
+	s, err := etcdlease.NewSession(etcdlease.Config{Client: etcd.Client(t), Config: leadership.Config{Instance: instance, TTL: 2 * time.Second, Margin: 500 * time.Millisecond, RenewInterval: 400 * time.Millisecond, Logger: benchtest.Logger(t)}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	coordclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 
-	"github.com/snip/snip-jobs/leadership"
+	"github.com/snip/snip-jobs/leadership/etcdlease"
 	"github.com/snip/snip-jobs/leadership/kubelease"
 	"github.com/snip/snip-jobs/scheduler/status"
 )
@@ -24,7 +24,8 @@ import (
 func Etcd(cli *clientv3.Client, prefix string) status.LeadershipReader {
 	return func(ctx context.Context) (status.Leadership, error) {
 		out := status.Leadership{Backend: "etcd"}
-		ls, lerr := leadership.Leaders(ctx, cli, prefix)
+		c := etcdlease.NewCluster(cli, prefix)
+		ls, lerr := c.Leaders(ctx)
 		if lerr == nil {
 			out.Leaders = map[string]status.Leader{}
 		}
@@ -32,10 +33,10 @@ func Etcd(cli *clientv3.Client, prefix string) status.LeadershipReader {
 			out.Leaders[l.Job] = status.Leader{Instance: l.Instance, Host: l.Host, PID: l.PID, Token: l.Token, Since: l.Since,
 				Lease: strconv.FormatInt(int64(l.Lease), 16), LeaseTTLSeconds: l.LeaseTTL.Seconds()}
 		}
-		regs, ierr := leadership.InstanceLeases(ctx, cli, prefix)
+		regs, ierr := c.InstanceLeases(ctx)
 		for _, r := range regs {
 			out.Instances = append(out.Instances, status.Instance{Name: r.Instance, Up: true, Host: r.Host, PID: r.PID,
-				Started: r.Started, Lease: strconv.FormatInt(r.Lease, 16), LeaseTTLSeconds: r.LeaseTTL.Seconds(),
+				Started: r.Started, Lease: r.Lease, LeaseTTLSeconds: r.LeaseTTL.Seconds(),
 				LeaseGrantedSeconds: r.LeaseGranted.Seconds()})
 		}
 		return out, errors.Join(lerr, ierr)
@@ -43,12 +44,12 @@ func Etcd(cli *clientv3.Client, prefix string) status.LeadershipReader {
 }
 
 // Kube reads the Leases of the set prefix in namespace, one List per read
-// (kubelease.ReadSet). Instances whose Lease is released are left out; Up is
+// (kubelease.Cluster.ReadSet). Instances whose Lease is released are left out; Up is
 // judged on now's wall clock (see status.Instance.Renewed).
 func Kube(cli coordclient.LeasesGetter, namespace, prefix string, now func() time.Time) status.LeadershipReader {
 	return func(ctx context.Context) (status.Leadership, error) {
 		out := status.Leadership{Backend: "kubernetes"}
-		set, err := kubelease.ReadSet(ctx, cli, namespace, prefix)
+		set, err := kubelease.NewCluster(cli, namespace, prefix).ReadSet(ctx)
 		if set == nil {
 			return out, err
 		}

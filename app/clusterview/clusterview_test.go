@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/snip/snip-jobs/app/clusterview"
+	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/leadership/kubelease"
 	"github.com/snip/snip-jobs/testbench/benchtest"
 	"github.com/snip/snip-jobs/testbench/kubetest"
@@ -35,7 +36,7 @@ func TestKubeReadsTheLeaderAndJudgesUpByRenewTime(t *testing.T) {
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	s, err := kubelease.NewSession(kubelease.Config{Client: cs.CoordinationV1(), Namespace: ns, Instance: "a", Logger: benchtest.Logger(t)})
+	s, err := kubelease.NewSession(kubelease.Config{Client: cs.CoordinationV1(), Namespace: ns, Config: leadership.Config{Instance: "a", Logger: benchtest.Logger(t)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +58,7 @@ func TestKubeReadsTheLeaderAndJudgesUpByRenewTime(t *testing.T) {
 		t.Fatalf("read: %+v, %v", l, err)
 	}
 	in := l.Instances[0]
-	if in.Name != "a" || in.Holder != ld.Holder || in.Renewed.IsZero() || in.LeaseGrantedSeconds != kubelease.DefaultTTL.Seconds() {
+	if in.Name != "a" || in.Holder != ld.Holder || in.Renewed.IsZero() || in.LeaseGrantedSeconds != leadership.DefaultTTL.Seconds() {
 		t.Errorf("instance %+v", in)
 	}
 

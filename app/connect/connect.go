@@ -26,6 +26,9 @@ import (
 	"github.com/snip/snip-jobs/app/etcdclient"
 	"github.com/snip/snip-jobs/app/etcdlocal"
 	"github.com/snip/snip-jobs/configs"
+	"github.com/snip/snip-jobs/leadership"
+	"github.com/snip/snip-jobs/leadership/etcdlease"
+	"github.com/snip/snip-jobs/leadership/kubelease"
 )
 
 // pgConnectTimeout bounds each connection attempt when the URL has no
@@ -51,15 +54,24 @@ func NeedsEtcd(f *configs.File) bool {
 	return f.Leadership.Backend == configs.BackendEtcd && NeedsTerms(f)
 }
 
-// EtcdOnly refuses what only the etcd backend has (reclaim by PID, a fresh
-// token for a rebuild) when the config keeps its terms elsewhere: an error naming the file and
-// its backend; nil with etcd.
-func EtcdOnly(f *configs.File, what string) error {
-	if f.Leadership.Backend == configs.BackendEtcd {
-		return nil
+// Cluster opens the configured backend as an operator's command sees it
+// (resign, reclaim, report rebuild): etcd at endpoints (a comma-separated
+// override of the config's, Endpoints), or the Kubernetes API server (Kube).
+// where names the server for messages; close releases the connection.
+func Cluster(f *configs.File, endpoints string, log *slog.Logger) (_ leadership.Cluster, where string, close func(), _ error) {
+	if f.Leadership.Backend == configs.BackendKubernetes {
+		cli, ns, where, err := Kube(f)
+		if err != nil {
+			return nil, "", nil, err
+		}
+		return kubelease.NewCluster(cli, ns, f.Kubernetes.Prefix), "the Kubernetes API server " + where, func() {}, nil
 	}
-	return fmt.Errorf("%s works with etcd only for now, and %s has leadership.backend: %s "+
-		"(docs/operations.md, \"The Kubernetes backend\")", what, f.Path, f.Leadership.Backend)
+	eps := Endpoints(f, endpoints)
+	cli, err := Etcd(f, eps, log)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	return etcdlease.NewCluster(cli, f.Etcd.Prefix), fmt.Sprintf("etcd %v", eps), func() { cli.Close() }, nil
 }
 
 // Kube is a client of the Kubernetes API server that holds the Leases, the

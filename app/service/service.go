@@ -34,7 +34,8 @@ import (
 	"github.com/snip/snip-jobs/app/statuspage"
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/leadership"
-	"github.com/snip/snip-jobs/leadership/kubelease"
+	"github.com/snip/snip-jobs/leadership/etcdlease"
+	"github.com/snip/snip-jobs/leadership/etcdlease/layout"
 	"github.com/snip/snip-jobs/migrations"
 	"github.com/snip/snip-jobs/scheduler"
 	"github.com/snip/snip-jobs/scheduler/status"
@@ -125,7 +126,7 @@ type runner struct {
 	records  *pgxpool.Pool // the scheduler's own records (scheduler.Config.Records)
 	embedded *etcdlocal.Server
 	etcd     *clientv3.Client        // nil with the kubernetes backend
-	session  session                 // nil without singletons led through terms
+	session  *leadership.Session     // nil without singletons led through terms
 	view     status.LeadershipReader // the status page's read of the session's backend; nil without one
 	terms    scheduler.Session
 	// reach says whether the session's server answers (the watchdog's
@@ -394,10 +395,8 @@ func (r *runner) waitFirstLease(ctx, wctx context.Context, wait time.Duration) e
 		return nil
 	}
 	err := r.session.WaitReady(wctx)
-	var dup *leadership.DuplicateInstanceError
-	var kdup *kubelease.DuplicateInstanceError
 	switch {
-	case errors.As(err, &dup), errors.As(err, &kdup):
+	case errors.Is(err, leadership.ErrDuplicateInstance):
 		return err
 	case err != nil && ctx.Err() != nil:
 		return ctx.Err()
@@ -414,9 +413,9 @@ type lateSession struct {
 	s atomic.Pointer[sessionRef]
 }
 
-type sessionRef struct{ s session }
+type sessionRef struct{ s *leadership.Session }
 
-func (l *lateSession) set(s session) { l.s.Store(&sessionRef{s}) }
+func (l *lateSession) set(s *leadership.Session) { l.s.Store(&sessionRef{s}) }
 
 func (l *lateSession) Stats() leadership.Stats {
 	if r := l.s.Load(); r != nil {
@@ -579,17 +578,13 @@ func (r *runner) startEtcd(ctx, wctx context.Context, wait time.Duration) error 
 		}
 	}
 	r.etcd, r.view = cli, clusterview.Etcd(cli, f.Etcd.Prefix)
-	s, err := leadership.NewSession(leadership.Config{
-		Client: cli, Prefix: f.Etcd.Prefix, Instance: f.Instance,
-		TTL: f.Leadership.TTL, Margin: f.Leadership.Margin, RenewInterval: f.Leadership.RenewInterval,
-		Logger: r.log,
-	})
+	s, err := etcdlease.NewSession(etcdlease.Config{Client: cli, Prefix: f.Etcd.Prefix, Config: r.leadershipConfig()})
 	if err != nil {
 		return err
 	}
 	r.session, r.terms, r.where = s, scheduler.Over(s), fmt.Sprint(cli.Endpoints())
 	r.reach = func(ctx context.Context) error {
-		_, err := cli.Get(ctx, leadership.InstanceKey(f.Etcd.Prefix, f.Instance))
+		_, err := cli.Get(ctx, layout.InstanceKey(f.Etcd.Prefix, f.Instance))
 		return err
 	}
 	return nil

@@ -14,29 +14,12 @@ import (
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/leadership/kubelease"
+	"github.com/snip/snip-jobs/leadership/kubelease/layout"
 	"github.com/snip/snip-jobs/scheduler"
 )
 
-// session is what the runner needs of a leadership session besides what the
-// scheduler needs (scheduler.Over): its first lease, its end, its counters
-// for /readyz, /status and the watchdog, and Close at shutdown.
-type session interface {
-	WaitReady(ctx context.Context) error
-	Done() <-chan struct{}
-	Err() error
-	Close(ctx context.Context) error
-	Stats() leadership.Stats
-}
-
-var (
-	_ session = (*leadership.Session)(nil)
-	_ session = (*kubelease.Session)(nil)
-)
-
-// holdsLease reports whether a session's stats show a current lease: an
-// etcd lease ID, or (the kubernetes backend has none) a renewal of the
-// current instance Lease. Both are set exactly while a lease is current.
-func holdsLease(st leadership.Stats) bool { return st.Lease != 0 || !st.LastRenewal.IsZero() }
+// holdsLease reports whether a session's stats show a current lease.
+func holdsLease(st leadership.Stats) bool { return st.Lease != "" }
 
 // leaseWord and serverWord name the backend's lease and server in messages.
 func (r *runner) leaseWord() string {
@@ -63,11 +46,7 @@ func (r *runner) startKube() error {
 	if err != nil {
 		return err
 	}
-	s, err := kubelease.NewSession(kubelease.Config{
-		Client: cli, Namespace: ns, Prefix: f.Kubernetes.Prefix, Instance: f.Instance,
-		TTL: f.Leadership.TTL, Margin: f.Leadership.Margin, RenewInterval: f.Leadership.RenewInterval,
-		Logger: r.log,
-	})
+	s, err := kubelease.NewSession(kubelease.Config{Client: cli, Namespace: ns, Prefix: f.Kubernetes.Prefix, Config: r.leadershipConfig()})
 	if err != nil {
 		return err
 	}
@@ -75,7 +54,7 @@ func (r *runner) startKube() error {
 	r.session, r.terms, r.where = s, scheduler.Over(s), where
 	r.view = clusterview.Kube(cli, ns, f.Kubernetes.Prefix, time.Now)
 	leases := cli.Leases(ns)
-	name := kubelease.InstanceLeaseName(f.Kubernetes.Prefix, f.Instance)
+	name := layout.InstanceLease(f.Kubernetes.Prefix, f.Instance)
 	r.reach = func(ctx context.Context) error {
 		_, err := leases.Get(ctx, name, metav1.GetOptions{})
 		var answered apierrors.APIStatus
@@ -85,4 +64,10 @@ func (r *runner) startKube() error {
 		return fmt.Errorf("the Kubernetes API server at %s: %w", where, err)
 	}
 	return nil
+}
+
+// leadershipConfig is the session's identity and timing, whichever backend.
+func (r *runner) leadershipConfig() leadership.Config {
+	l := r.cfg.Leadership
+	return leadership.Config{Instance: r.cfg.Instance, TTL: l.TTL, Margin: l.Margin, RenewInterval: l.RenewInterval, Logger: r.log}
 }

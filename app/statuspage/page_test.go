@@ -16,6 +16,7 @@ import (
 	"github.com/snip/snip-jobs/app/clusterview"
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/leadership"
+	"github.com/snip/snip-jobs/leadership/etcdlease"
 	"github.com/snip/snip-jobs/scheduler/status"
 	"github.com/snip/snip-jobs/testbench/benchtest"
 	"github.com/snip/snip-jobs/testbench/dbtest"
@@ -133,7 +134,7 @@ func TestThePageReadsTheClusterFromEtcdAndPostgres(t *testing.T) {
 	_, pool := dbtest.New(t)
 	const prefix = "/statuspage-test"
 
-	sess, err := leadership.NewSession(leadership.Config{Client: etcd.Client(t), Prefix: prefix, Instance: "server-a", TTL: 2 * time.Second})
+	sess, err := etcdlease.NewSession(etcdlease.Config{Client: etcd.Client(t), Prefix: prefix, Config: leadership.Config{Instance: "server-a", TTL: 2 * time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -13,7 +14,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/snip/snip-jobs/leadership"
+	"github.com/snip/snip-jobs/leadership/etcdlease"
 	"github.com/snip/snip-jobs/scheduler/status"
 	"github.com/snip/snip-jobs/testbench/benchtest"
 	"github.com/snip/snip-jobs/testbench/etcdtest"
@@ -113,13 +114,17 @@ func TestOverTLSWithAPrefixOnlyUserInstancesLeadFailOverAndResign(t *testing.T) 
 func checkLeaseKeysUnderThePrefix(t *testing.T, root *clientv3.Client) {
 	t.Helper()
 	ctx := context.Background()
-	regs, err := leadership.Instances(ctx, root, testPrefix)
+	regs, err := etcdlease.NewCluster(root, testPrefix).Instances(ctx)
 	if err != nil || len(regs) == 0 {
 		t.Fatalf("instances: %v, %v", regs, err)
 	}
 	want := etcdtlstest.KeyRange(testPrefix)
 	for _, r := range regs {
-		ttl, err := root.TimeToLive(ctx, clientv3.LeaseID(r.Lease), clientv3.WithAttachedKeys())
+		id, err := strconv.ParseInt(r.Lease, 16, 64)
+		if err != nil {
+			t.Fatalf("%s's lease %q: %v", r.Instance, r.Lease, err)
+		}
+		ttl, err := root.TimeToLive(ctx, clientv3.LeaseID(id), clientv3.WithAttachedKeys())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -103,7 +103,7 @@ func (k kubeCluster) lease(t *testing.T, name string) (holder string, annotation
 // etcd anywhere in their config), a real PostgreSQL and a singleton that
 // records (instance, token) through the fence: one leads, named by the job
 // Lease with the token its rows carry; SIGKILL it, and the other takes over
-// (after marking the dead one's instance Lease expired: there is no death
+// (after marking the dead one's instance Lease expired: no supervisor ran
 // reclaim) with a higher token, whose rows follow every row of the old one;
 // SIGTERM then resigns and deletes its instance Lease, exit 0.
 // server-b reaches the API server through a kubeconfig file (kubernetes.kubeconfig and context), server-a through server and token_file.
@@ -288,19 +288,14 @@ func resignOnKube(t *testing.T, env []string, kube kubeCluster, url string, lead
 	return p
 }
 
-// reclaim, which only etcd has, says with the kubernetes backend that it is
-// not available, naming the file and its backend (exit 1), instead of
-// dialling an etcd that is not there; status and resign go to the API
-// server, and say which setting keeps them from it.
-func TestReclaimRefusesTheKubernetesBackendAndStatusAndResignNameTheSetting(t *testing.T) {
+// status, resign and reclaim go to the API server with the kubernetes
+// backend (never to an etcd that is not there), and say which setting keeps
+// them from it (exit 1).
+func TestStatusResignAndReclaimOnKubernetesNameTheSettingThatKeepsThemFromIt(t *testing.T) {
 	t.Parallel()
 	section := "  server: https://127.0.0.1:1\n  token_file: /nonexistent/token\n  namespace: snip\n"
 	path := writeConfig(t, config{instance: "server-a", kube: section, jobs: pulseJob, adminPort: 1})
-	want := "reclaim works with etcd only for now, and " + path + " has leadership.backend: kubernetes"
-	if r := snip(t, nil, "reclaim", "--config", path); r.code != 1 || !strings.Contains(r.stderr, want) {
-		t.Errorf("reclaim: exit %d, want 1 and %q in:\n%s%s", r.code, want, r.stdout, r.stderr)
-	}
-	for _, args := range [][]string{{"status"}, {"resign", "pulse"}} {
+	for _, args := range [][]string{{"status"}, {"resign", "pulse"}, {"reclaim"}} {
 		r := snip(t, nil, append(args, "--config", path)...)
 		if want := "kubernetes.token_file /nonexistent/token"; r.code != 1 || !strings.Contains(r.stderr, want) {
 			t.Errorf("%s: exit %d, want 1 and %q in:\n%s%s", args[0], r.code, want, r.stdout, r.stderr)
@@ -313,7 +308,7 @@ func TestReclaimRefusesTheKubernetesBackendAndStatusAndResignNameTheSetting(t *t
 	// validate reports a bad kubernetes setting at its line (the section's
 	// second: after instance and kubernetes:).
 	bad := writeConfig(t, config{instance: "server-a", kube: "  server: http://127.0.0.1:6443\n  token_file: /t\n  namespace: snip\n", adminPort: 1})
-	want = bad + ":3:11: kubernetes.server \"http://127.0.0.1:6443\" is plain HTTP"
+	want := bad + ":3:11: kubernetes.server \"http://127.0.0.1:6443\" is plain HTTP"
 	if r := snip(t, nil, "validate", "--config", bad); r.code != 2 || !strings.HasPrefix(r.stderr, want) {
 		t.Errorf("validate of a plain-HTTP server: exit %d, want 2 and a line starting %q:\n%s", r.code, want, r.stderr)
 	}
@@ -369,4 +364,64 @@ func (n notifications) next(t *testing.T, want string) {
 			t.Fatalf("no notification %q", want)
 		}
 	}
+}
+
+// systemd's ExecStopPost=snip-jobs reclaim on the kubernetes backend: once
+// the leader's process is dead, reclaim deletes its instance Lease (its
+// annotations name this host, its PID and start time), and the other
+// instance takes the job without waiting to see the Lease unchanged for its
+// duration: nobody marks it expired. A second reclaim finds nothing to do;
+// reclaim of a running instance leaves it alone (exit 1).
+func TestReclaimOnKubernetesEndsADeadInstancesLease(t *testing.T) {
+	t.Parallel()
+	kube := startKube(t)
+	url := benchtest.PostgresDB(t)
+	mk := func(name string) config { return config{instance: name, kube: kube.section, jobs: pulseJob} }
+	env := dbEnv(migrate(t, writeConfig(t, mk("migrator")), url))
+	procs := map[string]*instance{}
+	for _, name := range []string{"server-a", "server-b"} {
+		procs[name] = start(t, mk(name), env)
+	}
+	for _, p := range procs {
+		p.waitReady()
+	}
+	waitPulses(t, url, "a pulse", func() bool { return len(pulses(t, url)) > 0 })
+	ps := pulses(t, url)
+	first := ps[len(ps)-1]
+	killed, survivor := procs[first.instance], procs["server-a"]
+	if killed == survivor {
+		survivor = procs["server-b"]
+	}
+	if r := snip(t, env, "reclaim", "--config", killed.config); r.code != 1 || !strings.Contains(r.stderr, "still running") {
+		t.Fatalf("reclaim of a running instance: exit %d, want 1 and \"still running\":\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	killed.signal(syscall.SIGKILL)
+	killed.wait()
+	r := snip(t, env, "reclaim", "--config", killed.config)
+	if r.code != 0 || !strings.Contains(r.stderr, "revoked its lease, its jobs move now") {
+		t.Fatalf("reclaim after the kill: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	var second pulse
+	waitPulses(t, url, "a pulse of "+survivor.name, func() bool {
+		for _, p := range pulses(t, url) {
+			if p.instance == survivor.name && p.id > first.id {
+				second = p
+				return true
+			}
+		}
+		return false
+	})
+	if second.token <= first.token {
+		t.Fatalf("%s took over with token %d, not above the killed leader's %d", survivor.name, second.token, first.token)
+	}
+	if _, _, found := kube.lease(t, kubePrefix+"-instance-"+killed.name); found {
+		t.Errorf("the killed instance's Lease is still there after reclaim")
+	}
+	if strings.Contains(survivor.logs(), "marked a peer's instance Lease expired") {
+		t.Errorf("%s waited out the dead instance's Lease although reclaim had ended it:\n%s", survivor.name, survivor.logs())
+	}
+	if r := snip(t, env, "reclaim", "--config", killed.config); r.code != 0 || !strings.Contains(r.stderr, "nothing to do") {
+		t.Errorf("a second reclaim: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	checkPulses(t, pulses(t, url))
 }

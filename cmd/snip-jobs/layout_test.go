@@ -22,6 +22,17 @@ func TestTheBinaryLinksNothingOfTheTestBench(t *testing.T) {
 	}
 }
 
+func TestTheFloorsBelowTheWiringLinkNoLeadershipBackend(t *testing.T) {
+	t.Parallel()
+	for _, floor := range []string{"configs", "scheduler", "jobs"} {
+		for _, dep := range deps(t, "github.com/snip/snip-jobs/"+floor+"/...") {
+			if strings.HasPrefix(dep, "go.etcd.io/") || strings.HasPrefix(dep, "k8s.io/") {
+				t.Errorf("%s/... links %s", floor, dep)
+			}
+		}
+	}
+}
+
 // deps lists the packages pkgs link, test files left out.
 func deps(t *testing.T, pkgs ...string) []string {
 	t.Helper()

@@ -19,7 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/snip/snip-jobs/app/sockact"
-	"github.com/snip/snip-jobs/leadership"
+	"github.com/snip/snip-jobs/leadership/etcdlease"
 	"github.com/snip/snip-jobs/testbench/benchtest"
 	"github.com/snip/snip-jobs/testbench/childproc"
 	"github.com/snip/snip-jobs/testbench/clitest"
@@ -373,11 +373,11 @@ func checkPulses(t *testing.T, ps []pulse) map[int64]string {
 
 // leader returns the current leader of job, waiting until there is one whose
 // token differs from not.
-func leaderOf(t *testing.T, cli *clientv3.Client, job string, not int64) leadership.Leader {
+func leaderOf(t *testing.T, cli *clientv3.Client, job string, not int64) etcdlease.Leader {
 	t.Helper()
-	var l leadership.Leader
+	var l etcdlease.Leader
 	etcdtest.WaitKeys(t, cli, testPrefix+"/", "a leader of "+job+" other than token "+strconv.FormatInt(not, 10), func() bool {
-		got, ok, err := leadership.Observe(context.Background(), cli, testPrefix, job)
+		got, ok, err := etcdlease.NewCluster(cli, testPrefix).LeaderKey(context.Background(), job)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,22 +9,26 @@ import (
 	"time"
 
 	"github.com/snip/snip-jobs/app/connect"
+	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/leadership"
 )
 
 func reclaimCommand() command {
 	return command{
 		name:    "reclaim",
-		summary: "revoke the etcd lease of this server's snip-jobs process once it has died, so its jobs move now",
+		summary: "end the lease of this server's snip-jobs process once it has died, so its jobs move now",
 		about: `Run after this server's snip-jobs process has exited, for whatever reason:
 systemd runs it as ExecStopPost= (deploy/systemd/snip-jobs.service). If the
 process registered under the config's instance on this host is no longer
-running (its PID and start time say so), revokes its etcd lease: its leader
-keys go with it, so the other servers take its jobs at once instead of when
-the lease expires (ttl). A process that stopped cleanly has revoked its lease
-already: nothing to do. It never touches the lease of a running process, nor
-another host's: it then says so and exits 1. Why the process ended is logged
-from systemd's $SERVICE_RESULT, $EXIT_CODE and $EXIT_STATUS when set.`,
+running (its PID and start time say so), ends its lease: on etcd it revokes
+the lease, and its leader keys go with it; on Kubernetes it deletes the
+instance Lease (if it still names that process), which frees the job Leases
+naming it. Either way the other servers take its jobs at once instead of when
+the lease expires (ttl). A process that stopped cleanly has released its
+lease already: nothing to do. It never touches the lease of a running
+process, nor another host's: it then says so and exits 1. Why the process
+ended is logged from systemd's $SERVICE_RESULT, $EXIT_CODE and $EXIT_STATUS
+when set.`,
 		flags: func(fs *flag.FlagSet, c *cli) func(context.Context, []string) error {
 			path := configFlag(fs)
 			endpoints := fs.String("endpoints", "", "comma-separated etcd endpoints to use instead of the config's")
@@ -38,9 +42,6 @@ from systemd's $SERVICE_RESULT, $EXIT_CODE and $EXIT_STATUS when set.`,
 					writeLines(c.stderr, "", err.Error())
 					return &exitError{code: 2, err: errSilent}
 				}
-				if err := connect.EtcdOnly(f, "reclaim"); err != nil {
-					return err
-				}
 				log := newLogger(f.Log, c.stderr).With("instance", f.Instance)
 				why := []any{}
 				for _, v := range []string{"SERVICE_RESULT", "EXIT_CODE", "EXIT_STATUS"} {
@@ -48,18 +49,18 @@ from systemd's $SERVICE_RESULT, $EXIT_CODE and $EXIT_STATUS when set.`,
 						why = append(why, v, s)
 					}
 				}
-				if f.Etcd.Embedded() && *endpoints == "" {
+				if f.Leadership.Backend == configs.BackendEtcd && f.Etcd.Embedded() && *endpoints == "" {
 					log.Info("reclaim: nothing to do: the embedded etcd ended with the process", why...)
 					return nil
 				}
-				cli, err := connect.Etcd(f, connect.Endpoints(f, *endpoints), log)
+				cluster, _, closeCluster, err := connect.Cluster(f, *endpoints, log)
 				if err != nil {
 					return err
 				}
-				defer cli.Close()
+				defer closeCluster()
 				ctx, cancel := context.WithTimeout(ctx, *timeout)
 				defer cancel()
-				got, err := leadership.Reclaim(ctx, cli, f.Etcd.Prefix, f.Instance, "")
+				got, err := leadership.Reclaim(ctx, cluster, f.Instance, "")
 				reg := got.Registration
 				switch {
 				case errors.Is(err, leadership.ErrStillRunning), errors.Is(err, leadership.ErrOtherHost), errors.Is(err, leadership.ErrOtherPIDNamespace):

@@ -15,7 +15,6 @@ import (
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/internal/ttysafe"
 	"github.com/snip/snip-jobs/jobs/weeklyreport"
-	"github.com/snip/snip-jobs/leadership"
 )
 
 func reportCommand() command {
@@ -32,12 +31,15 @@ queues a second mail for the week (the outbox row is left as it is; a mail not
 sent yet goes out with the new content). Use it after late clicks were counted,
 or after a fix. The write is fenced like the job's own runs of that week:
 
-  coordination: leader    with a fresh token from etcd, newer than every term
-                          so far, on the job's resource. The leader's next
-                          fenced write is refused (logged as "fenced write
-                          refused: a newer term has written", its term's end
-                          names holder "report rebuild by ..."): expected, it
-                          takes a new term and carries on.
+  coordination: leader    with a fresh token from the leadership backend,
+                          newer than every term so far, on the job's
+                          resource (etcd: a revision; Kubernetes: the job
+                          Lease's count, bumped, which ends the current term
+                          at once). On etcd the leader's next fenced write is
+                          refused (logged as "fenced write refused: a newer
+                          term has written", its term's end names holder
+                          "report rebuild by ..."): expected, it takes a new
+                          term and carries on.
   coordination: database  with a claim token from the database (the sequence
                           cron_claim_tokens), on the resource of the week's slot
                           (<job>@<slot>): a claimer of that slot older than the
@@ -102,16 +104,12 @@ func reportRebuild(ctx context.Context, c *cli, f *configs.File, pool *pgxpool.P
 		Pool: pool, Job: spec, Week: week, Operator: "operator@" + host, Log: log,
 		// Leader mode only: a database-mode job's deployment may run no etcd.
 		LeaderToken: func(ctx context.Context) (int64, error) {
-			// A token from etcd means nothing to Kubernetes Leases' count.
-			if err := connect.EtcdOnly(f, "report rebuild of a job led through terms"); err != nil {
-				return 0, err
-			}
-			cli, err := connect.Etcd(f, connect.Endpoints(f, endpoints), log)
+			cluster, _, closeCluster, err := connect.Cluster(f, endpoints, log)
 			if err != nil {
 				return 0, err
 			}
-			defer cli.Close()
-			return leadership.FreshToken(ctx, cli, f.Etcd.Prefix)
+			defer closeCluster()
+			return cluster.FreshToken(ctx, spec.Name)
 		},
 	})
 	if err != nil {

@@ -12,7 +12,7 @@ import (
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/fencing"
 	"github.com/snip/snip-jobs/jobs/weeklyreport"
-	"github.com/snip/snip-jobs/leadership"
+	"github.com/snip/snip-jobs/leadership/etcdlease"
 	"github.com/snip/snip-jobs/scheduler"
 	"github.com/snip/snip-jobs/testbench/benchtest"
 	"github.com/snip/snip-jobs/testbench/dbtest"
@@ -46,7 +46,7 @@ func TestReportShowAndRebuild(t *testing.T) {
 
 	// Week 2026-W47 (Paris): 16–22 November. The Monday 23 November 08:00 slot
 	// reports it; the leader stores it with its token (an etcd revision).
-	leaderToken, err := leadership.FreshToken(ctx, etcd.Client(t), testPrefix)
+	leaderToken, err := etcdlease.NewCluster(etcd.Client(t), testPrefix).FreshToken(ctx, "")
 	if err != nil {
 		t.Fatal(err)
 	}

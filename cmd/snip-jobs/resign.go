@@ -12,7 +12,6 @@ import (
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/internal/ttysafe"
 	"github.com/snip/snip-jobs/leadership"
-	"github.com/snip/snip-jobs/leadership/kubelease"
 )
 
 func resignCommand() command {
@@ -48,11 +47,14 @@ On Kubernetes the request is an annotation on the job's Lease (a patch).`,
 				}
 				ctx, cancel := context.WithTimeout(ctx, *timeout)
 				defer cancel()
-				var before, after *handOver
-				if f.Leadership.Backend == configs.BackendKubernetes {
-					before, after, err = resignKube(ctx, f, name)
-				} else {
-					before, after, err = resignEtcd(ctx, f, *endpoints, name, c)
+				cluster, where, closeCluster, err := connect.Cluster(f, *endpoints, newLogger(f.Log, c.stderr))
+				if err != nil {
+					return err
+				}
+				defer closeCluster()
+				before, after, err := leadership.Resign(ctx, cluster, name)
+				if err != nil && !errors.Is(err, leadership.ErrNoLeader) && f.Leadership.Backend == configs.BackendKubernetes {
+					err = fmt.Errorf("%w (%s)", err, where)
 				}
 				return reportResign(c.stdout, name, before, after, err)
 			}
@@ -60,63 +62,23 @@ On Kubernetes the request is an annotation on the job's Lease (a patch).`,
 	}
 }
 
-// handOver is a leader as resign prints it.
-type handOver struct {
-	instance string
-	token    int64
-}
-
-func resignEtcd(ctx context.Context, f *configs.File, endpoints, name string, c *cli) (before, after *handOver, _ error) {
-	cli, err := connect.Etcd(f, connect.Endpoints(f, endpoints), newLogger(f.Log, c.stderr))
-	if err != nil {
-		return nil, nil, err
-	}
-	defer cli.Close()
-	b, a, err := leadership.RequestResign(ctx, cli, f.Etcd.Prefix, name)
-	if b.Instance != "" {
-		before = &handOver{b.Instance, b.Token}
-	}
-	if a != nil {
-		after = &handOver{a.Instance, a.Token}
-	}
-	return before, after, err
-}
-
-func resignKube(ctx context.Context, f *configs.File, name string) (before, after *handOver, _ error) {
-	cli, ns, where, err := connect.Kube(f)
-	if err != nil {
-		return nil, nil, err
-	}
-	b, a, err := kubelease.Resign(ctx, cli, ns, f.Kubernetes.Prefix, name)
-	if b.Instance.Instance != "" {
-		before = &handOver{b.Instance.Instance, b.Token}
-	}
-	if a != nil {
-		after = &handOver{a.Instance.Instance, a.Token}
-	}
-	if err != nil && !errors.Is(err, leadership.ErrNoLeader) {
-		err = fmt.Errorf("%w (Kubernetes API server %s)", err, where)
-	}
-	return before, after, err
-}
-
 // reportResign prints the leader before and after a resign request.
-func reportResign(w io.Writer, name string, before, after *handOver, err error) error {
+func reportResign(w io.Writer, name string, before leadership.Leader, after *leadership.Leader, err error) error {
 	if errors.Is(err, leadership.ErrNoLeader) {
 		return fmt.Errorf("%s has no leader now: nothing to resign (is any instance running it?)", name)
 	}
-	if before != nil {
-		fmt.Fprintf(w, "%s: leader was %s (token %d)\n", name, ttysafe.String(before.instance), before.token)
+	if before.Instance != "" {
+		fmt.Fprintf(w, "%s: leader was %s (token %d)\n", name, ttysafe.String(before.Instance), before.Token)
 	}
 	switch {
 	case err != nil:
 		return err
 	case after == nil:
 		fmt.Fprintf(w, "%s: handed over; no instance has taken it yet\n", name)
-	case after.instance == before.instance:
-		fmt.Fprintf(w, "%s: now %s again (token %d): no other instance took it; are the others running?\n", name, ttysafe.String(after.instance), after.token)
+	case after.Instance == before.Instance:
+		fmt.Fprintf(w, "%s: now %s again (token %d): no other instance took it; are the others running?\n", name, ttysafe.String(after.Instance), after.Token)
 	default:
-		fmt.Fprintf(w, "%s: now %s (token %d)\n", name, ttysafe.String(after.instance), after.token)
+		fmt.Fprintf(w, "%s: now %s (token %d)\n", name, ttysafe.String(after.Instance), after.Token)
 	}
 	return nil
 }

@@ -22,7 +22,8 @@ import (
 
 	"github.com/snip/snip-jobs/app/sockact"
 	"github.com/snip/snip-jobs/jobs/certrenew"
-	"github.com/snip/snip-jobs/leadership"
+	"github.com/snip/snip-jobs/leadership/etcdlease"
+	"github.com/snip/snip-jobs/leadership/etcdlease/layout"
 	"github.com/snip/snip-jobs/testbench/benchtest"
 	"github.com/snip/snip-jobs/testbench/dbtest"
 	"github.com/snip/snip-jobs/testbench/etcdtest"
@@ -357,7 +358,7 @@ func processUID(t *testing.T, hostPID int) string {
 // ExecStopPost='s reclaim revoked its lease, the host took the jobs before
 // the lease would have expired, and the restarted process comes up; a
 // challenge request sent right after the kill is answered.
-func (u *unit) crash(observer *clientv3.Client, first leadership.Leader, token string) {
+func (u *unit) crash(observer *clientv3.Client, first etcdlease.Leader, token string) {
 	t := u.t
 	t.Helper()
 	ttl, err := observer.TimeToLive(context.Background(), first.Lease)
@@ -398,7 +399,7 @@ func (u *unit) crash(observer *clientv3.Client, first leadership.Leader, token s
 
 // stall stops the leading main process (SIGSTOP) and checks that the host
 // takes its jobs and that systemd's watchdog restarts it.
-func (u *unit) stall(observer *clientv3.Client, first leadership.Leader) {
+func (u *unit) stall(observer *clientv3.Client, first etcdlease.Leader) {
 	t := u.t
 	t.Helper()
 	inner, pid := u.mainPID()
@@ -428,7 +429,7 @@ func (u *unit) stall(observer *clientv3.Client, first leadership.Leader) {
 }
 
 // stop stops the unit while it leads first, and checks the clean hand-over.
-func (u *unit) stop(observer *clientv3.Client, url string, first leadership.Leader, token string) {
+func (u *unit) stop(observer *clientv3.Client, url string, first etcdlease.Leader, token string) {
 	t := u.t
 	t.Helper()
 	tokens := map[string]int64{first.Job: first.Token}
@@ -470,11 +471,11 @@ func (u *unit) stop(observer *clientv3.Client, url string, first leadership.Lead
 
 // settled waits until each instance leads one of the two jobs (the
 // scheduler spreads singletons over instances) and returns the unit's.
-func settled(t *testing.T, observer *clientv3.Client) leadership.Leader {
+func settled(t *testing.T, observer *clientv3.Client) etcdlease.Leader {
 	t.Helper()
-	var mine leadership.Leader
+	var mine etcdlease.Leader
 	eventually(t, "each instance leading one job", func() bool {
-		ls, err := leadership.Leaders(context.Background(), observer, testPrefix)
+		ls, err := etcdlease.NewCluster(observer, testPrefix).Leaders(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -551,7 +552,7 @@ func unitStarted(e systemdtest.Entry) bool { return e.PID == 1 && e.MessageID ==
 
 // termSeen is the first new term of a job after some token, as a watch saw it.
 type termSeen struct {
-	leader       leadership.Leader
+	leader       etcdlease.Leader
 	seen         time.Time
 	revokedFirst bool // the old leader key was deleted before the new term
 }
@@ -567,7 +568,7 @@ func watchTerms(t *testing.T, cli *clientv3.Client, job string) *termWatch {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	return &termWatch{cli: cli, job: job, events: cli.Watch(ctx, leadership.LeaderKey(testPrefix, job))}
+	return &termWatch{cli: cli, job: job, events: cli.Watch(ctx, layout.LeaderKey(testPrefix, job))}
 }
 
 // next waits for a term other than token.
@@ -583,7 +584,7 @@ func (w *termWatch) next(t *testing.T, token int64) termSeen {
 					s.revokedFirst = true
 					continue
 				}
-				l, ok, err := leadership.Observe(context.Background(), w.cli, testPrefix, w.job)
+				l, ok, err := etcdlease.NewCluster(w.cli, testPrefix).LeaderKey(context.Background(), w.job)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -601,13 +602,17 @@ func (w *termWatch) next(t *testing.T, token int64) termSeen {
 // instanceLease is the lease of instance's registration (0: none).
 func instanceLease(t *testing.T, cli *clientv3.Client, instance string) clientv3.LeaseID {
 	t.Helper()
-	regs, err := leadership.Instances(context.Background(), cli, testPrefix)
+	regs, err := etcdlease.NewCluster(cli, testPrefix).Instances(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range regs {
 		if r.Instance == instance {
-			return clientv3.LeaseID(r.Lease)
+			id, err := strconv.ParseInt(r.Lease, 16, 64)
+			if err != nil {
+				t.Fatalf("%s's lease %q: %v", instance, r.Lease, err)
+			}
+			return clientv3.LeaseID(id)
 		}
 	}
 	return 0

@@ -13,7 +13,7 @@ import (
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/fencing"
 	"github.com/snip/snip-jobs/jobs/weeklyreport"
-	"github.com/snip/snip-jobs/leadership"
+	"github.com/snip/snip-jobs/leadership/etcdlease"
 	"github.com/snip/snip-jobs/scheduler"
 	"github.com/snip/snip-jobs/testbench/benchtest"
 	"github.com/snip/snip-jobs/testbench/jobtest"
@@ -175,7 +175,7 @@ func TestAfterARebuildInLeaderModeTheLeaderTakesANewTermAndCarriesOn(t *testing.
 
 	run, err := weeklyreport.RebuildRun(context.Background(), weeklyreport.RebuildConfig{Pool: c.DB, Job: job, Week: week,
 		Operator: "operator@test", LeaderToken: func(ctx context.Context) (int64, error) {
-			return leadership.FreshToken(ctx, c.Obs, c.Prefix)
+			return etcdlease.NewCluster(c.Obs, c.Prefix).FreshToken(ctx, "")
 		}})
 	if err != nil {
 		t.Fatal(err)
@@ -183,7 +183,7 @@ func TestAfterARebuildInLeaderModeTheLeaderTakesANewTermAndCarriesOn(t *testing.
 	if err := weeklyreport.Rebuild(context.Background(), run, week); err != nil {
 		t.Fatalf("Rebuild: %v", err)
 	}
-	var next leadership.Leader
+	var next etcdlease.Leader
 	c.WaitKeys("a term newer than the rebuild", func() bool {
 		l, ok := c.Leader(jobName)
 		next = l

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
+	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/leadership/kubelease"
 	"github.com/snip/snip-jobs/testbench/benchtest"
 )
@@ -97,14 +98,13 @@ func benchNamespace(b *testing.B) string {
 
 // benchKubelease starts a leader of every job and a follower waiting for each.
 func benchKubelease(b *testing.B, ns string, benchJobs int) (stop func()) {
-	var sessions []*kubelease.Session
+	var sessions []*leadership.Session
 	for _, name := range []string{"leader", "follower"} {
 		cs, err := kubernetes.NewForConfig(api.Config())
 		if err != nil {
 			b.Fatal(err)
 		}
-		s, err := kubelease.NewSession(kubelease.Config{Client: cs.CoordinationV1(), Namespace: ns, Instance: name,
-			TTL: 15 * time.Second, Margin: 5 * time.Second, RenewInterval: 2 * time.Second})
+		s, err := kubelease.NewSession(kubelease.Config{Client: cs.CoordinationV1(), Namespace: ns, Config: leadership.Config{Instance: name, TTL: 15 * time.Second, Margin: 5 * time.Second, RenewInterval: 2 * time.Second}})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -4,14 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
+	"sync"
+	"sync/atomic"
 	"time"
 
-	"k8s.io/apimachinery/pkg/util/validation"
 	coordclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 
 	"github.com/snip/snip-jobs/leadership"
-	"github.com/snip/snip-jobs/leadership/internal/deadline"
 	"github.com/snip/snip-jobs/leadership/kubelease/layout"
 )
 
@@ -19,10 +18,10 @@ import (
 const (
 	DefaultNamespace = "default"
 	DefaultPrefix    = layout.DefaultPrefix
-	DefaultTTL       = 10 * time.Second
 )
 
-// Config configures a Session. Zero fields take the defaults noted on each.
+// Config configures a session on Kubernetes Leases. Zero fields take the
+// defaults noted on each.
 type Config struct {
 	// Client talks to the API server. Required. It needs get, list, watch,
 	// create, update and delete on coordination.k8s.io Leases in Namespace.
@@ -40,89 +39,96 @@ type Config struct {
 	// jobs.snip.dev/set label, so that several deployments can share a
 	// namespace (default "snip-jobs").
 	Prefix string
-	// Instance names this process among its peers. Required. With Prefix it
-	// must make a valid Lease name (lower-case letters, digits, '-', '.').
-	Instance string
-	// Host is the machine's name, for people (default os.Hostname()).
-	Host string
-	// TTL is the instance Lease's duration (leaseDurationSeconds): how long
-	// a peer must see it unchanged before it judges this instance gone.
-	// Whole seconds, at least 1 s (default 10 s).
-	TTL time.Duration
-	// Margin: how long before a peer could judge this instance gone the
-	// session stops treating its terms as valid (default 3/10 of TTL). It
-	// absorbs the difference in rate between this host's monotonic clock
-	// and a peer's over one TTL.
-	Margin time.Duration
-	// RenewInterval is the time between renewals of the instance Lease
-	// (default TTL/3). 2×RenewInterval < TTL − Margin.
-	RenewInterval time.Duration
-	// Logger receives the session's logs (default: discard).
-	Logger *slog.Logger
+	// Config is the instance's name and the timing. The TTL is the instance
+	// Lease's duration (leaseDurationSeconds): how long a peer must see it
+	// unchanged before it judges this instance gone. The margin absorbs the
+	// difference in rate between this host's monotonic clock and a peer's
+	// over one TTL. With Prefix, the instance's name must make a valid Lease
+	// name (lower-case letters, digits, '-', '.').
+	leadership.Config
 }
 
-func (c Config) withDefaults() (Config, error) {
-	var errs []error
+// NewSession validates cfg and starts a session on Kubernetes Leases in the
+// background: it takes the instance Lease and renews it until Close.
+// WaitReady waits for it.
+func NewSession(cfg Config) (*leadership.Session, error) { return leadership.Start(newStore(cfg)) }
+
+// newStore validates cfg, reporting every problem at once, and makes the
+// store a session runs on; its observer starts with the session's first lease.
+func newStore(cfg Config) (*store, error) {
+	c, err := cfg.Config.WithDefaults()
+	errs := []error{err}
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	if c.Client == nil {
+	if cfg.Client == nil {
 		bad("kubelease: Client is required")
-	} else if rl := c.Client.RESTClient().GetRateLimiter(); rl != nil {
+	} else if rl := cfg.Client.RESTClient().GetRateLimiter(); rl != nil {
 		bad("kubelease: the client is rate-limited to %g requests/s: the instance Lease's renewals would queue behind "+
 			"campaigns and miss their deadline; build it from a rest.Config with QPS: -1", rl.QPS())
 	}
-	if c.Namespace == "" {
-		c.Namespace = DefaultNamespace
+	if cfg.Namespace == "" {
+		cfg.Namespace = DefaultNamespace
 	}
-	if c.Prefix == "" {
-		c.Prefix = DefaultPrefix
+	if cfg.Prefix == "" {
+		cfg.Prefix = DefaultPrefix
 	}
-	if c.Instance == "" {
-		bad("kubelease: Instance is required (a name unique among the servers, e.g. the host name)")
-	} else if err := layout.CheckInstance(c.Prefix, c.Instance); err != nil {
-		errs = append(errs, err)
+	if c.Instance != "" {
+		errs = append(errs, layout.CheckInstance(cfg.Prefix, c.Instance))
 	}
-	if msgs := validation.IsDNS1123Label(c.Namespace); len(msgs) > 0 {
-		bad("kubelease: namespace %q: %v", c.Namespace, msgs)
+	errs = append(errs, layout.CheckNamespace(cfg.Namespace), layout.CheckPrefix(cfg.Prefix))
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
-	if msgs := validation.IsValidLabelValue(c.Prefix); len(msgs) > 0 {
-		bad("kubelease: prefix %q is the value of a label: %v", c.Prefix, msgs)
-	}
-	if c.Host == "" {
-		c.Host, _ = os.Hostname()
-	}
-	if c.TTL == 0 {
-		c.TTL = DefaultTTL
-	}
-	if c.Margin == 0 {
-		c.Margin = c.TTL * 3 / 10
-	}
-	if c.RenewInterval == 0 {
-		c.RenewInterval = c.TTL / 3
-	}
-	if c.TTL < time.Second || c.TTL%time.Second != 0 {
-		bad("kubelease: TTL %v must be a whole number of seconds, at least 1 s (leaseDurationSeconds)", c.TTL)
-	}
-	for _, msg := range deadline.CheckRoom(c.TTL, c.Margin, c.RenewInterval, "renewals") {
-		bad("kubelease: %s", msg)
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	return c, errors.Join(errs...)
+	cfg.Config = c
+	st := &store{cfg: cfg, log: c.Logger.With("instance", c.Instance), base: time.Now(), leases: cfg.Client.Leases(cfg.Namespace)}
+	st.obs = newObserver(st)
+	return st, nil
 }
+
+// store is the Kubernetes backend's leadership.Store: the set's Leases in
+// one namespace, followed by one observer.
+type store struct {
+	cfg    Config
+	log    *slog.Logger
+	base   time.Time // monotonic origin of the observer's instants
+	leases coordclient.LeaseInterface
+	obs    *observer
+	// obsOnce starts the observer with the session's first lease, on the
+	// session's context.
+	obsOnce sync.Once
+
+	// expired counts peers' instance Leases this store marked expired after
+	// seeing them unchanged for their duration (to take a job they held).
+	expired atomic.Int64
+	// afterWin, when set by a test, runs between the API server's answer to
+	// a winning write and the session's deadline check: a pause at the
+	// worst moment.
+	afterWin func()
+}
+
+var _ leadership.Store = (*store)(nil)
+
+func (st *store) Config() leadership.Config { return st.cfg.Config }
+
+// now is the store's monotonic clock, in nanoseconds since base.
+func (st *store) now() int64 { return int64(time.Since(st.base)) }
+
+// CheckJob reports a job name that cannot name a Lease or be a label value.
+func (st *store) CheckJob(job string) error { return layout.CheckJob(st.cfg.Prefix, job) }
 
 // The Lease layout (see the package comment).
 const (
 	labelRole     = "jobs.snip.dev/role" // "instance" or "job"
-	labelSet      = "jobs.snip.dev/set"  // Prefix
+	labelSet      = layout.LabelSet      // Prefix
 	labelName     = "jobs.snip.dev/name" // the instance's or the job's name
 	annToken      = "jobs.snip.dev/token"
 	annInstance   = "jobs.snip.dev/instance-lease"
 	annLeaving    = "jobs.snip.dev/leaving"
 	annExpiredBy  = "jobs.snip.dev/expired-by"
 	annResign     = "jobs.snip.dev/resign-token"
-	annHost       = "jobs.snip.dev/host" // on an instance Lease, for people
-	annPID        = "jobs.snip.dev/pid"  // on an instance Lease, for people
+	annHost       = "jobs.snip.dev/host"       // on an instance Lease: the process, for people and death reclaim
+	annPID        = "jobs.snip.dev/pid"        // ditto
+	annProcStart  = "jobs.snip.dev/proc-start" // ditto: its start time (ticks since boot)
+	annPIDNS      = "jobs.snip.dev/pid-ns"     // ditto: its PID namespace
 	roleInstance  = "instance"
 	roleJob       = "job"
 	leavingMarker = "true"
@@ -138,12 +144,4 @@ func (c Config) selector(role string) string {
 }
 
 // setSelector selects every Lease of the set, instance and job Leases.
-func (c Config) setSelector() string { return labelSet + "=" + c.Prefix }
-
-// leadershipConfig is the timing and naming the scheduler reads.
-func (c Config) leadershipConfig() leadership.Config {
-	return leadership.Config{
-		Prefix: c.Prefix, Instance: c.Instance, Host: c.Host,
-		TTL: c.TTL, Margin: c.Margin, RenewInterval: c.RenewInterval, Logger: c.Logger,
-	}
-}
+func (c Config) setSelector() string { return layout.SetSelector(c.Prefix) }

@@ -4,8 +4,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/leadership/internal/conformance"
-	"github.com/snip/snip-jobs/leadership/kubelease"
 )
 
 // The guarantee's tests shared with the etcd backend (package conformance),
@@ -25,9 +25,9 @@ func TestTheGuarantee(t *testing.T) {
 		}
 		return namespaces[t.Name()]
 	}
-	conformance.Run(t, conformance.Backend[*kubelease.Term]{
+	conformance.Run(t, conformance.Backend{
 		Margin: margin,
-		Start: func(t *testing.T, instance string) (conformance.Session[*kubelease.Term], func()) {
+		Start: func(t *testing.T, instance string) (*leadership.Session, func()) {
 			var c cut
 			s := start(t, api, nsOf(t), instance, cutBy(&c))
 			return s, func() { c.on.Store(true) }

@@ -1,8 +1,8 @@
-// Package kubelease is a second leadership backend: the terms of package
-// leadership (a token, a monotonic deadline, a context that ends with the
-// term, a cheap Valid) on coordination.k8s.io/v1 Leases, for deployments
-// that have a Kubernetes API server and no etcd of their own. A *Session
-// satisfies scheduler.Backend[*Term].
+// Package kubelease keeps package leadership's terms (a token, a monotonic
+// deadline, a context that ends with the term, a cheap Valid) on
+// coordination.k8s.io/v1 Leases, for deployments that have a Kubernetes API
+// server and no etcd of their own. NewSession returns a *leadership.Session
+// on a Lease store; NewCluster what an operator's command reads and asks.
 //
 // Layout, in one namespace, every Lease labelled jobs.snip.dev/set=<prefix>:
 //
@@ -11,16 +11,17 @@
 //     "<instance>/<random>", new for each incarnation (the etcd backend's
 //     lease ID); renewTime is bumped every renew interval by an update
 //     under the resourceVersion last written. O(1) writes per process,
-//     whatever the number of jobs. Annotations jobs.snip.dev/host and
-//     jobs.snip.dev/pid say where it runs, for people.
+//     whatever the number of jobs. Annotations jobs.snip.dev/host, /pid,
+//     /proc-start and /pid-ns name the process, for people and for death
+//     reclaim.
 //   - <prefix>-job-<job> (jobs.snip.dev/role=job): holderIdentity names the
 //     incarnation that leads the job, annotation jobs.snip.dev/instance-lease
 //     its instance Lease, and annotation jobs.snip.dev/token the fencing
 //     token. Written only when a term starts or resigns, and patched by an
 //     operator's resign request (annotation jobs.snip.dev/resign-token).
 //
-// Reading without a session (snip-jobs status, resign): ReadSet lists the
-// set's Leases once; a job's leader is its job Lease's holder while that
+// Reading without a session (snip-jobs status, resign): Cluster.ReadSet
+// lists the set's Leases once; a job's leader is its job Lease's holder while that
 // holder's instance Lease names it too. Whether that holder still renews,
 // a one-shot read cannot judge as peers do (unchanged for the duration on
 // their own clock): it gets renewTime, the holder's wall clock.
@@ -80,10 +81,13 @@
 //     clients' monotonic clocks (holder's and candidate's) rather than on the
 //     holder's and etcd's. Wall-clock renewTime is written for people and
 //     client-go tools, never read.
-//   - A crashed process is replaced only after a peer has seen its instance
-//     Lease unchanged for the TTL: there is no death reclaim (leadership's
-//     Reclaim by PID) yet, and a restarted process waits out its own
-//     predecessor.
+//   - A crashed process is replaced after a peer has seen its instance
+//     Lease unchanged for the TTL, unless its host proves it gone first:
+//     leadership.Reclaim (systemd's ExecStopPost=) deletes its instance
+//     Lease under a precondition that it still names that incarnation, and
+//     a restarted process of the same instance on the same host takes over
+//     its dead predecessor's at once. Proof needs the host, the PID and
+//     its start time in one PID namespace, as on etcd.
 //   - The API server stores Leases in its own etcd; compare-and-swap on
 //     resourceVersion and reads without a resourceVersion are linearizable
 //     there. An API server restart or an etcd election beneath it delays

@@ -41,13 +41,14 @@ func TestAJobLeaseRewrittenUnderATermEndsIt(t *testing.T) {
 func TestHoldbackRunsBeforeEveryAttempt(t *testing.T) {
 	t.Parallel()
 	ns := namespace(t, api)
-	a, b := start(t, api, ns, "a"), start(t, api, ns, "b")
+	a := start(t, api, ns, "a")
+	b, bst := startStore(t, api, ns, "b")
 	ta := won(t, campaign(a, "report"))
 	// Otherwise b's first attempt may write against a Lease it has not seen
 	// taken, lose, and (rightly) hold back again.
 	seen, cancel := context.WithTimeout(t.Context(), benchtest.Patience)
 	defer cancel()
-	if err := kubelease.WaitHeldSeen(seen, b, "report"); err != nil {
+	if err := bst.WaitHeldSeen(seen, "report"); err != nil {
 		t.Fatal(err)
 	}
 	var calls atomic.Int64
@@ -82,9 +83,9 @@ func TestAWinAnsweredAfterTheDeadlineYieldsNoTerm(t *testing.T) {
 	t.Parallel()
 	ns := namespace(t, api)
 	var c cut
-	a := start(t, api, ns, "a", cutBy(&c))
+	a, ast := startStore(t, api, ns, "a", cutBy(&c))
 	var paused atomic.Bool
-	kubelease.SetAfterWin(a, func() {
+	ast.SetAfterWin(func() {
 		if paused.Swap(true) {
 			return
 		}

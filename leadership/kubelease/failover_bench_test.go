@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
+	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/leadership/kubelease"
 )
 
@@ -53,7 +54,7 @@ func benchHandOver(b *testing.B, kind string) {
 func handOverKubelease(b *testing.B, crash bool) time.Duration {
 	ns := benchNamespace(b)
 	var c cut
-	mk := func(name string, wrap bool) *kubelease.Session {
+	mk := func(name string, wrap bool) *leadership.Session {
 		rc := api.Config()
 		if wrap {
 			rc.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return cutTransport{rt, &c} }
@@ -62,7 +63,7 @@ func handOverKubelease(b *testing.B, crash bool) time.Duration {
 		if err != nil {
 			b.Fatal(err)
 		}
-		s, err := kubelease.NewSession(kubelease.Config{Client: cs.CoordinationV1(), Namespace: ns, Instance: name, TTL: ttl, Margin: margin, RenewInterval: 500 * time.Millisecond})
+		s, err := kubelease.NewSession(kubelease.Config{Client: cs.CoordinationV1(), Namespace: ns, Config: leadership.Config{Instance: name, TTL: ttl, Margin: margin, RenewInterval: 500 * time.Millisecond}})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/leadership/kubelease"
 	"github.com/snip/snip-jobs/testbench/benchtest"
 	"github.com/snip/snip-jobs/testbench/kubetest"
@@ -84,21 +85,32 @@ func asToken(token string) sessionOpt {
 	return func(_ *kubelease.Config, rc *rest.Config) { rc.BearerToken = token }
 }
 
+// withHost names the session's host (another host's process, as far as
+// death reclaim can tell).
+func withHost(h string) sessionOpt { return func(c *kubelease.Config, _ *rest.Config) { c.Host = h } }
+
 func withTTL(ttl, margin, renew time.Duration) sessionOpt {
 	return func(c *kubelease.Config, _ *rest.Config) { c.TTL, c.Margin, c.RenewInterval = ttl, margin, renew }
 }
 
 // start starts a session of instance on srv in ns, ready, closed at the end.
-func start(t *testing.T, srv *kubetest.Server, ns, instance string, opts ...sessionOpt) *kubelease.Session {
+func start(t *testing.T, srv *kubetest.Server, ns, instance string, opts ...sessionOpt) *leadership.Session {
+	t.Helper()
+	s, _ := startStore(t, srv, ns, instance, opts...)
+	return s
+}
+
+// startStore is start, with the session's store.
+func startStore(t *testing.T, srv *kubetest.Server, ns, instance string, opts ...sessionOpt) (*leadership.Session, *kubelease.Store) {
 	t.Helper()
 	rc := srv.Config()
-	cfg := kubelease.Config{Namespace: ns, Instance: instance, TTL: ttl, Margin: margin, RenewInterval: renew,
-		Logger: benchtest.Logger(t).With("session", instance)}
+	cfg := kubelease.Config{Namespace: ns, Config: leadership.Config{Instance: instance, TTL: ttl, Margin: margin, RenewInterval: renew,
+		Logger: benchtest.Logger(t).With("session", instance)}}
 	for _, o := range opts {
 		o(&cfg, rc)
 	}
 	cfg.Client = clientset(t, rc).CoordinationV1()
-	s, err := kubelease.NewSession(cfg)
+	s, st, err := kubelease.NewTestSession(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,11 +124,11 @@ func start(t *testing.T, srv *kubetest.Server, ns, instance string, opts ...sess
 	if err := s.WaitReady(ctx); err != nil {
 		t.Fatalf("session %s: %v", instance, err)
 	}
-	return s
+	return s, st
 }
 
 // campaign runs Campaign on its own goroutine; the term (or error) arrives on the channel.
-func campaign(s *kubelease.Session, job string) <-chan result {
+func campaign(s *leadership.Session, job string) <-chan result {
 	ch := make(chan result, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), benchtest.Patience)
@@ -128,11 +140,11 @@ func campaign(s *kubelease.Session, job string) <-chan result {
 }
 
 type result struct {
-	t   *kubelease.Term
+	t   *leadership.Term
 	err error
 }
 
-func won(t *testing.T, ch <-chan result) *kubelease.Term {
+func won(t *testing.T, ch <-chan result) *leadership.Term {
 	t.Helper()
 	r := <-ch
 	if r.err != nil {
@@ -142,14 +154,14 @@ func won(t *testing.T, ch <-chan result) *kubelease.Term {
 }
 
 // waitWaiting waits until s has a campaign waiting for another holder to go.
-func waitWaiting(t *testing.T, s *kubelease.Session) {
+func waitWaiting(t *testing.T, s *leadership.Session) {
 	t.Helper()
 	benchtest.WaitChange(t, "a campaign of "+s.Instance()+" waiting for the holder", s.StatsChanged,
 		func() bool { return s.Stats().Waiting > 0 })
 }
 
 // waitEnded waits for the term's context to end.
-func waitEnded(t *testing.T, term *kubelease.Term) {
+func waitEnded(t *testing.T, term *leadership.Term) {
 	t.Helper()
 	select {
 	case <-term.Context().Done():

@@ -10,15 +10,16 @@ import (
 	"github.com/snip/snip-jobs/testbench/benchtest"
 )
 
-// A process restarted under the same instance name while its predecessor's
-// instance Lease is still held takes that Lease only after seeing it
+// A process started under the same instance name while its predecessor's
+// instance Lease is still held, and whose host cannot prove the predecessor
+// gone (here: another host's), takes that Lease only after seeing it
 // unchanged for its duration; the predecessor's term had stopped being valid
-// before, and the restarted process then takes the job at once.
-func TestARestartedProcessWaitsOutItsPredecessor(t *testing.T) {
+// before, and the new process then takes the job at once.
+func TestARestartedProcessWaitsOutAPredecessorItCannotProveGone(t *testing.T) {
 	t.Parallel()
 	ns := namespace(t, api)
 	var c cut
-	old := start(t, api, ns, "a", cutBy(&c))
+	old := start(t, api, ns, "a", cutBy(&c), withHost("host-old"))
 	told := won(t, campaign(old, "sweep"))
 	c.on.Store(true) // crashed
 	fresh := start(t, api, ns, "a")
@@ -38,28 +39,34 @@ func TestARestartedProcessWaitsOutItsPredecessor(t *testing.T) {
 	}
 }
 
-// A second live process with the same instance name sees the Lease renewed
-// while it waits, and stops with a DuplicateInstanceError; the first keeps
-// its term.
+// A second live process with the same instance name stops with a
+// DuplicateInstanceError, and the first keeps its term: at once when the
+// first is a running process of the same host (its annotations say so), or
+// once it sees the Lease renewed while it waits, when it is another host's.
 func TestASecondLiveProcessWithTheSameNameStops(t *testing.T) {
 	t.Parallel()
-	ns := namespace(t, api)
-	first := start(t, api, ns, "a")
-	term := won(t, campaign(first, "sweep"))
-	second, err := kubelease.NewSession(kubelease.Config{Client: clientset(t, api.Config()).CoordinationV1(), Namespace: ns, Instance: "a",
-		TTL: ttl, Margin: margin, RenewInterval: renew, Logger: benchtest.Logger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer second.Close(context.Background())
-	ctx, cancel := context.WithTimeout(context.Background(), benchtest.Patience)
-	defer cancel()
-	err = second.WaitReady(ctx)
-	var dup *kubelease.DuplicateInstanceError
-	if !errors.As(err, &dup) {
-		t.Fatalf("the second process: %v, want a DuplicateInstanceError", err)
-	}
-	if !term.Valid() {
-		t.Error("the first process's term ended")
+	for _, host := range []string{"", "host-other"} {
+		t.Run("host="+host, func(t *testing.T) {
+			t.Parallel()
+			ns := namespace(t, api)
+			first := start(t, api, ns, "a")
+			term := won(t, campaign(first, "sweep"))
+			second, err := kubelease.NewSession(kubelease.Config{Client: clientset(t, api.Config()).CoordinationV1(), Namespace: ns,
+				Config: leadership.Config{Instance: "a", Host: host, TTL: ttl, Margin: margin, RenewInterval: renew, Logger: benchtest.Logger(t)}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer second.Close(context.Background())
+			ctx, cancel := context.WithTimeout(context.Background(), benchtest.Patience)
+			defer cancel()
+			err = second.WaitReady(ctx)
+			var dup *kubelease.DuplicateInstanceError
+			if !errors.As(err, &dup) || !errors.Is(err, leadership.ErrDuplicateInstance) {
+				t.Fatalf("the second process: %v, want a DuplicateInstanceError", err)
+			}
+			if !term.Valid() {
+				t.Error("the first process's term ended")
+			}
+		})
 	}
 }

@@ -9,20 +9,18 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/klog/v2"
 
-	"github.com/snip/snip-jobs/leadership/kubelease"
-	"github.com/snip/snip-jobs/scheduler"
 	"github.com/snip/snip-jobs/testbench/benchtest"
 	"github.com/snip/snip-jobs/testbench/kubetest"
 )
-
-// The seam: a kubelease session is a scheduler backend.
-var _ scheduler.Backend[*kubelease.Term] = (*kubelease.Session)(nil)
 
 // api is the kube-apiserver shared by the tests that do not restart it;
 // each test works in a namespace of its own.
 var api *kubetest.Server
 
 func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		os.Exit(childMain())
+	}
 	// client-go's leaderelection (the benchmarks' baseline) logs through klog.
 	klog.SetLogger(logr.Discard())
 	benchtest.MostlyWaiting(4) // sessions waiting out Lease durations

@@ -29,7 +29,7 @@ import (
 // safe to judge late, and every write made on that judgement carries the
 // resourceVersion read as its precondition.
 type observer struct {
-	s      *Session
+	st     *store
 	synced chan struct{} // closed after the first list
 	once   sync.Once
 
@@ -44,27 +44,27 @@ type seen struct {
 	seenAt int64
 }
 
-func newObserver(s *Session) *observer {
-	return &observer{s: s, synced: make(chan struct{}), m: map[string]seen{}, byName: map[string]*notify.Notifier{}}
+func newObserver(st *store) *observer {
+	return &observer{st: st, synced: make(chan struct{}), m: map[string]seen{}, byName: map[string]*notify.Notifier{}}
 }
 
 // run lists and then watches until ctx ends; a broken watch is followed by a
 // fresh list (retried at a quarter of the renew interval while the API
 // server does not answer).
 func (o *observer) run(ctx context.Context) {
-	sel := o.s.cfg.setSelector()
+	sel := o.st.cfg.setSelector()
 	for ctx.Err() == nil {
-		list, err := o.s.leases.List(ctx, metav1.ListOptions{LabelSelector: sel})
+		list, err := o.st.leases.List(ctx, metav1.ListOptions{LabelSelector: sel})
 		if err != nil {
-			o.s.log.Debug("list of the set's Leases failed; retrying", "err", err)
-			sleep.For(ctx, o.s.cfg.RenewInterval/4)
+			o.st.log.Debug("list of the set's Leases failed; retrying", "err", err)
+			sleep.For(ctx, o.st.cfg.RenewInterval/4)
 			continue
 		}
 		o.replace(list.Items)
 		o.once.Do(func() { close(o.synced) })
-		w, err := o.s.leases.Watch(ctx, metav1.ListOptions{LabelSelector: sel, ResourceVersion: list.ResourceVersion})
+		w, err := o.st.leases.Watch(ctx, metav1.ListOptions{LabelSelector: sel, ResourceVersion: list.ResourceVersion})
 		if err != nil {
-			sleep.For(ctx, o.s.cfg.RenewInterval/4)
+			sleep.For(ctx, o.st.cfg.RenewInterval/4)
 			continue
 		}
 		o.follow(w)
@@ -103,7 +103,7 @@ func (o *observer) put(l *coordv1.Lease) {
 	if cur, ok := o.m[l.Name]; ok && cur.lease.ResourceVersion == l.ResourceVersion {
 		return
 	}
-	o.m[l.Name] = seen{lease: l.DeepCopy(), seenAt: o.s.now()}
+	o.m[l.Name] = seen{lease: l.DeepCopy(), seenAt: o.st.now()}
 	o.notifyLocked(l.Name)
 }
 
@@ -165,7 +165,7 @@ func (o *observer) lease(name string) (*coordv1.Lease, <-chan struct{}) {
 // held, not leaving, and seen changed within their duration. It also says
 // when the next of them goes stale (0: none) and gives the change channel.
 func (o *observer) up() (map[string]string, time.Duration, <-chan struct{}) {
-	now := o.s.now()
+	now := o.st.now()
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	ch := o.all.Wait()
@@ -176,7 +176,7 @@ func (o *observer) up() (map[string]string, time.Duration, <-chan struct{}) {
 			continue
 		}
 		h := holderOf(st.lease)
-		stale := time.Duration(st.seenAt + int64(o.s.durationOf(st.lease)) - now)
+		stale := time.Duration(st.seenAt + int64(o.st.durationOf(st.lease)) - now)
 		if h == "" || st.lease.Annotations[annLeaving] != "" || stale <= 0 {
 			continue
 		}
@@ -193,11 +193,11 @@ func (o *observer) up() (map[string]string, time.Duration, <-chan struct{}) {
 // Lease is held, not marked leaving (Deregister), and this session has seen
 // it renewed within its duration. It reads the observer's watch: no request
 // of its own.
-func (s *Session) WatchInstances(ctx context.Context, f func(names []string)) {
+func (st *store) WatchInstances(ctx context.Context, f func(names []string)) {
 	var last []string
 	first := true
 	for ctx.Err() == nil {
-		up, next, ch := s.obs.up()
+		up, next, ch := st.obs.up()
 		names := make([]string, 0, len(up))
 		for n := range up {
 			names = append(names, n)
@@ -239,9 +239,9 @@ func equal(a, b []string) bool {
 // ClusterLoad counts the terms each instance that is up leads: one list of
 // the job Leases, matched against the instances the observer sees up (a job
 // Lease counts for an instance when it names that instance's current holder).
-func (s *Session) ClusterLoad(ctx context.Context) (map[string]int, error) {
-	up, _, _ := s.obs.up()
-	list, err := s.leases.List(ctx, metav1.ListOptions{LabelSelector: s.cfg.selector(roleJob)})
+func (st *store) ClusterLoad(ctx context.Context) (map[string]int, error) {
+	up, _, _ := st.obs.up()
+	list, err := st.leases.List(ctx, metav1.ListOptions{LabelSelector: st.cfg.selector(roleJob)})
 	if err != nil {
 		return nil, fmt.Errorf("kubelease: cluster load: %w", err)
 	}

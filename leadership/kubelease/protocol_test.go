@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/leadership/kubelease"
 	"github.com/snip/snip-jobs/testbench/benchtest"
 )
@@ -89,7 +90,7 @@ func TestAResignRequestReachesTheWatcher(t *testing.T) {
 	admin := clientset(t, api.Config())
 	// Pending requests are delivered too, so this one arrives whether the
 	// watcher had started or not.
-	if err := kubelease.RequestResign(ctx, admin.CoordinationV1(), ns, kubelease.DefaultPrefix, "certs", term.Token()); err != nil {
+	if err := kubelease.NewCluster(admin.CoordinationV1(), ns, kubelease.DefaultPrefix).RequestResign(ctx, "certs", term.Token()); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -105,7 +106,7 @@ func TestAResignRequestReachesTheWatcher(t *testing.T) {
 // Bad names and timing are reported together, each naming what is wrong.
 func TestConfigErrorsNameWhatIsWrong(t *testing.T) {
 	t.Parallel()
-	_, err := kubelease.NewSession(kubelease.Config{Instance: "Server_1", Namespace: "Bad NS", TTL: 1500 * time.Millisecond})
+	_, err := kubelease.NewSession(kubelease.Config{Namespace: "Bad NS", Config: leadership.Config{Instance: "Server_1", TTL: 1500 * time.Millisecond}})
 	if err == nil {
 		t.Fatal("a bad config was accepted")
 	}
@@ -115,18 +116,17 @@ func TestConfigErrorsNameWhatIsWrong(t *testing.T) {
 		}
 	}
 	// One lost renewal must not end the terms: two renewals fit before the deadline.
-	_, err = kubelease.NewSession(kubelease.Config{Client: clientset(t, api.Config()).CoordinationV1(), Instance: "ok",
-		TTL: 3 * time.Second, Margin: time.Second, RenewInterval: time.Second})
-	if err == nil || !strings.Contains(err.Error(), "renew interval 1s leaves room for fewer than two renewals") {
+	_, err = kubelease.NewSession(kubelease.Config{Client: clientset(t, api.Config()).CoordinationV1(), Config: leadership.Config{Instance: "ok", TTL: 3 * time.Second, Margin: time.Second, RenewInterval: time.Second}})
+	if err == nil || !strings.Contains(err.Error(), "renew interval 1s leaves room for fewer than two keep-alives") {
 		t.Errorf("a renew interval of half the room: %v", err)
 	}
 	throttled := api.Config()
 	throttled.QPS = 0 // client-go's default: 5 requests/s
-	_, err = kubelease.NewSession(kubelease.Config{Client: clientset(t, throttled).CoordinationV1(), Instance: "ok"})
+	_, err = kubelease.NewSession(kubelease.Config{Client: clientset(t, throttled).CoordinationV1(), Config: leadership.Config{Instance: "ok"}})
 	if err == nil || !strings.Contains(err.Error(), "rate-limited to 5 requests/s") {
 		t.Errorf("a rate-limited client: %v", err)
 	}
-	s, err := kubelease.NewSession(kubelease.Config{Client: clientset(t, api.Config()).CoordinationV1(), Instance: "ok"})
+	s, err := kubelease.NewSession(kubelease.Config{Client: clientset(t, api.Config()).CoordinationV1(), Config: leadership.Config{Instance: "ok"}})
 	if err != nil {
 		t.Fatal(err)
 	}

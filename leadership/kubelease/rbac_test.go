@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/leadership/kubelease"
 	"github.com/snip/snip-jobs/testbench/benchtest"
 	"github.com/snip/snip-jobs/testbench/kubetest"
@@ -83,12 +84,12 @@ func allow(t *testing.T, admin *kubernetes.Clientset, ns, user string, verbs ...
 
 // operatorResigns reads the leader of report (b's term tb) as the operator
 // and has it resign to a, which is campaigning.
-func operatorResigns(t *testing.T, op *rest.Config, ns string, a, b *kubelease.Session, tb *kubelease.Term) {
+func operatorResigns(t *testing.T, op *rest.Config, ns string, a, b *leadership.Session, tb *leadership.Term) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), benchtest.Patience)
 	defer cancel()
 	cli := clientset(t, op).CoordinationV1()
-	set, err := kubelease.ReadSet(ctx, cli, ns, kubelease.DefaultPrefix)
+	set, err := kubelease.NewCluster(cli, ns, kubelease.DefaultPrefix).ReadSet(ctx)
 	if err != nil || len(set.Leaders) != 1 || set.Leaders[0].Instance.Instance != "b" || set.Leaders[0].Token != tb.Token() {
 		t.Fatalf("the operator's ReadSet: %+v, %v; want b leading with token %d", set, err, tb.Token())
 	}
@@ -99,8 +100,8 @@ func operatorResigns(t *testing.T, op *rest.Config, ns string, a, b *kubelease.S
 	})
 	wa := campaign(a, "report")
 	waitWaiting(t, a)
-	_, after, err := kubelease.Resign(ctx, cli, ns, kubelease.DefaultPrefix, "report")
-	if err != nil || after == nil || after.Instance.Instance != "a" {
+	_, after, err := leadership.Resign(ctx, kubelease.NewCluster(cli, ns, kubelease.DefaultPrefix), "report")
+	if err != nil || after == nil || after.Instance != "a" {
 		t.Fatalf("the operator's Resign: after %+v, %v; want a", after, err)
 	}
 	won(t, wa)

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/snip/snip-jobs/leadership/kubelease"
+	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/testbench/benchtest"
 )
 
@@ -51,7 +51,7 @@ func TestASessionWinsAHundredJobsAtOnceWithOneWatchAndKeepsItsInstanceLease(t *t
 	if n := watches() - before; n != 2 {
 		t.Errorf("%v more Lease watches open at the API server with 100 terms and 100 waiting campaigns; want 2 (one per session)", n)
 	}
-	for _, s := range []*kubelease.Session{leader, follower} {
+	for _, s := range []*leadership.Session{leader, follower} {
 		st := s.Stats()
 		ended := int64(0)
 		for _, n := range st.LeaseEnds {

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/snip/snip-jobs/leadership"
+	"github.com/snip/snip-jobs/leadership/kubelease"
 )
 
 // A resigned term's job goes to the waiting session at once: the successor
@@ -13,7 +14,8 @@ import (
 func TestResignHandsOverAtOnce(t *testing.T) {
 	t.Parallel()
 	ns := namespace(t, api)
-	a, b := start(t, api, ns, "a"), start(t, api, ns, "b")
+	a := start(t, api, ns, "a")
+	b, bst := startStore(t, api, ns, "b")
 	ta := won(t, campaign(a, "certs"))
 	wb := campaign(b, "certs")
 	waitWaiting(t, b)
@@ -27,7 +29,7 @@ func TestResignHandsOverAtOnce(t *testing.T) {
 	if tb.Started().Before(ta.EndedAt()) {
 		t.Errorf("successor started before the resigned term ended")
 	}
-	if n := b.Expired(); n != 0 {
+	if n := bst.Expired(); n != 0 {
 		t.Errorf("the successor marked %d instance Leases expired; a resign needs none", n)
 	}
 	st := a.Stats()
@@ -49,7 +51,7 @@ func TestACrashedLeaderIsReplacedOnlyAfterItsDeadline(t *testing.T) {
 	ns := namespace(t, api)
 	var c cut
 	a := start(t, api, ns, "a", cutBy(&c))
-	b := start(t, api, ns, "b")
+	b, bst := startStore(t, api, ns, "b")
 	ta := won(t, campaign(a, "aggregate"))
 	wb := campaign(b, "aggregate")
 	waitWaiting(t, b)
@@ -68,8 +70,8 @@ func TestACrashedLeaderIsReplacedOnlyAfterItsDeadline(t *testing.T) {
 	if gap := tb.Started().Sub(ta.EndedAt()); gap < margin {
 		t.Errorf("the new term started %v after the old one stopped being valid; the protocol gives at least the margin %v", gap, margin)
 	}
-	if b.Expired() != 1 {
-		t.Errorf("the survivor marked %d instance Leases expired, want 1", b.Expired())
+	if bst.Expired() != 1 {
+		t.Errorf("the survivor marked %d instance Leases expired, want 1", bst.Expired())
 	}
 }
 
@@ -84,5 +86,36 @@ func TestValidAllocatesNothing(t *testing.T) {
 	}
 	if !term.Valid() {
 		t.Error("a fresh term is not valid")
+	}
+}
+
+// An operator's fresh token (report rebuild) is the job Lease's count
+// bumped under its resourceVersion: above the current term's token, which
+// ends at once (its job Lease records a later token), and below the next
+// term's. A job never led gets the count's first value.
+func TestAFreshTokenIsAboveEveryTermsAndEndsTheCurrentOne(t *testing.T) {
+	t.Parallel()
+	ns := namespace(t, api)
+	cluster := kubelease.NewCluster(clientset(t, api.Config()).CoordinationV1(), ns, "")
+	ctx := context.Background()
+	if tok, err := cluster.FreshToken(ctx, "never"); err != nil || tok != 1 {
+		t.Fatalf("fresh token of a job never led: %d, %v; want 1", tok, err)
+	}
+	a := start(t, api, ns, "a")
+	ta := won(t, campaign(a, "report"))
+	fresh, err := cluster.FreshToken(ctx, "report")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fresh <= ta.Token() {
+		t.Fatalf("fresh token %d not above the current term's %d", fresh, ta.Token())
+	}
+	waitEnded(t, ta)
+	if ta.Reason() != leadership.ReasonKeyLost {
+		t.Errorf("the term ended %q, want %q", ta.Reason(), leadership.ReasonKeyLost)
+	}
+	next := won(t, campaign(a, "report"))
+	if next.Token() <= fresh {
+		t.Errorf("the next term's token %d is not above the fresh token %d", next.Token(), fresh)
 	}
 }

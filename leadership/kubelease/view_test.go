@@ -15,7 +15,7 @@ import (
 // readSet reads the default set of ns as an operator would (no session).
 func readSet(t *testing.T, ns string) *kubelease.LeaseSet {
 	t.Helper()
-	set, err := kubelease.ReadSet(context.Background(), clientset(t, api.Config()).CoordinationV1(), ns, kubelease.DefaultPrefix)
+	set, err := kubelease.NewCluster(clientset(t, api.Config()).CoordinationV1(), ns, kubelease.DefaultPrefix).ReadSet(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,14 +82,14 @@ func TestResignWaitsForTheNextTermAndRefusesAJobWithoutALeader(t *testing.T) {
 	next := campaign(b, "certs")
 	waitWaiting(t, b)
 	cli := clientset(t, api.Config()).CoordinationV1()
-	before, after, err := kubelease.Resign(ctx, cli, ns, kubelease.DefaultPrefix, "certs")
-	if err != nil || before.Instance.Instance != "a" || before.Token != ta.Token() || after == nil || after.Instance.Instance != "b" || after.Token != ta.Token()+1 {
+	before, after, err := leadership.Resign(ctx, kubelease.NewCluster(cli, ns, kubelease.DefaultPrefix), "certs")
+	if err != nil || before.Instance != "a" || before.Token != ta.Token() || after == nil || after.Instance != "b" || after.Token != ta.Token()+1 {
 		t.Fatalf("Resign: before %+v, after %+v, %v; want a (token %d) then b", before, after, err, ta.Token())
 	}
 	if tb := won(t, next); tb.Token() != after.Token {
 		t.Errorf("b's term has token %d, Resign saw %d", tb.Token(), after.Token)
 	}
-	if _, _, err := kubelease.Resign(ctx, cli, ns, kubelease.DefaultPrefix, "nobody"); !errors.Is(err, leadership.ErrNoLeader) {
+	if _, _, err := leadership.Resign(ctx, kubelease.NewCluster(cli, ns, kubelease.DefaultPrefix), "nobody"); !errors.Is(err, leadership.ErrNoLeader) {
 		t.Errorf("Resign of a job without a Lease: %v, want ErrNoLeader", err)
 	}
 }

@@ -10,7 +10,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/snip/snip-jobs/internal/sleep"
-	"github.com/snip/snip-jobs/leadership"
+	"github.com/snip/snip-jobs/leadership/etcdlease"
+	"github.com/snip/snip-jobs/leadership/etcdlease/layout"
 )
 
 // termEvent is a leader key appearing (a term granted) or going (resigned,
@@ -47,7 +48,7 @@ type observer struct {
 }
 
 func newObserver(ctx context.Context, cli *clientv3.Client, prefix string) (*observer, error) {
-	o := &observer{cli: cli, prefix: leadership.LeaderKey(prefix, ""), current: map[string]leader{}, changed: make(chan struct{})}
+	o := &observer{cli: cli, prefix: layout.LeaderKey(prefix, ""), current: map[string]leader{}, changed: make(chan struct{})}
 	resp, err := cli.Get(ctx, o.prefix, clientv3.WithPrefix())
 	if err != nil {
 		return nil, err
@@ -64,7 +65,7 @@ func newObserver(ctx context.Context, cli *clientv3.Client, prefix string) (*obs
 func (o *observer) job(key []byte) string { return strings.TrimPrefix(string(key), o.prefix) }
 
 func instanceOf(v []byte) string {
-	var rec leadership.LeaderRecord
+	var rec etcdlease.LeaderRecord
 	_ = json.Unmarshal(v, &rec)
 	return rec.Instance
 }

@@ -11,6 +11,8 @@ import (
 
 	"github.com/snip/snip-jobs/app/etcdlocal"
 	"github.com/snip/snip-jobs/leadership"
+	"github.com/snip/snip-jobs/leadership/etcdlease"
+	"github.com/snip/snip-jobs/leadership/etcdlease/layout"
 )
 
 // The backends the instances can keep their terms in (Config.Backend).
@@ -24,6 +26,8 @@ type leaderRef struct {
 	instance string
 	token    int64
 }
+
+func refOf(l leadership.Leader) leaderRef { return leaderRef{l.Instance, l.Token} }
 
 // leaderChange is one thing the narrator says: a leader found at the start
 // (current), a term that started, or one that is over.
@@ -50,13 +54,10 @@ type terms interface {
 	leadershipLine() string
 	// where describes the backend for the banner: a label and a line.
 	where() (label, line string)
-	leader(ctx context.Context, job string) (leaderRef, bool, error)
-	resign(ctx context.Context, job string) (before leaderRef, after *leaderRef, err error)
+	// cluster is what an operator's command reads and asks of it.
+	cluster() leadership.Cluster
 	// watch calls f for every change of leader until ctx ends.
 	watch(ctx context.Context, f func(leaderChange)) error
-	// reclaim frees what a process that exited left behind (systemd's
-	// ExecStopPost=), and says what to add to the exit's announcement.
-	reclaim(ctx context.Context, instance string) string
 	close()
 }
 
@@ -80,23 +81,11 @@ func (e *etcdTerms) where() (string, string) {
 	return "etcd", fmt.Sprintf("%s  (embedded; key prefix %s)", e.srv.Endpoint(), prefix)
 }
 
-func (e *etcdTerms) leader(ctx context.Context, job string) (leaderRef, bool, error) {
-	l, ok, err := leadership.Observe(ctx, e.cli, prefix, job)
-	return leaderRef{l.Instance, l.Token}, ok, err
-}
-
-func (e *etcdTerms) resign(ctx context.Context, job string) (leaderRef, *leaderRef, error) {
-	b, a, err := leadership.RequestResign(ctx, e.cli, prefix, job)
-	var after *leaderRef
-	if a != nil {
-		after = &leaderRef{a.Instance, a.Token}
-	}
-	return leaderRef{b.Instance, b.Token}, after, err
-}
+func (e *etcdTerms) cluster() leadership.Cluster { return etcdlease.NewCluster(e.cli, prefix) }
 
 // watch says the leaders, then every leader key created or deleted.
 func (e *etcdTerms) watch(ctx context.Context, f func(leaderChange)) error {
-	key := leadership.LeaderKey(prefix, "")
+	key := layout.LeaderKey(prefix, "")
 	resp, err := e.cli.Get(ctx, key, clientv3.WithPrefix())
 	if err != nil {
 		return err
@@ -122,24 +111,11 @@ func (e *etcdTerms) watch(ctx context.Context, f func(leaderChange)) error {
 }
 
 func leaderName(value []byte) string {
-	var rec leadership.LeaderRecord
+	var rec etcdlease.LeaderRecord
 	if err := json.Unmarshal(value, &rec); err != nil || rec.Instance == "" {
 		return "?"
 	}
 	return rec.Instance
-}
-
-// reclaim revokes the lease the process left behind, if any, so that its
-// jobs move now rather than when the lease expires.
-func (e *etcdTerms) reclaim(ctx context.Context, instance string) string {
-	got, err := leadership.Reclaim(ctx, e.cli, prefix, instance, "")
-	switch {
-	case err != nil:
-		return fmt.Sprintf(" and its lease could not be revoked (%v): its jobs move once it expires, within %v", err, e.ttl)
-	case got.Revoked:
-		return fmt.Sprintf("; revoked the lease it left (pid %d), so its jobs move now", got.Registration.PID)
-	}
-	return ""
 }
 
 func (e *etcdTerms) close() {
@@ -149,4 +125,19 @@ func (e *etcdTerms) close() {
 	if e.srv != nil {
 		e.srv.Close()
 	}
+}
+
+// reclaim does what systemd's ExecStopPost= (snip-jobs reclaim) does once
+// an instance's process has exited and been reaped: it ends the lease the
+// process left behind, if any, so that its jobs move now rather than when a
+// peer judges it gone. It says what to add to the exit's announcement.
+func reclaim(ctx context.Context, c leadership.Cluster, instance string, ttl time.Duration) string {
+	got, err := leadership.Reclaim(ctx, c, instance, "")
+	switch {
+	case err != nil:
+		return fmt.Sprintf(" and its lease could not be ended (%v): its jobs move once it expires, within %v", err, ttl)
+	case got.Revoked:
+		return fmt.Sprintf("; ended the lease it left (pid %d), so its jobs move now", got.Registration.PID)
+	}
+	return ""
 }

@@ -11,7 +11,9 @@ import (
 	coordclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 
 	"github.com/snip/snip-jobs/internal/sleep"
+	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/leadership/kubelease"
+	"github.com/snip/snip-jobs/leadership/kubelease/layout"
 	"github.com/snip/snip-jobs/testbench/kubetest"
 )
 
@@ -65,27 +67,19 @@ func (k *kubeTerms) where() (string, string) {
 	return "kubernetes", fmt.Sprintf("%s  (a local kube-apiserver; Leases %s-* in namespace %s)", k.srv.URL(), kubePrefix, kubeNamespace)
 }
 
-func (k *kubeTerms) leader(ctx context.Context, job string) (leaderRef, bool, error) {
-	l, ok, err := kubelease.ReadLeader(ctx, k.cli, kubeNamespace, kubePrefix, job)
-	return leaderRef{l.Instance.Instance, l.Token}, ok, err
+func (k *kubeTerms) cluster() leadership.Cluster { return k.lc() }
+
+func (k *kubeTerms) lc() *kubelease.Cluster {
+	return kubelease.NewCluster(k.cli, kubeNamespace, kubePrefix)
 }
 
-func (k *kubeTerms) resign(ctx context.Context, job string) (leaderRef, *leaderRef, error) {
-	b, a, err := kubelease.Resign(ctx, k.cli, kubeNamespace, kubePrefix, job)
-	var after *leaderRef
-	if a != nil {
-		after = &leaderRef{a.Instance.Instance, a.Token}
-	}
-	return leaderRef{b.Instance.Instance, b.Token}, after, err
-}
-
-// watch reads the set's leaders (kubelease.ReadSet) at every change of one
+// watch reads the set's leaders (kubelease.Cluster.ReadSet) at every change of one
 // of its Leases, and says what changed. A renewal of an instance Lease is a
 // change too: a leader whose instance Lease a peer marked expired is over.
 func (k *kubeTerms) watch(ctx context.Context, f func(leaderChange)) error {
 	var last map[string]leaderRef
 	for ctx.Err() == nil {
-		w, err := k.cli.Leases(kubeNamespace).Watch(ctx, metav1.ListOptions{LabelSelector: kubelease.SetSelector(kubePrefix)})
+		w, err := k.cli.Leases(kubeNamespace).Watch(ctx, metav1.ListOptions{LabelSelector: layout.SetSelector(kubePrefix)})
 		if err != nil {
 			sleep.For(ctx, time.Second)
 			continue
@@ -102,7 +96,7 @@ func (k *kubeTerms) watch(ctx context.Context, f func(leaderChange)) error {
 // diff reads the leaders and calls f for what differs from last (nil: the
 // first read); it returns the leaders read, or last when the read failed.
 func (k *kubeTerms) diff(ctx context.Context, last map[string]leaderRef, f func(leaderChange)) map[string]leaderRef {
-	set, _ := kubelease.ReadSet(ctx, k.cli, kubeNamespace, kubePrefix)
+	set, _ := k.lc().ReadSet(ctx)
 	if set == nil {
 		return last
 	}
@@ -124,13 +118,6 @@ func (k *kubeTerms) diff(ctx context.Context, last map[string]leaderRef, f func(
 		}
 	}
 	return now
-}
-
-// reclaim has nothing to free: the backend has no death reclaim, so a
-// killed instance's jobs move once a peer has seen its Lease unchanged for
-// the TTL.
-func (k *kubeTerms) reclaim(context.Context, string) string {
-	return fmt.Sprintf(" (no reclaim on Kubernetes: the jobs it led move once a peer has seen its instance Lease unchanged for %v)", k.ttl)
 }
 
 func (k *kubeTerms) close() {

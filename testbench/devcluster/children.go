@@ -111,14 +111,12 @@ func (ch *child) start() error {
 	return nil
 }
 
-// reclaim does what systemd's ExecStopPost= does for the service once the
-// process has exited (and been reaped): on etcd it revokes the lease the
-// process left behind, if any, so that its jobs move now rather than when
-// the lease expires. It returns what to add to the exit's announcement.
+// reclaim ends the lease the exited process left behind (package-level
+// reclaim) and returns what to add to the exit's announcement.
 func (ch *child) reclaim() string {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	return ch.c.terms.reclaim(ctx, ch.name)
+	return reclaim(ctx, ch.c.terms.cluster(), ch.name, ch.c.cfg.TTL)
 }
 
 func describeExit(err error) string {

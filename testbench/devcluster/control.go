@@ -210,7 +210,8 @@ func (c *Cluster) target(ctx context.Context, instance, job string) (*child, str
 	case job == "":
 		return nil, "", badRequest("give instance=NAME or job=NAME")
 	}
-	l, ok, err := c.terms.leader(ctx, job)
+	ld, ok, err := c.terms.cluster().Leader(ctx, job)
+	l := refOf(ld)
 	switch {
 	case err != nil:
 		return nil, "", err
@@ -254,7 +255,7 @@ func (c *Cluster) resumeAll() (string, error) {
 func (c *Cluster) resign(ctx context.Context, job string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, resignBound)
 	defer cancel()
-	before, after, err := c.terms.resign(ctx, job)
+	before, after, err := leadership.Resign(ctx, c.terms.cluster(), job)
 	if errors.Is(err, leadership.ErrNoLeader) {
 		return "", badRequest("%s has no leader now", job)
 	}
@@ -264,9 +265,9 @@ func (c *Cluster) resign(ctx context.Context, job string) (string, error) {
 	var msg string
 	switch {
 	case after == nil:
-		msg = fmt.Sprintf("%s: %s (token %d) resigned; nobody has taken it yet", job, before.instance, before.token)
+		msg = fmt.Sprintf("%s: %s (token %d) resigned; nobody has taken it yet", job, before.Instance, before.Token)
 	default:
-		msg = fmt.Sprintf("%s: %s (token %d) resigned; %s took over (token %d)", job, before.instance, before.token, after.instance, after.token)
+		msg = fmt.Sprintf("%s: %s (token %d) resigned; %s took over (token %d)", job, before.Instance, before.Token, after.Instance, after.Token)
 	}
 	c.say("dev: %s", msg)
 	return msg, nil

@@ -19,6 +19,7 @@ import (
 
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/leadership"
+	"github.com/snip/snip-jobs/leadership/etcdlease"
 	"github.com/snip/snip-jobs/scheduler"
 	"github.com/snip/snip-jobs/testbench/benchtest"
 	"github.com/snip/snip-jobs/testbench/dbtest"
@@ -96,15 +97,14 @@ func WithTTL(ttl time.Duration) Option {
 func (c *Cluster) Start(name string, reg *scheduler.Registry, jobs []configs.Job, opts ...Option) *Node {
 	c.T.Helper()
 	file := &configs.File{Instance: name, Jobs: jobs}
-	lc := leadership.Config{Prefix: c.Prefix, Instance: name, TTL: c.TTL, Margin: c.TTL / 4, Logger: benchtest.Logger(c.T)}
+	lc := leadership.Config{Instance: name, TTL: c.TTL, Margin: c.TTL / 4, Logger: benchtest.Logger(c.T)}
 	for _, o := range opts {
 		o(file, &lc)
 	}
 	n := &Node{c: c, Name: name, Metrics: prometheus.NewRegistry(), done: make(chan struct{})}
 	if needsEtcd(jobs) {
 		n.cli = c.Etcd.Client(c.T)
-		lc.Client = n.cli
-		s, err := leadership.NewSession(lc)
+		s, err := etcdlease.NewSession(etcdlease.Config{Client: n.cli, Prefix: c.Prefix, Config: lc})
 		if err != nil {
 			c.T.Fatal(err)
 		}
@@ -181,9 +181,9 @@ func (n *Node) Crash() {
 }
 
 // Leader is the job's current leader as etcd sees it.
-func (c *Cluster) Leader(job string) (leadership.Leader, bool) {
+func (c *Cluster) Leader(job string) (etcdlease.Leader, bool) {
 	c.T.Helper()
-	l, ok, err := leadership.Observe(context.Background(), c.Obs, c.Prefix, job)
+	l, ok, err := etcdlease.NewCluster(c.Obs, c.Prefix).LeaderKey(context.Background(), job)
 	if err != nil {
 		c.T.Fatal(err)
 	}

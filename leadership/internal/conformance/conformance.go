@@ -1,9 +1,9 @@
 // Package conformance is the guarantee's tests written once, against what
 // every leadership backend hands out (sessions that campaign, terms with a
 // token, a validity check and an end), and run against each backend with
-// the real store beneath it: package leadership's on etcd, package
-// kubelease's on a kube-apiserver. Each backend's own tests add what only it
-// has (etcd's lease, death reclaim; the Kubernetes Lease layout).
+// the real store beneath it: package etcdlease on etcd, package
+// kubelease on a kube-apiserver. Each backend's own tests add what only it
+// has (etcd's keep-alive stream; the Kubernetes Lease layout).
 //
 // What a backend must show here: one valid term per job at a time and
 // tokens that grow with every term; a resignation hands over at once; a
@@ -15,7 +15,6 @@ package conformance
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sort"
 	"testing"
 	"time"
@@ -29,37 +28,18 @@ import (
 	"github.com/snip/snip-jobs/testbench/dbtest"
 )
 
-// Term is what the suite needs of a backend's term.
-type Term interface {
-	Job() string
-	Token() int64
-	Started() time.Time
-	EndedAt() time.Time
-	Context() context.Context
-	Valid() bool
-	Reason() leadership.Reason
-	Resign(ctx context.Context) error
-}
-
-// Session is what the suite needs of a backend's session.
-type Session[T Term] interface {
-	Campaign(ctx context.Context, job string, opts ...leadership.CampaignOption) (T, error)
-	Stats() leadership.Stats
-	StatsChanged() <-chan struct{}
-}
-
 // Backend starts sessions of one backend.
-type Backend[T Term] struct {
+type Backend struct {
 	// Margin is the sessions' stop-early margin.
 	Margin time.Duration
 	// Start starts a session of instance, ready, and closed when t ends;
 	// cut makes every request it sends to its store fail from then on (the
 	// process crashed or paused, as the store sees it).
-	Start func(t *testing.T, instance string) (s Session[T], cut func())
+	Start func(t *testing.T, instance string) (s *leadership.Session, cut func())
 }
 
 // Run runs the suite against b, each test in parallel.
-func Run[T Term](t *testing.T, b Backend[T]) {
+func Run(t *testing.T, b Backend) {
 	t.Run("OneTermAtATimeAndTokensGrow", func(t *testing.T) { t.Parallel(); oneTermAtATime(t, b) })
 	t.Run("ResignHandsOverAtOnce", func(t *testing.T) { t.Parallel(); resignHandsOver(t, b) })
 	t.Run("ACutOffLeaderIsReplacedAfterItsDeadlineAndFenced", func(t *testing.T) { t.Parallel(); cutOffLeader(t, b) })
@@ -68,16 +48,16 @@ func Run[T Term](t *testing.T, b Backend[T]) {
 // oneTermAtATime: three sessions take the job in turns, each resigning as
 // soon as it has won; on this process's one monotonic clock no term starts
 // before the one before it stopped being valid, and tokens grow.
-func oneTermAtATime[T Term](t *testing.T, b Backend[T]) {
+func oneTermAtATime(t *testing.T, b Backend) {
 	const rounds = 9
-	var sessions []Session[T]
+	var sessions []*leadership.Session
 	for _, name := range []string{"a", "b", "c"} {
 		s, _ := b.Start(t, name)
 		sessions = append(sessions, s)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	terms := make(chan T)
+	terms := make(chan *leadership.Term)
 	for _, s := range sessions {
 		go func() {
 			for ctx.Err() == nil {
@@ -93,7 +73,7 @@ func oneTermAtATime[T Term](t *testing.T, b Backend[T]) {
 			}
 		}()
 	}
-	var got []T
+	var got []*leadership.Term
 	for range rounds {
 		select {
 		case term := <-terms:
@@ -117,7 +97,7 @@ func oneTermAtATime[T Term](t *testing.T, b Backend[T]) {
 
 // resignHandsOver: a waiting candidate wins as soon as the leader resigns,
 // with a higher token, without waiting for any expiry.
-func resignHandsOver[T Term](t *testing.T, b Backend[T]) {
+func resignHandsOver(t *testing.T, b Backend) {
 	a, _ := b.Start(t, "a")
 	c, _ := b.Start(t, "c")
 	ta := win(t, a, "aggregate")
@@ -139,7 +119,7 @@ func resignHandsOver[T Term](t *testing.T, b Backend[T]) {
 // wins only after the leader's term stopped being valid, by at least the
 // margin; the old term ended by expiry; and the fence refuses the old
 // token's write after the successor's.
-func cutOffLeader[T Term](t *testing.T, b Backend[T]) {
+func cutOffLeader(t *testing.T, b Backend) {
 	ctx := context.Background()
 	pool, insert := Reports(t)
 	a, cut := b.Start(t, "a")
@@ -192,23 +172,23 @@ func Reports(t *testing.T) (*pgxpool.Pool, func(token int64, body string) func(c
 	}
 }
 
-type result[T Term] struct {
-	term T
+type result struct {
+	term *leadership.Term
 	err  error
 }
 
-func campaign[T Term](s Session[T], job string) <-chan result[T] {
-	ch := make(chan result[T], 1)
+func campaign(s *leadership.Session, job string) <-chan result {
+	ch := make(chan result, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), benchtest.Patience)
 		defer cancel()
 		term, err := s.Campaign(ctx, job)
-		ch <- result[T]{term, err}
+		ch <- result{term, err}
 	}()
 	return ch
 }
 
-func await[T Term](t *testing.T, ch <-chan result[T]) T {
+func await(t *testing.T, ch <-chan result) *leadership.Term {
 	t.Helper()
 	r := <-ch
 	if r.err != nil {
@@ -217,12 +197,12 @@ func await[T Term](t *testing.T, ch <-chan result[T]) T {
 	return r.term
 }
 
-func win[T Term](t *testing.T, s Session[T], job string) T {
+func win(t *testing.T, s *leadership.Session, job string) *leadership.Term {
 	t.Helper()
 	return await(t, campaign(s, job))
 }
 
-func waitWaiting[T Term](t *testing.T, s Session[T]) {
+func waitWaiting(t *testing.T, s *leadership.Session) {
 	t.Helper()
-	benchtest.WaitChange(t, fmt.Sprintf("a campaign waiting (%T)", s), s.StatsChanged, func() bool { return s.Stats().Waiting > 0 })
+	benchtest.WaitChange(t, "a campaign waiting ("+s.Instance()+")", s.StatsChanged, func() bool { return s.Stats().Waiting > 0 })
 }

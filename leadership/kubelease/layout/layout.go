@@ -1,14 +1,10 @@
 // Package layout names the Kubernetes backend's Leases and checks the names
-// a config file gives them (namespace, prefix, instance, job), without a
-// Kubernetes client: package configs checks a file with it, and only what
-// runs the backend links client-go (package kubelease).
+// a config file gives them (namespace, prefix, instance, job), without
+// linking any Kubernetes module: package configs checks a file with it, and
+// only what runs the backend links client-go (package kubelease).
 package layout
 
-import (
-	"fmt"
-
-	"k8s.io/apimachinery/pkg/util/validation"
-)
+import "fmt"
 
 // DefaultPrefix starts every Lease's name unless the config says otherwise.
 const DefaultPrefix = "snip-jobs"
@@ -23,7 +19,7 @@ func JobLease(prefix, job string) string { return prefix + "-job-" + job }
 // kubelease's NewSession and Campaign would refuse, so that a config file
 // can be checked before anything runs (nil: accepted).
 func CheckNamespace(namespace string) error {
-	if msgs := validation.IsDNS1123Label(namespace); len(msgs) > 0 {
+	if msgs := isDNS1123Label(namespace); len(msgs) > 0 {
 		return fmt.Errorf("kubelease: namespace %q: %v", namespace, msgs)
 	}
 	return nil
@@ -31,7 +27,7 @@ func CheckNamespace(namespace string) error {
 
 // CheckPrefix: see CheckNamespace.
 func CheckPrefix(prefix string) error {
-	if msgs := validation.IsValidLabelValue(prefix); len(msgs) > 0 {
+	if msgs := isValidLabelValue(prefix); len(msgs) > 0 {
 		return fmt.Errorf("kubelease: prefix %q is the value of a label and starts every Lease's name: %v", prefix, msgs)
 	}
 	return nil
@@ -48,11 +44,18 @@ func CheckJob(prefix, job string) error { return checkName("job", job, JobLease(
 // checkName reports a job or instance name that cannot name a Lease or be a
 // label value.
 func checkName(what, name, lease string) error {
-	if msgs := validation.IsValidLabelValue(name); len(msgs) > 0 {
+	if msgs := isValidLabelValue(name); len(msgs) > 0 {
 		return fmt.Errorf("kubelease: %s name %q: %v", what, name, msgs)
 	}
-	if msgs := validation.IsDNS1123Subdomain(lease); len(msgs) > 0 {
+	if msgs := isDNS1123Subdomain(lease); len(msgs) > 0 {
 		return fmt.Errorf("kubelease: %s name %q makes the Lease name %q: %v", what, name, lease, msgs)
 	}
 	return nil
 }
+
+// LabelSet labels every Lease of a set with its prefix.
+const LabelSet = "jobs.snip.dev/set"
+
+// SetSelector is the label selector of every Lease of the set prefix
+// (instance and job Leases), for a reader's own list or watch.
+func SetSelector(prefix string) string { return LabelSet + "=" + prefix }

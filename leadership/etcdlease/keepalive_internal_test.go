@@ -1,4 +1,4 @@
-package leadership
+package etcdlease
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/testbench/benchtest"
 	"github.com/snip/snip-jobs/testbench/etcdtest"
 )
@@ -53,22 +54,34 @@ func (r *sends) has(at time.Time) bool {
 
 // recordedSession starts a session whose keep-alives are recorded, and waits
 // for its first lease.
-func recordedSession(t *testing.T, cli *clientv3.Client, cfg Config) (*Session, *sends) {
+func recordedSession(t *testing.T, cli *clientv3.Client, cfg Config) (*leadership.Session, *store, *sends) {
 	t.Helper()
-	cfg.Client, cfg.Logger = cli, benchtest.Logger(t)
+	cfg.Client = cli
 	if cfg.Prefix == "" {
 		cfg.Prefix = "/ka-test/" + t.Name()
 	}
 	if cfg.TTL == 0 {
 		cfg.TTL, cfg.Margin = 2*time.Second, 500*time.Millisecond
 	}
-	s, err := newSession(cfg)
+	rec := &sends{}
+	s, st := hookedSession(t, cfg, func(st *store) { st.onKeepAlive = rec.hook })
+	return s, st, rec
+}
+
+// hookedSession starts a session on a store that hook sets test hooks on
+// first, and waits for its first lease.
+func hookedSession(t *testing.T, cfg Config, hook func(*store)) (*leadership.Session, *store) {
+	t.Helper()
+	cfg.Logger = benchtest.Logger(t)
+	st, err := newStore(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := &sends{}
-	s.onKeepAlive = rec.hook
-	go s.run()
+	hook(st)
+	s, err := leadership.NewSession(st)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -79,12 +92,12 @@ func recordedSession(t *testing.T, cli *clientv3.Client, cfg Config) (*Session, 
 	if err := s.WaitReady(ctx); err != nil {
 		t.Fatal(err)
 	}
-	return s, rec
+	return s, st
 }
 
 // nextRenewal waits until the session's newest acknowledged keep-alive is
 // newer than after, and returns its send time.
-func nextRenewal(t *testing.T, s *Session, after time.Time) time.Time {
+func nextRenewal(t *testing.T, s *leadership.Session, after time.Time) time.Time {
 	t.Helper()
 	var at time.Time
 	benchtest.WaitChange(t, "a keep-alive acknowledged", s.StatsChanged, func() bool {
@@ -107,7 +120,7 @@ func leaseKeepAlives(m benchtest.Metrics) (streams, requests float64) {
 func TestSteadyStateIsOneKeepAlivePerIntervalOnOneStream(t *testing.T) {
 	// Not parallel: etcd's gRPC metrics are process-wide, shared by every embedded member.
 	etcd := etcdtest.Start(t, 1)
-	s, _ := recordedSession(t, etcd.Client(t), Config{Instance: "steady"})
+	s, _, _ := recordedSession(t, etcd.Client(t), Config{Config: leadership.Config{Instance: "steady"}})
 	for i := range 50 {
 		if _, err := s.Campaign(context.Background(), fmt.Sprint("job-", i)); err != nil {
 			t.Fatal(err)
@@ -147,7 +160,7 @@ func TestAKeepAliveAnsweredLateCountsFromItsSendTime(t *testing.T) {
 	etcd := etcdtest.Start(t, 1)
 	link := etcd.Proxy(t, 0)
 	const delay = 150 * time.Millisecond
-	s, rec := recordedSession(t, etcd.Client(t, link.Endpoint()), Config{Instance: "late", TTL: 4 * time.Second, Margin: time.Second})
+	s, _, rec := recordedSession(t, etcd.Client(t, link.Endpoint()), Config{Config: leadership.Config{Instance: "late", TTL: 4 * time.Second, Margin: time.Second}})
 	link.Delay(delay)
 	last := nextRenewal(t, s, time.Now()) // sent through the delay
 	for range 3 {
@@ -169,15 +182,15 @@ func TestAKeepAliveAnsweredLateCountsFromItsSendTime(t *testing.T) {
 func TestAFailedKeepAliveIsSentAgainAtOnceOnAnotherMember(t *testing.T) {
 	t.Parallel()
 	etcd := etcdtest.Start(t, 3)
-	cfg := Config{Instance: "moving", TTL: 10 * time.Second, Margin: 3 * time.Second}
-	s, rec := recordedSession(t, etcd.Client(t), cfg)
+	cfg := Config{Config: leadership.Config{Instance: "moving", TTL: 10 * time.Second, Margin: 3 * time.Second}}
+	s, st, rec := recordedSession(t, etcd.Client(t), cfg)
 	term, err := s.Campaign(context.Background(), "job")
 	if err != nil {
 		t.Fatal(err)
 	}
 	first := nextRenewal(t, s, time.Time{}) // the grant
 	nextRenewal(t, s, first)                // a keep-alive
-	carrier := s.keepAliveMember(t, etcd)
+	carrier := st.keepAliveMember(t, etcd)
 	lease := s.Stats().Lease
 	stopped := time.Now()
 	etcd.Stop(t, carrier)
@@ -192,17 +205,17 @@ func TestAFailedKeepAliveIsSentAgainAtOnceOnAnotherMember(t *testing.T) {
 		t.Fatalf("renewed by a keep-alive sent at %v, before the retry at %v", renewed, after[i].at)
 	}
 	if got := s.Stats().Lease; got != lease || !term.Valid() {
-		t.Fatalf("lease %x → %x, term valid %v: the loss of one member ended the lease", int64(lease), int64(got), term.Valid())
+		t.Fatalf("lease %s → %s, term valid %v: the loss of one member ended the lease", lease, got, term.Valid())
 	}
 	nextRenewal(t, s, renewed)
-	if now := s.keepAliveMember(t, etcd); now == carrier {
+	if now := st.keepAliveMember(t, etcd); now == carrier {
 		t.Fatalf("the keep-alive stream is still on member %d", carrier)
 	}
 }
 
 // keepAliveMember is the index of the member the session's keep-alive
 // stream reached.
-func (s *Session) keepAliveMember(t *testing.T, etcd *etcdtest.Cluster) int {
+func (s *store) keepAliveMember(t *testing.T, etcd *etcdtest.Cluster) int {
 	t.Helper()
 	if m := s.kaMember.Load(); m != nil {
 		for i := range etcd.Size() {
@@ -223,7 +236,7 @@ func TestUnansweredKeepAlivesAreRetriedAtAPaceUntilTheDeadline(t *testing.T) {
 	t.Parallel()
 	etcd := etcdtest.Start(t, 1)
 	link := etcd.Proxy(t, 0)
-	s, rec := recordedSession(t, etcd.Client(t, link.Endpoint()), Config{Instance: "cut", TTL: 4 * time.Second, Margin: time.Second})
+	s, st, rec := recordedSession(t, etcd.Client(t, link.Endpoint()), Config{Config: leadership.Config{Instance: "cut", TTL: 4 * time.Second, Margin: time.Second}})
 	term, err := s.Campaign(context.Background(), "job")
 	if err != nil {
 		t.Fatal(err)
@@ -235,8 +248,8 @@ func TestUnansweredKeepAlivesAreRetriedAtAPaceUntilTheDeadline(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("the term outlived a minute without etcd")
 	}
-	if r := term.Reason(); r != ReasonExpired {
-		t.Fatalf("term ended %q, want %q", r, ReasonExpired)
+	if r := term.Reason(); r != leadership.ReasonExpired {
+		t.Fatalf("term ended %q, want %q", r, leadership.ReasonExpired)
 	}
 	end := term.EndedAt()
 	var whys []sendReason
@@ -248,7 +261,7 @@ func TestUnansweredKeepAlivesAreRetriedAtAPaceUntilTheDeadline(t *testing.T) {
 	}
 	at := slices.Index(whys, sendAtOnce)
 	if at < 0 || at+1 >= len(whys) || whys[at+1] != sendPaced || slices.Index(whys[at+1:], sendAtOnce) >= 0 {
-		t.Fatalf("keep-alives after the cut: %v; want a retry at once, then retries at the pace (%v apart)", whys, s.retryPace())
+		t.Fatalf("keep-alives after the cut: %v; want a retry at once, then retries at the pace (%v apart)", whys, st.retryPace())
 	}
 	if f := s.Stats().KeepAliveFailures; f < int64(len(whys)-1) {
 		t.Fatalf("%d failures counted for %d keep-alives", f, len(whys))

@@ -1,4 +1,4 @@
-package leadership_test
+package etcdlease_test
 
 import (
 	"bufio"
@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/snip/snip-jobs/leadership"
+	"github.com/snip/snip-jobs/leadership/etcdlease"
 	"github.com/snip/snip-jobs/testbench/etcdtest"
 )
 
@@ -56,10 +58,9 @@ func childMain() int {
 		fmt.Println("leading", e.Rev(), int64(es.Lease()))
 		select {} // until killed
 	}
-	s, err := leadership.NewSession(leadership.Config{
-		Client: cli, Prefix: prefix, Instance: instance, TTL: ttl,
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, nil)),
-	})
+	s, err := etcdlease.NewSession(etcdlease.Config{Client: cli, Prefix: prefix, Config: leadership.Config{
+		Instance: instance, TTL: ttl, Logger: slog.New(slog.NewTextHandler(os.Stderr, nil)),
+	}})
 	if err != nil {
 		fmt.Println("error", err)
 		return 1
@@ -69,7 +70,8 @@ func childMain() int {
 		fmt.Println("error", err)
 		return 1
 	}
-	fmt.Println("leading", term.Token(), int64(term.Lease()))
+	lease, _ := strconv.ParseInt(term.Lease(), 16, 64)
+	fmt.Println("leading", term.Token(), lease)
 	select {} // until killed
 }
 
@@ -143,7 +145,7 @@ func TestSecondLiveProcessWithTheSameInstanceNameIsRefused(t *testing.T) {
 	child, _, lease := startChild(t, etcd.Endpoints(), "server-a", "aggregator")
 	_ = child
 
-	s, err := leadership.NewSession(config(t, etcd.Client(t), "server-a"))
+	s, err := etcdlease.NewSession(config(t, etcd.Client(t), "server-a"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +153,7 @@ func TestSecondLiveProcessWithTheSameInstanceNameIsRefused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	err = s.WaitReady(ctx)
-	var dup *leadership.DuplicateInstanceError
+	var dup *etcdlease.DuplicateInstanceError
 	if !errors.As(err, &dup) || !dup.SameHost || dup.Existing.PID != child.Process.Pid {
 		t.Fatalf("WaitReady = %v; want a DuplicateInstanceError naming pid %d on this host", err, child.Process.Pid)
 	}
@@ -171,7 +173,7 @@ func TestSameInstanceNameFromAnotherHostIsRefused(t *testing.T) {
 	etcd := etcdtest.Start(t, 1)
 	startSession(t, etcd.Client(t), "server-a", withHost("host-1"))
 
-	s, err := leadership.NewSession(config(t, etcd.Client(t), "server-a", withHost("host-2")))
+	s, err := etcdlease.NewSession(config(t, etcd.Client(t), "server-a", withHost("host-2")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +181,7 @@ func TestSameInstanceNameFromAnotherHostIsRefused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	err = s.WaitReady(ctx)
-	var dup *leadership.DuplicateInstanceError
+	var dup *etcdlease.DuplicateInstanceError
 	if !errors.As(err, &dup) || dup.SameHost || dup.Existing.Host != "host-1" {
 		t.Fatalf("WaitReady = %v; want a DuplicateInstanceError naming host-1", err)
 	}
@@ -198,7 +200,7 @@ func TestDeregisterKeepsTheTermsButLeavesTheInstanceList(t *testing.T) {
 	if err := a.Deregister(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	regs, err := leadership.Instances(context.Background(), cli, prefix(t))
+	regs, err := etcdlease.NewCluster(cli, prefix(t)).Instances(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +233,7 @@ func TestDeathReclaimMovesADeadProcesssJobsAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = child.Wait() // the supervisor reaps it, then reclaims
-	got, err := leadership.Reclaim(context.Background(), observer, prefix(t), "server-a", "")
+	got, err := leadership.Reclaim(context.Background(), etcdlease.NewCluster(observer, prefix(t)), "server-a", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +250,7 @@ func TestDeathReclaimMovesADeadProcesssJobsAtOnce(t *testing.T) {
 	if term.Token() <= oldToken {
 		t.Fatalf("token %d not above the dead leader's %d", term.Token(), oldToken)
 	}
-	again, err := leadership.Reclaim(context.Background(), observer, prefix(t), "server-a", "")
+	again, err := leadership.Reclaim(context.Background(), etcdlease.NewCluster(observer, prefix(t)), "server-a", "")
 	if err != nil || again.Found {
 		t.Fatalf("a second Reclaim = %+v, %v; want nothing found", again, err)
 	}
@@ -261,7 +263,7 @@ func TestDeathReclaimLeavesARunningProcessAlone(t *testing.T) {
 	etcd := etcdtest.Start(t, 1)
 	observer := etcd.Client(t)
 	child, token, lease := startChild(t, etcd.Endpoints(), "server-a", "aggregator")
-	got, err := leadership.Reclaim(context.Background(), observer, prefix(t), "server-a", "")
+	got, err := leadership.Reclaim(context.Background(), etcdlease.NewCluster(observer, prefix(t)), "server-a", "")
 	if !errors.Is(err, leadership.ErrStillRunning) || got.Revoked {
 		t.Fatalf("Reclaim of a running process = %+v, %v; want ErrStillRunning", got, err)
 	}
@@ -271,7 +273,7 @@ func TestDeathReclaimLeavesARunningProcessAlone(t *testing.T) {
 	if !leaseAlive(t, observer, lease) {
 		t.Fatal("Reclaim revoked a running process's lease")
 	}
-	if l, ok, err := leadership.Observe(context.Background(), observer, prefix(t), "aggregator"); err != nil || !ok || l.Token != token {
+	if l, ok, err := etcdlease.NewCluster(observer, prefix(t)).Leader(context.Background(), "aggregator"); err != nil || !ok || l.Token != token {
 		t.Fatalf("leader after the refused reclaim = %+v, %v, %v; want token %d", l, ok, err, token)
 	}
 }
@@ -282,14 +284,14 @@ func TestDeathReclaimRefusesAnotherHostsRegistration(t *testing.T) {
 	etcd := etcdtest.Start(t, 1)
 	observer := etcd.Client(t)
 	s := startSession(t, etcd.Client(t), "server-a", withHost("host-1"))
-	got, err := leadership.Reclaim(context.Background(), observer, prefix(t), "server-a", "host-2")
+	got, err := leadership.Reclaim(context.Background(), etcdlease.NewCluster(observer, prefix(t)), "server-a", "host-2")
 	if !errors.Is(err, leadership.ErrOtherHost) || got.Revoked || !strings.Contains(err.Error(), `"host-1"`) {
 		t.Fatalf("Reclaim from host-2 = %+v, %v; want ErrOtherHost naming host-1", got, err)
 	}
-	if !leaseAlive(t, observer, s.Stats().Lease) {
+	if !leaseAlive(t, observer, hexLease(t, s.Stats().Lease)) {
 		t.Fatal("Reclaim revoked another host's lease")
 	}
-	if got, err := leadership.Reclaim(context.Background(), observer, prefix(t), "server-z", "host-1"); err != nil || got.Found {
+	if got, err := leadership.Reclaim(context.Background(), etcdlease.NewCluster(observer, prefix(t)), "server-z", "host-1"); err != nil || got.Found {
 		t.Fatalf("Reclaim of an instance with no registration = %+v, %v; want nothing to do", got, err)
 	}
 }

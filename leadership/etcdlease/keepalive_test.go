@@ -1,4 +1,4 @@
-package leadership_test
+package etcdlease_test
 
 import (
 	"testing"

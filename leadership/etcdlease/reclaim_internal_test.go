@@ -1,4 +1,4 @@
-package leadership
+package etcdlease
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/snip/snip-jobs/leadership"
+	"github.com/snip/snip-jobs/leadership/etcdlease/layout"
 	"github.com/snip/snip-jobs/testbench/etcdtest"
 )
 
@@ -23,19 +25,19 @@ func TestDeathReclaimTellsAReusedPIDFromTheRegisteredProcess(t *testing.T) {
 	etcd := etcdtest.Start(t, 1)
 	cli := etcd.Client(t)
 	host, _ := os.Hostname()
-	pid := os.Getpid() // a running process: this one
-	start, err := processStart(pid)
-	if err != nil {
-		t.Fatal(err)
+	me := leadership.ThisProcess(host) // a running process: this one
+	if me.Start == 0 {
+		t.Fatal("/proc/self/stat is unreadable: this process's start time is unknown")
 	}
+	pid, start := me.PID, me.Start
 	register := func(name string, procStart uint64) clientv3.LeaseID {
 		t.Helper()
-		return registerAs(t, cli, Registration{Instance: name, Host: host, PID: pid, ProcStart: procStart, PIDNamespace: pidNamespace()})
+		return registerAs(t, cli, record{Instance: name, Host: host, PID: pid, ProcStart: procStart, PIDNS: me.PIDNamespace})
 	}
 	alive := func(id clientv3.LeaseID) bool { return leaseLives(t, cli, id) }
 
 	reused := register("reused", start-1) // started earlier than the process now at pid
-	got, err := Reclaim(context.Background(), cli, "/reuse", "reused", host)
+	got, err := leadership.Reclaim(context.Background(), NewCluster(cli, "/reuse"), "reused", host)
 	if err != nil || !got.Revoked {
 		t.Fatalf("Reclaim of a registration whose pid was reused = %+v, %v; want its lease revoked", got, err)
 	}
@@ -44,8 +46,8 @@ func TestDeathReclaimTellsAReusedPIDFromTheRegisteredProcess(t *testing.T) {
 	}
 
 	running := register("running", start)
-	got, err = Reclaim(context.Background(), cli, "/reuse", "running", host)
-	if !errors.Is(err, ErrStillRunning) || got.Revoked || !alive(running) {
+	got, err = leadership.Reclaim(context.Background(), NewCluster(cli, "/reuse"), "running", host)
+	if !errors.Is(err, leadership.ErrStillRunning) || got.Revoked || !alive(running) {
 		t.Fatalf("Reclaim of a running process's registration = %+v, %v, lease alive %v; want it refused and left alone", got, err, alive(running))
 	}
 }
@@ -55,21 +57,21 @@ func TestDeathReclaimTellsAReusedPIDFromTheRegisteredProcess(t *testing.T) {
 // process here.
 func TestDeathReclaimLeavesAnotherPIDNamespacesRegistrationAlone(t *testing.T) {
 	t.Parallel()
-	if pidNamespace() == "" {
+	if leadership.ThisProcess("").PIDNamespace == "" {
 		t.Fatal("/proc/self/ns/pid is unreadable: the PID namespace check cannot be shown")
 	}
 	etcd := etcdtest.Start(t, 1)
 	cli := etcd.Client(t)
 	host, _ := os.Hostname()
-	lease := registerAs(t, cli, Registration{Instance: "contained", Host: host, PID: 1 << 30, PIDNamespace: "pid:[1]"})
-	got, err := Reclaim(context.Background(), cli, "/reuse", "contained", host)
-	if !errors.Is(err, ErrOtherPIDNamespace) || got.Revoked || !leaseLives(t, cli, lease) {
+	lease := registerAs(t, cli, record{Instance: "contained", Host: host, PID: 1 << 30, PIDNS: "pid:[1]"})
+	got, err := leadership.Reclaim(context.Background(), NewCluster(cli, "/reuse"), "contained", host)
+	if !errors.Is(err, leadership.ErrOtherPIDNamespace) || got.Revoked || !leaseLives(t, cli, lease) {
 		t.Fatalf("Reclaim of another PID namespace's registration = %+v, %v; want it refused and left alone", got, err)
 	}
 }
 
 // registerAs writes r under /reuse on a new lease, as a session would.
-func registerAs(t *testing.T, cli *clientv3.Client, r Registration) clientv3.LeaseID {
+func registerAs(t *testing.T, cli *clientv3.Client, r record) clientv3.LeaseID {
 	t.Helper()
 	lease, err := cli.Grant(context.Background(), 60)
 	if err != nil {
@@ -77,7 +79,7 @@ func registerAs(t *testing.T, cli *clientv3.Client, r Registration) clientv3.Lea
 	}
 	r.Started, r.Lease = time.Now(), int64(lease.ID)
 	v, _ := json.Marshal(r)
-	if _, err := cli.Put(context.Background(), InstanceKey("/reuse", r.Instance), string(v), clientv3.WithLease(lease.ID)); err != nil {
+	if _, err := cli.Put(context.Background(), layout.InstanceKey("/reuse", r.Instance), string(v), clientv3.WithLease(lease.ID)); err != nil {
 		t.Fatal(err)
 	}
 	return lease.ID

@@ -1,4 +1,4 @@
-package leadership
+package etcdlease
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/peer"
 
-	"github.com/snip/snip-jobs/leadership/internal/deadline"
+	"github.com/snip/snip-jobs/leadership"
 )
 
 // A session renews its lease over one long-lived LeaseKeepAlive stream, one
@@ -47,7 +47,7 @@ type kaStream struct {
 	cancel context.CancelFunc
 	send   chan struct{}          // a request to send (capacity 1)
 	quit   chan struct{}          // closed to end the stream cleanly
-	sentAt int64                  // send time of the request out on it; -1: none (keepAlive's goroutine only)
+	sentAt time.Time              // send time of the request out on it; zero: none (the keeper's goroutine only)
 	member atomic.Pointer[string] // address of the member it reached, once open
 }
 
@@ -68,8 +68,7 @@ type kaAnswer struct {
 
 // keeper runs the keep-alives of one lease.
 type keeper struct {
-	s       *Session
-	l       *lease
+	h       *lease
 	cur     *kaStream     // nil: the next send opens one
 	answers chan kaAnswer // from the current stream's goroutine
 	fails   int           // failures since the last acknowledged keep-alive
@@ -79,65 +78,64 @@ type keeper struct {
 // again on another stream: half a renew interval, and no less than a quarter
 // of TTL − margin, so that a slow answer does not cost a new stream (and,
 // with etcd's authentication, a login) at short intervals.
-func (s *Session) patience() time.Duration {
-	return max(s.cfg.RenewInterval/2, (s.cfg.TTL-s.cfg.Margin)/4)
+func (st *store) patience() time.Duration {
+	return max(st.cfg.RenewInterval/2, (st.cfg.TTL-st.cfg.Margin)/4)
 }
 
 // retryPace is the time between retries after the first.
-func (s *Session) retryPace() time.Duration { return s.cfg.RenewInterval / 8 }
+func (st *store) retryPace() time.Duration { return st.cfg.RenewInterval / 8 }
 
-// keepAlive renews l every RenewInterval until the lease ends. It reports why
-// it ended, and whether any keep-alive was acknowledged.
-func (s *Session) keepAlive(l *lease) (cause *EndedError, renewed bool) {
-	k := &keeper{s: s, l: l, answers: make(chan kaAnswer, 1)}
+// KeepAlive renews the lease every RenewInterval until it ends, or ctx (the
+// session) does.
+func (h *lease) KeepAlive(ctx context.Context) *leadership.EndedError {
+	st, l := h.st, h.l
+	k := &keeper{h: h, answers: make(chan kaAnswer, 1)}
 	defer k.drop(true)
-	next, why := l.sentAt+int64(s.cfg.RenewInterval), sendScheduled
+	next, why := h.sentAt.Add(st.cfg.RenewInterval), sendScheduled
 	for {
 		wake := next
 		if k.out() {
-			wake = k.cur.sentAt + int64(s.patience())
+			wake = k.cur.sentAt.Add(st.patience())
 		}
-		timer := time.NewTimer(time.Duration(wake - s.now()))
+		timer := time.NewTimer(time.Until(wake))
 		select {
-		case <-s.ctx.Done():
+		case <-ctx.Done():
 			timer.Stop()
-			return ended(ReasonShutdown, ""), renewed
-		case <-l.ctx.Done():
+			return leadership.Ended(leadership.ReasonShutdown, "")
+		case <-l.Context().Done():
 			timer.Stop()
-			var cause *EndedError
-			errors.As(context.Cause(l.ctx), &cause)
-			return cause, renewed
+			var cause *leadership.EndedError
+			errors.As(context.Cause(l.Context()), &cause)
+			return cause
 		case a := <-k.answers:
 			timer.Stop()
-			if a.st != k.cur || a.st.sentAt < 0 {
+			if a.st != k.cur || a.st.sentAt.IsZero() {
 				continue // from a stream given up on
 			}
 			sentAt := a.st.sentAt
-			a.st.sentAt = -1
-			if err := a.check(l.id); err != nil {
+			a.st.sentAt = time.Time{}
+			if err := a.check(h.id); err != nil {
 				next, why = k.failed(err)
 				continue
 			}
 			if a.resp.TTL <= 0 {
-				return ended(ReasonLeaseLost, "etcd reports lease %x gone", int64(l.id)), renewed
+				l.End(leadership.Ended(leadership.ReasonLeaseLost, "etcd reports lease %x gone", int64(h.id)))
+				continue
 			}
-			if c := k.renewed(sentAt, a.resp); c != nil {
-				return c, renewed
-			}
-			renewed = true
-			next, why = sentAt+int64(s.cfg.RenewInterval), sendScheduled
+			k.renewed(sentAt, a.resp)
+			next, why = sentAt.Add(st.cfg.RenewInterval), sendScheduled
 		case <-timer.C:
-			now := s.now()
+			now := time.Now()
 			if k.out() {
-				if now < k.cur.sentAt+int64(s.patience()) {
+				if now.Before(k.cur.sentAt.Add(st.patience())) {
 					continue
 				}
-				next, why = k.failed(fmt.Errorf("no answer within %v", s.patience()))
+				next, why = k.failed(fmt.Errorf("no answer within %v", st.patience()))
 			}
 			switch {
-			case l.dl.Load() == deadline.Dead:
-				s.checkDeadline(l) // a reader saw the deadline pass: end the lease now
-			case now >= next:
+			case l.Deadline().IsZero():
+				l.CheckDeadline() // a reader saw the deadline pass: end the lease now
+			case !now.Before(next):
 				k.sendNow(now, why)
 			}
 		}
@@ -145,7 +143,7 @@ func (s *Session) keepAlive(l *lease) (cause *EndedError, renewed bool) {
 }
 
 // out reports whether a keep-alive is out on the current stream.
-func (k *keeper) out() bool { return k.cur != nil && k.cur.sentAt >= 0 }
+func (k *keeper) out() bool { return k.cur != nil && !k.cur.sentAt.IsZero() }
 
 // check returns why a's answer cannot renew lease id, if it cannot.
 func (a kaAnswer) check(id clientv3.LeaseID) error {
@@ -158,58 +156,52 @@ func (a kaAnswer) check(id clientv3.LeaseID) error {
 	return nil
 }
 
-// renewed applies an acknowledged keep-alive sent at sentAt; a non-nil cause
-// means the lease ends (acknowledged after its deadline).
-func (k *keeper) renewed(sentAt int64, resp *pb.LeaseKeepAliveResponse) *EndedError {
-	s, l := k.s, k.l
-	now := s.now()
-	nd, ok := l.dl.Renew(sentAt, time.Duration(resp.TTL)*time.Second, s.cfg.Margin, now)
-	if !ok {
-		return ended(ReasonExpired, "keep-alive acknowledged after the deadline")
+// renewed applies an acknowledged keep-alive sent at sentAt (one answered
+// after the deadline ends the lease instead).
+func (k *keeper) renewed(sentAt time.Time, resp *pb.LeaseKeepAliveResponse) {
+	h := k.h
+	if !h.l.Renewed(sentAt, time.Duration(resp.TTL)*time.Second) {
+		return
 	}
 	if k.fails > 0 {
-		s.log.Info("keep-alive acknowledged again", "lease", int64(l.id), "failures", k.fails,
-			"deadline_in", time.Duration(nd-now))
+		h.st.log.Info("keep-alive acknowledged again", "lease", h.ID(), "failures", k.fails,
+			"deadline_in", time.Until(h.l.Deadline()))
 	}
 	k.fails = 0
-	l.lastDeadline.Store(nd)
-	s.stats.changed.Notify() // LastRenewal
-	l.timer.Reset(time.Duration(nd - now))
-	return nil
 }
 
 // failed gives up on the current stream after err and says when to send
 // again: at once after the first failure (a new stream, on the next member),
 // then at the retry pace.
-func (k *keeper) failed(err error) (next int64, why sendReason) {
-	s := k.s
-	s.stats.add(&s.stats.keepAliveFailures, 1)
+func (k *keeper) failed(err error) (next time.Time, why sendReason) {
+	h := k.h
+	h.l.Failed()
 	k.fails++
 	member := k.cur.memberOf()
 	k.drop(false)
-	now := s.now()
+	now := time.Now()
 	level := slog.LevelDebug
 	if k.fails == 1 {
 		level = slog.LevelInfo
 	}
-	s.log.Log(context.Background(), level, "keep-alive failed; retrying on a new stream",
-		"lease", int64(k.l.id), "member", member, "err", err, "failures", k.fails)
+	h.st.log.Log(context.Background(), level, "keep-alive failed; retrying on a new stream",
+		"lease", h.ID(), "member", member, "err", err, "failures", k.fails)
 	if k.fails == 1 {
 		return now, sendAtOnce
 	}
-	return now + int64(s.retryPace()), sendPaced
+	return now.Add(h.st.retryPace()), sendPaced
 }
 
 // sendNow sends a keep-alive, on a new stream if there is none.
-func (k *keeper) sendNow(now int64, why sendReason) {
-	s := k.s
+func (k *keeper) sendNow(now time.Time, why sendReason) {
+	h := k.h
 	if k.cur == nil {
 		k.cur = k.open()
 	}
 	k.cur.sentAt = now
-	s.stats.add(&s.stats.keepAlivesSent, 1)
-	if s.onKeepAlive != nil {
-		s.onKeepAlive(why, s.at(now))
+	h.l.Sent()
+	if h.st.onKeepAlive != nil {
+		h.st.onKeepAlive(why, now)
 	}
 	k.cur.send <- struct{}{}
 }
@@ -219,7 +211,7 @@ func (k *keeper) sendNow(now int64, why sendReason) {
 // holds up this loop (patience covers it).
 func (k *keeper) open() *kaStream {
 	ctx, cancel := context.WithCancel(context.Background())
-	st := &kaStream{ctx: ctx, cancel: cancel, send: make(chan struct{}, 1), quit: make(chan struct{}), sentAt: -1}
+	st := &kaStream{ctx: ctx, cancel: cancel, send: make(chan struct{}, 1), quit: make(chan struct{})}
 	go k.serve(st)
 	return st
 }
@@ -232,7 +224,7 @@ func (k *keeper) drop(clean bool) {
 		return
 	}
 	k.cur = nil
-	if clean && st.sentAt < 0 {
+	if clean && st.sentAt.IsZero() {
 		close(st.quit)
 		return
 	}
@@ -271,7 +263,7 @@ func (k *keeper) serve(st *kaStream) {
 		}
 		var err error
 		if stream == nil {
-			stream, err = pb.NewLeaseClient(k.s.cfg.Client.ActiveConnection()).LeaseKeepAlive(st.ctx)
+			stream, err = pb.NewLeaseClient(k.h.st.cfg.Client.ActiveConnection()).LeaseKeepAlive(st.ctx)
 			if err != nil {
 				report(kaAnswer{st: st, err: fmt.Errorf("open a keep-alive stream: %w", err)})
 				return
@@ -279,10 +271,10 @@ func (k *keeper) serve(st *kaStream) {
 			if p, ok := peer.FromContext(stream.Context()); ok {
 				m := p.Addr.String()
 				st.member.Store(&m)
-				k.s.kaMember.Store(&m)
+				k.h.st.kaMember.Store(&m)
 			}
 		}
-		if err := stream.Send(&pb.LeaseKeepAliveRequest{ID: int64(k.l.id)}); err != nil {
+		if err := stream.Send(&pb.LeaseKeepAliveRequest{ID: int64(k.h.id)}); err != nil {
 			_, err = stream.Recv() // the stream's own error; Send says only io.EOF
 			report(kaAnswer{st: st, err: fmt.Errorf("send a keep-alive: %w", err)})
 			return

@@ -1,4 +1,4 @@
-package leadership_test
+package etcdlease_test
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/testbench/etcdtest"
 )
 
@@ -16,12 +15,11 @@ import (
 func TestWatchInstancesFollowsInstancesComingAndGoing(t *testing.T) {
 	t.Parallel()
 	etcd := etcdtest.Start(t, 1)
-	cli := etcd.Client(t)
-	startSession(t, etcd.Client(t), "server-a")
+	a := startSession(t, etcd.Client(t), "server-a")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	seen := make(chan []string, 16)
-	go leadership.WatchInstances(ctx, cli, prefix(t), time.Second, func(names []string) { seen <- names })
+	go a.WatchInstances(ctx, func(names []string) { seen <- names })
 
 	want := func(what string, names ...string) {
 		t.Helper()

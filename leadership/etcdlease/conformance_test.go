@@ -1,4 +1,4 @@
-package leadership_test
+package etcdlease_test
 
 import (
 	"testing"
@@ -16,9 +16,9 @@ import (
 func TestTheGuarantee(t *testing.T) {
 	t.Parallel()
 	etcd := etcdtest.Start(t, 1)
-	conformance.Run(t, conformance.Backend[*leadership.Term]{
+	conformance.Run(t, conformance.Backend{
 		Margin: testMargin,
-		Start: func(t *testing.T, instance string) (conformance.Session[*leadership.Term], func()) {
+		Start: func(t *testing.T, instance string) (*leadership.Session, func()) {
 			cli := etcd.Client(t)
 			s := startSession(t, cli, instance)
 			return s, func() { _ = cli.Close() }

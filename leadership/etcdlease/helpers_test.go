@@ -1,10 +1,11 @@
-package leadership_test
+package etcdlease_test
 
 import (
 	"context"
 	"fmt"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/snip/snip-jobs/leadership"
+	"github.com/snip/snip-jobs/leadership/etcdlease"
 	"github.com/snip/snip-jobs/testbench/benchtest"
 	"github.com/snip/snip-jobs/testbench/etcdtest"
 )
@@ -39,22 +41,20 @@ func prefix(t testing.TB) string {
 	return "/test/" + strings.NewReplacer("/", "-", " ", "-").Replace(t.Name())
 }
 
-type option func(*leadership.Config)
+type option func(*etcdlease.Config)
 
 func withTTL(ttl, margin time.Duration) option {
-	return func(c *leadership.Config) { c.TTL, c.Margin = ttl, margin }
+	return func(c *etcdlease.Config) { c.TTL, c.Margin = ttl, margin }
 }
 
-func withRenew(d time.Duration) option { return func(c *leadership.Config) { c.RenewInterval = d } }
+func withRenew(d time.Duration) option { return func(c *etcdlease.Config) { c.RenewInterval = d } }
 
-func withHost(h string) option { return func(c *leadership.Config) { c.Host = h } }
+func withHost(h string) option { return func(c *etcdlease.Config) { c.Host = h } }
 
-func config(t testing.TB, cli *clientv3.Client, instance string, opts ...option) leadership.Config {
-	c := leadership.Config{
-		Client: cli, Prefix: prefix(t), Instance: instance,
-		TTL: testTTL, Margin: testMargin,
-		Logger: benchtest.Logger(t),
-	}
+func config(t testing.TB, cli *clientv3.Client, instance string, opts ...option) etcdlease.Config {
+	c := etcdlease.Config{Client: cli, Prefix: prefix(t), Config: leadership.Config{
+		Instance: instance, TTL: testTTL, Margin: testMargin, Logger: benchtest.Logger(t),
+	}}
 	if _, bench := t.(*testing.B); bench {
 		c.Logger = nil // benchmark output stays readable
 	}
@@ -67,7 +67,7 @@ func config(t testing.TB, cli *clientv3.Client, instance string, opts ...option)
 // startSession starts a session and waits for its first lease.
 func startSession(t testing.TB, cli *clientv3.Client, instance string, opts ...option) *leadership.Session {
 	t.Helper()
-	s, err := leadership.NewSession(config(t, cli, instance, opts...))
+	s, err := etcdlease.NewSession(config(t, cli, instance, opts...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,4 +274,20 @@ func (l *ledger) String() string {
 		b.WriteString("\n")
 	}
 	return b.String()
+}
+
+// leaseOf is the etcd lease a term hangs on.
+func leaseOf(t testing.TB, term *leadership.Term) clientv3.LeaseID {
+	t.Helper()
+	return hexLease(t, term.Lease())
+}
+
+// hexLease is the etcd lease a session names in hex (Stats.Lease, Term.Lease).
+func hexLease(t testing.TB, s string) clientv3.LeaseID {
+	t.Helper()
+	id, err := strconv.ParseInt(s, 16, 64)
+	if err != nil {
+		t.Fatalf("lease %q: %v", s, err)
+	}
+	return clientv3.LeaseID(id)
 }

@@ -1,4 +1,4 @@
-package leadership_test
+package etcdlease_test
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/snip/snip-jobs/leadership"
+	"github.com/snip/snip-jobs/leadership/etcdlease"
+	"github.com/snip/snip-jobs/leadership/etcdlease/layout"
 	"github.com/snip/snip-jobs/testbench/etcdtest"
 )
 
@@ -102,7 +104,7 @@ func TestCrashedLeaderIsReplacedAfterItsLeaseExpires(t *testing.T) {
 	successor := await(t, next, "server-b")
 	book.granted(t, successor)
 
-	if leaseAlive(t, observer, old.Lease()) {
+	if leaseAlive(t, observer, leaseOf(t, old)) {
 		t.Fatal("successor won while the crashed leader's lease still existed")
 	}
 	if old.Context().Err() == nil {
@@ -141,7 +143,7 @@ func TestPartitionedLeaderStopsBeforeEtcdExpiresItsLease(t *testing.T) {
 
 	// At the moment the old term ends, ask etcd how long the lease has left.
 	leftAtEnd := make(chan int64, 1)
-	context.AfterFunc(old.Context(), func() { leftAtEnd <- leaseTTL(t, observer, old.Lease()) })
+	context.AfterFunc(old.Context(), func() { leftAtEnd <- leaseTTL(t, observer, leaseOf(t, old)) })
 
 	link.Blackhole()
 	successor := await(t, next, "server-b")
@@ -159,7 +161,7 @@ func TestPartitionedLeaderStopsBeforeEtcdExpiresItsLease(t *testing.T) {
 
 	link.Unblackhole()
 	waitStats(t, a, "the partitioned session to get a new lease", func(st leadership.Stats) bool {
-		return st.Lease != 0 && st.Lease != old.Lease()
+		return st.Lease != "" && st.Lease != old.Lease()
 	})
 	if old.Valid() || old.Context().Err() == nil {
 		t.Fatal("the old term came back to life after the partition healed")
@@ -170,7 +172,7 @@ func TestPartitionedLeaderStopsBeforeEtcdExpiresItsLease(t *testing.T) {
 		t.Fatalf("the healed instance won while the successor leads: %+v", w)
 	case <-time.After(2 * testTTL):
 	}
-	if l, ok, err := leadership.Observe(context.Background(), observer, prefix(t), "aggregator"); err != nil || !ok || l.Token != successor.Token() || l.Instance != "server-b" {
+	if l, ok, err := etcdlease.NewCluster(observer, prefix(t)).Leader(context.Background(), "aggregator"); err != nil || !ok || l.Token != successor.Token() || l.Instance != "server-b" {
 		t.Fatalf("leader after healing = %+v, %v, %v; want server-b with token %d", l, ok, err, successor.Token())
 	}
 	book.checkNoOverlap(t)
@@ -196,7 +198,7 @@ func TestResignAndShutdownHandOverWithoutWaitingForExpiry(t *testing.T) {
 	}
 	second := await(t, nextB, "server-b")
 	book.granted(t, second)
-	if !leaseAlive(t, observer, first.Lease()) {
+	if !leaseAlive(t, observer, leaseOf(t, first)) {
 		t.Fatal("resign: the successor won only after the resigned leader's lease was gone")
 	}
 	if first.Reason() != leadership.ReasonResigned {
@@ -206,7 +208,7 @@ func TestResignAndShutdownHandOverWithoutWaitingForExpiry(t *testing.T) {
 	nextC := campaign(context.Background(), c, "weekly-report")
 	closeCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ttl, err := observer.TimeToLive(closeCtx, second.Lease())
+	ttl, err := observer.TimeToLive(closeCtx, leaseOf(t, second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +221,7 @@ func TestResignAndShutdownHandOverWithoutWaitingForExpiry(t *testing.T) {
 	}
 	third := await(t, nextC, "server-c")
 	book.granted(t, third)
-	if leaseAlive(t, observer, second.Lease()) {
+	if leaseAlive(t, observer, leaseOf(t, second)) {
 		t.Fatal("shutdown did not revoke the lease")
 	}
 	if !third.Started().Before(expiresBy) {
@@ -270,7 +272,7 @@ func TestEtcdMemberAndLeaderLoss(t *testing.T) {
 	}
 	book.waitFor(t, "a first leader", func() bool { return book.count("aggregator") >= 1 })
 	term := book.last("aggregator")
-	leases := map[*leadership.Session]clientv3.LeaseID{}
+	leases := map[*leadership.Session]string{}
 	for _, s := range sessions {
 		leases[s] = s.Stats().Lease
 	}
@@ -285,7 +287,7 @@ func TestEtcdMemberAndLeaderLoss(t *testing.T) {
 				return st.Lease != leases[s] || st.LastRenewal.After(since)
 			})
 			if got := s.Stats().Lease; got != leases[s] {
-				t.Fatalf("%s: %s's lease %x ended (now %x) although etcd kept its quorum", fault, s.Instance(), int64(leases[s]), int64(got))
+				t.Fatalf("%s: %s's lease %s ended (now %s) although etcd kept its quorum", fault, s.Instance(), leases[s], got)
 			}
 		}
 		if !term.Valid() {
@@ -314,7 +316,7 @@ func TestEtcdMemberAndLeaderLoss(t *testing.T) {
 // checkLeaderKeyMatches: the leader key in etcd carries term's token.
 func checkLeaderKeyMatches(t *testing.T, observer *clientv3.Client, term *leadership.Term) {
 	t.Helper()
-	l, ok, err := leadership.Observe(context.Background(), observer, prefix(t), term.Job())
+	l, ok, err := etcdlease.NewCluster(observer, prefix(t)).Leader(context.Background(), term.Job())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -398,7 +400,7 @@ func TestCampaignThatWaitedThroughItsLeaseExpiryGetsNoTermOnIt(t *testing.T) {
 	first := b.Stats().Lease
 
 	link.Blackhole()
-	waitKeys(t, observer, "etcd to expire the waiting candidate's lease (its instance key goes with it)", func() bool { return !leaseAlive(t, observer, first) })
+	waitKeys(t, observer, "etcd to expire the waiting candidate's lease (its instance key goes with it)", func() bool { return !leaseAlive(t, observer, hexLease(t, first)) })
 	if err := holder.Resign(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -406,14 +408,14 @@ func TestCampaignThatWaitedThroughItsLeaseExpiryGetsNoTermOnIt(t *testing.T) {
 
 	term := await(t, waiting, "server-b")
 	if term.Lease() == first {
-		t.Fatalf("campaign returned a term on lease %x, which expired while it waited", int64(first))
+		t.Fatalf("campaign returned a term on lease %s, which expired while it waited", first)
 	}
-	if !term.Valid() || !leaseAlive(t, observer, term.Lease()) {
+	if !term.Valid() || !leaseAlive(t, observer, leaseOf(t, term)) {
 		t.Fatal("the term's lease is not alive")
 	}
-	l, ok, err := leadership.Observe(context.Background(), observer, prefix(t), "weekly-report")
-	if err != nil || !ok || l.Lease != term.Lease() || l.Token != term.Token() || l.Instance != "server-b" {
-		t.Fatalf("leader key = %+v (present %v, err %v); want server-b, lease %x, token %d", l, ok, err, int64(term.Lease()), term.Token())
+	ls, err := etcdlease.NewCluster(observer, prefix(t)).Leaders(context.Background())
+	if err != nil || len(ls) != 1 || ls[0].Lease != leaseOf(t, term) || ls[0].Token != term.Token() || ls[0].Instance != "server-b" {
+		t.Fatalf("leader keys = %+v (err %v); want weekly-report's of server-b, lease %s, token %d", ls, err, term.Lease(), term.Token())
 	}
 }
 
@@ -449,7 +451,7 @@ func TestAJobIsFreeToCampaignForAsSoonAsItsTermHasEnded(t *testing.T) {
 				t.Fatal(err)
 			}
 		} else {
-			if _, err := cli.Delete(context.Background(), leadership.LeaderKey(prefix(t), "aggregator")); err != nil {
+			if _, err := cli.Delete(context.Background(), layout.LeaderKey(prefix(t), "aggregator")); err != nil {
 				t.Fatal(err)
 			}
 			<-term.Context().Done()
@@ -463,7 +465,7 @@ func TestKeyDeletedUnderATermEndsIt(t *testing.T) {
 	cli := etcd.Client(t)
 	a := startSession(t, cli, "server-a")
 	term := mustWin(t, a, "aggregator")
-	if _, err := cli.Delete(context.Background(), leadership.LeaderKey(prefix(t), "aggregator")); err != nil {
+	if _, err := cli.Delete(context.Background(), layout.LeaderKey(prefix(t), "aggregator")); err != nil {
 		t.Fatal(err)
 	}
 	if got := waitEnded(t, term); got != leadership.ReasonKeyLost {
@@ -484,14 +486,14 @@ func TestLateResignOfAnOldTermLeavesTheSuccessorInPlace(t *testing.T) {
 	b := startSession(t, etcd.Client(t), "server-b")
 	old := mustWin(t, a, "cert-renewer")
 	next := campaign(context.Background(), b, "cert-renewer")
-	if _, err := cli.Delete(context.Background(), leadership.LeaderKey(prefix(t), "cert-renewer")); err != nil {
+	if _, err := cli.Delete(context.Background(), layout.LeaderKey(prefix(t), "cert-renewer")); err != nil {
 		t.Fatal(err)
 	}
 	successor := await(t, next, "server-b")
 	if err := old.Resign(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	l, ok, err := leadership.Observe(context.Background(), cli, prefix(t), "cert-renewer")
+	l, ok, err := etcdlease.NewCluster(cli, prefix(t)).Leader(context.Background(), "cert-renewer")
 	if err != nil || !ok || l.Token != successor.Token() {
 		t.Fatalf("after the old term resigned the leader is %+v (present %v, err %v); want token %d", l, ok, err, successor.Token())
 	}
@@ -530,7 +532,7 @@ func TestResigningATermThatEndedWithItsLeaseWaitsOnNothing(t *testing.T) {
 
 	link.Unblackhole()
 	waitKeys(t, observer, "the expired term's leader key to go", func() bool {
-		l, ok, err := leadership.Observe(context.Background(), observer, prefix(t), "cert-renewer")
+		l, ok, err := etcdlease.NewCluster(observer, prefix(t)).Leader(context.Background(), "cert-renewer")
 		return err == nil && (!ok || l.Token != term.Token())
 	})
 }
@@ -563,7 +565,7 @@ func TestFreshTokenIsAboveEveryTermsToken(t *testing.T) {
 	cli := etcd.Client(t)
 	a := startSession(t, etcd.Client(t), "server-a")
 	term := mustWin(t, a, "weekly-report")
-	tok, err := leadership.FreshToken(context.Background(), cli, prefix(t))
+	tok, err := etcdlease.NewCluster(cli, prefix(t)).FreshToken(context.Background(), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -598,10 +600,10 @@ func TestResignDuringAnEtcdElectionDeletesTheKeyOnceThereIsALeader(t *testing.T)
 	if err := term.Resign(ctx); err != nil {
 		t.Fatalf("resign during the election: %v", err)
 	}
-	if _, ok, err := leadership.Observe(ctx, observer, prefix(t), "weekly-report"); err != nil || ok {
+	if _, ok, err := etcdlease.NewCluster(observer, prefix(t)).Leader(ctx, "weekly-report"); err != nil || ok {
 		t.Fatalf("after the resignation the leader key is still there (%v, %v)", ok, err)
 	}
-	if !leaseAlive(t, observer, a.Stats().Lease) {
+	if !leaseAlive(t, observer, hexLease(t, a.Stats().Lease)) {
 		t.Fatal("the resigning instance's lease ended: the key went with it, not with the resignation")
 	}
 }

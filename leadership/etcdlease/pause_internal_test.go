@@ -1,4 +1,4 @@
-package leadership
+package etcdlease
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/snip/snip-jobs/testbench/benchtest"
+	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/testbench/etcdtest"
 )
 
@@ -17,21 +17,14 @@ func TestWinAnsweredAfterTheDeadlineYieldsNoTerm(t *testing.T) {
 	t.Parallel()
 	etcd := etcdtest.Start(t, 1)
 	link := etcd.Proxy(t, 0)
-	s, err := NewSession(Config{
-		Client: etcd.Client(t, link.Endpoint()), Prefix: "/pause-test", Instance: "paused",
-		TTL: 2 * time.Second, Margin: 500 * time.Millisecond, Logger: benchtest.Logger(t),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close(context.Background())
-	if err := s.WaitReady(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	var st *store
+	s, st := hookedSession(t, Config{Client: etcd.Client(t, link.Endpoint()), Prefix: "/pause-test", Config: leadership.Config{
+		Instance: "paused", TTL: 2 * time.Second, Margin: 500 * time.Millisecond,
+	}}, func(*store) {})
 	first := s.Stats().Lease
 
 	var pauses atomic.Int32
-	s.afterWinTxn = func() {
+	st.afterWinTxn = func() {
 		if pauses.Add(1) == 1 {
 			// The whole process stalls (here: its traffic is cut, so keep-alives
 			// fail) until the deadline of the lease used for this win has passed.

@@ -1,4 +1,4 @@
-package leadership_test
+package etcdlease_test
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/snip/snip-jobs/leadership"
+	"github.com/snip/snip-jobs/leadership/etcdlease"
+	"github.com/snip/snip-jobs/leadership/etcdlease/layout"
 	"github.com/snip/snip-jobs/testbench/etcdtest"
 )
 
@@ -63,7 +65,7 @@ func TestAResignRequestNamesTheLeadersTokenAndWaitsForTheHandOver(t *testing.T) 
 	go a.WatchResignRequests(ctx, func(job string, token int64) { requests <- request{job, token} })
 	// A request for another job, put until one arrives, shows the watch is live.
 	for live := false; !live; {
-		if _, err := cli.Put(ctx, leadership.ResignKey(prefix(t), "probe"), "1"); err != nil {
+		if _, err := cli.Put(ctx, layout.ResignKey(prefix(t), "probe"), "1"); err != nil {
 			t.Fatal(err)
 		}
 		select {
@@ -80,7 +82,7 @@ func TestAResignRequestNamesTheLeadersTokenAndWaitsForTheHandOver(t *testing.T) 
 	}
 	done := make(chan result, 1)
 	go func() {
-		before, after, err := leadership.RequestResign(ctx, cli, prefix(t), "report")
+		before, after, err := leadership.Resign(ctx, etcdlease.NewCluster(cli, prefix(t)), "report")
 		done <- result{before, after, err}
 	}()
 	for got := false; !got; {
@@ -105,10 +107,10 @@ func TestAResignRequestNamesTheLeadersTokenAndWaitsForTheHandOver(t *testing.T) 
 	if r.err != nil || r.before.Token != term.Token() || r.after == nil || r.after.Instance != "server-b" || r.after.Token != next.Token() {
 		t.Fatalf("RequestResign: before %+v, after %+v, err %v; want %d then server-b's %d", r.before, r.after, r.err, term.Token(), next.Token())
 	}
-	if _, _, err := leadership.RequestResign(ctx, cli, prefix(t), "no-such-job"); !errors.Is(err, leadership.ErrNoLeader) {
+	if _, _, err := leadership.Resign(ctx, etcdlease.NewCluster(cli, prefix(t)), "no-such-job"); !errors.Is(err, leadership.ErrNoLeader) {
 		t.Errorf("resign of a job without a leader: %v, want %v", err, leadership.ErrNoLeader)
 	}
-	if got, want := leadership.ResignKey(prefix(t)+"/", "report"), prefix(t)+"/resign/report"; got != want {
+	if got, want := layout.ResignKey(prefix(t)+"/", "report"), prefix(t)+"/resign/report"; got != want {
 		t.Errorf("ResignKey %q, want %q", got, want)
 	}
 }

@@ -1,4 +1,4 @@
-package leadership_test
+package etcdlease_test
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/snip/snip-jobs/leadership"
+	"github.com/snip/snip-jobs/leadership/etcdlease"
 	"github.com/snip/snip-jobs/testbench/etcdtest"
 )
 
@@ -240,7 +241,7 @@ func deathReclaimRound(b *testing.B, etcd *etcdtest.Cluster, job string, ttl tim
 		if out, err := exec.Command(bin, "reclaim", "--config", config).CombinedOutput(); err != nil {
 			b.Fatalf("snip-jobs reclaim: %v\n%s", err, out)
 		}
-	} else if _, err := leadership.Reclaim(context.Background(), etcd.Client(b), prefix(b), job+"-leader", ""); err != nil {
+	} else if _, err := leadership.Reclaim(context.Background(), etcdlease.NewCluster(etcd.Client(b), prefix(b)), job+"-leader", ""); err != nil {
 		b.Fatal(err)
 	}
 	won := await(b, next, "follower")

@@ -1,0 +1,35 @@
+// Package layout names the etcd backend's keys without an etcd client:
+// package configs reads a config's key prefix with it, and only what runs
+// the backend links etcd's client (package etcdlease).
+//
+// Under a prefix (default /snip-jobs): <prefix>/leaders/<job> records a
+// job's term, on its holder's lease; <prefix>/instances/<name> an
+// instance's registration, on its lease; <prefix>/resign/<job> an operator's
+// request that the term with the token it names resign; and
+// <prefix>/operator-token is written to draw fresh fencing tokens.
+package layout
+
+import "strings"
+
+// DefaultPrefix is the key prefix unless the config says otherwise.
+const DefaultPrefix = "/snip-jobs"
+
+// Prefix is p without trailing slashes, or DefaultPrefix when empty.
+func Prefix(p string) string {
+	if p == "" {
+		return DefaultPrefix
+	}
+	return strings.TrimRight(p, "/")
+}
+
+// LeaderKey records the leader of job under prefix.
+func LeaderKey(prefix, job string) string { return Prefix(prefix) + "/leaders/" + job }
+
+// InstanceKey registers instance under prefix.
+func InstanceKey(prefix, instance string) string { return Prefix(prefix) + "/instances/" + instance }
+
+// ResignKey is where an operator's request that job's leader resign is put.
+func ResignKey(prefix, job string) string { return Prefix(prefix) + "/resign/" + job }
+
+// OperatorTokenKey is written to draw a fresh fencing token (its revision).
+func OperatorTokenKey(prefix string) string { return Prefix(prefix) + "/operator-token" }
