@@ -36,18 +36,18 @@ const defaultRateLimitWait = time.Hour
 // the domain's state afterwards.
 func (p *pass) do(ctx context.Context, client *lego.Client, d *domain) string {
 	log := p.log.With("domain", d.name)
-	if d.cert != nil && !p.now().Before(d.cert.ariNextCheck) {
+	if d.cert != nil && !p.clock.now().Before(d.cert.ariNextCheck) {
 		if w, _ := p.paused.left(); w == 0 {
 			p.checkARI(ctx, client, d, log)
 		}
 	}
-	if d.cert != nil && p.now().Before(d.cert.renewAt) {
+	if d.cert != nil && p.clock.now().Before(d.cert.renewAt) {
 		return p.stateOf(d)
 	}
 	switch {
 	case ctx.Err() != nil:
 		return p.stateOf(d)
-	case d.nextAttempt != nil && p.now().Before(*d.nextAttempt):
+	case d.nextAttempt != nil && p.clock.now().Before(*d.nextAttempt):
 		log.DebugContext(ctx, "due, but waiting before the next attempt", "next_attempt", *d.nextAttempt, "failures", d.failures)
 		return p.stateOf(d)
 	}
@@ -120,12 +120,12 @@ func (p *pass) checkARI(ctx context.Context, client *lego.Client, d *domain, log
 		return err
 	})
 	if err != nil {
-		p.checkStale(err)
+		p.stop.checkStale(err)
 		log.WarnContext(ctx, "could not store the renewal window", "err", err)
 		return
 	}
 	c.renewAt, c.ariStart, c.ariEnd = renewAt, start, end
-	c.ariNextCheck = p.now().Add(next)
+	c.ariNextCheck = p.clock.now().Add(next)
 }
 
 // order asks the CA for a certificate for d: the order is recorded in flight
@@ -138,7 +138,7 @@ func (p *pass) order(ctx context.Context, client *lego.Client, d *domain, log *s
 	case errors.Is(err, errBudget):
 		return
 	case err != nil:
-		p.checkStale(err)
+		p.stop.checkStale(err)
 		if ctx.Err() == nil {
 			log.ErrorContext(ctx, "could not record the order; not ordering", "err", err)
 		}
@@ -191,7 +191,7 @@ func (p *pass) order(ctx context.Context, client *lego.Client, d *domain, log *s
 		return
 	}
 	if err := p.store(ctx, d, orderID, res, key, replaces, conflicts > 0, log); err != nil {
-		p.checkStale(err)
+		p.stop.checkStale(err)
 		if errors.Is(err, errBadCertificate) {
 			p.orderFailed(ctx, d, orderID, failure{reason: ReasonCertificate, counts: true, err: err}, log)
 			return
@@ -319,7 +319,7 @@ func (p *pass) finishUnfinished(ctx context.Context, client *lego.Client, d *dom
 		return ctx.Err() != nil
 	}
 	if err := p.store(ctx, d, orderID, res, key, replaces, false, log); err != nil {
-		p.checkStale(err)
+		p.stop.checkStale(err)
 		if errors.Is(err, errBadCertificate) {
 			log.WarnContext(ctx, "the certificate issued to an unfinished order does not match it (it will be ordered again)", "url", url, "err", err)
 			return false
@@ -639,7 +639,7 @@ func (p *pass) store(ctx context.Context, d *domain, orderID int64, res *certifi
 	log.InfoContext(ctx, "certificate stored", "certificate_id", certRowID, "order_id", orderID,
 		"not_after", leaf.NotAfter, "renew_at", renewAt, "replaced_id", deref(prevID), "ari_renewal", replaces != "" && !conflict)
 	d.cert = &storedCert{id: certRowID, leaf: leaf, notBefore: leaf.NotBefore, notAfter: leaf.NotAfter, renewAt: renewAt,
-		ariNextCheck: p.now(), ariCertID: certID, token: p.r.Token}
+		ariNextCheck: p.clock.now(), ariCertID: certID, token: p.r.Token}
 	d.orderID, d.orderToken, d.orderKey, d.failures, d.nextAttempt, d.attempt = nil, nil, nil, 0, nil, 0
 	return nil
 }
@@ -681,11 +681,11 @@ func (p *pass) orderFailed(ctx context.Context, d *domain, orderID int64, f fail
 		return err
 	})
 	if err != nil {
-		p.checkStale(err)
+		p.stop.checkStale(err)
 		log.ErrorContext(ctx, "could not record the failed order", "err", err)
 		return
 	}
-	next := p.now().Add(wait)
+	next := p.clock.now().Add(wait)
 	d.failures, d.nextAttempt, d.orderID, d.orderToken, d.orderKey = failures, &next, nil, nil, nil
 	log.WarnContext(ctx, "order failed", "order_id", orderID, "reason", f.reason, "failures", failures,
 		"next_attempt_in", wait.Round(time.Second), "err", f.err)

@@ -28,12 +28,8 @@ type pass struct {
 	opts *Options
 	log  *slog.Logger
 
-	dbNow  time.Time // the database's clock when the pass loaded its state
-	loaded time.Time // our clock (monotonic) at the same moment
-
-	cancel  context.CancelCauseFunc
-	errOnce sync.Once
-	err     error // the first error that ends the pass (stale token)
+	clock *dbClock
+	stop  *stopper
 
 	// The lock-delay: waited once, before the first order of the pass.
 	gate struct {
@@ -95,34 +91,45 @@ type invalidDomain struct {
 }
 
 func newPass(j *job, r *scheduler.Run) *pass {
-	return &pass{j: j, r: r, opts: &j.opts, log: r.Log}
+	return &pass{j: j, r: r, opts: &j.opts, log: r.Log, clock: &dbClock{}, stop: &stopper{}}
 }
 
-// now is the database's clock, advanced by our monotonic clock since the
+// dbClock is the database's clock, advanced by our monotonic clock since the
 // pass loaded its state: instants from PostgreSQL and from the CA are
 // compared with it, never with this host's wall clock.
-func (p *pass) now() time.Time { return p.dbNow.Add(time.Since(p.loaded)) }
+type dbClock struct {
+	at     time.Time // the database's clock when the pass loaded its state
+	loaded time.Time // our clock (monotonic) at the same moment
+}
 
-// fatal records the error that ends the pass and cancels everything else in
-// it (a newer term has written: nothing more this pass does can stick).
-func (p *pass) fatal(err error) {
-	p.errOnce.Do(func() {
-		p.err = err
-		p.cancel(err)
-	})
+// set starts the clock at the database's instant at, read just now.
+func (c *dbClock) set(at time.Time) { c.at, c.loaded = at, time.Now() }
+
+func (c *dbClock) now() time.Time { return c.at.Add(time.Since(c.loaded)) }
+
+// stopper ends the pass at the first sign that a newer term has written (a
+// stale token): nothing more the pass does can stick, so everything else in
+// it is cancelled and the pass returns that error. Safe for concurrent use.
+type stopper struct {
+	cancel context.CancelCauseFunc
+	once   sync.Once
+	err    error // the first error that ended the pass; read once its goroutines are done
 }
 
 // checkStale ends the pass if err says a newer term has written.
-func (p *pass) checkStale(err error) {
+func (s *stopper) checkStale(err error) {
 	if errors.Is(err, fencing.ErrStaleToken) {
-		p.fatal(err)
+		s.once.Do(func() {
+			s.err = err
+			s.cancel(err)
+		})
 	}
 }
 
 func (p *pass) run(parent context.Context) error {
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
-	p.cancel = cancel
+	p.stop.cancel = cancel
 
 	if err := p.startTerm(ctx); err != nil {
 		return p.result(parent, fmt.Errorf("certrenew: record the term: %w", err))
@@ -139,7 +146,7 @@ func (p *pass) run(parent context.Context) error {
 	hb.Wait()
 	// Every CA call of this pass has returned: if the term still holds, say
 	// so, and the next leader need not wait the lock-delay.
-	if p.err == nil && p.r.Valid() {
+	if p.stop.err == nil && p.r.Valid() {
 		p.endTerm(context.WithoutCancel(parent))
 	}
 	return p.result(parent, err)
@@ -147,8 +154,8 @@ func (p *pass) run(parent context.Context) error {
 
 func (p *pass) result(parent context.Context, err error) error {
 	switch {
-	case p.err != nil:
-		return fmt.Errorf("certrenew: pass stopped: %w", p.err)
+	case p.stop.err != nil:
+		return fmt.Errorf("certrenew: pass stopped: %w", p.stop.err)
 	case parent.Err() != nil:
 		return fmt.Errorf("certrenew: pass stopped: %w", context.Cause(parent))
 	}
@@ -157,22 +164,22 @@ func (p *pass) result(parent context.Context, err error) error {
 
 func (p *pass) work(ctx context.Context) error {
 	if err := p.housekeeping(ctx); err != nil {
-		p.checkStale(err)
+		p.stop.checkStale(err)
 		return fmt.Errorf("certrenew: housekeeping: %w", err)
 	}
 	if err := p.load(ctx); err != nil {
 		return fmt.Errorf("certrenew: load domains: %w", err)
 	}
 	if err := p.applyRetryRequests(ctx); err != nil {
-		p.checkStale(err)
+		p.stop.checkStale(err)
 		return fmt.Errorf("certrenew: retry requests: %w", err)
 	}
 	if err := p.recordInvalid(ctx); err != nil {
-		p.checkStale(err)
+		p.stop.checkStale(err)
 		return fmt.Errorf("certrenew: record invalid domains: %w", err)
 	}
 	if err := p.reseal(ctx); err != nil {
-		p.checkStale(err)
+		p.stop.checkStale(err)
 		return fmt.Errorf("certrenew: re-seal keys: %w", err)
 	}
 	defer p.publish(ctx)
@@ -187,7 +194,7 @@ func (p *pass) work(ctx context.Context) error {
 	}
 	client, closeIdle, err := p.connect(ctx)
 	if err != nil {
-		p.checkStale(err)
+		p.stop.checkStale(err)
 		p.settleAll()
 		return fmt.Errorf("certrenew: ACME account: %w", err)
 	}
@@ -197,7 +204,7 @@ func (p *pass) work(ctx context.Context) error {
 	todo := slices.Clone(p.domains)
 	key := func(d *domain) time.Time {
 		if d.cert == nil {
-			return p.dbNow
+			return p.clock.at
 		}
 		return d.cert.notAfter
 	}
@@ -242,9 +249,9 @@ func (p *pass) settleAll() {
 // stateOf is a domain's certificate state (the metric's label).
 func (p *pass) stateOf(d *domain) string {
 	if d.cert == nil {
-		return stateAt(p.now(), d.failures, nil, nil)
+		return stateAt(p.clock.now(), d.failures, nil, nil)
 	}
-	return stateAt(p.now(), d.failures, &d.cert.notAfter, &d.cert.renewAt)
+	return stateAt(p.clock.now(), d.failures, &d.cert.notAfter, &d.cert.renewAt)
 }
 
 // stateAt is the state of a valid name at now, given its failures and its
@@ -315,7 +322,7 @@ func (p *pass) pause(ctx context.Context, d time.Duration, reason string) {
 		return err
 	})
 	if err != nil {
-		p.checkStale(err)
+		p.stop.checkStale(err)
 		p.log.WarnContext(ctx, "could not record the pause", "err", err)
 	}
 }

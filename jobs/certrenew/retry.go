@@ -54,7 +54,7 @@ func (p *pass) applyRetryRequests(ctx context.Context) error {
 			renewed, cleared = append(renewed, d), append(cleared, d)
 		case d == nil:
 			log.WarnContext(ctx, "retry requested for a name that is not a wanted custom domain (removed, or invalid); request dropped", "renew", q.renew)
-		case d.nextAttempt == nil || !p.now().Before(*d.nextAttempt):
+		case d.nextAttempt == nil || !p.clock.now().Before(*d.nextAttempt):
 			log.InfoContext(ctx, "retry requested for a domain that is not backing off; nothing to clear", "failures", d.failures)
 		default:
 			log.InfoContext(ctx, "retry requested by an operator: the domain's back-off is cleared; it is tried in this pass",
@@ -83,8 +83,8 @@ func (p *pass) applyRetryRequests(ctx context.Context) error {
 		d.nextAttempt = nil
 	}
 	for _, d := range renewed {
-		d.cert.renewAt = p.now().Add(-time.Second)
-		if hold := p.now().Add(renewHold); d.cert.ariNextCheck.Before(hold) {
+		d.cert.renewAt = p.clock.now().Add(-time.Second)
+		if hold := p.clock.now().Add(renewHold); d.cert.ariNextCheck.Before(hold) {
 			d.cert.ariNextCheck = hold
 		}
 	}

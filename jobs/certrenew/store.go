@@ -49,21 +49,22 @@ func (p *pass) housekeeping(ctx context.Context) error {
 // pause, and the database's clock.
 func (p *pass) load(ctx context.Context) (err error) {
 	db := p.j.pool
+	var dbNow time.Time
 	var pausedFor float64
 	var pauseReason *string
 	if err := db.QueryRow(ctx, `SELECT now(),
 			coalesce((SELECT extract(epoch FROM paused_until - now())::float8 FROM certrenew_job WHERE job = $1), 0),
 			(SELECT pause_reason FROM certrenew_job WHERE job = $1)`, p.r.Job).
-		Scan(&p.dbNow, &pausedFor, &pauseReason); err != nil {
+		Scan(&dbNow, &pausedFor, &pauseReason); err != nil {
 		return err
 	}
-	p.loaded = time.Now()
+	p.clock.set(dbNow)
 	if pausedFor > 0 {
 		reason := ""
 		if pauseReason != nil {
 			reason = *pauseReason
 		}
-		p.paused.extend(p.loaded.Add(time.Duration(pausedFor*float64(time.Second))), reason)
+		p.paused.extend(p.clock.loaded.Add(time.Duration(pausedFor*float64(time.Second))), reason)
 	}
 
 	// Taken before the rows are read: a row committed in between makes the
@@ -322,7 +323,7 @@ func (p *pass) publish(ctx context.Context) {
 		}
 	}
 	if any {
-		m.soonestExpiry.WithLabelValues(job).Set(soonest.Sub(p.now()).Hours() / 24)
+		m.soonestExpiry.WithLabelValues(job).Set(soonest.Sub(p.clock.now()).Hours() / 24)
 	}
 	d, _ := p.paused.left()
 	m.pausedS.WithLabelValues(job).Set(d.Seconds())

@@ -101,7 +101,7 @@ func (p *pass) waitLockDelay(ctx context.Context) error {
 		return markLapsed(ctx, tx, p.r.Job, p.gate.lapsed)
 	})
 	if err != nil {
-		p.checkStale(err)
+		p.stop.checkStale(err)
 		return fmt.Errorf("certrenew: mark earlier terms lapsed: %w", err)
 	}
 	p.log.InfoContext(ctx, "lock-delay passed; ordering", "earlier_tokens", p.gate.lapsed)
@@ -128,7 +128,7 @@ func (p *pass) heartbeat(ctx context.Context) {
 		case err == nil, ctx.Err() != nil:
 		case errors.Is(err, fencing.ErrStaleToken):
 			p.log.WarnContext(ctx, "a newer term has started: stopping this pass", "err", err)
-			p.checkStale(err)
+			p.stop.checkStale(err)
 			return
 		default:
 			p.log.WarnContext(ctx, "heartbeat failed", "err", err)
