@@ -65,7 +65,7 @@ func (p *pass) do(ctx context.Context, client *lego.Client, d *domain) string {
 	if recovered() {
 		return p.stateOf(d)
 	}
-	delayed, err := p.beforeOrder(ctx)
+	delayed, err := p.gate.beforeOrder(ctx)
 	if err != nil || delayed && recovered() {
 		return p.stateOf(d)
 	}

@@ -31,13 +31,7 @@ type pass struct {
 	clock *dbClock
 	stop  *stopper
 
-	// The lock-delay: waited once, before the first order of the pass.
-	gate struct {
-		once   sync.Once
-		until  time.Time // our clock: no order before it
-		lapsed []int64
-		err    error
-	}
+	gate *lockDelay
 
 	paused caPause
 	budget budgetLatch
@@ -91,7 +85,9 @@ type invalidDomain struct {
 }
 
 func newPass(j *job, r *scheduler.Run) *pass {
-	return &pass{j: j, r: r, opts: &j.opts, log: r.Log, clock: &dbClock{}, stop: &stopper{}}
+	p := &pass{j: j, r: r, opts: &j.opts, log: r.Log, clock: &dbClock{}, stop: &stopper{}}
+	p.gate = &lockDelay{r: r, log: r.Log, delay: j.opts.LockDelay, stop: p.stop}
+	return p
 }
 
 // dbClock is the database's clock, advanced by our monotonic clock since the
@@ -131,13 +127,13 @@ func (p *pass) run(parent context.Context) error {
 	defer cancel(nil)
 	p.stop.cancel = cancel
 
-	if err := p.startTerm(ctx); err != nil {
+	if err := p.gate.start(ctx); err != nil {
 		return p.result(parent, fmt.Errorf("certrenew: record the term: %w", err))
 	}
 	hbCtx, hbStop := context.WithCancel(ctx)
 	var hb sync.WaitGroup
 	if p.opts.LockDelay > 0 {
-		hb.Go(func() { p.heartbeat(hbCtx) })
+		hb.Go(func() { p.gate.heartbeat(hbCtx) })
 	}
 
 	err := p.work(ctx)
@@ -147,7 +143,7 @@ func (p *pass) run(parent context.Context) error {
 	// Every CA call of this pass has returned: if the term still holds, say
 	// so, and the next leader need not wait the lock-delay.
 	if p.stop.err == nil && p.r.Valid() {
-		p.endTerm(context.WithoutCancel(parent))
+		p.gate.end(context.WithoutCancel(parent))
 	}
 	return p.result(parent, err)
 }
