@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/go-acme/lego/v5/acme"
@@ -37,7 +36,7 @@ const defaultRateLimitWait = time.Hour
 func (p *pass) do(ctx context.Context, client *lego.Client, d *domain) string {
 	log := p.log.With("domain", d.name)
 	if d.cert != nil && !p.clock.now().Before(d.cert.ariNextCheck) {
-		if w, _ := p.paused.left(); w == 0 {
+		if w, _ := p.throttle.left(); w == 0 {
 			p.checkARI(ctx, client, d, log)
 		}
 	}
@@ -51,7 +50,7 @@ func (p *pass) do(ctx context.Context, client *lego.Client, d *domain) string {
 		log.DebugContext(ctx, "due, but waiting before the next attempt", "next_attempt", *d.nextAttempt, "failures", d.failures)
 		return p.stateOf(d)
 	}
-	if w, reason := p.paused.left(); w > 0 {
+	if w, reason := p.throttle.left(); w > 0 {
 		log.DebugContext(ctx, "due, but the renewer is paused", "reason", reason)
 		return p.stateOf(d)
 	}
@@ -102,7 +101,7 @@ func (p *pass) checkARI(ctx context.Context, client *lego.Client, d *domain, log
 		f := classify(err, obs)
 		p.j.m.failures.WithLabelValues(p.r.Job, ReasonARI).Inc()
 		log.WarnContext(ctx, "renewal info (ARI) check failed; keeping the current renewal instant", "reason", f.reason, "err", err)
-		p.caFailed(ctx, f, d.name)
+		p.throttle.failed(ctx, f, d.name)
 		next = ariAfterFailure
 	default:
 		ws, we := info.SuggestedWindow.Start, info.SuggestedWindow.End
@@ -663,7 +662,7 @@ func (p *pass) orderFailed(ctx context.Context, d *domain, orderID int64, f fail
 			}
 		}
 	}
-	p.caFailed(ctx, f, d.name)
+	p.throttle.failed(ctx, f, d.name)
 	msg := f.err.Error()
 	if len(msg) > 2000 {
 		msg = msg[:2000] + "…"
@@ -689,35 +688,6 @@ func (p *pass) orderFailed(ctx context.Context, d *domain, orderID int64, f fail
 	d.failures, d.nextAttempt, d.orderID, d.orderToken, d.orderKey = failures, &next, nil, nil, nil
 	log.WarnContext(ctx, "order failed", "order_id", orderID, "reason", f.reason, "failures", failures,
 		"next_attempt_in", wait.Round(time.Second), "err", f.err)
-}
-
-// caFailed applies what a CA failure means beyond its domain: a 503 pauses
-// the renewer; a rate limit is counted, and pauses the renewer when it is the
-// account's.
-func (p *pass) caFailed(ctx context.Context, f failure, domain string) {
-	if f.reason == ReasonRateLimited {
-		wait := f.retryAfter
-		if wait == 0 {
-			wait = defaultRateLimitWait
-		}
-		p.j.m.rateLimitWaits.WithLabelValues(p.r.Job).Inc()
-		p.j.m.rateLimitWaitS.WithLabelValues(p.r.Job).Add(wait.Seconds())
-		var pd *acme.ProblemDetails
-		if errors.As(f.err, &pd) && strings.Contains(strings.ToLower(pd.Detail), "account") {
-			p.pause(ctx, wait, "account rate limit: "+pd.Detail)
-		}
-	}
-	if f.pause {
-		wait := f.retryAfter
-		if wait == 0 {
-			wait = p.opts.UnavailablePause
-		}
-		reason := "the CA answered 503"
-		if domain != "" {
-			reason += " (ordering " + domain + ")"
-		}
-		p.pause(ctx, wait, reason)
-	}
 }
 
 func publicKeyEqual(a, b crypto.PublicKey) bool {

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/go-acme/lego/v5/lego"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/snip/snip-jobs/fencing"
 	"github.com/snip/snip-jobs/scheduler"
@@ -33,8 +32,8 @@ type pass struct {
 
 	gate *lockDelay
 
-	paused caPause
-	budget budgetLatch
+	throttle *caThrottle
+	budget   budgetLatch
 
 	// The account and the term-bound HTTP client of the pass's lego client
 	// (connect), for asking the CA about an earlier order (askOrder).
@@ -87,6 +86,7 @@ type invalidDomain struct {
 func newPass(j *job, r *scheduler.Run) *pass {
 	p := &pass{j: j, r: r, opts: &j.opts, log: r.Log, clock: &dbClock{}, stop: &stopper{}}
 	p.gate = &lockDelay{r: r, log: r.Log, delay: j.opts.LockDelay, stop: p.stop}
+	p.throttle = &caThrottle{r: r, log: r.Log, m: j.m, unavailablePause: j.opts.UnavailablePause, stop: p.stop}
 	return p
 }
 
@@ -180,7 +180,7 @@ func (p *pass) work(ctx context.Context) error {
 	}
 	defer p.publish(ctx)
 
-	if d, reason := p.paused.left(); d > 0 {
+	if d, reason := p.throttle.left(); d > 0 {
 		p.log.InfoContext(ctx, "renewer paused: not asking the CA this pass", "for", d.Round(time.Second), "reason", reason)
 		p.settleAll()
 		return nil
@@ -284,7 +284,7 @@ func (p *pass) connect(ctx context.Context) (*lego.Client, func(), error) {
 	// transport binds that request to the term.
 	client, err := lego.NewClient(cfg)
 	if err != nil {
-		p.caFailed(ctx, classify(err, &observation{}), "")
+		p.throttle.failed(ctx, classify(err, &observation{}), "")
 		return nil, nil, fmt.Errorf("connect to %s: %w", p.opts.Directory, err)
 	}
 	if err := p.register(ctx, client, acct); err != nil {
@@ -300,27 +300,6 @@ func (p *pass) connect(ctx context.Context) (*lego.Client, func(), error) {
 	}
 	p.acct, p.caHTTP = acct, httpClient
 	return client, base.CloseIdleConnections, nil
-}
-
-// pause stops this pass from asking the CA for d, and records the pause so
-// that whichever instance leads next honours it.
-func (p *pass) pause(ctx context.Context, d time.Duration, reason string) {
-	if !p.paused.extend(time.Now().Add(d), reason) {
-		return
-	}
-	p.log.WarnContext(ctx, "pausing the renewer: not asking the CA", "for", d.Round(time.Second), "reason", reason)
-	err := p.r.Fenced(ctx, func(ctx context.Context, tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, `INSERT INTO certrenew_job (job, paused_until, pause_reason, token)
-			VALUES ($1, now() + make_interval(secs => $2), $3, $4)
-			ON CONFLICT (job) DO UPDATE SET paused_until = greatest(certrenew_job.paused_until, EXCLUDED.paused_until),
-				pause_reason = EXCLUDED.pause_reason, token = EXCLUDED.token, updated_at = now()`,
-			p.r.Job, d.Seconds(), reason, p.r.Token)
-		return err
-	})
-	if err != nil {
-		p.stop.checkStale(err)
-		p.log.WarnContext(ctx, "could not record the pause", "err", err)
-	}
 }
 
 // parseLeaf returns the first certificate of a PEM chain.

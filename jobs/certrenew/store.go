@@ -64,7 +64,7 @@ func (p *pass) load(ctx context.Context) (err error) {
 		if pauseReason != nil {
 			reason = *pauseReason
 		}
-		p.paused.extend(p.clock.loaded.Add(time.Duration(pausedFor*float64(time.Second))), reason)
+		p.throttle.restore(p.clock.loaded.Add(time.Duration(pausedFor*float64(time.Second))), reason)
 	}
 
 	// Taken before the rows are read: a row committed in between makes the
@@ -325,7 +325,7 @@ func (p *pass) publish(ctx context.Context) {
 	if any {
 		m.soonestExpiry.WithLabelValues(job).Set(soonest.Sub(p.clock.now()).Hours() / 24)
 	}
-	d, _ := p.paused.left()
+	d, _ := p.throttle.left()
 	m.pausedS.WithLabelValues(job).Set(d.Seconds())
 
 	// The budget and old-key gauges need a query. Not when the pass was
@@ -420,7 +420,7 @@ func (p *pass) register(ctx context.Context, client *lego.Client, u *acmeUser) e
 	case u.url == "":
 		acct, err := client.Registration.Register(ctx, registration.RegisterOptions{TermsOfServiceAgreed: true})
 		if err != nil {
-			p.caFailed(ctx, classify(err, &observation{}), "")
+			p.throttle.failed(ctx, classify(err, &observation{}), "")
 			return fmt.Errorf("register at %s: %w", dir, err)
 		}
 		u.url, u.email = acct.Location, p.opts.Email
@@ -436,7 +436,7 @@ func (p *pass) register(ctx context.Context, client *lego.Client, u *acmeUser) e
 	case u.email != p.opts.Email:
 		u.email = p.opts.Email
 		if _, err := client.Registration.UpdateRegistration(ctx, registration.RegisterOptions{TermsOfServiceAgreed: true}); err != nil {
-			p.caFailed(ctx, classify(err, &observation{}), "")
+			p.throttle.failed(ctx, classify(err, &observation{}), "")
 			return fmt.Errorf("update the account's contact at %s: %w", dir, err)
 		}
 		err := p.r.Fenced(ctx, func(ctx context.Context, tx pgx.Tx) error {
