@@ -33,6 +33,7 @@ type pass struct {
 	gate *lockDelay
 
 	throttle *caThrottle
+	account  *accountStore
 	budget   budgetLatch
 
 	// The account and the term-bound HTTP client of the pass's lego client
@@ -87,6 +88,7 @@ func newPass(j *job, r *scheduler.Run) *pass {
 	p := &pass{j: j, r: r, opts: &j.opts, log: r.Log, clock: &dbClock{}, stop: &stopper{}}
 	p.gate = &lockDelay{r: r, log: r.Log, delay: j.opts.LockDelay, stop: p.stop}
 	p.throttle = &caThrottle{r: r, log: r.Log, m: j.m, unavailablePause: j.opts.UnavailablePause, stop: p.stop}
+	p.account = &accountStore{pool: j.pool, keys: j.keys, r: r, log: r.Log, dir: j.opts.Directory, email: j.opts.Email, throttle: p.throttle}
 	return p
 }
 
@@ -269,7 +271,7 @@ func stateAt(now time.Time, failures int, notAfter, renewAt *time.Time) string {
 // connect loads (or creates and registers) the shared account and returns
 // a lego client for this pass.
 func (p *pass) connect(ctx context.Context) (*lego.Client, func(), error) {
-	acct, err := p.account(ctx)
+	acct, err := p.account.load(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -287,7 +289,7 @@ func (p *pass) connect(ctx context.Context) (*lego.Client, func(), error) {
 		p.throttle.failed(ctx, classify(err, &observation{}), "")
 		return nil, nil, fmt.Errorf("connect to %s: %w", p.opts.Directory, err)
 	}
-	if err := p.register(ctx, client, acct); err != nil {
+	if err := p.account.register(ctx, client, acct); err != nil {
 		base.CloseIdleConnections()
 		return nil, nil, err
 	}

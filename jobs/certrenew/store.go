@@ -2,19 +2,10 @@ package certrenew
 
 import (
 	"context"
-	"crypto"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"encoding/pem"
 	"errors"
-	"fmt"
 	"slices"
 	"time"
 
-	"github.com/go-acme/lego/v5/lego"
-	"github.com/go-acme/lego/v5/registration"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -350,128 +341,4 @@ func (p *pass) publish(ctx context.Context) {
 	}
 	m.budgetLeft.WithLabelValues(job).Set(float64(max(p.opts.OrderBudget-used, 0)))
 	m.oldKeys.WithLabelValues(job).Set(float64(old))
-}
-
-// account returns the shared ACME account, creating its key first if there
-// is none: the key is stored (fenced) before anything is sent to the CA.
-func (p *pass) account(ctx context.Context) (*acmeUser, error) {
-	dir := p.opts.Directory
-	read := func() (*acmeUser, bool, error) {
-		var email string
-		var sealed []byte
-		var url *string
-		err := p.j.pool.QueryRow(ctx, `SELECT email, key_sealed, account_url FROM certrenew_account WHERE directory = $1`, dir).
-			Scan(&email, &sealed, &url)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil, false, nil
-		}
-		if err != nil {
-			return nil, false, err
-		}
-		pt, err := p.j.keys.Open(sealed, aadAccount(dir))
-		if err != nil {
-			return nil, false, fmt.Errorf("account key: %w", err)
-		}
-		key, err := parseKeyPEM(pt)
-		if err != nil {
-			return nil, false, fmt.Errorf("account key: %w", err)
-		}
-		u := &acmeUser{email: email, key: key}
-		if url != nil {
-			u.url = *url
-		}
-		return u, true, nil
-	}
-	u, ok, err := read()
-	if err != nil || ok {
-		return u, err
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
-	pemKey, err := keyPEM(key)
-	if err != nil {
-		return nil, err
-	}
-	err = p.r.Fenced(ctx, func(ctx context.Context, tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, `INSERT INTO certrenew_account (directory, email, key_sealed, key_id, token)
-			VALUES ($1, $2, $3, $4, $5) ON CONFLICT (directory) DO NOTHING`,
-			dir, p.opts.Email, p.j.keys.Seal(pemKey, aadAccount(dir)), p.j.keys.KeyID(), p.r.Token)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	p.log.InfoContext(ctx, "created the ACME account key", "directory", dir)
-	u, ok, err = read()
-	if err == nil && !ok {
-		err = errors.New("account row vanished")
-	}
-	return u, err
-}
-
-// register registers the account if it has no URL yet (newAccount with a
-// known key returns the existing account: registering twice is harmless),
-// and updates its contact when the configured e-mail changed.
-func (p *pass) register(ctx context.Context, client *lego.Client, u *acmeUser) error {
-	dir := p.opts.Directory
-	switch {
-	case u.url == "":
-		acct, err := client.Registration.Register(ctx, registration.RegisterOptions{TermsOfServiceAgreed: true})
-		if err != nil {
-			p.throttle.failed(ctx, classify(err, &observation{}), "")
-			return fmt.Errorf("register at %s: %w", dir, err)
-		}
-		u.url, u.email = acct.Location, p.opts.Email
-		err = p.r.Fenced(ctx, func(ctx context.Context, tx pgx.Tx) error {
-			_, err := tx.Exec(ctx, `UPDATE certrenew_account SET account_url = $2, email = $3, registered_at = now(), token = $4
-				WHERE directory = $1`, dir, u.url, u.email, p.r.Token)
-			return err
-		})
-		if err != nil {
-			return err
-		}
-		p.log.InfoContext(ctx, "registered the ACME account", "directory", dir, "account", u.url)
-	case u.email != p.opts.Email:
-		u.email = p.opts.Email
-		if _, err := client.Registration.UpdateRegistration(ctx, registration.RegisterOptions{TermsOfServiceAgreed: true}); err != nil {
-			p.throttle.failed(ctx, classify(err, &observation{}), "")
-			return fmt.Errorf("update the account's contact at %s: %w", dir, err)
-		}
-		err := p.r.Fenced(ctx, func(ctx context.Context, tx pgx.Tx) error {
-			_, err := tx.Exec(ctx, `UPDATE certrenew_account SET email = $2, token = $3 WHERE directory = $1`, dir, u.email, p.r.Token)
-			return err
-		})
-		if err != nil {
-			return err
-		}
-		p.log.InfoContext(ctx, "updated the ACME account's contact", "directory", dir, "account", u.url)
-	}
-	return nil
-}
-
-// keyPEM encodes a private key as PKCS #8 PEM.
-func keyPEM(k crypto.Signer) ([]byte, error) {
-	der, err := x509.MarshalPKCS8PrivateKey(k)
-	if err != nil {
-		return nil, err
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
-}
-
-func parseKeyPEM(b []byte) (crypto.Signer, error) {
-	blk, _ := pem.Decode(b)
-	if blk == nil {
-		return nil, errors.New("no PEM block")
-	}
-	k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
-	if err != nil {
-		return nil, err
-	}
-	s, ok := k.(crypto.Signer)
-	if !ok {
-		return nil, fmt.Errorf("a %T is not a signing key", k)
-	}
-	return s, nil
 }
