@@ -15,13 +15,8 @@ import (
 
 	"github.com/go-acme/lego/v5/acme"
 	"github.com/go-acme/lego/v5/acme/api"
-	"github.com/go-acme/lego/v5/certcrypto"
 	"github.com/go-acme/lego/v5/certificate"
-	"github.com/go-acme/lego/v5/challenge/resolver"
-	"github.com/go-acme/lego/v5/lego"
 	"github.com/jackc/pgx/v5"
-
-	"github.com/snip/snip-jobs/internal/sleep"
 )
 
 // errBudget: the order budget of the last 3 hours is spent.
@@ -33,11 +28,11 @@ const defaultRateLimitWait = time.Hour
 // do works on one domain: refreshes its ARI window when due, and orders a
 // certificate when it has none or its renewal instant has come. It returns
 // the domain's state afterwards.
-func (p *pass) do(ctx context.Context, client *lego.Client, d *domain) string {
+func (p *pass) do(ctx context.Context, ca *caSession, d *domain) string {
 	log := p.log.With("domain", d.name)
 	if d.cert != nil && !p.clock.now().Before(d.cert.ariNextCheck) {
 		if w, _ := p.throttle.left(); w == 0 {
-			p.checkARI(ctx, client, d, log)
+			p.checkARI(ctx, ca, d, log)
 		}
 	}
 	if d.cert != nil && p.clock.now().Before(d.cert.renewAt) {
@@ -60,7 +55,7 @@ func (p *pass) do(ctx context.Context, client *lego.Client, d *domain) string {
 	// its states once, so it need not wait for the lock-delay. It is tried
 	// again after the lock-delay: an earlier term that was paused, not dead,
 	// may have noted where the CA has its order meanwhile.
-	recovered := func() bool { return d.orderID != nil && p.finishUnfinished(ctx, client, d, replacesOf(d), log) }
+	recovered := func() bool { return d.orderID != nil && p.finishUnfinished(ctx, ca, d, replacesOf(d), log) }
 	if recovered() {
 		return p.stateOf(d)
 	}
@@ -68,7 +63,7 @@ func (p *pass) do(ctx context.Context, client *lego.Client, d *domain) string {
 	if err != nil || delayed && recovered() {
 		return p.stateOf(d)
 	}
-	p.order(ctx, client, d, log)
+	p.order(ctx, ca, d, log)
 	return p.stateOf(d)
 }
 
@@ -83,10 +78,10 @@ func replacesOf(d *domain) string {
 
 // checkARI asks the CA for the certificate's renewal window (RFC 9773) and,
 // when the window is new, picks the renewal instant inside it.
-func (p *pass) checkARI(ctx context.Context, client *lego.Client, d *domain, log *slog.Logger) {
+func (p *pass) checkARI(ctx context.Context, ca *caSession, d *domain, log *slog.Logger) {
 	c := d.cert
 	octx, obs := observe(ctx, nil)
-	info, err := client.Certificate.GetRenewalInfo(octx, c.leaf)
+	info, err := ca.renewalInfo(octx, c.leaf)
 	if ctx.Err() != nil {
 		return
 	}
@@ -130,7 +125,7 @@ func (p *pass) checkARI(ctx context.Context, client *lego.Client, d *domain, log
 // order asks the CA for a certificate for d: the order is recorded in flight
 // (fenced) before the first request, so that a successor finds it; then the
 // result is stored or the failure recorded, both fenced.
-func (p *pass) order(ctx context.Context, client *lego.Client, d *domain, log *slog.Logger) {
+func (p *pass) order(ctx context.Context, ca *caSession, d *domain, log *slog.Logger) {
 	replaces := replacesOf(d)
 	orderID, key, err := p.beginOrder(ctx, d, replaces, log)
 	switch {
@@ -149,7 +144,7 @@ func (p *pass) order(ctx context.Context, client *lego.Client, d *domain, log *s
 	// the certificate (its term over mid-order, its store refused, its
 	// process gone), the next one fetches it instead of ordering again.
 	octx, obs := observe(ctx, func(orderURL, certURL string) { p.recordURLs(ctx, d, orderID, orderURL, certURL, log) })
-	res, err := obtain(octx, client, certificate.ObtainRequest{
+	res, err := ca.obtain(octx, certificate.ObtainRequest{
 		Domains:        []string{d.name},
 		PrivateKey:     key,
 		Bundle:         true,
@@ -181,7 +176,7 @@ func (p *pass) order(ctx context.Context, client *lego.Client, d *domain, log *s
 		// rather than fail the order and, later, order a second one.
 		log.WarnContext(ctx, "ordering failed after the CA accepted the CSR; fetching the certificate it issued",
 			"order_id", orderID, "err", err)
-		if p.finishUnfinished(ctx, client, d, replaces, log) {
+		if p.finishUnfinished(ctx, ca, d, replaces, log) {
 			return
 		}
 	}
@@ -228,13 +223,6 @@ func (p *pass) recordURLs(ctx context.Context, d *domain, orderID int64, orderUR
 	}
 }
 
-// Asking the CA about an earlier order still being processed: this many
-// times, this far apart.
-const (
-	orderPolls    = 5
-	orderPollWait = time.Second
-)
-
 // finishUnfinished finishes the unfinished order d has in flight
 // (d.orderID) at the CA: one an earlier term left, or this term's whose lego
 // call failed after the CA accepted the CSR. It takes the certificate's URL
@@ -243,7 +231,7 @@ const (
 // then fetches the certificate and stores it. It reports whether the domain
 // is dealt with for this pass (stored, this term's store refused, or the
 // order's failure recorded); false means: order as usual.
-func (p *pass) finishUnfinished(ctx context.Context, client *lego.Client, d *domain, replaces string, log *slog.Logger) bool {
+func (p *pass) finishUnfinished(ctx context.Context, ca *caSession, d *domain, replaces string, log *slog.Logger) bool {
 	orderID := *d.orderID
 	var orderURL, certURL *string
 	var token int64
@@ -272,7 +260,7 @@ func (p *pass) finishUnfinished(ctx context.Context, client *lego.Client, d *dom
 		return false
 	}
 	if url == "" {
-		o, err := p.askOrder(ctx, *orderURL)
+		o, err := ca.askOrder(ctx, *orderURL)
 		if err == nil && o.Status == acme.StatusPending {
 			// Not validated yet: answer its challenges. The order exists
 			// already, so this orders nothing and needs no lock-delay: if
@@ -280,14 +268,14 @@ func (p *pass) finishUnfinished(ctx context.Context, client *lego.Client, d *dom
 			// or finalize reaches a CA that has moved on, and is refused.
 			log.InfoContext(ctx, "resuming an unfinished order: answering its challenges", "order_url", *orderURL)
 			octx, obs := observe(ctx, nil)
-			if err := p.solvePending(octx, client, o); err != nil {
+			if err := ca.solvePending(octx, o); err != nil {
 				if ctx.Err() != nil {
 					return true
 				}
 				p.orderFailed(ctx, d, orderID, classify(err, obs), log)
 				return true
 			}
-			o, err = p.askOrder(ctx, *orderURL)
+			o, err = ca.askOrder(ctx, *orderURL)
 		}
 		if err == nil && o.Status == acme.StatusReady {
 			// Validated, never finalized: finish it with the order's own
@@ -296,7 +284,7 @@ func (p *pass) finishUnfinished(ctx context.Context, client *lego.Client, d *dom
 			// it is paused on its way to finalize: its finalize is then
 			// refused. That is why it needs no lock-delay either.
 			log.InfoContext(ctx, "finalizing an unfinished order the CA had validated", "order_url", *orderURL)
-			o, err = p.finalizeReady(ctx, d, *orderURL, o.Finalize, key)
+			o, err = ca.finalizeReady(ctx, d.name, *orderURL, o.Finalize, key)
 		}
 		switch {
 		case err != nil:
@@ -310,7 +298,7 @@ func (p *pass) finishUnfinished(ctx context.Context, client *lego.Client, d *dom
 		}
 		url = o.Certificate
 	}
-	res, err := client.Certificate.Get(ctx, url, true)
+	res, err := ca.certificate(ctx, url)
 	if err != nil {
 		if ctx.Err() == nil {
 			log.WarnContext(ctx, "could not fetch the certificate issued to an unfinished order (it will be ordered again)", "url", url, "err", err)
@@ -329,144 +317,6 @@ func (p *pass) finishUnfinished(ctx context.Context, client *lego.Client, d *dom
 	p.j.m.recovered.WithLabelValues(p.r.Job).Inc()
 	log.InfoContext(ctx, "stored the certificate the CA issued to an unfinished order, without ordering again")
 	return true
-}
-
-// solvePending answers the challenges of the pending order o, with the
-// pass's HTTP-01 (or DNS-01) provider: authorizations that are pending and
-// whose challenges the CA is not already validating (a paused term may have
-// asked it to) are solved through lego's resolver; those already being
-// validated are waited for. It returns once every authorization is valid, or
-// with the first failure (an invalid authorization is the order's failure).
-func (p *pass) solvePending(ctx context.Context, client *lego.Client, o acme.Order) error {
-	core, err := p.caCore()
-	if err != nil {
-		return err
-	}
-	var solve []acme.Authorization
-	var validating []string
-	for _, u := range o.Authorizations {
-		a, err := core.Authorizations.Get(ctx, u)
-		if err != nil {
-			return fmt.Errorf("authorization %s: %w", u, err)
-		}
-		switch {
-		case a.Status != acme.StatusPending:
-			// valid: nothing to do; invalid: the order is too, and
-			// askOrder will say so.
-		case slices.ContainsFunc(a.Challenges, func(c acme.Challenge) bool { return c.Status == acme.StatusProcessing }):
-			validating = append(validating, u)
-		default:
-			solve = append(solve, a)
-		}
-	}
-	if err := resolver.NewProber(client.Challenge).Solve(ctx, solve); err != nil {
-		return err
-	}
-	for _, u := range validating {
-		for i := 1; ; i++ {
-			a, err := core.Authorizations.Get(ctx, u)
-			if err != nil {
-				return fmt.Errorf("authorization %s: %w", u, err)
-			}
-			if a.Status == acme.StatusInvalid {
-				return fmt.Errorf("invalid authorization %s: %w", u, authzError(a))
-			}
-			if a.Status != acme.StatusPending || i == orderPolls {
-				break
-			}
-			if !sleep.For(ctx, orderPollWait) {
-				return context.Cause(ctx)
-			}
-		}
-	}
-	return nil
-}
-
-// authzError is the problem of an invalid authorization's failed challenge.
-func authzError(a acme.Authorization) error {
-	for _, c := range a.Challenges {
-		if c.Status == acme.StatusInvalid && c.Error != nil {
-			return c.Err()
-		}
-	}
-	return errors.New("no challenge error given")
-}
-
-// askOrder asks the CA for an order's state, waiting a little while it is
-// still processing; its Certificate is the certificate's URL once it is valid.
-func (p *pass) askOrder(ctx context.Context, orderURL string) (acme.Order, error) {
-	core, err := p.caCore()
-	if err != nil {
-		return acme.Order{}, err
-	}
-	for i := 1; ; i++ {
-		o, err := core.Orders.Get(ctx, orderURL)
-		if err != nil {
-			return acme.Order{}, err
-		}
-		if o.Status != acme.StatusProcessing || i == orderPolls {
-			if o.Status != acme.StatusValid {
-				o.Certificate = ""
-			}
-			return o.Order, nil
-		}
-		if !sleep.For(ctx, orderPollWait) {
-			return acme.Order{}, context.Cause(ctx)
-		}
-	}
-}
-
-// finalizeReady finalizes the ready order at orderURL with a CSR for d signed
-// by key (the order's own), and returns the order once the CA has processed
-// it (as askOrder).
-func (p *pass) finalizeReady(ctx context.Context, d *domain, orderURL, finalizeURL string, key crypto.Signer) (acme.Order, error) {
-	csr, err := certcrypto.CreateCSR(key, certcrypto.CSROptions{SAN: []string{d.name}})
-	if err != nil {
-		return acme.Order{}, err
-	}
-	core, err := p.caCore()
-	if err != nil {
-		return acme.Order{}, err
-	}
-	o, err := core.Orders.UpdateForCSR(ctx, finalizeURL, csr)
-	if err != nil {
-		return acme.Order{}, fmt.Errorf("finalize: %w", err)
-	}
-	if o.Status == acme.StatusValid && o.Certificate != "" {
-		return o.Order, nil
-	}
-	return p.askOrder(ctx, orderURL)
-}
-
-// caCore is an ACME client core on the pass's CA transport, with the shared
-// account.
-func (p *pass) caCore() (*api.Core, error) {
-	return api.New(p.caHTTP, userAgent, p.opts.Directory, p.acct.url, p.acct.key)
-}
-
-// obtain is client.Certificate.Obtain, except that it returns as soon as ctx
-// ends. lego's wait for an order the CA is still processing polls and sleeps
-// until the order timeout without looking at the context (its requests fail
-// at once, but the loop goes on), so a term that ended during that wait would
-// otherwise hold its pass, and the hand-over behind it, for up to
-// order_timeout. The abandoned call finishes by itself within that time,
-// without reaching the CA; nobody reads its result.
-func obtain(ctx context.Context, client *lego.Client, req certificate.ObtainRequest) (*certificate.Resource, error) {
-	type result struct {
-		res *certificate.Resource
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		res, err := client.Certificate.Obtain(ctx, req)
-		done <- result{res, err}
-	}()
-	select {
-	case r := <-done:
-		return r.res, r.err
-	case <-ctx.Done():
-		return nil, context.Cause(ctx)
-	}
 }
 
 // beginOrder checks the budget and records the order in flight, in one

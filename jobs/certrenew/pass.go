@@ -8,12 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"slices"
 	"sync"
 	"time"
-
-	"github.com/go-acme/lego/v5/lego"
 
 	"github.com/snip/snip-jobs/fencing"
 	"github.com/snip/snip-jobs/scheduler"
@@ -35,11 +32,6 @@ type pass struct {
 	throttle *caThrottle
 	account  *accountStore
 	budget   budgetLatch
-
-	// The account and the term-bound HTTP client of the pass's lego client
-	// (connect), for asking the CA about an earlier order (askOrder).
-	acct   *acmeUser
-	caHTTP *http.Client
 
 	domains []*domain
 	invalid []invalidDomain
@@ -190,13 +182,13 @@ func (p *pass) work(ctx context.Context) error {
 	if len(p.domains) == 0 {
 		return nil
 	}
-	client, closeIdle, err := p.connect(ctx)
+	ca, err := p.connect(ctx)
 	if err != nil {
 		p.stop.checkStale(err)
 		p.settleAll()
 		return fmt.Errorf("certrenew: ACME account: %w", err)
 	}
-	defer closeIdle()
+	defer ca.close()
 
 	// Most urgent first: expired certificates, new domains, then by expiry.
 	todo := slices.Clone(p.domains)
@@ -215,7 +207,7 @@ func (p *pass) work(ctx context.Context) error {
 	for range min(p.opts.Concurrency, len(todo)) {
 		wg.Go(func() {
 			for d := range tasks {
-				p.states.set(d.name, p.do(ctx, client, d))
+				p.states.set(d.name, p.do(ctx, ca, d))
 				p.r.Progress()
 			}
 		})
@@ -268,40 +260,26 @@ func stateAt(now time.Time, failures int, notAfter, renewAt *time.Time) string {
 	return StateValid
 }
 
-// connect loads (or creates and registers) the shared account and returns
-// a lego client for this pass.
-func (p *pass) connect(ctx context.Context) (*lego.Client, func(), error) {
+// connect loads (or creates and registers) the shared account and opens
+// the pass's session with the CA.
+func (p *pass) connect(ctx context.Context) (*caSession, error) {
 	acct, err := p.account.load(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	httpClient, base := newHTTPClient(ctx, p.j.roots, p.opts.Concurrency)
-	cfg := lego.NewConfig(acct)
-	cfg.CADirURL = p.opts.Directory
-	cfg.HTTPClient = httpClient
-	cfg.UserAgent = userAgent
-	cfg.Certificate = lego.CertificateConfig{Timeout: p.opts.OrderTimeout}
-
-	// lego.NewClient fetches the directory with context.Background(): the
-	// transport binds that request to the term.
-	client, err := lego.NewClient(cfg)
+	ca, err := dialCA(ctx, acct, p.j.roots, p.opts)
 	if err != nil {
 		p.throttle.failed(ctx, classify(err, &observation{}), "")
-		return nil, nil, fmt.Errorf("connect to %s: %w", p.opts.Directory, err)
+		return nil, fmt.Errorf("connect to %s: %w", p.opts.Directory, err)
 	}
-	if err := p.account.register(ctx, client, acct); err != nil {
-		base.CloseIdleConnections()
-		return nil, nil, err
+	if err := p.account.register(ctx, ca.client, acct); err != nil {
+		ca.close()
+		return nil, err
 	}
-	if p.j.dns != nil {
-		if err := client.Challenge.SetDNS01Provider(p.j.dns); err != nil {
-			return nil, nil, err
-		}
-	} else if err := client.Challenge.SetHTTP01Provider(&httpProvider{r: p.r}); err != nil {
-		return nil, nil, err
+	if err := ca.answerWith(p.j.dns, p.r); err != nil {
+		return nil, err
 	}
-	p.acct, p.caHTTP = acct, httpClient
-	return client, base.CloseIdleConnections, nil
+	return ca, nil
 }
 
 // parseLeaf returns the first certificate of a PEM chain.
