@@ -31,6 +31,7 @@ type pass struct {
 
 	throttle *caThrottle
 	account  *accountStore
+	upkeep   *upkeep
 	budget   budgetLatch
 
 	domains []*domain
@@ -80,6 +81,7 @@ func newPass(j *job, r *scheduler.Run) *pass {
 	p := &pass{j: j, r: r, opts: &j.opts, log: r.Log, clock: &dbClock{}, stop: &stopper{}}
 	p.gate = &lockDelay{r: r, log: r.Log, delay: j.opts.LockDelay, stop: p.stop}
 	p.throttle = &caThrottle{r: r, log: r.Log, m: j.m, unavailablePause: j.opts.UnavailablePause, stop: p.stop}
+	p.upkeep = &upkeep{pool: j.pool, keys: j.keys, r: r, log: r.Log}
 	p.account = &accountStore{pool: j.pool, keys: j.keys, r: r, log: r.Log, dir: j.opts.Directory, email: j.opts.Email, throttle: p.throttle}
 	return p
 }
@@ -153,7 +155,7 @@ func (p *pass) result(parent context.Context, err error) error {
 }
 
 func (p *pass) work(ctx context.Context) error {
-	if err := p.housekeeping(ctx); err != nil {
+	if err := p.upkeep.housekeeping(ctx); err != nil {
 		p.stop.checkStale(err)
 		return fmt.Errorf("certrenew: housekeeping: %w", err)
 	}
@@ -168,7 +170,7 @@ func (p *pass) work(ctx context.Context) error {
 		p.stop.checkStale(err)
 		return fmt.Errorf("certrenew: record invalid domains: %w", err)
 	}
-	if err := p.reseal(ctx); err != nil {
+	if err := p.upkeep.reseal(ctx); err != nil {
 		p.stop.checkStale(err)
 		return fmt.Errorf("certrenew: re-seal keys: %w", err)
 	}
