@@ -184,7 +184,7 @@ func (p *pass) order(ctx context.Context, ca *caSession, d *domain, log *slog.Lo
 		p.orderFailed(ctx, d, orderID, classify(err, obs), log)
 		return
 	}
-	if err := p.store(ctx, d, orderID, res, key, replaces, conflicts > 0, log); err != nil {
+	if err := p.storeCert(ctx, d, orderID, res, key, replaces, conflicts > 0, log); err != nil {
 		p.stop.checkStale(err)
 		if errors.Is(err, errBadCertificate) {
 			p.orderFailed(ctx, d, orderID, failure{reason: ReasonCertificate, counts: true, err: err}, log)
@@ -305,7 +305,7 @@ func (p *pass) finishUnfinished(ctx context.Context, ca *caSession, d *domain, r
 		}
 		return ctx.Err() != nil
 	}
-	if err := p.store(ctx, d, orderID, res, key, replaces, false, log); err != nil {
+	if err := p.storeCert(ctx, d, orderID, res, key, replaces, false, log); err != nil {
 		p.stop.checkStale(err)
 		if errors.Is(err, errBadCertificate) {
 			log.WarnContext(ctx, "the certificate issued to an unfinished order does not match it (it will be ordered again)", "url", url, "err", err)
@@ -422,9 +422,9 @@ func (j *job) openOrderKey(d *domain) (crypto.Signer, error) {
 
 var errBadCertificate = errors.New("certrenew: the CA's certificate does not match the order")
 
-// store makes the issued certificate the domain's current one and clears
+// storeCert makes the issued certificate the domain's current one and clears
 // the order, in one fenced transaction.
-func (p *pass) store(ctx context.Context, d *domain, orderID int64, res *certificate.Resource, key crypto.Signer,
+func (p *pass) storeCert(ctx context.Context, d *domain, orderID int64, res *certificate.Resource, key crypto.Signer,
 	replaces string, conflict bool, log *slog.Logger) error {
 	leaf, err := parseLeaf(res.Certificate)
 	if err != nil {

@@ -32,6 +32,7 @@ type pass struct {
 	throttle *caThrottle
 	account  *accountStore
 	upkeep   *upkeep
+	store    *domainStore
 	budget   budgetLatch
 
 	domains []*domain
@@ -81,6 +82,7 @@ func newPass(j *job, r *scheduler.Run) *pass {
 	p := &pass{j: j, r: r, opts: &j.opts, log: r.Log, clock: &dbClock{}, stop: &stopper{}}
 	p.gate = &lockDelay{r: r, log: r.Log, delay: j.opts.LockDelay, stop: p.stop}
 	p.throttle = &caThrottle{r: r, log: r.Log, m: j.m, unavailablePause: j.opts.UnavailablePause, stop: p.stop}
+	p.store = &domainStore{j: j, r: r, log: r.Log, clock: p.clock}
 	p.upkeep = &upkeep{pool: j.pool, keys: j.keys, r: r, log: r.Log}
 	p.account = &accountStore{pool: j.pool, keys: j.keys, r: r, log: r.Log, dir: j.opts.Directory, email: j.opts.Email, throttle: p.throttle}
 	return p
@@ -159,14 +161,19 @@ func (p *pass) work(ctx context.Context) error {
 		p.stop.checkStale(err)
 		return fmt.Errorf("certrenew: housekeeping: %w", err)
 	}
-	if err := p.load(ctx); err != nil {
+	snap, err := p.store.load(ctx)
+	if err != nil {
 		return fmt.Errorf("certrenew: load domains: %w", err)
 	}
-	if err := p.applyRetryRequests(ctx); err != nil {
+	p.domains, p.invalid = snap.domains, snap.invalid
+	if !snap.pausedUntil.IsZero() {
+		p.throttle.restore(snap.pausedUntil, snap.pauseReason)
+	}
+	if err := p.store.applyRetryRequests(ctx, p.domains); err != nil {
 		p.stop.checkStale(err)
 		return fmt.Errorf("certrenew: retry requests: %w", err)
 	}
-	if err := p.recordInvalid(ctx); err != nil {
+	if err := p.store.recordInvalid(ctx, p.invalid); err != nil {
 		p.stop.checkStale(err)
 		return fmt.Errorf("certrenew: record invalid domains: %w", err)
 	}

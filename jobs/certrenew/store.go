@@ -3,32 +3,56 @@ package certrenew
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/snip/snip-jobs/scheduler"
 )
+
+// domainStore is what PostgreSQL holds about each wanted domain: its name,
+// its order in flight, its back-off and its current certificate. It
+// guarantees that the domains are read on the database's clock, which it
+// starts (clock); that names that cannot get a certificate are recorded with
+// their reason; and that every write it makes for a domain is fenced by the
+// run's token and reflected in the in-memory domain only once committed.
+type domainStore struct {
+	j     *job // the pool, keyring, options and metrics; the fingerprint of what was loaded
+	r     *scheduler.Run
+	log   *slog.Logger
+	clock *dbClock
+}
+
+// snapshot is what a pass starts from.
+type snapshot struct {
+	domains     []*domain       // the wanted names that can get a certificate
+	invalid     []invalidDomain // wanted names that cannot get a certificate
+	pausedUntil time.Time       // our clock: the pause an earlier pass recorded; zero: none
+	pauseReason string
+}
 
 // load reads the wanted domains, their state and current certificates, the
 // pause, and the database's clock.
-func (p *pass) load(ctx context.Context) (err error) {
-	db := p.j.pool
+func (s *domainStore) load(ctx context.Context) (_ *snapshot, err error) {
+	db := s.j.pool
 	var dbNow time.Time
 	var pausedFor float64
 	var pauseReason *string
 	if err := db.QueryRow(ctx, `SELECT now(),
 			coalesce((SELECT extract(epoch FROM paused_until - now())::float8 FROM certrenew_job WHERE job = $1), 0),
-			(SELECT pause_reason FROM certrenew_job WHERE job = $1)`, p.r.Job).
+			(SELECT pause_reason FROM certrenew_job WHERE job = $1)`, s.r.Job).
 		Scan(&dbNow, &pausedFor, &pauseReason); err != nil {
-		return err
+		return nil, err
 	}
-	p.clock.set(dbNow)
+	s.clock.set(dbNow)
+	snap := &snapshot{}
 	if pausedFor > 0 {
-		reason := ""
+		snap.pausedUntil = s.clock.loaded.Add(time.Duration(pausedFor * float64(time.Second)))
 		if pauseReason != nil {
-			reason = *pauseReason
+			snap.pauseReason = *pauseReason
 		}
-		p.throttle.restore(p.clock.loaded.Add(time.Duration(pausedFor*float64(time.Second))), reason)
 	}
 
 	// Taken before the rows are read: a row committed in between makes the
@@ -36,34 +60,30 @@ func (p *pass) load(ctx context.Context) (err error) {
 	// The requests' part is left empty: the pass handles (deletes) every
 	// request it reads, so a request still there at the next look is one it
 	// did not see.
-	domainsFP, _, err := p.j.fingerprint(ctx, db)
+	domainsFP, _, err := s.j.fingerprint(ctx, db)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer func() {
 		if err == nil {
 			fp := domainsFP + "/"
-			p.j.seen.Store(&fp)
+			s.j.seen.Store(&fp)
 		}
 	}()
-	byName, names, err := p.wanted(ctx)
-	if err != nil {
-		return err
+	if snap.domains, snap.invalid, err = s.wanted(ctx); err != nil {
+		return nil, err
 	}
-	if err := p.loadStates(ctx, byName, names); err != nil {
-		return err
+	if err := s.loadStates(ctx, snap.domains); err != nil {
+		return nil, err
 	}
-	for _, n := range names {
-		p.domains = append(p.domains, byName[n])
-	}
-	return nil
+	return snap, nil
 }
 
 // wanted reads the wanted custom domains and turns each into its
-// certificate's name (in order); invalid names go to p.invalid, and rows that
-// share a name share one domain.
-func (p *pass) wanted(ctx context.Context) (map[string]*domain, []string, error) {
-	rows, err := p.j.pool.Query(ctx, `SELECT domain, added_at FROM custom_domains WHERE status = ANY($1) ORDER BY domain`, p.opts.Statuses)
+// certificate's name (in order), or an invalid domain; rows that share a
+// name share one domain.
+func (s *domainStore) wanted(ctx context.Context) ([]*domain, []invalidDomain, error) {
+	rows, err := s.j.pool.Query(ctx, `SELECT domain, added_at FROM custom_domains WHERE status = ANY($1) ORDER BY domain`, s.j.opts.Statuses)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -79,31 +99,37 @@ func (p *pass) wanted(ctx context.Context) (map[string]*domain, []string, error)
 		return nil, nil, err
 	}
 	byName := map[string]*domain{}
-	var names []string
-	for _, s := range srcs {
-		name, err := p.opts.certName(s.raw)
+	var domains []*domain
+	var invalid []invalidDomain
+	for _, row := range srcs {
+		name, err := s.j.opts.certName(row.raw)
 		if err != nil {
 			var ie *InvalidNameError
 			errors.As(err, &ie)
-			p.invalid = append(p.invalid, invalidDomain{domain: s.raw, err: ie})
+			invalid = append(invalid, invalidDomain{domain: row.raw, err: ie})
 			continue
 		}
 		if d, dup := byName[name]; dup {
-			if s.addedAt.Before(d.addedAt) {
-				d.addedAt = s.addedAt
+			if row.addedAt.Before(d.addedAt) {
+				d.addedAt = row.addedAt
 			}
 			continue // the same certificate serves both rows
 		}
-		byName[name] = &domain{name: name, source: s.raw, addedAt: s.addedAt}
-		names = append(names, name)
+		d := &domain{name: name, source: row.raw, addedAt: row.addedAt}
+		byName[name] = d
+		domains = append(domains, d)
 	}
-	return byName, names, nil
+	return domains, invalid, nil
 }
 
-// loadStates reads each name's order state and current certificate into
-// byName.
-func (p *pass) loadStates(ctx context.Context, byName map[string]*domain, names []string) error {
-	rows, err := p.j.pool.Query(ctx, `SELECT n.name,
+// loadStates reads each domain's order state and current certificate.
+func (s *domainStore) loadStates(ctx context.Context, domains []*domain) error {
+	byName := make(map[string]*domain, len(domains))
+	names := make([]string, len(domains))
+	for i, d := range domains {
+		byName[d.name], names[i] = d, d.name
+	}
+	rows, err := s.j.pool.Query(ctx, `SELECT n.name,
 			s.order_id, s.order_token, s.order_started_at, s.order_key_sealed,
 			coalesce(s.attempt, 0), coalesce(s.failures, 0), s.next_attempt_at, s.last_error,
 			c.id, c.chain_pem, c.renew_at, c.ari_start, c.ari_end, c.ari_next_check, c.ari_cert_id, c.token
@@ -134,7 +160,7 @@ func (p *pass) loadStates(ctx context.Context, byName map[string]*domain, names 
 		}
 		leaf, err := parseLeaf([]byte(*chain))
 		if err != nil {
-			p.log.ErrorContext(ctx, "stored certificate cannot be parsed; ordering a new one", "domain", name, "certificate_id", *certID, "err", err)
+			s.log.ErrorContext(ctx, "stored certificate cannot be parsed; ordering a new one", "domain", name, "certificate_id", *certID, "err", err)
 			continue
 		}
 		c.id, c.leaf, c.notBefore, c.notAfter = *certID, leaf, leaf.NotBefore, leaf.NotAfter
@@ -147,8 +173,8 @@ func (p *pass) loadStates(ctx context.Context, byName map[string]*domain, names 
 // recordInvalid writes which wanted domains cannot get a certificate, and
 // forgets those that were fixed or are no longer wanted. A domain is logged
 // when it is first found invalid, not on every pass.
-func (p *pass) recordInvalid(ctx context.Context) error {
-	rows, err := p.j.pool.Query(ctx, `SELECT domain, code, reason FROM certrenew_invalid_domains`)
+func (s *domainStore) recordInvalid(ctx context.Context, invalid []invalidDomain) error {
+	rows, err := s.j.pool.Query(ctx, `SELECT domain, code, reason FROM certrenew_invalid_domains`)
 	if err != nil {
 		return err
 	}
@@ -163,10 +189,10 @@ func (p *pass) recordInvalid(ctx context.Context) error {
 		return err
 	}
 	var changed []invalidDomain
-	keep := make([]string, 0, len(p.invalid))
-	for _, iv := range p.invalid {
+	keep := make([]string, 0, len(invalid))
+	for _, iv := range invalid {
 		keep = append(keep, iv.domain)
-		if s, ok := stored[iv.domain]; !ok || s.code != iv.err.Code || s.reason != iv.err.Reason {
+		if was, ok := stored[iv.domain]; !ok || was.code != iv.err.Code || was.reason != iv.err.Reason {
 			changed = append(changed, iv)
 		}
 	}
@@ -179,12 +205,12 @@ func (p *pass) recordInvalid(ctx context.Context) error {
 	if len(changed) == 0 && gone == 0 {
 		return nil
 	}
-	err = p.r.Fenced(ctx, func(ctx context.Context, tx pgx.Tx) error {
+	err = s.r.Fenced(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		for _, iv := range changed {
 			if _, err := tx.Exec(ctx, `INSERT INTO certrenew_invalid_domains (domain, code, reason, token) VALUES ($1, $2, $3, $4)
 				ON CONFLICT (domain) DO UPDATE SET code = EXCLUDED.code, reason = EXCLUDED.reason,
 					last_seen = now(), token = EXCLUDED.token`,
-				iv.domain, iv.err.Code, iv.err.Reason, p.r.Token); err != nil {
+				iv.domain, iv.err.Code, iv.err.Reason, s.r.Token); err != nil {
 				return err
 			}
 		}
@@ -195,7 +221,7 @@ func (p *pass) recordInvalid(ctx context.Context) error {
 		return err
 	}
 	for _, iv := range changed {
-		p.log.WarnContext(ctx, "custom domain cannot get a certificate", "domain", iv.domain, "code", iv.err.Code, "reason", iv.err.Reason)
+		s.log.WarnContext(ctx, "custom domain cannot get a certificate", "domain", iv.domain, "code", iv.err.Code, "reason", iv.err.Reason)
 	}
 	return nil
 }
