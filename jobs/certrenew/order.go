@@ -36,18 +36,18 @@ func (p *pass) do(ctx context.Context, ca *caSession, d *domain) string {
 		}
 	}
 	if d.cert != nil && p.clock.now().Before(d.cert.renewAt) {
-		return p.stateOf(d)
+		return d.state(p.clock.now())
 	}
 	switch {
 	case ctx.Err() != nil:
-		return p.stateOf(d)
+		return d.state(p.clock.now())
 	case d.nextAttempt != nil && p.clock.now().Before(*d.nextAttempt):
 		log.DebugContext(ctx, "due, but waiting before the next attempt", "next_attempt", *d.nextAttempt, "failures", d.failures)
-		return p.stateOf(d)
+		return d.state(p.clock.now())
 	}
 	if w, reason := p.throttle.left(); w > 0 {
 		log.DebugContext(ctx, "due, but the renewer is paused", "reason", reason)
-		return p.stateOf(d)
+		return d.state(p.clock.now())
 	}
 	// The CA may have the order an earlier term left in flight. Finishing
 	// it (answering its challenges, finalizing it, fetching and storing its
@@ -57,23 +57,14 @@ func (p *pass) do(ctx context.Context, ca *caSession, d *domain) string {
 	// may have noted where the CA has its order meanwhile.
 	recovered := func() bool { return d.orderID != nil && p.finishUnfinished(ctx, ca, d, replacesOf(d), log) }
 	if recovered() {
-		return p.stateOf(d)
+		return d.state(p.clock.now())
 	}
 	delayed, err := p.gate.beforeOrder(ctx)
 	if err != nil || delayed && recovered() {
-		return p.stateOf(d)
+		return d.state(p.clock.now())
 	}
 	p.order(ctx, ca, d, log)
-	return p.stateOf(d)
-}
-
-// replacesOf is the ARI identifier of the certificate an order for d
-// replaces; "" when d has none.
-func replacesOf(d *domain) string {
-	if d.cert == nil {
-		return ""
-	}
-	return d.cert.ariCertID
+	return d.state(p.clock.now())
 }
 
 // checkARI asks the CA for the certificate's renewal window (RFC 9773) and,
@@ -544,11 +535,4 @@ func publicKeyEqual(a, b crypto.PublicKey) bool {
 	type equaler interface{ Equal(crypto.PublicKey) bool }
 	ea, ok := a.(equaler)
 	return ok && ea.Equal(b)
-}
-
-func deref[T any](p *T) any {
-	if p == nil {
-		return nil
-	}
-	return *p
 }

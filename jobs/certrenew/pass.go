@@ -3,8 +3,6 @@ package certrenew
 import (
 	"cmp"
 	"context"
-	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -39,43 +37,6 @@ type pass struct {
 	invalid []invalidDomain
 
 	states domainStates
-}
-
-// domain is one certificate name and what PostgreSQL holds about it.
-type domain struct {
-	name    string // ASCII: what the certificate is for
-	source  string // the custom_domains row it came from
-	addedAt time.Time
-
-	// certrenew_domains
-	orderID      *int64
-	orderToken   *int64
-	orderStarted *time.Time
-	orderKey     []byte // sealed
-	attempt      int
-	failures     int
-	nextAttempt  *time.Time
-	lastError    *string
-
-	cert *storedCert // the current certificate, nil if none
-}
-
-type storedCert struct {
-	id           int64
-	leaf         *x509.Certificate
-	notBefore    time.Time
-	notAfter     time.Time
-	renewAt      time.Time
-	ariStart     *time.Time
-	ariEnd       *time.Time
-	ariNextCheck time.Time
-	ariCertID    string
-	token        int64
-}
-
-type invalidDomain struct {
-	domain string
-	err    *InvalidNameError
 }
 
 func newPass(j *job, r *scheduler.Run) *pass {
@@ -242,31 +203,7 @@ func (p *pass) settleAll() {
 	for i, d := range p.domains {
 		names[i] = d.name
 	}
-	p.states.setUnset(names, func(i int) string { return p.stateOf(p.domains[i]) })
-}
-
-// stateOf is a domain's certificate state (the metric's label).
-func (p *pass) stateOf(d *domain) string {
-	if d.cert == nil {
-		return stateAt(p.clock.now(), d.failures, nil, nil)
-	}
-	return stateAt(p.clock.now(), d.failures, &d.cert.notAfter, &d.cert.renewAt)
-}
-
-// stateAt is the state of a valid name at now, given its failures and its
-// current certificate's not-after and renewal instant (nil: no certificate).
-func stateAt(now time.Time, failures int, notAfter, renewAt *time.Time) string {
-	switch {
-	case notAfter == nil && failures > 0:
-		return StateFailing
-	case notAfter == nil:
-		return StatePending
-	case !now.Before(*notAfter):
-		return StateExpired
-	case !now.Before(*renewAt):
-		return StateDue
-	}
-	return StateValid
+	p.states.setUnset(names, func(i int) string { return p.domains[i].state(p.clock.now()) })
 }
 
 // connect loads (or creates and registers) the shared account and opens
@@ -289,18 +226,4 @@ func (p *pass) connect(ctx context.Context) (*caSession, error) {
 		return nil, err
 	}
 	return ca, nil
-}
-
-// parseLeaf returns the first certificate of a PEM chain.
-func parseLeaf(chain []byte) (*x509.Certificate, error) {
-	for {
-		var b *pem.Block
-		b, chain = pem.Decode(chain)
-		if b == nil {
-			return nil, errors.New("no certificate in the chain")
-		}
-		if b.Type == "CERTIFICATE" {
-			return x509.ParseCertificate(b.Bytes)
-		}
-	}
 }

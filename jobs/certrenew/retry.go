@@ -95,11 +95,3 @@ func (s *domainStore) applyRetryRequests(ctx context.Context, domains []*domain)
 // renewal window from moving the certificate's renewal instant (the first
 // ARI answer after an issuance picks a new one).
 const renewHold = time.Hour
-
-func domainNames(ds []*domain) []string {
-	names := make([]string, len(ds))
-	for i, d := range ds {
-		names[i] = d.name
-	}
-	return names
-}
