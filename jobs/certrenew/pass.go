@@ -31,7 +31,7 @@ type pass struct {
 	account  *accountStore
 	upkeep   *upkeep
 	store    *domainStore
-	budget   budgetLatch
+	ca       *caSession // once connected
 
 	domains []*domain
 	invalid []invalidDomain
@@ -159,6 +159,7 @@ func (p *pass) work(ctx context.Context) error {
 		return fmt.Errorf("certrenew: ACME account: %w", err)
 	}
 	defer ca.close()
+	p.ca = ca
 
 	// Most urgent first: expired certificates, new domains, then by expiry.
 	todo := slices.Clone(p.domains)
@@ -177,7 +178,7 @@ func (p *pass) work(ctx context.Context) error {
 	for range min(p.opts.Concurrency, len(todo)) {
 		wg.Go(func() {
 			for d := range tasks {
-				p.states.set(d.name, p.do(ctx, ca, d))
+				p.states.set(d.name, p.do(ctx, d))
 				p.r.Progress()
 			}
 		})

@@ -23,6 +23,8 @@ type domainStore struct {
 	r     *scheduler.Run
 	log   *slog.Logger
 	clock *dbClock
+
+	budget budgetLatch // found spent: no more orders this pass
 }
 
 // snapshot is what a pass starts from.
