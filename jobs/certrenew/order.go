@@ -10,29 +10,50 @@ import (
 	"github.com/go-acme/lego/v5/certificate"
 )
 
+// orderer works on one domain at a time for the pass's workers: it
+// refreshes the renewal window (ARI) when due, and orders a certificate when
+// the domain has none or its renewal instant has come. It guarantees that an
+// order is recorded before the CA hears of it; that none is placed while the
+// renewer is paused, while the domain backs off, past the budget, or before
+// the lock-delay (finishing an order the CA has already places none); and
+// that a certificate the CA issued to an unfinished order is stored, not
+// ordered again. Safe for concurrent use on distinct domains.
+type orderer struct {
+	ca       *caSession
+	store    *domainStore
+	gate     *lockDelay
+	throttle *caThrottle
+	stop     *stopper
+	clock    *dbClock
+	opts     *Options
+	m        *metrics
+	job      string
+	log      *slog.Logger
+}
+
 // do works on one domain: refreshes its ARI window when due, and orders a
 // certificate when it has none or its renewal instant has come. It returns
 // the domain's state afterwards.
-func (p *pass) do(ctx context.Context, d *domain) string {
-	log := p.log.With("domain", d.name)
-	if d.cert != nil && !p.clock.now().Before(d.cert.ariNextCheck) {
-		if w, _ := p.throttle.left(); w == 0 {
-			p.checkARI(ctx, d, log)
+func (o *orderer) do(ctx context.Context, d *domain) string {
+	log := o.log.With("domain", d.name)
+	if d.cert != nil && !o.clock.now().Before(d.cert.ariNextCheck) {
+		if w, _ := o.throttle.left(); w == 0 {
+			o.checkARI(ctx, d, log)
 		}
 	}
-	if d.cert != nil && p.clock.now().Before(d.cert.renewAt) {
-		return d.state(p.clock.now())
+	if d.cert != nil && o.clock.now().Before(d.cert.renewAt) {
+		return d.state(o.clock.now())
 	}
 	switch {
 	case ctx.Err() != nil:
-		return d.state(p.clock.now())
-	case d.nextAttempt != nil && p.clock.now().Before(*d.nextAttempt):
+		return d.state(o.clock.now())
+	case d.nextAttempt != nil && o.clock.now().Before(*d.nextAttempt):
 		log.DebugContext(ctx, "due, but waiting before the next attempt", "next_attempt", *d.nextAttempt, "failures", d.failures)
-		return d.state(p.clock.now())
+		return d.state(o.clock.now())
 	}
-	if w, reason := p.throttle.left(); w > 0 {
+	if w, reason := o.throttle.left(); w > 0 {
 		log.DebugContext(ctx, "due, but the renewer is paused", "reason", reason)
-		return d.state(p.clock.now())
+		return d.state(o.clock.now())
 	}
 	// The CA may have the order an earlier term left in flight. Finishing
 	// it (answering its challenges, finalizing it, fetching and storing its
@@ -40,24 +61,24 @@ func (p *pass) do(ctx context.Context, d *domain) string {
 	// its states once, so it need not wait for the lock-delay. It is tried
 	// again after the lock-delay: an earlier term that was paused, not dead,
 	// may have noted where the CA has its order meanwhile.
-	recovered := func() bool { return d.orderID != nil && p.finishUnfinished(ctx, d, replacesOf(d), log) }
+	recovered := func() bool { return d.orderID != nil && o.finishUnfinished(ctx, d, replacesOf(d), log) }
 	if recovered() {
-		return d.state(p.clock.now())
+		return d.state(o.clock.now())
 	}
-	delayed, err := p.gate.beforeOrder(ctx)
+	delayed, err := o.gate.beforeOrder(ctx)
 	if err != nil || delayed && recovered() {
-		return d.state(p.clock.now())
+		return d.state(o.clock.now())
 	}
-	p.order(ctx, d, log)
-	return d.state(p.clock.now())
+	o.order(ctx, d, log)
+	return d.state(o.clock.now())
 }
 
 // checkARI asks the CA for the certificate's renewal window (RFC 9773) and,
 // when the window is new, picks the renewal instant inside it.
-func (p *pass) checkARI(ctx context.Context, d *domain, log *slog.Logger) {
+func (o *orderer) checkARI(ctx context.Context, d *domain, log *slog.Logger) {
 	c := d.cert
 	octx, obs := observe(ctx, nil)
-	info, err := p.ca.renewalInfo(octx, c.leaf)
+	info, err := o.ca.renewalInfo(octx, c.leaf)
 	if ctx.Err() != nil {
 		return
 	}
@@ -67,12 +88,12 @@ func (p *pass) checkARI(ctx context.Context, d *domain, log *slog.Logger) {
 	case errors.Is(err, api.ErrNoARI):
 		next = ariDefault
 		start, end = nil, nil
-		renewAt = FallbackRenewAt(c.notBefore, c.notAfter, p.opts.RenewFraction, p.opts.ShortRenewFraction, p.opts.ShortLifetime)
+		renewAt = FallbackRenewAt(c.notBefore, c.notAfter, o.opts.RenewFraction, o.opts.ShortRenewFraction, o.opts.ShortLifetime)
 	case err != nil:
 		f := classify(err, obs)
-		p.j.m.failures.WithLabelValues(p.r.Job, ReasonARI).Inc()
+		o.m.failures.WithLabelValues(o.job, ReasonARI).Inc()
 		log.WarnContext(ctx, "renewal info (ARI) check failed; keeping the current renewal instant", "reason", f.reason, "err", err)
-		p.throttle.failed(ctx, f, d.name)
+		o.throttle.failed(ctx, f, d.name)
 		next = ariAfterFailure
 	default:
 		ws, we := info.SuggestedWindow.Start, info.SuggestedWindow.End
@@ -83,8 +104,8 @@ func (p *pass) checkARI(ctx context.Context, d *domain, log *slog.Logger) {
 		start, end = &ws, &we
 		next = ariRecheck(info.RetryAfter)
 	}
-	if err := p.store.storeWindow(ctx, c, start, end, renewAt, next); err != nil {
-		p.stop.checkStale(err)
+	if err := o.store.storeWindow(ctx, c, start, end, renewAt, next); err != nil {
+		o.stop.checkStale(err)
 		log.WarnContext(ctx, "could not store the renewal window", "err", err)
 	}
 }
@@ -92,14 +113,14 @@ func (p *pass) checkARI(ctx context.Context, d *domain, log *slog.Logger) {
 // order asks the CA for a certificate for d: the order is recorded in flight
 // (fenced) before the first request, so that a successor finds it; then the
 // result is stored or the failure recorded, both fenced.
-func (p *pass) order(ctx context.Context, d *domain, log *slog.Logger) {
+func (o *orderer) order(ctx context.Context, d *domain, log *slog.Logger) {
 	replaces := replacesOf(d)
-	orderID, key, err := p.store.beginOrder(ctx, d, replaces, log)
+	orderID, key, err := o.store.beginOrder(ctx, d, replaces, log)
 	switch {
 	case errors.Is(err, errBudget):
 		return
 	case err != nil:
-		p.stop.checkStale(err)
+		o.stop.checkStale(err)
 		if ctx.Err() == nil {
 			log.ErrorContext(ctx, "could not record the order; not ordering", "err", err)
 		}
@@ -110,12 +131,12 @@ func (p *pass) order(ctx context.Context, d *domain, log *slog.Logger) {
 	// valid) is noted at once, outside the fence: if this term cannot store
 	// the certificate (its term over mid-order, its store refused, its
 	// process gone), the next one fetches it instead of ordering again.
-	octx, obs := observe(ctx, func(orderURL, certURL string) { p.store.recordURLs(ctx, d, orderID, orderURL, certURL, log) })
-	res, err := p.ca.obtain(octx, certificate.ObtainRequest{
+	octx, obs := observe(ctx, func(orderURL, certURL string) { o.store.recordURLs(ctx, d, orderID, orderURL, certURL, log) })
+	res, err := o.ca.obtain(octx, certificate.ObtainRequest{
 		Domains:        []string{d.name},
 		PrivateKey:     key,
 		Bundle:         true,
-		Profile:        p.opts.Profile,
+		Profile:        o.opts.Profile,
 		ReplacesCertID: replaces,
 	})
 	if ctx.Err() != nil {
@@ -130,7 +151,7 @@ func (p *pass) order(ctx context.Context, d *domain, log *slog.Logger) {
 	}
 	conflicts, _, _, _ := obs.snapshot()
 	if conflicts > 0 {
-		p.j.m.alreadyReplaced.WithLabelValues(p.r.Job).Add(float64(conflicts))
+		o.m.alreadyReplaced.WithLabelValues(o.job).Add(float64(conflicts))
 		log.WarnContext(ctx, "the CA answered 409 alreadyReplaced: lego ordered again without \"replaces\" (not an ARI renewal)",
 			"replaces", replaces, "order_id", orderID)
 	}
@@ -143,18 +164,18 @@ func (p *pass) order(ctx context.Context, d *domain, log *slog.Logger) {
 		// rather than fail the order and, later, order a second one.
 		log.WarnContext(ctx, "ordering failed after the CA accepted the CSR; fetching the certificate it issued",
 			"order_id", orderID, "err", err)
-		if p.finishUnfinished(ctx, d, replaces, log) {
+		if o.finishUnfinished(ctx, d, replaces, log) {
 			return
 		}
 	}
 	if err != nil {
-		p.orderFailed(ctx, d, orderID, classify(err, obs), log)
+		o.failed(ctx, d, orderID, classify(err, obs), log)
 		return
 	}
-	if err := p.store.storeCert(ctx, d, orderID, res, key, replaces, conflicts > 0, log); err != nil {
-		p.stop.checkStale(err)
+	if err := o.store.storeCert(ctx, d, orderID, res, key, replaces, conflicts > 0, log); err != nil {
+		o.stop.checkStale(err)
 		if errors.Is(err, errBadCertificate) {
-			p.orderFailed(ctx, d, orderID, failure{reason: ReasonCertificate, counts: true, err: err}, log)
+			o.failed(ctx, d, orderID, failure{reason: ReasonCertificate, counts: true, err: err}, log)
 			return
 		}
 		log.ErrorContext(ctx, "could not store the certificate", "order_id", orderID, "err", err)
@@ -163,17 +184,17 @@ func (p *pass) order(ctx context.Context, d *domain, log *slog.Logger) {
 
 // failed records a failed order: the domain backs off (or waits for the
 // CA's Retry-After), and a 503 pauses the whole renewer.
-func (p *pass) orderFailed(ctx context.Context, d *domain, orderID int64, f failure, log *slog.Logger) {
-	p.j.m.orders.WithLabelValues(p.r.Job, "failed").Inc()
-	p.j.m.failures.WithLabelValues(p.r.Job, f.reason).Inc()
+func (o *orderer) failed(ctx context.Context, d *domain, orderID int64, f failure, log *slog.Logger) {
+	o.m.orders.WithLabelValues(o.job, "failed").Inc()
+	o.m.failures.WithLabelValues(o.job, f.reason).Inc()
 	failures := d.failures
 	if f.counts {
 		failures++
 	}
-	wait := retryWait(f, failures, p.opts.UnavailablePause)
-	p.throttle.failed(ctx, f, d.name)
-	if err := p.store.recordFailure(ctx, d, orderID, f, failures, wait); err != nil {
-		p.stop.checkStale(err)
+	wait := retryWait(f, failures, o.opts.UnavailablePause)
+	o.throttle.failed(ctx, f, d.name)
+	if err := o.store.recordFailure(ctx, d, orderID, f, failures, wait); err != nil {
+		o.stop.checkStale(err)
 		log.ErrorContext(ctx, "could not record the failed order", "err", err)
 		return
 	}

@@ -31,7 +31,6 @@ type pass struct {
 	account  *accountStore
 	upkeep   *upkeep
 	store    *domainStore
-	ca       *caSession // once connected
 
 	domains []*domain
 	invalid []invalidDomain
@@ -159,7 +158,8 @@ func (p *pass) work(ctx context.Context) error {
 		return fmt.Errorf("certrenew: ACME account: %w", err)
 	}
 	defer ca.close()
-	p.ca = ca
+	o := &orderer{ca: ca, store: p.store, gate: p.gate, throttle: p.throttle, stop: p.stop, clock: p.clock,
+		opts: p.opts, m: p.j.m, job: p.r.Job, log: p.log}
 
 	// Most urgent first: expired certificates, new domains, then by expiry.
 	todo := slices.Clone(p.domains)
@@ -178,7 +178,7 @@ func (p *pass) work(ctx context.Context) error {
 	for range min(p.opts.Concurrency, len(todo)) {
 		wg.Go(func() {
 			for d := range tasks {
-				p.states.set(d.name, p.do(ctx, d))
+				p.states.set(d.name, o.do(ctx, d))
 				p.r.Progress()
 			}
 		})

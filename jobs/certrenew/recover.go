@@ -18,9 +18,9 @@ import (
 // then fetches the certificate and stores it. It reports whether the domain
 // is dealt with for this pass (stored, this term's store refused, or the
 // order's failure recorded); false means: order as usual.
-func (p *pass) finishUnfinished(ctx context.Context, d *domain, replaces string, log *slog.Logger) bool {
+func (o *orderer) finishUnfinished(ctx context.Context, d *domain, replaces string, log *slog.Logger) bool {
 	orderID := *d.orderID
-	orderURL, certURL, token, err := p.store.recordedURLs(ctx, orderID)
+	orderURL, certURL, token, err := o.store.recordedURLs(ctx, orderID)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return false
@@ -38,26 +38,26 @@ func (p *pass) finishUnfinished(ctx context.Context, d *domain, replaces string,
 	if url == "" && orderURL == nil {
 		return false
 	}
-	key, err := p.store.j.openOrderKey(d)
+	key, err := o.store.j.openOrderKey(d)
 	if err != nil {
 		log.WarnContext(ctx, "the unfinished order's key does not open (it will be ordered again)", "err", err)
 		return false
 	}
 	if url == "" {
 		var dealt bool
-		if url, dealt = p.finishAtCA(ctx, d, orderID, *orderURL, key, log); url == "" {
+		if url, dealt = o.finishAtCA(ctx, d, orderID, *orderURL, key, log); url == "" {
 			return dealt
 		}
 	}
-	res, err := p.ca.certificate(ctx, url)
+	res, err := o.ca.certificate(ctx, url)
 	if err != nil {
 		if ctx.Err() == nil {
 			log.WarnContext(ctx, "could not fetch the certificate issued to an unfinished order (it will be ordered again)", "url", url, "err", err)
 		}
 		return ctx.Err() != nil
 	}
-	if err := p.store.storeCert(ctx, d, orderID, res, key, replaces, false, log); err != nil {
-		p.stop.checkStale(err)
+	if err := o.store.storeCert(ctx, d, orderID, res, key, replaces, false, log); err != nil {
+		o.stop.checkStale(err)
 		if errors.Is(err, errBadCertificate) {
 			log.WarnContext(ctx, "the certificate issued to an unfinished order does not match it (it will be ordered again)", "url", url, "err", err)
 			return false
@@ -65,7 +65,7 @@ func (p *pass) finishUnfinished(ctx context.Context, d *domain, replaces string,
 		log.ErrorContext(ctx, "could not store the certificate issued to an unfinished order", "err", err)
 		return true
 	}
-	p.j.m.recovered.WithLabelValues(p.r.Job).Inc()
+	o.m.recovered.WithLabelValues(o.job).Inc()
 	log.InfoContext(ctx, "stored the certificate the CA issued to an unfinished order, without ordering again")
 	return true
 }
@@ -74,9 +74,9 @@ func (p *pass) finishUnfinished(ctx context.Context, d *domain, replaces string,
 // issued — answering its challenges if it is pending, finalizing it with key
 // if it is ready — and returns its certificate's URL. Without one, dealt
 // says whether the domain is dealt with for this pass (as finishUnfinished).
-func (p *pass) finishAtCA(ctx context.Context, d *domain, orderID int64, orderURL string, key crypto.Signer,
+func (o *orderer) finishAtCA(ctx context.Context, d *domain, orderID int64, orderURL string, key crypto.Signer,
 	log *slog.Logger) (certURL string, dealt bool) {
-	ord, err := p.ca.askOrder(ctx, orderURL)
+	ord, err := o.ca.askOrder(ctx, orderURL)
 	if err == nil && ord.Status == acme.StatusPending {
 		// Not validated yet: answer its challenges. The order exists
 		// already, so this orders nothing and needs no lock-delay: if
@@ -84,14 +84,14 @@ func (p *pass) finishAtCA(ctx context.Context, d *domain, orderID int64, orderUR
 		// or finalize reaches a CA that has moved on, and is refused.
 		log.InfoContext(ctx, "resuming an unfinished order: answering its challenges", "order_url", orderURL)
 		octx, obs := observe(ctx, nil)
-		if err := p.ca.solvePending(octx, ord); err != nil {
+		if err := o.ca.solvePending(octx, ord); err != nil {
 			if ctx.Err() != nil {
 				return "", true
 			}
-			p.orderFailed(ctx, d, orderID, classify(err, obs), log)
+			o.failed(ctx, d, orderID, classify(err, obs), log)
 			return "", true
 		}
-		ord, err = p.ca.askOrder(ctx, orderURL)
+		ord, err = o.ca.askOrder(ctx, orderURL)
 	}
 	if err == nil && ord.Status == acme.StatusReady {
 		// Validated, never finalized: finish it with the order's own
@@ -100,7 +100,7 @@ func (p *pass) finishAtCA(ctx context.Context, d *domain, orderID int64, orderUR
 		// it is paused on its way to finalize: its finalize is then
 		// refused. That is why it needs no lock-delay either.
 		log.InfoContext(ctx, "finalizing an unfinished order the CA had validated", "order_url", orderURL)
-		ord, err = p.ca.finalizeReady(ctx, d.name, orderURL, ord.Finalize, key)
+		ord, err = o.ca.finalizeReady(ctx, d.name, orderURL, ord.Finalize, key)
 	}
 	switch {
 	case err != nil:
