@@ -2,6 +2,7 @@ package certrenew
 
 import (
 	"context"
+	"crypto"
 	"errors"
 	"log/slog"
 	"time"
@@ -127,18 +128,7 @@ func (o *orderer) order(ctx context.Context, d *domain, log *slog.Logger) {
 		return
 	}
 
-	// What the CA says about the order (its URL; the certificate's once
-	// valid) is noted at once, outside the fence: if this term cannot store
-	// the certificate (its term over mid-order, its store refused, its
-	// process gone), the next one fetches it instead of ordering again.
-	octx, obs := observe(ctx, func(orderURL, certURL string) { o.store.recordURLs(ctx, d, orderID, orderURL, certURL, log) })
-	res, err := o.ca.obtain(octx, certificate.ObtainRequest{
-		Domains:        []string{d.name},
-		PrivateKey:     key,
-		Bundle:         true,
-		Profile:        o.opts.Profile,
-		ReplacesCertID: replaces,
-	})
+	res, obs, err := o.obtain(ctx, d, orderID, key, replaces, log)
 	if ctx.Err() != nil {
 		// The term (or the pass) ended: whatever happened at the CA, this
 		// term cannot store it. The order stays in flight for the
@@ -172,7 +162,32 @@ func (o *orderer) order(ctx context.Context, d *domain, log *slog.Logger) {
 		o.failed(ctx, d, orderID, classify(err, obs), log)
 		return
 	}
-	if err := o.store.storeCert(ctx, d, orderID, res, key, replaces, conflicts > 0, log); err != nil {
+	o.keep(ctx, d, orderID, res, key, replaces, conflicts > 0, log)
+}
+
+// obtain places order orderID at the CA. What the CA says about it (its URL;
+// the certificate's once valid) is noted at once, outside the fence: if this
+// term cannot store the certificate (its term over mid-order, its store
+// refused, its process gone), the next one fetches it instead of ordering
+// again.
+func (o *orderer) obtain(ctx context.Context, d *domain, orderID int64, key crypto.Signer, replaces string,
+	log *slog.Logger) (*certificate.Resource, *observation, error) {
+	octx, obs := observe(ctx, func(orderURL, certURL string) { o.store.recordURLs(ctx, d, orderID, orderURL, certURL, log) })
+	res, err := o.ca.obtain(octx, certificate.ObtainRequest{
+		Domains:        []string{d.name},
+		PrivateKey:     key,
+		Bundle:         true,
+		Profile:        o.opts.Profile,
+		ReplacesCertID: replaces,
+	})
+	return res, obs, err
+}
+
+// keep stores the certificate issued to order orderID; one that does not
+// match the order counts as the order's failure.
+func (o *orderer) keep(ctx context.Context, d *domain, orderID int64, res *certificate.Resource, key crypto.Signer,
+	replaces string, conflict bool, log *slog.Logger) {
+	if err := o.store.storeCert(ctx, d, orderID, res, key, replaces, conflict, log); err != nil {
 		o.stop.checkStale(err)
 		if errors.Is(err, errBadCertificate) {
 			o.failed(ctx, d, orderID, failure{reason: ReasonCertificate, counts: true, err: err}, log)

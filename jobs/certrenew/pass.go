@@ -116,7 +116,39 @@ func (p *pass) result(parent context.Context, err error) error {
 	return err
 }
 
+// work is the pass between the term's start and its end: load, then, unless
+// the renewer is paused, work on every domain with the CA.
 func (p *pass) work(ctx context.Context) error {
+	if err := p.prepare(ctx); err != nil {
+		return err
+	}
+	defer p.publish(ctx)
+
+	if d, reason := p.throttle.left(); d > 0 {
+		p.log.InfoContext(ctx, "renewer paused: not asking the CA this pass", "for", d.Round(time.Second), "reason", reason)
+		p.settleAll()
+		return nil
+	}
+	if len(p.domains) == 0 {
+		return nil
+	}
+	ca, err := p.connect(ctx)
+	if err != nil {
+		p.stop.checkStale(err)
+		p.settleAll()
+		return fmt.Errorf("certrenew: ACME account: %w", err)
+	}
+	defer ca.close()
+	p.workOn(ctx, &orderer{ca: ca, store: p.store, gate: p.gate, throttle: p.throttle, stop: p.stop, clock: p.clock,
+		opts: p.opts, m: p.j.m, job: p.r.Job, log: p.log})
+	p.settleAll()
+	return nil
+}
+
+// prepare is what the pass does before it asks the CA anything:
+// housekeeping, loading the domains, the operators' retry requests, the
+// invalid names, re-sealing.
+func (p *pass) prepare(ctx context.Context) error {
 	if err := p.upkeep.housekeeping(ctx); err != nil {
 		p.stop.checkStale(err)
 		return fmt.Errorf("certrenew: housekeeping: %w", err)
@@ -141,26 +173,12 @@ func (p *pass) work(ctx context.Context) error {
 		p.stop.checkStale(err)
 		return fmt.Errorf("certrenew: re-seal keys: %w", err)
 	}
-	defer p.publish(ctx)
+	return nil
+}
 
-	if d, reason := p.throttle.left(); d > 0 {
-		p.log.InfoContext(ctx, "renewer paused: not asking the CA this pass", "for", d.Round(time.Second), "reason", reason)
-		p.settleAll()
-		return nil
-	}
-	if len(p.domains) == 0 {
-		return nil
-	}
-	ca, err := p.connect(ctx)
-	if err != nil {
-		p.stop.checkStale(err)
-		p.settleAll()
-		return fmt.Errorf("certrenew: ACME account: %w", err)
-	}
-	defer ca.close()
-	o := &orderer{ca: ca, store: p.store, gate: p.gate, throttle: p.throttle, stop: p.stop, clock: p.clock,
-		opts: p.opts, m: p.j.m, job: p.r.Job, log: p.log}
-
+// workOn has o work on every domain, concurrency at a time, until all are
+// done or the pass ends.
+func (p *pass) workOn(ctx context.Context, o *orderer) {
 	// Most urgent first: expired certificates, new domains, then by expiry.
 	todo := slices.Clone(p.domains)
 	key := func(d *domain) time.Time {
@@ -193,8 +211,6 @@ feed:
 	}
 	close(tasks)
 	wg.Wait()
-	p.settleAll()
-	return nil
 }
 
 // settleAll gives every domain not worked on in this pass its state as

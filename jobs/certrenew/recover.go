@@ -49,6 +49,13 @@ func (o *orderer) finishUnfinished(ctx context.Context, d *domain, replaces stri
 			return dealt
 		}
 	}
+	return o.fetchAndStore(ctx, d, orderID, url, key, replaces, log)
+}
+
+// fetchAndStore fetches the certificate the CA issued to the unfinished
+// order orderID, at url, and stores it; it reports as finishUnfinished.
+func (o *orderer) fetchAndStore(ctx context.Context, d *domain, orderID int64, url string, key crypto.Signer,
+	replaces string, log *slog.Logger) bool {
 	res, err := o.ca.certificate(ctx, url)
 	if err != nil {
 		if ctx.Err() == nil {

@@ -172,22 +172,33 @@ func (s *domainStore) loadStates(ctx context.Context, domains []*domain) error {
 	return rows.Err()
 }
 
-// recordInvalid writes which wanted domains cannot get a certificate, and
-// forgets those that were fixed or are no longer wanted. A domain is logged
-// when it is first found invalid, not on every pass.
-func (s *domainStore) recordInvalid(ctx context.Context, invalid []invalidDomain) error {
+// invalidReason is why a recorded domain cannot get a certificate.
+type invalidReason struct{ code, reason string }
+
+// storedInvalid reads the invalid domains recorded so far.
+func (s *domainStore) storedInvalid(ctx context.Context) (map[string]invalidReason, error) {
 	rows, err := s.j.pool.Query(ctx, `SELECT domain, code, reason FROM certrenew_invalid_domains`)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	type known struct{ code, reason string }
-	stored := map[string]known{}
+	stored := map[string]invalidReason{}
 	var dom string
-	var k known
+	var k invalidReason
 	if _, err := pgx.ForEachRow(rows, []any{&dom, &k.code, &k.reason}, func() error {
 		stored[dom] = k
 		return nil
 	}); err != nil {
+		return nil, err
+	}
+	return stored, nil
+}
+
+// recordInvalid writes which wanted domains cannot get a certificate, and
+// forgets those that were fixed or are no longer wanted. A domain is logged
+// when it is first found invalid, not on every pass.
+func (s *domainStore) recordInvalid(ctx context.Context, invalid []invalidDomain) error {
+	stored, err := s.storedInvalid(ctx)
+	if err != nil {
 		return err
 	}
 	var changed []invalidDomain

@@ -214,16 +214,7 @@ func (s *domainStore) storeCert(ctx context.Context, d *domain, orderID int64, r
 			prevID, rep, conflict, orderID, s.r.Token, s.r.Instance).Scan(&certRowID); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `UPDATE certrenew_domains SET order_id = NULL, order_token = NULL, order_instance = NULL,
-				order_started_at = NULL, order_replaces = NULL, order_key_sealed = NULL, order_key_id = NULL,
-				attempt = 0, failures = 0, next_attempt_at = NULL, last_error = NULL, last_error_reason = NULL,
-				last_error_at = NULL, token = $2, updated_at = now()
-			WHERE domain = $1`, d.name, s.r.Token); err != nil {
-			return err
-		}
-		_, err = tx.Exec(ctx, `UPDATE certrenew_orders SET result = 'issued', finished_at = now(), ari_conflict = $2 WHERE id = $1`,
-			orderID, conflict)
-		return err
+		return s.closeIssued(ctx, tx, d, orderID, conflict)
 	})
 	if err != nil {
 		return err
@@ -235,6 +226,21 @@ func (s *domainStore) storeCert(ctx context.Context, d *domain, orderID int64, r
 		ariNextCheck: s.clock.now(), ariCertID: certID, token: s.r.Token}
 	d.orderID, d.orderToken, d.orderKey, d.failures, d.nextAttempt, d.attempt = nil, nil, nil, 0, nil, 0
 	return nil
+}
+
+// closeIssued marks order orderID issued and clears, in tx, d's order in
+// flight and its back-off.
+func (s *domainStore) closeIssued(ctx context.Context, tx pgx.Tx, d *domain, orderID int64, conflict bool) error {
+	if _, err := tx.Exec(ctx, `UPDATE certrenew_domains SET order_id = NULL, order_token = NULL, order_instance = NULL,
+			order_started_at = NULL, order_replaces = NULL, order_key_sealed = NULL, order_key_id = NULL,
+			attempt = 0, failures = 0, next_attempt_at = NULL, last_error = NULL, last_error_reason = NULL,
+			last_error_at = NULL, token = $2, updated_at = now()
+		WHERE domain = $1`, d.name, s.r.Token); err != nil {
+		return err
+	}
+	_, err := tx.Exec(ctx, `UPDATE certrenew_orders SET result = 'issued', finished_at = now(), ari_conflict = $2 WHERE id = $1`,
+		orderID, conflict)
+	return err
 }
 
 // checkIssued checks that chain is a certificate for name with key's public

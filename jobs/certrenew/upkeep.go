@@ -56,38 +56,12 @@ func (u *upkeep) housekeeping(ctx context.Context) error {
 func (u *upkeep) reseal(ctx context.Context) error {
 	keys := u.keys
 	cur := keys.KeyID()
-	type blob struct {
-		table, key string // table, and the row's key column value
-		aad        string
-		sealed     []byte
-	}
-	var todo []blob
-	for _, q := range []struct {
-		table, sql string
-		aad        func(string) string
-	}{
-		{"certrenew_certificates", `SELECT id::text, domain, key_sealed FROM certrenew_certificates WHERE key_id <> $1 LIMIT 1000`, aadCert},
-		{"certrenew_account", `SELECT directory, directory, key_sealed FROM certrenew_account WHERE key_id <> $1`, aadAccount},
-		{"certrenew_domains", `SELECT domain, domain, order_key_sealed FROM certrenew_domains WHERE order_key_id <> $1`, aadCert},
-	} {
-		rows, err := u.pool.Query(ctx, q.sql, cur)
-		if err != nil {
-			return err
-		}
-		var key, aadOf string
-		var sealed []byte
-		if _, err := pgx.ForEachRow(rows, []any{&key, &aadOf, &sealed}, func() error {
-			todo = append(todo, blob{table: q.table, key: key, aad: q.aad(aadOf), sealed: slices.Clone(sealed)})
-			return nil
-		}); err != nil {
-			return err
-		}
-	}
-	if len(todo) == 0 {
-		return nil
+	todo, err := u.sealedWithOthers(ctx, cur)
+	if err != nil || len(todo) == 0 {
+		return err
 	}
 	resealed := 0
-	err := u.r.Fenced(ctx, func(ctx context.Context, tx pgx.Tx) error {
+	err = u.r.Fenced(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		resealed = 0
 		for _, b := range todo {
 			pt, err := keys.Open(b.sealed, b.aad)
@@ -120,6 +94,41 @@ func (u *upkeep) reseal(ctx context.Context) error {
 		u.log.InfoContext(ctx, "re-sealed stored keys with the sealing key", "count", resealed, "sealing_key", cur)
 	}
 	return nil
+}
+
+// sealedBlob is a stored key sealed with another key than the sealing key.
+type sealedBlob struct {
+	table, key string // table, and the row's key column value
+	aad        string
+	sealed     []byte
+}
+
+// sealedWithOthers reads the stored keys sealed with another key than cur
+// (at most 1000 certificates a pass).
+func (u *upkeep) sealedWithOthers(ctx context.Context, cur string) ([]sealedBlob, error) {
+	var todo []sealedBlob
+	for _, q := range []struct {
+		table, sql string
+		aad        func(string) string
+	}{
+		{"certrenew_certificates", `SELECT id::text, domain, key_sealed FROM certrenew_certificates WHERE key_id <> $1 LIMIT 1000`, aadCert},
+		{"certrenew_account", `SELECT directory, directory, key_sealed FROM certrenew_account WHERE key_id <> $1`, aadAccount},
+		{"certrenew_domains", `SELECT domain, domain, order_key_sealed FROM certrenew_domains WHERE order_key_id <> $1`, aadCert},
+	} {
+		rows, err := u.pool.Query(ctx, q.sql, cur)
+		if err != nil {
+			return nil, err
+		}
+		var key, aadOf string
+		var sealed []byte
+		if _, err := pgx.ForEachRow(rows, []any{&key, &aadOf, &sealed}, func() error {
+			todo = append(todo, sealedBlob{table: q.table, key: key, aad: q.aad(aadOf), sealed: slices.Clone(sealed)})
+			return nil
+		}); err != nil {
+			return nil, err
+		}
+	}
+	return todo, nil
 }
 
 // counts is the orders started in the budget's window and the keys still
