@@ -3,19 +3,19 @@ package certrenew
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
 	"time"
 
-	"github.com/snip/snip-jobs/fencing"
 	"github.com/snip/snip-jobs/scheduler"
 )
 
 // pass is one Run: everything it knows comes from PostgreSQL at its start,
-// and every write it makes is fenced by the run's token.
+// and every write it makes is fenced by the run's token. It orchestrates:
+// the term's row and lock-delay (gate), load and decide what is due (store),
+// order and store (orderer, on a caSession), then the gauges.
 type pass struct {
 	j    *job
 	r    *scheduler.Run
@@ -25,8 +25,7 @@ type pass struct {
 	clock *dbClock
 	stop  *stopper
 
-	gate *lockDelay
-
+	gate     *lockDelay
 	throttle *caThrottle
 	account  *accountStore
 	upkeep   *upkeep
@@ -48,36 +47,10 @@ func newPass(j *job, r *scheduler.Run) *pass {
 	return p
 }
 
-// dbClock is the database's clock, advanced by our monotonic clock since the
-// pass loaded its state: instants from PostgreSQL and from the CA are
-// compared with it, never with this host's wall clock.
-type dbClock struct {
-	at     time.Time // the database's clock when the pass loaded its state
-	loaded time.Time // our clock (monotonic) at the same moment
-}
-
-// set starts the clock at the database's instant at, read just now.
-func (c *dbClock) set(at time.Time) { c.at, c.loaded = at, time.Now() }
-
-func (c *dbClock) now() time.Time { return c.at.Add(time.Since(c.loaded)) }
-
-// stopper ends the pass at the first sign that a newer term has written (a
-// stale token): nothing more the pass does can stick, so everything else in
-// it is cancelled and the pass returns that error. Safe for concurrent use.
-type stopper struct {
-	cancel context.CancelCauseFunc
-	once   sync.Once
-	err    error // the first error that ended the pass; read once its goroutines are done
-}
-
-// checkStale ends the pass if err says a newer term has written.
-func (s *stopper) checkStale(err error) {
-	if errors.Is(err, fencing.ErrStaleToken) {
-		s.once.Do(func() {
-			s.err = err
-			s.cancel(err)
-		})
-	}
+// orderer is the pass's orderer on the CA session ca.
+func (p *pass) orderer(ca *caSession) *orderer {
+	return &orderer{ca: ca, store: p.store, gate: p.gate, throttle: p.throttle, stop: p.stop, clock: p.clock,
+		opts: p.opts, m: p.j.m, job: p.r.Job, log: p.log}
 }
 
 func (p *pass) run(parent context.Context) error {
@@ -139,8 +112,7 @@ func (p *pass) work(ctx context.Context) error {
 		return fmt.Errorf("certrenew: ACME account: %w", err)
 	}
 	defer ca.close()
-	p.workOn(ctx, &orderer{ca: ca, store: p.store, gate: p.gate, throttle: p.throttle, stop: p.stop, clock: p.clock,
-		opts: p.opts, m: p.j.m, job: p.r.Job, log: p.log})
+	p.workOn(ctx, p.orderer(ca))
 	p.settleAll()
 	return nil
 }
