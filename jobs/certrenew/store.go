@@ -16,8 +16,11 @@ import (
 // its order in flight, its back-off and its current certificate. It
 // guarantees that the domains are read on the database's clock, which it
 // starts (clock); that names that cannot get a certificate are recorded with
-// their reason; and that every write it makes for a domain is fenced by the
-// run's token and reflected in the in-memory domain only once committed.
+// their reason; that an order is recorded, within the budget, before the CA
+// hears of it; and that every write it makes for a domain is fenced by the
+// run's token and reflected in the in-memory domain only once committed —
+// except the CA's URLs of an order (recordURLs), noted even after the term
+// ended because they only say where to look.
 type domainStore struct {
 	j     *job // the pool, keyring, options and metrics; the fingerprint of what was loaded
 	r     *scheduler.Run

@@ -20,7 +20,8 @@ import (
 
 // The domain store's writes about one domain's order: recorded before the CA
 // hears of it, then its certificate made current or its failure backed off.
-// Each is fenced, and reflected in the domain only once committed.
+// Each is fenced (recordURLs aside), and reflected in the domain only once
+// committed.
 
 // errBudget: the order budget of the last 3 hours is spent.
 var errBudget = errors.New("certrenew: order budget spent")
@@ -28,7 +29,8 @@ var errBudget = errors.New("certrenew: order budget spent")
 // beginOrder checks the budget and records the order in flight, in one
 // fenced transaction. All fenced transactions of the job hold the same
 // fencing row until they commit, so two workers cannot both take the last
-// order of the budget. The certificate key is stored (sealed) with the order.
+// order of the budget. The certificate key (orderKey) is stored, sealed, with
+// the order.
 func (s *domainStore) beginOrder(ctx context.Context, d *domain, replaces string, log *slog.Logger) (int64, crypto.Signer, error) {
 	if s.budget.spent() {
 		return 0, nil, errBudget
@@ -104,9 +106,9 @@ func (s *domainStore) insertOrder(ctx context.Context, tx pgx.Tx, d *domain, rep
 	return orderID, err
 }
 
-// orderKey is the certificate key of d's next order, and it sealed: the key
-// of the order an earlier term left in flight (re-sealed with the sealing
-// key), or else a new one.
+// orderKey is the certificate key of d's next order, and its sealed form:
+// the key of the order an earlier term left in flight (re-sealed with the
+// sealing key), or else a new one.
 func (s *domainStore) orderKey(d *domain) (crypto.Signer, []byte, error) {
 	if d.orderKey != nil {
 		if k, err := s.j.openOrderKey(d); err == nil {
