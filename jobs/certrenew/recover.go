@@ -38,7 +38,7 @@ func (o *orderer) finishUnfinished(ctx context.Context, d *domain, replaces stri
 	if url == "" && orderURL == nil {
 		return false
 	}
-	key, err := o.store.j.openOrderKey(d)
+	key, err := o.store.openOrderKey(d)
 	if err != nil {
 		log.WarnContext(ctx, "the unfinished order's key does not open (it will be ordered again)", "err", err)
 		return false

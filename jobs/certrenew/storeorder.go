@@ -111,7 +111,7 @@ func (s *domainStore) insertOrder(ctx context.Context, tx pgx.Tx, d *domain, rep
 // sealing key), or else a new one.
 func (s *domainStore) orderKey(d *domain) (crypto.Signer, []byte, error) {
 	if d.orderKey != nil {
-		if k, err := s.j.openOrderKey(d); err == nil {
+		if k, err := s.openOrderKey(d); err == nil {
 			if pt, err := keyPEM(k); err == nil {
 				return k, s.j.keys.Seal(pt, aadCert(d.name)), nil // resealed with the current key
 			}
@@ -130,11 +130,11 @@ func (s *domainStore) orderKey(d *domain) (crypto.Signer, []byte, error) {
 
 // openOrderKey opens the certificate key sealed with the order d has in
 // flight.
-func (j *job) openOrderKey(d *domain) (crypto.Signer, error) {
+func (s *domainStore) openOrderKey(d *domain) (crypto.Signer, error) {
 	if d.orderKey == nil {
 		return nil, errors.New("no key was recorded with the order")
 	}
-	pt, err := j.keys.Open(d.orderKey, aadCert(d.name))
+	pt, err := s.j.keys.Open(d.orderKey, aadCert(d.name))
 	if err != nil {
 		return nil, err
 	}
