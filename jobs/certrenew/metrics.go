@@ -1,7 +1,9 @@
 package certrenew
 
 import (
+	"context"
 	"errors"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -116,4 +118,42 @@ func register(reg prometheus.Registerer, c any) error {
 		}
 	}
 	return nil
+}
+
+// publish sets the gauges from what the pass saw and did.
+func (p *pass) publish(ctx context.Context) {
+	m, job := p.j.m, p.r.Job
+	counts := p.states.counts()
+	counts[StateInvalid] = len(p.invalid)
+	for _, s := range allStates {
+		m.certificates.WithLabelValues(job, s).Set(float64(counts[s]))
+	}
+	soonest, any := time.Time{}, false
+	for _, d := range p.domains {
+		if d.cert != nil && (!any || d.cert.notAfter.Before(soonest)) {
+			soonest, any = d.cert.notAfter, true
+		}
+	}
+	if any {
+		m.soonestExpiry.WithLabelValues(job).Set(soonest.Sub(p.clock.now()).Hours() / 24)
+	}
+	d, _ := p.throttle.left()
+	m.pausedS.WithLabelValues(job).Set(d.Seconds())
+
+	// The budget and old-key gauges need a query. Not when the pass was
+	// cancelled (term over, shutdown): the job must return at once — waiting
+	// here for a pool connection held up a SIGTERM hand-over by the whole
+	// grace period in the fault-injection run — and the next pass sets them.
+	if ctx.Err() != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	used, old, err := p.upkeep.counts(ctx)
+	if err != nil {
+		p.log.DebugContext(ctx, "metrics query failed", "err", err)
+		return
+	}
+	m.budgetLeft.WithLabelValues(job).Set(float64(max(p.opts.OrderBudget-used, 0)))
+	m.oldKeys.WithLabelValues(job).Set(float64(old))
 }

@@ -3,53 +3,33 @@ package certrenew
 import (
 	"cmp"
 	"context"
-	"crypto/x509"
-	"encoding/pem"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"slices"
 	"sync"
 	"time"
 
-	"github.com/go-acme/lego/v5/lego"
-	"github.com/jackc/pgx/v5"
-
-	"github.com/snip/snip-jobs/fencing"
 	"github.com/snip/snip-jobs/scheduler"
 )
 
 // pass is one Run: everything it knows comes from PostgreSQL at its start,
-// and every write it makes is fenced by the run's token.
+// and every write it makes is fenced by the run's token. It orchestrates:
+// the term's row and lock-delay (gate), load and decide what is due (store),
+// order and store (orderer, on a caSession), then the gauges.
 type pass struct {
 	j    *job
 	r    *scheduler.Run
 	opts *Options
 	log  *slog.Logger
 
-	dbNow  time.Time // the database's clock when the pass loaded its state
-	loaded time.Time // our clock (monotonic) at the same moment
+	clock *dbClock
+	stop  *stopper
 
-	cancel  context.CancelCauseFunc
-	errOnce sync.Once
-	err     error // the first error that ends the pass (stale token)
-
-	// The lock-delay: waited once, before the first order of the pass.
-	gate struct {
-		once   sync.Once
-		until  time.Time // our clock: no order before it
-		lapsed []int64
-		err    error
-	}
-
-	paused caPause
-	budget budgetLatch
-
-	// The account and the term-bound HTTP client of the pass's lego client
-	// (connect), for asking the CA about an earlier order (askOrder).
-	acct   *acmeUser
-	caHTTP *http.Client
+	gate     *lockDelay
+	throttle *caThrottle
+	account  *accountStore
+	upkeep   *upkeep
+	store    *domainStore
 
 	domains []*domain
 	invalid []invalidDomain
@@ -57,80 +37,34 @@ type pass struct {
 	states domainStates
 }
 
-// domain is one certificate name and what PostgreSQL holds about it.
-type domain struct {
-	name    string // ASCII: what the certificate is for
-	source  string // the custom_domains row it came from
-	addedAt time.Time
-
-	// certrenew_domains
-	orderID      *int64
-	orderToken   *int64
-	orderStarted *time.Time
-	orderKey     []byte // sealed
-	attempt      int
-	failures     int
-	nextAttempt  *time.Time
-	lastError    *string
-
-	cert *storedCert // the current certificate, nil if none
-}
-
-type storedCert struct {
-	id           int64
-	leaf         *x509.Certificate
-	notBefore    time.Time
-	notAfter     time.Time
-	renewAt      time.Time
-	ariStart     *time.Time
-	ariEnd       *time.Time
-	ariNextCheck time.Time
-	ariCertID    string
-	token        int64
-}
-
-type invalidDomain struct {
-	domain string
-	err    *InvalidNameError
-}
-
 func newPass(j *job, r *scheduler.Run) *pass {
-	return &pass{j: j, r: r, opts: &j.opts, log: r.Log}
+	p := &pass{j: j, r: r, opts: &j.opts, log: r.Log, clock: &dbClock{}, stop: &stopper{}}
+	p.gate = &lockDelay{r: r, log: r.Log, delay: j.opts.LockDelay, stop: p.stop}
+	p.throttle = &caThrottle{r: r, log: r.Log, m: j.m, unavailablePause: j.opts.UnavailablePause, stop: p.stop}
+	p.store = &domainStore{j: j, r: r, log: r.Log, clock: p.clock}
+	p.upkeep = &upkeep{pool: j.pool, keys: j.keys, r: r, log: r.Log}
+	p.account = &accountStore{pool: j.pool, keys: j.keys, r: r, log: r.Log, dir: j.opts.Directory, email: j.opts.Email, throttle: p.throttle}
+	return p
 }
 
-// now is the database's clock, advanced by our monotonic clock since the
-// pass loaded its state: instants from PostgreSQL and from the CA are
-// compared with it, never with this host's wall clock.
-func (p *pass) now() time.Time { return p.dbNow.Add(time.Since(p.loaded)) }
-
-// fatal records the error that ends the pass and cancels everything else in
-// it (a newer term has written: nothing more this pass does can stick).
-func (p *pass) fatal(err error) {
-	p.errOnce.Do(func() {
-		p.err = err
-		p.cancel(err)
-	})
-}
-
-// checkStale ends the pass if err says a newer term has written.
-func (p *pass) checkStale(err error) {
-	if errors.Is(err, fencing.ErrStaleToken) {
-		p.fatal(err)
-	}
+// orderer is the pass's orderer on the CA session ca.
+func (p *pass) orderer(ca *caSession) *orderer {
+	return &orderer{ca: ca, store: p.store, gate: p.gate, throttle: p.throttle, stop: p.stop, clock: p.clock,
+		opts: p.opts, m: p.j.m, job: p.r.Job, log: p.log}
 }
 
 func (p *pass) run(parent context.Context) error {
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
-	p.cancel = cancel
+	p.stop.cancel = cancel
 
-	if err := p.startTerm(ctx); err != nil {
+	if err := p.gate.start(ctx); err != nil {
 		return p.result(parent, fmt.Errorf("certrenew: record the term: %w", err))
 	}
 	hbCtx, hbStop := context.WithCancel(ctx)
 	var hb sync.WaitGroup
 	if p.opts.LockDelay > 0 {
-		hb.Go(func() { p.heartbeat(hbCtx) })
+		hb.Go(func() { p.gate.heartbeat(hbCtx) })
 	}
 
 	err := p.work(ctx)
@@ -139,45 +73,31 @@ func (p *pass) run(parent context.Context) error {
 	hb.Wait()
 	// Every CA call of this pass has returned: if the term still holds, say
 	// so, and the next leader need not wait the lock-delay.
-	if p.err == nil && p.r.Valid() {
-		p.endTerm(context.WithoutCancel(parent))
+	if p.stop.err == nil && p.r.Valid() {
+		p.gate.end(context.WithoutCancel(parent))
 	}
 	return p.result(parent, err)
 }
 
 func (p *pass) result(parent context.Context, err error) error {
 	switch {
-	case p.err != nil:
-		return fmt.Errorf("certrenew: pass stopped: %w", p.err)
+	case p.stop.err != nil:
+		return fmt.Errorf("certrenew: pass stopped: %w", p.stop.err)
 	case parent.Err() != nil:
 		return fmt.Errorf("certrenew: pass stopped: %w", context.Cause(parent))
 	}
 	return err
 }
 
+// work is the pass between the term's start and its end: load, then, unless
+// the renewer is paused, work on every domain with the CA.
 func (p *pass) work(ctx context.Context) error {
-	if err := p.housekeeping(ctx); err != nil {
-		p.checkStale(err)
-		return fmt.Errorf("certrenew: housekeeping: %w", err)
-	}
-	if err := p.load(ctx); err != nil {
-		return fmt.Errorf("certrenew: load domains: %w", err)
-	}
-	if err := p.applyRetryRequests(ctx); err != nil {
-		p.checkStale(err)
-		return fmt.Errorf("certrenew: retry requests: %w", err)
-	}
-	if err := p.recordInvalid(ctx); err != nil {
-		p.checkStale(err)
-		return fmt.Errorf("certrenew: record invalid domains: %w", err)
-	}
-	if err := p.reseal(ctx); err != nil {
-		p.checkStale(err)
-		return fmt.Errorf("certrenew: re-seal keys: %w", err)
+	if err := p.prepare(ctx); err != nil {
+		return err
 	}
 	defer p.publish(ctx)
 
-	if d, reason := p.paused.left(); d > 0 {
+	if d, reason := p.throttle.left(); d > 0 {
 		p.log.InfoContext(ctx, "renewer paused: not asking the CA this pass", "for", d.Round(time.Second), "reason", reason)
 		p.settleAll()
 		return nil
@@ -185,19 +105,57 @@ func (p *pass) work(ctx context.Context) error {
 	if len(p.domains) == 0 {
 		return nil
 	}
-	client, closeIdle, err := p.connect(ctx)
+	ca, err := p.connect(ctx)
 	if err != nil {
-		p.checkStale(err)
+		p.stop.checkStale(err)
 		p.settleAll()
 		return fmt.Errorf("certrenew: ACME account: %w", err)
 	}
-	defer closeIdle()
+	defer ca.close()
+	p.workOn(ctx, p.orderer(ca))
+	p.settleAll()
+	return nil
+}
 
+// prepare is what the pass does before it asks the CA anything:
+// housekeeping, loading the domains, the operators' retry requests, the
+// invalid names, re-sealing.
+func (p *pass) prepare(ctx context.Context) error {
+	if err := p.upkeep.housekeeping(ctx); err != nil {
+		p.stop.checkStale(err)
+		return fmt.Errorf("certrenew: housekeeping: %w", err)
+	}
+	snap, err := p.store.load(ctx)
+	if err != nil {
+		return fmt.Errorf("certrenew: load domains: %w", err)
+	}
+	p.domains, p.invalid = snap.domains, snap.invalid
+	if !snap.pausedUntil.IsZero() {
+		p.throttle.restore(snap.pausedUntil, snap.pauseReason)
+	}
+	if err := p.store.applyRetryRequests(ctx, p.domains); err != nil {
+		p.stop.checkStale(err)
+		return fmt.Errorf("certrenew: retry requests: %w", err)
+	}
+	if err := p.store.recordInvalid(ctx, p.invalid); err != nil {
+		p.stop.checkStale(err)
+		return fmt.Errorf("certrenew: record invalid domains: %w", err)
+	}
+	if err := p.upkeep.reseal(ctx); err != nil {
+		p.stop.checkStale(err)
+		return fmt.Errorf("certrenew: re-seal keys: %w", err)
+	}
+	return nil
+}
+
+// workOn has o work on every domain, concurrency at a time, until all are
+// done or the pass ends.
+func (p *pass) workOn(ctx context.Context, o *orderer) {
 	// Most urgent first: expired certificates, new domains, then by expiry.
 	todo := slices.Clone(p.domains)
 	key := func(d *domain) time.Time {
 		if d.cert == nil {
-			return p.dbNow
+			return p.clock.at
 		}
 		return d.cert.notAfter
 	}
@@ -210,7 +168,7 @@ func (p *pass) work(ctx context.Context) error {
 	for range min(p.opts.Concurrency, len(todo)) {
 		wg.Go(func() {
 			for d := range tasks {
-				p.states.set(d.name, p.do(ctx, client, d))
+				p.states.set(d.name, o.do(ctx, d))
 				p.r.Progress()
 			}
 		})
@@ -225,8 +183,6 @@ feed:
 	}
 	close(tasks)
 	wg.Wait()
-	p.settleAll()
-	return nil
 }
 
 // settleAll gives every domain not worked on in this pass its state as
@@ -236,100 +192,27 @@ func (p *pass) settleAll() {
 	for i, d := range p.domains {
 		names[i] = d.name
 	}
-	p.states.setUnset(names, func(i int) string { return p.stateOf(p.domains[i]) })
+	p.states.setUnset(names, func(i int) string { return p.domains[i].state(p.clock.now()) })
 }
 
-// stateOf is a domain's certificate state (the metric's label).
-func (p *pass) stateOf(d *domain) string {
-	if d.cert == nil {
-		return stateAt(p.now(), d.failures, nil, nil)
-	}
-	return stateAt(p.now(), d.failures, &d.cert.notAfter, &d.cert.renewAt)
-}
-
-// stateAt is the state of a valid name at now, given its failures and its
-// current certificate's not-after and renewal instant (nil: no certificate).
-func stateAt(now time.Time, failures int, notAfter, renewAt *time.Time) string {
-	switch {
-	case notAfter == nil && failures > 0:
-		return StateFailing
-	case notAfter == nil:
-		return StatePending
-	case !now.Before(*notAfter):
-		return StateExpired
-	case !now.Before(*renewAt):
-		return StateDue
-	}
-	return StateValid
-}
-
-// connect loads (or creates and registers) the shared account and returns
-// a lego client for this pass.
-func (p *pass) connect(ctx context.Context) (*lego.Client, func(), error) {
-	acct, err := p.account(ctx)
+// connect loads (or creates and registers) the shared account and opens
+// the pass's session with the CA.
+func (p *pass) connect(ctx context.Context) (*caSession, error) {
+	acct, err := p.account.load(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	httpClient, base := newHTTPClient(ctx, p.j.roots, p.opts.Concurrency)
-	cfg := lego.NewConfig(acct)
-	cfg.CADirURL = p.opts.Directory
-	cfg.HTTPClient = httpClient
-	cfg.UserAgent = userAgent
-	cfg.Certificate = lego.CertificateConfig{Timeout: p.opts.OrderTimeout}
-
-	// lego.NewClient fetches the directory with context.Background(): the
-	// transport binds that request to the term.
-	client, err := lego.NewClient(cfg)
+	ca, err := dialCA(ctx, acct, p.j.roots, p.opts)
 	if err != nil {
-		p.caFailed(ctx, classify(err, &observation{}), "")
-		return nil, nil, fmt.Errorf("connect to %s: %w", p.opts.Directory, err)
+		p.throttle.failed(ctx, classify(err, &observation{}), "")
+		return nil, fmt.Errorf("connect to %s: %w", p.opts.Directory, err)
 	}
-	if err := p.register(ctx, client, acct); err != nil {
-		base.CloseIdleConnections()
-		return nil, nil, err
+	if err := p.account.register(ctx, ca.client, acct); err != nil {
+		ca.close()
+		return nil, err
 	}
-	if p.j.dns != nil {
-		if err := client.Challenge.SetDNS01Provider(p.j.dns); err != nil {
-			return nil, nil, err
-		}
-	} else if err := client.Challenge.SetHTTP01Provider(&httpProvider{r: p.r}); err != nil {
-		return nil, nil, err
+	if err := ca.answerWith(p.j.dns, p.r); err != nil {
+		return nil, err
 	}
-	p.acct, p.caHTTP = acct, httpClient
-	return client, base.CloseIdleConnections, nil
-}
-
-// pause stops this pass from asking the CA for d, and records the pause so
-// that whichever instance leads next honours it.
-func (p *pass) pause(ctx context.Context, d time.Duration, reason string) {
-	if !p.paused.extend(time.Now().Add(d), reason) {
-		return
-	}
-	p.log.WarnContext(ctx, "pausing the renewer: not asking the CA", "for", d.Round(time.Second), "reason", reason)
-	err := p.r.Fenced(ctx, func(ctx context.Context, tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, `INSERT INTO certrenew_job (job, paused_until, pause_reason, token)
-			VALUES ($1, now() + make_interval(secs => $2), $3, $4)
-			ON CONFLICT (job) DO UPDATE SET paused_until = greatest(certrenew_job.paused_until, EXCLUDED.paused_until),
-				pause_reason = EXCLUDED.pause_reason, token = EXCLUDED.token, updated_at = now()`,
-			p.r.Job, d.Seconds(), reason, p.r.Token)
-		return err
-	})
-	if err != nil {
-		p.checkStale(err)
-		p.log.WarnContext(ctx, "could not record the pause", "err", err)
-	}
-}
-
-// parseLeaf returns the first certificate of a PEM chain.
-func parseLeaf(chain []byte) (*x509.Certificate, error) {
-	for {
-		var b *pem.Block
-		b, chain = pem.Decode(chain)
-		if b == nil {
-			return nil, errors.New("no certificate in the chain")
-		}
-		if b.Type == "CERTIFICATE" {
-			return x509.ParseCertificate(b.Bytes)
-		}
-	}
+	return ca, nil
 }

@@ -1,12 +1,49 @@
 package certrenew
 
 import (
+	"context"
+	"errors"
 	"sync"
 	"time"
+
+	"github.com/snip/snip-jobs/fencing"
 )
 
-// The state a pass's workers share, each piece behind its own lock so that
-// no lock is held across a call to the CA or the database.
+// The state a pass's parts and workers share. The clock is set once, before
+// any worker starts; every other piece is behind its own lock, so that no
+// lock is held across a call to the CA or the database.
+
+// dbClock is the database's clock, advanced by our monotonic clock since the
+// pass loaded its state: instants from PostgreSQL and from the CA are
+// compared with it, never with this host's wall clock.
+type dbClock struct {
+	at     time.Time // the database's clock when the pass loaded its state
+	loaded time.Time // our clock (monotonic) at the same moment
+}
+
+// set starts the clock at the database's instant at, read just now.
+func (c *dbClock) set(at time.Time) { c.at, c.loaded = at, time.Now() }
+
+func (c *dbClock) now() time.Time { return c.at.Add(time.Since(c.loaded)) }
+
+// stopper ends the pass at the first sign that a newer term has written (a
+// stale token): nothing more the pass does can stick, so everything else in
+// it is cancelled and the pass returns that error. Safe for concurrent use.
+type stopper struct {
+	cancel context.CancelCauseFunc
+	once   sync.Once
+	err    error // the first error that ended the pass; read once its goroutines are done
+}
+
+// checkStale ends the pass if err says a newer term has written.
+func (s *stopper) checkStale(err error) {
+	if errors.Is(err, fencing.ErrStaleToken) {
+		s.once.Do(func() {
+			s.err = err
+			s.cancel(err)
+		})
+	}
+}
 
 // caPause is until when the pass asks the CA nothing (a rate limit, an
 // outage), on this host's monotonic clock, and why.

@@ -25,46 +25,19 @@ type retryRequest struct {
 // is logged). The failure count is kept: if it fails again, the back-off
 // goes on from where it was. A pause of the whole renewer (a 503) is not
 // lifted.
-func (p *pass) applyRetryRequests(ctx context.Context) error {
-	rows, err := p.j.pool.Query(ctx, `SELECT domain, requested_at, requested_by, renew FROM certrenew_retry_requests ORDER BY domain`)
-	if err != nil {
-		return err
-	}
-	reqs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (retryRequest, error) {
-		var q retryRequest
-		return q, r.Scan(&q.domain, &q.at, &q.by, &q.renew)
-	})
+func (s *domainStore) applyRetryRequests(ctx context.Context, domains []*domain) error {
+	reqs, err := s.retryRequests(ctx)
 	if err != nil || len(reqs) == 0 {
 		return err
 	}
-	byName := make(map[string]*domain, len(p.domains))
-	for _, d := range p.domains {
-		byName[d.name] = d
+	cleared, renewed := s.triage(ctx, reqs, domains)
+	names, ats := make([]string, len(reqs)), make([]time.Time, len(reqs))
+	for i, q := range reqs {
+		names[i], ats[i] = q.domain, q.at
 	}
-	var cleared, renewed []*domain
-	var names []string
-	var ats []time.Time
-	for _, q := range reqs {
-		names, ats = append(names, q.domain), append(ats, q.at)
-		d := byName[q.domain]
-		log := p.log.With("domain", q.domain, "requested_by", q.by, "requested_at", q.at)
-		switch {
-		case d != nil && q.renew && d.cert != nil:
-			log.InfoContext(ctx, "renewal requested by an operator: the current certificate is due now", "certificate_id", d.cert.id)
-			renewed, cleared = append(renewed, d), append(cleared, d)
-		case d == nil:
-			log.WarnContext(ctx, "retry requested for a name that is not a wanted custom domain (removed, or invalid); request dropped", "renew", q.renew)
-		case d.nextAttempt == nil || !p.now().Before(*d.nextAttempt):
-			log.InfoContext(ctx, "retry requested for a domain that is not backing off; nothing to clear", "failures", d.failures)
-		default:
-			log.InfoContext(ctx, "retry requested by an operator: the domain's back-off is cleared; it is tried in this pass",
-				"failures", d.failures, "was_next_attempt", *d.nextAttempt)
-			cleared = append(cleared, d)
-		}
-	}
-	err = p.r.Fenced(ctx, func(ctx context.Context, tx pgx.Tx) error {
+	err = s.r.Fenced(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `UPDATE certrenew_domains SET next_attempt_at = NULL, token = $2, updated_at = now()
-			WHERE domain = ANY($1)`, domainNames(cleared), p.r.Token); err != nil {
+			WHERE domain = ANY($1)`, domainNames(cleared), s.r.Token); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `UPDATE certrenew_certificates SET renew_at = now() - interval '1 second',
@@ -83,23 +56,54 @@ func (p *pass) applyRetryRequests(ctx context.Context) error {
 		d.nextAttempt = nil
 	}
 	for _, d := range renewed {
-		d.cert.renewAt = p.now().Add(-time.Second)
-		if hold := p.now().Add(renewHold); d.cert.ariNextCheck.Before(hold) {
+		d.cert.renewAt = s.clock.now().Add(-time.Second)
+		if hold := s.clock.now().Add(renewHold); d.cert.ariNextCheck.Before(hold) {
 			d.cert.ariNextCheck = hold
 		}
 	}
 	return nil
 }
 
+// retryRequests reads the operators' requests, by domain.
+func (s *domainStore) retryRequests(ctx context.Context) ([]retryRequest, error) {
+	rows, err := s.j.pool.Query(ctx, `SELECT domain, requested_at, requested_by, renew FROM certrenew_retry_requests ORDER BY domain`)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (retryRequest, error) {
+		var q retryRequest
+		return q, r.Scan(&q.domain, &q.at, &q.by, &q.renew)
+	})
+}
+
+// triage decides, and logs, what each request does: the domains whose
+// back-off is cleared, and those whose certificate is due now too.
+func (s *domainStore) triage(ctx context.Context, reqs []retryRequest, domains []*domain) (cleared, renewed []*domain) {
+	byName := make(map[string]*domain, len(domains))
+	for _, d := range domains {
+		byName[d.name] = d
+	}
+	for _, q := range reqs {
+		d := byName[q.domain]
+		log := s.log.With("domain", q.domain, "requested_by", q.by, "requested_at", q.at)
+		switch {
+		case d != nil && q.renew && d.cert != nil:
+			log.InfoContext(ctx, "renewal requested by an operator: the current certificate is due now", "certificate_id", d.cert.id)
+			renewed, cleared = append(renewed, d), append(cleared, d)
+		case d == nil:
+			log.WarnContext(ctx, "retry requested for a name that is not a wanted custom domain (removed, or invalid); request dropped", "renew", q.renew)
+		case d.nextAttempt == nil || !s.clock.now().Before(*d.nextAttempt):
+			log.InfoContext(ctx, "retry requested for a domain that is not backing off; nothing to clear", "failures", d.failures)
+		default:
+			log.InfoContext(ctx, "retry requested by an operator: the domain's back-off is cleared; it is tried in this pass",
+				"failures", d.failures, "was_next_attempt", *d.nextAttempt)
+			cleared = append(cleared, d)
+		}
+	}
+	return cleared, renewed
+}
+
 // renewHold is how long a renewal an operator asked for keeps the CA's
 // renewal window from moving the certificate's renewal instant (the first
 // ARI answer after an issuance picks a new one).
 const renewHold = time.Hour
-
-func domainNames(ds []*domain) []string {
-	names := make([]string, len(ds))
-	for i, d := range ds {
-		names[i] = d.name
-	}
-	return names
-}

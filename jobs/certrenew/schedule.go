@@ -75,3 +75,24 @@ func ariRecheck(retryAfter time.Duration) time.Duration {
 	}
 	return retryAfter
 }
+
+// defaultRateLimitWait applies to a rate limit that came without Retry-After.
+const defaultRateLimitWait = time.Hour
+
+// retryWait is how long a domain waits before its next order after failure
+// f, its failures-th in a row: its back-off, or the CA's Retry-After when a
+// rate limit or a 503 asks for longer (unavailablePause for a 503 without
+// one).
+func retryWait(f failure, failures int, unavailablePause time.Duration) time.Duration {
+	wait := Backoff(failures)
+	if f.reason == ReasonRateLimited || f.pause {
+		wait = max(f.retryAfter, wait)
+		if wait == 0 {
+			wait = defaultRateLimitWait
+			if f.pause {
+				wait = unavailablePause
+			}
+		}
+	}
+	return wait
+}

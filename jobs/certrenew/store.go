@@ -2,68 +2,62 @@ package certrenew
 
 import (
 	"context"
-	"crypto"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"encoding/pem"
 	"errors"
-	"fmt"
+	"log/slog"
 	"slices"
 	"time"
 
-	"github.com/go-acme/lego/v5/lego"
-	"github.com/go-acme/lego/v5/registration"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/snip/snip-jobs/scheduler"
 )
 
-// Retention of history rows (housekeeping).
-const (
-	keepOrders       = 30 * 24 * time.Hour
-	keepTerms        = 30 * 24 * time.Hour
-	keepReplacedCert = 30 * 24 * time.Hour // after its not-after
-)
+// domainStore is what PostgreSQL holds about each wanted domain: its name,
+// its order in flight, its back-off and its current certificate. It
+// guarantees that the domains are read on the database's clock, which it
+// starts (clock); that names that cannot get a certificate are recorded with
+// their reason; that an order is recorded, within the budget, before the CA
+// hears of it; and that every write it makes for a domain is fenced by the
+// run's token and reflected in the in-memory domain only once committed —
+// except the CA's URLs of an order (recordURLs), noted even after the term
+// ended because they only say where to look.
+type domainStore struct {
+	j     *job // the pool, keyring, options and metrics; the fingerprint of what was loaded
+	r     *scheduler.Run
+	log   *slog.Logger
+	clock *dbClock
 
-// housekeeping removes expired challenge tokens and old history.
-func (p *pass) housekeeping(ctx context.Context) error {
-	return p.r.Fenced(ctx, func(ctx context.Context, tx pgx.Tx) error {
-		for _, q := range []struct {
-			sql  string
-			args []any
-		}{
-			{`DELETE FROM certrenew_challenges WHERE expires_at < now()`, nil},
-			{`DELETE FROM certrenew_orders WHERE started_at < now() - make_interval(secs => $1) AND result IS NOT NULL`, []any{keepOrders.Seconds()}},
-			{`DELETE FROM certrenew_terms WHERE job = $1 AND state <> 'running' AND seen_at < now() - make_interval(secs => $2)`, []any{p.r.Job, keepTerms.Seconds()}},
-			{`DELETE FROM certrenew_certificates WHERE NOT current AND not_after < now() - make_interval(secs => $1)`, []any{keepReplacedCert.Seconds()}},
-		} {
-			if _, err := tx.Exec(ctx, q.sql, q.args...); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	budget budgetLatch // found spent: no more orders this pass
+}
+
+// snapshot is what a pass starts from.
+type snapshot struct {
+	domains     []*domain       // the wanted names that can get a certificate
+	invalid     []invalidDomain // wanted names that cannot get a certificate
+	pausedUntil time.Time       // our clock: the pause an earlier pass recorded; zero: none
+	pauseReason string
 }
 
 // load reads the wanted domains, their state and current certificates, the
 // pause, and the database's clock.
-func (p *pass) load(ctx context.Context) (err error) {
-	db := p.j.pool
+func (s *domainStore) load(ctx context.Context) (_ *snapshot, err error) {
+	db := s.j.pool
+	var dbNow time.Time
 	var pausedFor float64
 	var pauseReason *string
 	if err := db.QueryRow(ctx, `SELECT now(),
 			coalesce((SELECT extract(epoch FROM paused_until - now())::float8 FROM certrenew_job WHERE job = $1), 0),
-			(SELECT pause_reason FROM certrenew_job WHERE job = $1)`, p.r.Job).
-		Scan(&p.dbNow, &pausedFor, &pauseReason); err != nil {
-		return err
+			(SELECT pause_reason FROM certrenew_job WHERE job = $1)`, s.r.Job).
+		Scan(&dbNow, &pausedFor, &pauseReason); err != nil {
+		return nil, err
 	}
-	p.loaded = time.Now()
+	s.clock.set(dbNow)
+	snap := &snapshot{}
 	if pausedFor > 0 {
-		reason := ""
+		snap.pausedUntil = s.clock.loaded.Add(time.Duration(pausedFor * float64(time.Second)))
 		if pauseReason != nil {
-			reason = *pauseReason
+			snap.pauseReason = *pauseReason
 		}
-		p.paused.extend(p.loaded.Add(time.Duration(pausedFor*float64(time.Second))), reason)
 	}
 
 	// Taken before the rows are read: a row committed in between makes the
@@ -71,34 +65,30 @@ func (p *pass) load(ctx context.Context) (err error) {
 	// The requests' part is left empty: the pass handles (deletes) every
 	// request it reads, so a request still there at the next look is one it
 	// did not see.
-	domainsFP, _, err := p.j.fingerprint(ctx, db)
+	domainsFP, _, err := s.j.fingerprint(ctx, db)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer func() {
 		if err == nil {
 			fp := domainsFP + "/"
-			p.j.seen.Store(&fp)
+			s.j.seen.Store(&fp)
 		}
 	}()
-	byName, names, err := p.wanted(ctx)
-	if err != nil {
-		return err
+	if snap.domains, snap.invalid, err = s.wanted(ctx); err != nil {
+		return nil, err
 	}
-	if err := p.loadStates(ctx, byName, names); err != nil {
-		return err
+	if err := s.loadStates(ctx, snap.domains); err != nil {
+		return nil, err
 	}
-	for _, n := range names {
-		p.domains = append(p.domains, byName[n])
-	}
-	return nil
+	return snap, nil
 }
 
 // wanted reads the wanted custom domains and turns each into its
-// certificate's name (in order); invalid names go to p.invalid, and rows that
-// share a name share one domain.
-func (p *pass) wanted(ctx context.Context) (map[string]*domain, []string, error) {
-	rows, err := p.j.pool.Query(ctx, `SELECT domain, added_at FROM custom_domains WHERE status = ANY($1) ORDER BY domain`, p.opts.Statuses)
+// certificate's name (in order), or an invalid domain; rows that share a
+// name share one domain.
+func (s *domainStore) wanted(ctx context.Context) ([]*domain, []invalidDomain, error) {
+	rows, err := s.j.pool.Query(ctx, `SELECT domain, added_at FROM custom_domains WHERE status = ANY($1) ORDER BY domain`, s.j.opts.Statuses)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -114,31 +104,37 @@ func (p *pass) wanted(ctx context.Context) (map[string]*domain, []string, error)
 		return nil, nil, err
 	}
 	byName := map[string]*domain{}
-	var names []string
-	for _, s := range srcs {
-		name, err := p.opts.certName(s.raw)
+	var domains []*domain
+	var invalid []invalidDomain
+	for _, row := range srcs {
+		name, err := s.j.opts.certName(row.raw)
 		if err != nil {
 			var ie *InvalidNameError
 			errors.As(err, &ie)
-			p.invalid = append(p.invalid, invalidDomain{domain: s.raw, err: ie})
+			invalid = append(invalid, invalidDomain{domain: row.raw, err: ie})
 			continue
 		}
 		if d, dup := byName[name]; dup {
-			if s.addedAt.Before(d.addedAt) {
-				d.addedAt = s.addedAt
+			if row.addedAt.Before(d.addedAt) {
+				d.addedAt = row.addedAt
 			}
 			continue // the same certificate serves both rows
 		}
-		byName[name] = &domain{name: name, source: s.raw, addedAt: s.addedAt}
-		names = append(names, name)
+		d := &domain{name: name, source: row.raw, addedAt: row.addedAt}
+		byName[name] = d
+		domains = append(domains, d)
 	}
-	return byName, names, nil
+	return domains, invalid, nil
 }
 
-// loadStates reads each name's order state and current certificate into
-// byName.
-func (p *pass) loadStates(ctx context.Context, byName map[string]*domain, names []string) error {
-	rows, err := p.j.pool.Query(ctx, `SELECT n.name,
+// loadStates reads each domain's order state and current certificate.
+func (s *domainStore) loadStates(ctx context.Context, domains []*domain) error {
+	byName := make(map[string]*domain, len(domains))
+	names := make([]string, len(domains))
+	for i, d := range domains {
+		byName[d.name], names[i] = d, d.name
+	}
+	rows, err := s.j.pool.Query(ctx, `SELECT n.name,
 			s.order_id, s.order_token, s.order_started_at, s.order_key_sealed,
 			coalesce(s.attempt, 0), coalesce(s.failures, 0), s.next_attempt_at, s.last_error,
 			c.id, c.chain_pem, c.renew_at, c.ari_start, c.ari_end, c.ari_next_check, c.ari_cert_id, c.token
@@ -169,7 +165,7 @@ func (p *pass) loadStates(ctx context.Context, byName map[string]*domain, names 
 		}
 		leaf, err := parseLeaf([]byte(*chain))
 		if err != nil {
-			p.log.ErrorContext(ctx, "stored certificate cannot be parsed; ordering a new one", "domain", name, "certificate_id", *certID, "err", err)
+			s.log.ErrorContext(ctx, "stored certificate cannot be parsed; ordering a new one", "domain", name, "certificate_id", *certID, "err", err)
 			continue
 		}
 		c.id, c.leaf, c.notBefore, c.notAfter = *certID, leaf, leaf.NotBefore, leaf.NotAfter
@@ -179,29 +175,40 @@ func (p *pass) loadStates(ctx context.Context, byName map[string]*domain, names 
 	return rows.Err()
 }
 
-// recordInvalid writes which wanted domains cannot get a certificate, and
-// forgets those that were fixed or are no longer wanted. A domain is logged
-// when it is first found invalid, not on every pass.
-func (p *pass) recordInvalid(ctx context.Context) error {
-	rows, err := p.j.pool.Query(ctx, `SELECT domain, code, reason FROM certrenew_invalid_domains`)
+// invalidReason is why a recorded domain cannot get a certificate.
+type invalidReason struct{ code, reason string }
+
+// storedInvalid reads the invalid domains recorded so far.
+func (s *domainStore) storedInvalid(ctx context.Context) (map[string]invalidReason, error) {
+	rows, err := s.j.pool.Query(ctx, `SELECT domain, code, reason FROM certrenew_invalid_domains`)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	type known struct{ code, reason string }
-	stored := map[string]known{}
+	stored := map[string]invalidReason{}
 	var dom string
-	var k known
+	var k invalidReason
 	if _, err := pgx.ForEachRow(rows, []any{&dom, &k.code, &k.reason}, func() error {
 		stored[dom] = k
 		return nil
 	}); err != nil {
+		return nil, err
+	}
+	return stored, nil
+}
+
+// recordInvalid writes which wanted domains cannot get a certificate, and
+// forgets those that were fixed or are no longer wanted. A domain is logged
+// when it is first found invalid, not on every pass.
+func (s *domainStore) recordInvalid(ctx context.Context, invalid []invalidDomain) error {
+	stored, err := s.storedInvalid(ctx)
+	if err != nil {
 		return err
 	}
 	var changed []invalidDomain
-	keep := make([]string, 0, len(p.invalid))
-	for _, iv := range p.invalid {
+	keep := make([]string, 0, len(invalid))
+	for _, iv := range invalid {
 		keep = append(keep, iv.domain)
-		if s, ok := stored[iv.domain]; !ok || s.code != iv.err.Code || s.reason != iv.err.Reason {
+		if was, ok := stored[iv.domain]; !ok || was.code != iv.err.Code || was.reason != iv.err.Reason {
 			changed = append(changed, iv)
 		}
 	}
@@ -214,12 +221,12 @@ func (p *pass) recordInvalid(ctx context.Context) error {
 	if len(changed) == 0 && gone == 0 {
 		return nil
 	}
-	err = p.r.Fenced(ctx, func(ctx context.Context, tx pgx.Tx) error {
+	err = s.r.Fenced(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		for _, iv := range changed {
 			if _, err := tx.Exec(ctx, `INSERT INTO certrenew_invalid_domains (domain, code, reason, token) VALUES ($1, $2, $3, $4)
 				ON CONFLICT (domain) DO UPDATE SET code = EXCLUDED.code, reason = EXCLUDED.reason,
 					last_seen = now(), token = EXCLUDED.token`,
-				iv.domain, iv.err.Code, iv.err.Reason, p.r.Token); err != nil {
+				iv.domain, iv.err.Code, iv.err.Reason, s.r.Token); err != nil {
 				return err
 			}
 		}
@@ -230,247 +237,7 @@ func (p *pass) recordInvalid(ctx context.Context) error {
 		return err
 	}
 	for _, iv := range changed {
-		p.log.WarnContext(ctx, "custom domain cannot get a certificate", "domain", iv.domain, "code", iv.err.Code, "reason", iv.err.Reason)
+		s.log.WarnContext(ctx, "custom domain cannot get a certificate", "domain", iv.domain, "code", iv.err.Code, "reason", iv.err.Reason)
 	}
 	return nil
-}
-
-// reseal re-encrypts, with the sealing key, every stored key sealed with
-// another key of the ring (key rotation). Keys sealed with a key no longer in
-// the ring are left alone and logged.
-func (p *pass) reseal(ctx context.Context) error {
-	keys := p.j.keys
-	cur := keys.KeyID()
-	type blob struct {
-		table, key string // table, and the row's key column value
-		aad        string
-		sealed     []byte
-	}
-	var todo []blob
-	for _, q := range []struct {
-		table, sql string
-		aad        func(string) string
-	}{
-		{"certrenew_certificates", `SELECT id::text, domain, key_sealed FROM certrenew_certificates WHERE key_id <> $1 LIMIT 1000`, aadCert},
-		{"certrenew_account", `SELECT directory, directory, key_sealed FROM certrenew_account WHERE key_id <> $1`, aadAccount},
-		{"certrenew_domains", `SELECT domain, domain, order_key_sealed FROM certrenew_domains WHERE order_key_id <> $1`, aadCert},
-	} {
-		rows, err := p.j.pool.Query(ctx, q.sql, cur)
-		if err != nil {
-			return err
-		}
-		var key, aadOf string
-		var sealed []byte
-		if _, err := pgx.ForEachRow(rows, []any{&key, &aadOf, &sealed}, func() error {
-			todo = append(todo, blob{table: q.table, key: key, aad: q.aad(aadOf), sealed: slices.Clone(sealed)})
-			return nil
-		}); err != nil {
-			return err
-		}
-	}
-	if len(todo) == 0 {
-		return nil
-	}
-	resealed := 0
-	err := p.r.Fenced(ctx, func(ctx context.Context, tx pgx.Tx) error {
-		resealed = 0
-		for _, b := range todo {
-			pt, err := keys.Open(b.sealed, b.aad)
-			if err != nil {
-				p.log.ErrorContext(ctx, "stored key cannot be opened with the keyring: it stays sealed with its old key",
-					"table", b.table, "row", b.key, "sealed_with", sealedWith(b.sealed), "err", err)
-				continue
-			}
-			ns := keys.Seal(pt, b.aad)
-			var sql string
-			switch b.table {
-			case "certrenew_certificates":
-				sql = `UPDATE certrenew_certificates SET key_sealed = $2, key_id = $3 WHERE id = $1::bigint`
-			case "certrenew_account":
-				sql = `UPDATE certrenew_account SET key_sealed = $2, key_id = $3 WHERE directory = $1`
-			case "certrenew_domains":
-				sql = `UPDATE certrenew_domains SET order_key_sealed = $2, order_key_id = $3 WHERE domain = $1`
-			}
-			if _, err := tx.Exec(ctx, sql, b.key, ns, cur); err != nil {
-				return err
-			}
-			resealed++
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	if resealed > 0 {
-		p.log.InfoContext(ctx, "re-sealed stored keys with the sealing key", "count", resealed, "sealing_key", cur)
-	}
-	return nil
-}
-
-// publish sets the gauges from what the pass saw and did.
-func (p *pass) publish(ctx context.Context) {
-	m, job := p.j.m, p.r.Job
-	counts := p.states.counts()
-	counts[StateInvalid] = len(p.invalid)
-	for _, s := range allStates {
-		m.certificates.WithLabelValues(job, s).Set(float64(counts[s]))
-	}
-	soonest, any := time.Time{}, false
-	for _, d := range p.domains {
-		if d.cert != nil && (!any || d.cert.notAfter.Before(soonest)) {
-			soonest, any = d.cert.notAfter, true
-		}
-	}
-	if any {
-		m.soonestExpiry.WithLabelValues(job).Set(soonest.Sub(p.now()).Hours() / 24)
-	}
-	d, _ := p.paused.left()
-	m.pausedS.WithLabelValues(job).Set(d.Seconds())
-
-	// The budget and old-key gauges need a query. Not when the pass was
-	// cancelled (term over, shutdown): the job must return at once — waiting
-	// here for a pool connection held up a SIGTERM hand-over by the whole
-	// grace period in the fault-injection run — and the next pass sets them.
-	if ctx.Err() != nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	var used, old int
-	err := p.j.pool.QueryRow(ctx, `SELECT
-			(SELECT count(*) FROM certrenew_orders WHERE started_at > now() - make_interval(secs => $1)),
-			(SELECT count(*) FROM certrenew_certificates WHERE key_id <> $2)
-			+ (SELECT count(*) FROM certrenew_account WHERE key_id <> $2)
-			+ (SELECT count(*) FROM certrenew_domains WHERE order_key_id <> $2)`,
-		BudgetWindow.Seconds(), p.j.keys.KeyID()).Scan(&used, &old)
-	if err != nil {
-		p.log.DebugContext(ctx, "metrics query failed", "err", err)
-		return
-	}
-	m.budgetLeft.WithLabelValues(job).Set(float64(max(p.opts.OrderBudget-used, 0)))
-	m.oldKeys.WithLabelValues(job).Set(float64(old))
-}
-
-// account returns the shared ACME account, creating its key first if there
-// is none: the key is stored (fenced) before anything is sent to the CA.
-func (p *pass) account(ctx context.Context) (*acmeUser, error) {
-	dir := p.opts.Directory
-	read := func() (*acmeUser, bool, error) {
-		var email string
-		var sealed []byte
-		var url *string
-		err := p.j.pool.QueryRow(ctx, `SELECT email, key_sealed, account_url FROM certrenew_account WHERE directory = $1`, dir).
-			Scan(&email, &sealed, &url)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil, false, nil
-		}
-		if err != nil {
-			return nil, false, err
-		}
-		pt, err := p.j.keys.Open(sealed, aadAccount(dir))
-		if err != nil {
-			return nil, false, fmt.Errorf("account key: %w", err)
-		}
-		key, err := parseKeyPEM(pt)
-		if err != nil {
-			return nil, false, fmt.Errorf("account key: %w", err)
-		}
-		u := &acmeUser{email: email, key: key}
-		if url != nil {
-			u.url = *url
-		}
-		return u, true, nil
-	}
-	u, ok, err := read()
-	if err != nil || ok {
-		return u, err
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
-	pemKey, err := keyPEM(key)
-	if err != nil {
-		return nil, err
-	}
-	err = p.r.Fenced(ctx, func(ctx context.Context, tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, `INSERT INTO certrenew_account (directory, email, key_sealed, key_id, token)
-			VALUES ($1, $2, $3, $4, $5) ON CONFLICT (directory) DO NOTHING`,
-			dir, p.opts.Email, p.j.keys.Seal(pemKey, aadAccount(dir)), p.j.keys.KeyID(), p.r.Token)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	p.log.InfoContext(ctx, "created the ACME account key", "directory", dir)
-	u, ok, err = read()
-	if err == nil && !ok {
-		err = errors.New("account row vanished")
-	}
-	return u, err
-}
-
-// register registers the account if it has no URL yet (newAccount with a
-// known key returns the existing account: registering twice is harmless),
-// and updates its contact when the configured e-mail changed.
-func (p *pass) register(ctx context.Context, client *lego.Client, u *acmeUser) error {
-	dir := p.opts.Directory
-	switch {
-	case u.url == "":
-		acct, err := client.Registration.Register(ctx, registration.RegisterOptions{TermsOfServiceAgreed: true})
-		if err != nil {
-			p.caFailed(ctx, classify(err, &observation{}), "")
-			return fmt.Errorf("register at %s: %w", dir, err)
-		}
-		u.url, u.email = acct.Location, p.opts.Email
-		err = p.r.Fenced(ctx, func(ctx context.Context, tx pgx.Tx) error {
-			_, err := tx.Exec(ctx, `UPDATE certrenew_account SET account_url = $2, email = $3, registered_at = now(), token = $4
-				WHERE directory = $1`, dir, u.url, u.email, p.r.Token)
-			return err
-		})
-		if err != nil {
-			return err
-		}
-		p.log.InfoContext(ctx, "registered the ACME account", "directory", dir, "account", u.url)
-	case u.email != p.opts.Email:
-		u.email = p.opts.Email
-		if _, err := client.Registration.UpdateRegistration(ctx, registration.RegisterOptions{TermsOfServiceAgreed: true}); err != nil {
-			p.caFailed(ctx, classify(err, &observation{}), "")
-			return fmt.Errorf("update the account's contact at %s: %w", dir, err)
-		}
-		err := p.r.Fenced(ctx, func(ctx context.Context, tx pgx.Tx) error {
-			_, err := tx.Exec(ctx, `UPDATE certrenew_account SET email = $2, token = $3 WHERE directory = $1`, dir, u.email, p.r.Token)
-			return err
-		})
-		if err != nil {
-			return err
-		}
-		p.log.InfoContext(ctx, "updated the ACME account's contact", "directory", dir, "account", u.url)
-	}
-	return nil
-}
-
-// keyPEM encodes a private key as PKCS #8 PEM.
-func keyPEM(k crypto.Signer) ([]byte, error) {
-	der, err := x509.MarshalPKCS8PrivateKey(k)
-	if err != nil {
-		return nil, err
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
-}
-
-func parseKeyPEM(b []byte) (crypto.Signer, error) {
-	blk, _ := pem.Decode(b)
-	if blk == nil {
-		return nil, errors.New("no PEM block")
-	}
-	k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
-	if err != nil {
-		return nil, err
-	}
-	s, ok := k.(crypto.Signer)
-	if !ok {
-		return nil, fmt.Errorf("a %T is not a signing key", k)
-	}
-	return s, nil
 }
