@@ -45,7 +45,7 @@ func (p *parser) options(m *mapping, j Job, typeKnown bool) Options {
 	if err != nil {
 		var errs Errors
 		if errors.As(err, &errs) {
-			p.errs = append(p.errs, errs...)
+			p.add(errs...)
 		} else {
 			m.errorf(o.pos, "options: %v", err)
 		}
@@ -78,18 +78,6 @@ func (p *parser) optionPos(node ast.Node, key string, fallback Pos) Pos {
 		}
 	}
 	return fallback
-}
-
-// splitErrorValues returns the errors of a joined error one by one.
-func splitErrorValues(err error) []error {
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		var out []error
-		for _, e := range j.Unwrap() {
-			out = append(out, splitErrorValues(e)...)
-		}
-		return out
-	}
-	return []error{err}
 }
 
 // checkWholeNumbers reports numbers with a fraction written where t has an
@@ -429,7 +417,7 @@ func (p *parser) expand(n ast.Node, job string) ast.Node {
 		ok, problem := p.spend(1)
 		if problem != nil {
 			problem.Job = job
-			p.errs = append(p.errs, problem)
+			p.add(problem)
 		}
 		if !ok {
 			return ast.Null(p.outer.GetToken())

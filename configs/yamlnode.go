@@ -15,7 +15,7 @@ type parser struct {
 	file  string
 	data  []byte
 	types Types
-	errs  Errors
+	problems
 	// aliases maps each alias to the value of the anchor it names (the nearest
 	// one before it, as YAML says). An alias with no anchor before it is absent.
 	aliases map[*ast.AliasNode]ast.Node
@@ -60,10 +60,6 @@ func (p *parser) spend(n int) (ok bool, problem *Error) {
 	}
 	return false, &Error{Pos: p.pos(p.outer), Msg: fmt.Sprintf("%s would expand to more than %d YAML nodes, the limit for a config file "+
 		"(anchors that repeat other anchors multiply: write the values out, or share fewer levels)", what, MaxAliasNodes)}
-}
-
-func (p *parser) errorf(pos Pos, job, format string, args ...any) {
-	p.errs = append(p.errs, &Error{Pos: pos, Job: job, Msg: fmt.Sprintf(format, args...)})
 }
 
 // pos is where n starts. For a block mapping that is its first key (the library's
@@ -536,7 +532,7 @@ func (m *mapping) sub(key string) *mapping {
 func (m *mapping) finish() {
 	for _, e := range m.keyProblems {
 		e.Job = m.job
-		m.p.errs = append(m.p.errs, e)
+		m.p.add(e)
 	}
 	m.keyProblems = nil
 	for _, key := range m.order {
