@@ -64,8 +64,8 @@ func OptionsOf[T any](defaults func() T) OptionsType {
 // Job types call it from their OptionsType (through OptionsOf) and from New.
 func DecodeOptions[T any](spec Job, defaults func() T) (T, error) {
 	o := spec.Options
-	p := &parser{file: o.pos.File}
-	m := &mapping{p: p, job: spec.Name}
+	p := &parser{document: newDocument(o.pos.File, &problems{})}
+	m := &mapping{doc: p.document, job: spec.Name}
 	pos := o.pos
 	if pos == (Pos{}) {
 		pos = spec.Pos

@@ -71,19 +71,29 @@ func parseCounting(filename string, data []byte, types Types) (*File, int, error
 	if textErr != nil {
 		return nil, 0, Errors{textErr}
 	}
-	p := &parser{file: filename, data: data, types: types, aliases: map[*ast.AliasNode]ast.Node{}}
-	f := p.parse()
+	p := &parser{document: newDocument(filename, &problems{}), types: types}
+	f := p.parse(data)
 	if len(p.errs) > 0 {
 		sortErrors(p.errs)
-		return nil, p.aliasNodes, dedupe(p.errs)
+		return nil, p.budget.spent, dedupe(p.errs)
 	}
-	return f, p.aliasNodes, nil
+	return f, p.budget.spent, nil
 }
 
-func (p *parser) parse() *File {
+// parser holds the state of one Parse call: the file's YAML document and the
+// job types.
+type parser struct {
+	*document
+	types Types
+	// backendPos is where leadership.backend's value is written (zero when
+	// it is not).
+	backendPos Pos
+}
+
+func (p *parser) parse(data []byte) *File {
 	// Duplicate keys are found by the checks below, which report them all and go
 	// on; the library's own check stops at the first.
-	tree, err := yamlparser.ParseBytes(p.data, 0, yamlparser.AllowDuplicateMapKey())
+	tree, err := yamlparser.ParseBytes(data, 0, yamlparser.AllowDuplicateMapKey())
 	if err != nil {
 		p.syntaxError(err)
 		return nil
@@ -98,7 +108,7 @@ func (p *parser) parse() *File {
 			continue
 		}
 		body = doc.Body
-		p.linkAliases(doc, map[string]ast.Node{})
+		p.link(doc, map[string]ast.Node{})
 	}
 
 	top := p.mapping(body, "", "")
