@@ -1,6 +1,7 @@
 package configs
 
 import (
+	"reflect"
 	"strings"
 	"time"
 
@@ -74,4 +75,44 @@ func fmtDuration(d time.Duration) string {
 		s = strings.TrimSuffix(s, "0m")
 	}
 	return s
+}
+
+// describeNodeType names a YAML node type in an operator's words.
+func describeNodeType(t ast.NodeType) string {
+	switch t {
+	case ast.MappingType:
+		return "a mapping"
+	case ast.SequenceType:
+		return "a list"
+	}
+	return "a " + t.YAMLName()
+}
+
+// describeType names a Go type in an operator's words.
+func describeType(t reflect.Type) string {
+	if t == nil {
+		return "another kind of value"
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == reflect.TypeFor[time.Duration]() {
+		return "a duration such as 10s or 5m"
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a whole number"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "a list"
+	case reflect.Map, reflect.Struct:
+		return "a mapping"
+	}
+	return "a " + t.String()
 }
