@@ -117,7 +117,8 @@ func (p *parser) parse(data []byte) *File {
 	if d, ok := top.duration("shutdown_timeout", zeroOrPositive); ok && d > 0 {
 		f.ShutdownTimeout = d
 	}
-	f.Jobs = p.jobs(top)
+	jobs := &jobReader{doc: p.document, types: jobTypes{p.types}, names: map[string]Pos{}}
+	f.Jobs = jobs.list(top)
 	if f.Leadership.Backend == BackendKubernetes {
 		checkLeaseNames(top, f)
 	}
