@@ -56,51 +56,57 @@ func Parse(filename string, data []byte, types Types) (*File, error) {
 }
 
 // parseCounting is Parse, also returning how many nodes aliases and merge keys
-// produced (for tests).
+// produced (for tests). The steps run one way: the text is checked, parsed into a
+// document, and read into a File, each adding to the same problems.
 func parseCounting(filename string, data []byte, types Types) (*File, int, error) {
 	data, textErr := checkText(filename, data)
 	if textErr != nil {
 		return nil, 0, Errors{textErr}
 	}
-	p := &parser{document: newDocument(filename, &problems{}), types: types}
-	f := p.parse(data)
-	if len(p.errs) > 0 {
-		sortErrors(p.errs)
-		return nil, p.budget.spent, dedupe(p.errs)
+	ps := &problems{}
+	doc, body, ok := readDocument(filename, data, ps)
+	var f *File
+	if ok {
+		f = readConfig(doc.mapping(body, "", ""), types)
 	}
-	return f, p.budget.spent, nil
+	if len(ps.errs) > 0 {
+		sortErrors(ps.errs)
+		return nil, doc.budget.spent, dedupe(ps.errs)
+	}
+	return f, doc.budget.spent, nil
 }
 
-// parser holds the state of one Parse call: the file's YAML document and the
-// job types.
-type parser struct {
-	*document
-	types Types
-}
-
-func (p *parser) parse(data []byte) *File {
-	// Duplicate keys are found by the checks below, which report them all and go
-	// on; the library's own check stops at the first.
+// readDocument parses data into a document of file, whose body is the one
+// YAML document data holds (nil if it is empty), with its anchors linked. ok is
+// false on a syntax error: there is no tree to read.
+func readDocument(file string, data []byte, ps *problems) (doc *document, body ast.Node, ok bool) {
+	doc = newDocument(file, ps)
+	// Duplicate keys are found by the readers, which report them all and go on;
+	// the library's own check stops at the first.
 	tree, err := yamlparser.ParseBytes(data, 0, yamlparser.AllowDuplicateMapKey())
 	if err != nil {
-		p.syntaxError(err)
-		return nil
+		syntaxError(doc, err)
+		return doc, nil, false
 	}
-	var body ast.Node
-	for i, doc := range tree.Docs {
-		if doc == nil || doc.Body == nil {
+	for i, d := range tree.Docs {
+		if d == nil || d.Body == nil {
 			continue
 		}
 		if i > 0 && body != nil {
-			p.errorf(p.pos(doc.Body), "", "only one YAML document is allowed in the file (this one follows a ---)")
+			doc.errorf(doc.pos(d.Body), "", "only one YAML document is allowed in the file (this one follows a ---)")
 			continue
 		}
-		body = doc.Body
-		p.link(doc, map[string]ast.Node{})
+		body = d.Body
+		doc.link(d, map[string]ast.Node{})
 	}
+	return doc, body, true
+}
 
-	top := p.mapping(body, "", "")
-	f := &File{Path: p.file}
+// readConfig reads the top-level mapping into a File, section by section, and
+// checks what spans sections (which backend the etcd and kubernetes sections
+// apply to, the Lease names of the instance and the jobs).
+func readConfig(top *mapping, types Types) *File {
+	f := &File{Path: top.doc.file}
 	f.Instance = readInstance(top)
 	var backendPos Pos
 	f.Leadership, backendPos = readLeadership(top.sub("leadership"))
@@ -117,7 +123,7 @@ func (p *parser) parse(data []byte) *File {
 	if d, ok := top.duration("shutdown_timeout", zeroOrPositive); ok && d > 0 {
 		f.ShutdownTimeout = d
 	}
-	jobs := &jobReader{doc: p.document, types: jobTypes{p.types}, names: map[string]Pos{}}
+	jobs := &jobReader{doc: top.doc, types: jobTypes{types}, names: map[string]Pos{}}
 	f.Jobs = jobs.list(top)
 	if f.Leadership.Backend == BackendKubernetes {
 		checkLeaseNames(top, f)
@@ -133,13 +139,14 @@ var syntaxHints = []struct{ contains, hint string }{
 	{"'`' is a reserved character", "quote values that start with `"},
 }
 
-func (p *parser) syntaxError(err error) {
+// syntaxError reports the YAML library's refusal of the file, at its position.
+func syntaxError(doc *document, err error) {
 	var ye yaml.Error
 	if !errors.As(err, &ye) {
-		p.errorf(Pos{File: p.file}, "", "YAML syntax error: %v", err)
+		doc.errorf(Pos{File: doc.file}, "", "YAML syntax error: %v", err)
 		return
 	}
-	pos := Pos{File: p.file}
+	pos := Pos{File: doc.file}
 	if tk := ye.GetToken(); tk != nil && tk.Position != nil {
 		pos.Line, pos.Col = tk.Position.Line, tk.Position.Column
 	}
@@ -149,5 +156,5 @@ func (p *parser) syntaxError(err error) {
 			msg += " (" + h.hint + ")"
 		}
 	}
-	p.errorf(pos, "", "YAML syntax error: %s", msg)
+	doc.errorf(pos, "", "YAML syntax error: %s", msg)
 }
