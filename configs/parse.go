@@ -56,8 +56,14 @@ func Parse(filename string, data []byte, types Types) (*File, error) {
 }
 
 // parseCounting is Parse, also returning how many nodes aliases and merge keys
-// produced (for tests). The steps run one way: the text is checked, parsed into a
-// document, and read into a File, each adding to the same problems.
+// produced (for tests).
+//
+// A file is read one way, each step adding to the same problems (errors.go):
+// checkText (text.go) → readDocument: the YAML library's tree as a document
+// (document.go: positions, anchors, the alias budget) → readConfig: mappings
+// (mapping.go, mapvalues.go) read section by section (sections.go, etcd.go,
+// kubernetes.go) and the jobs (jobs.go, schedule.go; each job's options checked
+// by its type, through optionsDecoder in optdecode.go) → a File, or Errors.
 func parseCounting(filename string, data []byte, types Types) (*File, int, error) {
 	data, textErr := checkText(filename, data)
 	if textErr != nil {
