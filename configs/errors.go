@@ -78,6 +78,31 @@ func sortErrors(es Errors) {
 	})
 }
 
+// problems collects what is wrong with a file as it is read: every reader adds
+// to it and goes on, so that Parse reports everything at once instead of
+// stopping at the first problem.
+type problems struct {
+	errs Errors // in the order found
+}
+
+func (ps *problems) errorf(pos Pos, job, format string, args ...any) {
+	ps.errs = append(ps.errs, &Error{Pos: pos, Job: job, Msg: fmt.Sprintf(format, args...)})
+}
+
+func (ps *problems) add(es ...*Error) { ps.errs = append(ps.errs, es...) }
+
+// splitErrorValues returns the errors of a joined error one by one.
+func splitErrorValues(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range j.Unwrap() {
+			out = append(out, splitErrorValues(e)...)
+		}
+		return out
+	}
+	return []error{err}
+}
+
 // dedupe drops repeated problems (the same text at the same place), which a value
 // shared through a YAML alias can produce. es must be sorted.
 func dedupe(es Errors) Errors {

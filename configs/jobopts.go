@@ -64,8 +64,7 @@ func OptionsOf[T any](defaults func() T) OptionsType {
 // Job types call it from their OptionsType (through OptionsOf) and from New.
 func DecodeOptions[T any](spec Job, defaults func() T) (T, error) {
 	o := spec.Options
-	p := &parser{file: o.pos.File}
-	m := &mapping{p: p, job: spec.Name}
+	dec := &optionsDecoder{doc: newDocument(o.pos.File, &problems{}), job: spec.Name}
 	pos := o.pos
 	if pos == (Pos{}) {
 		pos = spec.Pos
@@ -73,10 +72,10 @@ func DecodeOptions[T any](spec Job, defaults func() T) (T, error) {
 	opts := defaults()
 	fresh := func() any { v := defaults(); return &v }
 	if o.node != nil {
-		whole := p.checkWholeNumbers(m, o.node, reflect.TypeFor[T](), "options")
-		decoded, ok := p.decodeOptions(m, o.node, fresh, pos)
+		whole := dec.wholeNumbers(o.node, reflect.TypeFor[T](), "options")
+		decoded, ok := dec.decode(o.node, fresh, pos)
 		if !ok || !whole {
-			return opts, p.errs
+			return opts, dec.doc.errs
 		}
 		opts = *decoded.(*T)
 	}
@@ -85,19 +84,29 @@ func DecodeOptions[T any](spec Job, defaults func() T) (T, error) {
 			for _, e := range splitErrorValues(err) {
 				var oe *OptionError
 				if errors.As(e, &oe) && o.node != nil {
-					m.errorf(p.optionPos(o.node, oe.Key, pos), "options.%s: %v", oe.Key, oe.Err)
+					dec.errorf(dec.optionPos(o.node, oe.Key, pos), "options.%s: %v", oe.Key, oe.Err)
 				} else {
-					m.errorf(pos, "options: %v", e)
+					dec.errorf(pos, "options: %v", e)
 				}
 			}
 		}
 	}
-	if len(p.errs) > 0 {
-		sortErrors(p.errs)
-		return opts, p.errs
+	if errs := dec.doc.errs; len(errs) > 0 {
+		sortErrors(errs)
+		return opts, errs
 	}
 	return opts, nil
 }
+
+// OptionError is a problem a job type's Validate finds with one option: Parse
+// reports it at that option's value rather than at options:.
+type OptionError struct {
+	Key string // the option's key, as written in the file
+	Err error
+}
+
+func (e *OptionError) Error() string { return e.Key + ": " + e.Err.Error() }
+func (e *OptionError) Unwrap() error { return e.Err }
 
 // encodedFile names the text EncodeOptions writes, in messages.
 const encodedFile = "(options written in code)"
