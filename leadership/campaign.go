@@ -82,7 +82,7 @@ func (s *Session) campaign(ctx context.Context, job string, holdback func() time
 		claim, err := l.held.Contend(ctx, job)
 		switch {
 		case claim != nil:
-			if t := s.grant(l, job, claim); t != nil {
+			if t := l.grant(job, claim); t != nil {
 				return t, nil
 			}
 			sleep.For(ctx, s.cfg.RenewInterval/4)
@@ -98,7 +98,8 @@ func (s *Session) campaign(ctx context.Context, job string, holdback func() time
 // grant makes the term of a claim won on l, unless l's deadline passed before
 // the store's answer arrived: that win is void (its record goes with the
 // lease, and peers take it over from there).
-func (s *Session) grant(l *Lease, job string, c Claim) *Term {
+func (l *Lease) grant(job string, c Claim) *Term {
+	s := l.s
 	tlog := s.log.With("job", job, "token", c.Token())
 	if !l.Valid() {
 		tlog.Warn("won after the lease deadline; discarding the win", "lease", l.held.ID())

@@ -40,9 +40,9 @@ func (s *Session) newLease() *Lease {
 func (l *Lease) Start(sentAt time.Time, ttl time.Duration) {
 	s := l.s
 	l.ttl.Store(int64(ttl))
-	l.dl = deadline.New(s.instant(sentAt), ttl, s.cfg.Margin)
+	l.dl = deadline.New(s.clock.instant(sentAt), ttl, s.cfg.Margin)
 	l.lastDeadline.Store(l.dl.Load())
-	l.timer = time.AfterFunc(time.Duration(l.dl.Load()-s.now()), l.CheckDeadline)
+	l.timer = time.AfterFunc(time.Duration(l.dl.Load()-s.clock.now()), l.CheckDeadline)
 	s.stats.add(&s.stats.leasesGranted, 1)
 }
 
@@ -52,8 +52,8 @@ func (l *Lease) Start(sentAt time.Time, ttl time.Duration) {
 // passed: a late answer never revives the lease's terms.
 func (l *Lease) Renewed(sentAt time.Time, ttl time.Duration) bool {
 	s := l.s
-	now := s.now()
-	nd, ok := l.dl.Renew(s.instant(sentAt), ttl, s.cfg.Margin, now)
+	now := s.clock.now()
+	nd, ok := l.dl.Renew(s.clock.instant(sentAt), ttl, s.cfg.Margin, now)
 	if !ok {
 		l.End(Ended(ReasonExpired, "renewal acknowledged after the deadline"))
 		return false
@@ -69,7 +69,7 @@ func (l *Lease) Renewed(sentAt time.Time, ttl time.Duration) bool {
 // End ends the lease, and every term on it, with cause (the first cause wins).
 func (l *Lease) End(cause *EndedError) {
 	if l.dl == nil || l.dl.Kill() {
-		l.endNs.CompareAndSwap(0, l.s.now())
+		l.endNs.CompareAndSwap(0, l.s.clock.now())
 	}
 	l.cancel(cause)
 }
@@ -78,7 +78,7 @@ func (l *Lease) End(cause *EndedError) {
 // without a renewal. The deadline's timer calls it; a store's loop may too,
 // when it finds the deadline already dead.
 func (l *Lease) CheckDeadline() {
-	if now := l.s.now(); !l.dl.Valid(now) {
+	if now := l.s.clock.now(); !l.dl.Valid(now) {
 		l.End(Ended(ReasonExpired, "no renewal acknowledged in time"))
 	}
 }
@@ -87,7 +87,7 @@ func (l *Lease) CheckDeadline() {
 func (l *Lease) Context() context.Context { return l.ctx }
 
 // Valid reports that the lease has not ended and its deadline is ahead.
-func (l *Lease) Valid() bool { return l.ctx.Err() == nil && l.dl.Valid(l.s.now()) }
+func (l *Lease) Valid() bool { return l.ctx.Err() == nil && l.dl.Valid(l.s.clock.now()) }
 
 // Deadline is the lease's deadline, or the zero Time once it has passed.
 func (l *Lease) Deadline() time.Time {
@@ -95,7 +95,7 @@ func (l *Lease) Deadline() time.Time {
 	if v == deadline.Dead {
 		return time.Time{}
 	}
-	return l.s.at(v)
+	return l.s.clock.at(v)
 }
 
 // HeldBefore reports whether this session has held a lease its store named

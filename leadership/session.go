@@ -22,7 +22,7 @@ type Session struct {
 	cfg   Config
 	store Store
 	log   *slog.Logger
-	base  time.Time // monotonic origin of every deadline
+	clock clock
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
@@ -52,7 +52,7 @@ func NewSession(store Store) (*Session, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Session{
-		cfg: cfg, store: store, log: cfg.Logger.With("instance", cfg.Instance), base: time.Now(),
+		cfg: cfg, store: store, log: cfg.Logger.With("instance", cfg.Instance), clock: clock{time.Now()},
 		ctx: ctx, cancel: cancel, done: make(chan struct{}), changed: make(chan struct{}),
 		past: map[string]bool{}, busy: busy{jobs: map[string]*busySlot{}},
 	}
@@ -76,11 +76,13 @@ func (s *Session) Instance() string { return s.cfg.Instance }
 // Config returns the session's configuration with defaults filled in.
 func (s *Session) Config() Config { return s.cfg }
 
-// now is the monotonic time since base, in nanoseconds; instant converts a
-// time.Time (with its monotonic reading) to that scale, at back again.
-func (s *Session) now() int64                { return int64(time.Since(s.base)) }
-func (s *Session) instant(t time.Time) int64 { return int64(t.Sub(s.base)) }
-func (s *Session) at(ns int64) time.Time     { return s.base.Add(time.Duration(ns)) }
+// clock is a session's monotonic clock: nanoseconds since base, the scale
+// of every deadline (one atomic word each).
+type clock struct{ base time.Time }
+
+func (c clock) now() int64                { return int64(time.Since(c.base)) }
+func (c clock) instant(t time.Time) int64 { return int64(t.Sub(c.base)) } // t carries a monotonic reading
+func (c clock) at(ns int64) time.Time     { return c.base.Add(time.Duration(ns)) }
 
 // WaitReady waits until the session holds a lease. It returns the fatal error if
 // the session cannot start (another live process uses this instance name).

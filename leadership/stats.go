@@ -67,9 +67,9 @@ func (s *Session) Stats() Stats {
 	if l != nil {
 		st.Lease = l.held.ID()
 		if v := l.dl.Load(); v != deadline.Dead {
-			st.Headroom = max(0, time.Duration(v-s.now()))
+			st.Headroom = max(0, time.Duration(v-s.clock.now()))
 		}
-		st.LastRenewal = s.at(l.lastDeadline.Load() - int64(time.Duration(l.ttl.Load())-s.cfg.Margin))
+		st.LastRenewal = s.clock.at(l.lastDeadline.Load() - int64(time.Duration(l.ttl.Load())-s.cfg.Margin))
 	}
 	return st
 }

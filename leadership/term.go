@@ -57,7 +57,7 @@ func (t *Term) Deadline() time.Time {
 // Valid reports, without I/O or allocation, that the term has not ended and its
 // deadline is ahead. Once false it stays false.
 func (t *Term) Valid() bool {
-	return !t.done.Load() && t.l.dl.Valid(t.s.now())
+	return !t.done.Load() && t.l.dl.Valid(t.s.clock.now())
 }
 
 // Reason is why the term ended, or "" while it has not.
@@ -83,7 +83,7 @@ func (t *Term) EndedAt() time.Time {
 	if t.ctx.Err() == nil {
 		return time.Time{}
 	}
-	return t.s.at(deadline.EndedAt(t.l.lastDeadline.Load(), t.endNs.Load(), t.l.endNs.Load()))
+	return t.s.clock.at(deadline.EndedAt(t.l.lastDeadline.Load(), t.endNs.Load(), t.l.endNs.Load()))
 }
 
 // end ends the term with cause unless it has already ended.
@@ -91,7 +91,7 @@ func (t *Term) end(cause *EndedError) {
 	if t.done.Swap(true) {
 		return
 	}
-	t.endNs.CompareAndSwap(0, t.s.now())
+	t.endNs.CompareAndSwap(0, t.s.clock.now())
 	t.cancel(cause)
 }
 
