@@ -53,8 +53,8 @@ func CachedBinary(ctx context.Context, version string) (string, error) {
 	}
 	bin := filepath.Join(cache, "kube-apiserver-"+version)
 	if !gobuild.Cached(ctx, bin, IsVersion(version)) {
-		return "", fmt.Errorf("no kube-apiserver %s at %s yet: the kubernetes backend's tests build it there once "+
-			"(go test ./leadership/kubelease; about 10½ minutes and 2.1 GB of memory on two idle cores)", version, bin)
+		return "", fmt.Errorf("no kube-apiserver %s at %s yet: go run ./cmd/snip-test --prepare-only builds it there once "+
+			"(4 to 11 minutes and 2.1 GB of memory on two cores)", version, bin)
 	}
 	return bin, nil
 }

@@ -1,0 +1,5 @@
+package kubetest
+
+// Versions are the kube-apiserver releases the suite runs, for what
+// prepares the cache before it (testbench/prepare).
+func Versions() []string { return []string{Version} }

@@ -1,0 +1,144 @@
+// Package prepare builds, once, what the test suite runs beside the code
+// under test and would take too long to build inside a test: the tests'
+// kube-apiserver, etcd's own server at the oldest supported release of each
+// line, the previous release of snip-jobs (the rolling-upgrade test), and the
+// Debian root file system the systemd tests boot. Each lands in the user
+// cache folder (~/.cache/snip-jobs) and is reused by every later run; a test
+// that finds one missing builds it itself, under go test's per-package
+// timeout, which a fresh machine's first builds can outlast.
+//
+// cmd/snip-test runs Steps and then `go test`: the README's test command.
+package prepare
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/snip/snip-jobs/app/etcdclient"
+	"github.com/snip/snip-jobs/testbench/chaos"
+	"github.com/snip/snip-jobs/testbench/gobuild"
+	"github.com/snip/snip-jobs/testbench/kubetest"
+	"github.com/snip/snip-jobs/testbench/systemdtest"
+)
+
+// Step is one thing built into the cache.
+type Step struct {
+	Name string
+	// First says what a first build costs, for the person waiting.
+	First string
+	// Build returns the path built or found in the cache.
+	Build func(ctx context.Context) (string, error)
+	// Apart: the step waits on the network and the disk rather than the CPU,
+	// and runs beside the builds.
+	Apart bool
+}
+
+// Steps are everything the suite needs built, in the order they are built.
+func Steps() []Step {
+	var steps []Step
+	for _, v := range kubetest.Versions() {
+		steps = append(steps, Step{
+			Name:  "kube-apiserver " + v,
+			First: "the first build takes 4 to 11 minutes on two cores and 2.1 GB of memory",
+			Build: func(ctx context.Context) (string, error) { return kubetest.Binary(ctx, v) },
+		})
+	}
+	for _, m := range etcdclient.Minimum {
+		v := fmt.Sprintf("%d.%d.%d", m[0], m[1], m[2])
+		steps = append(steps, Step{
+			Name:  "etcd " + v,
+			First: "about 2 minutes",
+			Build: func(ctx context.Context) (string, error) { return chaos.BuildEtcd(ctx, v) },
+		})
+	}
+	steps = append(steps, Step{
+		Name:  "the previous release of snip-jobs",
+		First: "about a minute",
+		Build: func(ctx context.Context) (string, error) {
+			commit, err := chaos.PreviousRelease(ctx)
+			if err != nil {
+				return "", err
+			}
+			return chaos.BuildRelease(ctx, commit)
+		},
+	}, Step{
+		Name:  "the systemd container's root file system",
+		First: "debootstrap from deb.debian.org: 1 to 4 minutes, 245 MB",
+		Apart: true,
+		Build: func(ctx context.Context) (string, error) {
+			cache, err := gobuild.CacheDir()
+			if err != nil {
+				return "", err
+			}
+			return systemdtest.Rootfs(ctx, cache)
+		},
+	})
+	return steps
+}
+
+// Run builds what steps need: the ones apart beside the others, which run
+// one after another (they share two cores). It reports each step on w as it
+// starts and ends, and returns every step's error.
+func Run(ctx context.Context, w io.Writer, steps []Step) error {
+	var mu sync.Mutex
+	say := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(w, format+"\n", args...)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, len(steps))
+	run := func(i int) {
+		s := steps[i]
+		began := time.Now()
+		path, err := s.Build(ctx)
+		took := time.Since(began).Round(100 * time.Millisecond)
+		switch {
+		case err != nil:
+			errs[i] = fmt.Errorf("%s: %w", s.Name, err)
+			say("  %-42s FAILED after %v: %v", s.Name, took, err)
+		case took > 2*time.Second:
+			say("  %-42s built in %v: %s", s.Name, took, tidy(path))
+		default:
+			say("  %-42s ready: %s", s.Name, tidy(path))
+		}
+	}
+	for i, s := range steps {
+		if s.Apart {
+			wg.Add(1)
+			go func() { defer wg.Done(); run(i) }()
+		}
+	}
+	for i, s := range steps {
+		if !s.Apart {
+			run(i)
+		}
+	}
+	wg.Wait()
+	var failed []error
+	for _, err := range errs {
+		if err != nil {
+			failed = append(failed, err)
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("%d of %d steps failed: %v", len(failed), len(steps), failed)
+	}
+	return nil
+}
+
+// tidy shortens a path in the user's home folder.
+func tidy(path string) string {
+	if home, err := os.UserHomeDir(); err == nil {
+		if rel, err := filepath.Rel(home, path); err == nil && !strings.HasPrefix(rel, "..") {
+			return filepath.Join("~", rel)
+		}
+	}
+	return path
+}
