@@ -26,12 +26,14 @@ type grant struct {
 var runtimeGrants = []grant{
 	{[]string{"SELECT"}, "TABLE", []string{"goose_db_version"}}, // run compares the schema at start
 	{[]string{"SELECT", "INSERT", "UPDATE"}, "TABLE", []string{
-		"fencing_tokens", "job_terms", "job_runs", "cron_slots",
+		"fencing_tokens",
 		"link_counts", "link_hourly_counts",
 		"weekly_reports",
 		"certrenew_account", "certrenew_job", "certrenew_domains", "certrenew_order_urls",
 	}},
-	{[]string{"SELECT", "INSERT"}, "TABLE", []string{"fence_rejections", "click_rejects"}},
+	{[]string{"SELECT", "INSERT", "UPDATE", "DELETE"}, "TABLE", []string{"job_terms", "job_runs", "cron_slots"}}, // the scheduler prunes its history
+	{[]string{"SELECT", "INSERT", "DELETE"}, "TABLE", []string{"fence_rejections"}},
+	{[]string{"SELECT", "INSERT"}, "TABLE", []string{"click_rejects"}},
 	{[]string{"INSERT"}, "TABLE", []string{"weekly_report_outbox"}},
 	{[]string{"SELECT", "UPDATE"}, "TABLE", []string{"click_aggregator_state"}},
 	{[]string{"SELECT", "DELETE"}, "TABLE", []string{"click_events"}}, // folded, then pruned

@@ -81,6 +81,8 @@ type Scheduler struct {
 	leader *lifecycle
 
 	changed notify.Notifier
+	// pruneDenied: the runtime role was refused a prune (logged once).
+	pruneDenied atomic.Bool
 }
 
 // Changed returns a channel closed at the next change of what Status or
@@ -264,6 +266,8 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			s.cfg.Session.WatchResignRequests(ctx, func(name string, token int64) { resignRequested(s.jobs, name, token) })
 		}()
 	}
+	wg.Add(1)
+	go func() { defer wg.Done(); s.keepHistory(ctx) }()
 	<-ctx.Done() // also without jobs: the scheduler runs until it is stopped
 	wg.Wait()
 	s.rec.writes.Wait()

@@ -4,7 +4,11 @@
 //	go run ./cmd/snip-chaos -faults 200
 //
 // It exits 0 when no invariant was violated, 1 when one was (or the run
-// failed), 2 on bad usage. `snip-chaos etcd-member ...` is how the harness
+// failed), 2 on bad usage. With -soak it runs the cluster under load for
+// that long instead, with a light fault every -fault-every, samples every
+// resource a leak would grow, and exits 1 on a trend beyond its bound too:
+//
+//	go run ./cmd/snip-chaos -soak 2h -out soak.md -plot soak.svg `snip-chaos etcd-member ...` is how the harness
 // runs each etcd member as a process of its own.
 package main
 
@@ -43,6 +47,10 @@ func run(args []string) int {
 	out := fs.String("out", "", "also write the Markdown report to this file")
 	jsonOut := fs.String("json", "", "also write the whole report (every fault) as JSON to this file")
 	render := fs.String("render", "", "render the Markdown of a report written with -json, and run nothing")
+	soak := fs.Duration("soak", 0, "run a soak this long instead of a number of faults: the cluster under load, a light fault every -fault-every, every resource sampled; fails on a trend")
+	faultEvery := fs.Duration("fault-every", 3*time.Minute, "with -soak: the time between faults")
+	sampleEvery := fs.Duration("sample-every", 0, "with -soak: the time between samples (default a minute, or the soak/30 when shorter)")
+	plot := fs.String("plot", "", "with -soak: also write the samples as an SVG plot to this file")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -75,6 +83,9 @@ func run(args []string) int {
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer cancel()
+	if *soak > 0 {
+		return runSoak(ctx, chaos.SoakOptions{Options: o, Duration: *soak, FaultEvery: *faultEvery, SampleEvery: *sampleEvery}, *out, *jsonOut, *plot)
+	}
 	rep, err := chaos.Run(ctx, o)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "snip-chaos:", err)
@@ -96,6 +107,31 @@ func run(args []string) int {
 		}
 	}
 	if len(rep.Violations) > 0 {
+		return 1
+	}
+	return 0
+}
+
+// runSoak runs a soak and writes its table, its JSON and its plot.
+func runSoak(ctx context.Context, o chaos.SoakOptions, out, jsonOut, plot string) int {
+	rep, err := chaos.Soak(ctx, o)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "snip-chaos:", err)
+		return 1
+	}
+	md := rep.Markdown() + "\n" + rep.Run.Markdown()
+	fmt.Print(md)
+	b, _ := json.MarshalIndent(rep, "", "  ")
+	for _, f := range []struct{ path, body string }{{out, md}, {jsonOut, string(b)}, {plot, rep.Plot()}} {
+		if f.path == "" {
+			continue
+		}
+		if err := os.WriteFile(f.path, []byte(f.body), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "snip-chaos:", err)
+			return 1
+		}
+	}
+	if len(rep.Failed()) > 0 {
 		return 1
 	}
 	return 0
