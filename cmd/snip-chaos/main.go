@@ -9,6 +9,7 @@
 // resource a leak would grow, and exits 1 on a trend beyond its bound too:
 //
 //	go run ./cmd/snip-chaos -soak 2h -out soak.md -plot soak.svg `snip-chaos etcd-member ...` is how the harness
+//
 // runs each etcd member as a process of its own.
 package main
 
