@@ -30,6 +30,15 @@
 //   - Only names that are safe file names (lower-case letters, digits,
 //     hyphens, dots between labels) are written; any other is logged with
 //     the domain and skipped.
+//   - No link is followed where the job writes or removes: the directory
+//     and its .certsync/ are each opened once per pass with O_NOFOLLOW and
+//     every file operation is relative to them (dir.go). Each must be owned
+//     by the service's user and writable by it alone: a link in place of
+//     either, a directory of another user, or one its group or others may
+//     write in (mode 0777, 0770, ...) is refused with an error naming it,
+//     its mode and the fix; nothing is read, written or removed and no
+//     reload runs until it is fixed. Their parents are not checked: a
+//     private directory under a sticky /tmp is fine.
 //
 // What is NOT guaranteed:
 //   - That a server reading the files sees each change at once: nginx with

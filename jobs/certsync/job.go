@@ -53,6 +53,9 @@ type Job struct {
 	badNames map[string]bool  // domains refused as file names, logged once
 	kept     map[string]bool  // files kept because PostgreSQL still holds their domain, logged once
 	dirty    bool             // a reload is owed: the directory changed since the last successful one (see owe)
+	// owedChecked: the first pass that could open the directory has read
+	// whether an earlier run left a reload owed (owedBefore).
+	owedChecked bool
 
 	mu     sync.Mutex
 	status Status
@@ -162,7 +165,6 @@ func (j *Job) Run(ctx context.Context, r *scheduler.Run) error {
 	case <-ctx.Done():
 		return nil
 	}
-	j.dirty = j.owedBefore(ctx, log)
 	var backoff time.Duration
 	for {
 		changed := j.src.Changed() // before the sync reads: a change during it makes another batch
@@ -192,12 +194,28 @@ func (j *Job) Run(ctx context.Context, r *scheduler.Run) error {
 
 // pass syncs the directory and reloads if it is owed; ok is false when
 // something must be retried.
+//
+// A directory that cannot be used (see openExport) is left untouched, and
+// a reload owed waits until it can be: the TLS server is not made to load
+// whatever such a directory holds.
 func (j *Job) pass(ctx context.Context, log *slog.Logger) (ok bool) {
-	files, _, syncErr := j.sync(ctx, log)
-	var reloadErr error
-	if j.dirty {
-		if reloadErr = j.reload(ctx, log); reloadErr == nil {
-			j.dirty = false
+	var files map[string]string
+	var syncErr, reloadErr error
+	d, err := j.openExport()
+	if err != nil {
+		j.dirError(ctx, log, err)
+		syncErr = err
+	} else {
+		defer d.close()
+		if !j.owedChecked {
+			j.dirty = j.owedBefore(ctx, log, d)
+			j.owedChecked = true
+		}
+		files, _, syncErr = j.sync(ctx, log, d)
+		if j.dirty {
+			if reloadErr = j.reload(ctx, log, d); reloadErr == nil {
+				j.dirty = false
+			}
 		}
 	}
 	j.m.inSync.Set(boolGauge(syncErr == nil))

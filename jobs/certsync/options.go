@@ -14,7 +14,10 @@ import (
 // Options are the settings of a certsync job (the config's options:).
 type Options struct {
 	// Dir is the directory kept in sync: absolute, dedicated to this job.
-	// Created (mode 0750) if missing; its parent must exist.
+	// Created (mode 0750) if missing; its parent must exist. It must not be
+	// a symbolic link, and it must be owned by the service's user and not
+	// writable by its group or others (nor may its .certsync/ be): the job
+	// refuses it otherwise.
 	Dir string `yaml:"dir"`
 	// KeyFile or KeyEnv: where the keys that open the sealed private keys
 	// come from, as the renewer's options of the same names.

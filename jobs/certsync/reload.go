@@ -5,28 +5,29 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // owe records, before the first change of a batch, that a reload is owed:
 // in memory, and in .certsync/reload-pending, so that a process stopped
 // between the change and the reload still reloads at its next start.
-func (j *Job) owe() error {
+func (j *Job) owe(d *exportDir) error {
 	if len(j.opts.Reload) == 0 || j.dirty {
 		return nil
 	}
-	work := filepath.Join(j.opts.Dir, workDir)
-	if err := os.WriteFile(filepath.Join(work, reloadMarker), nil, 0o600); err != nil {
-		return fmt.Errorf("certsync: record that a reload is owed: %w", err)
+	fd, err := unix.Openat(d.work, reloadMarker, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return fmt.Errorf("certsync: record that a reload is owed in %s: %w", filepath.Join(d.path, workDir, reloadMarker), err)
 	}
-	if err := syncDir(work); err != nil {
-		return err
+	unix.Close(fd)
+	if err := unix.Fsync(d.work); err != nil {
+		return fmt.Errorf("certsync: fsync the directory %s: %w", filepath.Join(d.path, workDir), err)
 	}
 	j.dirty = true
 	return nil
@@ -34,16 +35,17 @@ func (j *Job) owe() error {
 
 // owedBefore reports whether an earlier run left a reload owed (or whether
 // that cannot be told: then one more reload is the safe side).
-func (j *Job) owedBefore(ctx context.Context, log *slog.Logger) bool {
+func (j *Job) owedBefore(ctx context.Context, log *slog.Logger, d *exportDir) bool {
 	if len(j.opts.Reload) == 0 {
 		return false
 	}
-	_, err := os.Stat(filepath.Join(j.opts.Dir, workDir, reloadMarker))
+	var st unix.Stat_t
+	err := unix.Fstatat(d.work, reloadMarker, &st, unix.AT_SYMLINK_NOFOLLOW)
 	switch {
 	case err == nil:
 		log.InfoContext(ctx, "certsync: a reload was owed when the job last stopped; it runs after the first sync")
 		return true
-	case errors.Is(err, fs.ErrNotExist):
+	case errors.Is(err, unix.ENOENT):
 		return false
 	default:
 		log.WarnContext(ctx, "certsync: cannot tell whether a reload is owed from before; reloading after the first sync", "err", err)
@@ -53,7 +55,7 @@ func (j *Job) owedBefore(ctx context.Context, log *slog.Logger) bool {
 
 // reload runs the reload command, if there is one, and on success clears
 // what owe recorded.
-func (j *Job) reload(ctx context.Context, log *slog.Logger) error {
+func (j *Job) reload(ctx context.Context, log *slog.Logger, d *exportDir) error {
 	argv := j.opts.Reload
 	if len(argv) == 0 {
 		return nil
@@ -70,7 +72,7 @@ func (j *Job) reload(ctx context.Context, log *slog.Logger) error {
 		err = fmt.Errorf("timed out after %v (killed): %w", j.opts.ReloadTimeout, err)
 	}
 	if err == nil {
-		if rerr := os.Remove(filepath.Join(j.opts.Dir, workDir, reloadMarker)); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+		if rerr := unix.Unlinkat(d.work, reloadMarker, 0); rerr != nil && !errors.Is(rerr, unix.ENOENT) {
 			err = fmt.Errorf("it succeeded, but the record of the reload owed stays: %w", rerr)
 		}
 	}
