@@ -30,6 +30,14 @@
 //   - Only names that are safe file names (lower-case letters, digits,
 //     hyphens, dots between labels) are written; any other is logged with
 //     the domain and skipped.
+//   - The reload command never gets the service's environment (the
+//     database URL, key_env's variable, the etcd password, tokens): its
+//     whole environment is PATH, LANG and LC_ALL if the service has them,
+//     SNIP_CERTSYNC_DIR and SNIP_CERTSYNC_JOB (reload.go, childEnv). Its
+//     output is logged only when it fails, cut at 4 KiB, with every secret
+//     value the job knows and whatever looks like one (a URL's userinfo,
+//     NAME=value for a secret-looking NAME, a PEM private key) replaced by
+//     [REDACTED] (redact.go); so are its arguments wherever they are logged.
 //   - No link is followed where the job writes or removes: the directory
 //     and its .certsync/ are each opened once per pass with O_NOFOLLOW and
 //     every file operation is relative to them (dir.go). Each must be owned

@@ -42,11 +42,13 @@ const (
 // Job is one configured certsync job. Its Run keeps the directory in sync
 // until its context ends.
 type Job struct {
-	opts Options
-	gid  int // the files' group; -1: the process's own
-	src  *certserve.Certificates
-	pool *pgxpool.Pool
-	m    *metrics
+	name   string
+	opts   Options
+	redact *redactor // for what the reload command prints, and its arguments
+	gid    int       // the files' group; -1: the process's own
+	src    *certserve.Certificates
+	pool   *pgxpool.Pool
+	m      *metrics
 
 	// Run's goroutine only.
 	written  map[string]int64 // domain → id of the certificate its file holds, as written or checked
@@ -111,9 +113,10 @@ func New(env scheduler.Env, spec configs.Job) (scheduler.Job, error) {
 	if err != nil {
 		return nil, fmt.Errorf("certsync %q: metrics: %w", spec.Name, err)
 	}
+	redact := newRedactor(knownSecrets(env.Pool.Config().ConnConfig.Password, opts))
 	log.Info("certsync configured", "dir", opts.Dir, "group", opts.Group,
-		"reload", opts.Reload, "settle", opts.Settle, "keys", keys)
-	return &Job{opts: opts, gid: gid, src: src, pool: env.Pool, m: m,
+		"reload", redact.args(opts.Reload), "settle", opts.Settle, "keys", keys)
+	return &Job{name: spec.Name, opts: opts, redact: redact, gid: gid, src: src, pool: env.Pool, m: m,
 		written: map[string]int64{}, badNames: map[string]bool{}, kept: map[string]bool{},
 		synced: make(chan struct{})}, nil
 }

@@ -29,6 +29,9 @@ type Options struct {
 	// Reload is a command run after each batch that changed the directory:
 	// an absolute program path and its arguments, run without a shell. Empty:
 	// none (nginx with $ssl_server_name reads the files at each handshake).
+	// Its environment is PATH, LANG and LC_ALL (if set), SNIP_CERTSYNC_DIR
+	// (Dir) and SNIP_CERTSYNC_JOB (the job's name), nothing else; its output
+	// is logged, redacted, only when it fails.
 	Reload []string `yaml:"reload"`
 	// ReloadTimeout bounds one run of the reload command. Default 30s.
 	ReloadTimeout time.Duration `yaml:"reload_timeout"`

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -53,8 +54,18 @@ func (j *Job) owedBefore(ctx context.Context, log *slog.Logger, d *exportDir) bo
 	}
 }
 
+// outputLimit is how much of the reload command's output a failure logs.
+const outputLimit = 4 << 10
+
+// defaultPath is the reload command's PATH when the service has none.
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
 // reload runs the reload command, if there is one, and on success clears
 // what owe recorded.
+//
+// The command gets childEnv as its whole environment, never the service's:
+// that holds the database URL and the sealing keys. Its output is logged
+// only when it fails, redacted (see redactor) and cut at outputLimit.
 func (j *Job) reload(ctx context.Context, log *slog.Logger, d *exportDir) error {
 	argv := j.opts.Reload
 	if len(argv) == 0 {
@@ -63,8 +74,9 @@ func (j *Job) reload(ctx context.Context, log *slog.Logger, d *exportDir) error 
 	rctx, cancel := context.WithTimeout(ctx, j.opts.ReloadTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(rctx, argv[0], argv[1:]...)
+	cmd.Env = j.childEnv()
 	cmd.WaitDelay = time.Second // a child that keeps the output open does not hold the job
-	out := &capped{max: 4 << 10}
+	out := &capped{max: j.redact.capture(outputLimit)}
 	cmd.Stdout, cmd.Stderr = out, out
 	start := time.Now()
 	err := cmd.Run()
@@ -76,29 +88,60 @@ func (j *Job) reload(ctx context.Context, log *slog.Logger, d *exportDir) error 
 			err = fmt.Errorf("it succeeded, but the record of the reload owed stays: %w", rerr)
 		}
 	}
+	shown := j.redact.args(argv)
 	if err != nil {
 		j.m.reloads.WithLabelValues("failed").Inc()
+		output, cut := j.redact.redact(bytes.TrimSpace(out.Bytes()), outputLimit)
+		if cut || out.overflow {
+			output += " …(cut)"
+		}
 		log.ErrorContext(ctx, "certsync: the reload command failed; it runs again at the next change or after a back-off",
-			"command", argv, "err", err, "output", out.String())
-		return fmt.Errorf("certsync: reload command %q: %w", strings.Join(argv, " "), err)
+			"command", shown, "err", err, "output", output)
+		return fmt.Errorf("certsync: reload command %q: %w", strings.Join(shown, " "), err)
 	}
 	j.m.reloads.WithLabelValues("ok").Inc()
-	log.InfoContext(ctx, "certsync: reload command done", "command", argv, "took", time.Since(start).Round(time.Millisecond),
-		"output", out.String())
+	log.InfoContext(ctx, "certsync: reload command done", "command", shown, "took", time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// childEnv is the reload command's whole environment: PATH (the service's,
+// or defaultPath), LANG and LC_ALL if the service has them, and what the
+// command may want to know: SNIP_CERTSYNC_DIR, the directory, and
+// SNIP_CERTSYNC_JOB, the job's name. A variable of the service's is
+// passed only if it is not key_env's and holds no secret value the job
+// knows nor a URL's userinfo (PATH then falls back to defaultPath).
+func (j *Job) childEnv() []string {
+	passes := func(name string) (string, bool) {
+		v, ok := os.LookupEnv(name)
+		return v, ok && name != j.opts.KeyEnv && !j.redact.has(v)
+	}
+	path, ok := passes("PATH")
+	if !ok || path == "" {
+		path = defaultPath
+	}
+	env := []string{"PATH=" + path}
+	for _, name := range []string{"LANG", "LC_ALL"} {
+		if v, ok := passes(name); ok {
+			env = append(env, name+"="+v)
+		}
+	}
+	return append(env, "SNIP_CERTSYNC_DIR="+j.opts.Dir, "SNIP_CERTSYNC_JOB="+j.name)
 }
 
 // capped keeps the first max bytes written to it.
 type capped struct {
 	bytes.Buffer
-	max int
+	max      int
+	overflow bool // more was written
 }
 
 func (c *capped) Write(p []byte) (int, error) {
-	if room := c.max - c.Len(); room > 0 {
+	room := c.max - c.Len()
+	if room > 0 {
 		c.Buffer.Write(p[:min(len(p), room)])
+	}
+	if len(p) > room {
+		c.overflow = true
 	}
 	return len(p), nil
 }
-
-func (c *capped) String() string { return strings.TrimSpace(c.Buffer.String()) }
