@@ -30,6 +30,23 @@
 //   - Only names that are safe file names (lower-case letters, digits,
 //     hyphens, dots between labels) are written; any other is logged with
 //     the domain and skipped.
+//   - The reload command never gets the service's environment (the
+//     database URL, key_env's variable, the etcd password, tokens): its
+//     whole environment is PATH, LANG and LC_ALL if the service has them,
+//     SNIP_CERTSYNC_DIR and SNIP_CERTSYNC_JOB (reload.go, childEnv). Its
+//     output is logged only when it fails, cut at 4 KiB, with every secret
+//     value the job knows and whatever looks like one (a URL's userinfo,
+//     NAME=value for a secret-looking NAME, a PEM private key) replaced by
+//     [REDACTED] (redact.go); so are its arguments wherever they are logged.
+//   - No link is followed where the job writes or removes: the directory
+//     and its .certsync/ are each opened once per pass with O_NOFOLLOW and
+//     every file operation is relative to them (dir.go). Each must be owned
+//     by the service's user and writable by it alone: a link in place of
+//     either, a directory of another user, or one its group or others may
+//     write in (mode 0777, 0770, ...) is refused with an error naming it,
+//     its mode and the fix; nothing is read, written or removed and no
+//     reload runs until it is fixed. Their parents are not checked: a
+//     private directory under a sticky /tmp is fine.
 //
 // What is NOT guaranteed:
 //   - That a server reading the files sees each change at once: nginx with

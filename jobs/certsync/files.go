@@ -5,7 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
+	"io"
 	"log/slog"
 	"maps"
 	"os"
@@ -14,6 +14,8 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/snip/snip-jobs/jobs/certrenew/certserve"
 )
@@ -42,12 +44,11 @@ func FileName(domain string) string { return domain + fileSuffix }
 // sync makes the directory match the certificates in memory. It returns
 // the files it holds (domain → serial), whether it changed any, and every
 // error, each naming its path.
-func (j *Job) sync(ctx context.Context, log *slog.Logger) (files map[string]string, changed bool, err error) {
+func (j *Job) sync(ctx context.Context, log *slog.Logger, d *exportDir) (files map[string]string, changed bool, err error) {
 	dir := j.opts.Dir
-	onDisk, err := j.prepare(log)
+	onDisk, err := j.prepare(log, d)
 	if err != nil {
-		j.m.errors.WithLabelValues("dir").Inc()
-		log.ErrorContext(ctx, "certsync: the directory cannot be used; nothing was written", "err", err)
+		j.dirError(ctx, log, err)
 		return nil, false, err
 	}
 	want := j.src.All()
@@ -61,7 +62,7 @@ func (j *Job) sync(ctx context.Context, log *slog.Logger) (files map[string]stri
 			j.refuseName(ctx, log, domain)
 			continue
 		}
-		wrote, err := j.put(domain, crt, onDisk[domain])
+		wrote, err := j.put(d, domain, crt, onDisk[domain])
 		if err != nil {
 			delete(j.written, domain)
 			j.m.errors.WithLabelValues("write").Inc()
@@ -78,12 +79,12 @@ func (j *Job) sync(ctx context.Context, log *slog.Logger) (files map[string]stri
 		}
 	}
 	j.m.skipped.Set(float64(skipped))
-	removed, err := j.removeStale(ctx, log, onDisk, want, files)
+	removed, err := j.removeStale(ctx, log, d, onDisk, want, files)
 	if err != nil {
 		errs = append(errs, err)
 	}
 	if changed || removed {
-		if err := syncDir(dir); err != nil {
+		if err := d.sync(); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -91,82 +92,62 @@ func (j *Job) sync(ctx context.Context, log *slog.Logger) (files map[string]stri
 	return files, changed || removed, errors.Join(errs...)
 }
 
-// prepare makes sure the directory and the job's subdirectory exist,
-// removes temporary files a crash left, and lists the certificate files.
-func (j *Job) prepare(log *slog.Logger) (onDisk map[string]bool, err error) {
-	dir := j.opts.Dir
-	if err := j.mkdir(dir, 0o750); err != nil {
-		return nil, err
-	}
-	work := filepath.Join(dir, workDir)
-	if err := j.mkdir(work, 0o700); err != nil {
-		return nil, err
-	}
-	leftovers, err := filepath.Glob(filepath.Join(work, tempPattern))
+// dirError reports a directory that cannot be used (see openExport).
+func (j *Job) dirError(ctx context.Context, log *slog.Logger, err error) {
+	j.m.errors.WithLabelValues("dir").Inc()
+	log.ErrorContext(ctx, "certsync: the directory cannot be used; nothing was written", "err", err)
+}
+
+// prepare removes the temporary files a crash left in the work folder and
+// lists the certificate files.
+func (j *Job) prepare(log *slog.Logger, d *exportDir) (onDisk map[string]bool, err error) {
+	work := filepath.Join(d.path, workDir)
+	leftovers, err := listDir(d.work, work)
 	if err != nil {
 		return nil, err
 	}
-	for _, f := range leftovers {
-		if err := os.Remove(f); err != nil {
-			return nil, fmt.Errorf("certsync: remove a temporary file left by a crash: %w", err)
+	for _, e := range leftovers {
+		if ok, _ := filepath.Match(tempPattern, e.Name()); !ok {
+			continue
+		}
+		f := filepath.Join(work, e.Name())
+		if err := unix.Unlinkat(d.work, e.Name(), 0); err != nil && !errors.Is(err, unix.ENOENT) {
+			return nil, fmt.Errorf("certsync: remove a temporary file left by a crash, %s: %w", f, err)
 		}
 		log.Info("certsync: removed a temporary file left by a crash", "file", f)
 	}
-	entries, err := os.ReadDir(dir)
+	entries, err := listDir(d.fd, d.path)
 	if err != nil {
-		return nil, fmt.Errorf("certsync: read the directory: %w", err)
+		return nil, err
 	}
 	onDisk = map[string]bool{}
 	for _, e := range entries {
-		if d, ok := strings.CutSuffix(e.Name(), fileSuffix); ok && e.Type().IsRegular() && SafeName(d) {
-			onDisk[d] = true
+		if dom, ok := strings.CutSuffix(e.Name(), fileSuffix); ok && e.Type().IsRegular() && SafeName(dom) {
+			onDisk[dom] = true
 		}
 	}
 	return onDisk, nil
 }
 
-// mkdir makes dir with mode (and the group) unless it exists; an existing
-// one must be a directory and is left as it is.
-func (j *Job) mkdir(dir string, mode os.FileMode) error {
-	fi, err := os.Stat(dir)
-	switch {
-	case err == nil && fi.IsDir():
-		return nil
-	case err == nil:
-		return fmt.Errorf("certsync: %s is not a directory", dir)
-	case !errors.Is(err, fs.ErrNotExist):
-		return fmt.Errorf("certsync: directory: %w", err)
-	}
-	if err := os.Mkdir(dir, mode); err != nil {
-		return fmt.Errorf("certsync: create the directory: %w", err)
-	}
-	if j.gid >= 0 && mode&0o070 != 0 {
-		if err := os.Chown(dir, -1, j.gid); err != nil {
-			return fmt.Errorf("certsync: directory group: %w", err)
-		}
-	}
-	return os.Chmod(dir, mode) // whatever the umask
-}
-
 // put writes domain's file unless it already holds crt with the right
 // mode. wrote says whether the file changed.
-func (j *Job) put(domain string, crt *certserve.Certificate, exists bool) (wrote bool, err error) {
-	path := filepath.Join(j.opts.Dir, FileName(domain))
+func (j *Job) put(d *exportDir, domain string, crt *certserve.Certificate, exists bool) (wrote bool, err error) {
+	name := FileName(domain)
 	if exists && j.written[domain] == crt.ID {
 		return false, nil
 	}
 	content := fileContent(crt)
 	if exists {
-		if same, err := j.holds(path, content); err != nil {
+		if same, err := j.holds(d, name, content); err != nil {
 			return false, err
 		} else if same {
 			return false, nil
 		}
 	}
-	if err := j.owe(); err != nil {
+	if err := j.owe(d); err != nil {
 		return false, err
 	}
-	return true, j.writeAtomic(path, content)
+	return true, j.writeAtomic(d, name, content)
 }
 
 // fileContent is the chain, leaf first, then the private key: what nginx's
@@ -178,24 +159,32 @@ func fileContent(crt *certserve.Certificate) []byte {
 	return append(out, crt.KeyPEM...)
 }
 
-// holds reports whether path has exactly content; if so, it also sets the
+// holds reports whether the directory's file name has exactly content (a
+// regular file, opened without following a link); if so, it also sets the
 // file's mode and group, should they differ (the group option changed).
-func (j *Job) holds(path string, content []byte) (bool, error) {
-	old, err := os.ReadFile(path)
-	if err != nil || !bytes.Equal(old, content) {
+func (j *Job) holds(d *exportDir, name string, content []byte) (bool, error) {
+	path := filepath.Join(d.path, name)
+	fd, err := unix.Openat(d.fd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
 		return false, nil // rewritten, which reports any real problem
 	}
-	fi, err := os.Stat(path)
-	if err != nil {
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		return false, nil
+	}
+	old, err := io.ReadAll(io.LimitReader(f, int64(len(content))+1))
+	if err != nil || !bytes.Equal(old, content) {
 		return false, nil
 	}
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok && j.gid >= 0 && int(st.Gid) != j.gid {
-		if err := os.Chown(path, -1, j.gid); err != nil {
+		if err := f.Chown(-1, j.gid); err != nil {
 			return false, fmt.Errorf("certsync: set the group: %w", err)
 		}
 	}
 	if fi.Mode().Perm() != j.fileMode() {
-		if err := os.Chmod(path, j.fileMode()); err != nil {
+		if err := f.Chmod(j.fileMode()); err != nil {
 			return false, fmt.Errorf("certsync: set the mode: %w", err)
 		}
 	}
@@ -209,19 +198,20 @@ func (j *Job) fileMode() os.FileMode {
 	return 0o600
 }
 
-// writeAtomic replaces path with content: a temporary file, private until
-// its mode and group are set, written, fsynced, then renamed over path. On
-// any error the temporary file is removed and path is untouched.
-func (j *Job) writeAtomic(path string, content []byte) (err error) {
-	f, err := os.CreateTemp(filepath.Join(j.opts.Dir, workDir), tempPattern) // mode 0600
+// writeAtomic replaces the directory's file name with content: a
+// temporary file in the work folder, private until its mode and group are
+// set, written, fsynced, then renamed over name. On any error the
+// temporary file is removed and the file is untouched.
+func (j *Job) writeAtomic(d *exportDir, name string, content []byte) (err error) {
+	path := filepath.Join(d.path, name)
+	f, tmp, err := d.createTemp() // mode 0600
 	if err != nil {
 		return fmt.Errorf("certsync: write %s: %w", path, err)
 	}
-	tmp := f.Name()
 	defer func() {
 		if err != nil {
 			f.Close()
-			os.Remove(tmp)
+			unix.Unlinkat(d.work, tmp, 0)
 			err = fmt.Errorf("certsync: write %s: %w", path, err)
 		}
 	}()
@@ -242,13 +232,16 @@ func (j *Job) writeAtomic(path string, content []byte) (err error) {
 	if err := f.Close(); err != nil {
 		return err
 	}
-	return os.Rename(tmp, path)
+	if err := unix.Renameat(d.work, tmp, d.fd, name); err != nil {
+		return fmt.Errorf("rename %s over it: %w", f.Name(), err)
+	}
+	return nil
 }
 
 // removeStale removes the files of domains without a current certificate.
 // A domain missing from memory but still current in PostgreSQL (its key
 // does not open here, or its notification has not arrived) keeps its file.
-func (j *Job) removeStale(ctx context.Context, log *slog.Logger, onDisk map[string]bool, want map[string]*certserve.Certificate, files map[string]string) (removed bool, err error) {
+func (j *Job) removeStale(ctx context.Context, log *slog.Logger, dir *exportDir, onDisk map[string]bool, want map[string]*certserve.Certificate, files map[string]string) (removed bool, err error) {
 	var stale []string
 	for d := range onDisk {
 		if _, ok := want[d]; !ok {
@@ -266,7 +259,7 @@ func (j *Job) removeStale(ctx context.Context, log *slog.Logger, onDisk map[stri
 	var errs []error
 	var kept []string
 	for _, d := range stale {
-		path := filepath.Join(j.opts.Dir, FileName(d))
+		path := filepath.Join(dir.path, FileName(d))
 		if current[d] {
 			files[d] = ""
 			kept = append(kept, d)
@@ -277,14 +270,15 @@ func (j *Job) removeStale(ctx context.Context, log *slog.Logger, onDisk map[stri
 			}
 			continue
 		}
-		if err := j.owe(); err != nil {
+		if err := j.owe(dir); err != nil {
 			errs = append(errs, err)
 			break
 		}
-		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := unix.Unlinkat(dir.fd, FileName(d), 0); err != nil && !errors.Is(err, unix.ENOENT) {
+			err = fmt.Errorf("certsync: remove %s: %w", path, err)
 			j.m.errors.WithLabelValues("remove").Inc()
 			log.ErrorContext(ctx, "certsync: cannot remove a file whose certificate is no longer current; retrying", "domain", d, "err", err)
-			errs = append(errs, fmt.Errorf("certsync: remove: %w", err))
+			errs = append(errs, err)
 			continue
 		}
 		delete(j.written, d)
@@ -332,17 +326,4 @@ func (j *Job) refuseName(ctx context.Context, log *slog.Logger, domain string) {
 	}
 	j.badNames[domain] = true
 	log.ErrorContext(ctx, "certsync: certificate skipped: its domain is not a safe file name", "domain", domain)
-}
-
-// syncDir makes the renames in dir durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("certsync: fsync the directory: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("certsync: fsync the directory %s: %w", dir, err)
-	}
-	return nil
 }

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
@@ -47,12 +48,19 @@ type syncer struct {
 // the test ends or stop is called.
 func startSyncer(t *testing.T, r *certtest.Renewer, opts func(*certsync.Options)) *syncer {
 	t.Helper()
+	return startSyncerOn(t, r, r.Pool, opts)
+}
+
+// startSyncerOn is startSyncer with the service's pool given (one whose
+// URL holds a password: see poolWithPassword).
+func startSyncerOn(t *testing.T, r *certtest.Renewer, pool *pgxpool.Pool, opts func(*certsync.Options)) *syncer {
+	t.Helper()
 	o := certsync.DefaultOptions()
 	o.KeyFile, o.Settle = r.KeyFile, 50*time.Millisecond
 	opts(&o)
 	s := &syncer{reg: prometheus.NewRegistry(), logs: &lockedBuffer{}}
 	log := slog.New(slog.NewMultiHandler(benchtest.Logger(t).Handler(), slog.NewJSONHandler(s.logs, nil)))
-	job, err := certsync.Type().Build(scheduler.Env{Instance: "server-2", Pool: r.Pool, Log: log.With("instance", "server-2", "job", "cert-files"), Metrics: s.reg},
+	job, err := certsync.Type().Build(scheduler.Env{Instance: "server-2", Pool: pool, Log: log.With("instance", "server-2", "job", "cert-files"), Metrics: s.reg},
 		configs.Job{Name: "cert-files", Type: "certsync", Schedule: configs.Schedule{Kind: configs.Continuous}, Options: jobtest.Options(t, o)})
 	if err != nil {
 		t.Fatalf("build the certsync job: %v", err)
@@ -71,6 +79,24 @@ func startSyncer(t *testing.T, r *certtest.Renewer, opts func(*certsync.Options)
 	s.stop = func() { once.Do(func() { cancel(); <-done }) }
 	t.Cleanup(s.stop)
 	return s
+}
+
+// poolWithPassword is a pool on the renewer's database whose URL holds
+// password, as the service's does (the test cluster trusts its clients, so
+// the password is never asked for).
+func poolWithPassword(t *testing.T, r *certtest.Renewer, password string) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(r.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.Password = password
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
 }
 
 // waitFor waits (on the job's Synced signal) until cond holds for the

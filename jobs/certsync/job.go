@@ -42,17 +42,22 @@ const (
 // Job is one configured certsync job. Its Run keeps the directory in sync
 // until its context ends.
 type Job struct {
-	opts Options
-	gid  int // the files' group; -1: the process's own
-	src  *certserve.Certificates
-	pool *pgxpool.Pool
-	m    *metrics
+	name   string
+	opts   Options
+	redact *redactor // for what the reload command prints, and its arguments
+	gid    int       // the files' group; -1: the process's own
+	src    *certserve.Certificates
+	pool   *pgxpool.Pool
+	m      *metrics
 
 	// Run's goroutine only.
 	written  map[string]int64 // domain → id of the certificate its file holds, as written or checked
 	badNames map[string]bool  // domains refused as file names, logged once
 	kept     map[string]bool  // files kept because PostgreSQL still holds their domain, logged once
 	dirty    bool             // a reload is owed: the directory changed since the last successful one (see owe)
+	// owedChecked: the first pass that could open the directory has read
+	// whether an earlier run left a reload owed (owedBefore).
+	owedChecked bool
 
 	mu     sync.Mutex
 	status Status
@@ -108,9 +113,10 @@ func New(env scheduler.Env, spec configs.Job) (scheduler.Job, error) {
 	if err != nil {
 		return nil, fmt.Errorf("certsync %q: metrics: %w", spec.Name, err)
 	}
+	redact := newRedactor(knownSecrets(env.Pool.Config().ConnConfig.Password, opts))
 	log.Info("certsync configured", "dir", opts.Dir, "group", opts.Group,
-		"reload", opts.Reload, "settle", opts.Settle, "keys", keys)
-	return &Job{opts: opts, gid: gid, src: src, pool: env.Pool, m: m,
+		"reload", redact.args(opts.Reload), "settle", opts.Settle, "keys", keys)
+	return &Job{name: spec.Name, opts: opts, redact: redact, gid: gid, src: src, pool: env.Pool, m: m,
 		written: map[string]int64{}, badNames: map[string]bool{}, kept: map[string]bool{},
 		synced: make(chan struct{})}, nil
 }
@@ -162,7 +168,6 @@ func (j *Job) Run(ctx context.Context, r *scheduler.Run) error {
 	case <-ctx.Done():
 		return nil
 	}
-	j.dirty = j.owedBefore(ctx, log)
 	var backoff time.Duration
 	for {
 		changed := j.src.Changed() // before the sync reads: a change during it makes another batch
@@ -192,12 +197,28 @@ func (j *Job) Run(ctx context.Context, r *scheduler.Run) error {
 
 // pass syncs the directory and reloads if it is owed; ok is false when
 // something must be retried.
+//
+// A directory that cannot be used (see openExport) is left untouched, and
+// a reload owed waits until it can be: the TLS server is not made to load
+// whatever such a directory holds.
 func (j *Job) pass(ctx context.Context, log *slog.Logger) (ok bool) {
-	files, _, syncErr := j.sync(ctx, log)
-	var reloadErr error
-	if j.dirty {
-		if reloadErr = j.reload(ctx, log); reloadErr == nil {
-			j.dirty = false
+	var files map[string]string
+	var syncErr, reloadErr error
+	d, err := j.openExport()
+	if err != nil {
+		j.dirError(ctx, log, err)
+		syncErr = err
+	} else {
+		defer d.close()
+		if !j.owedChecked {
+			j.dirty = j.owedBefore(ctx, log, d)
+			j.owedChecked = true
+		}
+		files, _, syncErr = j.sync(ctx, log, d)
+		if j.dirty {
+			if reloadErr = j.reload(ctx, log, d); reloadErr == nil {
+				j.dirty = false
+			}
 		}
 	}
 	j.m.inSync.Set(boolGauge(syncErr == nil))

@@ -14,7 +14,10 @@ import (
 // Options are the settings of a certsync job (the config's options:).
 type Options struct {
 	// Dir is the directory kept in sync: absolute, dedicated to this job.
-	// Created (mode 0750) if missing; its parent must exist.
+	// Created (mode 0750) if missing; its parent must exist. It must not be
+	// a symbolic link, and it must be owned by the service's user and not
+	// writable by its group or others (nor may its .certsync/ be): the job
+	// refuses it otherwise.
 	Dir string `yaml:"dir"`
 	// KeyFile or KeyEnv: where the keys that open the sealed private keys
 	// come from, as the renewer's options of the same names.
@@ -26,6 +29,9 @@ type Options struct {
 	// Reload is a command run after each batch that changed the directory:
 	// an absolute program path and its arguments, run without a shell. Empty:
 	// none (nginx with $ssl_server_name reads the files at each handshake).
+	// Its environment is PATH, LANG and LC_ALL (if set), SNIP_CERTSYNC_DIR
+	// (Dir) and SNIP_CERTSYNC_JOB (the job's name), nothing else; its output
+	// is logged, redacted, only when it fails.
 	Reload []string `yaml:"reload"`
 	// ReloadTimeout bounds one run of the reload command. Default 30s.
 	ReloadTimeout time.Duration `yaml:"reload_timeout"`

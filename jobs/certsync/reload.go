@@ -5,28 +5,30 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // owe records, before the first change of a batch, that a reload is owed:
 // in memory, and in .certsync/reload-pending, so that a process stopped
 // between the change and the reload still reloads at its next start.
-func (j *Job) owe() error {
+func (j *Job) owe(d *exportDir) error {
 	if len(j.opts.Reload) == 0 || j.dirty {
 		return nil
 	}
-	work := filepath.Join(j.opts.Dir, workDir)
-	if err := os.WriteFile(filepath.Join(work, reloadMarker), nil, 0o600); err != nil {
-		return fmt.Errorf("certsync: record that a reload is owed: %w", err)
+	fd, err := unix.Openat(d.work, reloadMarker, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return fmt.Errorf("certsync: record that a reload is owed in %s: %w", filepath.Join(d.path, workDir, reloadMarker), err)
 	}
-	if err := syncDir(work); err != nil {
-		return err
+	unix.Close(fd)
+	if err := unix.Fsync(d.work); err != nil {
+		return fmt.Errorf("certsync: fsync the directory %s: %w", filepath.Join(d.path, workDir), err)
 	}
 	j.dirty = true
 	return nil
@@ -34,16 +36,17 @@ func (j *Job) owe() error {
 
 // owedBefore reports whether an earlier run left a reload owed (or whether
 // that cannot be told: then one more reload is the safe side).
-func (j *Job) owedBefore(ctx context.Context, log *slog.Logger) bool {
+func (j *Job) owedBefore(ctx context.Context, log *slog.Logger, d *exportDir) bool {
 	if len(j.opts.Reload) == 0 {
 		return false
 	}
-	_, err := os.Stat(filepath.Join(j.opts.Dir, workDir, reloadMarker))
+	var st unix.Stat_t
+	err := unix.Fstatat(d.work, reloadMarker, &st, unix.AT_SYMLINK_NOFOLLOW)
 	switch {
 	case err == nil:
 		log.InfoContext(ctx, "certsync: a reload was owed when the job last stopped; it runs after the first sync")
 		return true
-	case errors.Is(err, fs.ErrNotExist):
+	case errors.Is(err, unix.ENOENT):
 		return false
 	default:
 		log.WarnContext(ctx, "certsync: cannot tell whether a reload is owed from before; reloading after the first sync", "err", err)
@@ -51,9 +54,19 @@ func (j *Job) owedBefore(ctx context.Context, log *slog.Logger) bool {
 	}
 }
 
+// outputLimit is how much of the reload command's output a failure logs.
+const outputLimit = 4 << 10
+
+// defaultPath is the reload command's PATH when the service has none.
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
 // reload runs the reload command, if there is one, and on success clears
 // what owe recorded.
-func (j *Job) reload(ctx context.Context, log *slog.Logger) error {
+//
+// The command gets childEnv as its whole environment, never the service's:
+// that holds the database URL and the sealing keys. Its output is logged
+// only when it fails, redacted (see redactor) and cut at outputLimit.
+func (j *Job) reload(ctx context.Context, log *slog.Logger, d *exportDir) error {
 	argv := j.opts.Reload
 	if len(argv) == 0 {
 		return nil
@@ -61,8 +74,9 @@ func (j *Job) reload(ctx context.Context, log *slog.Logger) error {
 	rctx, cancel := context.WithTimeout(ctx, j.opts.ReloadTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(rctx, argv[0], argv[1:]...)
+	cmd.Env = j.childEnv()
 	cmd.WaitDelay = time.Second // a child that keeps the output open does not hold the job
-	out := &capped{max: 4 << 10}
+	out := &capped{max: j.redact.capture(outputLimit)}
 	cmd.Stdout, cmd.Stderr = out, out
 	start := time.Now()
 	err := cmd.Run()
@@ -70,33 +84,64 @@ func (j *Job) reload(ctx context.Context, log *slog.Logger) error {
 		err = fmt.Errorf("timed out after %v (killed): %w", j.opts.ReloadTimeout, err)
 	}
 	if err == nil {
-		if rerr := os.Remove(filepath.Join(j.opts.Dir, workDir, reloadMarker)); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+		if rerr := unix.Unlinkat(d.work, reloadMarker, 0); rerr != nil && !errors.Is(rerr, unix.ENOENT) {
 			err = fmt.Errorf("it succeeded, but the record of the reload owed stays: %w", rerr)
 		}
 	}
+	shown := j.redact.args(argv)
 	if err != nil {
 		j.m.reloads.WithLabelValues("failed").Inc()
+		output, cut := j.redact.redact(bytes.TrimSpace(out.Bytes()), outputLimit)
+		if cut || out.overflow {
+			output += " …(cut)"
+		}
 		log.ErrorContext(ctx, "certsync: the reload command failed; it runs again at the next change or after a back-off",
-			"command", argv, "err", err, "output", out.String())
-		return fmt.Errorf("certsync: reload command %q: %w", strings.Join(argv, " "), err)
+			"command", shown, "err", err, "output", output)
+		return fmt.Errorf("certsync: reload command %q: %w", strings.Join(shown, " "), err)
 	}
 	j.m.reloads.WithLabelValues("ok").Inc()
-	log.InfoContext(ctx, "certsync: reload command done", "command", argv, "took", time.Since(start).Round(time.Millisecond),
-		"output", out.String())
+	log.InfoContext(ctx, "certsync: reload command done", "command", shown, "took", time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// childEnv is the reload command's whole environment: PATH (the service's,
+// or defaultPath), LANG and LC_ALL if the service has them, and what the
+// command may want to know: SNIP_CERTSYNC_DIR, the directory, and
+// SNIP_CERTSYNC_JOB, the job's name. A variable of the service's is
+// passed only if it is not key_env's and holds no secret value the job
+// knows nor a URL's userinfo (PATH then falls back to defaultPath).
+func (j *Job) childEnv() []string {
+	passes := func(name string) (string, bool) {
+		v, ok := os.LookupEnv(name)
+		return v, ok && name != j.opts.KeyEnv && !j.redact.has(v)
+	}
+	path, ok := passes("PATH")
+	if !ok || path == "" {
+		path = defaultPath
+	}
+	env := []string{"PATH=" + path}
+	for _, name := range []string{"LANG", "LC_ALL"} {
+		if v, ok := passes(name); ok {
+			env = append(env, name+"="+v)
+		}
+	}
+	return append(env, "SNIP_CERTSYNC_DIR="+j.opts.Dir, "SNIP_CERTSYNC_JOB="+j.name)
 }
 
 // capped keeps the first max bytes written to it.
 type capped struct {
 	bytes.Buffer
-	max int
+	max      int
+	overflow bool // more was written
 }
 
 func (c *capped) Write(p []byte) (int, error) {
-	if room := c.max - c.Len(); room > 0 {
+	room := c.max - c.Len()
+	if room > 0 {
 		c.Buffer.Write(p[:min(len(p), room)])
+	}
+	if len(p) > room {
+		c.overflow = true
 	}
 	return len(p), nil
 }
-
-func (c *capped) String() string { return strings.TrimSpace(c.Buffer.String()) }
