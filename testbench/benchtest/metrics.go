@@ -33,11 +33,11 @@ func scrape(ctx context.Context, hc *http.Client, endpoint string) (Metrics, err
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("testenv: metrics of %s: %w", endpoint, err)
+		return nil, fmt.Errorf("benchtest: metrics of %s: %w", endpoint, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("testenv: metrics of %s: %s", endpoint, resp.Status)
+		return nil, fmt.Errorf("benchtest: metrics of %s: %s", endpoint, resp.Status)
 	}
 	m := Metrics{}
 	sc := bufio.NewScanner(resp.Body)
@@ -58,7 +58,7 @@ func scrape(ctx context.Context, hc *http.Client, endpoint string) (Metrics, err
 		m[line[:i]] = v
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("testenv: metrics of %s: %w", endpoint, err)
+		return nil, fmt.Errorf("benchtest: metrics of %s: %w", endpoint, err)
 	}
 	return m, nil
 }

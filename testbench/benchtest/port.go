@@ -12,7 +12,7 @@ func Listen(t testing.TB) *net.TCPListener {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatalf("testenv: listen on a free port: %v", err)
+		t.Fatalf("benchtest: listen on a free port: %v", err)
 	}
 	t.Cleanup(func() { ln.Close() })
 	return ln.(*net.TCPListener)

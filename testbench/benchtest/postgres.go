@@ -36,14 +36,14 @@ func StartPostgres(t testing.TB) *Postgres {
 	begin := time.Now()
 	p, err := newPostgres()
 	if err != nil {
-		t.Fatalf("testenv: start PostgreSQL: %v", err)
+		t.Fatalf("benchtest: start PostgreSQL: %v", err)
 	}
 	t.Cleanup(func() {
 		if err := p.c.Destroy(); err != nil {
-			t.Errorf("testenv: remove PostgreSQL cluster: %v", err)
+			t.Errorf("benchtest: remove PostgreSQL cluster: %v", err)
 		}
 	})
-	t.Logf("testenv: PostgreSQL (%s) on 127.0.0.1:%d in %s, started in %v",
+	t.Logf("benchtest: PostgreSQL (%s) on 127.0.0.1:%d in %s, started in %v",
 		p.c.Bindir(), p.c.Port(), p.c.Dir(), time.Since(begin).Round(time.Millisecond))
 	return p
 }
@@ -65,7 +65,7 @@ func (p *Postgres) CreateDatabase(t testing.TB) string {
 	t.Helper()
 	url, err := p.c.CreateDatabase(context.Background(), p.dbName(t))
 	if err != nil {
-		t.Fatalf("testenv: %v", err)
+		t.Fatalf("benchtest: %v", err)
 	}
 	return url
 }
@@ -81,10 +81,10 @@ func (p *Postgres) dbName(t testing.TB) string {
 func (p *Postgres) Stop(t testing.TB) {
 	t.Helper()
 	if p.shared {
-		t.Fatalf("testenv: Stop on the shared cluster of PostgresDB would break other tests; use StartPostgres for a private cluster")
+		t.Fatalf("benchtest: Stop on the shared cluster of PostgresDB would break other tests; use StartPostgres for a private cluster")
 	}
 	if err := p.c.Stop(); err != nil {
-		t.Fatalf("testenv: stop PostgreSQL: %v", err)
+		t.Fatalf("benchtest: stop PostgreSQL: %v", err)
 	}
 }
 
@@ -93,10 +93,10 @@ func (p *Postgres) Stop(t testing.TB) {
 func (p *Postgres) Start(t testing.TB) {
 	t.Helper()
 	if p.shared {
-		t.Fatalf("testenv: Start on the shared cluster of PostgresDB; use StartPostgres for a private cluster")
+		t.Fatalf("benchtest: Start on the shared cluster of PostgresDB; use StartPostgres for a private cluster")
 	}
 	if err := p.c.Start(context.Background()); err != nil {
-		t.Fatalf("testenv: start PostgreSQL: %v", err)
+		t.Fatalf("benchtest: start PostgreSQL: %v", err)
 	}
 }
 
@@ -132,7 +132,7 @@ func RunMain(m *testing.M) int {
 	shared.running = false
 	if shared.pg != nil {
 		if err := shared.pg.c.Destroy(); err != nil {
-			fmt.Fprintf(os.Stderr, "testenv: remove shared PostgreSQL cluster: %v\n", err)
+			fmt.Fprintf(os.Stderr, "benchtest: remove shared PostgreSQL cluster: %v\n", err)
 			if code == 0 {
 				code = 1
 			}

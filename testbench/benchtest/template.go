@@ -48,7 +48,7 @@ func (p *Postgres) CreateDatabaseFrom(t testing.TB, template string) string {
 	t.Helper()
 	url, err := p.c.CreateDatabaseFrom(context.Background(), p.dbName(t), template)
 	if err != nil {
-		t.Fatalf("testenv: %v", err)
+		t.Fatalf("benchtest: %v", err)
 	}
 	return url
 }
@@ -59,7 +59,7 @@ func SharedPostgres(t testing.TB) *Postgres {
 	t.Helper()
 	p, err := sharedPostgres()
 	if err != nil {
-		t.Fatalf("testenv: %v", err)
+		t.Fatalf("benchtest: %v", err)
 	}
 	return p
 }

@@ -280,7 +280,7 @@ func (k *checker) checkCounts(ctx context.Context) (CountStats, error) {
 	err := k.pool.QueryRow(ctx, `SELECT
 		count(*) FILTER (WHERE e.defect IS NULL AND l.id IS NOT NULL),
 		count(*) FILTER (WHERE NOT (e.defect IS NULL AND l.id IS NOT NULL))
-		FROM click_events e LEFT JOIN links l ON l.id = e.link_id`).Scan(&s.Valid, &s.Invalid)
+		FROM chaos_clicks e LEFT JOIN links l ON l.id = e.link_id`).Scan(&s.Valid, &s.Invalid)
 	if err != nil {
 		return s, fmt.Errorf("count events: %w", err)
 	}
@@ -297,14 +297,14 @@ func (k *checker) checkCounts(ctx context.Context) (CountStats, error) {
 	}
 	rows, err := k.pool.Query(ctx, `
 		WITH want AS (
-			SELECT e.link_id, e.hour, count(*) AS n FROM click_events e JOIN links l ON l.id = e.link_id
+			SELECT e.link_id, e.hour, count(*) AS n FROM chaos_clicks e JOIN links l ON l.id = e.link_id
 			WHERE e.defect IS NULL GROUP BY 1, 2)
 		SELECT coalesce(w.link_id, h.link_id), coalesce(w.hour, h.hour), coalesce(w.n, 0), coalesce(h.clicks, 0)
 		FROM want w FULL JOIN link_hourly_counts h ON h.link_id = w.link_id AND h.hour = w.hour
 		WHERE coalesce(w.n, 0) <> coalesce(h.clicks, 0)
 		UNION ALL
 		SELECT coalesce(w.link_id, c.link_id), 'epoch', coalesce(w.n, 0), coalesce(c.clicks, 0)
-		FROM (SELECT e.link_id, count(*) AS n FROM click_events e JOIN links l ON l.id = e.link_id
+		FROM (SELECT e.link_id, count(*) AS n FROM chaos_clicks e JOIN links l ON l.id = e.link_id
 		      WHERE e.defect IS NULL GROUP BY 1) w
 		FULL JOIN link_counts c ON c.link_id = w.link_id
 		WHERE coalesce(w.n, 0) <> coalesce(c.clicks, 0)
@@ -321,7 +321,7 @@ func (k *checker) checkCounts(ctx context.Context) (CountStats, error) {
 		// after its last position (a harness race, or a job stopped early),
 		// or before it (skipped: the bug the invariant is for).
 		var beyond int64
-		if err := k.pool.QueryRow(ctx, `SELECT count(*) FROM click_events e, click_aggregator_state s
+		if err := k.pool.QueryRow(ctx, `SELECT count(*) FROM chaos_clicks e, click_aggregator_state s
 			WHERE NOT pg_visible_in_snapshot(e.txid, s.prev)`).Scan(&beyond); err != nil {
 			return s, err
 		}
@@ -338,7 +338,7 @@ func (k *checker) checkCounts(ctx context.Context) (CountStats, error) {
 		k.violate(InvCounts, "%d committed invalid events, %d in click_rejects", s.Invalid, s.Rejected)
 	}
 	var dup int64
-	if err := k.pool.QueryRow(ctx, `SELECT count(*) FROM click_rejects r JOIN click_events e ON e.id = r.event_id
+	if err := k.pool.QueryRow(ctx, `SELECT count(*) FROM click_rejects r JOIN chaos_clicks e ON e.id = r.event_id
 		JOIN links l ON l.id = e.link_id WHERE e.defect IS NULL`).Scan(&dup); err != nil {
 		return s, err
 	}

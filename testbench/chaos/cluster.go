@@ -385,7 +385,6 @@ const jobsYAML = `  - name: probe
     grace: 5s
     options:
       interval: 100ms
-      retention: 24h
 `
 
 // schemaSQL is the harness's own tables: the probe, whose rows record, at
@@ -395,6 +394,23 @@ const jobsYAML = `  - name: probe
 // loggedWrites). Both number commits from one sequence.
 const schemaSQL = `
 CREATE SEQUENCE chaos_commit_seq;
+-- Every click event committed, copied as its transaction inserts it: the
+-- aggregator deletes the events it has processed (no retention), and the
+-- checker counts from this copy.
+CREATE TABLE chaos_clicks (
+    id      bigint      NOT NULL,
+    txid    xid8        NOT NULL,
+    link_id bigint,
+    hour    timestamptz NOT NULL,
+    defect  text
+);
+CREATE FUNCTION chaos_copy_clicks() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO chaos_clicks (id, txid, link_id, hour, defect) SELECT id, txid, link_id, hour, defect FROM inserted;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER chaos_copy_clicks AFTER INSERT ON click_events
+    REFERENCING NEW TABLE AS inserted FOR EACH STATEMENT EXECUTE FUNCTION chaos_copy_clicks();
 CREATE TABLE chaos_probe (
     id           bigserial PRIMARY KEY,
     instance     text      NOT NULL,

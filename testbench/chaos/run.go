@@ -334,7 +334,7 @@ func (c *cluster) waitCaughtUp(ctx context.Context) error {
 	deadline := time.Now().Add(bound)
 	for {
 		var events, done int64
-		err := c.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM click_events), (SELECT folded + rejected FROM click_aggregator_state)`).Scan(&events, &done)
+		err := c.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM chaos_clicks), (SELECT folded + rejected FROM click_aggregator_state)`).Scan(&events, &done)
 		if err == nil && events == done {
 			return nil
 		}

@@ -48,7 +48,7 @@ var SoakKinds = []Kind{PauseLeader, PartitionLeader, EtcdMemberLoss, EtcdLeaderL
 // newest runs and slots of each job; fencing has a row per resource). The
 // others are recorded but not judged: they grow with what the load adds
 // (links, domains, certificates) or with the faults (terms).
-var SoakTables = []string{"click_events", "job_runs", "cron_slots", "fence_tokens"}
+var SoakTables = []string{"click_events", "job_runs", "cron_slots", "fencing_tokens"}
 
 // Sample is what a soak read at one instant.
 type Sample struct {
@@ -188,7 +188,9 @@ func (c *cluster) sample(ctx context.Context) (Sample, error) {
 	s := Sample{At: time.Now(), Instances: map[string]ProcSample{}, Rows: map[string]int64{}}
 	var errs []string
 	for _, in := range c.instances {
-		m, err := benchtest.ScrapeMetrics(ctx, in.adminURL+"/metrics")
+		mctx, cancel := context.WithTimeout(ctx, 3*time.Second) // a paused instance does not answer
+		m, err := benchtest.ScrapeMetrics(mctx, in.adminURL)
+		cancel()
 		if err != nil {
 			errs = append(errs, fmt.Sprintf("%s's metrics: %v", in.name, err))
 			continue
