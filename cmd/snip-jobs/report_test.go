@@ -12,7 +12,9 @@ import (
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/fencing"
 	"github.com/snip/snip-jobs/jobs/weeklyreport"
+	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/leadership/etcdlease"
+	"github.com/snip/snip-jobs/leadership/kubelease"
 	"github.com/snip/snip-jobs/scheduler"
 	"github.com/snip/snip-jobs/testbench/benchtest"
 	"github.com/snip/snip-jobs/testbench/dbtest"
@@ -30,12 +32,31 @@ const reportJobYAML = `
 `
 
 // report show prints the stored week; report rebuild replaces it from the
-// current counts, fenced by a fresh token, without a second outbox row.
+// current counts, fenced by a fresh token from the leadership backend (an
+// etcd revision; the job Lease's count on Kubernetes), without a second
+// outbox row.
 func TestReportShowAndRebuild(t *testing.T) {
 	t.Parallel()
-	etcd := etcdtest.Start(t, 1)
+	for _, backend := range []string{"etcd", "kubernetes"} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			c := config{instance: "server-1", adminPort: freePort(t), jobs: reportJobYAML}
+			var cluster leadership.Cluster
+			if backend == "etcd" {
+				etcd := etcdtest.Start(t, 1)
+				c.endpoints, cluster = etcd.Endpoints(), etcdlease.NewCluster(etcd.Client(t), testPrefix)
+			} else {
+				kube := startKube(t)
+				c.kube, cluster = kube.section, kubelease.NewCluster(kube.cs.CoordinationV1(), kube.ns, kubePrefix)
+			}
+			showAndRebuild(t, c, cluster)
+		})
+	}
+}
+
+func showAndRebuild(t *testing.T, c config, cluster leadership.Cluster) {
 	url := benchtest.PostgresDB(t)
-	path := writeConfig(t, config{instance: "server-1", endpoints: etcd.Endpoints(), adminPort: freePort(t), jobs: reportJobYAML})
+	path := writeConfig(t, c)
 	env := dbEnv(migrate(t, path, url))
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, url)
@@ -45,8 +66,8 @@ func TestReportShowAndRebuild(t *testing.T) {
 	defer pool.Close()
 
 	// Week 2026-W47 (Paris): 16–22 November. The Monday 23 November 08:00 slot
-	// reports it; the leader stores it with its token (an etcd revision).
-	leaderToken, err := etcdlease.NewCluster(etcd.Client(t), testPrefix).FreshToken(ctx, "")
+	// reports it; the leader stores it with its term's token.
+	leaderToken, err := cluster.FreshToken(ctx, "weekly-report")
 	if err != nil {
 		t.Fatal(err)
 	}
