@@ -3,8 +3,10 @@ package etcdlease_test
 import (
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/leadership/internal/conformance"
+	"github.com/snip/snip-jobs/testbench/dbtest"
 	"github.com/snip/snip-jobs/testbench/etcdtest"
 )
 
@@ -17,7 +19,8 @@ func TestTheGuarantee(t *testing.T) {
 	t.Parallel()
 	etcd := etcdtest.Start(t, 1)
 	conformance.Run(t, conformance.Backend{
-		Margin: testMargin,
+		Database: func(t *testing.T) *pgxpool.Pool { _, pool := dbtest.New(t); return pool },
+		Margin:   testMargin,
 		Start: func(t *testing.T, instance string) (*leadership.Session, func()) {
 			cli := etcd.Client(t)
 			s := startSession(t, cli, instance)

@@ -4,8 +4,10 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/leadership/internal/conformance"
+	"github.com/snip/snip-jobs/testbench/dbtest"
 )
 
 // The guarantee's tests shared with the etcd backend (package conformance),
@@ -26,7 +28,8 @@ func TestTheGuarantee(t *testing.T) {
 		return namespaces[t.Name()]
 	}
 	conformance.Run(t, conformance.Backend{
-		Margin: margin,
+		Database: func(t *testing.T) *pgxpool.Pool { _, pool := dbtest.New(t); return pool },
+		Margin:   margin,
 		Start: func(t *testing.T, instance string) (*leadership.Session, func()) {
 			var c cut
 			s := start(t, api, nsOf(t), instance, cutBy(&c))

@@ -13,6 +13,7 @@ import (
 	"github.com/snip/snip-jobs/leadership/internal/conformance"
 	"github.com/snip/snip-jobs/leadership/kubelease"
 	"github.com/snip/snip-jobs/testbench/benchtest"
+	"github.com/snip/snip-jobs/testbench/dbtest"
 	"github.com/snip/snip-jobs/testbench/faultproxy"
 )
 
@@ -27,7 +28,8 @@ import (
 func TestALeaderCutFromTheAPIServerIsReplacedAndFencedAfterTheHeal(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, insert := conformance.Reports(t)
+	_, pool := dbtest.New(t)
+	insert := conformance.Reports(t, pool)
 	p, err := faultproxy.New(strings.TrimPrefix(api.URL(), "https://"))
 	if err != nil {
 		t.Fatal(err)

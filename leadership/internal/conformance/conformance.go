@@ -24,9 +24,11 @@ import (
 
 	"github.com/snip/snip-jobs/fencing"
 	"github.com/snip/snip-jobs/leadership"
-	"github.com/snip/snip-jobs/testbench/benchtest"
-	"github.com/snip/snip-jobs/testbench/dbtest"
 )
+
+// Patience bounds the waits for what must happen; it decides only how long
+// a broken backend takes to fail, never whether a healthy one passes.
+const Patience = 60 * time.Second
 
 // Backend starts sessions of one backend.
 type Backend struct {
@@ -36,6 +38,9 @@ type Backend struct {
 	// cut makes every request it sends to its store fail from then on (the
 	// process crashed or paused, as the store sees it).
 	Start func(t *testing.T, instance string) (s *leadership.Session, cut func())
+	// Database gives a test an empty PostgreSQL database of its own, for
+	// the fence (the backend's test supplies it from the test kits).
+	Database func(t *testing.T) *pgxpool.Pool
 }
 
 // Run runs the suite against b, each test in parallel.
@@ -78,8 +83,8 @@ func oneTermAtATime(t *testing.T, b Backend) {
 		select {
 		case term := <-terms:
 			got = append(got, term)
-		case <-time.After(benchtest.Patience):
-			t.Fatalf("%d terms in %v, want %d", len(got), benchtest.Patience, rounds)
+		case <-time.After(Patience):
+			t.Fatalf("%d terms in %v, want %d", len(got), Patience, rounds)
 		}
 	}
 	sort.Slice(got, func(i, j int) bool { return got[i].Started().Before(got[j].Started()) })
@@ -121,7 +126,8 @@ func resignHandsOver(t *testing.T, b Backend) {
 // token's write after the successor's.
 func cutOffLeader(t *testing.T, b Backend) {
 	ctx := context.Background()
-	pool, insert := Reports(t)
+	pool := b.Database(t)
+	insert := Reports(t, pool)
 	a, cut := b.Start(t, "a")
 	c, _ := b.Start(t, "c")
 	ta := win(t, a, "weekly")
@@ -138,7 +144,7 @@ func cutOffLeader(t *testing.T, b Backend) {
 	}
 	select {
 	case <-ta.Context().Done():
-	case <-time.After(benchtest.Patience):
+	case <-time.After(Patience):
 		t.Fatal("the cut-off term's context did not end")
 	}
 	if ta.Reason() != leadership.ReasonExpired {
@@ -154,17 +160,19 @@ func cutOffLeader(t *testing.T, b Backend) {
 	if !errors.Is(err, fencing.ErrStaleToken) {
 		t.Fatalf("the cut-off leader's write after the takeover: %v, want %v", err, fencing.ErrStaleToken)
 	}
-	if n := benchtest.Value[int](t, pool, "SELECT count(*) FROM reports WHERE body = 'a after the cut'"); n != 0 {
+	var n int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM reports WHERE body = 'a after the cut'").Scan(&n); err != nil || n != 0 {
 		t.Errorf("the stale write left %d rows", n)
 	}
 }
 
-// Reports is a database with a table of reports that fenced writes insert
-// into: its pool, and insert, the write of one report by a term's token.
-func Reports(t *testing.T) (*pgxpool.Pool, func(token int64, body string) func(context.Context, pgx.Tx) error) {
-	url, pool := dbtest.New(t)
-	dbtest.Exec(t, url, "CREATE TABLE reports (token bigint NOT NULL, body text NOT NULL)")
-	return pool, func(token int64, body string) func(context.Context, pgx.Tx) error {
+// Reports creates in pool's database a table of reports that fenced writes
+// insert into, and returns insert, the write of one report by a term's token.
+func Reports(t *testing.T, pool *pgxpool.Pool) func(token int64, body string) func(context.Context, pgx.Tx) error {
+	if _, err := pool.Exec(context.Background(), "CREATE TABLE reports (token bigint NOT NULL, body text NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	return func(token int64, body string) func(context.Context, pgx.Tx) error {
 		return func(ctx context.Context, tx pgx.Tx) error {
 			_, err := tx.Exec(ctx, "INSERT INTO reports (token, body) VALUES ($1, $2)", token, body)
 			return err
@@ -180,7 +188,7 @@ type result struct {
 func campaign(s *leadership.Session, job string) <-chan result {
 	ch := make(chan result, 1)
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), benchtest.Patience)
+		ctx, cancel := context.WithTimeout(context.Background(), Patience)
 		defer cancel()
 		term, err := s.Campaign(ctx, job)
 		ch <- result{term, err}
@@ -204,5 +212,12 @@ func win(t *testing.T, s *leadership.Session, job string) *leadership.Term {
 
 func waitWaiting(t *testing.T, s *leadership.Session) {
 	t.Helper()
-	benchtest.WaitChange(t, "a campaign waiting ("+s.Instance()+")", s.StatsChanged, func() bool { return s.Stats().Waiting > 0 })
+	timeout := time.After(Patience)
+	for ch := s.StatsChanged(); s.Stats().Waiting == 0; ch = s.StatsChanged() {
+		select {
+		case <-ch:
+		case <-timeout:
+			t.Fatalf("no campaign of %s waiting for the holder within %v", s.Instance(), Patience)
+		}
+	}
 }
