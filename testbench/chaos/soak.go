@@ -100,7 +100,7 @@ var SoakBounds = map[string]struct {
 	"rss":        {Rate: 4 << 20, Floor: 8 << 20, Unit: "bytes"},
 	"goroutines": {Rate: 10, Floor: 30, Unit: ""},
 	"fds":        {Rate: 5, Floor: 10, Unit: ""},
-	"pg":         {Rate: 2, Floor: 6, Unit: "connections"},
+	"pg":         {Rate: 2, Floor: 15, Unit: "connections"},
 	"rows":       {Rate: 100, Floor: 400, Unit: "rows"},
 	"etcd":       {Rate: 2, Floor: 6, Unit: ""},
 }

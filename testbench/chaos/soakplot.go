@@ -89,7 +89,8 @@ func (r *SoakReport) Plot() string {
 		fmt.Fprintf(&b, `<text x="%d" y="%d" font-size="13">%s</text>`+"\n", ox+pad, oy+pad-8, html.EscapeString(title))
 		fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="end">%.0f</text><text x="%d" y="%.1f" text-anchor="end">%.0f</text>`+"\n",
 			ox+pad-4, oy+pad+10, hi, ox+pad-4, float64(oy+pad)+ph, lo)
-		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="end">%.0f min</text>`+"\n", x(total), float64(oy+pad)+ph+14, total)
+		fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="end">%.0f min</text>`+"\n", x(total), oy+pad-8, total)
+		lx := float64(ox + pad + 6)
 		for j, l := range p.lines {
 			var pts []string
 			for k := range l.v {
@@ -97,7 +98,8 @@ func (r *SoakReport) Plot() string {
 			}
 			c := colors[j%len(colors)]
 			fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="1.5" points="%s"/>`+"\n", c, strings.Join(pts, " "))
-			fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" fill="%s">%s</text>`+"\n", float64(ox+pad)+6+float64(j)*90, float64(oy+pad)+ph+14, c, html.EscapeString(l.label))
+			fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" fill="%s">%s</text>`+"\n", lx, float64(oy+pad)+ph+14, c, html.EscapeString(l.label))
+			lx += 6.5*float64(len(l.label)) + 14
 		}
 	}
 	b.WriteString("</svg>\n")
