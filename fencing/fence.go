@@ -151,9 +151,32 @@ WHERE a.pid = ANY (pg_blocking_pids($1::int)) AND h.token < $2`
 // the same resource wait. ctx bounds everything; when it ends, the transaction
 // is rolled back (or the connection dropped, which also rolls it back).
 func (f *Fence) Do(ctx context.Context, resource string, token int64, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	switch {
-	case f.pool == nil:
+	if f.pool == nil {
 		return fmt.Errorf("%w: Fence has no pool", ErrInvalidArgument)
+	}
+	return f.do(ctx, f.pool, resource, token, fn)
+}
+
+// DoOn is Do on conn, a connection the caller owns, instead of one of the
+// Fence's pool: for statements that may leave state on their session (SET
+// ROLE, set_config(…, false), temporary tables, session-level advisory locks)
+// which no other user of the pool may inherit. The caller closes conn, which
+// must be idle (not in a transaction).
+func (f *Fence) DoOn(ctx context.Context, conn *pgx.Conn, resource string, token int64, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	if conn == nil {
+		return fmt.Errorf("%w: nil connection for %q", ErrInvalidArgument, resource)
+	}
+	return f.do(ctx, conn, resource, token, fn)
+}
+
+// beginner is what a fenced transaction starts on: the Fence's pool, or a
+// caller's connection (DoOn).
+type beginner interface {
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
+}
+
+func (f *Fence) do(ctx context.Context, db beginner, resource string, token int64, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	switch {
 	case f.holder == "":
 		return fmt.Errorf("%w: Fence has an empty holder name", ErrInvalidArgument)
 	case resource == "":
@@ -164,7 +187,7 @@ func (f *Fence) Do(ctx context.Context, resource string, token int64, fn func(ct
 		return fmt.Errorf("%w: nil function for %q", ErrInvalidArgument, resource)
 	}
 
-	tx, err := f.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	tx, err := db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return fmt.Errorf("fencing: %q: begin: %w", resource, err)
 	}
@@ -214,7 +237,7 @@ func (f *Fence) advance(ctx context.Context, tx pgx.Tx, resource string, token i
 	}
 	b.Queue(advanceSQL, resource, token, f.holder)
 	if f.breakAfter > 0 {
-		stop := f.breakStaleHolders(ctx, resource, token, int32(tx.Conn().PgConn().PID()))
+		stop := f.breakStaleHolders(ctx, tx.Conn().Config(), resource, token, int32(tx.Conn().PgConn().PID()))
 		defer stop()
 	}
 	br := tx.SendBatch(ctx, &b)
@@ -233,7 +256,7 @@ func (f *Fence) advance(ctx context.Context, tx pgx.Tx, resource string, token i
 
 // breakStaleHolders, every f.breakAfter until stop is called, ends the fenced
 // transactions with a lower token that block backend pid. It connects on its
-// own, outside the pool, and only once the wait has lasted f.breakAfter: a
+// own (with cfg, the waiting transaction's connection's), outside the pool, and only once the wait has lasted f.breakAfter: a
 // pool whose connections all wait behind stale holders could not lend it one.
 // Its failures are left to the next attempt (the wait goes on as without it).
 //
@@ -245,7 +268,7 @@ func (f *Fence) advance(ctx context.Context, tx pgx.Tx, resource string, token i
 // write's transaction never waits for it: over a slow link a round trip may
 // take seconds, and the transaction would sit idle (holding the resource's
 // row, and perhaps past its idle timeout) meanwhile.
-func (f *Fence) breakStaleHolders(ctx context.Context, resource string, token int64, pid int32) (stop func()) {
+func (f *Fence) breakStaleHolders(ctx context.Context, cfg *pgx.ConnConfig, resource string, token int64, pid int32) (stop func()) {
 	wait, endWait := context.WithCancel(ctx)
 	go func() {
 		t := time.NewTimer(f.breakAfter)
@@ -268,7 +291,7 @@ func (f *Fence) breakStaleHolders(ctx context.Context, resource string, token in
 			t.Reset(f.breakAfter)
 			if conn == nil || conn.IsClosed() {
 				var err error
-				if conn, err = pgx.ConnectConfig(wait, f.pool.Config().ConnConfig.Copy()); err != nil {
+				if conn, err = pgx.ConnectConfig(wait, cfg.Copy()); err != nil {
 					conn = nil
 					continue
 				}

@@ -51,6 +51,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/database"
@@ -337,13 +338,20 @@ func open(ctx context.Context, databaseURL string, o options) (*goose.Provider, 
 // pinned to UTC: goose records when a migration was applied in a column of
 // type timestamp (without time zone) filled by now(), that is in the
 // session's zone, and reads it back as if it were UTC.
+//
+// The URL is the service's, which may carry the pool's own settings
+// (pool_max_conns and the other pool_* keys, docs/operations.md): parsed by
+// the pool's parser, which takes them out (and checks them), so that they are
+// not sent to PostgreSQL as run-time parameters, which it refuses (FATAL:
+// unrecognized configuration parameter).
 func connConfig(databaseURL string, connectTimeout time.Duration) (*pgx.ConnConfig, error) {
-	cfg, err := pgx.ParseConfig(databaseURL)
+	pc, err := pgxpool.ParseConfig(databaseURL)
 	if err != nil {
 		// pgx's message quotes the URL with the password masked "best effort"
 		// (pgconn.ParseConfigError), and the error it wraps may quote it whole.
 		return nil, errors.New("migrations: the database URL cannot be parsed (not shown: it may hold a password)")
 	}
+	cfg := pc.ConnConfig
 	if cfg.ConnectTimeout <= 0 {
 		cfg.ConnectTimeout = connectTimeout
 	}

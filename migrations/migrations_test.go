@@ -598,3 +598,40 @@ func silentServer(t testing.TB) string {
 	})
 	return l.Addr().String()
 }
+
+// The service's URL may carry the pool's settings (pool_max_conns, as
+// docs/operations.md says, and the other pool_* keys): Up, Status, Check and
+// Grant connect with it as it is, without sending them to PostgreSQL, which
+// would refuse the connection (FATAL: unrecognized configuration parameter).
+func TestTheURLsPoolSettingsAreNotSentToPostgreSQL(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := benchtest.PostgresDB(t) + "&pool_max_conns=4&pool_min_conns=1&pool_max_conn_lifetime=1h"
+	// run's schema comparison, before anything is applied.
+	if c, err := Check(ctx, url); err != nil || len(c.Pending) == 0 {
+		t.Fatalf("Check of a database never migrated: %+v, %v; want every migration pending", c, err)
+	}
+	if _, err := Up(ctx, url, nil); err != nil {
+		t.Fatalf("Up: %v", err)
+	}
+	if _, err := Status(ctx, url); err != nil {
+		t.Errorf("Status: %v", err)
+	}
+	c, err := Check(ctx, url)
+	if err != nil || len(c.Pending) != 0 {
+		t.Errorf("Check: %+v, %v; want nothing pending", c, err)
+	}
+	const role = "nobody_at_all"
+	if _, err := Grant(ctx, url, role); err == nil || !strings.Contains(err.Error(), `role "`+role+`" does not exist`) {
+		t.Errorf("Grant to a role that does not exist: %v; want the refusal naming the role (the connection worked)", err)
+	}
+	cfg, err := connConfig(url, defaultConnectTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range cfg.RuntimeParams {
+		if strings.HasPrefix(k, "pool_") {
+			t.Errorf("run-time parameter %s would be sent to PostgreSQL", k)
+		}
+	}
+}

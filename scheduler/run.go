@@ -95,7 +95,7 @@ func (r *Run) Progress() { r.progress.Store(time.Now().UnixNano()) }
 // Fenced runs fn in one transaction fenced by the run's token on the job's
 // resource (its name; "<name>@<slot>" in database mode): a newer term's write to
 // it makes this one fail with *fencing.StaleTokenError before fn runs. Every
-// write a singleton makes to PostgreSQL goes through here.
+// write a singleton makes to PostgreSQL goes through here (or FencedConn).
 func (r *Run) Fenced(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	return r.FencedOn(ctx, r.resource, fn)
 }
@@ -109,6 +109,25 @@ func (r *Run) FencedOn(ctx context.Context, resource string, fn func(ctx context
 		return ErrTermEnded
 	}
 	return r.fence.Do(ctx, resource, r.Token, fn)
+}
+
+// FencedConn is FencedOn run on conn, a connection the job opened for itself
+// and closes when done, instead of one of the shared pool's: for a job whose
+// statements may change their session (the sql type runs an operator's
+// statement), so that whatever they leave dies with the connection instead
+// of reaching the next user of the pool. resource "" is the run's own (as
+// Fenced).
+func (r *Run) FencedConn(ctx context.Context, conn *pgx.Conn, resource string, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	if r.fence == nil || r.Token <= 0 {
+		return ErrNotFenced
+	}
+	if !r.valid() {
+		return ErrTermEnded
+	}
+	if resource == "" {
+		resource = r.resource
+	}
+	return r.fence.DoOn(ctx, conn, resource, r.Token, fn)
 }
 
 // CompleteSlot marks the run's cron slot done inside the caller's transaction,

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -107,9 +106,7 @@ func listCerts(ctx context.Context, c *cli, pool *pgxpool.Pool, opts certrenew.O
 		list = slices.DeleteFunc(list, func(d certrenew.DomainStatus) bool { return d.State == certrenew.StateValid })
 	}
 	if asJSON {
-		enc := json.NewEncoder(c.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(list)
+		return ttysafe.JSON(c.stdout, list)
 	}
 	printCerts(c.stdout, list)
 	return nil

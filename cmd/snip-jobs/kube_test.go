@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -424,4 +426,94 @@ func TestReclaimOnKubernetesEndsADeadInstancesLease(t *testing.T) {
 		t.Errorf("a second reclaim: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	checkPulses(t, pulses(t, url))
+}
+
+// A kubeconfig whose chosen context's cluster would take the credentials
+// without TLS (an http:// server) or to a server whose certificate is not
+// checked (insecure-skip-tls-verify: true) is refused as kubernetes.server:
+// http:// is: by validate (exit 2, at kubernetes.kubeconfig's line), by run
+// (exit 1) and status, each naming the file, the context and the setting;
+// and the bearer token never reaches the server, one with a certificate no
+// one signed for it (or plain HTTP) that records what it is sent. The
+// context is the one the config chooses: kubernetes.context, else the
+// kubeconfig's current one; another context of the file may be bad.
+func TestAKubeconfigThatTurnsTLSOffIsRefusedByValidateAndRun(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	const secret = "token-that-must-not-travel"
+	token := filepath.Join(dir, "kube-token")
+	if err := os.WriteFile(token, []byte(secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// trap records the Authorization headers it is sent.
+	var mu sync.Mutex
+	var sent []string
+	record := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		sent = append(sent, r.Header.Get("Authorization"))
+		mu.Unlock()
+		http.Error(w, "trap", http.StatusForbidden)
+	})
+	tlsTrap, plainTrap := httptest.NewTLSServer(record), httptest.NewServer(record)
+	t.Cleanup(tlsTrap.Close)
+	t.Cleanup(plainTrap.Close)
+
+	kubeconfig := func(name, current, bad string) string {
+		path := filepath.Join(dir, name)
+		doc := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+  - {name: bad, cluster: %s}
+  - {name: good, cluster: {server: "https://127.0.0.1:1"}}
+users: [{name: snip, user: {tokenFile: %q}}]
+contexts:
+  - {name: snip, context: {cluster: bad, user: snip, namespace: snip}}
+  - {name: safe, context: {cluster: good, user: snip, namespace: snip}}
+current-context: %s
+`, bad, token, current)
+		if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	for _, c := range []struct {
+		name, current, context, bad, want string
+	}{
+		{"insecure, by kubernetes.context", "safe", "snip", fmt.Sprintf(`{server: %q, insecure-skip-tls-verify: true}`, tlsTrap.URL),
+			`context "snip" (cluster "bad"): insecure-skip-tls-verify: true turns off the check of the API server's certificate, so the credentials would go to whoever answers at ` + tlsTrap.URL},
+		{"plain HTTP, the current context", "snip", "", fmt.Sprintf(`{server: %q}`, plainTrap.URL),
+			fmt.Sprintf(`context "snip" (cluster "bad"): server %q is plain HTTP, so the credentials would travel in clear text: write https://`, plainTrap.URL)},
+	} {
+		kc := kubeconfig(strings.ReplaceAll(c.name, " ", "-"), c.current, c.bad)
+		section := "  kubeconfig: " + kc + "\n"
+		if c.context != "" {
+			section += "  context: " + c.context + "\n"
+		}
+		cfg := config{instance: "server-a", kube: section, jobs: pulseJob}
+		path := writeConfig(t, cfg)
+		want := path + ":3:15: kubernetes.kubeconfig " + kc + ": " + c.want
+		if r := snip(t, nil, "validate", "--config", path); r.code != 2 || !strings.HasPrefix(r.stderr, want) {
+			t.Errorf("%s: validate: exit %d, want 2 and a line starting %q:\n%s%s", c.name, r.code, want, r.stdout, r.stderr)
+		}
+		refusal := "kubernetes.kubeconfig " + kc + " (in " + path + "): " + c.want
+		if r := snip(t, nil, "status", "--config", path); r.code != 1 || !strings.Contains(r.stderr, refusal) {
+			t.Errorf("%s: status: exit %d, want 1 and %q in:\n%s%s", c.name, r.code, refusal, r.stdout, r.stderr)
+		}
+		in := start(t, cfg, dbEnv("postgres://snip@127.0.0.1:1/snip?sslmode=disable"))
+		refusal = "snip-jobs run: kubernetes.kubeconfig " + kc + " (in " + in.config + "): " + c.want
+		if code := in.wait(); code != 1 || !strings.Contains(in.logs(), refusal) {
+			t.Errorf("%s: run: exit %d, want 1 and %q:\n%s", c.name, code, refusal, in.logs())
+		}
+	}
+	// The same files, with the config choosing the good context: nothing to refuse.
+	kc := kubeconfig("choose-the-good-one", "snip", `{server: "http://127.0.0.1:1", insecure-skip-tls-verify: true}`)
+	good := writeConfig(t, config{instance: "server-a", kube: "  kubeconfig: " + kc + "\n  context: safe\n", jobs: pulseJob})
+	if r := snip(t, nil, "validate", "--config", good); r.code != 0 {
+		t.Errorf("validate of a config choosing the kubeconfig's good context: exit %d\n%s", r.code, r.stderr)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(sent) > 0 {
+		t.Errorf("%d request(s) reached a refused server, the first with Authorization %q (the token is %q)", len(sent), sent[0], secret)
+	}
 }

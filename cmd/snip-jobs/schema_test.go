@@ -196,3 +196,36 @@ func gooseUp(t *testing.T, url string, files fs.FS) {
 		t.Fatalf("goose up: %v", err)
 	}
 }
+
+// The database URL's pool settings (pool_max_conns, as docs/operations.md
+// says) are the pool's, never sent to PostgreSQL: migrate (with --grant-to,
+// and --status) works with them in the owner's URL, and run with them in the
+// runtime role's compares the schema, gets ready and writes.
+func TestPoolMaxConnsInTheDatabaseURLWorksForMigrateAndTheSchemaCheck(t *testing.T) {
+	t.Parallel()
+	etcd := etcdtest.Start(t, 1)
+	owner, runtime := dbtest.Roles(t, benchtest.PostgresDB(t))
+	c := config{instance: "server-a", endpoints: []string{etcd.Endpoint(0)}, jobs: pulseJob}
+	path := writeConfig(t, c)
+	for _, args := range [][]string{{"migrate", "--grant-to", dbtest.RuntimeRole}, {"migrate", "--status"}} {
+		if r := snip(t, dbEnv(withQuery(owner, "pool_max_conns=4")), append(args, "--config", path)...); r.code != 0 {
+			t.Fatalf("%s with pool_max_conns in the URL: exit %d\n%s%s", strings.Join(args, " "), r.code, r.stdout, r.stderr)
+		}
+	}
+	dbtest.Exec(t, owner, pulsesTable+"; GRANT SELECT, INSERT ON pulses TO "+dbtest.RuntimeRole+"; GRANT USAGE ON SEQUENCE pulses_id_seq TO "+dbtest.RuntimeRole)
+	in := start(t, c, dbEnv(withQuery(runtime, "pool_max_conns=4")))
+	in.waitReady()
+	if n := len(linesWith(in.logs(), "the database schema has every migration this binary needs")); n != 1 {
+		t.Errorf("ready, but %d lines say the schema was compared:\n%s", n, in.logs())
+	}
+	waitPulses(t, owner, "a pulse through the fence", func() bool { return len(pulses(t, owner)) > 0 })
+	stop(t, in)
+}
+
+// withQuery adds kv (key=value) to the URL's query.
+func withQuery(url, kv string) string {
+	if strings.Contains(url, "?") {
+		return url + "&" + kv
+	}
+	return url + "?" + kv
+}

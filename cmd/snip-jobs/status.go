@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -71,9 +70,7 @@ on call: the problems of the last read are shown under it, and Ctrl-C exits 0.`,
 				defer cancel()
 				st := readStatus(ctx, f, *endpoints, log)
 				if *asJSON {
-					enc := json.NewEncoder(c.stdout)
-					enc.SetIndent("", "  ")
-					if err := enc.Encode(st); err != nil {
+					if err := ttysafe.JSON(c.stdout, st); err != nil {
 						return err
 					}
 				} else {

@@ -13,17 +13,31 @@ import (
 )
 
 // hostile is text a terminal would obey: retitle the window (OSC 0), clear
-// the screen (CSI 2J), a C1 CSI, and a right-to-left override.
-const hostile = "\x1b]0;pwned\x07\x1b[2J\u009b31m\u202e"
+// the screen (CSI 2J), C1 controls (CSI, NEL), and every bidi control (the
+// right-to-left override among them).
+const hostile = "\x1b]0;pwned\x07\x1b[2J\u009b31m\u0085\u0080\u009f" +
+	"\u202e\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u2066\u2067\u2068\u2069"
 
 // hostileEscaped is how the CLI prints it.
-const hostileEscaped = `\x1b]0;pwned\x07\x1b[2J\u009b31m\u202e`
+const hostileEscaped = `\x1b]0;pwned\x07\x1b[2J\u009b31m\u0085\u0080\u009f` +
+	`\u202e\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u2066\u2067\u2068\u2069`
+
+// hostileJSON is how --json writes it: JSON escapes, which decode to it.
+const hostileJSON = `\u001b]0;pwned\u0007\u001b[2J\u009b31m\u0085\u0080\u009f` +
+	`\u202e\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u2066\u2067\u2068\u2069`
+
+// obeyed reports whether r is a character of hostile a terminal obeys.
+func obeyed(r rune) bool {
+	return r < 0x20 && r != '\n' && r != '\t' || r >= 0x7f && r <= 0x9f || r == 0x61c ||
+		r == 0x200e || r == 0x200f || r >= 0x202a && r <= 0x202e || r >= 0x2066 && r <= 0x2069
+}
 
 // Strings from the database reach the operator's terminal escaped — a
 // customer's domain and the CA's error text in certs list, a run's error in
-// status, a link's slug in report show, an error quoting stored text — while
-// --json prints the data as stored.
-func TestStringsFromTheDatabaseArePrintedEscapedAndJSONIsUnchanged(t *testing.T) {
+// status, a link's slug in report show, an error quoting stored text — and
+// --json (certs list, status) escapes them too, as JSON escapes that decode
+// to the data as stored.
+func TestStringsFromTheDatabaseArePrintedEscapedInTablesAndInJSON(t *testing.T) {
 	t.Parallel()
 	etcd := etcdtest.Start(t, 1)
 	url := benchtest.PostgresDB(t)
@@ -43,7 +57,7 @@ func TestStringsFromTheDatabaseArePrintedEscapedAndJSONIsUnchanged(t *testing.T)
 	check := func(what string, r result, wants ...string) {
 		t.Helper()
 		for _, out := range []string{r.stdout, r.stderr} {
-			if strings.ContainsAny(out, "\x1b\x07\u009b\u202e") {
+			if strings.ContainsFunc(out, obeyed) {
 				t.Errorf("%s printed a terminal control raw:\n%q", what, out)
 			}
 		}
@@ -58,6 +72,7 @@ func TestStringsFromTheDatabaseArePrintedEscapedAndJSONIsUnchanged(t *testing.T)
 
 	var statuses []certrenew.DomainStatus
 	js := snip(t, env, "certs", "list", "--json", "--config", path)
+	check("certs list --json", js, `"shop`+hostileJSON+`.example.com"`, `"the CA said: `+hostileJSON+`"`)
 	if err := json.Unmarshal([]byte(js.stdout), &statuses); err != nil || js.code != 0 {
 		t.Fatalf("certs list --json: exit %d, %v\n%s", js.code, err, js.stdout)
 	}
@@ -73,6 +88,7 @@ func TestStringsFromTheDatabaseArePrintedEscapedAndJSONIsUnchanged(t *testing.T)
 	check("status", st, "weekly-report: last run on server-1 (token 7): error: boom: "+hostileEscaped)
 	var sj status.Cluster
 	stj := snip(t, env, "status", "--json", "--config", path)
+	check("status --json", stj, `"boom: `+hostileJSON+`"`)
 	if err := json.Unmarshal([]byte(stj.stdout), &sj); err != nil {
 		t.Fatalf("status --json: %v\n%s", err, stj.stdout)
 	}

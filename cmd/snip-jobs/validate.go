@@ -4,9 +4,15 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"os"
 	"strings"
 
+	"github.com/goccy/go-yaml"
+	yamlparser "github.com/goccy/go-yaml/parser"
+
+	"github.com/snip/snip-jobs/app/connect"
 	"github.com/snip/snip-jobs/app/service"
+	"github.com/snip/snip-jobs/configs"
 )
 
 func validateCommand() command {
@@ -17,7 +23,10 @@ func validateCommand() command {
 types, job options, bad durations and cron specs, leadership timing, and more.
 Every problem is printed on standard error as file:line:col: message, and the
 exit status is 2; a valid file exits 0. Nothing is contacted: validate needs
-neither etcd nor PostgreSQL, so it can run wherever the file is written. With
+neither etcd nor PostgreSQL, so it can run wherever the file is written. A
+kubernetes.kubeconfig is read when it can be (its credentials are not): a
+context that is not in it, or whose cluster is reached over plain HTTP or
+with insecure-skip-tls-verify, is a problem, as run refuses it. With
 --print it shows the effective configuration, every default filled in (secrets
 are never in it: only where they are read from).
 
@@ -34,6 +43,17 @@ Job types built into this binary: ` + strings.Join(registry().Names(), ", ") + `
 					writeLines(c.stderr, "", err.Error())
 					return &exitError{code: 2, err: errSilent}
 				}
+				if f.Leadership.Backend == configs.BackendKubernetes {
+					problem, unread := connect.CheckKubeconfig(f.Kubernetes)
+					switch {
+					case problem != nil:
+						fmt.Fprintf(c.stderr, "%s: %s\n", settingPos(f.Path, "kubernetes.kubeconfig"), problem)
+						return &exitError{code: 2, err: errSilent}
+					case unread != nil:
+						fmt.Fprintf(c.stderr, "%s: warning: kubernetes.kubeconfig cannot be read here, so its context's server and TLS settings "+
+							"were not checked (run checks them): %v\n", f.Path, unread)
+					}
+				}
 				if *print {
 					fmt.Fprint(c.stdout, f.Redacted())
 					return nil
@@ -46,4 +66,28 @@ Job types built into this binary: ` + strings.Join(registry().Names(), ", ") + `
 			}
 		},
 	}
+}
+
+// settingPos is "file:line:col" of setting's value (a dotted path, e.g.
+// kubernetes.kubeconfig) in the config file at path, or path alone when it
+// cannot be found.
+func settingPos(path, setting string) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return path
+	}
+	file, err := yamlparser.ParseBytes(data, 0)
+	if err != nil {
+		return path
+	}
+	p, err := yaml.PathString("$." + setting)
+	if err != nil {
+		return path
+	}
+	n, err := p.FilterFile(file)
+	if err != nil || n == nil || n.GetToken() == nil {
+		return path
+	}
+	pos := n.GetToken().Position
+	return fmt.Sprintf("%s:%d:%d", path, pos.Line, pos.Column)
 }

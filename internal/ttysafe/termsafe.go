@@ -6,11 +6,12 @@
 // another order than it is (CVE-2021-42574). They are written as visible
 // escapes instead: \x1b, \x9b, \u202e; bytes that are not UTF-8 as \xNN.
 //
-// Only what the CLI prints for people goes through here: JSON output is left
-// as encoding/json writes it (it escapes control characters itself, and
-// scripts want the data as stored). Backslashes are not escaped, so a stored
-// "\x1b" of four characters prints the same as an escaped ESC: the escapes
-// are for reading, not for round trips.
+// String and Text are for what the CLI prints for people. Backslashes are
+// not escaped, so a stored "\x1b" of four characters prints the same as an
+// escaped ESC: those escapes are for reading, not for round trips. JSON is
+// for --json: the same characters written as JSON escapes (encoding/json
+// itself escapes only the C0 controls, not DEL, C1 or bidi controls), which
+// a JSON reader decodes to the data as stored.
 package ttysafe
 
 import (

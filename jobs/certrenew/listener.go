@@ -55,15 +55,11 @@ func serveChallenges(env scheduler.Env, socks []scheduler.Socket) (stop func(con
 		srv := certserve.NewChallengeServer(tokens, certserve.DefaultServerLimits(), env.Log.With("job", s.Job))
 		servers = append(servers, srv)
 		go func() {
-			// Accept once every pending token is in memory: a request that
-			// arrives sooner (just after a restart) waits in the socket's
-			// queue instead of missing its token after the short miss wait.
-			select {
-			case <-tokens.Ready():
-			case <-ctx.Done():
-				s.Listener.Close()
-				return
-			}
+			// Accept at once: a request that arrives before every pending
+			// token is in memory (just after a restart) waits in the handler
+			// for them, up to its load wait, and is answered 503 if
+			// PostgreSQL has not answered by then — never left in the
+			// socket's queue for as long as the database is silent.
 			if err := srv.Serve(s.Listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				env.Log.Error("HTTP-01 challenge listener stopped", "job", s.Job, "addr", s.Listener.Addr().String(), "err", err)
 			}

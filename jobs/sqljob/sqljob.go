@@ -9,6 +9,14 @@
 // statement that ends the fenced transaction anyway fails the run before its
 // slot is marked done. What is not: the statement is trusted operator input
 // (it runs with the service's role and may do anything that role may).
+//
+// A run's statement never touches a connection anyone else uses: each run
+// opens a connection of its own (with the pool's settings, beside the pool:
+// one more connection to PostgreSQL while a sql job runs) and closes it at
+// the end, so whatever the statement left on its session — SET ROLE,
+// set_config(…, false), temporary tables, prepared statements, LISTEN,
+// cursors WITH HOLD, session-level advisory locks — ends with it instead of
+// reaching the next job or the scheduler through the shared pool.
 package sqljob
 
 import (
@@ -17,6 +25,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -142,8 +151,12 @@ func (j *job) Run(ctx context.Context, r *scheduler.Run) error {
 	if !r.Slot.IsZero() {
 		args["slot"] = r.Slot
 	}
+	conn, err := j.connect(ctx)
+	if err != nil {
+		return fmt.Errorf("sql: %w", err)
+	}
+	defer closeConn(ctx, conn)
 	var tag pgconn.CommandTag
-	var err error
 	if r.Token > 0 {
 		fn := func(ctx context.Context, tx pgx.Tx) error {
 			var err error
@@ -158,17 +171,9 @@ func (j *job) Run(ctx context.Context, r *scheduler.Run) error {
 			}
 			return nil
 		}
-		if j.resource != "" {
-			err = r.FencedOn(ctx, j.resource, fn)
-		} else {
-			err = r.Fenced(ctx, fn)
-		}
+		err = r.FencedConn(ctx, conn, j.resource, fn)
 	} else {
-		err = j.pool.AcquireFunc(ctx, func(c *pgxpool.Conn) error {
-			var err error
-			tag, err = execOne(ctx, c.Conn(), j.statement, args)
-			return err
-		})
+		tag, err = execOne(ctx, conn, j.statement, args)
 	}
 	if err != nil {
 		return fmt.Errorf("sql: %w", err)
@@ -181,6 +186,29 @@ func (j *job) Run(ctx context.Context, r *scheduler.Run) error {
 	}
 	return nil
 }
+
+// connect opens the run's own connection, with the pool's settings (URL,
+// TLS, connect timeout, application_name).
+func (j *job) connect(ctx context.Context) (*pgx.Conn, error) {
+	conn, err := pgx.ConnectConfig(ctx, j.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return nil, fmt.Errorf("connect for the statement: %w", err)
+	}
+	return conn, nil
+}
+
+// closeConn ends the run's connection, and with it its session. The close
+// is bounded on its own (the run's context may be over): pgx closes the
+// socket whatever the server does.
+func closeConn(ctx context.Context, conn *pgx.Conn) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+	defer cancel()
+	_ = conn.Close(cctx)
+}
+
+// closeTimeout bounds the goodbye to PostgreSQL when the run's connection
+// closes.
+const closeTimeout = 5 * time.Second
 
 // execOne runs statement with PostgreSQL's extended protocol, which refuses
 // text holding more than one statement ("cannot insert multiple commands into

@@ -3,6 +3,7 @@ package sqljob_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/snip/snip-jobs/fencing"
 	"github.com/snip/snip-jobs/jobs/sqljob"
 	"github.com/snip/snip-jobs/scheduler"
+	"github.com/snip/snip-jobs/scheduler/slots"
 	"github.com/snip/snip-jobs/testbench/benchtest"
 	"github.com/snip/snip-jobs/testbench/dbtest"
 	"github.com/snip/snip-jobs/testbench/jobtest"
@@ -247,4 +249,146 @@ jobs:
     every: 1m
     options:
       statement: ` + strconv.Quote(statement) + "\n")
+}
+
+// A sql job's statement cannot change the session of anyone after it. Each
+// statement below leaves state on the session it ran on — a role, a search
+// path, a temporary table named like the scheduler's, a prepared statement,
+// a LISTEN, a session-level advisory lock, a cursor WITH HOLD — run as a job
+// that runs everywhere and as a singleton, through a pool of one connection
+// (so any connection it handed back would be the next user's). After it,
+// the pool's connection is as it was, another job's fenced INSERT works, and
+// so do the scheduler's own queries: a cron job's slots read, skipped,
+// claimed, run and recorded through the same pool.
+func TestASQLStatementLeavesNothingOnTheConnectionsOthersUse(t *testing.T) {
+	ctx := context.Background()
+	db := dbtest.NewDB(t)
+	dbtest.Exec(t, db.Owner, pulsesTable+"; GRANT SELECT, INSERT ON pulses TO "+dbtest.RuntimeRole+"; GRANT USAGE ON SEQUENCE pulses_id_seq TO "+dbtest.RuntimeRole)
+	// A role the runtime role may become, with none of its grants.
+	dbtest.Exec(t, db.Super, `DO $$ BEGIN CREATE ROLE sqljob_elevated NOLOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$;
+		GRANT sqljob_elevated TO `+dbtest.RuntimeRole)
+	leaks := []string{
+		"SET ROLE sqljob_elevated",
+		"SELECT set_config('search_path', 'pg_temp', false)",
+		"CREATE TEMP TABLE cron_slots (job text)",
+		"PREPARE snip_leak AS SELECT 1",
+		"LISTEN snip_leak",
+		"SELECT pg_advisory_lock(4242 + @token)",
+		"DECLARE snip_leak CURSOR WITH HOLD FOR SELECT 1",
+	}
+	typ := sqljob.Type()
+	newJob := func(pool *pgxpool.Pool, name, statement string, singleton bool) scheduler.Job {
+		t.Helper()
+		job, err := typ.New(scheduler.Env{Instance: "server-a", Pool: pool}, configs.Job{Name: name, Type: "sql", Singleton: singleton,
+			Options: jobtest.Options(t, sqljob.Options{Statement: statement}), Schedule: configs.Schedule{Kind: configs.Interval}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return job
+	}
+	token := int64(10)
+	for i, leak := range leaks {
+		for _, singleton := range []bool{false, true} {
+			what := fmt.Sprintf("%q (singleton %v)", leak, singleton)
+			pool := onePool(t, db.Runtime)
+			fence := fencing.New(pool, "server-a")
+			before := session(t, pool)
+
+			token++
+			var f *fencing.Fence
+			var tok int64
+			if singleton {
+				f, tok = fence, token
+			}
+			if err := newJob(pool, "leak", leak, singleton).Run(ctx, scheduler.NewRun(scheduler.RunConfig{
+				Job: "leak", Instance: "server-a", Token: tok, Fence: f})); err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+
+			if after := session(t, pool); after != before {
+				t.Errorf("%s: the pool's connection changed:\n before %+v\n after  %+v", what, before, after)
+			}
+			if err := newJob(pool, "stamp", "INSERT INTO pulses (instance, token) VALUES (@instance, @token)", true).Run(ctx,
+				scheduler.NewRun(scheduler.RunConfig{Job: "stamp", Instance: "server-a", Token: token, Fence: fence})); err != nil {
+				t.Errorf("%s: another job's fenced INSERT after it: %v", what, err)
+			}
+			if err := newJob(pool, "everywhere", "INSERT INTO pulses (instance, token) VALUES (@instance, @token)", false).Run(ctx,
+				scheduler.NewRun(scheduler.RunConfig{Job: "everywhere", Instance: "server-a"})); err != nil {
+				t.Errorf("%s: another job's INSERT after it: %v", what, err)
+			}
+			cronJob := fmt.Sprintf("cron-%d-%v", i, singleton)
+			if got := sweepTwice(t, pool, fence, cronJob, token, newJob(pool, cronJob, "INSERT INTO pulses (instance, token) VALUES (@instance, @token)", true)); got != "skipped done" {
+				t.Errorf("%s: the scheduler's cron slots after it: %q, want the first sweep's slot skipped and the second's done", what, got)
+			}
+		}
+	}
+}
+
+// sessionState is what a session may carry from one user to the next.
+type sessionState struct {
+	user, searchPath                             string
+	prepared, channels, locks, cursors, tempRels int64
+}
+
+// session reads the state of the session of pool's one connection.
+func session(t *testing.T, pool *pgxpool.Pool) sessionState {
+	t.Helper()
+	var s sessionState
+	if err := pool.QueryRow(context.Background(), `SELECT current_user::text, current_setting('search_path'),
+		(SELECT count(*) FROM pg_prepared_statements WHERE name = 'snip_leak'),
+		(SELECT count(*) FROM pg_listening_channels()),
+		(SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()),
+		(SELECT count(*) FROM pg_cursors),
+		(SELECT count(*) FROM pg_class WHERE relnamespace = pg_my_temp_schema())`).Scan(
+		&s.user, &s.searchPath, &s.prepared, &s.channels, &s.locks, &s.cursors, &s.tempRels); err != nil {
+		t.Fatalf("read the pool connection's session: %v", err)
+	}
+	return s
+}
+
+// onePool is a pool of one connection on url, closed when the test ends.
+func onePool(t *testing.T, url string) *pgxpool.Pool {
+	t.Helper()
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// sweepTwice has the scheduler's slots sweep a cron job (a slot a minute)
+// through pool twice, a minute apart, as its leader with token: the first
+// sweep records its slot skipped (history starts there), the second claims
+// the next slot, runs job for it and records it. It returns the states of
+// the job's slots, oldest first.
+func sweepTwice(t *testing.T, pool *pgxpool.Pool, fence *fencing.Fence, name string, token int64, job scheduler.Job) string {
+	t.Helper()
+	ctx := context.Background()
+	c := &slots.Cron{
+		Job: slots.Job{Name: name, Grace: time.Second, Log: benchtest.Logger(t),
+			Schedule: configs.Schedule{Kind: configs.Cron, Spec: jobtest.Grid(time.Minute), Location: time.UTC, CatchUp: configs.Latest, CatchUpWindow: time.Hour}},
+		Claims: slots.Leader(fence, "server-a", token, func() bool { return true }),
+		Pool:   pool, Fence: fence, OnTime: time.Minute,
+		Run: func(ctx context.Context, cl slots.Claim, valid func() bool) error {
+			return job.Run(ctx, scheduler.NewRun(scheduler.RunConfig{Job: name, Instance: "server-a", Token: cl.Token, Slot: cl.Slot, Fence: fence, Valid: valid}))
+		},
+		EndsLead: func(error) bool { return false },
+	}
+	first := time.Date(2026, 11, 23, 7, 0, 30, 0, time.UTC)
+	for _, now := range []time.Time{first, first.Add(time.Minute)} {
+		if err := c.SweepAt(ctx, now); err != nil {
+			t.Errorf("sweep of %s at %s: %v", name, now.Format(time.TimeOnly), err)
+		}
+	}
+	var states string
+	if err := pool.QueryRow(ctx, `SELECT coalesce(string_agg(state, ' ' ORDER BY slot), '') FROM cron_slots WHERE job = $1`, name).Scan(&states); err != nil {
+		t.Errorf("read %s's slots: %v", name, err)
+	}
+	return states
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -20,20 +21,31 @@ const ChallengePath = "/.well-known/acme-challenge/"
 // Defaults of a request for a token not in memory (see the package doc).
 const (
 	DefaultMissWait   = 250 * time.Millisecond
+	DefaultLoadWait   = 2 * time.Second
 	DefaultMaxWaiters = 64
 )
+
+// RetryAfter is the Retry-After of a 503 answered before the pending tokens
+// were first read: the longest back-off between the reader's connection
+// attempts.
+const RetryAfter = maxRetry
 
 // Challenges serves HTTP-01 key authorizations that any instance's renewer
 // stored, from memory: GET and HEAD of /.well-known/acme-challenge/<token>
 // answer the key authorization when the token is held for exactly the
-// request's Host (port and case ignored) and has not expired; everything else
-// is 404. It is an http.Handler: mount it at ChallengePath on the web tier's
-// port 80, or serve it with NewChallengeServer. Run keeps it current.
+// request's Host (port and case ignored) and has not expired; a token it does
+// not hold is 404 once the pending tokens have been read, and 503 with
+// Retry-After until then (within the load wait: PostgreSQL has not answered
+// since the start, so whether the token exists is unknown); anything that is
+// not a challenge request is 404. It is an http.Handler: mount it at
+// ChallengePath on the web tier's port 80, or serve it with
+// NewChallengeServer. Run keeps it current.
 type Challenges struct {
 	feed      feed
 	log       *slog.Logger
 	m         *challengeMetrics
 	missWait  time.Duration
+	loadWait  time.Duration
 	waitSlots chan struct{}
 	mu        sync.Mutex
 	tokens    map[string]pendingChallenge
@@ -57,13 +69,20 @@ func WithMissWait(wait time.Duration, maxWaiters int) ChallengesOption {
 	return func(c *Challenges) { c.missWait, c.waitSlots = wait, make(chan struct{}, max(maxWaiters, 0)) }
 }
 
+// WithLoadWait sets how long a request that arrives before the pending
+// tokens were first read waits for that read (0: not at all) before it is
+// answered 503. It shares the waiting slots of WithMissWait.
+func WithLoadWait(wait time.Duration) ChallengesOption {
+	return func(c *Challenges) { c.loadWait = max(wait, 0) }
+}
+
 // NewChallenges makes the handler. Call Run to fill it and keep it current.
 func NewChallenges(cfg Config, opts ...ChallengesOption) (*Challenges, error) {
 	cfg, err := cfg.check("challenges")
 	if err != nil {
 		return nil, err
 	}
-	c := &Challenges{log: cfg.Log, m: newChallengeMetrics(cfg.Metrics), missWait: DefaultMissWait,
+	c := &Challenges{log: cfg.Log, m: newChallengeMetrics(cfg.Metrics), missWait: DefaultMissWait, loadWait: DefaultLoadWait,
 		waitSlots: make(chan struct{}, DefaultMaxWaiters), tokens: map[string]pendingChallenge{},
 		changed: make(chan struct{}), ready: make(chan struct{})}
 	for _, o := range opts {
@@ -167,7 +186,15 @@ func (c *Challenges) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	keyAuth, found := c.find(r.Context(), token, host)
-	if !found {
+	switch found {
+	case notRead:
+		c.m.requests.WithLabelValues("unavailable").Inc()
+		c.log.DebugContext(r.Context(), "challenge request before the pending tokens could be read: answered 503", "domain", host, "token", token)
+		w.Header().Set("Retry-After", strconv.Itoa(int(RetryAfter/time.Second)))
+		w.Header().Set("Cache-Control", "no-store")
+		http.Error(w, "the HTTP-01 tokens have not been read yet: try again", http.StatusServiceUnavailable)
+		return
+	case unknown:
 		c.m.requests.WithLabelValues("unknown").Inc()
 		c.log.DebugContext(r.Context(), "challenge not found", "domain", host, "token", token)
 		http.NotFound(w, r)
@@ -180,27 +207,58 @@ func (c *Challenges) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write([]byte(keyAuth))
 }
 
+// finding is what find found.
+type finding int
+
+const (
+	found   finding = iota
+	unknown         // not held, the pending tokens read: 404
+	notRead         // not held, the pending tokens never read yet: 503
+)
+
 // find looks token up; not found, it waits up to missWait for it to arrive,
 // if a waiting slot is free (the CA's request may overtake the notification).
 // Before the pending tokens have first been read (just after a restart), a
-// miss means nothing yet: the wait starts once they have, so a web tier that
-// serves this handler with its own server answers the same as ours.
-func (c *Challenges) find(ctx context.Context, token, host string) (string, bool) {
+// miss means nothing yet: it waits for that read first, up to loadWait, and
+// if the read has not come by then (PostgreSQL has not answered since the
+// start) the token is notRead, which the caller answers at once — never a
+// wait as long as the database's silence.
+func (c *Challenges) find(ctx context.Context, token, host string) (string, finding) {
 	keyAuth, ok, _ := c.lookup(token, host)
-	if ok || c.missWait <= 0 {
-		return keyAuth, ok
+	if ok {
+		return keyAuth, found
+	}
+	miss := unknown
+	if !c.isReady() {
+		miss = notRead
+	}
+	if (miss == unknown && c.missWait <= 0) || (miss == notRead && c.loadWait <= 0) {
+		return "", miss
 	}
 	select {
 	case c.waitSlots <- struct{}{}:
 		defer func() { <-c.waitSlots }()
 	default:
 		c.m.waitsRefused.Inc()
-		return "", false
+		return "", miss
 	}
-	select {
-	case <-c.ready:
-	case <-ctx.Done():
-		return "", false
+	if miss == notRead {
+		timer := time.NewTimer(c.loadWait)
+		select {
+		case <-c.ready:
+			timer.Stop()
+		case <-timer.C:
+			return "", notRead
+		case <-ctx.Done():
+			timer.Stop()
+			return "", notRead
+		}
+		if keyAuth, ok, _ := c.lookup(token, host); ok {
+			return keyAuth, found
+		}
+		if c.missWait <= 0 {
+			return "", unknown
+		}
 	}
 	timer := time.NewTimer(c.missWait)
 	defer timer.Stop()
@@ -208,15 +266,25 @@ func (c *Challenges) find(ctx context.Context, token, host string) (string, bool
 		keyAuth, ok, changed := c.lookup(token, host)
 		if ok {
 			c.m.waitsAnswered.Inc()
-			return keyAuth, true
+			return keyAuth, found
 		}
 		select {
 		case <-changed:
 		case <-timer.C:
-			return "", false
+			return "", unknown
 		case <-ctx.Done():
-			return "", false
+			return "", unknown
 		}
+	}
+}
+
+// isReady reports whether the pending tokens have been read at least once.
+func (c *Challenges) isReady() bool {
+	select {
+	case <-c.ready:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -259,11 +327,11 @@ func newChallengeMetrics(reg prometheus.Registerer) *challengeMetrics {
 		pending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "snip_certserve_challenges_pending",
 			Help: "HTTP-01 tokens held in memory."}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "snip_certserve_challenge_requests_total",
-			Help: "HTTP-01 requests: answered, unknown (no such token for the host), refused (not a challenge request)."}, []string{"result"}),
+			Help: "HTTP-01 requests: answered, unknown (no such token for the host), unavailable (503: the tokens never read yet), refused (not a challenge request)."}, []string{"result"}),
 		waitsAnswered: prometheus.NewCounter(prometheus.CounterOpts{Name: "snip_certserve_challenge_waits_answered_total",
 			Help: "Requests that found their token only after waiting for its notification (the CA overtook it)."}),
 		waitsRefused: prometheus.NewCounter(prometheus.CounterOpts{Name: "snip_certserve_challenge_waits_refused_total",
-			Help: "Requests for an unknown token answered 404 at once because every waiting slot was taken."}),
+			Help: "Requests for an unknown token answered at once (404, or 503 before the tokens were read) because every waiting slot was taken."}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.pending, m.requests, m.waitsAnswered, m.waitsRefused)

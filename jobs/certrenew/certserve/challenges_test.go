@@ -15,9 +15,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/snip/snip-jobs/jobs/certrenew/certserve"
 	"github.com/snip/snip-jobs/testbench/benchtest"
 	"github.com/snip/snip-jobs/testbench/certtest"
+	"github.com/snip/snip-jobs/testbench/dbtest"
 )
 
 // challenges starts the handler on the fixture's database, served over
@@ -285,12 +288,13 @@ func trickle(addr string) error {
 
 // A request that reaches the handler before the pending tokens have first
 // been read (a web tier restarting while the CA validates) is answered once
-// they are, not refused after the short miss wait.
+// they are, within the load wait (here longer than any slow machine's first
+// read), not refused after the short miss wait.
 func TestARequestBeforeTheFirstReadIsAnsweredOnceTheTokensAreRead(t *testing.T) {
 	f := newFixture(t)
 	token := randomToken(t)
 	f.present(token, "shop.example.com", token+".thumbprint", time.Hour)
-	h, err := certserve.NewChallenges(f.config(), certserve.WithMissWait(time.Millisecond, 4))
+	h, err := certserve.NewChallenges(f.config(), certserve.WithMissWait(time.Millisecond, 4), certserve.WithLoadWait(benchtest.Patience))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,5 +318,73 @@ func TestARequestBeforeTheFirstReadIsAnsweredOnceTheTokensAreRead(t *testing.T) 
 	certtest.Run(t, h.Run, h.Ready())
 	if a := <-answered; a.code != http.StatusOK || a.body != token+".thumbprint" {
 		t.Fatalf("a request made before the first read got %d %q, want 200 and the key authorization", a.code, a.body)
+	}
+}
+
+// PostgreSQL stopped before the handler starts, and silent since: a request
+// for a token — one that is stored, and one that is not — is answered, 503
+// with Retry-After (whether the token exists cannot be known), at the end of
+// the load wait, not held for as long as the database is silent (the client's
+// bound is only how long a broken build takes to fail). Once PostgreSQL
+// answers and the tokens are read, the stored token is served and the other
+// is 404.
+func TestAChallengeRequestIsAnswered503WhilePostgreSQLHasNeverAnswered(t *testing.T) {
+	pg := benchtest.StartPostgres(t)
+	url := dbtest.Migrate(t, pg.CreateDatabase(t))
+	token, other := randomToken(t), randomToken(t)
+	dbtest.Exec(t, url, fmt.Sprintf(`INSERT INTO certrenew_challenges (token, domain, key_auth, fence_token, expires_at)
+		VALUES ('%s', 'shop.example.com', '%s.thumbprint', 1, now() + interval '1 hour')`, token, token))
+	pg.Stop(t)
+
+	cc, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := certserve.NewChallenges(certserve.Config{DB: cc, Log: benchtest.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = h.Run(ctx)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+
+	ask := func(token string) (int, http.Header, string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), benchtest.Patience)
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+certserve.ChallengePath+token, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = "shop.example.com"
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("no answer about a token while PostgreSQL has never answered: %v", err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header, string(body)
+	}
+	for _, tok := range []string{token, other} {
+		code, header, body := ask(tok)
+		if code != http.StatusServiceUnavailable || header.Get("Retry-After") != "5" || header.Get("Cache-Control") != "no-store" {
+			t.Errorf("before the tokens were ever read: %d, Retry-After %q, Cache-Control %q, %q; want 503, Retry-After 5, no-store",
+				code, header.Get("Retry-After"), header.Get("Cache-Control"), body)
+		}
+	}
+
+	pg.Start(t)
+	waitFor(t, "the tokens read once PostgreSQL answers", h.Ready())
+	if code, _, body := ask(token); code != http.StatusOK || body != token+".thumbprint" {
+		t.Errorf("the stored token once read: %d %q; want 200 and its key authorization", code, body)
+	}
+	if code, _, _ := ask(other); code != http.StatusNotFound {
+		t.Errorf("a token never stored, once the tokens were read: %d; want 404", code)
 	}
 }

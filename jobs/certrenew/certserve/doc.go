@@ -34,4 +34,18 @@
 //     notification. A request for a token not in memory waits up to MissWait
 //     for it (at most MaxWaiters requests wait at once; the others are
 //     answered 404 at once), so a race costs milliseconds, not an order.
+//   - An answer about a token before the pending tokens were first read. A
+//     request that arrives sooner (just after a restart) waits for that read
+//     up to LoadWait (2 s); if PostgreSQL has not answered since the start,
+//     it is answered 503 with Retry-After, at once once the wait is over,
+//     however long the database stays silent (before, the request waited
+//     for it, past the CA's own timeout: Pebble's is 15 s). A CA fails the
+//     challenge on any answer but 200 (RFC 8555 §8.3; Pebble: "Non-200
+//     status code"), and does not retry it on 503 nor read Retry-After, so
+//     the status does not save that order; but 503 is what is true — this
+//     server cannot tell — where 404 would say the token does not exist:
+//     the CA's error (which the renewer stores, and `certs list --failing`
+//     shows) then points at this server's database rather than at the token
+//     or DNS, a proxy in front of several servers may try another on 503
+//     (nginx: proxy_next_upstream http_503), and nothing caches it.
 package certserve
