@@ -157,19 +157,7 @@ func TestTwoInstancesOnKubernetesLeasesHandASingletonOverWhenTheLeaderIsKilled(t
 	if killed == survivor {
 		survivor = procs["server-b"]
 	}
-	var second pulse
-	waitPulses(t, url, "a pulse of "+survivor.name, func() bool {
-		for _, p := range pulses(t, url) {
-			if p.instance == survivor.name && p.id > first.id {
-				second = p
-				return true
-			}
-		}
-		return false
-	})
-	if second.token <= first.token {
-		t.Fatalf("%s took over with token %d, not above the killed leader's %d", survivor.name, second.token, first.token)
-	}
+	second := takeover(t, url, survivor, first)
 	checkPulses(t, pulses(t, url)) // the old term's rows all precede the new one's
 	holder, ann, _ = kube.lease(t, kubePrefix+"-job-pulse")
 	if !strings.HasPrefix(holder, survivor.name+"/") || ann["jobs.snip.dev/token"] != strconv.FormatInt(second.token, 10) {
@@ -403,19 +391,7 @@ func TestReclaimOnKubernetesEndsADeadInstancesLease(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stderr, "revoked its lease, its jobs move now") {
 		t.Fatalf("reclaim after the kill: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	var second pulse
-	waitPulses(t, url, "a pulse of "+survivor.name, func() bool {
-		for _, p := range pulses(t, url) {
-			if p.instance == survivor.name && p.id > first.id {
-				second = p
-				return true
-			}
-		}
-		return false
-	})
-	if second.token <= first.token {
-		t.Fatalf("%s took over with token %d, not above the killed leader's %d", survivor.name, second.token, first.token)
-	}
+	takeover(t, url, survivor, first)
 	if _, _, found := kube.lease(t, kubePrefix+"-instance-"+killed.name); found {
 		t.Errorf("the killed instance's Lease is still there after reclaim")
 	}
@@ -516,4 +492,24 @@ current-context: %s
 	if len(sent) > 0 {
 		t.Errorf("%d request(s) reached a refused server, the first with Authorization %q (the token is %q)", len(sent), sent[0], secret)
 	}
+}
+
+// takeover waits for survivor's first pulse after the killed leader's last
+// one, first, and checks that its token is newer.
+func takeover(t *testing.T, url string, survivor *instance, first pulse) pulse {
+	t.Helper()
+	var second pulse
+	waitPulses(t, url, "a pulse of "+survivor.name, func() bool {
+		for _, p := range pulses(t, url) {
+			if p.instance == survivor.name && p.id > first.id {
+				second = p
+				return true
+			}
+		}
+		return false
+	})
+	if second.token <= first.token {
+		t.Fatalf("%s took over with token %d, not above the killed leader's %d", survivor.name, second.token, first.token)
+	}
+	return second
 }
