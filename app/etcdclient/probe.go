@@ -20,7 +20,7 @@ import (
 // Endpoint is what Probe learned of one endpoint.
 type Endpoint struct {
 	URL string
-	// Version is the etcd server's version ("3.6.16"), when it answered.
+	// Version is the etcd server's version ("3.7.3"), when it answered.
 	Version string
 	// Err is why the endpoint cannot be used (an *EndpointError), nil when
 	// it can.

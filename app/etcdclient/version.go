@@ -7,8 +7,9 @@ import (
 
 // Minimum is the oldest etcd release of each supported line: the first with
 // the fixes of the lease bugs that could give two terms at once
-// (docs/operations.md, "etcd versions"). Later lines are assumed to carry them.
-var Minimum = [][3]int{{3, 5, 23}, {3, 6, 5}}
+// (docs/operations.md, "etcd versions"). 3.7.0 already carries every one of
+// them (its lessor is 3.6.16's). Later lines are assumed to carry them.
+var Minimum = [][3]int{{3, 5, 23}, {3, 6, 5}, {3, 7, 0}}
 
 // BelowMinimum reports whether version ("3.5.12") is older than the minimum
 // of its line (or of a line older than every supported one), and that

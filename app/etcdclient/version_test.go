@@ -14,7 +14,9 @@ func TestBelowMinimumComparesWithinEachSupportedLine(t *testing.T) {
 		{"3.6.0", "3.6.5", true},
 		{"3.6.16", "3.6.5", false},
 		{"3.4.40", "3.5.23", true}, // an older line
-		{"3.7.0", "3.5.23", false}, // a newer line
+		{"3.7.0", "3.7.0", false},  // 3.7's minimum: its first release
+		{"3.7.3", "3.7.0", false},
+		{"3.8.0", "3.5.23", false}, // a newer line
 		{"3.6.0-rc.1", "3.6.5", true},
 		{"not a version", "", false},
 	} {

@@ -117,7 +117,7 @@ func NormalizeDomain(raw string) (string, error) {
 		return bad(InvalidIPAddress, "%s is an IP address, not a host name", ip)
 	}
 
-	name := raw
+	var name string
 	if !isASCII(raw) {
 		a, err := idnaMapping.ToASCII(raw)
 		if err != nil {

@@ -33,7 +33,7 @@ type kubeTerms struct {
 }
 
 // startKube starts the API server; it refuses to build kube-apiserver (the
-// first build takes about 10½ minutes on two idle cores).
+// first build takes about 8½ minutes on two cores).
 func startKube(ctx context.Context, dir string, ttl time.Duration) (_ *kubeTerms, err error) {
 	k := &kubeTerms{ttl: ttl, tokenFile: filepath.Join(dir, "kube-token")}
 	k.srv, err = kubetest.Start(ctx, kubetest.Options{NoBuild: true})

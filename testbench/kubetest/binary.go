@@ -8,22 +8,56 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 
 	"github.com/snip/snip-jobs/testbench/gobuild"
 )
 
-// Version is the kube-apiserver release the kit runs.
-const Version = "v1.34.0"
+// Version is the kube-apiserver release the kit runs by default: the
+// newest supported Kubernetes minor (1.35–1.37 in December 2026), the
+// release of the client-go in go.mod.
+const Version = "v1.37.2"
+
+// VersionEnv names the environment variable that selects another release
+// for one run (SNIP_KUBE_APISERVER=v1.35.4: the oldest supported minor,
+// which .ci/run tests the backend against too). It is built into the
+// cache the same way.
+const VersionEnv = "SNIP_KUBE_APISERVER"
+
+// Selected is the release this run uses: VersionEnv's value when set, else
+// Version. Start and testbench/prepare use it; a value that is not a
+// Kubernetes release (v1.N.M) is refused by Binary.
+func Selected() string {
+	if v := strings.TrimSpace(os.Getenv(VersionEnv)); v != "" {
+		return v
+	}
+	return Version
+}
+
+var releaseRE = regexp.MustCompile(`^v1\.[0-9]+\.[0-9]+$`)
+
+// checkRelease refuses a version that cannot name a k8s.io/kubernetes
+// release (whose staging modules are v0.N.M).
+func checkRelease(version string) error {
+	if !releaseRE.MatchString(version) {
+		return fmt.Errorf("kube-apiserver version %q is not a Kubernetes release such as %s (%s)", version, Version, VersionEnv)
+	}
+	return nil
+}
 
 const mainPkg = "k8s.io/kubernetes/cmd/kube-apiserver"
 
 // Binary returns kube-apiserver of version, kept in <user
 // cache>/snip-jobs/kube-apiserver-<version> and built there when missing
-// or not that version (the first build takes about 10½ minutes and 2.1 GB of
-// memory on two idle cores, measured 2026-12-02, far longer on a busy
-// machine; every later run reuses it).
+// or not that version (the first build of v1.37.2 took 511 s of wall time,
+// 631 s of CPU and 2.7 GiB of memory at most on two busy cores, v1.35.4's
+// 470 s, 505 s and 2.1 GiB, measured 2026-12-03; far longer at a low
+// priority on a busier machine; every later run reuses it).
 func Binary(ctx context.Context, version string) (string, error) {
+	if err := checkRelease(version); err != nil {
+		return "", err
+	}
 	cache, err := gobuild.CacheDir()
 	if err != nil {
 		return "", err
@@ -47,6 +81,9 @@ func Binary(ctx context.Context, version string) (string, error) {
 // CachedBinary is Binary without the build: an error saying how to build
 // it when the cache has no kube-apiserver of version.
 func CachedBinary(ctx context.Context, version string) (string, error) {
+	if err := checkRelease(version); err != nil {
+		return "", err
+	}
 	cache, err := gobuild.CacheDir()
 	if err != nil {
 		return "", err
@@ -54,7 +91,7 @@ func CachedBinary(ctx context.Context, version string) (string, error) {
 	bin := filepath.Join(cache, "kube-apiserver-"+version)
 	if !gobuild.Cached(ctx, bin, IsVersion(version)) {
 		return "", fmt.Errorf("no kube-apiserver %s at %s yet: go run ./cmd/snip-test --prepare-only builds it there once "+
-			"(4 to 11 minutes and 2.1 GB of memory on two cores)", version, bin)
+			"(about 9 minutes and 2.7 GiB of memory on two cores)", version, bin)
 	}
 	return bin, nil
 }
@@ -87,7 +124,7 @@ func IsVersion(version string) gobuild.Check {
 }
 
 // stagingVersion is the version of the staging modules (k8s.io/api,
-// apiserver, client-go…) released with kubernetes version: v1.34.0 → v0.34.0.
+// apiserver, client-go…) released with kubernetes version: v1.37.2 → v0.37.2.
 func stagingVersion(version string) string {
 	return "v0." + strings.TrimPrefix(version, "v1.")
 }
@@ -114,7 +151,7 @@ func buildFiles(ctx context.Context, version string) (map[string]string, error) 
 		return nil, err
 	}
 	return map[string]string{
-		"go.mod":   GoMod(version, StagingModules(string(kmod))),
+		"go.mod":   GoMod(version, GoLine(string(kmod)), StagingModules(string(kmod))),
 		"tools.go": "//go:build tools\n\npackage kbuild\n\nimport _ \"" + mainPkg + "\"\n",
 	}, nil
 }
@@ -133,10 +170,28 @@ func StagingModules(gomod string) []string {
 	return mods
 }
 
-// GoMod is the throwaway module's go.mod.
-func GoMod(version string, staging []string) string {
+// GoLine is the Go version k8s.io/kubernetes's go.mod (its text) names
+// ("1.26.0"), or "" when it names none.
+func GoLine(gomod string) string {
+	sc := bufio.NewScanner(strings.NewReader(gomod))
+	for sc.Scan() {
+		if f := strings.Fields(sc.Text()); len(f) == 2 && f[0] == "go" {
+			return f[1]
+		}
+	}
+	return ""
+}
+
+// GoMod is the throwaway module's go.mod. Its go line is the release's own
+// (goVersion; 1.24 when empty), so that the binary gets the GODEBUG
+// defaults the release was built with: a main module's go line sets them,
+// a dependency's does not.
+func GoMod(version, goVersion string, staging []string) string {
+	if goVersion == "" {
+		goVersion = "1.24"
+	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "module kbuild\n\ngo 1.24\n\nrequire k8s.io/kubernetes %s\n\n", version)
+	fmt.Fprintf(&b, "module kbuild\n\ngo %s\n\nrequire k8s.io/kubernetes %s\n\n", goVersion, version)
 	for _, m := range staging {
 		fmt.Fprintf(&b, "replace %s => %s %s\n", m, m, stagingVersion(version))
 	}

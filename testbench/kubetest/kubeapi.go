@@ -43,7 +43,8 @@ const ReadyBound = 90 * time.Second
 
 // Options configures Start. Zero fields take the defaults noted.
 type Options struct {
-	// Version of kube-apiserver (default Version).
+	// Version of kube-apiserver (default Selected(): Version, or the
+	// release VersionEnv names).
 	Version string
 	// Log receives etcd's errors; the apiserver's own output goes to
 	// <dir>/kube-apiserver.log. Default: discard.
@@ -73,7 +74,7 @@ type Server struct {
 // Start starts etcd and kube-apiserver in a fresh temporary folder.
 func Start(ctx context.Context, opts Options) (_ *Server, err error) {
 	if opts.Version == "" {
-		opts.Version = Version
+		opts.Version = Selected()
 	}
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)

@@ -61,7 +61,7 @@ func isDNS1123Subdomain(value string) []string {
 func isValidLabelValue(value string) []string {
 	var errs []string
 	if len(value) > 63 {
-		errs = append(errs, maxLen(63))
+		errs = append(errs, maxLenBytes(63))
 	}
 	if !labelValue.MatchString(value) {
 		errs = append(errs, regexError(labelValueMsg, labelValueFmt, "MyValue", "my_value", "12345"))
@@ -70,6 +70,11 @@ func isValidLabelValue(value string) []string {
 }
 
 func maxLen(n int) string { return fmt.Sprintf("must be no more than %d characters", n) }
+
+// maxLenBytes is how apimachinery v0.37 words a label value's length
+// (validation.IsValidLabelValue is now pkg/api/validate/content's
+// IsLabelValue, which counts and says bytes; names still say characters).
+func maxLenBytes(n int) string { return fmt.Sprintf("must be no more than %d bytes", n) }
 
 func regexError(msg, format string, examples ...string) string {
 	quoted := make([]string, len(examples))
