@@ -96,9 +96,9 @@ func readLast(ctx context.Context, pool *pgxpool.Pool, j *Job) error {
 	var r RunRecord
 	var slot, finished *time.Time
 	var result, msg *string
-	err := pool.QueryRow(ctx, `SELECT id, instance, token, slot, started_at, finished_at, result, error
+	err := pool.QueryRow(ctx, `SELECT id, instance, token, slot, trigger, started_at, finished_at, result, error
 		FROM job_runs WHERE job = $1 ORDER BY id DESC LIMIT 1`, j.Name).
-		Scan(&r.ID, &r.Instance, &r.Token, &slot, &r.Started, &finished, &result, &msg)
+		Scan(&r.ID, &r.Instance, &r.Token, &slot, &r.Trigger, &r.Started, &finished, &result, &msg)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 	case err != nil:
