@@ -25,7 +25,9 @@ func (fiveMinutes) Next(t time.Time) time.Time {
 
 // The catch-up policy decides what happens to slots missed while nobody ran the
 // job; a slot that fell due within the last minute runs whatever the policy.
-// Each case sweeps once at a chosen instant against a real database.
+// Each case sweeps once at a chosen instant against a real database. The
+// runs of the missed slots are recorded in job_runs as catch-up runs (and
+// counted), the on-time one as the schedule's.
 func TestCatchUpPolicies(t *testing.T) {
 	t.Parallel()
 	base := time.Date(2026, 11, 2, 8, 0, 0, 0, time.UTC) // last slot that ran
@@ -35,15 +37,16 @@ func TestCatchUpPolicies(t *testing.T) {
 		now         time.Time
 		wantRun     []time.Time
 		wantSkipped int
+		wantCatchUp int // the oldest of wantRun run late; the others on time
 	}{
 		// Six slots missed (08:05 … 08:30), none due within the last minute.
-		{configs.All, after(32), []time.Time{after(5), after(10), after(15), after(20), after(25), after(30)}, 0},
-		{configs.Latest, after(32), []time.Time{after(30)}, 5},
-		{configs.None, after(32), nil, 6},
+		{configs.All, after(32), []time.Time{after(5), after(10), after(15), after(20), after(25), after(30)}, 0, 6},
+		{configs.Latest, after(32), []time.Time{after(30)}, 5, 1},
+		{configs.None, after(32), nil, 6, 0},
 		// 08:30 fell due 30 s ago: it runs whatever the policy; 08:05 … 08:25 are missed.
-		{configs.All, after(30).Add(30 * time.Second), []time.Time{after(5), after(10), after(15), after(20), after(25), after(30)}, 0},
-		{configs.Latest, after(30).Add(30 * time.Second), []time.Time{after(30)}, 5},
-		{configs.None, after(30).Add(30 * time.Second), []time.Time{after(30)}, 5},
+		{configs.All, after(30).Add(30 * time.Second), []time.Time{after(5), after(10), after(15), after(20), after(25), after(30)}, 0, 5},
+		{configs.Latest, after(30).Add(30 * time.Second), []time.Time{after(30)}, 5, 0},
+		{configs.None, after(30).Add(30 * time.Second), []time.Time{after(30)}, 5, 0},
 	}
 	_, pool := dbtest.New(t)
 
@@ -85,8 +88,42 @@ func TestCatchUpPolicies(t *testing.T) {
 			if skipped != tc.wantSkipped || done != 1+len(tc.wantRun) {
 				t.Errorf("cron_slots: %d skipped, %d done; want %d skipped, %d done", skipped, done, tc.wantSkipped, 1+len(tc.wantRun))
 			}
+			var want []string
+			for k, slot := range tc.wantRun {
+				trigger := TriggerSchedule
+				if k < tc.wantCatchUp {
+					trigger = TriggerCatchUp
+				}
+				want = append(want, slot.Format("15:04 ")+string(trigger))
+			}
+			if got := runTriggers(t, pool, name); fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("job_runs: %q, want %q", got, want)
+			}
+			if n := testutil.ToFloat64(s.m.slotsCaughtUp.WithLabelValues(name)); n != float64(tc.wantCatchUp) {
+				t.Errorf("%v slots counted caught up, want %d", n, tc.wantCatchUp)
+			}
 		})
 	}
+}
+
+// runTriggers lists job's runs in job_runs as "slot trigger" (UTC), oldest
+// first.
+func runTriggers(t *testing.T, pool *pgxpool.Pool, job string) []string {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `SELECT slot, trigger FROM job_runs WHERE job = $1 ORDER BY id`, job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	var slot time.Time
+	var trigger string
+	if _, err := pgx.ForEachRow(rows, []any{&slot, &trigger}, func() error {
+		out = append(out, slot.UTC().Format("15:04 ")+trigger)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // A job's first sweep does not treat the whole window as missed: it records the

@@ -34,8 +34,9 @@
 // The code goes by concern: the runner runs a job's executions by its schedule
 // (schedule.go; a durable cron job's slots through package slots), the
 // lifecycle leads a singleton's terms (lifecycle.go), spread keeps the share
-// fair (spread.go), the recorder writes job_terms, job_runs and
-// fence_rejections (records.go), and package status reads them back. The
+// fair (spread.go), the recorder writes job_terms, job_runs (each run with
+// its Run.Trigger: schedule, catch-up or manual) and fence_rejections
+// (records.go), and package status reads them back. The
 // scheduler reaches etcd only through the Session interface, which
 // *leadership.Session satisfies.
 //

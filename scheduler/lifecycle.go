@@ -78,7 +78,9 @@ func (lc *lifecycle) lead(ctx context.Context, j *job, term Term) error {
 	defer unlink()
 	lc.begin(ctx, t)
 
-	mk := func(slot time.Time) *Run { return lc.run.newRun(j, term.Token(), slot, "", term.Valid) }
+	mk := func(slot time.Time) *Run {
+		return lc.run.newRun(j, term.Token(), slot, "", term.Valid, TriggerSchedule)
+	}
 	done := make(chan error, 1)
 	go func() { done <- lc.run.schedule(t.ctx, j, mk, term.Token(), term.Valid) }()
 	ended, returned := lc.watch(t, done)

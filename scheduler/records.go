@@ -40,7 +40,11 @@ func (rc *recorder) bookkeep(ctx context.Context, sql string, args ...any) {
 // run's) ends: a run whose term is over does nothing worth recording, and a
 // slow database must not keep a job from returning within its grace period.
 func (rc *recorder) runStart(ctx context.Context, j *job, r *Run) *status.RunRecord {
-	rec := &status.RunRecord{Instance: rc.instance, Token: r.Token, Slot: r.Slot, Started: time.Now()}
+	trigger := r.Trigger
+	if trigger == "" { // a Run built without NewRun
+		trigger = TriggerSchedule
+	}
+	rec := &status.RunRecord{Instance: rc.instance, Token: r.Token, Slot: r.Slot, Trigger: string(trigger), Started: time.Now()}
 	if records := rc.pool; records != nil {
 		bctx, cancel := context.WithTimeout(ctx, recordTimeout)
 		defer cancel()
@@ -49,7 +53,7 @@ func (rc *recorder) runStart(ctx context.Context, j *job, r *Run) *status.RunRec
 			slot = &r.Slot
 		}
 		err := records.QueryRow(bctx, sqlRunStart,
-			j.spec.Name, rc.instance, r.Token, slot).Scan(&rec.ID)
+			j.spec.Name, rc.instance, r.Token, slot, rec.Trigger).Scan(&rec.ID)
 		if err != nil {
 			r.Log.Debug("cannot log the run's start", "err", err)
 		}
@@ -62,7 +66,7 @@ func (rc *recorder) runStart(ctx context.Context, j *job, r *Run) *status.RunRec
 const (
 	sqlTermStart = `INSERT INTO job_terms (job, token, instance) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`
 	sqlTermEnd   = `UPDATE job_terms SET ended_at = now(), reason = $3 WHERE job = $1 AND token = $2`
-	sqlRunStart  = `INSERT INTO job_runs (job, instance, token, slot) VALUES ($1, $2, $3, $4) RETURNING id`
+	sqlRunStart  = `INSERT INTO job_runs (job, instance, token, slot, trigger) VALUES ($1, $2, $3, $4, $5) RETURNING id`
 	sqlRunEnd    = `UPDATE job_runs SET finished_at = now(), result = $2, error = $3 WHERE id = $1`
 	sqlRejection = `INSERT INTO fence_rejections (resource, token, current, instance) VALUES ($1, $2, $3, $4)`
 )

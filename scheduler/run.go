@@ -24,6 +24,24 @@ var ErrTermEnded = errors.New("scheduler: the run's term has ended")
 // ErrNoSlot is returned by Run.CompleteSlot for a run that is not a cron slot.
 var ErrNoSlot = errors.New("scheduler: this run is not a cron slot")
 
+// Trigger is what started a run, as job_runs records it (its trigger column,
+// migration 0013).
+type Trigger string
+
+const (
+	// TriggerSchedule is the job's schedule: an interval or continuous run,
+	// a cron run of a job that runs everywhere, or a cron slot run on time
+	// (due within the on-time window when its sweep began).
+	TriggerSchedule Trigger = "schedule"
+	// TriggerCatchUp is a cron slot run late by the catch-up sweep: it fell
+	// due before the on-time window (a missed slot the policy catches up, or
+	// a failed or abandoned one taken again later); the runs
+	// snip_jobs_cron_slots_caught_up_total counts.
+	TriggerCatchUp Trigger = "catch-up"
+	// TriggerManual is an operator's request to run the job now.
+	TriggerManual Trigger = "manual"
+)
+
 // Run is one execution of a job, handed to Job.Run. Its methods are safe for
 // concurrent use.
 type Run struct {
@@ -36,6 +54,9 @@ type Run struct {
 	Token int64
 	// Slot is the scheduled instant a cron run is for; zero for other schedules.
 	Slot time.Time
+	// Trigger is what started the run, recorded with it in job_runs: set by
+	// whoever starts it (NewRun: RunConfig.Trigger, schedule by default).
+	Trigger Trigger
 	// Log carries job, instance and token.
 	Log *slog.Logger
 
@@ -51,7 +72,9 @@ type RunConfig struct {
 	Job, Instance string
 	Token         int64
 	Slot          time.Time
-	Fence         *fencing.Fence // nil: Fenced returns ErrNotFenced
+	// Trigger is what started the run; "" is TriggerSchedule.
+	Trigger Trigger
+	Fence   *fencing.Fence // nil: Fenced returns ErrNotFenced
 	// Resource is what Fenced fences by; default the job's name.
 	Resource string
 	// Valid reports whether the term still holds; nil means always.
@@ -70,14 +93,20 @@ func NewRun(c RunConfig) *Run {
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
 	}
+	if c.Trigger == "" {
+		c.Trigger = TriggerSchedule
+	}
 	r := &Run{
-		Job: c.Job, Instance: c.Instance, Token: c.Token, Slot: c.Slot,
+		Job: c.Job, Instance: c.Instance, Token: c.Token, Slot: c.Slot, Trigger: c.Trigger,
 		Log:      c.Log.With("job", c.Job, "instance", c.Instance, "token", c.Token),
 		resource: c.Resource, fence: c.Fence, valid: c.Valid,
 		progress: new(atomic.Int64),
 	}
 	if !c.Slot.IsZero() {
 		r.Log = r.Log.With("slot", c.Slot)
+	}
+	if c.Trigger != TriggerSchedule {
+		r.Log = r.Log.With("trigger", string(c.Trigger))
 	}
 	r.Progress()
 	return r

@@ -163,7 +163,7 @@ func (rn *runner) localCron(ctx context.Context, j *job, mk func(time.Time) *Run
 
 // everywhere runs a job that is not a singleton, on this instance, until ctx ends.
 func (rn *runner) everywhere(ctx context.Context, j *job) {
-	mk := func(slot time.Time) *Run { return rn.newRun(j, 0, slot, "", nil) }
+	mk := func(slot time.Time) *Run { return rn.newRun(j, 0, slot, "", nil, TriggerSchedule) }
 	_ = rn.schedule(ctx, j, mk, 0, nil)
 }
 
@@ -184,21 +184,26 @@ func (rn *runner) cron(j *job, claims slots.Claims) *slots.Cron {
 		Job:    slots.Job{Name: j.spec.Name, Schedule: j.spec.Schedule, Grace: j.spec.Grace, Log: j.log},
 		Claims: claims, Pool: rn.pool, Fence: rn.fence, OnTime: rn.onTime, EndsLead: endsLead,
 		Run: func(ctx context.Context, c slots.Claim, valid func() bool) error {
-			return rn.call(ctx, j, rn.newRun(j, c.Token, c.Slot, c.Resource, valid))
+			trigger := TriggerSchedule
+			if c.CatchUp {
+				trigger = TriggerCatchUp
+			}
+			return rn.call(ctx, j, rn.newRun(j, c.Token, c.Slot, c.Resource, valid, trigger))
 		},
 		Missed:   func(n int64) { rn.m.slotsMissed.WithLabelValues(j.spec.Name).Add(float64(n)) },
 		CaughtUp: func() { rn.m.slotsCaughtUp.WithLabelValues(j.spec.Name).Inc() },
 	}
 }
 
-// newRun builds the Run handed to the job. resource "" means the job's name.
-func (rn *runner) newRun(j *job, token int64, slot time.Time, resource string, valid func() bool) *Run {
+// newRun builds the Run handed to the job. resource "" means the job's name;
+// trigger is what started it (recorded with the run).
+func (rn *runner) newRun(j *job, token int64, slot time.Time, resource string, valid func() bool, trigger Trigger) *Run {
 	var fence *fencing.Fence
 	if token > 0 {
 		fence = rn.fence
 	}
 	r := NewRun(RunConfig{
-		Job: j.spec.Name, Instance: rn.instance, Token: token, Slot: slot,
+		Job: j.spec.Name, Instance: rn.instance, Token: token, Slot: slot, Trigger: trigger,
 		Fence: fence, Resource: resource, Valid: valid, Log: rn.log, // NewRun adds job, instance, token
 	})
 	r.progress = &j.progress

@@ -3,7 +3,8 @@
 // etcd term), with its PostgreSQL writes fenced by the term's token.
 //
 // One binary, several commands: run (the service), dev (a whole local cluster
-// for development), validate, migrate, status, resign, reclaim, report and version.
+// for development), validate, migrate, status, history, resign, reclaim, report
+// and version.
 // `snip-jobs help` lists them; `snip-jobs COMMAND --help` describes one. Exit
 // status: 0 success, 1 failure, 2 bad usage or a config file with errors.
 package main
@@ -35,7 +36,7 @@ type command struct {
 }
 
 func commands() []command {
-	return []command{runCommand(), validateCommand(), migrateCommand(), statusCommand(), resignCommand(), reclaimCommand(), reportCommand(), certsCommand(), versionCommand()}
+	return []command{runCommand(), validateCommand(), migrateCommand(), statusCommand(), historyCommand(), resignCommand(), reclaimCommand(), reportCommand(), certsCommand(), versionCommand()}
 }
 
 // cli is what commands write to.

@@ -34,9 +34,9 @@ func obeyed(r rune) bool {
 
 // Strings from the database reach the operator's terminal escaped — a
 // customer's domain and the CA's error text in certs list, a run's error in
-// status, a link's slug in report show, an error quoting stored text — and
-// --json (certs list, status) escapes them too, as JSON escapes that decode
-// to the data as stored.
+// status and history, a link's slug in report show, an error quoting stored
+// text — and --json (certs list, status, history) escapes them too, as JSON
+// escapes that decode to the data as stored.
 func TestStringsFromTheDatabaseArePrintedEscapedInTablesAndInJSON(t *testing.T) {
 	t.Parallel()
 	etcd := etcdtest.Start(t, 1)
@@ -97,6 +97,9 @@ func TestStringsFromTheDatabaseArePrintedEscapedInTablesAndInJSON(t *testing.T) 
 			t.Errorf("status --json: weekly-report's last run %+v, want the error as stored", j.LastRun)
 		}
 	}
+
+	check("history", snip(t, env, "history", "weekly-report", "--config", path), "boom: "+hostileEscaped)
+	check("history --json", snip(t, env, "history", "weekly-report", "--json", "--config", path), `"boom: `+hostileJSON+`"`)
 
 	show := snip(t, env, "report", "show", "--week", "2026-W47", "--config", path)
 	check("report show", show, "Top links\n\t1. go/"+hostileEscaped+" 40 clicks\n")

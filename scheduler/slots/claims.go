@@ -29,6 +29,11 @@ type Claim struct {
 	Slot     time.Time
 	Token    int64
 	Resource string
+	// CatchUp is set by the sweep that runs the slot late: it fell due
+	// before the on-time window (Cron.OnTime) as the sweep began, so it is
+	// caught up (a missed slot the policy runs, or a failed or abandoned
+	// one taken again) rather than run on time. Cron.CaughtUp counts these.
+	CatchUp bool
 }
 
 // Claims takes cron slots: with a term's token (Leader) or with a fresh claim

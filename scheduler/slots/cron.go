@@ -126,11 +126,10 @@ func (c *Cron) SweepAt(ctx context.Context, now time.Time) error {
 		}
 	}
 	for _, slot := range run {
-		ran, err := c.runSlot(ctx, slot)
-		if ran && slot.Before(onTime) {
-			if c.CaughtUp != nil {
-				c.CaughtUp()
-			}
+		late := slot.Before(onTime) // caught up, not run on time
+		ran, err := c.runSlot(ctx, slot, late)
+		if ran && late && c.CaughtUp != nil {
+			c.CaughtUp()
 		}
 		if err != nil && (c.Claims.leader() && c.EndsLead(err) || ctx.Err() != nil) {
 			return err
@@ -202,15 +201,17 @@ func later(a, b time.Time) time.Time {
 	return b
 }
 
-// runSlot claims slot, runs the job for it and records the outcome. ran says
-// whether this instance ran it.
-func (c *Cron) runSlot(ctx context.Context, slot time.Time) (ran bool, err error) {
+// runSlot claims slot, runs the job for it and records the outcome; late
+// marks the run a catch-up (Claim.CatchUp). ran says whether this instance
+// ran it.
+func (c *Cron) runSlot(ctx context.Context, slot time.Time, late bool) (ran bool, err error) {
 	j := &c.Job
 	claimed := time.Now()
 	cl, ok, err := c.Claims.claim(ctx, j, slot)
 	if err != nil || !ok {
 		return false, err
 	}
+	cl.CatchUp = late
 	rctx, valid, unhold := c.Claims.hold(ctx, j, cl, claimed)
 	err = c.Run(rctx, cl, valid)
 	unhold()

@@ -41,10 +41,11 @@ func keys(t *testing.T, v any) string {
 //     lease and lease_granted_seconds;
 //   - the page's lease time left (of a leader, of an instance), once
 //     lease_left_seconds, is lease_ttl_seconds, as the CLI always named it;
-//   - the CLI's output gained leaders_known.
+//   - the CLI's output gained leaders_known;
+//   - a run gained trigger (job_runs.trigger, migration 0013).
 func TestTheJSONOfTheStatusModel(t *testing.T) {
 	at := time.Date(2026, 11, 2, 8, 0, 0, 0, time.UTC)
-	run := &status.RunRecord{ID: 1, Instance: "server-1", Token: 7, Slot: at, Started: at, Finished: at, Result: "error", Error: "boom"}
+	run := &status.RunRecord{ID: 1, Instance: "server-1", Token: 7, Slot: at, Trigger: "catch-up", Started: at, Finished: at, Result: "error", Error: "boom"}
 	slot := &status.SlotRecord{Slot: at, State: "done", Token: 7, Instance: "server-1", Attempts: 1, Finished: at, Error: "x"}
 	leader := &status.Leader{Instance: "server-1", Host: "h", PID: 1, Token: 7, Since: at, Lease: "1f", LeaseTTLSeconds: 9}
 	full := status.Job{Name: "pulse", Type: "sql", Singleton: true, Mode: configs.ModeLeader.String(), Schedule: "every 1s",
@@ -61,7 +62,7 @@ func TestTheJSONOfTheStatusModel(t *testing.T) {
 		{"a leader", leader, "host instance lease lease_ttl_seconds pid since token"},
 		{"an instance up", inst, "host instance leads lease lease_granted_seconds lease_ttl_seconds pid started up"},
 		{"an instance known only by name", status.Instance{Name: "server-2"}, "instance leads lease_granted_seconds lease_ttl_seconds up"},
-		{"a run", run, "error finished id instance result slot started token"},
+		{"a run", run, "error finished id instance result slot started token trigger"},
 		{"a slot", slot, "attempts error finished instance slot state token"},
 		{"the cluster", status.Cluster{Errors: []string{"x"}}, "errors instances jobs leaders_known"},
 	} {

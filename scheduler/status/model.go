@@ -109,6 +109,9 @@ type RunRecord struct {
 	Instance string    `json:"instance"`
 	Token    int64     `json:"token"`
 	Slot     time.Time `json:"slot,omitzero"`
+	// Trigger is what started the run: "schedule", "catch-up" (a cron slot
+	// run late by the catch-up sweep) or "manual" (an operator's request).
+	Trigger  string    `json:"trigger,omitempty"`
 	Started  time.Time `json:"started"`
 	Finished time.Time `json:"finished,omitzero"`
 	Result   string    `json:"result,omitempty"` // "" while running

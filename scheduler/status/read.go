@@ -96,9 +96,9 @@ func readLast(ctx context.Context, pool *pgxpool.Pool, j *Job) error {
 	var r RunRecord
 	var slot, finished *time.Time
 	var result, msg *string
-	err := pool.QueryRow(ctx, `SELECT id, instance, token, slot, started_at, finished_at, result, error
+	err := pool.QueryRow(ctx, `SELECT id, instance, token, slot, trigger, started_at, finished_at, result, error
 		FROM job_runs WHERE job = $1 ORDER BY id DESC LIMIT 1`, j.Name).
-		Scan(&r.ID, &r.Instance, &r.Token, &slot, &r.Started, &finished, &result, &msg)
+		Scan(&r.ID, &r.Instance, &r.Token, &slot, &r.Trigger, &r.Started, &finished, &result, &msg)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 	case err != nil:
@@ -120,6 +120,31 @@ func readLast(ctx context.Context, pool *pgxpool.Pool, j *Job) error {
 		j.LastSlot = &sr
 	}
 	return nil
+}
+
+// Runs reads job's newest runs from job_runs, newest first, at most limit of
+// them, and how many runs of the job job_runs holds (each job's newest 1,000
+// are kept, and up to ten minutes' more until the next pruning). A run
+// without Finished and Result has no recorded end: it is still running, or
+// its instance died (or lost the database) before recording it.
+func Runs(ctx context.Context, pool *pgxpool.Pool, job string, limit int) (runs []RunRecord, recorded int64, err error) {
+	rows, err := pool.Query(ctx, `SELECT id, instance, token, slot, trigger, started_at, finished_at, result, error, count(*) OVER ()
+		FROM job_runs WHERE job = $1 ORDER BY id DESC LIMIT $2`, job, limit)
+	if err != nil {
+		return nil, 0, fmt.Errorf("runs of %s: %w", job, err)
+	}
+	runs = []RunRecord{}
+	var r RunRecord
+	var slot, finished *time.Time
+	var result, msg *string
+	if _, err := pgx.ForEachRow(rows, []any{&r.ID, &r.Instance, &r.Token, &slot, &r.Trigger, &r.Started, &finished, &result, &msg, &recorded}, func() error {
+		r.Slot, r.Finished, r.Result, r.Error = deref(slot), deref(finished), deref(result), deref(msg)
+		runs = append(runs, r)
+		return nil
+	}); err != nil {
+		return nil, 0, fmt.Errorf("runs of %s: %w", job, err)
+	}
+	return runs, recorded, nil
 }
 
 func deref[T any](p *T) T {
