@@ -24,7 +24,8 @@ import (
 // loadSession is a Session whose cluster load is given: the spread decision
 // is arithmetic over it, so it needs no etcd here. (That instances settle and
 // take over without holding back is shown against real etcd in
-// TestSpreadSettlesAtTwoEach and TestEquallyLoadedInstancesTakeOverWithoutHoldingBack.)
+// TestSpreadSettlesAtTwoEach, TestSpreadGivesALateInstanceItsShare and
+// TestEquallyLoadedInstancesTakeOverWithoutHoldingBack.)
 type loadSession struct {
 	Session // the methods the decision does not call: nil, panic if called
 	load    map[string]int
