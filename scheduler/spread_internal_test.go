@@ -5,6 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -20,7 +24,8 @@ import (
 // loadSession is a Session whose cluster load is given: the spread decision
 // is arithmetic over it, so it needs no etcd here. (That instances settle and
 // take over without holding back is shown against real etcd in
-// TestSpreadSettlesAtTwoEach and TestEquallyLoadedInstancesTakeOverWithoutHoldingBack.)
+// TestSpreadSettlesAtTwoEach, TestSpreadGivesALateInstanceItsShare and
+// TestEquallyLoadedInstancesTakeOverWithoutHoldingBack.)
 type loadSession struct {
 	Session // the methods the decision does not call: nil, panic if called
 	load    map[string]int
@@ -37,9 +42,9 @@ func (f *loadSession) ClusterLoad(context.Context) (map[string]int, error) {
 	return f.load, f.err
 }
 
-// An instance holds back a campaign only while it leads at least its fair
-// share (ceil(singletons / live instances)) and another live instance leads
-// fewer; equally loaded instances, and one below its share, campaign at once.
+// An instance holds back a campaign only while another live instance leads
+// fewer (that one should win the job); equally loaded instances, and one
+// leading nothing, campaign at once.
 func TestSpreadHoldsBackOnlyAnInstanceAheadOfAnother(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
@@ -52,7 +57,9 @@ func TestSpreadHoldsBackOnlyAnInstanceAheadOfAnother(t *testing.T) {
 		{"leads nothing", 0, map[string]int{"a": 0, "b": 5}, nil, false},
 		{"all equal", 2, map[string]int{"a": 2, "b": 2, "c": 2}, nil, false},
 		{"another leads fewer", 2, map[string]int{"a": 2, "b": 1, "c": 3}, nil, true},
-		{"below its fair share", 1, map[string]int{"a": 1, "b": 0, "c": 5}, nil, false},
+		{"one ahead of another", 1, map[string]int{"a": 1, "b": 0, "c": 5}, nil, true},
+		{"a win not counted yet", 1, map[string]int{"a": 2, "b": 1, "c": 1}, nil, true},
+		{"the least loaded", 1, map[string]int{"a": 1, "b": 1, "c": 2}, nil, false},
 		{"alone", 6, map[string]int{"a": 6}, nil, false},
 		{"load unknown", 3, nil, errors.New("etcd unreachable"), false},
 	}
@@ -106,46 +113,103 @@ func TestSpreadKeepsAHandedOverJobOnHoldUntilItRunsOut(t *testing.T) {
 	})
 }
 
-// An instance hands a term over while it leads more than its fair share and
-// another instance is up; never when alone.
-func TestSpreadIsOverloadedAboveItsFairShareOnly(t *testing.T) {
+// An instance hands a term over only when it leads at least two more than the
+// least loaded live instance, the load is settled (every singleton has a live
+// leader) and it is the first of the most loaded: of the instances reading
+// the same load, one hands over, to the least loaded.
+func TestSpreadHandsOverOnlyTwoAheadOfTheLeastLoaded(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
-		singletons, instances int
-		leading               int64
-		want                  bool
+		name          string
+		singletons    int
+		load          map[string]int
+		giver, target string // "": nobody hands over
 	}{
-		{6, 3, 2, false},
-		{6, 3, 3, true},
-		{7, 3, 3, false}, // ceil(7/3) = 3
-		{6, 1, 6, false},
-		{6, 2, 4, true},
-		{1, 3, 1, false},
+		{"2/2/0: the first of the two", 4, map[string]int{"a": 2, "b": 2, "c": 0}, "a", "c"},
+		{"2/1/1", 4, map[string]int{"a": 2, "b": 1, "c": 1}, "", ""},
+		{"2/2/1", 5, map[string]int{"a": 2, "b": 2, "c": 1}, "", ""},
+		{"1/1/1", 3, map[string]int{"a": 1, "b": 1, "c": 1}, "", ""},
+		{"a newcomer at 0 beside 1/1", 2, map[string]int{"a": 1, "b": 1, "c": 0}, "", ""},
+		{"3/0/0", 3, map[string]int{"a": 3, "b": 0, "c": 0}, "a", "b"},
+		{"2/1/0", 3, map[string]int{"a": 2, "b": 1, "c": 0}, "a", "c"},
+		{"3/2/0: the most loaded only", 5, map[string]int{"a": 2, "b": 3, "c": 0}, "b", "c"},
+		{"3/3/0: the first by name", 6, map[string]int{"b": 3, "c": 3, "a": 0}, "b", "a"},
+		{"4/3/3/2", 12, map[string]int{"a": 3, "b": 4, "c": 3, "d": 2}, "b", "d"},
+		{"a job between two terms", 4, map[string]int{"a": 1, "b": 2, "c": 0}, "", ""},
+		{"more jobs than configured here", 3, map[string]int{"a": 3, "b": 1}, "a", "b"},
+		{"6/0", 6, map[string]int{"a": 6, "b": 0}, "a", "b"},
+		{"alone", 4, map[string]int{"a": 4}, "", ""},
 	}
 	for _, tc := range cases {
-		sp := newSpread(&loadSession{}, "a", nil)
-		sp.singletons = tc.singletons
-		sp.instances.Store(int64(tc.instances))
-		sp.leading.Store(tc.leading)
-		if got := sp.overloaded(); got != tc.want {
-			t.Errorf("%d singletons over %d instances, leading %d: overloaded %v, want %v",
-				tc.singletons, tc.instances, tc.leading, got, tc.want)
+		for _, self := range append(slices.Sorted(maps.Keys(tc.load)), "gone") {
+			target, ok := handOverTo(self, tc.load, tc.singletons)
+			if ok != (self == tc.giver) || ok && target != tc.target {
+				t.Errorf("%s, as %s: hand over %v to %q; want %v to %q", tc.name, self, ok, target, self == tc.giver, tc.target)
+			}
 		}
 	}
 }
 
-// instancesSession is a loadSession whose instances are given too.
-type instancesSession struct {
-	loadSession
-	names []string
+// A hand-over is judged wasted only when none of the instances that were
+// least loaded leads more once the load has settled: then hand-overs pause,
+// four periods, doubling up to 64; one taken ends the pause.
+func TestSpreadJudgesAHandOverByTheLeastLoaded(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		sp := newSpread(&loadSession{}, "a", nil)
+		period := sp.period()
+		j := &job{spec: configs.Job{Name: "job-0"}, log: slog.New(slog.DiscardHandler)}
+		judge := func(load map[string]int) time.Duration {
+			sp.last = &handOver{job: j, least: 0, takers: []string{"b", "c"}}
+			sp.judge(load)
+			return max(0, time.Until(sp.quiet))
+		}
+		if got := judge(map[string]int{"a": 1, "b": 0, "c": 1}); got != 0 {
+			t.Errorf("c, one of the least loaded, took it: paused %v, want 0", got)
+		}
+		for _, want := range []int{4, 8, 16, 32, 64, 64} {
+			if got := judge(map[string]int{"a": 1, "b": 0, "c": 0, "d": 3}); got != time.Duration(want)*period {
+				t.Errorf("nobody least loaded took it: paused %v, want %d periods", got, want)
+			}
+		}
+		if got := judge(map[string]int{"a": 1, "c": 0, "d": 3}); got != 0 || sp.quietFor != 0 {
+			t.Errorf("b is gone: paused %v (next %v), want no pause", got, sp.quietFor)
+		}
+	})
 }
 
-func (f *instancesSession) WatchInstances(ctx context.Context, fn func(names []string)) {
-	fn(f.names)
-	<-ctx.Done()
+// sim is a fake store for the spreads of several instances, under
+// testing/synctest's clock: which instance holds each job, which are live.
+// Each instance runs the real spread (its holdback before every campaign
+// attempt, its hand-over loop) beside a stand-in for the lifecycle: campaign,
+// lead until stopped, resign, hold a handed-over job back.
+type sim struct {
+	jobs int
+	// stopping is how long a lead takes to end (its job returning within
+	// its grace) before it resigns.
+	stopping time.Duration
+
+	mu        sync.Mutex
+	holder    map[string]string // job → instance; absent: no leader
+	live      map[string]*simInstance
+	token     int64
+	handOvers []simHandOver
+
+	freed   notify.Notifier // a job lost its leader
+	members notify.Notifier // an instance came or went
 }
 
-// tokenTerm is a Term that only knows its token (what handOverOne logs).
+type simHandOver struct {
+	from string
+	at   time.Time
+}
+
+type simInstance struct {
+	sp   *spread
+	stop context.CancelFunc
+}
+
+// tokenTerm is a Term that only knows its token (what the hand-over reads).
 type tokenTerm struct {
 	Term
 	token int64
@@ -153,40 +217,353 @@ type tokenTerm struct {
 
 func (t tokenTerm) Token() int64 { return t.token }
 
-// An instance above its fair share hands over one term per period, not all
-// at once (each successor's win changes the load the next decision sees),
-// and stops once it is down to its share. Under testing/synctest's clock.
-func TestSpreadHandsOverOneTermPerPeriodDownToItsFairShare(t *testing.T) {
+// simSession is an instance's view of the sim.
+type simSession struct {
+	Session // the methods spread does not call: nil, panic if called
+	s       *sim
+}
+
+func (ss simSession) Config() leadership.Config {
+	return leadership.Config{RenewInterval: 2 * time.Second}
+}
+
+func (ss simSession) ClusterLoad(context.Context) (map[string]int, error) { return ss.s.load(), nil }
+
+func (ss simSession) WatchInstances(ctx context.Context, f func(names []string)) {
+	for {
+		changed := ss.s.members.Wait()
+		ss.s.mu.Lock()
+		names := slices.Sorted(maps.Keys(ss.s.live))
+		ss.s.mu.Unlock()
+		f(names)
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+	}
+}
+
+const simPeriod = 2 * time.Second // simSession's renew interval
+
+func newSim(t *testing.T, jobs int) *sim {
+	s := &sim{jobs: jobs, holder: map[string]string{}, live: map[string]*simInstance{}}
+	t.Cleanup(func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, in := range s.live {
+			in.stop()
+		}
+	})
+	return s
+}
+
+// start makes an instance live; one that does not campaign runs none of the
+// singletons (another config) and leads nothing.
+func (s *sim) start(name string, campaigns bool) {
+	ctx, cancel := context.WithCancel(context.Background())
+	sp := newSpread(simSession{s: s}, name, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "h"}, []string{"job"}))
+	s.mu.Lock()
+	s.live[name] = &simInstance{sp: sp, stop: cancel}
+	s.mu.Unlock()
+	s.members.Notify()
+	if !campaigns {
+		return
+	}
+	var jobs []*job
+	for i := range s.jobs {
+		jobs = append(jobs, &job{spec: configs.Job{Name: fmt.Sprint("job-", i)}, log: slog.New(slog.DiscardHandler), changed: new(notify.Notifier)})
+	}
+	sp.singletons = len(jobs)
+	for _, j := range jobs {
+		go s.lifecycle(ctx, name, sp, j)
+	}
+	go sp.loop(ctx, jobs)
+}
+
+// leave ends an instance's lease: its registration and terms go at once (an
+// expiry, or a reclaim after a kill), then its goroutines stop.
+func (s *sim) leave(name string) {
+	s.mu.Lock()
+	in := s.live[name]
+	delete(s.live, name)
+	for job, h := range s.holder {
+		if h == name {
+			delete(s.holder, job)
+		}
+	}
+	s.mu.Unlock()
+	s.members.Notify()
+	s.freed.Notify()
+	in.stop()
+}
+
+// lifecycle is lifecycle.loop's stand-in: campaign (the spread's holdback
+// before each attempt), lead until stopped, stop the job, resign, and hold
+// back a job handed over.
+func (s *sim) lifecycle(ctx context.Context, name string, sp *spread, j *job) {
+	for {
+		token, ok := s.campaign(ctx, name, sp, j)
+		if !ok {
+			return
+		}
+		lead, stop := context.WithCancelCause(ctx)
+		sp.leading.Add(1)
+		j.update(func() { j.term, j.stop = tokenTerm{token: token}, stop })
+		<-lead.Done()
+		cause := context.Cause(lead)
+		if ctx.Err() == nil {
+			time.Sleep(s.stopping)
+		}
+		s.resign(name, j.spec.Name, errors.Is(cause, errRebalance))
+		sp.leading.Add(-1)
+		j.update(func() { j.term, j.stop = nil, nil })
+		if handedOver(cause) {
+			j.mu.Lock()
+			j.holdUntil = time.Now().Add(2 * sp.delay())
+			j.mu.Unlock()
+		}
+	}
+}
+
+func (s *sim) campaign(ctx context.Context, name string, sp *spread, j *job) (int64, bool) {
+	for ctx.Err() == nil {
+		if d := sp.holdback(j); d > 0 {
+			select {
+			case <-ctx.Done():
+				return 0, false
+			case <-time.After(d):
+			}
+		}
+		freed := s.freed.Wait()
+		s.mu.Lock()
+		_, held := s.holder[j.spec.Name]
+		_, live := s.live[name]
+		if live && !held {
+			s.token++
+			token := s.token
+			s.holder[j.spec.Name] = name
+			s.mu.Unlock()
+			return token, true
+		}
+		s.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return 0, false
+		case <-freed:
+		}
+	}
+	return 0, false
+}
+
+// resign deletes the job's record if it is still the instance's.
+func (s *sim) resign(name, job string, rebalance bool) {
+	s.mu.Lock()
+	if s.holder[job] == name {
+		delete(s.holder, job)
+		if rebalance {
+			s.handOvers = append(s.handOvers, simHandOver{from: name, at: time.Now()})
+		}
+	}
+	s.mu.Unlock()
+	s.freed.Notify()
+}
+
+func (s *sim) load() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	load := map[string]int{}
+	for name := range s.live {
+		load[name] = 0
+	}
+	for _, h := range s.holder {
+		if _, live := s.live[h]; live {
+			load[h]++
+		}
+	}
+	return load
+}
+
+func (s *sim) moves() []simHandOver {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.handOvers)
+}
+
+// settle lets d of fake time pass and everything run that can.
+func settle(d time.Duration) {
+	time.Sleep(d)
+	synctest.Wait()
+}
+
+// loads is the sorted load of the live instances, highest first: "2/1/1".
+func (s *sim) loads() string {
+	var ns []string
+	for _, n := range slices.Backward(slices.Sorted(maps.Values(s.load()))) {
+		ns = append(ns, fmt.Sprint(n))
+	}
+	return strings.Join(ns, "/")
+}
+
+// An instance that starts after the others took every singleton gets its
+// share: 4 singletons on 3 instances at 2/2/0 become 2/1/1 by one hand-over,
+// and then nothing moves for an hour. The two instances at 2 tick at the same
+// instant (started together), and a lead takes most of a period to end: both
+// read the same load, with nothing in flight, and one hands over.
+func TestSpreadGivesAReturningInstanceItsShareByOneHandOver(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		sess := &instancesSession{loadSession: loadSession{load: map[string]int{}}, names: []string{"a", "b", "c"}}
-		sp := newSpread(sess, "a", prometheus.NewCounterVec(prometheus.CounterOpts{Name: "h"}, []string{"job"}))
-		sp.singletons = 6 // fair share: 2 each
-		var jobs []*job
-		for i := range 4 {
-			j := &job{spec: configs.Job{Name: fmt.Sprint("job-", i)}, log: slog.New(slog.DiscardHandler), term: tokenTerm{token: int64(i + 1)}}
-			j.stop = func(cause error) {
-				if !errors.Is(cause, errRebalance) {
-					t.Errorf("%s stopped by %v, want a rebalance", j.spec.Name, cause)
-				}
-				j.update(func() { j.term, j.stop = nil, nil }) // as the lifecycle's end does
-				sp.leading.Add(-1)
-			}
-			j.changed = new(notify.Notifier)
-			jobs = append(jobs, j)
+		s := newSim(t, 4)
+		s.stopping = simPeriod * 3 / 4
+		s.start("a", true)
+		s.start("b", true)
+		settle(time.Minute)
+		if got := s.loads(); got != "2/2" {
+			t.Fatalf("two instances lead %s, want 2/2", got)
 		}
-		sp.leading.Store(4)
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		go sp.loop(ctx, jobs)
+		before := len(s.moves())
+		s.start("c", true)
+		settle(time.Minute)
+		if got, moves := s.loads(), s.moves()[before:]; got != "2/1/1" || len(moves) != 1 {
+			t.Fatalf("after c started: %s by %d hand-overs (%v), want 2/1/1 by one", got, len(moves), moves)
+		}
+		settle(time.Hour)
+		if got, moves := s.loads(), s.moves()[before:]; got != "2/1/1" || len(moves) != 1 {
+			t.Fatalf("an hour later: %s, %d hand-overs since c started; want 2/1/1, nothing moved", got, len(moves))
+		}
+	})
+}
 
-		period := max(time.Second, sess.Config().RenewInterval)
-		for i, want := range []int64{3, 2, 2, 2} {
-			time.Sleep(period)
-			synctest.Wait()
-			if got := sp.leading.Load(); got != want {
-				t.Fatalf("after %d periods: leading %d, want %d", i+1, got, want)
+// Loads with no instance two ahead of another are settled: nothing moves, a
+// newcomer at 0 beside 1/1 included.
+func TestSpreadMovesNothingWhereNoInstanceLeadsTwoMore(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		jobs  int
+		loads string
+	}{{5, "2/2/1"}, {3, "1/1/1"}, {2, "1/1/0"}, {4, "2/1/1"}} {
+		t.Run(tc.loads, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s := newSim(t, tc.jobs)
+				// One at a time, each settling first: the load each sees
+				// is the one before it joined.
+				for _, name := range []string{"a", "b", "c"} {
+					s.start(name, true)
+					settle(time.Minute)
+				}
+				if got := s.loads(); got != tc.loads {
+					t.Fatalf("%d jobs on three instances: %s, want %s", tc.jobs, got, tc.loads)
+				}
+				before := len(s.moves())
+				settle(time.Hour)
+				if got, moves := s.loads(), len(s.moves())-before; got != tc.loads || moves != 0 {
+					t.Fatalf("an hour later: %s by %d hand-overs, want %s by none", got, moves, tc.loads)
+				}
+			})
+		})
+	}
+}
+
+// 3/0/0 becomes 1/1/1 by two hand-overs, one job at a time, each to an
+// instance leading none. A lead takes most of a period to end: the second
+// hand-over comes a period after the first has ended, not while it is still
+// ending (nor is the first then judged wasted, which would pause the second
+// by four periods).
+func TestSpreadMovesOneJobAtATimeFromThreeZeroZero(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t, 3)
+		s.stopping = simPeriod * 3 / 2
+		s.start("a", true)
+		settle(time.Minute)
+		s.start("b", true)
+		s.start("c", true)
+		settle(time.Minute)
+		moves := s.moves()
+		if got := s.loads(); got != "1/1/1" || len(moves) != 2 {
+			t.Fatalf("%s by %d hand-overs, want 1/1/1 by two", got, len(moves))
+		}
+		// Ended at most a period apart, plus the time the second takes to end.
+		if gap := moves[1].at.Sub(moves[0].at); moves[0].from != "a" || moves[1].from != "a" || gap < s.stopping || gap > simPeriod+s.stopping {
+			t.Errorf("hand-overs %v, %v apart: want both from a, ending %v to %v apart", moves, gap, s.stopping, simPeriod+s.stopping)
+		}
+		settle(time.Hour)
+		if n := len(s.moves()); n != 2 {
+			t.Errorf("%d hand-overs an hour later, want the same two", n)
+		}
+	})
+}
+
+// Instances come and go: each time the load settles with no instance two
+// ahead of another, by no more hand-overs than needed, and stays there.
+func TestSpreadSettlesAsInstancesComeAndGo(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t, 4)
+		s.stopping = 300 * time.Millisecond
+		step := func(what string, change func(), loads string, most int) {
+			t.Helper()
+			before := len(s.moves())
+			change()
+			settle(time.Minute)
+			if got, moves := s.loads(), len(s.moves())-before; got != loads || moves > most {
+				t.Fatalf("%s: %s by %d hand-overs, want %s by %d at most", what, got, moves, loads, most)
 			}
+			settle(time.Hour)
+			if got, moves := s.loads(), len(s.moves())-before; got != loads || moves > most {
+				t.Fatalf("%s, an hour later: %s by %d hand-overs, want %s by %d at most", what, got, moves, loads, most)
+			}
+		}
+		step("a alone", func() { s.start("a", true) }, "4", 0)
+		step("b joins", func() { s.start("b", true) }, "2/2", 2)
+		step("c joins", func() { s.start("c", true) }, "2/1/1", 1)
+		// b's one or two jobs are freed at once; the survivors take them
+		// (one may win two at once, and then hand one over).
+		step("b goes", func() { s.leave("b") }, "2/2", 1)
+		step("b returns", func() { s.start("b", true) }, "2/1/1", 1)
+		step("d joins", func() { s.start("d", true) }, "1/1/1/1", 1)
+		step("a and c go", func() { s.leave("a"); s.leave("c") }, "2/2", 1)
+	})
+}
+
+// A live instance that runs none of the singletons (another config) never
+// takes a job handed over to it: the job goes to another instance no less
+// loaded. Each instance that saw its hand-over so wasted pauses its own,
+// four periods, doubling up to 64, so the jobs do not shuttle between the
+// others at the hand-over pace. An instance coming lifts the pause: it gets
+// its share at once.
+func TestSpreadPausesHandOversThatTheLeastLoadedDoesNotTake(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t, 4)
+		s.start("a", true)
+		s.start("b", true)
+		settle(time.Minute)
+		before := len(s.moves())
+		s.start("idle", false)
+		settle(time.Hour)
+		moves := s.moves()[before:]
+		byGiver := map[string][]time.Time{}
+		for _, m := range moves {
+			byGiver[m.from] = append(byGiver[m.from], m.at)
+		}
+		for giver, at := range byGiver {
+			for i := 1; i < len(at); i++ {
+				if gap, pause := at[i].Sub(at[i-1]), time.Duration(min(4<<(i-1), 64))*simPeriod; gap < pause {
+					t.Errorf("%s's hand-overs %d and %d %v apart, want its pause (%v) at least", giver, i, i+1, gap, pause)
+				}
+			}
+		}
+		if len(moves) > 70 {
+			t.Errorf("%d hand-overs in an hour beside an instance that takes nothing, want 70 at most (pauses up to 64 periods)", len(moves))
+		}
+		t.Logf("%d hand-overs in an hour beside an instance that takes nothing", len(moves))
+
+		s.leave("idle")
+		s.start("c", true)
+		settle(4 * simPeriod)
+		if got := s.loads(); got != "2/1/1" {
+			t.Errorf("a few periods after c joined: %s, want 2/1/1", got)
 		}
 	})
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -80,9 +81,9 @@ type pageLeader struct {
 
 // waitLeaders waits until every page shows three instances up, a leader for
 // each singleton, read from the Leases, and the terms spread (no instance
-// leads more than its fair share, ⌈singletons / instances⌉: the instances
-// started one after another, and until then the first hands terms over),
-// and returns the first singleton and its leader.
+// leads two more than another, max − min ≤ 1, one leading none counted: the
+// instances started one after another, and until then the others hand terms
+// over), and returns the first singleton and its leader.
 func waitLeaders(t *testing.T, st devState) (string, *pageLeader) {
 	t.Helper()
 	var v clusterView
@@ -92,20 +93,17 @@ func waitLeaders(t *testing.T, st devState) (string, *pageLeader) {
 			if v.Backend != "kubernetes" || len(v.Errors) > 0 || len(v.Instances) != 3 || !v.Instances[0].Up || !v.Instances[1].Up || !v.Instances[2].Up {
 				return false
 			}
-			singletons := 0
 			for _, j := range v.Jobs {
 				if j.Mode == "leader" && j.Leader == nil {
 					return false
 				}
-				if j.Mode == "leader" {
-					singletons++
-				}
 			}
-			fair := (singletons + len(v.Instances) - 1) / len(v.Instances)
+			var leads []int
 			for _, in := range v.Instances {
-				if in.Leads > fair {
-					return false
-				}
+				leads = append(leads, in.Leads)
+			}
+			if slices.Max(leads)-slices.Min(leads) > 1 {
+				return false
 			}
 		}
 		return true
