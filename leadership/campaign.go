@@ -23,8 +23,8 @@ type campaignOptions struct {
 
 // WithHoldback makes the campaign wait f() before every attempt to win (the
 // first, and each after the holder goes). A scheduler spreading singletons
-// over instances returns a short delay while this instance already leads its
-// fair share, so that instances with fewer terms win first.
+// over instances returns a short delay while this instance leads more than
+// another, so that instances with fewer terms win first.
 func WithHoldback(f func() time.Duration) CampaignOption {
 	return func(o *campaignOptions) { o.holdback = f }
 }

@@ -25,11 +25,13 @@
 // runs, with a claim token from a PostgreSQL sequence; it needs no etcd. A
 // claim is taken over after ten minutes without completion.
 //
-// Spread: an instance that already leads its fair share of the singletons
-// (ceil(singletons / live instances)) holds back before campaigning while
-// another live instance leads fewer, and one that leads more hands one term
-// over every few seconds, so three instances with six singletons settle at two
-// each. Equally loaded instances never hold back, so failover pays nothing.
+// Spread: no live instance leads two more singletons than another. An
+// instance that leads more than some other live instance holds back before
+// campaigning, and one that leads at least two more than the least loaded
+// hands one term over (one at a time, only the first of the most loaded by
+// name), so 2/2/0 becomes 2/1/1 and stays there (docs/scheduling.md argues
+// why it converges without flapping). Equally loaded instances never hold
+// back, so failover pays nothing.
 //
 // The code goes by concern: the runner runs a job's executions by its schedule
 // (schedule.go; a durable cron job's slots through package slots), the

@@ -48,7 +48,7 @@ func newMetrics(reg prometheus.Registerer, session Session) *metrics {
 		watchdog: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "snip_jobs_watchdog_resignations_total", Help: "Terms resigned because the job reported no progress within progress_timeout."}, []string{"job"}),
 		holdbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "snip_jobs_spread_holdbacks_total", Help: "Campaign attempts delayed because this instance led its fair share while another led fewer."}, []string{"job"}),
+			Name: "snip_jobs_spread_holdbacks_total", Help: "Campaign attempts delayed because this instance led more singletons than another live instance."}, []string{"job"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.leader, m.token, m.termStarts, m.termEnds, m.runs, m.rejections, m.staleHolders,
