@@ -8,3 +8,12 @@ var ParseCounting = parseCounting
 // Effective is what the job type's OptionsType kept of o at Parse (what
 // Redacted prints).
 func Effective(o Options) any { return o.checked.Effective }
+
+// ShapeOf scans data as checkShape does, with no limits, and returns the
+// deepest nesting of lists and mappings it found, the nodes it counted, and
+// every token the YAML library's scanner makes of data (comments and invalid
+// ones too).
+func ShapeOf(data []byte) (depth, nodes, tokens int) {
+	s := scanShape(data, 1<<30, 1<<30)
+	return s.maxDepth, s.nodes, s.tokens
+}

@@ -5,8 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
 	"strings"
 	"testing"
 
@@ -170,5 +174,150 @@ func TestAFileOverTheSizeLimitIsRefusedWhereItCrossesIt(t *testing.T) {
 	// Exactly at the limit is allowed.
 	if _, err := parse(big[:configs.MaxFileSize]); err != nil && strings.Contains(err.Error(), "longer than") {
 		t.Errorf("a file of exactly MaxFileSize bytes is refused: %v", err)
+	}
+}
+
+// childEnv marks the child process of inChild.
+const childEnv = "SNIP_CONFIGS_TEST_CHILD"
+
+// childHeapLimit is what the child's heap may hold: Parse of the files below
+// needs a few megabytes; the YAML library, reading them as written, needs
+// gigabytes (20,000 levels of "[" ran a process out of memory).
+const childHeapLimit = 256 << 20
+
+// inChild runs the calling test (or subtest) again in a child process and
+// reports its failures, so that a parse that runs away with memory ends the child and
+// fails the test instead of ending the suite: the child stops itself (exit 3)
+// once its heap holds more than childHeapLimit. It returns true in the
+// child, which then runs the test's body.
+func inChild(t *testing.T) bool {
+	t.Helper()
+	if os.Getenv(childEnv) != "" {
+		debug.SetMemoryLimit(childHeapLimit / 2) // collect garbage early: count what is held
+		go func() {
+			sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+			for {
+				metrics.Read(sample)
+				if held := sample[0].Value.Uint64(); held > childHeapLimit {
+					fmt.Fprintf(os.Stderr, "the heap holds %d MiB, over the test's %d MiB: Parse is building what it should refuse\n", held>>20, childHeapLimit>>20)
+					os.Exit(3)
+				}
+				runtime.Gosched()
+			}
+		}()
+		return true
+	}
+	run := strings.Split(t.Name(), "/")
+	for i, name := range run {
+		run[i] = "^" + regexp.QuoteMeta(name) + "$"
+	}
+	cmd := exec.Command(os.Args[0], "-test.run="+strings.Join(run, "/"), "-test.count=1")
+	cmd.Env = append(os.Environ(), childEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Errorf("the test, run in a child process: %v\n%s", err, out)
+	}
+	return false
+}
+
+// A file nested deeper than MaxDepth is refused where it crosses the limit,
+// before the YAML library reads it, whatever the nesting is made of: brackets
+// in a job's options, flow mappings at the top, "- " in one line, or keys and
+// "-" in turn at one column, or "- !tag" lines, which the library nests
+// though YAML does not. 20,000 levels of each is a file of 40 to 100 KB.
+func TestNestingDeeperThanTheLimitIsRefusedBeforeTheYAMLLibraryReadsIt(t *testing.T) {
+	const levels = 20_000
+	job := "jobs:\n  - name: deep\n    type: weeklyreport\n    every: 1h\n    options:\n      title: " // lines 1–6
+	for _, c := range []struct {
+		name      string
+		data      string
+		line, col int // where the 65th level opens
+	}{
+		// top, jobs, the job, its options are four levels: the 61st "[".
+		{"brackets in options", job + strings.Repeat("[", levels) + strings.Repeat("]", levels) + "\n", 6, len("      title: ") + 61},
+		// the top mapping, then the 64th "{".
+		{"flow mappings", "a: " + strings.Repeat("{a: ", levels) + "1" + strings.Repeat("}", levels) + "\n", 1, len("a: ") + 63*len("{a: ") + 1},
+		// the top mapping, x's list, then the 64th "- ".
+		{"block lists on one line", "x:\n" + strings.Repeat("- ", levels) + "1\n", 2, 63*len("- ") + 1},
+		// k:, -, k:, -, …: the 33rd k opens the 65th level (at its ":").
+		{"keys and lists at one column", strings.Repeat("k:\n-\n", levels/2), 65, 2},
+		// a tag takes the next list, wherever it is, as its value.
+		{"tagged lists", strings.Repeat("- !t\n", levels) + "- x\n", 65, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if !inChild(t) {
+				return
+			}
+			_, err := configs.Parse("deep.yaml", []byte(c.data), fakeTypes{})
+			var errs configs.Errors
+			if !errors.As(err, &errs) || len(errs) != 1 {
+				t.Fatalf("want one problem, got %v", err)
+			}
+			e := errs[0]
+			want := fmt.Sprintf("deep.yaml:%d:%d: lists and mappings nest more than 64 deep here, the limit for a config file", c.line, c.col)
+			if !strings.HasPrefix(e.Error(), want) || e.Pos.File != "deep.yaml" {
+				t.Errorf("got  %s\nwant %s…", e, want)
+			}
+		})
+	}
+}
+
+// Up to MaxDepth levels are read as usual (the file's other problems are
+// found); one more is refused.
+func TestNestingUpToTheLimitIsRead(t *testing.T) {
+	nested := func(levels int) []byte { // the top mapping and levels-1 lists
+		return []byte("x: " + strings.Repeat("[", levels-1) + strings.Repeat("]", levels-1) + "\n")
+	}
+	errs := problems(t, nested(configs.MaxDepth))
+	if len(errs) != 1 || !strings.Contains(errs[0].Msg, `unknown key "x"`) {
+		t.Errorf("%d levels: want only the unknown key; got:%s", configs.MaxDepth, dump(errs))
+	}
+	errs = problems(t, nested(configs.MaxDepth+1))
+	if len(errs) != 1 || errs[0].Pos.Col != len("x: ")+configs.MaxDepth || !strings.Contains(errs[0].Msg, "nest more than 64 deep") {
+		t.Errorf("%d levels: want the limit at 1:%d; got:%s", configs.MaxDepth+1, len("x: ")+configs.MaxDepth, dump(errs))
+	}
+}
+
+// Brackets, "-" and keys inside quoted and block scalars and comments, and
+// brackets inside plain scalars, are text, not nesting: a thousand of each
+// pass.
+func TestBracketsInTextAreNotNesting(t *testing.T) {
+	many, plain := strings.Repeat("[{- a: ", 1000), strings.Repeat("[{- ", 1000)
+	f := mustParse(t, lines(
+		"# "+many,
+		"jobs:",
+		"  - name: quoted",
+		"    type: weeklyreport",
+		"    every: 1h",
+		`    options: {title: "`+many+`", recipients: ['`+many+`']} # `+many,
+		"  - name: block",
+		"    type: weeklyreport",
+		"    every: 1h",
+		"    options:",
+		"      title: |",
+		"        "+many,
+		"        "+many,
+		"      recipients:",
+		"        - plain "+plain,
+		"        - >-",
+		"          "+many,
+	))
+	if got := decoded(t, f.Jobs[1], newReportOptions).Title; got != many+"\n"+many+"\n" {
+		t.Errorf("the block scalar reads %q", got)
+	}
+}
+
+// A file of more than MaxNodes nodes is refused at the node that crosses the
+// limit, before the YAML library reads it; a file of fewer is read.
+func TestAFileOfMoreNodesThanTheLimitIsRefusedWhereItCrossesIt(t *testing.T) {
+	// Each line is two nodes, "-" and "a": node 10,001 is line 5,001's "-".
+	errs := problems(t, bytes.Repeat([]byte("- a\n"), configs.MaxNodes))
+	if len(errs) != 1 || errs[0].Pos.Line != configs.MaxNodes/2+1 || errs[0].Pos.Col != 1 ||
+		!strings.Contains(errs[0].Msg, "more than 10000 YAML nodes by here") {
+		t.Errorf("want one problem at %d:1 naming the limit; got:%s", configs.MaxNodes/2+1, dump(errs))
+	}
+	errs = problems(t, bytes.Repeat([]byte("- a\n"), configs.MaxNodes/2))
+	if len(errs) != 1 || !strings.Contains(errs[0].Msg, "must be a mapping") {
+		t.Errorf("%d nodes: want only the file's own problem; got:%s", configs.MaxNodes, dump(errs))
 	}
 }

@@ -48,8 +48,9 @@ func readFile(path string) ([]byte, error) {
 // nil File and Errors listing every problem found, sorted by position.
 //
 // The file must be UTF-8 (a leading byte order mark is allowed) and at most
-// MaxFileSize bytes; its aliases and merge keys may produce at most
-// MaxAliasNodes nodes.
+// MaxFileSize bytes, its lists and mappings may nest at most MaxDepth deep
+// and it may hold at most MaxNodes YAML nodes; its aliases and merge keys may
+// produce at most MaxAliasNodes nodes.
 func Parse(filename string, data []byte, types Types) (*File, error) {
 	f, _, err := parseCounting(filename, data, types)
 	return f, err
@@ -59,7 +60,8 @@ func Parse(filename string, data []byte, types Types) (*File, error) {
 // produced (for tests).
 //
 // A file is read one way, each step adding to the same problems (errors.go):
-// checkText (text.go) → readDocument: the YAML library's tree as a document
+// checkText (text.go) → checkShape (shape.go: nesting and size, before the
+// YAML library builds anything) → readDocument: the YAML library's tree as a document
 // (document.go: positions, anchors, the alias budget) → readConfig: mappings
 // (mapping.go, mapvalues.go) read section by section (sections.go, etcd.go,
 // kubernetes.go) and the jobs (jobs.go, schedule.go; each job's options checked
@@ -68,6 +70,9 @@ func parseCounting(filename string, data []byte, types Types) (*File, int, error
 	data, textErr := checkText(filename, data)
 	if textErr != nil {
 		return nil, 0, Errors{textErr}
+	}
+	if shapeErr := checkShape(filename, data); shapeErr != nil {
+		return nil, 0, Errors{shapeErr}
 	}
 	ps := &problems{}
 	doc, body, ok := readDocument(filename, data, ps)

@@ -18,6 +18,14 @@ const (
 	// anchors each listing the previous one ten times (a "billion laughs")
 	// is refused at the alias that crosses it instead of being expanded.
 	MaxAliasNodes = 10_000
+	// MaxDepth bounds how deep lists and mappings may nest (a real config
+	// nests about 5 deep), and MaxNodes the YAML nodes the file may hold as
+	// written (keys, values, list entries and brackets each count; a real
+	// config has a few hundred). Both are measured before the YAML library
+	// reads the file (checkShape), whose cost grows with the square of the
+	// depth: 20,000 levels of "[" in 40 KB ran it out of memory.
+	MaxDepth = 64
+	MaxNodes = 10_000
 )
 
 var (

@@ -1,0 +1,1425 @@
+package configs
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// The YAML library (goccy/go-yaml) has no option that bounds what it builds:
+// its scanner makes a token of every bracket, and its parser gives every node
+// the path of keys and indices that leads to it, so that nesting costs the
+// square of its depth (20,000 levels of "[" in a 40 KB file ran the process
+// out of memory). checkShape measures the file first, the way the library's
+// scanner will read it, and refuses it before the library builds anything.
+//
+// shapeScanner follows the library's scanner (scanner/scanner.go in
+// goccy/go-yaml v1.19.2) step by step, keeping only what decides how the rest
+// of the file is read: whether a character starts a token or continues a
+// plain scalar, where quoted and block scalars and comments begin and end,
+// the flow brackets and the columns that end a block. It builds no tokens: it
+// counts them (nodes) and keeps the stack of lists and mappings open at each
+// point (levels). TestTheShapeScanReadsTheFileAsTheYAMLLibraryDoes and
+// FuzzShape hold it to the library's own scanner; after upgrading goccy/go-yaml,
+// run FuzzShape for a while.
+
+// levelKind is the kind of a list or mapping open at a point of the file.
+type levelKind uint8
+
+const (
+	flowSeq levelKind = iota
+	flowMap
+	blockSeq
+	blockMap
+)
+
+func (k levelKind) flow() bool { return k == flowSeq || k == flowMap }
+
+// level is a list or mapping open at a point of the file: a flow one from its
+// bracket to the bracket that closes it, a block one while lines start right of
+// col, the column of its "-", "?" or first key.
+type level struct {
+	kind  levelKind
+	col   int
+	entry int // nodes counted at its latest "-", ":" or "?"
+	// explicit: the latest entry is a "?", whose key (the next node)
+	// is not its value.
+	explicit bool
+}
+
+// tokenKind is what the library's last token in its current scan was, as far
+// as the scan needs it.
+type tokenKind uint8
+
+const (
+	noToken tokenKind = iota
+	otherToken
+	quotedToken
+	mappingValueToken
+	stringToken // a block scalar's content
+)
+
+type indentState uint8
+
+const (
+	indentEqual indentState = iota
+	indentUp
+	indentDown
+	indentKeep
+)
+
+// multiLine is the library's MultiLineState: a block scalar ("|" or ">") or
+// a plain scalar folded over lines that start with "-".
+type multiLine struct {
+	opt                              string
+	firstLineIndentColumn            int
+	prevLineIndentColumn             int
+	lineIndentColumn                 int
+	lastNotSpaceOnlyLineIndentColumn int
+	spaceOnlyIndentColumn            int
+	foldedNewLine                    bool
+	isRawFolded                      bool
+	isLiteral                        bool
+}
+
+// shapeLimit is the first limit the file crosses: where (a rune index) and
+// what to say.
+type shapeLimit struct {
+	at  int
+	msg string
+}
+
+// shapeScanner reads src as the library's scanner does. Its fields mirror the
+// library's Scanner and, from buf on, its Context, which the library starts
+// afresh after each invalid token (newContext).
+type shapeScanner struct {
+	src               []rune
+	idx               int // the library's sourcePos
+	ctxStart          int // where the current Context began
+	column            int
+	indentNum         int
+	lastDelimColumn   int
+	isFirstCharAtLine bool
+	isAnchor          bool
+	isAlias           bool
+	isDirective       bool
+	flowSeqNum        int
+	flowMapNum        int
+	indentState       indentState
+	savedColumn       int
+	savedLine         int
+	line              int // as the library counts them
+	saved             bool
+
+	buf             []rune
+	obuf            []rune
+	notSpaceCharPos int
+	notSpaceOrgPos  int
+	ml              *multiLine
+	lastToken       tokenKind
+	lastTokenColumn int
+
+	// The line lineAfter read last: [lineStart, lineEnd), its last text at
+	// lineText; the run of one character repeatNum read last.
+	lineStart, lineEnd, lineText int
+	runStart, runEnd             int
+
+	// What the scan measures.
+	levels   []level
+	maxDepth int // the most levels open at once
+	// The nodes counted when the latest three nodes started in block context,
+	// the column of the latest, and the nodes counted at the latest "-",
+	// ":" or "?".
+	prevPrevStart, prevStart, lastStart, lastStartCol, lastEntry int
+	lastEntryCol                                                 int // of the latest entry if it is a "?"
+	// The latest run of tags and anchors: where it starts and the nodes
+	// counted at its end.
+	prefixCol, prefixLine, prefixEnd int
+	prefixCarried                    bool // the run follows another on an earlier line
+	prefixElems                      int  // tags and anchors in the run
+	prefixGroups                     bool // its last one may be grouped with a scalar
+	lastStartCarried                 bool // the latest start follows a tag or an anchor on an earlier line
+	anchorTok, aliasTok              int  // the nodes counted at the latest "&" and "*"
+	tokens                           int  // every token the library makes, comments and errors included
+	nodes                            int  // tokens but comments and invalid ones: what the parser reads
+	maxNodes                         int
+	depthCap                         int
+	limit                            *shapeLimit
+}
+
+// checkShape refuses data, a file's UTF-8 text, if its lists and mappings
+// nest deeper than MaxDepth or it holds more than MaxNodes YAML nodes, at the
+// first place that crosses a limit.
+func checkShape(file string, data []byte) *Error {
+	s := scanShape(data, MaxDepth, MaxNodes)
+	if s.limit == nil {
+		return nil
+	}
+	return &Error{Pos: offsetPos(file, data, runeOffset(data, s.limit.at)), Msg: s.limit.msg}
+}
+
+// scanShape scans data with the given limits; the scan stops at the first one
+// crossed.
+func scanShape(data []byte, depthCap, maxNodes int) *shapeScanner {
+	s := &shapeScanner{src: []rune(string(data)), column: 1, line: 1, isFirstCharAtLine: true, depthCap: depthCap, maxNodes: maxNodes,
+		prefixEnd: -2, anchorTok: -2, aliasTok: -2}
+	for s.idx < len(s.src) && s.limit == nil {
+		// lexer.Tokenize: Scan until the end, each time with a new Context.
+		s.ctxStart = s.idx
+		s.resetBuffer()
+		s.ml = nil
+		s.lastToken = noToken
+		s.scan()
+	}
+	return s
+}
+
+// runeOffset is the byte offset of the rune at index i of data.
+func runeOffset(data []byte, i int) int {
+	off := 0
+	for ; i > 0 && off < len(data); i-- {
+		_, size := utf8.DecodeRune(data[off:])
+		off += size
+	}
+	return off
+}
+
+// ---- what is counted ----
+
+// token counts a token of the library's at rune index at.
+func (s *shapeScanner) token(at int) {
+	s.tokens++
+	s.nodes++
+	if s.nodes > s.maxNodes && s.limit == nil {
+		s.limit = &shapeLimit{at: at, msg: fmt.Sprintf(
+			"the file has more than %d YAML nodes by here (each key, value, \"-\", \":\", \",\" and bracket counts), the limit for a config file (a real one has a few hundred)", s.maxNodes)}
+	}
+}
+
+// uncounted is a token that the parser never reads: a comment, or the
+// invalid token of a syntax error (the parser then builds nothing).
+func (s *shapeScanner) uncounted() {
+	s.tokens++
+}
+
+func (s *shapeScanner) push(kind levelKind, col, at int) {
+	s.levels = append(s.levels, level{kind: kind, col: col, entry: s.nodes})
+	if len(s.levels) > s.maxDepth {
+		s.maxDepth = len(s.levels)
+	}
+	if len(s.levels) > s.depthCap && s.limit == nil {
+		s.limit = &shapeLimit{at: at, msg: fmt.Sprintf(
+			"lists and mappings nest more than %d deep here, the limit for a config file (a real one nests about 5 deep)", s.depthCap)}
+	}
+}
+
+// top is the innermost open level, if any.
+func (s *shapeScanner) top() *level {
+	if n := len(s.levels); n > 0 {
+		return &s.levels[n-1]
+	}
+	return nil
+}
+
+// popBlock closes the block levels inside the innermost flow one.
+func (s *shapeScanner) popBlock() {
+	for top := s.top(); top != nil && !top.kind.flow(); top = s.top() {
+		s.levels = s.levels[:len(s.levels)-1]
+	}
+}
+
+// closeFlow closes the innermost flow level and what is inside it.
+func (s *shapeScanner) closeFlow() {
+	s.popBlock()
+	if n := len(s.levels); n > 0 {
+		s.levels = s.levels[:n-1]
+	}
+}
+
+// nodeStart records that a node (a scalar, an alias, a flow collection) starts
+// on line at column col with the token just counted, if it is in block
+// context: the value of the latest "-" or key, or the next key. scalar: the
+// node is one the parser groups with a tag or anchor before it on its line.
+//
+// The parser takes one tag or anchor just before a scalar on its line as part
+// of it (a key's column is then its tag's); other tags and anchors, and those
+// on an earlier line, take the node, wherever it is, as their value
+// (carried).
+//
+// The token after "&" or "*" is the anchor's or alias's name, whatever it is.
+func (s *shapeScanner) nodeStart(col, line int, scalar bool) {
+	switch {
+	case s.nodes-1 == s.anchorTok:
+		s.prefixEnd = s.nodes // the anchor's name, part of its prefix
+		return
+	case s.nodes-1 == s.aliasTok:
+		return
+	}
+	if top := s.top(); top != nil && top.kind.flow() {
+		return
+	}
+	s.lastStartCarried = false
+	if s.afterPrefix() {
+		if s.prefixLine == line {
+			grouped := scalar && s.prefixElems == 1 && s.prefixGroups
+			col, s.lastStartCarried = s.prefixCol, s.prefixCarried || !grouped
+		} else {
+			s.lastStartCarried = true
+		}
+	}
+	s.started(col)
+}
+
+// started records a node starting at col with the token just counted.
+func (s *shapeScanner) started(col int) {
+	s.prevPrevStart, s.prevStart, s.lastStart, s.lastStartCol = s.prevStart, s.lastStart, s.nodes, col
+}
+
+// prefix records a tag or an anchor just counted at col (groups: the parser
+// may group it with a scalar after it). A run of them on one line goes with
+// the node after it on that line; both are the value of a run on an earlier
+// line just before.
+func (s *shapeScanner) prefix(col int, groups bool) {
+	if !s.afterPrefix() || s.prefixLine != s.line {
+		s.prefixCarried = s.afterPrefix()
+		s.prefixCol, s.prefixLine, s.prefixElems = col, s.line, 0
+	}
+	s.prefixElems++
+	s.prefixGroups = groups
+	s.prefixEnd = s.nodes
+}
+
+// tagGroups: the parser groups a tag with a scalar after it on its line
+// unless it is one of the library's "!!" tags other than a scalar's.
+func tagGroups(tag string) bool {
+	switch tag {
+	case "!!int", "!!float", "!!null", "!!str", "!!binary", "!!timestamp", "!!bool":
+		return true
+	}
+	return !strings.HasPrefix(tag, "!!")
+}
+
+// afterPrefix: the token before the one just counted is a tag or an anchor.
+func (s *shapeScanner) afterPrefix() bool { return s.prefixEnd == s.nodes-1 }
+
+// popRightOf closes the block levels right of col: a "-" or key left of a
+// list's or mapping's own column ends it.
+func (s *shapeScanner) popRightOf(col int) {
+	for top := s.top(); top != nil && !top.kind.flow() && top.col > col; top = s.top() {
+		s.levels = s.levels[:len(s.levels)-1]
+	}
+}
+
+// awaits: the latest "-" or key of a level has no value yet when no node
+// started after it (but, for a "?", its key), lastStart and prevStart being
+// the latest two starts before the entry in question.
+func (l *level) awaits(lastStart, prevStart int) bool {
+	return lastStart <= l.entry || l.explicit && prevStart <= l.entry
+}
+
+// seqEntry is a "-" at column col (its token just counted). The parser
+// continues a list at col with it, nests a new list in a key at col that has
+// no value yet ("jobs:\n- a"), and ends a mapping at col whose key has one;
+// after a tag or an anchor the list is their value, wherever it is.
+func (s *shapeScanner) seqEntry(col, at int) {
+	s.lastEntry, s.lastEntryCol = s.nodes, 0
+	if !s.afterPrefix() {
+		s.popRightOf(col)
+		for top := s.top(); top != nil && !top.kind.flow() && top.col == col; top = s.top() {
+			if top.kind == blockSeq {
+				top.entry = s.nodes
+				return
+			}
+			if top.awaits(s.lastStart, s.prevStart) {
+				break
+			}
+			s.levels = s.levels[:len(s.levels)-1]
+		}
+	}
+	s.started(col) // the list is the value of what holds it
+	s.push(blockSeq, col, at)
+}
+
+// keyEntry is a key at column col, made by a ":" or "?" just counted (own:
+// the key's node is the latest start; carried: it is the value of a tag or
+// anchor on an earlier line; explicit: a "?"). The parser continues a
+// mapping at col with it and, unlike YAML, nests a new mapping in a "-" at
+// col that has no value yet ("-\nname: a" is a list of one mapping), so that
+// keys and "-" in turn at one column nest without end; after a tag or an
+// anchor the mapping is their value, wherever it is.
+func (s *shapeScanner) keyEntry(col, at int, own, carried, explicit bool) {
+	last, prev := s.lastStart, s.prevStart // the latest starts before the key
+	if own {
+		last, prev = s.prevStart, s.prevPrevStart
+	}
+	s.lastEntry, s.lastEntryCol = s.nodes, 0
+	if explicit {
+		s.lastEntryCol = col
+	}
+	if top := s.top(); top != nil && top.kind == flowMap {
+		return // a key of the flow mapping itself
+	}
+	if !carried {
+		s.popRightOf(col)
+		for top := s.top(); top != nil && !top.kind.flow() && top.col == col; top = s.top() {
+			if top.kind == blockMap {
+				top.entry, top.explicit = s.nodes, explicit
+				return
+			}
+			if top.awaits(last, prev) {
+				break
+			}
+			s.levels = s.levels[:len(s.levels)-1]
+		}
+	}
+	s.push(blockMap, col, at)
+	s.top().explicit = explicit
+}
+
+// ---- the library's Context ----
+
+func (s *shapeScanner) resetBuffer() {
+	s.buf = s.buf[:0]
+	s.obuf = s.obuf[:0]
+	s.notSpaceCharPos = 0
+	s.notSpaceOrgPos = 0
+}
+
+func (s *shapeScanner) clear() {
+	s.resetBuffer()
+	s.ml = nil
+}
+
+func (s *shapeScanner) addBuf(r rune) {
+	if len(s.buf) == 0 && (r == ' ' || r == '\t') {
+		return
+	}
+	s.buf = append(s.buf, r)
+	if r != ' ' && r != '\t' {
+		s.notSpaceCharPos = len(s.buf)
+	}
+}
+
+func (s *shapeScanner) addBufWithTab(r rune) {
+	if len(s.buf) == 0 && r == ' ' {
+		return
+	}
+	s.buf = append(s.buf, r)
+	if r != ' ' {
+		s.notSpaceCharPos = len(s.buf)
+	}
+}
+
+func (s *shapeScanner) addOriginBuf(r rune) {
+	s.obuf = append(s.obuf, r)
+	if r != ' ' && r != '\t' {
+		s.notSpaceOrgPos = len(s.obuf)
+	}
+}
+
+func (s *shapeScanner) removeRightSpaceFromBuf() {
+	if len(s.obuf) > s.notSpaceOrgPos {
+		s.obuf = s.obuf[:s.notSpaceOrgPos]
+		s.buf = s.bufferedSrc()
+	}
+}
+
+func (s *shapeScanner) bufferedSrc() []rune {
+	src := s.buf[:s.notSpaceCharPos]
+	if s.ml == nil {
+		return src
+	}
+	// Block chomping, as the library does it: only whether anything is left
+	// matters here.
+	str := string(src)
+	m := s.ml
+	if m.hasTrimAllEndNewlineOpt() {
+		str = strings.TrimRight(str, "\n")
+	} else if !m.hasKeepAllEndNewlineOpt() {
+		n := len(str) - len(strings.TrimRight(str, "\n"))
+		if n > 1 {
+			str = str[:len(str)-(n-1)]
+		}
+	}
+	if m.hasTrimAllEndNewlineOpt() {
+		str = strings.TrimRight(str, " ")
+	}
+	if str == "\n" {
+		str = ""
+	}
+	if m.hasKeepAllEndNewlineOpt() && str == "" {
+		str = "\n"
+	}
+	return []rune(str)
+}
+
+func (s *shapeScanner) existsBuffer() bool { return len(s.bufferedSrc()) != 0 }
+
+func (s *shapeScanner) previousChar() rune {
+	if s.idx > s.ctxStart {
+		return s.src[s.idx-1]
+	}
+	return 0
+}
+
+func (s *shapeScanner) nextChar() rune {
+	if s.idx+1 < len(s.src) {
+		return s.src[s.idx+1]
+	}
+	return 0
+}
+
+func (s *shapeScanner) isEOS() bool     { return len(s.src)-1 <= s.idx }
+func (s *shapeScanner) isNextEOS() bool { return len(s.src) <= s.idx+1 }
+
+// repeatNum is how many times r is repeated from the current character on.
+// (The library counts the run at each of its characters; the scan reads each
+// run once.)
+func (s *shapeScanner) repeatNum(r rune) int {
+	if s.idx < s.runStart || s.idx >= s.runEnd || s.src[s.idx] != r {
+		s.runStart, s.runEnd = s.idx, s.idx
+		for s.runEnd < len(s.src) && s.src[s.runEnd] == r {
+			s.runEnd++
+		}
+	}
+	return s.runEnd - s.idx
+}
+
+// ---- the library's Scanner ----
+
+func isNewLine(c rune) bool { return c == '\n' || c == '\r' }
+
+func (s *shapeScanner) progressColumn(n int) { s.column += n; s.idx += n }
+func (s *shapeScanner) progress(n int)       { s.idx += n }
+
+func (s *shapeScanner) progressLine() {
+	s.line++
+	s.column = 1
+	s.indentNum = 0
+	s.isFirstCharAtLine = true
+	s.isAnchor, s.isAlias, s.isDirective = false, false, false
+	s.idx++
+}
+
+func (s *shapeScanner) addToken(kind tokenKind, col int) {
+	s.token(s.idx)
+	s.lastToken, s.lastTokenColumn = kind, col
+}
+
+// bufferedToken makes a token of the buffer, if it holds anything, and
+// returns its column.
+func (s *shapeScanner) bufferedToken() (col int, ok bool) {
+	col, line := s.column-len(s.buf), s.line
+	if s.ml != nil {
+		col = strings.Index(string(s.obuf), string(s.buf)) + 1
+	}
+	if s.saved {
+		col, line = s.savedColumn, s.savedLine
+		s.saved = false
+	}
+	if s.idx == s.ctxStart {
+		return 0, false
+	}
+	if len(s.bufferedSrc()) == 0 {
+		s.buf = s.buf[:0]
+		return 0, false
+	}
+	kind := otherToken
+	if s.ml != nil {
+		kind = stringToken
+	}
+	s.addToken(kind, col)
+	if s.ml == nil || s.ml.isRawFolded {
+		s.nodeStart(col, line, true) // a plain scalar
+	}
+	s.resetBuffer()
+	return col, true
+}
+
+func (s *shapeScanner) addBufferedTokenIfExists() { s.bufferedToken() }
+
+func (s *shapeScanner) updateIndent(c rune) {
+	if s.isFirstCharAtLine && isNewLine(c) {
+		return
+	}
+	if s.isFirstCharAtLine && c == ' ' {
+		s.indentNum++
+		return
+	}
+	if s.isFirstCharAtLine && c == '\t' {
+		return
+	}
+	if !s.isFirstCharAtLine {
+		s.indentState = indentKeep
+		return
+	}
+	if s.lastDelimColumn != 0 {
+		if s.lastDelimColumn < s.column {
+			s.indentState = indentUp
+		} else {
+			s.indentState = indentDown
+		}
+	}
+	s.isFirstCharAtLine = false
+}
+
+// scan is the library's Scanner.scan: it returns at the end of the text, at
+// an invalid token, or when a limit is crossed.
+func (s *shapeScanner) scan() {
+	for s.idx < len(s.src) && s.limit == nil {
+		c := s.src[s.idx]
+		s.updateIndent(c)
+		if s.indentState == indentDown {
+			s.addBufferedTokenIfExists()
+		}
+		if s.ml != nil {
+			if s.indentState == indentDown {
+				// The block ends here: the library reads this character
+				// again outside it (after an invalid token when the block
+				// had no content at column 1: the same for what follows).
+				if s.lastToken != noToken && s.lastTokenColumn == 1 {
+					s.uncounted() // "could not find multi-line content"
+					return
+				}
+				if s.lastToken != noToken && s.lastToken != stringToken {
+					s.addToken(stringToken, s.column) // the empty content's token
+				}
+				s.ml = nil
+			} else {
+				if !s.scanMultiLine(c) {
+					s.uncounted() // the invalid token
+					return
+				}
+				continue
+			}
+		}
+		handled, ok := s.scanChar(c)
+		if !ok {
+			s.uncounted() // the invalid token
+			return
+		}
+		if handled {
+			continue
+		}
+		s.addBuf(c)
+		s.addOriginBuf(c)
+		s.progressColumn(1)
+	}
+	s.addBufferedTokenIfExists()
+}
+
+// scanChar is the switch of the library's scan loop: handled when c began or
+// ended a token, !ok at an invalid token.
+func (s *shapeScanner) scanChar(c rune) (handled, ok bool) {
+	switch c {
+	case '{':
+		if s.existsBuffer() && !s.isFlowMode() {
+			return false, true
+		}
+		s.flowStart(flowMap)
+		return true, true
+	case '}':
+		if s.flowMapNum <= 0 {
+			return false, true
+		}
+		s.flowEnd(&s.flowMapNum)
+		return true, true
+	case '[':
+		if s.existsBuffer() && !s.isFlowMode() {
+			return false, true
+		}
+		s.flowStart(flowSeq)
+		return true, true
+	case ']':
+		if s.existsBuffer() && s.flowSeqNum <= 0 {
+			return false, true
+		}
+		s.flowEnd(&s.flowSeqNum)
+		return true, true
+	case ',':
+		if !s.isFlowMode() {
+			return false, true
+		}
+		s.addBufferedTokenIfExists()
+		s.addOriginBuf(c)
+		s.addToken(otherToken, s.column)
+		s.popBlock()
+		s.progressColumn(1)
+		s.clear()
+		return true, true
+	case '.':
+		if s.indentNum != 0 || s.column != 1 || s.repeatNum('.') != 3 {
+			return false, true
+		}
+		s.addBufferedTokenIfExists()
+		s.addToken(otherToken, s.column)
+		s.progressColumn(3)
+		s.clear()
+		return true, true
+	case '<':
+		if !s.isMergeKey() {
+			return false, true
+		}
+		s.lastDelimColumn = s.column
+		s.addToken(otherToken, s.column)
+		s.nodeStart(s.column, s.line, false)
+		s.progressColumn(2)
+		s.clear()
+		return true, true
+	case '-':
+		if s.scanDocumentStart() {
+			return true, true
+		}
+		if s.existsBuffer() && s.indentState == indentUp {
+			// A plain scalar folded over lines that start with "-".
+			m := &multiLine{isRawFolded: true}
+			m.updateIndentColumn(s.column)
+			s.ml = m
+			s.addBuf('-')
+			s.addOriginBuf('-')
+			s.progressColumn(1)
+			return true, true
+		}
+		if s.existsBuffer() {
+			return false, true
+		}
+		if nc := s.nextChar(); nc != 0 && nc != ' ' && nc != '\t' && !isNewLine(nc) {
+			return false, true
+		}
+		if s.obufStartsWithTab() {
+			s.progressColumn(1)
+			return false, false
+		}
+		s.addBufferedTokenIfExists()
+		s.addOriginBuf('-')
+		s.addToken(otherToken, s.column)
+		s.lastDelimColumn = s.column
+		s.seqEntry(s.column, s.idx)
+		s.progressColumn(1)
+		s.clear()
+		return true, true
+	case ':':
+		return s.scanMapDelim()
+	case '|', '>':
+		if s.existsBuffer() {
+			return false, true
+		}
+		return true, s.scanMultiLineHeader()
+	case '!':
+		if s.existsBuffer() || s.isDirective {
+			return false, true
+		}
+		return s.scanTag()
+	case '%':
+		if s.existsBuffer() || s.indentNum != 0 {
+			return false, true
+		}
+		s.addBufferedTokenIfExists()
+		s.addOriginBuf('%')
+		s.addToken(otherToken, s.column)
+		s.progressColumn(1)
+		s.clear()
+		s.isDirective = true
+		return true, true
+	case '?':
+		if s.existsBuffer() {
+			return false, true
+		}
+		if nc := s.nextChar(); nc != ' ' && nc != '\t' {
+			return false, true
+		}
+		s.addToken(otherToken, s.column)
+		s.lastDelimColumn = s.column
+		s.keyEntry(s.column, s.idx, false, s.afterPrefix(), true)
+		s.progressColumn(1)
+		s.clear()
+		return true, true
+	case '&', '*':
+		if s.existsBuffer() {
+			return false, true
+		}
+		s.addBufferedTokenIfExists()
+		s.addOriginBuf(c)
+		s.addToken(otherToken, s.column)
+		if c == '*' {
+			s.nodeStart(s.column, s.line, true) // an alias is a node
+			s.aliasTok = s.nodes
+		} else {
+			s.prefix(s.column, true) // an anchor names the next
+			s.anchorTok = s.nodes
+		}
+		s.progressColumn(1)
+		s.isAnchor, s.isAlias = s.isAnchor || c == '&', s.isAlias || c == '*'
+		s.clear()
+		return true, true
+	case '#':
+		return s.scanComment(), true
+	case '\'', '"':
+		if s.existsBuffer() {
+			return false, true
+		}
+		return true, s.scanQuote(c)
+	case '\r', '\n':
+		s.scanNewLine(c)
+		return true, true
+	case ' ':
+		return s.scanWhiteSpace(), true
+	case '@', '`':
+		if s.existsBuffer() {
+			return false, true
+		}
+		s.addBuf(c)
+		s.addOriginBuf(c)
+		s.progressColumn(1)
+		s.clear()
+		return false, false
+	case '\t':
+		if s.existsBuffer() && s.lastDelimColumn == 0 || s.lastDelimColumn < s.column {
+			s.indentNum++
+			s.addOriginBuf(c)
+			s.progress(1)
+			return true, true
+		}
+		if s.isFlowMode() || !s.isFirstCharAtLine {
+			return false, true
+		}
+		s.addBuf(c)
+		s.addOriginBuf(c)
+		s.progressColumn(1)
+		s.clear()
+		return false, false
+	}
+	return false, true
+}
+
+func (s *shapeScanner) isFlowMode() bool { return s.flowSeqNum > 0 || s.flowMapNum > 0 }
+
+func (s *shapeScanner) flowStart(kind levelKind) {
+	s.addBufferedTokenIfExists()
+	s.addOriginBuf(s.src[s.idx])
+	s.addToken(otherToken, s.column)
+	if kind == flowMap {
+		s.flowMapNum++
+	} else {
+		s.flowSeqNum++
+	}
+	s.nodeStart(s.column, s.line, false)
+	s.push(kind, s.column, s.idx)
+	s.progressColumn(1)
+	s.clear()
+}
+
+func (s *shapeScanner) flowEnd(num *int) {
+	s.addBufferedTokenIfExists()
+	s.addOriginBuf(s.src[s.idx])
+	s.addToken(otherToken, s.column)
+	*num--
+	s.closeFlow()
+	s.progressColumn(1)
+	s.clear()
+}
+
+// obufStartsWithTab: the library refuses a "-" or ":" after an indentation
+// that starts with a tab (after at most one space).
+func (s *shapeScanner) obufStartsWithTab() bool {
+	o := s.obuf
+	if len(o) > 0 && o[0] == ' ' {
+		o = o[1:]
+	}
+	return len(o) > 0 && o[0] == '\t'
+}
+
+func (s *shapeScanner) isMergeKey() bool {
+	if s.repeatNum('<') != 2 {
+		return false
+	}
+	for i := s.idx + 2; i < len(s.src); i++ {
+		c := s.src[i]
+		if c == ' ' {
+			continue
+		}
+		if c != ':' {
+			return false
+		}
+		if i+1 < len(s.src) {
+			if nc := s.src[i+1]; nc == ' ' || isNewLine(nc) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (s *shapeScanner) scanDocumentStart() bool {
+	if s.indentNum != 0 || s.column != 1 || s.repeatNum('-') != 3 {
+		return false
+	}
+	if s.idx+3 < len(s.src) {
+		if c := s.src[s.idx+3]; c != ' ' && c != '\t' && !isNewLine(c) {
+			return false
+		}
+	}
+	s.addBufferedTokenIfExists()
+	s.addToken(otherToken, s.column)
+	s.progressColumn(3)
+	s.clear()
+	s.lastDelimColumn, s.indentNum = 0, 0
+	// The parser reads each document on its own.
+	s.levels = s.levels[:0]
+	return true
+}
+
+func (s *shapeScanner) scanMapDelim() (handled, ok bool) {
+	nc := s.nextChar()
+	if s.isDirective || s.isAnchor || s.isAlias {
+		return false, true
+	}
+	if s.flowMapNum <= 0 && nc != ' ' && nc != '\t' && !isNewLine(nc) && !s.isNextEOS() {
+		return false, true
+	}
+	if s.flowMapNum > 0 && nc == '/' {
+		return false, true
+	}
+	if s.flowMapNum > 0 && s.lastToken == mappingValueToken {
+		return false, true
+	}
+	if s.obufStartsWithTab() && (len(s.buf) == 0 || s.buf[0] != '\t') {
+		s.progressColumn(1)
+		return false, false
+	}
+	if col, ok := s.bufferedToken(); ok {
+		s.lastDelimColumn = col
+	} else if s.lastToken == quotedToken {
+		s.lastDelimColumn = s.lastTokenColumn
+	}
+	// The key is the node started since the latest "-", ":" or "?", if any,
+	// or a tag or an anchor just before the ":" ("!!str\n: a"). After a "?",
+	// this ":" may be the "?"'s own: then it is read as that when that nests
+	// deeper (the key is left of the "?").
+	s.addToken(mappingValueToken, s.column)
+	own, carried, keyCol := s.lastStart > s.lastEntry, false, s.column
+	switch {
+	case s.afterPrefix():
+		own, keyCol = false, s.prefixCol
+	case own:
+		keyCol, carried = s.lastStartCol, s.lastStartCarried
+	}
+	if s.lastEntryCol > 0 && keyCol <= s.lastEntryCol && !carried {
+		own, carried, keyCol = false, false, s.lastEntryCol
+	}
+	s.keyEntry(keyCol, s.idx, own, carried, false)
+	s.progressColumn(1)
+	s.clear()
+	return true, true
+}
+
+func (s *shapeScanner) scanComment() bool {
+	if s.existsBuffer() {
+		if c := s.previousChar(); c != ' ' && c != '\t' && !isNewLine(c) {
+			return false
+		}
+	}
+	s.addBufferedTokenIfExists()
+	s.uncounted()
+	s.lastToken, s.lastTokenColumn = otherToken, s.column
+	s.progress(1) // the '#'
+	for i := s.idx; i < len(s.src); i++ {
+		if isNewLine(s.src[i]) {
+			s.progressColumn(i - s.idx)
+			s.progressLine()
+			s.clear()
+			return true
+		}
+	}
+	s.progressColumn(len(s.src) - s.idx)
+	s.progressLine()
+	s.clear()
+	return true
+}
+
+func (s *shapeScanner) scanNewLine(c rune) {
+	if len(s.buf) > 0 && !s.saved {
+		s.saved, s.savedColumn, s.savedLine = true, s.column-len(s.bufferedSrc()), s.line
+	}
+	s.removeRightSpaceFromBuf()
+	if c == '\r' && s.nextChar() == '\n' {
+		s.addOriginBuf('\r')
+		s.progress(1)
+		c = '\n'
+	}
+	if s.isEOS() || s.isAnchor || s.isAlias || s.isDirective {
+		s.addBufferedTokenIfExists()
+	}
+	if s.existsBuffer() && s.isFirstCharAtLine {
+		if s.buf[len(s.buf)-1] == ' ' {
+			s.buf[len(s.buf)-1] = '\n'
+		} else {
+			s.buf = append(s.buf, '\n')
+		}
+	} else {
+		s.addBuf(' ')
+	}
+	s.addOriginBuf(c)
+	s.progressLine()
+}
+
+func (s *shapeScanner) scanWhiteSpace() bool {
+	if !s.isAnchor && !s.isDirective && !s.isAlias && !s.isFirstCharAtLine {
+		return false
+	}
+	if s.isFirstCharAtLine {
+		s.progressColumn(1)
+		s.addOriginBuf(' ')
+		return true
+	}
+	if s.isDirective {
+		s.addBufferedTokenIfExists()
+		s.progressColumn(1)
+		s.addOriginBuf(' ')
+		return true
+	}
+	s.addBufferedTokenIfExists()
+	s.isAnchor, s.isAlias = false, false
+	return true
+}
+
+// scanTag skips a tag ("!name ") as the library does.
+func (s *shapeScanner) scanTag() (handled, ok bool) {
+	s.addOriginBuf('!')
+	start := s.idx
+	s.progress(1)
+	progress := 0
+	for i, c := range s.src[s.idx:] {
+		progress = i + 1
+		switch c {
+		case ' ':
+			s.addToken(otherToken, s.column)
+			s.prefix(s.column, tagGroups(string(s.src[start:s.idx+i])))
+			s.progressColumn(s.idx + i - start)
+			s.clear()
+			return true, true
+		case ',':
+			if s.isFlowMode() {
+				s.addToken(otherToken, s.column)
+				s.prefix(s.column, tagGroups(string(s.src[start:s.idx+i])))
+				s.progressColumn(s.idx + i - start - 1)
+				s.clear()
+				return true, true
+			}
+		case '\n', '\r':
+			s.addToken(otherToken, s.column)
+			s.prefix(s.column, tagGroups(string(s.src[start:s.idx+i])))
+			s.progressColumn(s.idx + i - start - 1)
+			s.clear()
+			return true, true
+		case '{', '}':
+			s.progressColumn(progress)
+			return false, false
+		}
+	}
+	s.progressColumn(progress)
+	s.clear()
+	return true, true
+}
+
+// scanQuote skips a quoted scalar as the library does; !ok when the library
+// finds it invalid (where it then goes on reading).
+func (s *shapeScanner) scanQuote(q rune) bool {
+	col, line := s.column, s.line
+	ok := s.skipQuoted(q)
+	if !ok {
+		return false
+	}
+	s.addToken(quotedToken, col)
+	s.nodeStart(col, line, true)
+	s.clear()
+	return true
+}
+
+func (s *shapeScanner) skipQuoted(q rune) bool {
+	src := s.src
+	size := len(src)
+	isFirstLineChar, isNewLine_ := false, false
+	for idx := s.idx + 1; idx < size; idx++ {
+		if !isNewLine_ {
+			s.progressColumn(1)
+		} else {
+			isNewLine_ = false
+		}
+		c := src[idx]
+		switch {
+		case isNewLine(c):
+			isFirstLineChar, isNewLine_ = true, true
+			s.progressLine()
+			if idx+1 < size && foundDocumentSeparatorMarker(src[idx+1:]) {
+				return false
+			}
+			continue
+		case isFirstLineChar && c == ' ':
+			continue
+		case isFirstLineChar && c == '\t':
+			if s.lastDelimColumn >= s.column {
+				return false
+			}
+			continue
+		}
+		if q == '\'' {
+			if c != '\'' {
+				isFirstLineChar = false
+				continue
+			}
+			if idx+1 < size && src[idx+1] == '\'' {
+				idx++
+				s.progressColumn(1)
+				continue
+			}
+			s.progressColumn(1)
+			return true
+		}
+		switch {
+		case c == '\\':
+			isFirstLineChar = false
+			if idx+1 >= size {
+				continue
+			}
+			progress := 0
+			switch src[idx+1] {
+			case '0', 'a', 'b', 't', 'n', 'v', 'f', 'r', 'e', ' ', '"', '/', '\\', 'N', '_', 'L', 'P', '\t':
+				progress = 1
+			case 'x':
+				progress = 1
+				if idx+3 < size {
+					progress = 3
+				}
+			case 'u':
+				if idx+5 >= size {
+					return false
+				}
+				progress = 5
+				if code := hexRunes(src[idx+2 : idx+6]); code >= 0xD800 && code <= 0xDBFF {
+					if idx+11 >= size || src[idx+6] != '\\' || src[idx+7] != 'u' {
+						return false
+					}
+					if low := hexRunes(src[idx+8 : idx+12]); low < 0xDC00 || low > 0xDFFF {
+						return false
+					}
+					progress += 6
+				}
+			case 'U':
+				if idx+9 >= size {
+					return false
+				}
+				progress = 9
+			case '\n':
+				isFirstLineChar, isNewLine_ = true, true
+				s.progressColumn(1)
+				s.progressLine()
+				idx++
+				continue
+			case '\r':
+				isFirstLineChar, isNewLine_ = true, true
+				s.progressLine()
+				progress = 1
+				if idx+2 < size && src[idx+2] == '\n' {
+					progress = 2
+				}
+			default:
+				s.progressColumn(1)
+				return false
+			}
+			idx += progress
+			s.progressColumn(progress)
+			continue
+		case c == '\t':
+			// The library looks at the rest of the line at each tab: is
+			// there more than blanks?
+			eol, lastText := s.lineAfter(idx)
+			found, progress := lastText > idx, eol-idx-1
+			if found {
+				if src[idx+1] != '"' {
+					s.progressColumn(1)
+				}
+			} else {
+				idx += progress
+				s.progressColumn(progress)
+			}
+			continue
+		case c != '"':
+			isFirstLineChar = false
+			continue
+		}
+		s.progressColumn(1)
+		return true
+	}
+	s.progressColumn(1)
+	return false
+}
+
+// lineAfter returns the end of the line holding src[i] (its line break, or
+// the end of the text) and the index of its last character that is neither a
+// space nor a tab (-1 if none), reading each line once however often asked.
+func (s *shapeScanner) lineAfter(i int) (eol, lastText int) {
+	if i >= s.lineStart && i < s.lineEnd {
+		return s.lineEnd, s.lineText
+	}
+	s.lineStart, s.lineText = i, -1
+	for s.lineEnd = i; s.lineEnd < len(s.src) && !isNewLine(s.src[s.lineEnd]); s.lineEnd++ {
+		if c := s.src[s.lineEnd]; c != ' ' && c != '\t' {
+			s.lineText = s.lineEnd
+		}
+	}
+	return s.lineEnd, s.lineText
+}
+
+func hexRunes(b []rune) int {
+	sum := 0
+	for i, r := range b {
+		var d int
+		switch {
+		case r >= 'A' && r <= 'F':
+			d = int(r) - 'A' + 10
+		case r >= 'a' && r <= 'f':
+			d = int(r) - 'a' + 10
+		default:
+			d = int(r) - '0'
+		}
+		sum += d << (uint(len(b)-i-1) * 4)
+	}
+	return sum
+}
+
+func foundDocumentSeparatorMarker(src []rune) bool {
+	if len(src) < 3 {
+		return false
+	}
+	var marker string
+	if len(src) == 3 {
+		marker = string(src)
+	} else {
+		marker = strings.TrimRight(string(src[:4]), " \t\n\r")
+	}
+	return marker == "---" || marker == "..."
+}
+
+// scanMultiLineHeader reads a block scalar's header ("|", ">-", "|2 # …")
+// and starts the block, as the library does.
+func (s *shapeScanner) scanMultiLineHeader() bool {
+	header := s.src[s.idx]
+	s.addOriginBuf(header)
+	s.progress(1)
+	rest := s.src[s.idx:]
+	progress, crlf := 0, false
+	for i, c := range rest {
+		progress = i
+		if isNewLine(c) {
+			if c == '\r' && i+1 < len(rest) && rest[i+1] == '\n' {
+				crlf = true
+				continue
+			}
+			break
+		}
+	}
+	end := progress
+	if crlf {
+		end--
+	}
+	if end < 0 {
+		end = 0
+	}
+	value := strings.TrimRight(string(rest[:end]), " ")
+	opt := value
+	if i := strings.Index(value, "#"); i > 0 {
+		opt = value[:i]
+	}
+	opt = strings.TrimRight(opt, " \t")
+	if opt != "" && !validBlockHeaderOption(opt) {
+		s.progressColumn(progress)
+		return false
+	}
+	if s.column == 1 {
+		s.lastDelimColumn = 1
+	}
+	s.addToken(otherToken, s.column)
+	s.nodeStart(s.column, s.line, true)
+	if i := slices.Index(rest[:min(progress+1, len(rest))], '#'); i >= 0 {
+		s.uncounted() // the comment after the header
+		s.lastTokenColumn = s.column + 1 + i
+	}
+	m := &multiLine{isLiteral: header == '|', opt: opt}
+	if indent := blockIndentOption(opt); indent > 0 {
+		m.firstLineIndentColumn = s.lastDelimColumn + indent
+	}
+	s.ml = m
+	s.indentState = indentKeep
+	s.buf, s.notSpaceCharPos = s.buf[:0], 0
+	s.obuf, s.notSpaceOrgPos = s.obuf[:0], 0
+	s.progressColumn(progress)
+	s.progressLine()
+	return true
+}
+
+func trimChomping(opt string) string {
+	opt = strings.TrimPrefix(opt, "-")
+	opt = strings.TrimPrefix(opt, "+")
+	opt = strings.TrimSuffix(opt, "-")
+	return strings.TrimSuffix(opt, "+")
+}
+
+func validBlockHeaderOption(opt string) bool {
+	opt = trimChomping(opt)
+	if opt == "" {
+		return true
+	}
+	if opt == "0" {
+		return false
+	}
+	i, err := strconv.ParseInt(opt, 10, 64)
+	return err == nil && i <= 9
+}
+
+func blockIndentOption(opt string) int {
+	i, _ := strconv.ParseInt(trimChomping(opt), 10, 64)
+	return int(i)
+}
+
+func (m *multiLine) hasTrimAllEndNewlineOpt() bool {
+	return strings.HasPrefix(m.opt, "-") || strings.HasSuffix(m.opt, "-") || m.isRawFolded
+}
+
+func (m *multiLine) hasKeepAllEndNewlineOpt() bool {
+	return strings.HasPrefix(m.opt, "+") || strings.HasSuffix(m.opt, "+")
+}
+
+func (m *multiLine) updateIndentColumn(column int) {
+	if m.firstLineIndentColumn == 0 {
+		m.firstLineIndentColumn = column
+	}
+	if m.lineIndentColumn == 0 {
+		m.lineIndentColumn = column
+	}
+}
+
+func (m *multiLine) validIndentColumn() bool {
+	return blockIndentOption(m.opt) == 0 || m.firstLineIndentColumn <= m.lineIndentColumn
+}
+
+func (m *multiLine) isIndentColumn(column int) bool {
+	if m.firstLineIndentColumn == 0 {
+		return column == 1
+	}
+	return m.firstLineIndentColumn > column
+}
+
+// scanMultiLine is one character inside a block scalar; false at an invalid
+// token.
+func (s *shapeScanner) scanMultiLine(c rune) bool {
+	m := s.ml
+	s.addOriginBuf(c)
+	if c == '\r' {
+		if s.nextChar() == '\n' {
+			s.addOriginBuf('\n')
+			s.progress(1)
+		}
+		c = '\n'
+	}
+	switch {
+	case s.isEOS():
+		if s.isFirstCharAtLine && c == ' ' {
+			s.addIndent(s.column)
+		} else {
+			s.addBuf(c)
+		}
+		m.updateIndentColumn(s.column)
+		if !m.validIndentColumn() {
+			s.progressColumn(1)
+			return false
+		}
+		s.addToken(stringToken, s.column)
+		s.clear()
+		s.progressColumn(1)
+	case isNewLine(c):
+		s.addBuf(c)
+		if m.firstLineIndentColumn == 0 {
+			m.spaceOnlyIndentColumn = s.column - 1
+		}
+		m.prevLineIndentColumn = m.lineIndentColumn
+		if m.lineIndentColumn != 0 {
+			m.lastNotSpaceOnlyLineIndentColumn = m.lineIndentColumn
+		}
+		m.foldedNewLine = true
+		m.lineIndentColumn = 0
+		s.progressLine()
+		if s.idx < len(s.src) && foundDocumentSeparatorMarker(s.src[s.idx:]) {
+			s.addToken(stringToken, s.column)
+			s.clear()
+		}
+	case s.isFirstCharAtLine && c == ' ':
+		s.addIndent(s.column)
+		s.progressColumn(1)
+	case s.isFirstCharAtLine && c == '\t' && m.isIndentColumn(s.column):
+		s.progressColumn(1)
+		return false
+	case c == '\t' && !m.isIndentColumn(s.column):
+		s.addBufWithTab(c)
+		s.progressColumn(1)
+	default:
+		if m.firstLineIndentColumn == 0 && m.spaceOnlyIndentColumn > s.column {
+			s.progressColumn(1)
+			return false
+		}
+		m.updateIndentColumn(s.column)
+		if !m.validIndentColumn() {
+			s.progressColumn(1)
+			return false
+		}
+		if m.firstLineIndentColumn > 1 {
+			s.lastDelimColumn = m.firstLineIndentColumn - 1
+		}
+		s.foldNewLine(s.column)
+		s.addBufWithTab(c)
+		s.progressColumn(1)
+	}
+	return true
+}
+
+// addIndent is MultiLineState.addIndent: a space of the content's own.
+func (s *shapeScanner) addIndent(column int) {
+	m := s.ml
+	if m.firstLineIndentColumn == 0 || column < m.firstLineIndentColumn {
+		return
+	}
+	if !m.isLiteral && m.foldedNewLine {
+		m.foldedNewLine = false
+	}
+	s.buf = append(s.buf, ' ')
+	s.notSpaceCharPos = len(s.buf)
+}
+
+// foldNewLine is MultiLineState.updateNewLineInFolded (what remains of a
+// folded line break decides whether the content is empty).
+func (s *shapeScanner) foldNewLine(column int) {
+	m := s.ml
+	if m.isLiteral || !m.foldedNewLine {
+		return
+	}
+	var last, prevLast rune
+	if n := len(s.buf); n > 0 {
+		last = s.buf[n-1]
+		if n > 1 {
+			prevLast = s.buf[n-2]
+		}
+	}
+	if m.lineIndentColumn == m.prevLineIndentColumn {
+		if last == '\n' {
+			s.buf[len(s.buf)-1] = ' '
+		}
+	} else if m.prevLineIndentColumn == 0 && m.lastNotSpaceOnlyLineIndentColumn == column {
+		if last == '\n' && prevLast == '\n' {
+			s.buf = s.buf[:len(s.buf)-1]
+			s.notSpaceCharPos = len(s.buf)
+		}
+	}
+	m.foldedNewLine = false
+}
