@@ -13,6 +13,7 @@ import (
 	"runtime/metrics"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/snip/snip-jobs/configs"
 )
@@ -180,9 +181,10 @@ func TestAFileOverTheSizeLimitIsRefusedWhereItCrossesIt(t *testing.T) {
 // childEnv marks the child process of inChild.
 const childEnv = "SNIP_CONFIGS_TEST_CHILD"
 
-// childHeapLimit is what the child's heap may hold: Parse of the files below
-// needs a few megabytes; the YAML library, reading them as written, needs
-// gigabytes (20,000 levels of "[" ran a process out of memory).
+// childHeapLimit is what the child's heap may hold: the tests that run there
+// need a few megabytes; what they guard against takes gigabytes (the YAML
+// library reading 20,000 levels of "[" ran a process out of memory, and so
+// did reading a 3 GB secret file).
 const childHeapLimit = 256 << 20
 
 // inChild runs the calling test (or subtest) again in a child process and
@@ -199,10 +201,10 @@ func inChild(t *testing.T) bool {
 			for {
 				metrics.Read(sample)
 				if held := sample[0].Value.Uint64(); held > childHeapLimit {
-					fmt.Fprintf(os.Stderr, "the heap holds %d MiB, over the test's %d MiB: Parse is building what it should refuse\n", held>>20, childHeapLimit>>20)
+					fmt.Fprintf(os.Stderr, "the heap holds %d MiB, over the test's %d MiB: the code under test builds or reads what it should refuse\n", held>>20, childHeapLimit>>20)
 					os.Exit(3)
 				}
-				runtime.Gosched()
+				time.Sleep(time.Millisecond) // how often to look, not how long to wait
 			}
 		}()
 		return true

@@ -142,6 +142,8 @@ type shapeScanner struct {
 	prefixGroups                     bool // its last one may be grouped with a scalar
 	lastStartCarried                 bool // the latest start follows a tag or an anchor on an earlier line
 	anchorTok, aliasTok              int  // the nodes counted at the latest "&" and "*"
+	plain                            bool // the token being counted is a plain scalar
+	strict                           bool // every "-" and key nests from here on
 	tokens                           int  // every token the library makes, comments and errors included
 	nodes                            int  // tokens but comments and invalid ones: what the parser reads
 	maxNodes                         int
@@ -189,9 +191,16 @@ func runeOffset(data []byte, i int) int {
 // ---- what is counted ----
 
 // token counts a token of the library's at rune index at.
+//
+// The token after "&" or "*" is the anchor's or alias's name, whatever it is;
+// a name that is not a plain scalar makes the parser read on in ways the scan
+// does not follow, so it reads the rest strictly: every "-" and key nests.
 func (s *shapeScanner) token(at int) {
 	s.tokens++
 	s.nodes++
+	if (s.nodes-1 == s.anchorTok || s.nodes-1 == s.aliasTok) && !s.plain {
+		s.strict = true
+	}
 	if s.nodes > s.maxNodes && s.limit == nil {
 		s.limit = &shapeLimit{at: at, msg: fmt.Sprintf(
 			"the file has more than %d YAML nodes by here (each key, value, \"-\", \":\", \",\" and bracket counts), the limit for a config file (a real one has a few hundred)", s.maxNodes)}
@@ -325,7 +334,7 @@ func (l *level) awaits(lastStart, prevStart int) bool {
 // after a tag or an anchor the list is their value, wherever it is.
 func (s *shapeScanner) seqEntry(col, at int) {
 	s.lastEntry, s.lastEntryCol = s.nodes, 0
-	if !s.afterPrefix() {
+	if !s.afterPrefix() && !s.strict {
 		s.popRightOf(col)
 		for top := s.top(); top != nil && !top.kind.flow() && top.col == col; top = s.top() {
 			if top.kind == blockSeq {
@@ -361,7 +370,7 @@ func (s *shapeScanner) keyEntry(col, at int, own, carried, explicit bool) {
 	if top := s.top(); top != nil && top.kind == flowMap {
 		return // a key of the flow mapping itself
 	}
-	if !carried {
+	if !carried && !s.strict {
 		s.popRightOf(col)
 		for top := s.top(); top != nil && !top.kind.flow() && top.col == col; top = s.top() {
 			if top.kind == blockMap {
@@ -530,7 +539,9 @@ func (s *shapeScanner) bufferedToken() (col int, ok bool) {
 	if s.ml != nil {
 		kind = stringToken
 	}
+	s.plain = true
 	s.addToken(kind, col)
+	s.plain = false
 	if s.ml == nil || s.ml.isRawFolded {
 		s.nodeStart(col, line, true) // a plain scalar
 	}

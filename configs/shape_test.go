@@ -172,6 +172,7 @@ func FuzzShape(f *testing.F) {
 		"  !t http://x@@\n- b:\n   - - ---? \n",
 		"!\n!0 0:\n 0:", // a tag and its key on a line, taken by a tag before
 		"? \n!! 0:",     // "!!" alone is the "?"'s key; "0" a key of its value
+		"*!  :\n 0:",    // an alias named by a tag (grouped with ":")
 		"|\t\n   \n#",
 		"a: |\n  [[[\n b: [",
 		"a: \"x\n  [[\"\nb: [[",
