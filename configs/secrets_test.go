@@ -1,10 +1,12 @@
 package configs_test
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/snip/snip-jobs/configs"
@@ -212,8 +214,11 @@ func TestSecretFilesReadableByGroupOrOthersAreExposed(t *testing.T) {
 		t.Errorf("SecretFiles: %d files, want 4: %+v", got, f.SecretFiles())
 	}
 	var got []string
-	for _, e := range f.ExposedSecrets() {
-		got = append(got, e.String())
+	for _, p := range f.CheckSecretFiles() {
+		if !p.OnlyReadable() {
+			t.Errorf("%s: want only its readers reported", p)
+		}
+		got = append(got, p.String())
 	}
 	want := []string{
 		"postgres.url_file " + url + " is readable by its group and others (mode 0644): chmod go-rwx " + url,
@@ -229,7 +234,130 @@ func TestSecretFilesReadableByGroupOrOthersAreExposed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e := f.ExposedSecrets(); len(e) != 0 {
+	if e := f.CheckSecretFiles(); len(e) != 0 {
 		t.Errorf("a credential passed by systemd is reported exposed: %v", e)
+	}
+}
+
+// secretConfig is a config naming url as postgres.url_file.
+func secretConfig(t *testing.T, url string) *configs.File {
+	t.Helper()
+	return mustParse(t, lines("instance: a", "postgres: {url_file: "+url+"}"))
+}
+
+// secretFile writes content to a new file name in a temporary directory
+// with mode, and returns its path.
+func secretFile(t *testing.T, name, content string, mode os.FileMode) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p, mode); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// A secret file its group or others may write is refused by the reader and
+// by the check at start, however its read bits are (--allow-readable-secrets
+// allows reading, not writing): anyone could have replaced the secret.
+func TestASecretFileOthersCanWriteIsRefused(t *testing.T) {
+	for _, c := range []struct {
+		mode os.FileMode
+		whom string
+	}{{0o602, "others"}, {0o620, "its group"}, {0o666, "its group and others"}} {
+		url := secretFile(t, "database-url", secretURL, c.mode)
+		f := secretConfig(t, url)
+		want := fmt.Sprintf("postgres.url_file %s is writable by %s (mode %04o), so anyone could have replaced it: chmod go-rwx %s", url, c.whom, c.mode, url)
+		if got, err := f.DatabaseURL(); err == nil || !strings.Contains(err.Error(), want) || got != "" {
+			t.Errorf("mode %04o: DatabaseURL() = %q, %v; want an error containing %q", c.mode, got, err, want)
+		}
+		problems := f.CheckSecretFiles()
+		if len(problems) != 1 || problems[0].OnlyReadable() || !strings.HasPrefix(problems[0].String(), want) {
+			t.Errorf("mode %04o: CheckSecretFiles() = %v; want one problem starting %q, not allowed by --allow-readable-secrets", c.mode, problems, want)
+		}
+	}
+}
+
+// A secret file that is a named pipe is refused at once, never opened: the
+// reader neither waits for a writer (start-up used to hang there, deaf to
+// SIGTERM) nor reads what one writes. The test's own writer feeds a reader
+// that opens the pipe, so that the old reader returned instead of hanging.
+func TestASecretFileThatIsANamedPipeIsRefusedWithoutWaiting(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "database-url")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Skipf("mkfifo: %v", err)
+	}
+	written := make(chan error, 1)
+	go func() { // waits for a reader to open the pipe
+		w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+		if err == nil {
+			_, err = w.WriteString(secretURL)
+			w.Close()
+		}
+		written <- err
+	}()
+	f := secretConfig(t, fifo)
+	got, err := f.DatabaseURL()
+	want := "postgres.url_file " + fifo + " is a named pipe, not a regular file: a secret file must be one"
+	if err == nil || !strings.Contains(err.Error(), want) || got != "" {
+		t.Errorf("DatabaseURL() = %q, %v; want an error containing %q", got, err, want)
+	}
+	if p := f.CheckSecretFiles(); len(p) != 1 || p[0].Kind != configs.SecretNotRegular || !strings.HasPrefix(p[0].String(), want) {
+		t.Errorf("CheckSecretFiles() = %v; want the pipe, not a regular file", p)
+	}
+	// Let the writer go: open the pipe for reading ourselves.
+	r, err := os.OpenFile(fifo, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if err := <-written; err != nil && !errors.Is(err, syscall.EPIPE) {
+		t.Errorf("the test's writer: %v", err)
+	}
+}
+
+// A secret file larger than a secret is refused unread: a 3 GB sparse file by
+// its size, /dev/zero as a device. In a child process whose heap is bounded,
+// which the old reader, reading each whole, crossed.
+func TestASecretFileLargerThanASecretIsRefusedUnread(t *testing.T) {
+	if !inChild(t) {
+		return
+	}
+	sparse := filepath.Join(t.TempDir(), "database-url")
+	if err := os.WriteFile(sparse, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(sparse, 3<<30); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ path, want string }{
+		{sparse, "postgres.url_file " + sparse + " holds 3221225472 bytes; a secret file may hold at most 65536 bytes (it is not read)"},
+		{"/dev/zero", "postgres.url_file /dev/zero is a character device, not a regular file: a secret file must be one (it is not read)"},
+	} {
+		f := secretConfig(t, c.path)
+		if got, err := f.DatabaseURL(); err == nil || err.Error() != c.want || got != "" {
+			t.Errorf("DatabaseURL() = %q, %v; want the error %q", got, err, c.want)
+		}
+		if p := f.CheckSecretFiles(); len(p) != 1 || p[0].String() != c.want {
+			t.Errorf("CheckSecretFiles() = %v; want %q", p, c.want)
+		}
+	}
+}
+
+// A secret file is read no further than the limit, whatever its size says:
+// /proc/kallsyms says it holds 0 bytes and holds megabytes.
+func TestASecretFileWhoseSizeLiesIsReadNoFurtherThanTheLimit(t *testing.T) {
+	const lying = "/proc/kallsyms"
+	if info, err := os.Stat(lying); err != nil || info.Size() != 0 || !info.Mode().IsRegular() {
+		t.Skipf("%s: %v; this test needs Linux's /proc", lying, err)
+	}
+	if all, err := os.ReadFile(lying); err != nil || len(all) <= configs.MaxSecretFileSize {
+		t.Skipf("%s holds %d bytes here (%v), not more than a secret may", lying, len(all), err)
+	}
+	want := "postgres.url_file " + lying + " holds more than that; a secret file may hold at most 65536 bytes (it is not read)"
+	if got, err := secretConfig(t, lying).DatabaseURL(); err == nil || err.Error() != want || got != "" {
+		t.Errorf("DatabaseURL() = %d bytes, %v; want the error %q", len(got), err, want)
 	}
 }

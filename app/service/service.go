@@ -48,27 +48,50 @@ const (
 	stuckLeaseFactor = 3                // watchdog: no lease for this many TTLs while etcd answers = stuck
 )
 
-// checkSecretFiles refuses secret files their group or others may read: an
-// error naming each (and the flag that allows them), or with allow a
-// warning for each.
-func checkSecretFiles(f *configs.File, allow bool, log *slog.Logger) error {
-	exposed := f.ExposedSecrets()
-	if len(exposed) == 0 {
-		return nil
-	}
-	if allow {
-		for _, e := range exposed {
-			log.Warn("secret file readable by other users (allowed by --allow-readable-secrets)", "file", e.Path, "setting", e.Key,
-				"job", e.Job, "mode", fmt.Sprintf("%04o", e.Mode), "problem", e.String())
+// CheckSecretFiles is what run says of the config's secret files
+// (configs.File.CheckSecretFiles), and validate repeats: an error listing every
+// file it will not start with (not a regular file, larger than a secret,
+// writable by its group or others, or readable by them unless allowReadable,
+// --allow-readable-secrets), or the files others may read that allowReadable
+// lets it start with, each to be warned of.
+func CheckSecretFiles(f *configs.File, allowReadable bool) (warnings []configs.SecretProblem, err error) {
+	var refused []string
+	readable := false
+	for _, p := range f.CheckSecretFiles() {
+		switch {
+		case p.OnlyReadable() && allowReadable:
+			warnings = append(warnings, p)
+		case p.OnlyReadable():
+			readable = true
+			refused = append(refused, p.String())
+		default:
+			refused = append(refused, p.String())
 		}
-		return nil
 	}
-	lines := make([]string, len(exposed))
-	for i, e := range exposed {
-		lines[i] = e.String()
+	if len(refused) == 0 {
+		return warnings, nil
 	}
-	return fmt.Errorf("%s: secret files must be readable by their owner only:\n%s\n"+
-		"(or start with --allow-readable-secrets to run with a warning instead)", f.Path, strings.Join(lines, "\n"))
+	hint := ""
+	if readable {
+		hint = "\n(for the files others can only read, start with --allow-readable-secrets to run with a warning for each instead)"
+	}
+	return warnings, fmt.Errorf("%s: secret files must be readable by their owner only and writable by no one else, "+
+		"and be regular files no larger than a secret:\n%s%s", f.Path, strings.Join(refused, "\n"), hint)
+}
+
+// ReadableSecretWarning is logged by run, and said by validate, for each
+// secret file others may read that --allow-readable-secrets allows.
+const ReadableSecretWarning = "secret file readable by other users (allowed by --allow-readable-secrets)"
+
+// checkSecretFiles refuses the secret files CheckSecretFiles refuses, and logs
+// a warning for each it allows.
+func checkSecretFiles(f *configs.File, allow bool, log *slog.Logger) error {
+	warnings, err := CheckSecretFiles(f, allow)
+	for _, p := range warnings {
+		log.Warn(ReadableSecretWarning, "file", p.Path, "setting", p.Key,
+			"job", p.Job, "mode", fmt.Sprintf("%04o", p.Mode.Perm()), "problem", p.String())
+	}
+	return err
 }
 
 // Options are what `snip-jobs run` is given: the loaded config, the job
@@ -86,7 +109,8 @@ type Options struct {
 	// Sockets are those the service manager passed (InheritSockets).
 	Sockets Sockets
 	// AllowReadableSecrets starts with a warning for each secret file its
-	// group or others may read, instead of refusing to start.
+	// group or others may read, instead of refusing to start (never one they
+	// may write, nor one that is not a regular file or is too large).
 	AllowReadableSecrets bool
 }
 
