@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -291,5 +292,64 @@ func TestValidateReportsABadOptionOfEveryTypeAtItsLine(t *testing.T) {
 				t.Errorf("exit %d, want 2 and a line starting %q; stderr:\n%s", r.code, want, r.stderr)
 			}
 		})
+	}
+}
+
+// validate says of the secret files what run will say at start: a file others
+// may read is an error (exit 2) with run's words, or with
+// --allow-readable-secrets a warning (exit 0); one they may write, or a named
+// pipe, is an error either way.
+func TestValidateSaysWhatRunSaysAboutSecretFiles(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	secret := func(name string, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("postgres://snip@db/snip\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	readable, writable := secret("readable", 0o644), secret("writable", 0o602)
+	config := func(urlFile string) string {
+		p := filepath.Join(dir, filepath.Base(urlFile)+".yaml")
+		if err := os.WriteFile(p, []byte("instance: server-1\npostgres: {url_file: "+urlFile+"}\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	readableLine := "postgres.url_file " + readable + " is readable by its group and others (mode 0644): chmod go-rwx " + readable
+	for _, c := range []struct {
+		name     string
+		urlFile  string
+		allow    bool
+		code     int
+		inStderr []string
+	}{
+		{"readable", readable, false, 2, []string{"secret files must be readable by their owner only", readableLine,
+			"start with --allow-readable-secrets to run with a warning for each instead"}},
+		{"readable, allowed", readable, true, 0, []string{"warning: secret file readable by other users (allowed by --allow-readable-secrets): " + readableLine}},
+		{"writable", writable, false, 2, []string{"postgres.url_file " + writable + " is writable by others (mode 0602), so anyone could have replaced it"}},
+		{"writable, allowed", writable, true, 2, []string{"postgres.url_file " + writable + " is writable by others (mode 0602)", "never allows this"}},
+		{"named pipe, allowed", fifo, true, 2, []string{"postgres.url_file " + fifo + " is a named pipe, not a regular file"}},
+	} {
+		args := []string{"validate", "--config", config(c.urlFile)}
+		if c.allow {
+			args = append(args, "--allow-readable-secrets")
+		}
+		r := snip(t, nil, args...)
+		ok := r.code == c.code && strings.Contains(r.stdout, "ok (instance server-1") == (c.code == 0)
+		for _, want := range c.inStderr {
+			ok = ok && strings.Contains(r.stderr, want)
+		}
+		if !ok {
+			t.Errorf("%s: exit %d, stdout %q, stderr:\n%s\nwant exit %d and in stderr: %q", c.name, r.code, r.stdout, r.stderr, c.code, c.inStderr)
+		}
 	}
 }

@@ -30,10 +30,20 @@ with insecure-skip-tls-verify, is a problem, as run refuses it. With
 --print it shows the effective configuration, every default filled in (secrets
 are never in it: only where they are read from).
 
+It also examines the secret files the config names that exist where it runs,
+as run will at start, and says what run will say: a file that is not a regular
+file, larger than a secret, writable by its group or others, or readable by them
+is reported on standard error with the reason and the fix, and the exit status
+is 2. With --allow-readable-secrets, as with run's, a file others can only read
+is a warning instead (exit status 0); the others stay errors. A secret file
+that does not exist here is not reported: run reports it when it reads it.
+
 Job types built into this binary: ` + strings.Join(registry().Names(), ", ") + `.`,
 		flags: func(fs *flag.FlagSet, c *cli) func(context.Context, []string) error {
 			path := configFlag(fs)
 			print := fs.Bool("print", false, "print the effective configuration (defaults filled in)")
+			allowReadable := fs.Bool("allow-readable-secrets", false,
+				"report secret files readable by their group or others as warnings, as run --allow-readable-secrets\nstarts with them (files others can write stay errors)")
 			return func(_ context.Context, args []string) error {
 				if len(args) > 0 {
 					return usageError("usage: validate takes no arguments (the file is given by --config)")
@@ -53,6 +63,14 @@ Job types built into this binary: ` + strings.Join(registry().Names(), ", ") + `
 						fmt.Fprintf(c.stderr, "%s: warning: kubernetes.kubeconfig cannot be read here, so its context's server and TLS settings "+
 							"were not checked (run checks them): %v\n", f.Path, unread)
 					}
+				}
+				warnings, err := service.CheckSecretFiles(f, *allowReadable)
+				if err != nil {
+					writeLines(c.stderr, "", err.Error())
+					return &exitError{code: 2, err: errSilent}
+				}
+				for _, p := range warnings {
+					fmt.Fprintf(c.stderr, "%s: warning: %s: %s\n", f.Path, service.ReadableSecretWarning, p)
 				}
 				if *print {
 					fmt.Fprint(c.stdout, f.Redacted())
