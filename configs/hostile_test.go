@@ -323,3 +323,38 @@ func TestAFileOfMoreNodesThanTheLimitIsRefusedWhereItCrossesIt(t *testing.T) {
 		t.Errorf("%d nodes: want only the file's own problem; got:%s", configs.MaxNodes, dump(errs))
 	}
 }
+
+// The keys leading to a value may be MaxKeyPath characters long together: the
+// YAML library writes them into the path of every value below, so that a
+// 500 KB key over 4,500 values (9,000 nodes) cost 2.2 GB. Refused at the key that crosses
+// the limit, in a child process whose heap is bounded, which the old code
+// crossed.
+func TestKeysLongerThanTheLimitTogetherAreRefused(t *testing.T) {
+	if !inChild(t) {
+		return
+	}
+	long := strings.Repeat("k", 500_000)
+	key60 := strings.Repeat("k", 60)
+	var nested strings.Builder
+	for i := range 20 { // the 17th key makes the path 1+17×61 = 1038 characters
+		fmt.Fprintf(&nested, "%s%s:\n", strings.Repeat("  ", i), key60)
+	}
+	for _, c := range []struct {
+		name, data string
+		line, col  int
+	}{
+		{"one long key", long + ": [" + strings.Repeat("a,", 4_500) + "a]\n", 1, len(long) + 1},
+		{"nested keys", nested.String(), 17, 2*16 + len(key60) + 1},
+	} {
+		_, err := configs.Parse("keys.yaml", []byte(c.data), fakeTypes{})
+		var errs configs.Errors
+		want := fmt.Sprintf("keys.yaml:%d:%d: the keys leading here, this one included, are more than 1024 characters long together, the limit for a config file", c.line, c.col)
+		if !errors.As(err, &errs) || len(errs) != 1 || !strings.HasPrefix(errs[0].Error(), want) {
+			t.Errorf("%s: got %v\nwant %s…", c.name, err, want)
+		}
+	}
+	// 16 of them, 977 characters, are read as usual.
+	if errs := problems(t, []byte(strings.Join(strings.SplitAfter(nested.String(), "\n")[:16], ""))); len(errs) != 1 || !strings.Contains(errs[0].Msg, "unknown key") {
+		t.Errorf("16 nested keys: want only the unknown key; got:%s", dump(errs))
+	}
+}

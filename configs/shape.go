@@ -44,6 +44,9 @@ type level struct {
 	kind  levelKind
 	col   int
 	entry int // nodes counted at its latest "-", ":" or "?"
+	// base is how long the parser's path of the list or mapping is ("$",
+	// ".key", "[12]" for each level above); keyLen how long its latest key.
+	base, keyLen int
 	// explicit: the latest entry is a "?", whose key (the next node)
 	// is not its value.
 	explicit bool
@@ -139,6 +142,8 @@ type shapeScanner struct {
 	prefixCol, prefixLine, prefixEnd int
 	prefixCarried                    bool // the run follows another on an earlier line
 	prefixElems                      int  // tags and anchors in the run
+	prefixLen                        int  // how long they are
+	lastStartLen                     int  // how long the latest start's token is
 	prefixGroups                     bool // its last one may be grouped with a scalar
 	lastStartCarried                 bool // the latest start follows a tag or an anchor on an earlier line
 	anchorTok, aliasTok              int  // the nodes counted at the latest "&" and "*"
@@ -148,14 +153,16 @@ type shapeScanner struct {
 	nodes                            int  // tokens but comments and invalid ones: what the parser reads
 	maxNodes                         int
 	depthCap                         int
+	keyPathCap                       int
 	limit                            *shapeLimit
 }
 
 // checkShape refuses data, a file's UTF-8 text, if its lists and mappings
-// nest deeper than MaxDepth or it holds more than MaxNodes YAML nodes, at the
-// first place that crosses a limit.
+// nest deeper than MaxDepth, it holds more than MaxNodes YAML nodes, or the
+// keys leading to a value are longer than MaxKeyPath together, at the first
+// place that crosses a limit.
 func checkShape(file string, data []byte) *Error {
-	s := scanShape(data, MaxDepth, MaxNodes)
+	s := scanShape(data, MaxDepth, MaxNodes, MaxKeyPath)
 	if s.limit == nil {
 		return nil
 	}
@@ -164,8 +171,9 @@ func checkShape(file string, data []byte) *Error {
 
 // scanShape scans data with the given limits; the scan stops at the first one
 // crossed.
-func scanShape(data []byte, depthCap, maxNodes int) *shapeScanner {
-	s := &shapeScanner{src: []rune(string(data)), column: 1, line: 1, isFirstCharAtLine: true, depthCap: depthCap, maxNodes: maxNodes,
+func scanShape(data []byte, depthCap, maxNodes, keyPathCap int) *shapeScanner {
+	s := &shapeScanner{src: []rune(string(data)), column: 1, line: 1, isFirstCharAtLine: true,
+		depthCap: depthCap, maxNodes: maxNodes, keyPathCap: keyPathCap,
 		prefixEnd: -2, anchorTok: -2, aliasTok: -2}
 	for s.idx < len(s.src) && s.limit == nil {
 		// lexer.Tokenize: Scan until the end, each time with a new Context.
@@ -214,13 +222,38 @@ func (s *shapeScanner) uncounted() {
 }
 
 func (s *shapeScanner) push(kind levelKind, col, at int) {
-	s.levels = append(s.levels, level{kind: kind, col: col, entry: s.nodes})
+	base := len("$")
+	if top := s.top(); top != nil {
+		base = top.entryPath()
+	}
+	s.levels = append(s.levels, level{kind: kind, col: col, entry: s.nodes, base: base})
 	if len(s.levels) > s.maxDepth {
 		s.maxDepth = len(s.levels)
 	}
 	if len(s.levels) > s.depthCap && s.limit == nil {
 		s.limit = &shapeLimit{at: at, msg: fmt.Sprintf(
 			"lists and mappings nest more than %d deep here, the limit for a config file (a real one nests about 5 deep)", s.depthCap)}
+	}
+}
+
+// entryPath is how long the parser's path of l's latest entry is: a key
+// after a ".", or an index ("[9999]": a file holds fewer than MaxNodes).
+func (l *level) entryPath() int {
+	if l.kind == flowSeq || l.kind == blockSeq {
+		return l.base + len("[9999]")
+	}
+	return l.base + len(".") + l.keyLen
+}
+
+// key records the key of l just read, at rune index at, keyLen long: the
+// keys leading to a value, as the parser writes its path, may be at most
+// MaxKeyPath characters long.
+func (s *shapeScanner) key(l *level, keyLen, at int) {
+	l.keyLen = keyLen
+	if l.entryPath() > s.keyPathCap && s.limit == nil {
+		s.limit = &shapeLimit{at: at, msg: fmt.Sprintf(
+			"the keys leading here, this one included, are more than %d characters long together, the limit for a config file "+
+				"(the YAML library copies them into every value below)", s.keyPathCap)}
 	}
 }
 
@@ -258,7 +291,7 @@ func (s *shapeScanner) closeFlow() {
 // (carried).
 //
 // The token after "&" or "*" is the anchor's or alias's name, whatever it is.
-func (s *shapeScanner) nodeStart(col, line int, scalar bool) {
+func (s *shapeScanner) nodeStart(col, line int, scalar bool, length int) {
 	switch {
 	case s.nodes-1 == s.anchorTok:
 		s.prefixEnd = s.nodes // the anchor's name, part of its prefix
@@ -279,22 +312,25 @@ func (s *shapeScanner) nodeStart(col, line int, scalar bool) {
 		}
 	}
 	s.started(col)
+	s.lastStartLen = length
 }
 
 // started records a node starting at col with the token just counted.
 func (s *shapeScanner) started(col int) {
 	s.prevPrevStart, s.prevStart, s.lastStart, s.lastStartCol = s.prevStart, s.lastStart, s.nodes, col
+	s.lastStartLen = 0
 }
 
 // prefix records a tag or an anchor just counted at col (groups: the parser
 // may group it with a scalar after it). A run of them on one line goes with
 // the node after it on that line; both are the value of a run on an earlier
 // line just before.
-func (s *shapeScanner) prefix(col int, groups bool) {
+func (s *shapeScanner) prefix(col int, groups bool, length int) {
 	if !s.afterPrefix() || s.prefixLine != s.line {
 		s.prefixCarried = s.afterPrefix()
-		s.prefixCol, s.prefixLine, s.prefixElems = col, s.line, 0
+		s.prefixCol, s.prefixLine, s.prefixElems, s.prefixLen = col, s.line, 0, 0
 	}
+	s.prefixLen += length
 	s.prefixElems++
 	s.prefixGroups = groups
 	s.prefixEnd = s.nodes
@@ -358,7 +394,7 @@ func (s *shapeScanner) seqEntry(col, at int) {
 // col that has no value yet ("-\nname: a" is a list of one mapping), so that
 // keys and "-" in turn at one column nest without end; after a tag or an
 // anchor the mapping is their value, wherever it is.
-func (s *shapeScanner) keyEntry(col, at int, own, carried, explicit bool) {
+func (s *shapeScanner) keyEntry(col, at int, own, carried, explicit bool, keyLen int) {
 	last, prev := s.lastStart, s.prevStart // the latest starts before the key
 	if own {
 		last, prev = s.prevStart, s.prevPrevStart
@@ -368,13 +404,15 @@ func (s *shapeScanner) keyEntry(col, at int, own, carried, explicit bool) {
 		s.lastEntryCol = col
 	}
 	if top := s.top(); top != nil && top.kind == flowMap {
-		return // a key of the flow mapping itself
+		s.key(top, keyLen, at) // a key of the flow mapping itself
+		return
 	}
 	if !carried && !s.strict {
 		s.popRightOf(col)
 		for top := s.top(); top != nil && !top.kind.flow() && top.col == col; top = s.top() {
 			if top.kind == blockMap {
 				top.entry, top.explicit = s.nodes, explicit
+				s.key(top, keyLen, at)
 				return
 			}
 			if top.awaits(last, prev) {
@@ -385,6 +423,7 @@ func (s *shapeScanner) keyEntry(col, at int, own, carried, explicit bool) {
 	}
 	s.push(blockMap, col, at)
 	s.top().explicit = explicit
+	s.key(s.top(), keyLen, at)
 }
 
 // ---- the library's Context ----
@@ -531,7 +570,8 @@ func (s *shapeScanner) bufferedToken() (col int, ok bool) {
 	if s.idx == s.ctxStart {
 		return 0, false
 	}
-	if len(s.bufferedSrc()) == 0 {
+	length := len(s.bufferedSrc())
+	if length == 0 {
 		s.buf = s.buf[:0]
 		return 0, false
 	}
@@ -543,7 +583,7 @@ func (s *shapeScanner) bufferedToken() (col int, ok bool) {
 	s.addToken(kind, col)
 	s.plain = false
 	if s.ml == nil || s.ml.isRawFolded {
-		s.nodeStart(col, line, true) // a plain scalar
+		s.nodeStart(col, line, true, length) // a plain scalar
 	}
 	s.resetBuffer()
 	return col, true
@@ -675,7 +715,7 @@ func (s *shapeScanner) scanChar(c rune) (handled, ok bool) {
 		}
 		s.lastDelimColumn = s.column
 		s.addToken(otherToken, s.column)
-		s.nodeStart(s.column, s.line, false)
+		s.nodeStart(s.column, s.line, false, len("<<"))
 		s.progressColumn(2)
 		s.clear()
 		return true, true
@@ -743,7 +783,7 @@ func (s *shapeScanner) scanChar(c rune) (handled, ok bool) {
 		}
 		s.addToken(otherToken, s.column)
 		s.lastDelimColumn = s.column
-		s.keyEntry(s.column, s.idx, false, s.afterPrefix(), true)
+		s.keyEntry(s.column, s.idx, false, s.afterPrefix(), true, 0)
 		s.progressColumn(1)
 		s.clear()
 		return true, true
@@ -755,10 +795,10 @@ func (s *shapeScanner) scanChar(c rune) (handled, ok bool) {
 		s.addOriginBuf(c)
 		s.addToken(otherToken, s.column)
 		if c == '*' {
-			s.nodeStart(s.column, s.line, true) // an alias is a node
+			s.nodeStart(s.column, s.line, true, 0) // an alias is a node; as a key, "" in paths
 			s.aliasTok = s.nodes
 		} else {
-			s.prefix(s.column, true) // an anchor names the next
+			s.prefix(s.column, true, 0) // an anchor names the next
 			s.anchorTok = s.nodes
 		}
 		s.progressColumn(1)
@@ -816,7 +856,7 @@ func (s *shapeScanner) flowStart(kind levelKind) {
 	} else {
 		s.flowSeqNum++
 	}
-	s.nodeStart(s.column, s.line, false)
+	s.nodeStart(s.column, s.line, false, 0)
 	s.push(kind, s.column, s.idx)
 	s.progressColumn(1)
 	s.clear()
@@ -910,17 +950,17 @@ func (s *shapeScanner) scanMapDelim() (handled, ok bool) {
 	// this ":" may be the "?"'s own: then it is read as that when that nests
 	// deeper (the key is left of the "?").
 	s.addToken(mappingValueToken, s.column)
-	own, carried, keyCol := s.lastStart > s.lastEntry, false, s.column
+	own, carried, keyCol, keyLen := s.lastStart > s.lastEntry, false, s.column, 0
 	switch {
 	case s.afterPrefix():
-		own, keyCol = false, s.prefixCol
+		own, keyCol, keyLen = false, s.prefixCol, s.prefixLen
 	case own:
-		keyCol, carried = s.lastStartCol, s.lastStartCarried
+		keyCol, carried, keyLen = s.lastStartCol, s.lastStartCarried, s.lastStartLen
 	}
 	if s.lastEntryCol > 0 && keyCol <= s.lastEntryCol && !carried {
 		own, carried, keyCol = false, false, s.lastEntryCol
 	}
-	s.keyEntry(keyCol, s.idx, own, carried, false)
+	s.keyEntry(keyCol, s.idx, own, carried, false, keyLen)
 	s.progressColumn(1)
 	s.clear()
 	return true, true
@@ -1007,21 +1047,21 @@ func (s *shapeScanner) scanTag() (handled, ok bool) {
 		switch c {
 		case ' ':
 			s.addToken(otherToken, s.column)
-			s.prefix(s.column, tagGroups(string(s.src[start:s.idx+i])))
+			s.prefix(s.column, tagGroups(string(s.src[start:s.idx+i])), s.idx+i-start)
 			s.progressColumn(s.idx + i - start)
 			s.clear()
 			return true, true
 		case ',':
 			if s.isFlowMode() {
 				s.addToken(otherToken, s.column)
-				s.prefix(s.column, tagGroups(string(s.src[start:s.idx+i])))
+				s.prefix(s.column, tagGroups(string(s.src[start:s.idx+i])), s.idx+i-start)
 				s.progressColumn(s.idx + i - start - 1)
 				s.clear()
 				return true, true
 			}
 		case '\n', '\r':
 			s.addToken(otherToken, s.column)
-			s.prefix(s.column, tagGroups(string(s.src[start:s.idx+i])))
+			s.prefix(s.column, tagGroups(string(s.src[start:s.idx+i])), s.idx+i-start)
 			s.progressColumn(s.idx + i - start - 1)
 			s.clear()
 			return true, true
@@ -1038,13 +1078,13 @@ func (s *shapeScanner) scanTag() (handled, ok bool) {
 // scanQuote skips a quoted scalar as the library does; !ok when the library
 // finds it invalid (where it then goes on reading).
 func (s *shapeScanner) scanQuote(q rune) bool {
-	col, line := s.column, s.line
+	col, line, start := s.column, s.line, s.idx
 	ok := s.skipQuoted(q)
 	if !ok {
 		return false
 	}
 	s.addToken(quotedToken, col)
-	s.nodeStart(col, line, true)
+	s.nodeStart(col, line, true, s.idx-start)
 	s.clear()
 	return true
 }
@@ -1253,7 +1293,7 @@ func (s *shapeScanner) scanMultiLineHeader() bool {
 		s.lastDelimColumn = 1
 	}
 	s.addToken(otherToken, s.column)
-	s.nodeStart(s.column, s.line, true)
+	s.nodeStart(s.column, s.line, true, 0)
 	if i := slices.Index(rest[:min(progress+1, len(rest))], '#'); i >= 0 {
 		s.uncounted() // the comment after the header
 		s.lastTokenColumn = s.column + 1 + i

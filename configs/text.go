@@ -26,6 +26,11 @@ const (
 	// depth: 20,000 levels of "[" in 40 KB ran it out of memory.
 	MaxDepth = 64
 	MaxNodes = 10_000
+	// MaxKeyPath bounds how long the keys leading to a value may be
+	// together, in characters: the YAML library writes them into the path
+	// it gives every node below, so that a long key over many values cost
+	// their product (a 500 KB key over 10,000 values would be 5 GB).
+	MaxKeyPath = 1024
 )
 
 var (
