@@ -14,6 +14,6 @@ func Effective(o Options) any { return o.checked.Effective }
 // every token the YAML library's scanner makes of data (comments and invalid
 // ones too).
 func ShapeOf(data []byte) (depth, nodes, tokens int) {
-	s := scanShape(data, 1<<30, 1<<30, 1<<30)
+	s := scanShape(data, shapeCaps{1 << 30, 1 << 30, 1 << 30, 1 << 62})
 	return s.maxDepth, s.nodes, s.tokens
 }

@@ -358,3 +358,31 @@ func TestKeysLongerThanTheLimitTogetherAreRefused(t *testing.T) {
 		t.Errorf("16 nested keys: want only the unknown key; got:%s", dump(errs))
 	}
 }
+
+// Text that would cost the YAML library's scanner the square of its length is
+// refused where it crosses MaxScanSteps, before the library reads it: a run of
+// "<" (the library counts the run again at each of its characters) and tabs in
+// double-quoted text (it reads the rest of the line at each one). 50,000 of
+// either took it over a second; a file of them, minutes.
+func TestTextThatCostsTheYAMLLibraryTheSquareOfItsLengthIsRefused(t *testing.T) {
+	const n = 50_000
+	for _, c := range []struct {
+		name, prefix, run, suffix string
+		steps                     func(i int) int // what the i-th character of the run costs
+	}{
+		{"runs of <", "x: ", "<", "\n", func(i int) int { return n - i }},
+		{"tabs in double quotes", `x: "`, "\t", "x\"\n", func(i int) int { return n - i + len("x\"") }},
+	} {
+		data := c.prefix + strings.Repeat(c.run, n) + c.suffix
+		at, steps := 0, 0
+		for steps <= configs.MaxScanSteps {
+			steps += c.steps(at)
+			at++
+		}
+		want := fmt.Sprintf("test.yaml:1:%d: the YAML library would take more than 16000000 steps to read the file by here, the limit for a config file", len(c.prefix)+at)
+		errs := problems(t, []byte(data))
+		if len(errs) != 1 || !strings.HasPrefix(errs[0].Error(), want) {
+			t.Errorf("%s: got:%s\nwant %s…", c.name, dump(errs), want)
+		}
+	}
+}

@@ -154,15 +154,17 @@ type shapeScanner struct {
 	maxNodes                         int
 	depthCap                         int
 	keyPathCap                       int
+	steps, stepsCap                  int // what work counts
 	limit                            *shapeLimit
 }
 
 // checkShape refuses data, a file's UTF-8 text, if its lists and mappings
-// nest deeper than MaxDepth, it holds more than MaxNodes YAML nodes, or the
-// keys leading to a value are longer than MaxKeyPath together, at the first
-// place that crosses a limit.
+// nest deeper than MaxDepth, it holds more than MaxNodes YAML nodes, the keys
+// leading to a value are longer than MaxKeyPath together, or the library's
+// scanner would take more than MaxScanSteps steps over it, at the first place
+// that crosses a limit.
 func checkShape(file string, data []byte) *Error {
-	s := scanShape(data, MaxDepth, MaxNodes, MaxKeyPath)
+	s := scanShape(data, shapeCaps{MaxDepth, MaxNodes, MaxKeyPath, MaxScanSteps})
 	if s.limit == nil {
 		return nil
 	}
@@ -171,9 +173,12 @@ func checkShape(file string, data []byte) *Error {
 
 // scanShape scans data with the given limits; the scan stops at the first one
 // crossed.
-func scanShape(data []byte, depthCap, maxNodes, keyPathCap int) *shapeScanner {
+// shapeCaps are the limits of a scan.
+type shapeCaps struct{ depth, nodes, keyPath, steps int }
+
+func scanShape(data []byte, caps shapeCaps) *shapeScanner {
 	s := &shapeScanner{src: []rune(string(data)), column: 1, line: 1, isFirstCharAtLine: true,
-		depthCap: depthCap, maxNodes: maxNodes, keyPathCap: keyPathCap,
+		depthCap: caps.depth, maxNodes: caps.nodes, keyPathCap: caps.keyPath, stepsCap: caps.steps,
 		prefixEnd: -2, anchorTok: -2, aliasTok: -2}
 	for s.idx < len(s.src) && s.limit == nil {
 		// lexer.Tokenize: Scan until the end, each time with a new Context.
@@ -212,6 +217,20 @@ func (s *shapeScanner) token(at int) {
 	if s.nodes > s.maxNodes && s.limit == nil {
 		s.limit = &shapeLimit{at: at, msg: fmt.Sprintf(
 			"the file has more than %d YAML nodes by here (each key, value, \"-\", \":\", \",\" and bracket counts), the limit for a config file (a real one has a few hundred)", s.maxNodes)}
+	}
+}
+
+// work counts n steps of the library's scanner at rune index at, where they
+// are not one a character: it counts a run of "<" at each of its characters,
+// and looks to the end of the line at each tab in double-quoted text, so that
+// either costs it the square of its length (60,000 "<" in a row took 1.8 s; a
+// file of them, minutes).
+func (s *shapeScanner) work(n, at int) {
+	s.steps += n
+	if s.steps > s.stepsCap && s.limit == nil {
+		s.limit = &shapeLimit{at: at, msg: fmt.Sprintf(
+			"the YAML library would take more than %d steps to read the file by here, the limit for a config file: "+
+				`runs of "<", and tabs in double-quoted text (write \t), cost it the square of their length`, s.stepsCap)}
 	}
 }
 
@@ -883,7 +902,9 @@ func (s *shapeScanner) obufStartsWithTab() bool {
 }
 
 func (s *shapeScanner) isMergeKey() bool {
-	if s.repeatNum('<') != 2 {
+	run := s.repeatNum('<')
+	s.work(run, s.idx) // the library counts the run here
+	if run != 2 {
 		return false
 	}
 	for i := s.idx + 2; i < len(s.src); i++ {
@@ -1187,6 +1208,7 @@ func (s *shapeScanner) skipQuoted(q rune) bool {
 			// The library looks at the rest of the line at each tab: is
 			// there more than blanks?
 			eol, lastText := s.lineAfter(idx)
+			s.work(eol-idx, idx)
 			found, progress := lastText > idx, eol-idx-1
 			if found {
 				if src[idx+1] != '"' {

@@ -31,6 +31,12 @@ const (
 	// it gives every node below, so that a long key over many values cost
 	// their product (a 500 KB key over 10,000 values would be 5 GB).
 	MaxKeyPath = 1024
+	// MaxScanSteps bounds the steps the YAML library's scanner may take
+	// beyond one a character: it reads a run of "<" again at each of its
+	// characters, and the rest of the line at each tab in double-quoted
+	// text, which costs the square of their length (a file of "<" would take
+	// minutes). 16 million steps are about 16 ms.
+	MaxScanSteps = 16_000_000
 )
 
 var (
