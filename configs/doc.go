@@ -31,7 +31,12 @@
 //
 // Secrets are never held in a File: the file names where they live (an environment
 // variable or a file), and DatabaseURL and EtcdPassword read them when asked. The
-// values never appear in an error or in Redacted.
+// values never appear in an error or in Redacted. A secret file is read
+// (ReadSecretFile) only if it is a regular file (a named pipe or a device is
+// never opened) that its group and others cannot write, and no further than
+// MaxSecretFileSize; CheckSecretFiles, which run and validate apply at once to
+// every secret file the config names, refuses those and reports the ones
+// others may read.
 //
 // snip-jobs.example.yaml in this directory documents every setting and its default.
 package configs
