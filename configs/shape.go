@@ -21,9 +21,13 @@ import (
 // plain scalar, where quoted and block scalars and comments begin and end,
 // the flow brackets and the columns that end a block. It builds no tokens: it
 // counts them (nodes) and keeps the stack of lists and mappings open at each
-// point (levels). TestTheShapeScanReadsTheFileAsTheYAMLLibraryDoes and
-// FuzzShape hold it to the library's own scanner; after upgrading goccy/go-yaml,
-// run FuzzShape for a while.
+// point (levels) by the parser's rules (parser/parser.go, parser/token.go),
+// which nest more than YAML does, reading a doubtful case as the deeper one.
+// It also counts the steps the library's scanner takes beyond one a
+// character, and how long the parser's path of each level is.
+// TestTheShapeScanReadsTheFileAsTheYAMLLibraryDoes and FuzzShape hold it to
+// the library: the same tokens, nesting at least as deep as the library's
+// tree. After upgrading goccy/go-yaml, run FuzzShape for a while.
 
 // levelKind is the kind of a list or mapping open at a point of the file.
 type levelKind uint8
@@ -171,11 +175,11 @@ func checkShape(file string, data []byte) *Error {
 	return &Error{Pos: offsetPos(file, data, runeOffset(data, s.limit.at)), Msg: s.limit.msg}
 }
 
-// scanShape scans data with the given limits; the scan stops at the first one
-// crossed.
 // shapeCaps are the limits of a scan.
 type shapeCaps struct{ depth, nodes, keyPath, steps int }
 
+// scanShape scans data with the given limits; the scan stops at the first one
+// crossed.
 func scanShape(data []byte, caps shapeCaps) *shapeScanner {
 	s := &shapeScanner{src: []rune(string(data)), column: 1, line: 1, isFirstCharAtLine: true,
 		depthCap: caps.depth, maxNodes: caps.nodes, keyPathCap: caps.keyPath, stepsCap: caps.steps,
