@@ -65,12 +65,12 @@ Job types built into this binary: ` + strings.Join(registry().Names(), ", ") + `
 					}
 				}
 				warnings, err := service.CheckSecretFiles(f, *allowReadable)
+				for _, p := range warnings {
+					fmt.Fprintf(c.stderr, "%s: warning: %s: %s\n", f.Path, service.ReadableSecretWarning, p)
+				}
 				if err != nil {
 					writeLines(c.stderr, "", err.Error())
 					return &exitError{code: 2, err: errSilent}
-				}
-				for _, p := range warnings {
-					fmt.Fprintf(c.stderr, "%s: warning: %s: %s\n", f.Path, service.ReadableSecretWarning, p)
 				}
 				if *print {
 					fmt.Fprint(c.stdout, f.Redacted())
