@@ -978,7 +978,7 @@ func (s *shapeScanner) scanMapDelim() (handled, ok bool) {
 	own, carried, keyCol, keyLen := s.lastStart > s.lastEntry, false, s.column, 0
 	switch {
 	case s.afterPrefix():
-		own, keyCol, keyLen = false, s.prefixCol, s.prefixLen
+		own, carried, keyCol, keyLen = false, s.prefixCarried, s.prefixCol, s.prefixLen
 	case own:
 		keyCol, carried, keyLen = s.lastStartCol, s.lastStartCarried, s.lastStartLen
 	}

@@ -182,6 +182,7 @@ func FuzzShape(f *testing.F) {
 		"!\n!0 0:\n 0:", // a tag and its key on a line, taken by a tag before
 		"? \n!! 0:",     // "!!" alone is the "?"'s key; "0" a key of its value
 		"*!  :\n 0:",    // an alias named by a tag (grouped with ":")
+		"0: !\n!0 ! :",  // tags as the key, taken by a tag before
 		"|\t\n   \n#",
 		"a: |\n  [[[\n b: [",
 		"a: \"x\n  [[\"\nb: [[",
