@@ -977,8 +977,8 @@ func (s *shapeScanner) scanMapDelim() (handled, ok bool) {
 	s.addToken(mappingValueToken, s.column)
 	own, carried, keyCol, keyLen := s.lastStart > s.lastEntry, false, s.column, 0
 	switch {
-	case s.afterPrefix():
-		own, carried, keyCol, keyLen = false, s.prefixCarried, s.prefixCol, s.prefixLen
+	case s.afterPrefix(): // of several, the first may be a node of its own, carrying the key
+		own, carried, keyCol, keyLen = false, s.prefixCarried || s.prefixElems > 1, s.prefixCol, s.prefixLen
 	case own:
 		keyCol, carried, keyLen = s.lastStartCol, s.lastStartCarried, s.lastStartLen
 	}

@@ -183,6 +183,7 @@ func FuzzShape(f *testing.F) {
 		"? \n!! 0:",     // "!!" alone is the "?"'s key; "0" a key of its value
 		"*!  :\n 0:",    // an alias named by a tag (grouped with ":")
 		"0: !\n!0 ! :",  // tags as the key, taken by a tag before
+		"? \n!! ! ! :",  // "!!" is the "?"'s key, "! !" a key of its value
 		"|\t\n   \n#",
 		"a: |\n  [[[\n b: [",
 		"a: \"x\n  [[\"\nb: [[",
