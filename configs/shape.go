@@ -159,6 +159,7 @@ type shapeScanner struct {
 	depthCap                         int
 	keyPathCap                       int
 	steps, stepsCap                  int // what work counts
+	flowDelim                        int // the nodes counted at the latest "{", "[" or ","
 	limit                            *shapeLimit
 }
 
@@ -183,7 +184,7 @@ type shapeCaps struct{ depth, nodes, keyPath, steps int }
 func scanShape(data []byte, caps shapeCaps) *shapeScanner {
 	s := &shapeScanner{src: []rune(string(data)), column: 1, line: 1, isFirstCharAtLine: true,
 		depthCap: caps.depth, maxNodes: caps.nodes, keyPathCap: caps.keyPath, stepsCap: caps.steps,
-		prefixEnd: -2, anchorTok: -2, aliasTok: -2}
+		prefixEnd: -2, anchorTok: -2, aliasTok: -2, flowDelim: -3}
 	for s.idx < len(s.src) && s.limit == nil {
 		// lexer.Tokenize: Scan until the end, each time with a new Context.
 		s.ctxStart = s.idx
@@ -426,8 +427,11 @@ func (s *shapeScanner) keyEntry(col, at int, own, carried, explicit bool, keyLen
 	if explicit {
 		s.lastEntryCol = col
 	}
-	if top := s.top(); top != nil && top.kind == flowMap {
-		s.key(top, keyLen, at) // a key of the flow mapping itself
+	// A key right after the flow mapping's "{" or "," is its own; one
+	// elsewhere ("{a: ? b}", "{a: b: c}") starts a mapping in its value.
+	atKey := s.flowDelim == s.nodes-1 || !explicit && s.flowDelim == s.nodes-2
+	if top := s.top(); top != nil && top.kind == flowMap && atKey {
+		s.key(top, keyLen, at)
 		return
 	}
 	if !carried && !s.strict {
@@ -719,6 +723,7 @@ func (s *shapeScanner) scanChar(c rune) (handled, ok bool) {
 		s.addBufferedTokenIfExists()
 		s.addOriginBuf(c)
 		s.addToken(otherToken, s.column)
+		s.flowDelim = s.nodes
 		s.popBlock()
 		s.progressColumn(1)
 		s.clear()
@@ -881,6 +886,7 @@ func (s *shapeScanner) flowStart(kind levelKind) {
 	}
 	s.nodeStart(s.column, s.line, false, 0)
 	s.push(kind, s.column, s.idx)
+	s.flowDelim = s.nodes
 	s.progressColumn(1)
 	s.clear()
 }

@@ -184,6 +184,8 @@ func FuzzShape(f *testing.F) {
 		"*!  :\n 0:",    // an alias named by a tag (grouped with ":")
 		"0: !\n!0 ! :",  // tags as the key, taken by a tag before
 		"? \n!! ! ! :",  // "!!" is the "?"'s key, "! !" a key of its value
+		"{0:{0:? 0[]}}", // a "?" in a flow mapping's value starts a mapping
+		"{a: b: c, d: {e: f: {g: h}}}",
 		"|\t\n   \n#",
 		"a: |\n  [[[\n b: [",
 		"a: \"x\n  [[\"\nb: [[",
