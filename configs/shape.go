@@ -977,9 +977,9 @@ func (s *shapeScanner) scanMapDelim() (handled, ok bool) {
 		s.lastDelimColumn = s.lastTokenColumn
 	}
 	// The key is the node started since the latest "-", ":" or "?", if any,
-	// or a tag or an anchor just before the ":" ("!!str\n: a"). After a "?",
-	// this ":" may be the "?"'s own: then it is read as that when that nests
-	// deeper (the key is left of the "?").
+	// or a tag or an anchor just before the ":" ("!!str\n: a"). After a "?"
+	// and one node, this ":" may be the "?"'s own: then it is read as that
+	// when that nests deeper (the node is left of the "?").
 	s.addToken(mappingValueToken, s.column)
 	own, carried, keyCol, keyLen := s.lastStart > s.lastEntry, false, s.column, 0
 	switch {
@@ -988,7 +988,7 @@ func (s *shapeScanner) scanMapDelim() (handled, ok bool) {
 	case own:
 		keyCol, carried, keyLen = s.lastStartCol, s.lastStartCarried, s.lastStartLen
 	}
-	if s.lastEntryCol > 0 && keyCol <= s.lastEntryCol && !carried {
+	if s.lastEntryCol > 0 && keyCol <= s.lastEntryCol && !carried && s.prevStart <= s.lastEntry {
 		own, carried, keyCol = false, false, s.lastEntryCol
 	}
 	s.keyEntry(keyCol, s.idx, own, carried, false, keyLen)

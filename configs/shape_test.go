@@ -179,12 +179,13 @@ func FuzzShape(f *testing.F) {
 		" ? \n\n  ''\n    a: \n",                    // a "?", its key, then another key
 		"    a: \n     ? # c\n ---a: \n      b: \n", // the "?"'s ":" left of it
 		"  !t http://x@@\n- b:\n   - - ---? \n",
-		"!\n!0 0:\n 0:", // a tag and its key on a line, taken by a tag before
-		"? \n!! 0:",     // "!!" alone is the "?"'s key; "0" a key of its value
-		"*!  :\n 0:",    // an alias named by a tag (grouped with ":")
-		"0: !\n!0 ! :",  // tags as the key, taken by a tag before
-		"? \n!! ! ! :",  // "!!" is the "?"'s key, "! !" a key of its value
-		"{0:{0:? 0[]}}", // a "?" in a flow mapping's value starts a mapping
+		"!\n!0 0:\n 0:",          // a tag and its key on a line, taken by a tag before
+		"? \n!! 0:",              // "!!" alone is the "?"'s key; "0" a key of its value
+		"*!  :\n 0:",             // an alias named by a tag (grouped with ":")
+		"0: !\n!0 ! :",           // tags as the key, taken by a tag before
+		"? \n!! ! ! :",           // "!!" is the "?"'s key, "! !" a key of its value
+		"{0:{0:? 0[]}}",          // a "?" in a flow mapping's value starts a mapping
+		" 0:\n  ? 0\n 0:\n - 0:", // a "?", its key, and a key of the mapping around
 		"{a: b: c, d: {e: f: {g: h}}}",
 		"|\t\n   \n#",
 		"a: |\n  [[[\n b: [",
