@@ -41,10 +41,12 @@ this instance (a wrong CA, a client certificate it does not accept or that
 expired, a wrong password: at once, one error naming the endpoint and the
 cause), when no etcd lease can be had within max(30s, 3 × ttl), or when a
 secret file the config names (postgres.url_file, etcd.auth.password_file,
-etcd.tls.key, a job's key_file) is readable by its group or others: chmod
-go-rwx it, or pass --allow-readable-secrets to start with a warning for each
-instead. Files under $CREDENTIALS_DIRECTORY (systemd's LoadCredential) are not
-checked. While etcd does not answer it waits the same way with or without a
+etcd.tls.key, kubernetes.token_file, kubernetes.kubeconfig, a job's key_file)
+is not a regular file, is larger than a secret (64 KiB), or is writable by
+its group or others (never allowed), or is readable by them: chmod go-rwx it,
+or pass --allow-readable-secrets to start with a warning for each readable
+one instead. Files under $CREDENTIALS_DIRECTORY (systemd's LoadCredential) are
+not checked for readers. While etcd does not answer it waits the same way with or without a
 login (etcd.auth): /healthz answers, /readyz says the session holds no lease.
 Under systemd (Type=notify) it reports READY=1
 once the jobs run, pings the watchdog while the etcd session and the scheduler
@@ -66,7 +68,7 @@ not stop in time). A second signal exits at once.`,
 			listen := fs.String("embedded-etcd-listen", etcdlocal.DefaultClientAddr,
 				"client address of the embedded etcd, used only when the config has no etcd endpoints\n(a loopback host:port; port 0 picks a free port, logged at start)")
 			allowReadable := fs.Bool("allow-readable-secrets", false,
-				"start even when a secret file (postgres.url_file, etcd.auth.password_file, etcd.tls.key, a job's\nkey_file) is readable by its group or others; each is then logged as a warning")
+				"start even when a secret file (postgres.url_file, etcd.auth.password_file, etcd.tls.key, a job's\nkey_file...) is readable by its group or others; each is then logged as a warning\n(one others can write is refused whatever this says)")
 			devControl := fs.String("dev-control", "",
 				"base URL of the snip-dev supervisor (set by dev for its instances): the status page\nthen shows buttons that ask it to kill, pause, restart an instance or resign a job")
 			return func(ctx context.Context, args []string) error {
