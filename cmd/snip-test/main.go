@@ -64,7 +64,7 @@ go test with the arguments given (default ./...).
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
 	err := cmd.Run()
-	fmt.Fprintf(os.Stderr, "snip-test: go test %v took %v (%v in all)\n", args, time.Since(tests).Round(time.Second), time.Since(began).Round(time.Second))
+	fmt.Fprintf(os.Stderr, "snip-test: go test took %v (%v in all)\n", time.Since(tests).Round(time.Second), time.Since(began).Round(time.Second))
 	var exit *exec.ExitError
 	switch {
 	case errors.As(err, &exit):
