@@ -32,6 +32,9 @@ var runtimeGrants = []grant{
 		"certrenew_account", "certrenew_job", "certrenew_domains", "certrenew_order_urls",
 	}},
 	{[]string{"SELECT", "INSERT", "UPDATE", "DELETE"}, "TABLE", []string{"job_terms", "job_runs", "cron_slots"}}, // the scheduler prunes its history
+	{[]string{"SELECT", "INSERT", "UPDATE", "DELETE"}, "TABLE", []string{ // the operators' controls (resume, undrain; pruned)
+		"job_pauses", "instance_drains", "manual_runs", "manual_run_reports",
+	}},
 	{[]string{"SELECT", "INSERT", "DELETE"}, "TABLE", []string{"fence_rejections"}},
 	{[]string{"SELECT", "INSERT"}, "TABLE", []string{"click_rejects"}},
 	{[]string{"INSERT"}, "TABLE", []string{"weekly_report_outbox"}},
@@ -43,7 +46,7 @@ var runtimeGrants = []grant{
 		"certrenew_challenges", "certrenew_retry_requests",
 	}},
 	{[]string{"USAGE"}, "SEQUENCE", []string{
-		"cron_claim_tokens", "job_runs_id_seq", "fence_rejections_id_seq", "weekly_report_outbox_id_seq",
+		"cron_claim_tokens", "job_runs_id_seq", "fence_rejections_id_seq", "manual_runs_id_seq", "weekly_report_outbox_id_seq",
 		"certrenew_certificates_id_seq", "certrenew_orders_id_seq",
 	}},
 	{[]string{"SELECT"}, "SEQUENCE", []string{"click_events_id_seq"}}, // the aggregator reads its position
