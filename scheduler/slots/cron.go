@@ -303,6 +303,14 @@ func slotsBetween(sch configs.Schedule, from, to time.Time) []time.Time {
 	return out
 }
 
+// Between lists the schedule's fire times in (from, to], oldest first, at
+// most the newest 10,000 of them, and how many there were in all: the slots
+// a sweep would consider (an operator's resume records those that fell due
+// while the job was paused).
+func Between(sch configs.Schedule, from, to time.Time) (newest []time.Time, total int) {
+	return slotsIn(sch, from, to)
+}
+
 // slotsIn is slotsBetween that also says how many fire times there were in
 // all (the first of them is out[0] only when total <= maxSlotsPerSweep).
 func slotsIn(sch configs.Schedule, from, to time.Time) (out []time.Time, total int) {
