@@ -14,10 +14,11 @@ import (
 
 // Ending a lead for a reason of the scheduler's own (context causes).
 var (
-	errShutdown        = errors.New("shutdown")
-	errWatchdog        = errors.New("watchdog: no progress within progress_timeout")
-	errResignRequested = errors.New("resign requested by an operator")
-	errRebalance       = errors.New("handing over to spread singletons over instances")
+	errShutdown         = errors.New("shutdown")
+	errWatchdog         = errors.New("watchdog: no progress within progress_timeout")
+	errResignRequested  = errors.New("resign requested by an operator")
+	errRebalance        = errors.New("handing over to spread singletons over instances")
+	errScheduleReturned = errors.New("schedule returned")
 )
 
 // lifecycle is the leader lifecycle of the leader-mode singletons: campaign,
@@ -30,19 +31,30 @@ type lifecycle struct {
 	run      *runner
 	rec      *recorder
 	m        *metrics
+	gate     *gate // the operators' controls: no campaign while paused or drained
 	// left is closed once this instance has deregistered at shutdown; terms
 	// are resigned after it, so that their successors see it gone.
 	left chan struct{}
 }
 
-// loop campaigns for the job and leads each term won, until ctx ends.
+// loop campaigns for the job and leads each term won, until ctx ends. While
+// the job is paused, or this instance drained, it holds no campaign: it
+// waits (a campaign in progress when that happens is given up).
 func (lc *lifecycle) loop(ctx context.Context, j *job) {
 	hold := leadership.WithHoldback(func() time.Duration { return lc.spread.holdback(j) })
 	for ctx.Err() == nil {
-		term, err := lc.session.Campaign(ctx, j.spec.Name, hold)
+		if !lc.gate.wait(ctx, j) {
+			return
+		}
+		cctx, stopCampaign := lc.gate.whileAllowed(ctx, j)
+		term, err := lc.session.Campaign(cctx, j.spec.Name, hold)
+		stopCampaign()
 		if err != nil {
 			if ctx.Err() != nil {
 				return
+			}
+			if cctx.Err() != nil {
+				continue // held back meanwhile: wait until it may run again
 			}
 			j.log.Error("campaign failed; retrying", "err", err)
 			sleep.For(ctx, time.Second)
@@ -72,17 +84,28 @@ type tenure struct {
 // resigns. It returns why the lead ended.
 func (lc *lifecycle) lead(ctx context.Context, j *job, term Term) error {
 	t := &tenure{j: j, term: term, log: j.log.With("token", term.Token())}
-	t.ctx, t.stop = context.WithCancelCause(term.Context())
+	t.ctx, t.stop = context.WithCancelCause(withSerial(term.Context()))
 	defer t.stop(nil)
 	unlink := context.AfterFunc(ctx, func() { t.stop(errShutdown) })
 	defer unlink()
 	lc.begin(ctx, t)
+	// A pause of the job or a drain of this instance ends the lead: the
+	// job's context ends with the *HeldError as its cause.
+	unheld := lc.gate.stopWhenHeld(t.ctx, j, t.stop)
+	defer unheld()
 
 	mk := func(slot time.Time) *Run {
 		return lc.run.newRun(j, term.Token(), slot, "", term.Valid, TriggerSchedule)
 	}
 	done := make(chan error, 1)
-	go func() { done <- lc.run.schedule(t.ctx, j, mk, term.Token(), term.Valid) }()
+	go func() {
+		manual := make(chan struct{})
+		go func() { defer close(manual); lc.manual(t) }()
+		err := lc.run.schedule(t.ctx, j, mk, term.Token(), term.Valid)
+		t.stop(scheduleReturned(err))
+		<-manual
+		done <- err
+	}()
 	ended, returned := lc.watch(t, done)
 	cause := context.Cause(t.ctx)
 	// How the hand-over's time is spent, for the "term over" line.
@@ -135,11 +158,7 @@ func (lc *lifecycle) watch(t *tenure, done <-chan error) (ended error, returned 
 	for {
 		select {
 		case err := <-done:
-			stop := err
-			if stop == nil {
-				stop = errors.New("schedule returned")
-			}
-			t.stop(stop)
+			t.stop(scheduleReturned(err))
 			return err, true
 		case <-t.ctx.Done():
 			return nil, false
@@ -151,6 +170,15 @@ func (lc *lifecycle) watch(t *tenure, done <-chan error) (ended error, returned 
 			}
 		}
 	}
+}
+
+// scheduleReturned is why a lead ends when the job's schedule returned with
+// err: err itself, or errScheduleReturned.
+func scheduleReturned(err error) error {
+	if err == nil {
+		return errScheduleReturned
+	}
+	return err
 }
 
 // awaitGrace waits up to the job's grace for its schedule to return after
@@ -214,10 +242,12 @@ func resignRequested(jobs []*job, name string, token int64) {
 }
 
 // handedOver reports whether a lead ended by this instance's choice while the
-// term was still good: watchdog, panic, operator request or spread.
+// term was still good: watchdog, panic, operator request (resign, pause,
+// drain) or spread.
 func handedOver(cause error) bool {
 	return errors.Is(cause, errWatchdog) || errors.Is(cause, errResignRequested) ||
-		errors.Is(cause, errRebalance) || errors.As(cause, new(*PanicError))
+		errors.Is(cause, errRebalance) || errors.As(cause, new(*PanicError)) ||
+		errors.Is(cause, ErrPaused) || errors.Is(cause, ErrDrained)
 }
 
 // endLabel names why a lead ended, for metrics and logs.
@@ -231,6 +261,10 @@ func endLabel(cause error, term Term) string {
 		return status.EndResignRequest
 	case errors.Is(cause, errRebalance):
 		return status.EndRebalance
+	case errors.Is(cause, ErrPaused):
+		return status.EndPaused
+	case errors.Is(cause, ErrDrained):
+		return status.EndDrained
 	case errors.As(cause, new(*PanicError)):
 		return status.EndPanic
 	case errors.Is(cause, fencing.ErrStaleToken):

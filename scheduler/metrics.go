@@ -23,7 +23,7 @@ type metrics struct {
 	holdbacks     *prometheus.CounterVec // job
 }
 
-func newMetrics(reg prometheus.Registerer, session Session) *metrics {
+func newMetrics(reg prometheus.Registerer, session Session, controls func(chan<- prometheus.Metric)) *metrics {
 	m := &metrics{
 		leader: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "snip_jobs_leader", Help: "1 while this instance holds the job's term."}, []string{"job"}),
@@ -56,6 +56,7 @@ func newMetrics(reg prometheus.Registerer, session Session) *metrics {
 		if session != nil {
 			reg.MustRegister(sessionCollector{session})
 		}
+		reg.MustRegister(funcCollector{descs: controlsDescs, collect: controls})
 	}
 	return m
 }
@@ -96,3 +97,17 @@ func (c sessionCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descEnds, prometheus.CounterValue, float64(st.LeaseEnds[r]), string(r))
 	}
 }
+
+// funcCollector exports what collect says at scrape time.
+type funcCollector struct {
+	descs   []*prometheus.Desc
+	collect func(chan<- prometheus.Metric)
+}
+
+func (c funcCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.descs {
+		ch <- d
+	}
+}
+
+func (c funcCollector) Collect(ch chan<- prometheus.Metric) { c.collect(ch) }

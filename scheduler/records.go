@@ -57,6 +57,7 @@ func (rc *recorder) runStart(ctx context.Context, j *job, r *Run) *status.RunRec
 		if err != nil {
 			r.Log.Debug("cannot log the run's start", "err", err)
 		}
+		r.runID = rec.ID
 	}
 	j.update(func() { j.last = rec })
 	return rec

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/snip/snip-jobs/fencing"
+	"github.com/snip/snip-jobs/scheduler/controls"
 	"github.com/snip/snip-jobs/scheduler/slots"
 )
 
@@ -57,9 +58,13 @@ type Run struct {
 	// Trigger is what started the run, recorded with it in job_runs: set by
 	// whoever starts it (NewRun: RunConfig.Trigger, schedule by default).
 	Trigger Trigger
+	// ManualRun is the id of the operator's request (manual_runs, `snip-jobs
+	// run JOB`) the run executes; 0 for a run of the schedule.
+	ManualRun int64
 	// Log carries job, instance and token.
 	Log *slog.Logger
 
+	runID    int64 // the run's row in job_runs, once recorded (0: not recorded)
 	resource string
 	fence    *fencing.Fence
 	valid    func() bool
@@ -74,7 +79,9 @@ type RunConfig struct {
 	Slot          time.Time
 	// Trigger is what started the run; "" is TriggerSchedule.
 	Trigger Trigger
-	Fence   *fencing.Fence // nil: Fenced returns ErrNotFenced
+	// ManualRun is the manual run request the run executes (0: none).
+	ManualRun int64
+	Fence     *fencing.Fence // nil: Fenced returns ErrNotFenced
 	// Resource is what Fenced fences by; default the job's name.
 	Resource string
 	// Valid reports whether the term still holds; nil means always.
@@ -97,7 +104,7 @@ func NewRun(c RunConfig) *Run {
 		c.Trigger = TriggerSchedule
 	}
 	r := &Run{
-		Job: c.Job, Instance: c.Instance, Token: c.Token, Slot: c.Slot, Trigger: c.Trigger,
+		Job: c.Job, Instance: c.Instance, Token: c.Token, Slot: c.Slot, Trigger: c.Trigger, ManualRun: c.ManualRun,
 		Log:      c.Log.With("job", c.Job, "instance", c.Instance, "token", c.Token),
 		resource: c.Resource, fence: c.Fence, valid: c.Valid,
 		progress: new(atomic.Int64),
@@ -107,6 +114,9 @@ func NewRun(c RunConfig) *Run {
 	}
 	if c.Trigger != TriggerSchedule {
 		r.Log = r.Log.With("trigger", string(c.Trigger))
+	}
+	if c.ManualRun != 0 {
+		r.Log = r.Log.With("manual_run", c.ManualRun)
 	}
 	r.Progress()
 	return r
@@ -157,6 +167,22 @@ func (r *Run) FencedConn(ctx context.Context, conn *pgx.Conn, resource string, f
 		resource = r.resource
 	}
 	return r.fence.DoOn(ctx, conn, resource, r.Token, fn)
+}
+
+// Complete marks what the run is for done inside the caller's transaction
+// (a fenced one, with the run's token): its cron slot (CompleteSlot), or the
+// operator's manual run request it executes, so that the job's output and
+// the completion commit together, once. It does nothing for a run that is
+// for neither (an interval or continuous run of the schedule), nor for a
+// manual run of a job that runs everywhere (each instance runs it once).
+func (r *Run) Complete(ctx context.Context, tx pgx.Tx) error {
+	switch {
+	case !r.Slot.IsZero():
+		return r.CompleteSlot(ctx, tx)
+	case r.ManualRun != 0 && r.Token > 0:
+		return controls.Complete(ctx, tx, r.ManualRun, r.Token, r.runID)
+	}
+	return nil
 }
 
 // CompleteSlot marks the run's cron slot done inside the caller's transaction,

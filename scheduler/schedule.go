@@ -103,7 +103,9 @@ func (rn *runner) pauseUnlessWoken(ctx context.Context, j *job, d time.Duration)
 // interval runs the job every Every (+ up to Jitter). A singleton counts from
 // the last run of the job on any instance, as recorded in job_runs, so a
 // failover does not make an hourly job run early; a job that runs everywhere
-// counts from its own last run on this instance.
+// counts from its own last run on this instance. Manual runs do not count:
+// an operator's extra run neither pushes the next one back nor brings it
+// forward.
 func (rn *runner) interval(ctx context.Context, j *job, mk func(time.Time) *Run, shared bool) error {
 	var lastLocal time.Time
 	for ctx.Err() == nil {
@@ -131,8 +133,10 @@ func (rn *runner) untilDue(ctx context.Context, j *job, shared bool, lastLocal t
 		defer cancel()
 		var secs *float64
 		// The database's clock on both sides: no comparison across hosts.
+		// A manual run (snip-jobs run JOB) is an extra one: it does not
+		// move the schedule.
 		err := rn.pool.QueryRow(qctx, `SELECT extract(epoch FROM max(started_at) + make_interval(secs => $2) - now())::float8
-			FROM job_runs WHERE job = $1`, j.spec.Name, every.Seconds()).Scan(&secs)
+			FROM job_runs WHERE job = $1 AND trigger <> 'manual'`, j.spec.Name, every.Seconds()).Scan(&secs)
 		if err == nil {
 			if secs == nil {
 				return 0
@@ -161,7 +165,8 @@ func (rn *runner) localCron(ctx context.Context, j *job, mk func(time.Time) *Run
 	return nil
 }
 
-// everywhere runs a job that is not a singleton, on this instance, until ctx ends.
+// everywhere runs a job that is not a singleton, on this instance, until ctx
+// ends (shutdown, or its pause: Scheduler.gated).
 func (rn *runner) everywhere(ctx context.Context, j *job) {
 	mk := func(slot time.Time) *Run { return rn.newRun(j, 0, slot, "", nil, TriggerSchedule) }
 	_ = rn.schedule(ctx, j, mk, 0, nil)
@@ -211,8 +216,16 @@ func (rn *runner) newRun(j *job, token int64, slot time.Time, resource string, v
 	return r
 }
 
-// call runs the job once, recovering a panic, and records the run.
+// call runs the job once, recovering a panic, and records the run. Runs
+// under one serial scope (withSerial: a term, or a stretch of a job without
+// terms between two holds) take turns: a manual run waits for the
+// schedule's run in progress, and the other way round.
 func (rn *runner) call(ctx context.Context, j *job, r *Run) (err error) {
+	release, err := takeTurn(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
 	rec := rn.rec.runStart(ctx, j, r)
 	defer func() {
 		if p := recover(); p != nil {

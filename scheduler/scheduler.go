@@ -16,6 +16,7 @@ import (
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/fencing"
 	"github.com/snip/snip-jobs/internal/notify"
+	"github.com/snip/snip-jobs/scheduler/controls"
 	"github.com/snip/snip-jobs/scheduler/status"
 )
 
@@ -43,6 +44,11 @@ type Config struct {
 	// ClaimTTL is how long a database-mode claim lasts unless extended
 	// (0: slots.DefaultClaimTTL).
 	ClaimTTL time.Duration
+	// Controls are the operators' controls (pauses, drains, manual runs).
+	// nil: with a Pool, the scheduler reads them itself (a controls.Feed on
+	// a connection of its own, re-read every renew interval); without one,
+	// there are none. Until they have been read once, no job runs.
+	Controls Controls
 }
 
 // PanicError is what a job's panic becomes; it ends the term by resignation.
@@ -79,6 +85,8 @@ type Scheduler struct {
 	rec    *recorder
 	run    *runner
 	leader *lifecycle
+	gate   *gate
+	feed   *controls.Feed // the controls read by the scheduler itself; nil when given or none
 
 	changed notify.Notifier
 	// pruneDenied: the runtime role was refused a prune (logged once).
@@ -133,7 +141,7 @@ func New(cfg Config) (*Scheduler, error) {
 		cfg.Mux = http.NewServeMux()
 	}
 	s := &Scheduler{cfg: cfg, instance: cfg.File.Instance, log: cfg.Log.With("instance", cfg.File.Instance)}
-	s.m = newMetrics(cfg.Metrics, cfg.Session)
+	s.m = newMetrics(cfg.Metrics, cfg.Session, s.controlsSeries)
 	s.spread = newSpread(cfg.Session, s.instance, s.m.holdbacks)
 	s.rec = &recorder{pool: cfg.Records, instance: s.instance, log: s.log}
 	if s.rec.pool == nil {
@@ -146,8 +154,12 @@ func New(cfg Config) (*Scheduler, error) {
 		// instant) runs whatever the catch-up policy.
 		s.run.onTime = max(s.run.onTime, 3*cfg.Session.Config().TTL)
 	}
+	if err := s.openControls(); err != nil {
+		return nil, err
+	}
+	s.spread.gate = s.gate
 	s.leader = &lifecycle{session: cfg.Session, instance: s.instance, spread: s.spread, run: s.run, rec: s.rec, m: s.m,
-		left: make(chan struct{})}
+		gate: s.gate, left: make(chan struct{})}
 	if cfg.Pool != nil {
 		s.run.fence = s.newFence()
 	}
@@ -239,6 +251,9 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	})
 	defer stopLeave()
 	var wg sync.WaitGroup
+	if s.feed != nil {
+		wg.Go(func() { _ = s.feed.Run(ctx) })
+	}
 	for _, j := range s.jobs {
 		wg.Add(1)
 		go func() {
@@ -251,11 +266,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			defer close(stopped)
 			stopWatch := context.AfterFunc(ctx, func() { s.watchGrace(j, stopped) })
 			defer stopWatch()
-			if j.mode == everywhere {
-				s.run.everywhere(ctx, j)
-			} else {
-				s.run.database(ctx, j)
-			}
+			s.gated(ctx, j)
 		}()
 	}
 	if s.spread.singletons > 0 {

@@ -20,6 +20,7 @@ type spread struct {
 	instance   string
 	singletons int // leader-mode singletons configured here
 	holdbacks  *prometheus.CounterVec
+	gate       *gate // the operators' controls: drained instances and paused jobs
 
 	leading   atomic.Int64 // terms this instance holds now
 	instances atomic.Int64 // live instances, from the watch on their registrations
@@ -81,11 +82,15 @@ func (sp *spread) holdback(j *job) time.Duration {
 
 // clusterLoad counts the terms each live (registered) instance leads, from
 // the store, bounded by a renew interval: it sits on the path of every
-// hand-over.
+// hand-over. Drained instances are left out: they are no candidates.
 func (sp *spread) clusterLoad() (map[string]int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), sp.session.Config().RenewInterval)
 	defer cancel()
-	return sp.session.ClusterLoad(ctx)
+	load, err := sp.session.ClusterLoad(ctx)
+	if err != nil || sp.gate == nil {
+		return load, err
+	}
+	return sp.gate.undrained(load), nil
 }
 
 // settled reports whether every singleton configured here has a live leader
@@ -181,14 +186,18 @@ func (sp *spread) rebalance(jobs []*job) {
 		return
 	}
 	load, err := sp.clusterLoad()
-	if err != nil || !settled(load, sp.singletons) {
+	singletons := sp.singletons
+	if sp.gate != nil {
+		singletons -= sp.gate.pausedSingletons(jobs) // nobody leads a paused job
+	}
+	if err != nil || !settled(load, singletons) {
 		return
 	}
 	sp.judge(load)
 	if time.Now().Before(sp.quiet) {
 		return
 	}
-	target, ok := handOverTo(sp.instance, load, sp.singletons)
+	target, ok := handOverTo(sp.instance, load, singletons)
 	if !ok {
 		return
 	}

@@ -12,6 +12,9 @@ func (s *Scheduler) Status() []status.Job {
 	out := make([]status.Job, 0, len(s.jobs))
 	for _, j := range s.jobs {
 		st := status.Describe(j.spec)
+		if p, ok := s.gate.state().Paused(j.spec.Name); ok {
+			st.Paused = &p
+		}
 		j.mu.Lock()
 		if t := j.term; t != nil && t.Valid() {
 			st.Leading, st.Token, st.Since = true, t.Token(), t.Started()

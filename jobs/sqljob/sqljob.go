@@ -1,7 +1,7 @@
 // Package sqljob is the built-in job type "sql": one SQL statement per run,
 // inside the term's fenced transaction when the job is a singleton (and with
-// the cron slot's completion, so that a slot's statement commits exactly
-// once), plainly on every instance otherwise.
+// the completion of the cron slot or the manual run it is for, so that its
+// statement commits exactly once), plainly on every instance otherwise.
 //
 // What is guaranteed: exactly one statement runs per run, sent with
 // PostgreSQL's extended protocol (which refuses several), and never
@@ -43,8 +43,10 @@ type Options struct {
 	// Statement is exactly one SQL statement, not transaction control:
 	// trusted operator input, run with the service's role. It may use the
 	// named parameters @job, @instance, @token (0 when the job is not a
-	// singleton) and @slot (the cron slot's instant, NULL for other
-	// schedules).
+	// singleton), @slot (the cron slot's instant, NULL for other
+	// schedules), @trigger (schedule, catch-up or manual) and @manual_run
+	// (the id of the operator's manual run request, `snip-jobs run JOB`;
+	// NULL for runs of the schedule).
 	Statement string `yaml:"statement"`
 	// Resource is the fencing resource of a singleton's statement (default: the
 	// job's name). Not allowed in database mode, where each slot is fenced on
@@ -147,9 +149,13 @@ type job struct {
 }
 
 func (j *job) Run(ctx context.Context, r *scheduler.Run) error {
-	args := pgx.NamedArgs{"job": r.Job, "instance": r.Instance, "token": r.Token, "slot": nil}
+	args := pgx.NamedArgs{"job": r.Job, "instance": r.Instance, "token": r.Token, "slot": nil,
+		"trigger": string(r.Trigger), "manual_run": nil}
 	if !r.Slot.IsZero() {
 		args["slot"] = r.Slot
+	}
+	if r.ManualRun != 0 {
+		args["manual_run"] = r.ManualRun
 	}
 	conn, err := j.connect(ctx)
 	if err != nil {
@@ -166,10 +172,9 @@ func (j *job) Run(ctx context.Context, r *scheduler.Run) error {
 			if err := stillInTransaction(tx.Conn(), tag); err != nil {
 				return err
 			}
-			if !r.Slot.IsZero() {
-				return r.CompleteSlot(ctx, tx)
-			}
-			return nil
+			// The cron slot or the manual run the run is for commits with
+			// the statement, once.
+			return r.Complete(ctx, tx)
 		}
 		err = r.FencedConn(ctx, conn, j.resource, fn)
 	} else {
