@@ -112,6 +112,9 @@ type Options struct {
 	// group or others may read, instead of refusing to start (never one they
 	// may write, nor one that is not a regular file or is too large).
 	AllowReadableSecrets bool
+	// Undrain lifts this instance's drain (snip-jobs drain) at start, before
+	// its jobs run (run --undrain).
+	Undrain bool
 }
 
 // NoJobsWarning is said by validate and run of a file without jobs: allowed
@@ -122,7 +125,7 @@ const NoJobsWarning = "no jobs: this instance will run nothing (is the file comp
 // then shuts down. A nil error means a clean stop.
 func Run(ctx context.Context, o Options) error {
 	r := &runner{cfg: o.Config, types: o.Types, version: o.Version, log: o.Log,
-		embeddedListen: o.EmbeddedListen, devControl: o.DevControl, socks: o.Sockets}
+		embeddedListen: o.EmbeddedListen, devControl: o.DevControl, socks: o.Sockets, undrainAtStart: o.Undrain}
 	r.ilog = r.log.With("instance", o.Config.Instance)
 	if err := checkSecretFiles(o.Config, o.AllowReadableSecrets, r.ilog); err != nil {
 		return err
@@ -154,7 +157,10 @@ type runner struct {
 	reach   func(ctx context.Context) error
 	where   string
 	sched   *scheduler.Scheduler
+	started atomic.Pointer[scheduler.Scheduler] // sched, for the admin server's readiness checks
 	admin   *admin.Server
+
+	undrainAtStart bool // run --undrain
 	listens *typeListeners // the job types' own sockets (certrenew's HTTP-01 challenges)
 
 	schedRunning atomic.Bool
@@ -211,6 +217,13 @@ func (r *runner) run(ctx context.Context) error {
 		_ = r.sched.Run(runCtx)
 		r.schedRunning.Store(false)
 	}()
+	// Ready once the controls were read (no job runs before): a moment,
+	// unless PostgreSQL does not answer (then /readyz says so anyway).
+	wctx, cancelWait := context.WithTimeout(ctx, dbPingTimeout)
+	if err := r.sched.WaitControls(wctx); err != nil && ctx.Err() == nil {
+		r.ilog.Warn("the operators' controls are not read yet: no job runs until they are (PostgreSQL?)", "waited", dbPingTimeout)
+	}
+	cancelWait()
 	r.ilog.Info("running", "jobs", len(r.cfg.Jobs), "admin", r.admin.Addr().String())
 	if len(r.cfg.Jobs) == 0 {
 		r.ilog.Warn(NoJobsWarning, "config", r.cfg.Path)
@@ -258,6 +271,9 @@ func (r *runner) start(ctx context.Context) error {
 	r.ilog.Info("starting", "version", r.version, "config", f.Path)
 	if err := r.startDatabase(ctx); err != nil {
 		return err
+	}
+	if r.undrainAtStart {
+		r.undrain(ctx)
 	}
 
 	// The admin server comes first: while etcd does not answer (with or
@@ -366,7 +382,7 @@ func (r *runner) startAdmin(reg *prometheus.Registry, mux *http.ServeMux) (*late
 		Listen: f.HTTP.Listen, Listener: r.socks.take(socketAdmin), AllowedHosts: f.HTTP.AllowedHosts,
 		Mux: mux, Gatherer: reg, Instance: f.Instance, Version: r.version,
 		DB: r.pool, Page: page, Log: r.ilog,
-		Checks: []admin.Check{{Name: "schema", Err: r.schemaReady}},
+		Checks: []admin.Check{{Name: "schema", Err: r.schemaReady}, {Name: "controls", Err: r.controlsReady}},
 	}
 	session := &lateSession{}
 	if connect.NeedsTerms(f) {
@@ -395,6 +411,7 @@ func (r *runner) startScheduler(reg *prometheus.Registry, mux *http.ServeMux, pa
 		return err
 	}
 	r.sched = sched
+	r.started.Store(sched)
 	r.admin.SetJobs(sched)
 	pc := statuspage.Config{
 		Instance: f.Instance, Version: r.version, Leadership: r.view, Pool: r.pool,

@@ -2,9 +2,9 @@
 // for a singleton, on exactly one server at a time (the holder of the job's
 // etcd term), with its PostgreSQL writes fenced by the term's token.
 //
-// One binary, several commands: run (the service), dev (a whole local cluster
-// for development), validate, migrate, status, history, resign, reclaim, report
-// and version.
+// One binary, several commands: run (the service, or with a job's name one
+// run of it now), validate, migrate, status, history, resign, pause, resume,
+// drain, undrain, reclaim, report, certs and version.
 // `snip-jobs help` lists them; `snip-jobs COMMAND --help` describes one. Exit
 // status: 0 success, 1 failure, 2 bad usage or a config file with errors.
 package main
@@ -36,7 +36,9 @@ type command struct {
 }
 
 func commands() []command {
-	return []command{runCommand(), validateCommand(), migrateCommand(), statusCommand(), historyCommand(), resignCommand(), reclaimCommand(), reportCommand(), certsCommand(), versionCommand()}
+	return []command{runCommand(), validateCommand(), migrateCommand(), statusCommand(), historyCommand(), resignCommand(),
+		pauseCommand(), resumeCommand(), drainCommand(), undrainCommand(),
+		reclaimCommand(), reportCommand(), certsCommand(), versionCommand()}
 }
 
 // cli is what commands write to.

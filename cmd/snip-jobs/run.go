@@ -15,8 +15,14 @@ import (
 func runCommand() command {
 	return command{
 		name:    "run",
-		summary: "run the service: the config's jobs, until SIGTERM",
-		about: `Runs the jobs of the config file until SIGINT or SIGTERM. A job that is not a
+		args:    "[JOB]",
+		summary: "run the service: the config's jobs, until SIGTERM; or, given a JOB, run it once now",
+		about: `With a JOB: asks for one extra execution of JOB now, exactly once across the
+cluster, and returns (with --wait: once it is over, printing where it ran, with
+which token, how long, and its result; exit status 1 if it failed or
+--timeout passed). See "run JOB" below.
+
+Without: runs the jobs of the config file until SIGINT or SIGTERM. A job that is not a
 singleton runs here whatever the other instances do; a singleton runs only while
 this instance holds the job's term in etcd, and its PostgreSQL writes are fenced
 by the term's token. With no etcd endpoints in the config, run starts an
@@ -62,7 +68,28 @@ On SIGTERM or SIGINT it stops taking work, cancels the jobs, waits for each up t
 its grace period, resigns every term and revokes its lease, so that other
 instances take over at once, without waiting for the lease to expire; then it
 exits 0. All of that is bounded by shutdown_timeout (exit status 1 if a job did
-not stop in time). A second signal exits at once.`,
+not stop in time). A second signal exits at once.
+
+No job runs before the operators' controls (snip-jobs pause, drain) have been
+read from PostgreSQL once: a job paused stays paused across restarts. A
+drained instance leads no singleton; --undrain lifts this instance's drain at
+start (the step after a planned reboot).
+
+run JOB: the request is a row of manual_runs (who: --by, else user@host). While
+one request of the job is pending or running, another 'run JOB' joins it
+rather than asking for a second execution, and says so. A singleton's request
+is run by its leader, under its term and fenced by its token (database mode:
+by the instance whose claim wins, with a claim token); if that instance dies
+or the job is paused in the middle, the next leader (or claimer) runs it again
+and the old one's late writes are refused by the fence, so one execution
+completes (a job that completes the request in its own transaction — the sql
+type does — commits its effects once). A job that runs everywhere runs it once
+on every instance; --wait waits for every instance up when it was asked (as
+the database sees them: their controls connection), or the timeout. A
+continuous job is refused (it always runs), as is a paused one. The run is in
+'snip-jobs history JOB' with trigger manual; it does not move the job's
+interval schedule. The instances learn of it at once (a PostgreSQL
+notification) or within a renew interval.`,
 		flags: func(fs *flag.FlagSet, c *cli) func(context.Context, []string) error {
 			path := configFlag(fs)
 			listen := fs.String("embedded-etcd-listen", etcdlocal.DefaultClientAddr,
@@ -71,9 +98,26 @@ not stop in time). A second signal exits at once.`,
 				"start even when a secret file (postgres.url_file, etcd.auth.password_file, etcd.tls.key, a job's\nkey_file...) is readable by its group or others; each is then logged as a warning\n(one others can write is refused whatever this says)")
 			devControl := fs.String("dev-control", "",
 				"base URL of the snip-dev supervisor (set by dev for its instances): the status page\nthen shows buttons that ask it to kill, pause, restart an instance or resign a job")
+			undrain := fs.Bool("undrain", false, "lift this instance's drain (snip-jobs drain) at start, before its jobs run")
+			now := runNowFlags(fs)
 			return func(ctx context.Context, args []string) error {
-				if len(args) > 0 {
-					return usageError("usage: run takes no arguments")
+				set := map[string]bool{}
+				fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+				switch {
+				case len(args) == 1:
+					for _, service := range []string{"embedded-etcd-listen", "allow-readable-secrets", "dev-control", "undrain"} {
+						if set[service] {
+							return usageError("usage: --%s is for the service (run without a JOB)", service)
+						}
+					}
+					return runNow(ctx, c, *path, args[0], now)
+				case len(args) > 1:
+					return usageError("usage: run takes at most one argument, a job's name (none: run the service)")
+				}
+				for _, manual := range []string{"wait", "timeout", "by"} {
+					if set[manual] {
+						return usageError("usage: --%s is for run JOB (a manual run), not for the service", manual)
+					}
 				}
 				// First: taking the sockets clears the activation variables
 				// from the environment, before anything else reads it.
@@ -93,7 +137,7 @@ not stop in time). A second signal exits at once.`,
 					With("instance", f.Instance, "component", "lego"))
 				err = service.Run(ctx, service.Options{
 					Config: f, Types: registry(), Version: versionString(), Log: log,
-					EmbeddedListen: *listen, DevControl: *devControl, Sockets: socks, AllowReadableSecrets: *allowReadable,
+					EmbeddedListen: *listen, DevControl: *devControl, Sockets: socks, AllowReadableSecrets: *allowReadable, Undrain: *undrain,
 				})
 				if err != nil {
 					log.With("instance", f.Instance).Error("exiting", "err", err)

@@ -30,7 +30,9 @@ func statusCommand() command {
 leadership backend (the leader of each singleton: instance, fencing token, since
 when, time left on its etcd lease or, on Kubernetes, when its instance Lease was
 last renewed) and PostgreSQL (each job's last run: where, when, result; a cron
-job's last slot and its state), and which instances are up. It needs no running
+job's last slot and its state), and which instances are up; below the table,
+the operators' controls in force: paused jobs (LEADER "paused") and drained
+instances, with who, how long ago and why, and open manual runs. It needs no running
 instance and can be run on any machine that reaches the backend and the
 database. --json prints the same as one JSON object. If the backend or the
 database cannot be read, what could be read is shown, the problems are printed
@@ -169,6 +171,9 @@ func printStatus(w io.Writer, st status.Cluster, now time.Time) {
 		case j.Mode == "leader":
 			leader = "none"
 		}
+		if j.Paused != nil {
+			leader = "paused"
+		}
 		lastRun, result := "-", "-"
 		if r := j.LastRun; r != nil {
 			lastRun = fmt.Sprintf("%s, %s ago", esc(r.Instance), ago(now, r.Started))
@@ -187,12 +192,43 @@ func printStatus(w io.Writer, st status.Cluster, now time.Time) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", j.Name, j.Mode, leader, token, since, left, lastRun, result, slot, slotState)
 	}
 	tw.Flush()
+	if controls := controlLines(st, now); len(controls) > 0 {
+		fmt.Fprintln(w)
+		for _, l := range controls {
+			fmt.Fprintln(w, l)
+		}
+	}
 	if len(failures) > 0 {
 		fmt.Fprintln(w)
 		for _, f := range failures {
 			fmt.Fprintln(w, f)
 		}
 	}
+}
+
+// controlLines are the operators' controls in force: paused jobs, drained
+// instances and open manual runs, each with who, how long ago and why.
+func controlLines(st status.Cluster, now time.Time) []string {
+	esc := ttysafe.String
+	var out []string
+	for _, j := range st.Jobs {
+		if p := j.Paused; p != nil {
+			out = append(out, fmt.Sprintf("paused: %s, by %s %s ago%s", j.Name, esc(p.By), ago(now, p.Since), quoted(p.Reason)))
+		}
+	}
+	for _, d := range st.Drained {
+		out = append(out, fmt.Sprintf("drained: %s, by %s %s ago%s", esc(d.Instance), esc(d.By), ago(now, d.Since), quoted(d.Reason)))
+	}
+	for _, j := range st.Jobs {
+		if m := j.ManualRun; m != nil {
+			where := m.State
+			if m.Instance != "" {
+				where += " on " + esc(m.Instance)
+			}
+			out = append(out, fmt.Sprintf("manual run %d of %s: %s, asked for by %s %s ago", m.ID, j.Name, where, esc(m.RequestedBy), ago(now, m.RequestedAt)))
+		}
+	}
+	return out
 }
 
 // printInstances prints the instances line(s) of status's table; on
@@ -209,6 +245,9 @@ func printInstances(w io.Writer, instances []status.Instance, now time.Time) {
 			lease = fmt.Sprintf("renewed %s ago, of %gs", ago(now, r.Renewed), r.LeaseGrantedSeconds)
 		}
 		line := fmt.Sprintf("%s (host %s, pid %d, up %s, %s)", esc(r.Name), esc(r.Host), r.PID, ago(now, r.Started), lease)
+		if r.Drained != nil {
+			line = fmt.Sprintf("%s (drained; host %s, pid %d, up %s, %s)", esc(r.Name), esc(r.Host), r.PID, ago(now, r.Started), lease)
+		}
 		if r.Up {
 			up = append(up, line)
 		} else {

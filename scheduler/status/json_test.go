@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/snip/snip-jobs/configs"
+	"github.com/snip/snip-jobs/scheduler/controls"
 	"github.com/snip/snip-jobs/scheduler/status"
 )
 
@@ -42,7 +43,10 @@ func keys(t *testing.T, v any) string {
 //   - the page's lease time left (of a leader, of an instance), once
 //     lease_left_seconds, is lease_ttl_seconds, as the CLI always named it;
 //   - the CLI's output gained leaders_known;
-//   - a run gained trigger (job_runs.trigger, migration 0013).
+//   - a run gained trigger (job_runs.trigger, migration 0013);
+//   - the cluster gained drained (the drained instances, [] when none), an
+//     instance drained when it is, a job paused and manual_run when it has
+//     them (the operators' controls, migration 0014).
 func TestTheJSONOfTheStatusModel(t *testing.T) {
 	at := time.Date(2026, 11, 2, 8, 0, 0, 0, time.UTC)
 	run := &status.RunRecord{ID: 1, Instance: "server-1", Token: 7, Slot: at, Trigger: "catch-up", Started: at, Finished: at, Result: "error", Error: "boom"}
@@ -64,7 +68,15 @@ func TestTheJSONOfTheStatusModel(t *testing.T) {
 		{"an instance known only by name", status.Instance{Name: "server-2"}, "instance leads lease_granted_seconds lease_ttl_seconds up"},
 		{"a run", run, "error finished id instance result slot started token trigger"},
 		{"a slot", slot, "attempts error finished instance slot state token"},
-		{"the cluster", status.Cluster{Errors: []string{"x"}}, "errors instances jobs leaders_known"},
+		{"the cluster", status.Cluster{Errors: []string{"x"}}, "drained errors instances jobs leaders_known"},
+		{"a paused job with a manual run pending", status.Job{Name: "report", Mode: configs.ModeLeader.String(),
+			Paused: &controls.Pause{Job: "report", By: "alice@web1", Since: at, Reason: "mail server moves"},
+			ManualRun: &controls.Request{ID: 3, Job: "report", Mode: "leader", RequestedBy: "bob@web2", RequestedAt: at, State: "pending"}},
+			"job last_run last_slot leader leading manual_run mode paused schedule singleton type"},
+		{"a pause", controls.Pause{Job: "report", By: "alice@web1", Since: at}, "by job since"},
+		{"a drained instance", status.Instance{Name: "server-2", Drained: &controls.Drain{Instance: "server-2", By: "alice@web1", Since: at, Reason: "reboot"}},
+			"drained instance leads lease_granted_seconds lease_ttl_seconds up"},
+		{"a drain", controls.Drain{Instance: "server-2", By: "alice@web1", Since: at, Reason: "reboot"}, "by instance reason since"},
 	} {
 		if got := keys(t, tc.v); got != tc.want {
 			t.Errorf("%s: keys %q, want %q", tc.what, got, tc.want)

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/snip/snip-jobs/configs"
+	"github.com/snip/snip-jobs/scheduler/controls"
 )
 
 // Cluster is the cluster's state of a config file's jobs: the body of
@@ -17,8 +18,11 @@ type Cluster struct {
 	LeadersKnown bool `json:"leaders_known"`
 	// Backend is the leadership backend read: "etcd" or "kubernetes"; ""
 	// when none is configured.
-	Backend string   `json:"backend,omitempty"`
-	Errors  []string `json:"errors,omitempty"`
+	Backend string `json:"backend,omitempty"`
+	// Drained are the instances an operator has drained (snip-jobs drain),
+	// up or not: they lead no singleton until undrained.
+	Drained []controls.Drain `json:"drained"`
+	Errors  []string         `json:"errors,omitempty"`
 }
 
 // Job is one job of a config file.
@@ -43,6 +47,12 @@ type Job struct {
 	Leader   *Leader     `json:"leader"`
 	LastRun  *RunRecord  `json:"last_run"`
 	LastSlot *SlotRecord `json:"last_slot"`
+	// Paused is the job's pause (snip-jobs pause): who, since when, why;
+	// nil while it runs.
+	Paused *controls.Pause `json:"paused,omitempty"`
+	// ManualRun is the job's open manual run request (snip-jobs run JOB):
+	// pending, or running on its claimer; nil when there is none.
+	ManualRun *controls.Request `json:"manual_run,omitempty"`
 }
 
 // Leader is the holder of a job's term: on etcd, of its leader key; on
@@ -101,6 +111,8 @@ type Instance struct {
 	// It is for people; nothing decides on it.
 	Holder  string    `json:"holder,omitempty"`
 	Renewed time.Time `json:"renewed,omitzero"`
+	// Drained is its drain (snip-jobs drain), nil when it is not drained.
+	Drained *controls.Drain `json:"drained,omitempty"`
 }
 
 // RunRecord is one run of a job, as logged in job_runs.
@@ -161,12 +173,14 @@ const (
 	EndPanic         = "panic"
 	EndFenced        = "fenced"
 	EndResigned      = "resigned"
+	EndPaused        = "paused"  // the job was paused (snip-jobs pause)
+	EndDrained       = "drained" // its instance was drained (snip-jobs drain)
 )
 
 // HandOverReasons are the end reasons of terms their instance resigned while
 // they still held: the job had stopped before the resignation, and the end
 // was recorded after it (see History).
-var HandOverReasons = []string{EndShutdown, EndWatchdog, EndResignRequest, EndRebalance, EndPanic, EndResigned}
+var HandOverReasons = []string{EndShutdown, EndWatchdog, EndResignRequest, EndRebalance, EndPanic, EndResigned, EndPaused, EndDrained}
 
 // Describe says a job: its name, type, mode and schedule, without its state.
 func Describe(spec configs.Job) Job {

@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/snip/snip-jobs/configs"
+	"github.com/snip/snip-jobs/scheduler/controls"
 )
 
 // Source is where Read reads from.
@@ -56,9 +59,23 @@ func Read(ctx context.Context, src Source) Cluster {
 		}
 		c.Backend, c.LeadersKnown = ls.Backend, ls.Leaders != nil
 	}
+	var ctl controls.State
+	if src.Pool != nil {
+		var err error
+		if ctl, err = controls.Read(ctx, src.Pool); err != nil {
+			fail(err)
+		}
+	}
+	c.Drained = drains(ctl)
 	leads := map[string]int{}
 	for _, spec := range src.Jobs {
 		j := Describe(spec)
+		if p, ok := ctl.Paused(spec.Name); ok {
+			j.Paused = &p
+		}
+		if r, ok := ctl.Open[spec.Name]; ok {
+			j.ManualRun = &r
+		}
 		if l, ok := ls.Leaders[spec.Name]; ok {
 			j.Leader = &l
 			j.Leading, j.Token, j.Since = true, l.Token, l.Since
@@ -73,9 +90,22 @@ func Read(ctx context.Context, src Source) Cluster {
 	}
 	for _, in := range ls.Instances {
 		in.Leads = leads[in.Name]
+		if d, ok := ctl.Drained(in.Name); ok {
+			in.Drained = &d
+		}
 		c.Instances = append(c.Instances, in)
 	}
 	return c
+}
+
+// drains lists the drained instances, by name.
+func drains(ctl controls.State) []controls.Drain {
+	out := []controls.Drain{}
+	for _, d := range ctl.Drains {
+		out = append(out, d)
+	}
+	slices.SortFunc(out, func(a, b controls.Drain) int { return strings.Compare(a.Instance, b.Instance) })
+	return out
 }
 
 // splitJoined undoes errors.Join, so that each problem is reported on its own.
