@@ -27,7 +27,7 @@ func (s *Scheduler) openControls() error {
 		}
 		s.feed, ctl = feed, feed
 	}
-	s.gate = &gate{ctl: ctl, instance: s.instance}
+	s.gate = &gate{ctl: ctl, instance: s.instance, pool: s.rec.pool}
 	return nil
 }
 

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/snip/snip-jobs/scheduler/controls"
 )
 
@@ -60,6 +62,7 @@ var errControlsUnread = errors.New("waiting for the operators' controls to be re
 type gate struct {
 	ctl      Controls
 	instance string
+	pool     *pgxpool.Pool // for heldNow; nil: the controls as last read
 }
 
 // held is why job j may not run here now; nil when it may.
@@ -78,6 +81,29 @@ func (g *gate) held(j *job) error {
 		if d, ok := st.Drained(g.instance); ok {
 			return &HeldError{Kind: ErrDrained, By: d.By, Since: d.Since, Reason: d.Reason}
 		}
+	}
+	return nil
+}
+
+// heldNow is held, read from PostgreSQL now rather than from the controls
+// as last read: a term that starts checks it before the job runs, so that a
+// term won after a pause's (or a drain's) commit never runs the job, however
+// late its own read of the controls comes. A database that does not answer
+// leaves the controls as last read to decide.
+func (g *gate) heldNow(ctx context.Context, j *job) error {
+	if g == nil || g.ctl == nil || g.pool == nil {
+		return g.held(j)
+	}
+	qctx, cancel := context.WithTimeout(ctx, recordTimeout)
+	defer cancel()
+	p, d, err := controls.Holding(qctx, g.pool, j.spec.Name, g.instance)
+	switch {
+	case err != nil:
+		return g.held(j)
+	case p != nil:
+		return &HeldError{Kind: ErrPaused, By: p.By, Since: p.Since, Reason: p.Reason}
+	case d != nil && j.mode != everywhere:
+		return &HeldError{Kind: ErrDrained, By: d.By, Since: d.Since, Reason: d.Reason}
 	}
 	return nil
 }
@@ -168,6 +194,9 @@ func withSerial(ctx context.Context) context.Context {
 // takeTurn waits for ctx's turn (withSerial), unless ctx ends first; release
 // gives it back. A context without turns runs at once.
 func takeTurn(ctx context.Context) (release func(), err error) {
+	if ctx.Err() != nil {
+		return nil, context.Cause(ctx)
+	}
 	sem, _ := ctx.Value(serialKey{}).(chan struct{})
 	if sem == nil {
 		return func() {}, nil

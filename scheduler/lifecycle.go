@@ -90,7 +90,13 @@ func (lc *lifecycle) lead(ctx context.Context, j *job, term Term) error {
 	defer unlink()
 	lc.begin(ctx, t)
 	// A pause of the job or a drain of this instance ends the lead: the
-	// job's context ends with the *HeldError as its cause.
+	// job's context ends with the *HeldError as its cause. One that came
+	// before the win (committed before it, read after it) ends it before the
+	// job runs.
+	var held *HeldError
+	if errors.As(lc.gate.heldNow(t.ctx, j), &held) {
+		t.stop(held)
+	}
 	unheld := lc.gate.stopWhenHeld(t.ctx, j, t.stop)
 	defer unheld()
 

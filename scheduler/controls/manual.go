@@ -189,6 +189,8 @@ func ClaimDatabase(ctx context.Context, pool *pgxpool.Pool, id int64, instance s
 			claim_until = now() + make_interval(secs => $3), attempts = attempts + 1,
 			started_at = now(), finished_at = NULL, result = NULL, error = NULL
 		WHERE id = $1 AND mode = 'database' AND (state = 'pending' OR (state = 'running' AND claim_until < now()))
+		  AND NOT EXISTS (SELECT FROM job_pauses p WHERE p.job = manual_runs.job)
+		  AND NOT EXISTS (SELECT FROM instance_drains WHERE instance = $2)
 		RETURNING token`, id, instance, ttl.Seconds()).Scan(&token)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, false, nil

@@ -135,3 +135,33 @@ func Read(ctx context.Context, q Querier) (State, error) {
 	}
 	return s, nil
 }
+
+// Holding reads, now, whether job is paused or instance drained (nil when
+// not): the check a term makes as it starts, so that a term won just after
+// a pause's commit never runs the job, however late the feed's read.
+func Holding(ctx context.Context, q Querier, job, instance string) (*Pause, *Drain, error) {
+	var p Pause
+	var d Drain
+	var paused, drained bool
+	err := q.QueryRow(ctx, `SELECT
+			coalesce(p.paused_by, ''), coalesce(p.paused_at, 'epoch'), coalesce(p.reason, ''), p.job IS NOT NULL,
+			coalesce(d.drained_by, ''), coalesce(d.drained_at, 'epoch'), coalesce(d.reason, ''), d.instance IS NOT NULL
+		FROM (SELECT) AS one
+		LEFT JOIN job_pauses p ON p.job = $1
+		LEFT JOIN instance_drains d ON d.instance = $2`, job, instance).
+		Scan(&p.By, &p.Since, &p.Reason, &paused, &d.By, &d.Since, &d.Reason, &drained)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read whether %s is paused: %w", job, err)
+	}
+	var pp *Pause
+	var dd *Drain
+	if paused {
+		p.Job = job
+		pp = &p
+	}
+	if drained {
+		d.Instance = instance
+		dd = &d
+	}
+	return pp, dd, nil
+}

@@ -140,8 +140,12 @@ func Resource(job string, slot time.Time) string {
 
 func (c databaseClaims) claim(ctx context.Context, j *Job, slot time.Time) (Claim, bool, error) {
 	var token int64
+	// No claim while an operator has paused the job or drained this
+	// instance (migration 0014): the claim and the pause are decided by the
+	// same database, so none is taken after the pause's commit.
 	err := c.pool.QueryRow(ctx, `INSERT INTO cron_slots (job, slot, state, token, instance, claim_until)
-		VALUES ($1, $2, 'running', nextval('cron_claim_tokens'), $3, now() + make_interval(secs => $4))
+		SELECT $1, $2, 'running', nextval('cron_claim_tokens'), $3, now() + make_interval(secs => $4)
+		WHERE NOT EXISTS (SELECT FROM job_pauses WHERE job = $1) AND NOT EXISTS (SELECT FROM instance_drains WHERE instance = $3)
 		ON CONFLICT (job, slot) DO UPDATE SET state = 'running', token = EXCLUDED.token, instance = EXCLUDED.instance,
 			attempts = cron_slots.attempts + 1, claimed_at = now(), claim_until = EXCLUDED.claim_until, finished_at = NULL, error = NULL
 		WHERE (cron_slots.state = 'running' AND cron_slots.claim_until < now()) OR `+failedRetry+`
