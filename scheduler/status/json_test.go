@@ -70,7 +70,7 @@ func TestTheJSONOfTheStatusModel(t *testing.T) {
 		{"a slot", slot, "attempts error finished instance slot state token"},
 		{"the cluster", status.Cluster{Errors: []string{"x"}}, "drained errors instances jobs leaders_known"},
 		{"a paused job with a manual run pending", status.Job{Name: "report", Mode: configs.ModeLeader.String(),
-			Paused: &controls.Pause{Job: "report", By: "alice@web1", Since: at, Reason: "mail server moves"},
+			Paused:    &controls.Pause{Job: "report", By: "alice@web1", Since: at, Reason: "mail server moves"},
 			ManualRun: &controls.Request{ID: 3, Job: "report", Mode: "leader", RequestedBy: "bob@web2", RequestedAt: at, State: "pending"}},
 			"job last_run last_slot leader leading manual_run mode paused schedule singleton type"},
 		{"a pause", controls.Pause{Job: "report", By: "alice@web1", Since: at}, "by job since"},
