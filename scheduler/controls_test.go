@@ -132,7 +132,7 @@ func TestAPauseEndsTheTermWithinARenewIntervalAndHoldsAcrossRestartsUntilResumed
 	jobs := []configs.Job{jobtest.Continuous("aggregator", "ending")}
 	start := func() []*jobtest.Node {
 		var started []*jobtest.Node
-		for _, name := range []string{"server-1", "server-2", "server-3"} {
+		for _, name := range []string{"server-1", "server-2"} {
 			n := c.Start(name, reg, jobs)
 			ns.set(n)
 			started = append(started, n)
