@@ -19,8 +19,8 @@ import (
 const (
 	// KeepRuns is how many of each job's newest runs job_runs keeps.
 	KeepRuns = 1000
-	// KeepHistory is how long job_terms, fence_rejections and finished cron
-	// slots are kept. A cron job's newest slot is always kept (the catch-up
+	// KeepHistory is how long job_terms, fence_rejections, finished cron
+	// slots and manual runs that are over are kept. A cron job's newest slot is always kept (the catch-up
 	// sweep starts from it), and no slot inside a job's catch-up window is
 	// deleted: see Scheduler.pruneOnce.
 	KeepHistory = 30 * 24 * time.Hour
@@ -48,6 +48,11 @@ const (
 		LIMIT 5000)`
 	sqlPruneRejections = `DELETE FROM fence_rejections WHERE ctid IN (
 		SELECT ctid FROM fence_rejections WHERE at < now() - make_interval(secs => $1) LIMIT 5000)`
+	// Manual runs that are over (their reports go with them); an open one
+	// stays, however old.
+	sqlPruneManualRuns = `DELETE FROM manual_runs WHERE id IN (
+		SELECT id FROM manual_runs WHERE state IN ('done', 'failed')
+			AND coalesce(finished_at, requested_at) < now() - make_interval(secs => $1) LIMIT 5000)`
 )
 
 // keepHistory prunes the records every pruneEvery until ctx ends.
@@ -82,7 +87,7 @@ func (s *Scheduler) pruneOnce(ctx context.Context) (deleted int64) {
 		var pgErr *pgconn.PgError
 		switch {
 		case errors.As(err, &pgErr) && pgErr.Code == "42501" && s.pruneDenied.CompareAndSwap(false, true):
-			s.log.Warn("the runtime role may not prune the scheduler's history (job_runs, job_terms, cron_slots, fence_rejections): "+
+			s.log.Warn("the runtime role may not prune the scheduler's history (job_runs, job_terms, cron_slots, fence_rejections, manual_runs): "+
 				"run snip-jobs migrate --grant-to with this release (docs/operations.md, \"Database roles\")", "err", err)
 			return
 		case err != nil:
@@ -100,6 +105,7 @@ func (s *Scheduler) pruneOnce(ctx context.Context) (deleted int64) {
 	}
 	exec(sqlPruneTerms, KeepHistory.Seconds())
 	exec(sqlPruneRejections, KeepHistory.Seconds())
+	exec(sqlPruneManualRuns, KeepHistory.Seconds())
 	if deleted > 0 {
 		s.log.Info("pruned the history", "rows", deleted, "keep_runs", KeepRuns, "keep", KeepHistory)
 	}

@@ -13,8 +13,9 @@ import (
 )
 
 // The history stays bounded: each job keeps its newest KeepRuns runs;
-// terms, refusals and finished cron slots older than KeepHistory go, but
-// never a cron job's newest slot nor a term still the newest of its job.
+// terms, refusals, finished cron slots and manual runs over for longer than
+// KeepHistory go, but never a cron job's newest slot, a term still the
+// newest of its job, nor an open manual run.
 // Run as the runtime role: its grants allow exactly this.
 func TestTheHistoryIsPrunedToItsBounds(t *testing.T) {
 	t.Parallel()
@@ -34,6 +35,10 @@ func TestTheHistoryIsPrunedToItsBounds(t *testing.T) {
 		('report', $1 + interval '1 minute', 'skipped', 1, 'a'),
 		('report', now() - interval '1 hour', 'done', 1, 'a'),
 		('lonely', $1, 'done', 1, 'a')           -- its job's newest: stays`, old)
+	benchtest.Exec(t, super, `INSERT INTO manual_runs (job, mode, requested_by, requested_at, state, finished_at) VALUES
+		('busy', 'leader', 'op', $1, 'done', $1),                 -- old and over: goes
+		('quiet', 'everywhere', 'op', $1, 'failed', now()),       -- over lately: stays
+		('report', 'leader', 'op', $1, 'pending', NULL)           -- open, however old: stays`, old)
 
 	newest := benchtest.Value[int64](t, super, `SELECT max(id) FROM job_runs WHERE job = 'busy'`)
 	s := &Scheduler{cfg: Config{Pool: runtime}, log: slog.New(slog.DiscardHandler)}
@@ -43,8 +48,8 @@ func TestTheHistoryIsPrunedToItsBounds(t *testing.T) {
 	for _, name := range []string{"report", "lonely"} {
 		s.jobs = append(s.jobs, &job{spec: configs.Job{Name: name, Schedule: configs.Schedule{Kind: configs.Cron, CatchUpWindow: time.Hour}}})
 	}
-	if n := s.pruneOnce(context.Background()); n != 250+2+1+2 {
-		t.Errorf("pruned %d rows, want %d", n, 250+2+1+2)
+	if n := s.pruneOnce(context.Background()); n != 250+2+1+2+1 {
+		t.Errorf("pruned %d rows, want %d", n, 250+2+1+2+1)
 	}
 	for _, c := range []struct {
 		what, sql string
@@ -58,6 +63,7 @@ func TestTheHistoryIsPrunedToItsBounds(t *testing.T) {
 		{"refusals", `SELECT count(*) FROM fence_rejections`, 1},
 		{"report's slots", `SELECT count(*) FROM cron_slots WHERE job = 'report'`, 1},
 		{"lonely's slots", `SELECT count(*) FROM cron_slots WHERE job = 'lonely'`, 1},
+		{"manual runs", `SELECT count(*) FROM manual_runs`, 2},
 	} {
 		var args []any
 		if strings.Contains(c.sql, "$1") {

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/snip/snip-jobs/scheduler/controls"
 )
 
 //go:embed assets
@@ -111,6 +113,11 @@ type view struct {
 	Windows     []windowLink
 	// Pages are the dev supervisor's children other than this instance.
 	Pages []DevInstance
+	// Paused, Drained and Manual are the operators' controls in force:
+	// paused jobs, drained instances, open manual runs.
+	Paused  []controls.Pause
+	Drained []controls.Drain
+	Manual  []controls.Request
 }
 
 type windowLink struct {
@@ -142,6 +149,15 @@ func (p *Page) view(r *http.Request, fit bool) (view, error) {
 	for _, w := range []time.Duration{time.Minute, 5 * time.Minute, 15 * time.Minute, time.Hour} {
 		v.Windows = append(v.Windows, windowLink{Label: short(w), Query: "?window=" + short(w), Current: param != "" && w == window})
 	}
+	for _, j := range s.Jobs {
+		if j.Paused != nil {
+			v.Paused = append(v.Paused, *j.Paused)
+		}
+		if j.ManualRun != nil {
+			v.Manual = append(v.Manual, *j.ManualRun)
+		}
+	}
+	v.Drained = s.Drained
 	if s.Dev != nil {
 		for _, d := range s.Dev.Instances {
 			if d.Name != s.Instance {

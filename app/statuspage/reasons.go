@@ -12,6 +12,10 @@ func EndReason(label string) string {
 		return "resigned"
 	case "rebalance":
 		return "handed over to spread the singletons (rebalance)"
+	case "paused":
+		return "an operator paused the job (snip-jobs pause): nobody runs it until it is resumed"
+	case "drained":
+		return "an operator drained its instance (snip-jobs drain): handed over"
 	case "shutdown":
 		return "its instance shut down and handed over"
 	case "watchdog":

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/snip/snip-jobs/configs"
+	"github.com/snip/snip-jobs/scheduler/controls"
 	"github.com/snip/snip-jobs/scheduler/status"
 )
 
@@ -37,6 +38,9 @@ type Snapshot struct {
 	LeadersKnown bool `json:"leaders_known"`
 	// Backend is the leadership backend read ("etcd", "kubernetes"; "" for none).
 	Backend string `json:"backend,omitempty"`
+	// Drained are the drained instances (snip-jobs drain), up or not; a
+	// paused job says so in its Paused.
+	Drained []controls.Drain `json:"drained"`
 	// Terms overlap the window (or never recorded an end), oldest first.
 	Terms []status.TermRecord `json:"terms"`
 	// Rejections are the writes the fence refused in the window.
@@ -130,7 +134,8 @@ func (p *Page) read(ctx context.Context, window time.Duration) Snapshot {
 	c := status.Read(ctx, status.Source{Leadership: cfg.Leadership, Pool: cfg.Pool, Jobs: cfg.Jobs})
 	s := Snapshot{
 		Instance: cfg.Instance, Version: cfg.Version, Now: local, LocalNow: local, WindowSeconds: window.Seconds(),
-		Jobs: c.Jobs, LeadersKnown: c.LeadersKnown, Backend: c.Backend, Terms: []status.TermRecord{}, Rejections: []status.Rejection{}, Errors: c.Errors,
+		Jobs: c.Jobs, LeadersKnown: c.LeadersKnown, Backend: c.Backend, Drained: c.Drained,
+		Terms: []status.TermRecord{}, Rejections: []status.Rejection{}, Errors: c.Errors,
 	}
 	fail := func(err error) { s.Errors = append(s.Errors, err.Error()) }
 	if cfg.Pool != nil {

@@ -200,7 +200,7 @@ func printBanner(w io.Writer, c *devcluster.Cluster, self string) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
 	jobs := c.Jobs()
 	var names []string
-	example, certs := "", false
+	example, runnable, certs := "", "", false
 	for _, j := range jobs {
 		certs = certs || j.Type == "certrenew"
 		kind := "singleton"
@@ -208,6 +208,9 @@ func printBanner(w io.Writer, c *devcluster.Cluster, self string) {
 			kind = "everywhere"
 		} else if example == "" {
 			example = j.Name
+		}
+		if j.Singleton && runnable == "" && j.Type == "sql" {
+			runnable = j.Name // the heartbeat: an interval job (continuous ones have no "run once now")
 		}
 		names = append(names, fmt.Sprintf("%s (%s, %s)", j.Name, j.Type, kind))
 	}
@@ -258,7 +261,14 @@ func printBanner(w io.Writer, c *devcluster.Cluster, self string) {
 		fmt.Fprintf(tw, "  pause it (SIGSTOP)\tcurl -X POST '%s/dev/pause?job=%s'\n", ctl, example)
 		fmt.Fprintf(tw, "  resume what is paused\tcurl -X POST '%s/dev/resume'\n", ctl)
 		fmt.Fprintf(tw, "  make it resign\t%s resign %s --config %s\n", self, example, first.Config)
+		fmt.Fprintf(tw, "  pause it everywhere\t%s pause %s --reason 'trying it' --config %s\n", self, example, first.Config)
+		fmt.Fprintf(tw, "  and let it run again\t%s resume %s --config %s\n", self, example, first.Config)
 	}
+	if runnable != "" {
+		fmt.Fprintf(tw, "  run a job once, now\t%s run %s --wait --config %s\n", self, runnable, first.Config)
+	}
+	fmt.Fprintf(tw, "  drain an instance\t%s drain --instance %s --config %s\n", self, first.Name, first.Config)
+	fmt.Fprintf(tw, "  and undrain it\t%s undrain --instance %s --config %s\n", self, first.Name, first.Config)
 	fmt.Fprintf(tw, "  restart an instance\tcurl -X POST '%s/dev/restart?instance=%s'\n", ctl, first.Name)
 	var byHand []string
 	for _, in := range instances {
