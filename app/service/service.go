@@ -160,8 +160,8 @@ type runner struct {
 	started atomic.Pointer[scheduler.Scheduler] // sched, for the admin server's readiness checks
 	admin   *admin.Server
 
-	undrainAtStart bool // run --undrain
-	listens *typeListeners // the job types' own sockets (certrenew's HTTP-01 challenges)
+	undrainAtStart bool           // run --undrain
+	listens        *typeListeners // the job types' own sockets (certrenew's HTTP-01 challenges)
 
 	schedRunning atomic.Bool
 	lastLease    atomic.Int64 // unix nanos when the session was last seen holding a lease
