@@ -3,13 +3,13 @@ package configs
 import (
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
+
+	"github.com/snip/snip-jobs/internal/secretfile"
 )
 
 // DatabaseURL reads the PostgreSQL URL from postgres.url_env or postgres.url_file,
@@ -77,36 +77,30 @@ func (s SecretFile) maxSize() int64 {
 // it may be, of which it reads no more than that, whatever its size says.
 // Errors name the setting and the file, never the content.
 func ReadSecretFile(s SecretFile) ([]byte, error) {
-	info, err := os.Stat(s.Path)
-	if err != nil {
-		return nil, s.readError(err)
+	var last fs.FileInfo
+	data, err := secretfile.Read(s.Path, s.maxSize(), func(info fs.FileInfo) error {
+		last = info
+		if p := examine(s, info); p.Kind != 0 && p.Kind != SecretReadable {
+			return refused{p}
+		}
+		return nil
+	})
+	var r refused
+	switch {
+	case err == nil:
+		return data, nil
+	case errors.As(err, &r):
+		return nil, errors.New(r.p.String())
+	case errors.Is(err, secretfile.ErrTooLarge):
+		return nil, errors.New(SecretProblem{SecretFile: s, Kind: SecretTooLarge, Mode: last.Mode(), Size: -1}.String())
 	}
-	if p := examine(s, info); p.Kind != 0 && p.Kind != SecretReadable {
-		return nil, errors.New(p.String())
-	}
-	// O_NONBLOCK: should a named pipe take the file's place since Stat, open
-	// does not wait for a writer; Stat of the open file then refuses it.
-	f, err := os.OpenFile(s.Path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, s.readError(err)
-	}
-	defer f.Close()
-	if info, err = f.Stat(); err != nil {
-		return nil, s.readError(err)
-	}
-	if p := examine(s, info); p.Kind != 0 && p.Kind != SecretReadable {
-		return nil, errors.New(p.String())
-	}
-	data, err := io.ReadAll(io.LimitReader(f, s.maxSize()+1))
-	if err != nil {
-		return nil, s.readError(err)
-	}
-	if int64(len(data)) > s.maxSize() {
-		p := SecretProblem{SecretFile: s, Kind: SecretTooLarge, Mode: info.Mode(), Size: -1}
-		return nil, errors.New(p.String())
-	}
-	return data, nil
+	return nil, s.readError(err)
 }
+
+// refused is a problem examine found, in ReadSecretFile's check.
+type refused struct{ p SecretProblem }
+
+func (r refused) Error() string { return r.p.String() }
 
 func (s SecretFile) readError(err error) error {
 	var pe *fs.PathError

@@ -108,11 +108,10 @@ func Kube(f *configs.File) (_ coordclient.CoordinationV1Interface, namespace, wh
 	} else {
 		// Read once now, for an error naming the setting rather than a
 		// failed request later.
-		if b, err := os.ReadFile(k.TokenFile); err != nil || strings.TrimSpace(string(b)) == "" {
-			if err == nil {
-				err = errors.New("empty")
-			}
-			return nil, "", "", fmt.Errorf("kubernetes.token_file %s: %w", k.TokenFile, err)
+		if b, err := configs.ReadSecretFile(configs.SecretFile{Key: "kubernetes.token_file", Path: k.TokenFile}); err != nil {
+			return nil, "", "", err
+		} else if strings.TrimSpace(string(b)) == "" {
+			return nil, "", "", fmt.Errorf("kubernetes.token_file %s: empty", k.TokenFile)
 		}
 		rc = &rest.Config{Host: k.Server, BearerTokenFile: k.TokenFile, TLSClientConfig: rest.TLSClientConfig{CAFile: k.CAFile}}
 	}
@@ -168,7 +167,7 @@ func CheckKubeconfig(k configs.Kubernetes) (problem, unread error) {
 	if k.Kubeconfig == "" {
 		return nil, nil
 	}
-	data, err := os.ReadFile(k.Kubeconfig)
+	data, err := configs.ReadSecretFile(configs.SecretFile{Key: "kubernetes.kubeconfig", Path: k.Kubeconfig})
 	if err != nil {
 		return nil, err
 	}

@@ -20,7 +20,7 @@ const ChallengePath = "/.well-known/acme-challenge/"
 
 // Defaults of a request for a token not in memory (see the package doc).
 const (
-	DefaultMissWait   = 250 * time.Millisecond
+	DefaultMissWait   = time.Second
 	DefaultLoadWait   = 2 * time.Second
 	DefaultMaxWaiters = 64
 )

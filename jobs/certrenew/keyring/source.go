@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+
+	"github.com/snip/snip-jobs/internal/secretfile"
 )
 
 // Source says where a job's keys come from: the key_file and key_env options
@@ -25,6 +27,10 @@ func (s Source) Check() error {
 	return nil
 }
 
+// maxKeyFile bounds what Load reads of key_file: a few keys of 32 bytes in
+// base64, one a line.
+const maxKeyFile = 64 << 10
+
 // Load reads and parses the keys. Errors name the file or the variable,
 // never the value.
 func (s Source) Load() (*Keyring, error) {
@@ -34,7 +40,7 @@ func (s Source) Load() (*Keyring, error) {
 	where := "key_file " + s.File
 	var data []byte
 	if s.File != "" {
-		b, err := os.ReadFile(s.File)
+		b, err := secretfile.Read(s.File, maxKeyFile, secretfile.Safe)
 		if err != nil {
 			var pe *fs.PathError
 			if errors.As(err, &pe) {
