@@ -119,32 +119,37 @@ notification) or within a renew interval.`,
 						return usageError("usage: --%s is for run JOB (a manual run), not for the service", manual)
 					}
 				}
-				// First: taking the sockets clears the activation variables
-				// from the environment, before anything else reads it.
-				socks, err := service.InheritSockets(registry())
-				if err != nil {
-					return err
-				}
-				f, err := loadConfig(*path)
-				if err != nil {
-					writeLines(c.stderr, "", err.Error())
-					return &exitError{code: 2, err: errSilent}
-				}
-				log := newLogger(f.Log, c.stderr)
-				// lego logs through a process-wide logger (to stdout at Info by
-				// default): route it to ours, warnings and up.
-				legolog.SetDefault(newLogger(configs.Log{Format: f.Log.Format, Level: max(f.Log.Level, slog.LevelWarn)}, c.stderr).
-					With("instance", f.Instance, "component", "lego"))
-				err = service.Run(ctx, service.Options{
-					Config: f, Types: registry(), Version: versionString(), Log: log,
-					EmbeddedListen: *listen, DevControl: *devControl, Sockets: socks, AllowReadableSecrets: *allowReadable, Undrain: *undrain,
+				return runService(ctx, c, *path, service.Options{
+					EmbeddedListen: *listen, DevControl: *devControl, AllowReadableSecrets: *allowReadable, Undrain: *undrain,
 				})
-				if err != nil {
-					log.With("instance", f.Instance).Error("exiting", "err", err)
-					return err
-				}
-				return nil
 			}
 		},
 	}
+}
+
+// runService runs the config's jobs until ctx ends: the command without a JOB.
+// o's Config, Types, Version, Log and Sockets are filled in here.
+func runService(ctx context.Context, c *cli, path string, o service.Options) error {
+	// First: taking the sockets clears the activation variables
+	// from the environment, before anything else reads it.
+	socks, err := service.InheritSockets(registry())
+	if err != nil {
+		return err
+	}
+	f, err := loadConfig(path)
+	if err != nil {
+		writeLines(c.stderr, "", err.Error())
+		return &exitError{code: 2, err: errSilent}
+	}
+	log := newLogger(f.Log, c.stderr)
+	// lego logs through a process-wide logger (to stdout at Info by
+	// default): route it to ours, warnings and up.
+	legolog.SetDefault(newLogger(configs.Log{Format: f.Log.Format, Level: max(f.Log.Level, slog.LevelWarn)}, c.stderr).
+		With("instance", f.Instance, "component", "lego"))
+	o.Config, o.Types, o.Version, o.Log, o.Sockets = f, registry(), versionString(), log, socks
+	if err := service.Run(ctx, o); err != nil {
+		log.With("instance", f.Instance).Error("exiting", "err", err)
+		return err
+	}
+	return nil
 }
