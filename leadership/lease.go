@@ -106,6 +106,16 @@ func (l *Lease) HeldBefore(id string) bool {
 	return l.s.past[id]
 }
 
+// Own records id, as its store names leases, as this session's before the
+// store writes anything under it: a write whose answer was lost may have
+// landed, and a record found on id later is then this session's own, not
+// another live process's (HeldBefore reports it).
+func (l *Lease) Own(id string) {
+	l.s.mu.Lock()
+	defer l.s.mu.Unlock()
+	l.s.past[id] = true
+}
+
 // Sent and Failed count a renewal sent and one that failed; Reclaimed a dead
 // predecessor's lease ended at start (see Stats).
 func (l *Lease) Sent()      { l.s.stats.add(&l.s.stats.keepAlivesSent, 1) }

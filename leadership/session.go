@@ -32,7 +32,7 @@ type Session struct {
 	cur     *Lease          // the live lease, nil while between leases
 	changed chan struct{}   // closed and replaced whenever cur changes
 	fatal   error           // set when the session cannot go on (duplicate instance)
-	past    map[string]bool // Held.ID of every lease this session held
+	past    map[string]bool // Held.ID of every lease this session held or wrote under (Lease.Own)
 	busy    busy
 
 	stats stats

@@ -43,6 +43,7 @@ func (st *store) Open(ctx context.Context, l *leadership.Lease) (leadership.Held
 		return nil, fmt.Errorf("grant lease: %w", err)
 	}
 	l.Start(sentAt, time.Duration(resp.TTL)*time.Second)
+	l.Own(leaseID(resp.ID))
 	h := &lease{st: st, l: l, id: resp.ID, sentAt: sentAt}
 	if err := h.register(ctx); err != nil {
 		rctx, rcancel := context.WithTimeout(context.Background(), st.cfg.RenewInterval)
@@ -184,7 +185,9 @@ func (h *lease) register(ctx context.Context) error {
 		gone := reg.Gone(cfg.Host)
 		switch {
 		case h.l.HeldBefore(leaseID(old)):
-			// Left by this session's previous lease, which it could not revoke.
+			// Left by this session's previous lease, which it could not
+			// revoke: one it held, or one whose registration's answer was
+			// lost (the write landed all the same).
 		case errors.Is(gone, leadership.ErrOtherHost):
 			return &DuplicateInstanceError{Instance: cfg.Instance, Existing: reg}
 		case gone != nil:
