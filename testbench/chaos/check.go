@@ -22,11 +22,15 @@ const (
 	InvReport     = "one weekly report (and one mail) per week, from a granted term"
 	InvCerts      = "at most one current certificate per domain, stored by a granted term"
 	InvQuorum     = "no term started, and no term acted past its TTL, while etcd had no quorum"
+	InvPaused     = "a paused job does nothing from a renew interval after its pause until its resume"
+	InvManual     = "each manual run executes once: one committed run for a done request, none for another"
+	InvDrained    = "a drained instance does nothing from a renew interval after its drain until its undrain"
 	InvRecovery   = "the cluster recovered after every fault (every job led, the probe written)"
 )
 
 // Invariants lists them in the report's order.
-var Invariants = []string{InvTokenOrder, InvTermOwner, InvFenceTable, InvCounts, InvReport, InvCerts, InvQuorum, InvRecovery}
+var Invariants = []string{InvTokenOrder, InvTermOwner, InvFenceTable, InvCounts, InvReport, InvCerts, InvQuorum,
+	InvPaused, InvManual, InvDrained, InvRecovery}
 
 // Violation is one broken invariant, with what shows it.
 type Violation struct {
@@ -41,6 +45,9 @@ type probeRow struct {
 	Token     int64
 	Seq       int64
 	Committed time.Time
+	Trigger   string    // what started its run ("" from a release without @trigger)
+	ManualRun int64     // the manual run request its run executed (0: none)
+	Began     time.Time // when its transaction began
 }
 
 // jobWrite is one logged write of a job's row (chaos_writes, see
@@ -48,11 +55,12 @@ type probeRow struct {
 type jobWrite struct {
 	Seq         int64 // commit order
 	Job, Table  string
-	Op          string // INSERT or UPDATE
-	Token       int64  // the row's token as written
-	RowInstance string // the row's instance column ("" when it has none)
-	Client      string // the writing session's application_name
-	Xact        string // the writing transaction's id
+	Op          string    // INSERT or UPDATE
+	Token       int64     // the row's token as written
+	RowInstance string    // the row's instance column ("" when it has none)
+	Client      string    // the writing session's application_name
+	Xact        string    // the writing transaction's id
+	Began       time.Time // when the writing transaction began
 	Committed   time.Time
 }
 
@@ -80,6 +88,7 @@ type facts struct {
 	terms      map[int64]termEvent
 	jobTerms   []jobTerm
 	rejections int
+	ctl        *controlFacts
 }
 
 type jobTerm struct {
@@ -91,9 +100,10 @@ type jobTerm struct {
 
 // checker verifies the invariants after a run.
 type checker struct {
-	pool *pgxpool.Pool
-	ttl  time.Duration
-	out  []Violation
+	pool  *pgxpool.Pool
+	ttl   time.Duration
+	renew time.Duration // the instances' renew interval
+	out   []Violation
 }
 
 func (k *checker) violate(inv, format string, args ...any) {
@@ -107,14 +117,15 @@ func readFacts(ctx context.Context, pool *pgxpool.Pool, events []termEvent) (*fa
 			f.terms[e.Token] = e
 		}
 	}
-	rows, err := pool.Query(ctx, `SELECT id, instance, token, coalesce(commit_seq, 0), coalesce(committed_at, 'epoch') FROM chaos_probe ORDER BY commit_seq NULLS FIRST, id`)
+	rows, err := pool.Query(ctx, `SELECT id, instance, token, coalesce(commit_seq, 0), coalesce(committed_at, 'epoch'),
+		coalesce(trigger, ''), coalesce(manual_run, 0), xact_start FROM chaos_probe ORDER BY commit_seq NULLS FIRST, id`)
 	if err != nil {
 		return nil, fmt.Errorf("read the probe: %w", err)
 	}
 	if f.probe, err = pgx.CollectRows(rows, pgx.RowToStructByPos[probeRow]); err != nil {
 		return nil, fmt.Errorf("read the probe: %w", err)
 	}
-	rows, err = pool.Query(ctx, `SELECT seq, job, tbl, op, coalesce(token, 0), coalesce(row_instance, ''), client, xact::text, committed_at
+	rows, err = pool.Query(ctx, `SELECT seq, job, tbl, op, coalesce(token, 0), coalesce(row_instance, ''), client, xact::text, xact_start, committed_at
 		FROM chaos_writes ORDER BY seq`)
 	if err != nil {
 		return nil, fmt.Errorf("read chaos_writes: %w", err)
@@ -131,6 +142,9 @@ func readFacts(ctx context.Context, pool *pgxpool.Pool, events []termEvent) (*fa
 	}
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM fence_rejections`).Scan(&f.rejections); err != nil {
 		return nil, fmt.Errorf("read fence_rejections: %w", err)
+	}
+	if f.ctl, err = readControls(ctx, pool); err != nil {
+		return nil, err
 	}
 	return f, nil
 }

@@ -356,7 +356,7 @@ const jobsYAML = `  - name: probe
     every: 1s
     grace: 2s
     options:
-      statement: INSERT INTO chaos_probe (instance, token) VALUES (@instance, @token)
+      statement: INSERT INTO chaos_probe (instance, token, trigger, manual_run) VALUES (@instance, @token, @trigger, @manual_run)
   - name: weekly-report
     type: weeklyreport
     singleton: true

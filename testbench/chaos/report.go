@@ -150,7 +150,7 @@ func (r *Report) Markdown() string {
 	counts := r.ViolationCounts()
 	for _, inv := range Invariants {
 		note := ""
-		if inv == InvCounts && r.Counts == nil {
+		if inv == InvCounts && r.Counts == nil || controlInvariant(inv) && r.Controls == nil {
 			note = " (not checked)"
 		}
 		fmt.Fprintf(&b, "| %s%s | %d |\n", inv, note, counts[inv])
@@ -206,6 +206,7 @@ func (r *Report) Markdown() string {
 		r.Reports.Reports, r.Reports.SlotsDone, r.Reports.SlotsSkipped, r.Reports.SlotsOpen)
 	fmt.Fprintf(&b, "Certificates: %d stored for %d domains (%d of them by a later term than the one the CA issued them to); the CA issued %d (%d beyond one per domain); %d domains older than a minute without one.\n",
 		r.Certs.Stored, r.Certs.Domains, r.Certs.Recovered, r.Certs.Issued, r.Certs.DuplicateIssued, r.Certs.WithoutAfter60s)
+	b.WriteString(r.controlsLine())
 	if len(r.Certs.Unstored) > 0 {
 		fmt.Fprintf(&b, "Issued by the CA and not stored: %s.\n", strings.Join(r.Certs.Unstored, ", "))
 	}
