@@ -70,15 +70,17 @@ const (
 // instance), rather than at etcd or PostgreSQL (the whole cluster).
 func (k Kind) HitsLeader() bool {
 	switch k {
-	case KillLeader, KillLeaderReclaim, PauseLeader, PartitionLeader, PartitionSlowDB, TermLeader:
+	case KillLeader, KillLeaderReclaim, PauseLeader, PartitionLeader, PartitionSlowDB, TermLeader, Drain:
 		return true
 	}
 	return false
 }
 
-// AllKinds is every fault kind, in the order of the results table.
+// AllKinds is every fault kind, in the order of the results table: the
+// faults of the leaders, of etcd and PostgreSQL, and the operators' controls
+// (operator.go).
 var AllKinds = []Kind{KillLeader, KillLeaderReclaim, PauseLeader, PartitionLeader, PartitionSlowDB, TermLeader,
-	EtcdMemberLoss, EtcdLeaderLoss, QuorumLoss, FollowersLoss, PostgresRestart}
+	EtcdMemberLoss, EtcdLeaderLoss, QuorumLoss, FollowersLoss, PostgresRestart, OperatorPause, ManualRun, Drain}
 
 // Takeover is one job's change of term caused by a fault.
 type Takeover struct {
@@ -142,6 +144,10 @@ type Fault struct {
 	// (computed by the checker from the database). It says something about
 	// leadership only when NoActingMeasured.
 	NoActing time.Duration
+	// Job is, for OperatorPause and ManualRun, the job paused or run;
+	// Controls what the operator's commands did.
+	Job      string          `json:",omitempty"`
+	Controls *ControlFigures `json:",omitempty"`
 	Err      string
 }
 
@@ -158,8 +164,15 @@ func (f *Fault) StruckProbe() bool {
 // NoActingMeasured reports whether the fault's NoActing measures a time
 // without an acting leader: for a fault aimed at a leader, only if it struck
 // the probe's (a gap in the probe's writes says nothing about another job's
-// leader); for a fault of etcd or PostgreSQL, always.
-func (f *Fault) NoActingMeasured() bool { return !f.Kind.HitsLeader() || f.StruckProbe() }
+// leader); for a fault of etcd or PostgreSQL, always; never for a pause
+// (it stops its job on purpose) nor a manual run (which slows the link of the
+// probe's leader before it strikes it).
+func (f *Fault) NoActingMeasured() bool {
+	if f.Kind == OperatorPause || f.Kind == ManualRun {
+		return false
+	}
+	return !f.Kind.HitsLeader() || f.StruckProbe()
+}
 
 // targetJob picks the job whose leader a fault hits: the probe twice as often
 // as each other job (with four jobs, 2/5 against 1/5 each). Only a fault that
@@ -217,6 +230,12 @@ func (c *cluster) inject(ctx context.Context, rng *rand.Rand, n int, k Kind) *Fa
 		err = c.followersLoss(ctx, f)
 	case PostgresRestart:
 		err = c.postgresRestart(ctx, f)
+	case OperatorPause:
+		err = c.operatorPause(ctx, rng, f)
+	case ManualRun:
+		err = c.manualRun(ctx, rng, f)
+	case Drain:
+		err = c.drain(ctx, rng, f)
 	default:
 		err = fmt.Errorf("unknown fault kind %q", k)
 	}
