@@ -51,7 +51,8 @@ type ControlFigures struct {
 	// observer's (one host, one clock).
 	Stopped, Resumed time.Duration `json:",omitempty"`
 	// Refused: a `snip-jobs run` of the paused job was refused, saying it
-	// is paused. CatchUp: resumed with --catch-up.
+	// is paused (none is asked of the aggregator: continuous, it has no
+	// extra run). CatchUp: resumed with --catch-up.
 	Refused, CatchUp bool `json:",omitempty"`
 	// Commands is how many `snip-jobs run` commands ManualRun ran at once,
 	// Joined how many of them joined an open request, Requests the manual
@@ -140,7 +141,7 @@ func (c *cluster) operatorPause(ctx context.Context, rng *rand.Rand, f *Fault) e
 	}
 	sleep.For(ctx, c.hold())
 	var err error
-	if job != JobAggregator { // continuous: a run of it is refused for that
+	if job != JobAggregator {
 		out, code, rerr := c.operate(ctx, via, "run", "--by", "snip-chaos", job)
 		fig.Refused = rerr == nil && code == 1 && strings.Contains(out, "is paused")
 		if !fig.Refused {

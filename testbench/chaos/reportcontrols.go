@@ -13,9 +13,9 @@ type ControlKindStats struct {
 	Stopped Dist // operator-pause: the pause's commit → its job's leader key gone
 	Resumed Dist // operator-pause: the resume's commit → the job's next term
 	Done    Dist // manual-run: a request → done (the database's clock)
-	// Refused counts the runs of a paused job refused; CatchUp the resumes
-	// with --catch-up.
-	Refused, CatchUp int
+	// Asked and Refused count the runs of a paused job asked for and
+	// refused; CatchUp the resumes with --catch-up.
+	Asked, Refused, CatchUp int
 	// Commands, Joined and Requests are manual-run's `run` commands, those
 	// that joined an open request, and the requests.
 	Commands, Joined, Requests int
@@ -42,6 +42,7 @@ func (a *controlAcc) add(f *Fault) {
 		a.resumed = append(a.resumed, c.Resumed)
 	}
 	a.done = append(a.done, c.Done...)
+	a.s.Asked += b2i(f.Kind == OperatorPause && f.Job != JobAggregator)
 	a.s.Refused += b2i(c.Refused)
 	a.s.CatchUp += b2i(c.CatchUp)
 	a.s.Restarted += b2i(c.Restarted)
@@ -75,7 +76,7 @@ func (s KindStats) controlsOther() []string {
 	switch s.Kind {
 	case OperatorPause:
 		out = append(out, "pause → term over "+c.Stopped.String(), "resume → new term "+c.Resumed.String(),
-			fmt.Sprintf("`run` of the paused job refused %d of %d (the aggregator's is refused as continuous)", c.Refused, s.Faults))
+			fmt.Sprintf("`run` of the paused job refused %d of %d (none asked of the aggregator: continuous)", c.Refused, c.Asked))
 		if c.CatchUp > 0 {
 			out = append(out, fmt.Sprintf("resumed with --catch-up: %d", c.CatchUp))
 		}
