@@ -51,7 +51,9 @@ const runs = 5
 // go through one fault of every kind, in random order: leader SIGKILLed and
 // restarted, SIGSTOPped past its TTL, cut off from etcd (once with a slow
 // database link), SIGTERMed and restarted; an etcd member, the etcd leader,
-// and two members (no quorum) lost and restarted; PostgreSQL restarted. What
+// and two members (no quorum) lost and restarted; PostgreSQL restarted; a job
+// paused and resumed, manual runs asked for at once, an instance drained and
+// undrained, by the operators' commands. What
 // the resources accepted must satisfy every invariant of the checker, and the
 // cluster must recover after each fault.
 func TestEveryFaultKindOnceLeavesEveryInvariantIntact(t *testing.T) {
@@ -104,6 +106,9 @@ func TestEveryFaultKindOnceLeavesEveryInvariantIntact(t *testing.T) {
 	}
 	if rep.Certs.Stored == 0 {
 		t.Errorf("no certificate was stored (the CA issued %d)", rep.Certs.Issued)
+	}
+	if c := rep.Controls; c == nil || c.Pauses == 0 || c.Drains == 0 || c.Done == 0 || c.Executed == 0 {
+		t.Errorf("the operators' controls were not all checked: %+v", c)
 	}
 	for _, f := range rep.Faults {
 		for _, tk := range f.Takeovers {

@@ -22,11 +22,15 @@ const (
 	InvReport     = "one weekly report (and one mail) per week, from a granted term"
 	InvCerts      = "at most one current certificate per domain, stored by a granted term"
 	InvQuorum     = "no term started, and no term acted past its TTL, while etcd had no quorum"
+	InvPaused     = "a paused job does nothing from a renew interval after its pause until its resume"
+	InvManual     = "each manual run executes once: one committed run for a done request, none for another"
+	InvDrained    = "a drained instance does nothing from a renew interval after its drain until its undrain"
 	InvRecovery   = "the cluster recovered after every fault (every job led, the probe written)"
 )
 
 // Invariants lists them in the report's order.
-var Invariants = []string{InvTokenOrder, InvTermOwner, InvFenceTable, InvCounts, InvReport, InvCerts, InvQuorum, InvRecovery}
+var Invariants = []string{InvTokenOrder, InvTermOwner, InvFenceTable, InvCounts, InvReport, InvCerts, InvQuorum,
+	InvPaused, InvManual, InvDrained, InvRecovery}
 
 // Violation is one broken invariant, with what shows it.
 type Violation struct {
@@ -41,6 +45,9 @@ type probeRow struct {
 	Token     int64
 	Seq       int64
 	Committed time.Time
+	Trigger   string    // what started its run ("" from a release without @trigger)
+	ManualRun int64     // the manual run request its run executed (0: none)
+	Began     time.Time // when its transaction began
 }
 
 // jobWrite is one logged write of a job's row (chaos_writes, see
@@ -48,11 +55,12 @@ type probeRow struct {
 type jobWrite struct {
 	Seq         int64 // commit order
 	Job, Table  string
-	Op          string // INSERT or UPDATE
-	Token       int64  // the row's token as written
-	RowInstance string // the row's instance column ("" when it has none)
-	Client      string // the writing session's application_name
-	Xact        string // the writing transaction's id
+	Op          string    // INSERT or UPDATE
+	Token       int64     // the row's token as written
+	RowInstance string    // the row's instance column ("" when it has none)
+	Client      string    // the writing session's application_name
+	Xact        string    // the writing transaction's id
+	Began       time.Time // when the writing transaction began
 	Committed   time.Time
 }
 
@@ -80,6 +88,7 @@ type facts struct {
 	terms      map[int64]termEvent
 	jobTerms   []jobTerm
 	rejections int
+	ctl        *controlFacts
 }
 
 type jobTerm struct {
@@ -91,9 +100,10 @@ type jobTerm struct {
 
 // checker verifies the invariants after a run.
 type checker struct {
-	pool *pgxpool.Pool
-	ttl  time.Duration
-	out  []Violation
+	pool  *pgxpool.Pool
+	ttl   time.Duration
+	renew time.Duration // the instances' renew interval
+	out   []Violation
 }
 
 func (k *checker) violate(inv, format string, args ...any) {
@@ -107,14 +117,15 @@ func readFacts(ctx context.Context, pool *pgxpool.Pool, events []termEvent) (*fa
 			f.terms[e.Token] = e
 		}
 	}
-	rows, err := pool.Query(ctx, `SELECT id, instance, token, coalesce(commit_seq, 0), coalesce(committed_at, 'epoch') FROM chaos_probe ORDER BY commit_seq NULLS FIRST, id`)
+	rows, err := pool.Query(ctx, `SELECT id, instance, token, coalesce(commit_seq, 0), coalesce(committed_at, 'epoch'),
+		coalesce(trigger, ''), coalesce(manual_run, 0), xact_start FROM chaos_probe ORDER BY commit_seq NULLS FIRST, id`)
 	if err != nil {
 		return nil, fmt.Errorf("read the probe: %w", err)
 	}
 	if f.probe, err = pgx.CollectRows(rows, pgx.RowToStructByPos[probeRow]); err != nil {
 		return nil, fmt.Errorf("read the probe: %w", err)
 	}
-	rows, err = pool.Query(ctx, `SELECT seq, job, tbl, op, coalesce(token, 0), coalesce(row_instance, ''), client, xact::text, committed_at
+	rows, err = pool.Query(ctx, `SELECT seq, job, tbl, op, coalesce(token, 0), coalesce(row_instance, ''), client, xact::text, xact_start, committed_at
 		FROM chaos_writes ORDER BY seq`)
 	if err != nil {
 		return nil, fmt.Errorf("read chaos_writes: %w", err)
@@ -131,6 +142,9 @@ func readFacts(ctx context.Context, pool *pgxpool.Pool, events []termEvent) (*fa
 	}
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM fence_rejections`).Scan(&f.rejections); err != nil {
 		return nil, fmt.Errorf("read fence_rejections: %w", err)
+	}
+	if f.ctl, err = readControls(ctx, pool); err != nil {
+		return nil, err
 	}
 	return f, nil
 }
@@ -271,210 +285,6 @@ func (k *checker) checkFenceTable(ctx context.Context, f *facts) error {
 		k.violate(InvFenceTable, "fencing_tokens has no row for the probe, which accepted writes up to token %d", maxProbe)
 	}
 	return nil
-}
-
-// checkCounts: per link and hour, the aggregator's counts equal the committed
-// valid events; invalid ones are in click_rejects, once each.
-func (k *checker) checkCounts(ctx context.Context) (CountStats, error) {
-	var s CountStats
-	err := k.pool.QueryRow(ctx, `SELECT
-		count(*) FILTER (WHERE e.defect IS NULL AND l.id IS NOT NULL),
-		count(*) FILTER (WHERE NOT (e.defect IS NULL AND l.id IS NOT NULL))
-		FROM chaos_clicks e LEFT JOIN links l ON l.id = e.link_id`).Scan(&s.Valid, &s.Invalid)
-	if err != nil {
-		return s, fmt.Errorf("count events: %w", err)
-	}
-	if err := k.pool.QueryRow(ctx, `SELECT coalesce(sum(clicks), 0) FROM link_counts`).Scan(&s.Counted); err != nil {
-		return s, err
-	}
-	if err := k.pool.QueryRow(ctx, `SELECT count(*) FROM click_rejects`).Scan(&s.Rejected); err != nil {
-		return s, err
-	}
-	type diff struct {
-		Link           int64
-		Hour           time.Time
-		Events, Counts int64
-	}
-	rows, err := k.pool.Query(ctx, `
-		WITH want AS (
-			SELECT e.link_id, e.hour, count(*) AS n FROM chaos_clicks e JOIN links l ON l.id = e.link_id
-			WHERE e.defect IS NULL GROUP BY 1, 2)
-		SELECT coalesce(w.link_id, h.link_id), coalesce(w.hour, h.hour), coalesce(w.n, 0), coalesce(h.clicks, 0)
-		FROM want w FULL JOIN link_hourly_counts h ON h.link_id = w.link_id AND h.hour = w.hour
-		WHERE coalesce(w.n, 0) <> coalesce(h.clicks, 0)
-		UNION ALL
-		SELECT coalesce(w.link_id, c.link_id), 'epoch', coalesce(w.n, 0), coalesce(c.clicks, 0)
-		FROM (SELECT e.link_id, count(*) AS n FROM chaos_clicks e JOIN links l ON l.id = e.link_id
-		      WHERE e.defect IS NULL GROUP BY 1) w
-		FULL JOIN link_counts c ON c.link_id = w.link_id
-		WHERE coalesce(w.n, 0) <> coalesce(c.clicks, 0)
-		LIMIT 20`)
-	if err != nil {
-		return s, fmt.Errorf("compare counts: %w", err)
-	}
-	diffs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[diff])
-	if err != nil {
-		return s, err
-	}
-	if len(diffs) > 0 {
-		// Whether the missing events were ever the job's to count: committed
-		// after its last position (a harness race, or a job stopped early),
-		// or before it (skipped: the bug the invariant is for).
-		var beyond int64
-		if err := k.pool.QueryRow(ctx, `SELECT count(*) FROM chaos_clicks e, click_aggregator_state s
-			WHERE NOT pg_visible_in_snapshot(e.txid, s.prev)`).Scan(&beyond); err != nil {
-			return s, err
-		}
-		k.violate(InvCounts, "%d committed events are beyond the aggregator's last position (committed after it last read); the others were before it", beyond)
-	}
-	for _, d := range diffs {
-		where := "in total"
-		if d.Hour.Unix() != 0 {
-			where = "in the hour " + d.Hour.UTC().Format("2006-01-02T15Z")
-		}
-		k.violate(InvCounts, "link %d %s: %d committed valid events, %d counted", d.Link, where, d.Events, d.Counts)
-	}
-	if s.Rejected != s.Invalid {
-		k.violate(InvCounts, "%d committed invalid events, %d in click_rejects", s.Invalid, s.Rejected)
-	}
-	var dup int64
-	if err := k.pool.QueryRow(ctx, `SELECT count(*) FROM click_rejects r JOIN chaos_clicks e ON e.id = r.event_id
-		JOIN links l ON l.id = e.link_id WHERE e.defect IS NULL`).Scan(&dup); err != nil {
-		return s, err
-	}
-	if dup > 0 {
-		k.violate(InvCounts, "%d valid events were rejected", dup)
-	}
-	return s, nil
-}
-
-// checkReports: one report and one outbox row per week; every report and every
-// completed slot carries a term of the report job.
-func (k *checker) checkReports(ctx context.Context, f *facts) (ReportStats, error) {
-	var s ReportStats
-	rows, err := k.pool.Query(ctx, `SELECT week, token, instance FROM weekly_reports`)
-	if err != nil {
-		return s, err
-	}
-	type rep struct {
-		Week     string
-		Token    int64
-		Instance string
-	}
-	reps, err := pgx.CollectRows(rows, pgx.RowToStructByPos[rep])
-	if err != nil {
-		return s, err
-	}
-	s.Reports = len(reps)
-	for _, r := range reps {
-		if !f.granted(JobReport, r.Token, r.Instance) {
-			k.violate(InvReport, "report of %s stored with token %d by %s: not a term of %s granted to it", r.Week, r.Token, r.Instance, JobReport)
-		}
-	}
-	var dupWeeks int
-	if err := k.pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT week FROM weekly_report_outbox GROUP BY week HAVING count(*) > 1) d`).Scan(&dupWeeks); err != nil {
-		return s, err
-	}
-	if dupWeeks > 0 {
-		k.violate(InvReport, "%d weeks have more than one outbox row", dupWeeks)
-	}
-	var missing int
-	if err := k.pool.QueryRow(ctx, `SELECT count(*) FROM weekly_reports r WHERE NOT EXISTS (SELECT 1 FROM weekly_report_outbox o WHERE o.week = r.week)`).Scan(&missing); err != nil {
-		return s, err
-	}
-	if missing > 0 {
-		k.violate(InvReport, "%d stored reports have no outbox row", missing)
-	}
-	rows, err = k.pool.Query(ctx, `SELECT slot, state, token, instance FROM cron_slots WHERE job = $1 ORDER BY slot`, JobReport)
-	if err != nil {
-		return s, err
-	}
-	type slot struct {
-		Slot     time.Time
-		State    string
-		Token    int64
-		Instance string
-	}
-	slots, err := pgx.CollectRows(rows, pgx.RowToStructByPos[slot])
-	if err != nil {
-		return s, err
-	}
-	for _, sl := range slots {
-		switch sl.State {
-		case "done":
-			s.SlotsDone++
-			if !f.granted(JobReport, sl.Token, sl.Instance) {
-				k.violate(InvReport, "slot %s done with token %d by %s: not a term of %s granted to it", sl.Slot.Format(time.RFC3339), sl.Token, sl.Instance, JobReport)
-			}
-		case "skipped":
-			s.SlotsSkipped++
-		default:
-			s.SlotsOpen++
-		}
-	}
-	return s, nil
-}
-
-// checkCerts: at most one current certificate per domain; each stored by a
-// granted term of the renewer. (That they were stored in token order is
-// checkWrites's: certificates are among the renewer's logged writes, in
-// commit order, where their ids are only the order of their inserts.)
-func (k *checker) checkCerts(ctx context.Context, f *facts, issued map[string]int) (CertStats, error) {
-	var s CertStats
-	rows, err := k.pool.Query(ctx, `SELECT id, domain, current, token, instance FROM certrenew_certificates ORDER BY id`)
-	if err != nil {
-		return s, err
-	}
-	type crt struct {
-		ID       int64
-		Domain   string
-		Current  bool
-		Token    int64
-		Instance string
-	}
-	crts, err := pgx.CollectRows(rows, pgx.RowToStructByPos[crt])
-	if err != nil {
-		return s, err
-	}
-	current := map[string]int{}
-	for _, c := range crts {
-		s.Stored++
-		if c.Current {
-			current[c.Domain]++
-		}
-		if !f.granted(JobCerts, c.Token, c.Instance) {
-			k.violate(InvCerts, "certificate %d of %s stored with token %d by %s: not a term of %s granted to it", c.ID, c.Domain, c.Token, c.Instance, JobCerts)
-		}
-	}
-	for d, n := range current {
-		if n > 1 {
-			k.violate(InvCerts, "%s has %d current certificates", d, n)
-		}
-	}
-	s.Domains = len(current)
-	storedFor := map[string]int{}
-	for _, c := range crts {
-		storedFor[c.Domain]++
-	}
-	for d, n := range issued {
-		s.Issued += n
-		if n > storedFor[d] {
-			s.Unstored = append(s.Unstored, fmt.Sprintf("%s (%d issued, %d stored)", d, n, storedFor[d]))
-		}
-		if n > 1 {
-			s.DuplicateIssued += n - 1
-		}
-	}
-	slices.Sort(s.Unstored)
-	if err := k.pool.QueryRow(ctx, `SELECT count(*) FROM custom_domains d WHERE added_at < now() - interval '60 seconds'
-		AND NOT EXISTS (SELECT 1 FROM certrenew_certificates c WHERE c.domain = d.domain AND c.current)`).Scan(&s.WithoutAfter60s); err != nil {
-		return s, err
-	}
-	if err := k.pool.QueryRow(ctx, `SELECT count(*) FROM certrenew_certificates c
-		JOIN certrenew_order_urls i ON i.order_id = c.order_id WHERE i.token <> c.token`).Scan(&s.Recovered); err != nil {
-		return s, err
-	}
-	return s, nil
 }
 
 // checkQuorum: while only one etcd member ran, no term was recorded as started

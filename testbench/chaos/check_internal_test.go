@@ -184,7 +184,8 @@ func TestTheWriteLogReportsALowerTokenCommittedAfterAHigherOne(t *testing.T) {
 
 // Each logged write's token must be a term of its job that etcd granted to
 // the instance whose session wrote it; a row that names an instance must name
-// that one; a write in a fenced transaction must carry the fence's token.
+// that one; a write in a fenced transaction must carry the fence's token. The
+// cron slots an operator's resume records skipped are no term's writes.
 func TestTheWriteLogReportsWritesByNoGrantedTerm(t *testing.T) {
 	pool, connect := writeLogDB(t)
 	a, c := connect("snip-jobs run server-a"), connect("snip-jobs run server-c")
@@ -204,6 +205,9 @@ func TestTheWriteLogReportsWritesByNoGrantedTerm(t *testing.T) {
 	tx = fenced(6)
 	run(t, tx, `UPDATE certrenew_job SET token = 6, updated_at = now()`) // all well
 	commit(t, tx)
+	// a slot an operator's resume records skipped: no term's write, not logged
+	run(t, connect("snip-jobs resume server-a"), `INSERT INTO cron_slots (job, slot, state, token, instance, error)
+		VALUES ($1, now() - interval '1 minute', 'skipped', 0, '', 'paused by op')`, JobReport)
 
 	out := checkLog(t, pool,
 		termEvent{Job: JobReport, Token: 5, Instance: "server-a", Start: true},
@@ -253,5 +257,173 @@ func TestACountMismatchSaysHowManyEventsWereBeyondTheAggregatorsPosition(t *test
 	}
 	if !said {
 		t.Errorf("the violations %+v do not say that 1 event was beyond the aggregator's position", k.out)
+	}
+}
+
+// checkControlsOf runs the controls' checks over the database, with the
+// instances' renew interval renew and the terms the observer saw granted.
+func checkControlsOf(t *testing.T, pool *pgxpool.Pool, renew time.Duration, granted ...termEvent) ([]Violation, ControlStats) {
+	t.Helper()
+	f, err := readFacts(context.Background(), pool, granted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := &checker{pool: pool, ttl: 2 * time.Second, renew: renew}
+	s := k.checkControls(f)
+	return k.out, s
+}
+
+// detailsOf lists the details of the violations of inv, and reports any of
+// another invariant.
+func detailsOf(t *testing.T, out []Violation, inv string) []string {
+	t.Helper()
+	var got []string
+	for _, v := range out {
+		if v.Invariant != inv {
+			t.Errorf("unexpected violation: %s: %s", v.Invariant, v.Detail)
+			continue
+		}
+		got = append(got, v.Detail)
+	}
+	return got
+}
+
+func wantDetails(t *testing.T, got []string, want ...string) {
+	t.Helper()
+	for _, w := range want {
+		if !slices.ContainsFunc(got, func(d string) bool { return strings.Contains(d, w) }) {
+			t.Errorf("no violation says %q; got %q", w, got)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("%d violations, want %d: %q", len(got), len(want), got)
+	}
+}
+
+// sleepPast waits until the database's clock is past a renew interval after
+// the newest pause or drain committed: what the instances do from then on
+// they do while it is in force.
+func sleepPast(t *testing.T, pool *pgxpool.Pool, renew time.Duration) {
+	t.Helper()
+	for {
+		var past bool
+		err := pool.QueryRow(context.Background(), `SELECT clock_timestamp() > max(committed) + $1::interval FROM chaos_controls`, renew).Scan(&past)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if past {
+			return
+		}
+		time.Sleep(renew / 4)
+	}
+}
+
+// A paused job acts if a term, a run, or a transaction of its writes begins
+// from a renew interval after its pause committed until its resume
+// committed, or a manual run of it is requested meanwhile; the harness's log
+// keeps the pause's times, which its resume deletes. Before the pause, after
+// the resume, and for another job, nothing is reported.
+func TestAPausedJobThatActsIsAViolation(t *testing.T) {
+	pool, connect := writeLogDB(t)
+	a, b := connect("snip-jobs run server-a"), connect("snip-jobs run server-b")
+	renew := 40 * time.Millisecond
+	probe := `INSERT INTO chaos_probe (instance, token, trigger) VALUES ($1, $2, 'schedule')`
+	slot := `INSERT INTO cron_slots (job, slot, state, token, instance) VALUES ($1, now(), 'running', 6, 'server-b')`
+
+	run(t, a, probe, "server-a", 5) // before the pause
+	run(t, pool, `INSERT INTO job_pauses (job, paused_by) VALUES ($1, 'op')`, JobProbe)
+	run(t, a, probe, "server-a", 5) // within the renew interval: the instances may not know yet
+	sleepPast(t, pool, renew)
+	run(t, a, probe, "server-a", 5)
+	run(t, a, `INSERT INTO job_runs (job, instance, token) VALUES ($1, 'server-a', 5)`, JobProbe)
+	run(t, a, `INSERT INTO job_terms (job, token, instance) VALUES ($1, 7, 'server-a')`, JobProbe)
+	run(t, pool, `INSERT INTO manual_runs (job, mode, requested_by) VALUES ($1, 'leader', 'op')`, JobProbe)
+	run(t, b, slot, JobReport) // another job, not paused
+	run(t, pool, `DELETE FROM job_pauses WHERE job = $1`, JobProbe)
+	run(t, a, probe, "server-a", 5) // resumed
+
+	out, s := checkControlsOf(t, pool, renew,
+		termEvent{Job: JobProbe, Token: 5, Instance: "server-a", Start: true, At: time.Now().Add(-time.Hour)},
+		termEvent{Job: JobReport, Token: 6, Instance: "server-b", Start: true, At: time.Now().Add(-time.Hour)})
+	got := detailsOf(t, out, InvPaused)
+	wantDetails(t, got, "probe row 3's transaction (token 5) by server-a", "run 1 of probe (schedule, token 5) by server-a",
+		"term 7 of probe by server-a", "manual run 1 of probe was requested")
+	if s.Pauses != 1 {
+		t.Errorf("%d pauses checked, want 1", s.Pauses)
+	}
+}
+
+// A drained instance acts if it begins a term, a run, or a transaction of
+// writes of any job from a renew interval after its drain committed until its
+// undrain committed; the other instances, and it before and after, do not.
+func TestADrainedInstanceThatActsIsAViolation(t *testing.T) {
+	pool, connect := writeLogDB(t)
+	a, b := connect("snip-jobs run server-a"), connect("snip-jobs run server-b")
+	renew := 40 * time.Millisecond
+	slot := `INSERT INTO cron_slots (job, slot, state, token, instance) VALUES ($1, now() - $2::interval, 'running', 6, 'server-b')`
+
+	run(t, b, slot, JobReport, "1 hour") // before the drain
+	run(t, pool, `INSERT INTO instance_drains (instance, drained_by) VALUES ('server-b', 'op')`)
+	sleepPast(t, pool, renew)
+	run(t, b, slot, JobReport, "2 hours")
+	run(t, b, `INSERT INTO job_terms (job, token, instance) VALUES ($1, 8, 'server-b')`, JobCerts)
+	run(t, a, `INSERT INTO chaos_probe (instance, token) VALUES ('server-a', 5)`) // another instance
+	run(t, pool, `DELETE FROM instance_drains WHERE instance = 'server-b'`)
+	run(t, b, slot, JobReport, "3 hours") // undrained
+
+	out, s := checkControlsOf(t, pool, renew)
+	got := detailsOf(t, out, InvDrained)
+	wantDetails(t, got, "weekly-report's transaction", "term 8 of cert-renewer by server-b")
+	if s.Drains != 1 {
+		t.Errorf("%d drains checked, want 1", s.Drains)
+	}
+}
+
+// Each manual run of the probe executes once: a done request has exactly one
+// committed probe row naming it, written by its claimer with its token; a
+// request not done has none; a probe row of a manual run names a request;
+// and the run a request names is a manual run of its claimer.
+func TestAManualRunThatExecutesTwiceIsAViolation(t *testing.T) {
+	pool, connect := writeLogDB(t)
+	a := connect("snip-jobs run server-a")
+	ctx := context.Background()
+	runOf := func(trigger string) int64 {
+		var id int64
+		if err := a.QueryRow(ctx, `INSERT INTO job_runs (job, instance, token, trigger) VALUES ($1, 'server-a', 5, $2) RETURNING id`,
+			JobProbe, trigger).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	request := func(state string, runID int64) int64 {
+		var id int64
+		if err := pool.QueryRow(ctx, `INSERT INTO manual_runs (job, mode, requested_by, state, instance, token, run_id, attempts)
+			VALUES ($1, 'leader', 'op', $2, 'server-a', 5, nullif($3, 0::bigint), 1) RETURNING id`, JobProbe, state, runID).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	row := func(trigger string, manual int64) {
+		run(t, a, `INSERT INTO chaos_probe (instance, token, trigger, manual_run) VALUES ('server-a', 5, $1, nullif($2, 0::bigint))`, trigger, manual)
+	}
+	twice := request("done", runOf("manual"))
+	row("manual", twice)
+	row("manual", twice)
+	request("done", runOf("manual")) // never executed
+	once := request("done", runOf("manual"))
+	row("manual", once) // all well
+	failed := request("failed", 0)
+	row("manual", failed)
+	request("done", runOf("schedule")) // names a run of the schedule
+	row("manual", 0)
+	row("schedule", 0) // all well
+
+	out, s := checkControlsOf(t, pool, 40*time.Millisecond)
+	got := detailsOf(t, out, InvManual)
+	wantDetails(t, got, "manual run 1 of the probe executed 2 times", "manual run 2 of the probe is done", "manual run 4 of the probe committed its run",
+		"manual run 5 of probe (done, claimed by server-a with token 5) names run 4, which is not a manual run", "written by a manual run that names no request",
+		"manual run 5 of the probe is done (by server-a with token 5) but no run of it committed")
+	if s.ManualRuns != 5 || s.Done != 4 || s.Executed != 4 {
+		t.Errorf("stats %+v, want 5 requests, 4 done, 4 rows of manual runs", s)
 	}
 }

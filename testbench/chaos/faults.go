@@ -6,11 +6,8 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"syscall"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/snip/snip-jobs/internal/sleep"
 )
@@ -70,15 +67,17 @@ const (
 // instance), rather than at etcd or PostgreSQL (the whole cluster).
 func (k Kind) HitsLeader() bool {
 	switch k {
-	case KillLeader, KillLeaderReclaim, PauseLeader, PartitionLeader, PartitionSlowDB, TermLeader:
+	case KillLeader, KillLeaderReclaim, PauseLeader, PartitionLeader, PartitionSlowDB, TermLeader, Drain:
 		return true
 	}
 	return false
 }
 
-// AllKinds is every fault kind, in the order of the results table.
+// AllKinds is every fault kind, in the order of the results table: the
+// faults of the leaders, of etcd and PostgreSQL, and the operators' controls
+// (operator.go).
 var AllKinds = []Kind{KillLeader, KillLeaderReclaim, PauseLeader, PartitionLeader, PartitionSlowDB, TermLeader,
-	EtcdMemberLoss, EtcdLeaderLoss, QuorumLoss, FollowersLoss, PostgresRestart}
+	EtcdMemberLoss, EtcdLeaderLoss, QuorumLoss, FollowersLoss, PostgresRestart, OperatorPause, ManualRun, Drain}
 
 // Takeover is one job's change of term caused by a fault.
 type Takeover struct {
@@ -142,6 +141,10 @@ type Fault struct {
 	// (computed by the checker from the database). It says something about
 	// leadership only when NoActingMeasured.
 	NoActing time.Duration
+	// Job is, for OperatorPause and ManualRun, the job paused or run;
+	// Controls what the operator's commands did.
+	Job      string          `json:",omitempty"`
+	Controls *ControlFigures `json:",omitempty"`
 	Err      string
 }
 
@@ -158,8 +161,15 @@ func (f *Fault) StruckProbe() bool {
 // NoActingMeasured reports whether the fault's NoActing measures a time
 // without an acting leader: for a fault aimed at a leader, only if it struck
 // the probe's (a gap in the probe's writes says nothing about another job's
-// leader); for a fault of etcd or PostgreSQL, always.
-func (f *Fault) NoActingMeasured() bool { return !f.Kind.HitsLeader() || f.StruckProbe() }
+// leader); for a fault of etcd or PostgreSQL, always; never for a pause
+// (it stops its job on purpose) nor a manual run (which slows the link of the
+// probe's leader before it strikes it).
+func (f *Fault) NoActingMeasured() bool {
+	if f.Kind == OperatorPause || f.Kind == ManualRun {
+		return false
+	}
+	return !f.Kind.HitsLeader() || f.StruckProbe()
+}
 
 // targetJob picks the job whose leader a fault hits: the probe twice as often
 // as each other job (with four jobs, 2/5 against 1/5 each). Only a fault that
@@ -217,6 +227,12 @@ func (c *cluster) inject(ctx context.Context, rng *rand.Rand, n int, k Kind) *Fa
 		err = c.followersLoss(ctx, f)
 	case PostgresRestart:
 		err = c.postgresRestart(ctx, f)
+	case OperatorPause:
+		err = c.operatorPause(ctx, rng, f)
+	case ManualRun:
+		err = c.manualRun(ctx, rng, f)
+	case Drain:
+		err = c.drain(ctx, rng, f)
 	default:
 		err = fmt.Errorf("unknown fault kind %q", k)
 	}
@@ -404,98 +420,6 @@ func (c *cluster) partitionLeader(ctx context.Context, rng *rand.Rand, f *Fault,
 	return c.takeovers(ctx, f, led, 3*c.opts.TTL+10*time.Second)
 }
 
-// slowProbeLeader slows the probe leader's database link (slowLink's first
-// latency) and returns once one of its probe transactions has run its INSERT
-// and waits for the client (idle in transaction, its last statement the
-// INSERT): the moment the database answers, with the leader's COMMIT to come.
-// The INSERT must have run, not only been parsed: on a new connection pgx
-// first prepares the statement (Parse/Describe, a round trip of its own),
-// after which the backend shows the same state and query. Only a transaction
-// that has written has an xid (backend_xid); matching the parse instead cut
-// the link a round trip early, so that the term had ended before the INSERT's
-// answer came and the broken build's stale COMMIT was never sent (the checker
-// then found nothing in 12 faults, in one CI run).
-func (c *cluster) slowProbeLeader(ctx context.Context) (*instance, error) {
-	ctx, cancel := context.WithTimeout(ctx, 6*c.opts.TTL+20*time.Second)
-	defer cancel()
-	d, _ := c.opts.slowLink()
-	var in *instance
-	defer func() {
-		if ctx.Err() != nil && in != nil {
-			in.db.SetDelay(0)
-		}
-	}()
-	for {
-		l, ok := c.obs.leaders()[JobProbe]
-		if next := c.instance(l.Instance); ok && next != in {
-			if in != nil {
-				in.db.SetDelay(0)
-			}
-			in = next
-			in.db.SetDelay(d)
-		}
-		if in != nil {
-			var n int
-			err := c.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-				WHERE state = 'idle in transaction' AND query LIKE 'INSERT INTO chaos_probe%' AND backend_xid IS NOT NULL
-				AND client_port = ANY($1)`,
-				in.db.UpstreamPorts()).Scan(&n)
-			if err == nil && n > 0 {
-				return in, nil
-			}
-		}
-		if !sleep.For(ctx, 2*time.Millisecond) {
-			return nil, fmt.Errorf("no probe transaction of the probe's leader seen waiting after its INSERT: %w (its connections: %s)",
-				ctx.Err(), c.describeConns(in))
-		}
-	}
-}
-
-// slowLink is the latency of the probe leader's database link in a
-// partition-slow-db fault: answer until the cut (so for the INSERT's answer,
-// which the cut finds on its way), after from the cut on (so for the COMMIT
-// that answer prompts, if the leader's term still looks valid).
-//
-// The cut comes at most one renew interval after the leader's last keep-alive
-// was sent, so its term's deadline is between TTL − renew interval − margin
-// and TTL − margin after the cut. answer (TTL − (margin + renew interval)/2:
-// 1.55 s of a 2 s TTL) brings the INSERT's answer after the deadline of every
-// term with the margin, and before that of every term were the margin zero
-// (the broken build): with the margin, COMMIT is never sent; without it, it is
-// sent every time. (That needs a margin above the renew interval, as in the
-// harness's own timing; with -default-timing some COMMITs of either build go
-// out, or none.) after holds that COMMIT until about 2¼ TTL after the cut:
-// after the successor's first write (the old lease expires at etcd by TTL
-// after the cut, then the campaign and the probe's first run), and before
-// PostgreSQL ends the transaction for idleness (3 TTL, fencing). Were COMMIT
-// to land before the successor's write, nothing would be out of order.
-func (o Options) slowLink() (answer, after time.Duration) {
-	answer = o.TTL - (o.margin()+o.renewInterval())/2
-	return answer, o.TTL*9/4 - answer
-}
-
-// describeConns says what in's database connections are doing, for an error
-// message.
-func (c *cluster) describeConns(in *instance) string {
-	if in == nil {
-		return "no leader"
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	rows, err := c.pool.Query(ctx, `SELECT format('%s %s%s, %s in it, xact %s, xid %s: %s', pid, state,
-			coalesce(' (' || wait_event_type || ':' || wait_event || ')', ''), round(extract(epoch FROM now() - state_change)::numeric, 1) || 's',
-			coalesce(round(extract(epoch FROM now() - xact_start)::numeric, 1) || 's', '-'), coalesce(backend_xid::text, '-'), left(query, 40))
-		FROM pg_stat_activity WHERE client_port = ANY($1) ORDER BY pid`, in.db.UpstreamPorts())
-	if err != nil {
-		return err.Error()
-	}
-	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return err.Error()
-	}
-	return strings.Join(lines, "; ")
-}
-
 func (c *cluster) termLeader(ctx context.Context, rng *rand.Rand, f *Fault) error {
 	in, led, err := c.strikeLeader(ctx, rng, f)
 	if err != nil {
@@ -519,108 +443,6 @@ func lastExit(in *instance) int {
 		return -2
 	}
 	return in.exits[len(in.exits)-1]
-}
-
-func (c *cluster) memberLoss(ctx context.Context, rng *rand.Rand, f *Fault, leaderToo bool) error {
-	lead, err := c.etcd.waitLeader(ctx, readyBound)
-	if err != nil {
-		return err
-	}
-	victim := lead
-	if !leaderToo {
-		victim = (lead + 1 + rng.IntN(2)) % 3
-	}
-	m := c.etcd.members[victim]
-	f.Target = m.name
-	f.Start = time.Now()
-	m.kill()
-	if leaderToo {
-		if _, err := c.etcd.waitLeader(ctx, readyBound); err == nil {
-			f.EtcdElection = time.Since(f.Start)
-		}
-	}
-	sleep.Until(ctx, f.Start.Add(2*time.Second))
-	err = c.etcd.startMembers(ctx, "existing", m)
-	f.Healed = time.Now()
-	return err
-}
-
-func (c *cluster) quorumLoss(ctx context.Context, rng *rand.Rand, f *Fault) error {
-	lead, err := c.etcd.waitLeader(ctx, readyBound)
-	if err != nil {
-		return err
-	}
-	other := (lead + 1 + rng.IntN(2)) % 3
-	a, b := c.etcd.members[lead], c.etcd.members[other]
-	f.Target = a.name + "+" + b.name
-	rctx, cancel := context.WithTimeout(ctx, etcdOpTimeout)
-	resp, err := c.etcd.cli.Get(rctx, "/snip-chaos-revision")
-	cancel()
-	if err != nil {
-		return fmt.Errorf("read etcd's revision: %w", err)
-	}
-	f.PreLossRevision = resp.Header.Revision
-	f.Start = time.Now()
-	a.kill()
-	b.kill()
-	f.LossStart = time.Now()
-	sleep.For(ctx, c.opts.TTL+2*time.Second)
-	f.RestartAt = time.Now()
-	err = c.etcd.startMembers(ctx, "existing", a, b)
-	if err == nil {
-		_, err = c.etcd.waitLeader(ctx, readyBound)
-	}
-	f.LossEnd = time.Now()
-	f.Healed = f.LossEnd
-	return err
-}
-
-func (c *cluster) followersLoss(ctx context.Context, f *Fault) error {
-	lead, err := c.etcd.waitLeader(ctx, readyBound)
-	if err != nil {
-		return err
-	}
-	a, b := c.etcd.members[(lead+1)%3], c.etcd.members[(lead+2)%3]
-	leader := c.etcd.members[lead]
-	f.Target = a.name + "+" + b.name
-	rctx, cancel := context.WithTimeout(ctx, etcdOpTimeout)
-	resp, err := c.etcd.cli.Get(rctx, "/snip-chaos-revision")
-	cancel()
-	if err != nil {
-		return fmt.Errorf("read etcd's revision: %w", err)
-	}
-	f.PreLossRevision = resp.Header.Revision
-	f.Start = time.Now()
-	a.kill()
-	b.kill()
-	f.LossStart = time.Now()
-	hold := time.NewTimer(c.opts.TTL + 2*time.Second)
-	defer hold.Stop()
-	f.StepDown = c.etcd.waitStepDown(ctx, leader, hold.C)
-	select {
-	case <-hold.C:
-	case <-ctx.Done():
-	}
-	f.RestartAt = time.Now()
-	err = c.etcd.startMembers(ctx, "existing", a, b)
-	if err == nil {
-		_, err = c.etcd.waitLeader(ctx, readyBound)
-	}
-	f.LossEnd = time.Now()
-	f.Healed = f.LossEnd
-	return err
-}
-
-func (c *cluster) postgresRestart(ctx context.Context, f *Fault) error {
-	f.Target = "postgresql"
-	f.Start = time.Now()
-	if err := c.pg.Stop(); err != nil {
-		return err
-	}
-	sleep.For(ctx, time.Second)
-	err := c.pg.Start(ctx)
-	f.Healed = time.Now()
-	return err
 }
 
 func joinErrs(a, b error) error {

@@ -54,6 +54,8 @@ type KindStats struct {
 	// TermsEnded is, for etcd member and leader losses, the terms that ended
 	// on their own side (expired, lease lost) during the faults, in all.
 	TermsEnded int
+	// Controls is the figures of the operators' controls' kinds.
+	Controls ControlKindStats
 }
 
 // ByKind computes the figures of each fault kind that occurred.
@@ -61,6 +63,7 @@ func (r *Report) ByKind() []KindStats {
 	var out []KindStats
 	for _, k := range append(slices.Clone(AllKinds), UpgradeRestart) {
 		var s KindStats
+		var ctl controlAcc
 		var noActing, takeover, gone, handoff, restart, election, after, stepDown, reclaim []time.Duration
 		for _, f := range r.Faults {
 			if f.Kind != k {
@@ -93,11 +96,12 @@ func (r *Report) ByKind() []KindStats {
 				reclaim = append(reclaim, f.Reclaim)
 			}
 			s.TermsEnded += f.TermsEnded
+			ctl.add(f)
 		}
 		if s.Faults == 0 {
 			continue
 		}
-		s.Kind = k
+		s.Kind, s.Controls = k, ctl.stats()
 		s.NoActing, s.Takeover, s.KeyGone, s.Handoff, s.Restart, s.Election, s.AfterLoss, s.StepDown, s.Reclaim =
 			dist(noActing), dist(takeover), dist(gone), dist(handoff), dist(restart), dist(election), dist(after), dist(stepDown), dist(reclaim)
 		out = append(out, s)
@@ -150,7 +154,7 @@ func (r *Report) Markdown() string {
 	counts := r.ViolationCounts()
 	for _, inv := range Invariants {
 		note := ""
-		if inv == InvCounts && r.Counts == nil {
+		if inv == InvCounts && r.Counts == nil || controlInvariant(inv) && r.Controls == nil {
 			note = " (not checked)"
 		}
 		fmt.Fprintf(&b, "| %s%s | %d |\n", inv, note, counts[inv])
@@ -184,6 +188,7 @@ func (r *Report) Markdown() string {
 		if s.Kind == EtcdLeaderLoss || s.Kind == EtcdMemberLoss {
 			other = append(other, fmt.Sprintf("terms ended by the instances (expired, lease lost): %d", s.TermsEnded))
 		}
+		other = append(other, s.controlsOther()...)
 		fmt.Fprintf(&b, "| %s | %d | %s (%d) | %s | %s | %s | %s |\n", s.Kind, s.Faults, s.NoActing, s.NoActing.N, s.Takeover, s.KeyGone, s.Handoff, strings.Join(other, "; "))
 	}
 	if struck := r.Struck(); len(struck) > 0 {
@@ -206,6 +211,7 @@ func (r *Report) Markdown() string {
 		r.Reports.Reports, r.Reports.SlotsDone, r.Reports.SlotsSkipped, r.Reports.SlotsOpen)
 	fmt.Fprintf(&b, "Certificates: %d stored for %d domains (%d of them by a later term than the one the CA issued them to); the CA issued %d (%d beyond one per domain); %d domains older than a minute without one.\n",
 		r.Certs.Stored, r.Certs.Domains, r.Certs.Recovered, r.Certs.Issued, r.Certs.DuplicateIssued, r.Certs.WithoutAfter60s)
+	b.WriteString(r.controlsLine())
 	if len(r.Certs.Unstored) > 0 {
 		fmt.Fprintf(&b, "Issued by the CA and not stored: %s.\n", strings.Join(r.Certs.Unstored, ", "))
 	}

@@ -103,7 +103,10 @@ type Report struct {
 	Counts  *CountStats // set by every run (nil in the JSON of runs before the aggregator was required)
 	Reports ReportStats
 	Certs   CertStats
-	Load    LoadStats
+	// Controls is what the checks of the operators' controls checked (nil
+	// in the JSON of runs before they were checked).
+	Controls *ControlStats `json:",omitempty"`
+	Load     LoadStats
 	// Upgrade is set by Upgrade.
 	Upgrade *UpgradeStats `json:",omitempty"`
 	// Overruns counts, per job, the runs still going after the grace period
@@ -250,7 +253,7 @@ func (c *cluster) conclude(ctx context.Context, rep *Report) (*Report, error) {
 	c.stopInstances()
 	rep.Duration = time.Since(rep.Started)
 
-	k := &checker{pool: c.pool, ttl: o.TTL}
+	k := &checker{pool: c.pool, ttl: o.TTL, renew: o.renewInterval()}
 	f, err := readFacts(ctx, c.pool, c.obs.log())
 	if err != nil {
 		return nil, err
@@ -271,6 +274,8 @@ func (c *cluster) conclude(ctx context.Context, rep *Report) (*Report, error) {
 		return nil, err
 	}
 	k.checkQuorum(f, rep.Faults)
+	controls := k.checkControls(f)
+	rep.Controls = &controls
 	k.checkRecovery(rep.Faults)
 	noActing(f.probe, rep.Faults)
 	rep.Violations = append(rep.Violations, k.out...)

@@ -1,0 +1,112 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/snip/snip-jobs/internal/sleep"
+)
+
+func (c *cluster) memberLoss(ctx context.Context, rng *rand.Rand, f *Fault, leaderToo bool) error {
+	lead, err := c.etcd.waitLeader(ctx, readyBound)
+	if err != nil {
+		return err
+	}
+	victim := lead
+	if !leaderToo {
+		victim = (lead + 1 + rng.IntN(2)) % 3
+	}
+	m := c.etcd.members[victim]
+	f.Target = m.name
+	f.Start = time.Now()
+	m.kill()
+	if leaderToo {
+		if _, err := c.etcd.waitLeader(ctx, readyBound); err == nil {
+			f.EtcdElection = time.Since(f.Start)
+		}
+	}
+	sleep.Until(ctx, f.Start.Add(2*time.Second))
+	err = c.etcd.startMembers(ctx, "existing", m)
+	f.Healed = time.Now()
+	return err
+}
+
+func (c *cluster) quorumLoss(ctx context.Context, rng *rand.Rand, f *Fault) error {
+	lead, err := c.etcd.waitLeader(ctx, readyBound)
+	if err != nil {
+		return err
+	}
+	other := (lead + 1 + rng.IntN(2)) % 3
+	a, b := c.etcd.members[lead], c.etcd.members[other]
+	f.Target = a.name + "+" + b.name
+	rctx, cancel := context.WithTimeout(ctx, etcdOpTimeout)
+	resp, err := c.etcd.cli.Get(rctx, "/snip-chaos-revision")
+	cancel()
+	if err != nil {
+		return fmt.Errorf("read etcd's revision: %w", err)
+	}
+	f.PreLossRevision = resp.Header.Revision
+	f.Start = time.Now()
+	a.kill()
+	b.kill()
+	f.LossStart = time.Now()
+	sleep.For(ctx, c.opts.TTL+2*time.Second)
+	f.RestartAt = time.Now()
+	err = c.etcd.startMembers(ctx, "existing", a, b)
+	if err == nil {
+		_, err = c.etcd.waitLeader(ctx, readyBound)
+	}
+	f.LossEnd = time.Now()
+	f.Healed = f.LossEnd
+	return err
+}
+
+func (c *cluster) followersLoss(ctx context.Context, f *Fault) error {
+	lead, err := c.etcd.waitLeader(ctx, readyBound)
+	if err != nil {
+		return err
+	}
+	a, b := c.etcd.members[(lead+1)%3], c.etcd.members[(lead+2)%3]
+	leader := c.etcd.members[lead]
+	f.Target = a.name + "+" + b.name
+	rctx, cancel := context.WithTimeout(ctx, etcdOpTimeout)
+	resp, err := c.etcd.cli.Get(rctx, "/snip-chaos-revision")
+	cancel()
+	if err != nil {
+		return fmt.Errorf("read etcd's revision: %w", err)
+	}
+	f.PreLossRevision = resp.Header.Revision
+	f.Start = time.Now()
+	a.kill()
+	b.kill()
+	f.LossStart = time.Now()
+	hold := time.NewTimer(c.opts.TTL + 2*time.Second)
+	defer hold.Stop()
+	f.StepDown = c.etcd.waitStepDown(ctx, leader, hold.C)
+	select {
+	case <-hold.C:
+	case <-ctx.Done():
+	}
+	f.RestartAt = time.Now()
+	err = c.etcd.startMembers(ctx, "existing", a, b)
+	if err == nil {
+		_, err = c.etcd.waitLeader(ctx, readyBound)
+	}
+	f.LossEnd = time.Now()
+	f.Healed = f.LossEnd
+	return err
+}
+
+func (c *cluster) postgresRestart(ctx context.Context, f *Fault) error {
+	f.Target = "postgresql"
+	f.Start = time.Now()
+	if err := c.pg.Stop(); err != nil {
+		return err
+	}
+	sleep.For(ctx, time.Second)
+	err := c.pg.Start(ctx)
+	f.Healed = time.Now()
+	return err
+}
