@@ -2,7 +2,14 @@ package kubelease_test
 
 import (
 	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
 	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 
 	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/leadership/kubelease"
@@ -118,4 +125,73 @@ func TestAFreshTokenIsAboveEveryTermsAndEndsTheCurrentOne(t *testing.T) {
 	if next.Token() <= fresh {
 		t.Errorf("the next term's token %d is not above the fresh token %d", next.Token(), fresh)
 	}
+}
+
+// A campaign given up while its winning write is on its way (the API
+// server commits it; the answer comes after the campaign's context ended,
+// as a pause or a drain ends it) leaves the job free: Campaign says the
+// context ended, and the job Lease names no holder (else the other
+// instance would wait for the first, which goes on renewing its instance
+// Lease).
+func TestACampaignGivenUpAsItsWriteWinsLeavesTheJobFree(t *testing.T) {
+	t.Parallel()
+	ns := namespace(t, api)
+	ctx, giveUp := context.WithCancel(context.Background())
+	a := start(t, api, ns, "a", onJobWrite(giveUp))
+	b := start(t, api, ns, "b")
+	if term, err := a.Campaign(ctx, "pulse"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a campaign given up as its write won: term %v, %v; want the context's end", term, err)
+	}
+	l, err := clientset(t, api.Config()).CoordinationV1().Leases(ns).Get(context.Background(), kubelease.DefaultPrefix+"-job-pulse", metav1.GetOptions{})
+	if err != nil || l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" {
+		t.Fatalf("the job Lease after the campaign was given up: %+v, %v; want it written and released", l, err)
+	}
+	if tb := won(t, campaign(b, "pulse")); tb.Token() < 2 {
+		t.Errorf("the other instance won token %d; want one above the given-up win's", tb.Token())
+	}
+}
+
+// onJobWrite has the session's client send each write of a job Lease to the
+// API server whatever its context, and run f once the answer is in, before
+// the client is given it: an answer that arrives after its request's
+// context ended is lost to the client (an error), as it would be in flight.
+func onJobWrite(f func()) sessionOpt {
+	return func(_ *kubelease.Config, rc *rest.Config) {
+		rc.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return lateAnswer{rt, f} }
+	}
+}
+
+type lateAnswer struct {
+	rt http.RoundTripper
+	f  func()
+}
+
+func (l lateAnswer) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method != http.MethodPut && r.Method != http.MethodPost || r.Body == nil {
+		return l.rt.RoundTrip(r)
+	}
+	sent, err := io.ReadAll(r.Body)
+	r.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	r.Body = io.NopCloser(strings.NewReader(string(sent)))
+	if !strings.Contains(string(sent), "-job-") { // the job Lease's name, in JSON or protobuf
+		return l.rt.RoundTrip(r)
+	}
+	resp, err := l.rt.RoundTrip(r.WithContext(context.WithoutCancel(r.Context())))
+	if err != nil {
+		return nil, err
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	resp.Body = io.NopCloser(strings.NewReader(string(body)))
+	l.f()
+	if err := r.Context().Err(); err != nil {
+		return nil, err
+	}
+	return resp, nil
 }
