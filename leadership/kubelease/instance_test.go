@@ -5,6 +5,9 @@ import (
 	"errors"
 	"testing"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/leadership/kubelease"
 	"github.com/snip/snip-jobs/testbench/benchtest"
@@ -68,5 +71,27 @@ func TestASecondLiveProcessWithTheSameNameStops(t *testing.T) {
 				t.Error("the first process's term ended")
 			}
 		})
+	}
+}
+
+// A write of the instance Lease whose answer is lost (here Deregister's, as
+// a close cuts it short; the API server committed it, the version moved)
+// does not keep Close from deleting the Lease: a shutdown leaves no instance
+// Lease behind, for a restart under the same name to wait for.
+func TestCloseDeletesTheInstanceLeaseAfterAWriteWhoseAnswerWasLost(t *testing.T) {
+	t.Parallel()
+	ns := namespace(t, api)
+	lost := errors.New("test: the answer is lost")
+	a := start(t, api, ns, "a", onWrite("jobs.snip.dev/leaving", func(context.Context) error { return lost }))
+	ctx := context.Background()
+	if err := a.Deregister(ctx); !errors.Is(err, lost) {
+		t.Fatalf("Deregister: %v; want its answer lost", err)
+	}
+	if err := a.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	name := kubelease.DefaultPrefix + "-instance-a"
+	if l, err := clientset(t, api.Config()).CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("instance Lease %s after Close: %+v, %v; want it deleted", name, l, err)
 	}
 }

@@ -214,7 +214,10 @@ func registrationOf(l *coordv1.Lease) leadership.Registration {
 // Release deletes the instance Lease as last written when the session
 // closes, so that every job Lease naming it can be taken at once (best
 // effort: a peer that sees it unchanged for its duration takes over anyway).
-// A lease that expired or was taken is left to its fate.
+// When the version moved under it — a write of this incarnation whose
+// answer was lost, such as a Deregister cut short by the close — it deletes
+// the Lease as read again if that still names this incarnation. A lease
+// that expired or was taken is left to its fate.
 func (h *lease) Release(ctx context.Context, cause *leadership.EndedError) {
 	if cause.Reason != leadership.ReasonShutdown {
 		return
@@ -222,12 +225,30 @@ func (h *lease) Release(ctx context.Context, cause *leadership.EndedError) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.st.cfg.TTL)
 	defer cancel()
 	h.wmu.Lock()
-	rv := h.obj.ResourceVersion
+	name, rv := h.obj.Name, h.obj.ResourceVersion
 	h.wmu.Unlock()
-	err := h.st.leases.Delete(ctx, h.obj.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}})
-	if err != nil && !apierrors.IsNotFound(err) {
-		h.st.log.Warn("delete instance Lease failed", "err", err)
+	for range 5 {
+		err := h.st.leases.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}})
+		if err == nil || apierrors.IsNotFound(err) {
+			return
+		}
+		if !apierrors.IsConflict(err) {
+			h.st.log.Warn("delete instance Lease failed", "err", err)
+			return
+		}
+		cur, err := h.st.leases.Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			return
+		case err != nil:
+			h.st.log.Warn("delete instance Lease failed", "err", err)
+			return
+		case holderOf(cur) != h.holder:
+			return
+		}
+		rv = cur.ResourceVersion
 	}
+	h.st.log.Warn("delete instance Lease failed: it keeps changing", "lease", name)
 }
 
 // holderOf is a Lease's holder identity, "" when released.

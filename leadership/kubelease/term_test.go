@@ -3,13 +3,9 @@ package kubelease_test
 import (
 	"context"
 	"errors"
-	"io"
-	"net/http"
-	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 
 	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/leadership/kubelease"
@@ -137,7 +133,7 @@ func TestACampaignGivenUpAsItsWriteWinsLeavesTheJobFree(t *testing.T) {
 	t.Parallel()
 	ns := namespace(t, api)
 	ctx, giveUp := context.WithCancel(context.Background())
-	a := start(t, api, ns, "a", onJobWrite(giveUp))
+	a := start(t, api, ns, "a", onWrite("-job-", func(ctx context.Context) error { giveUp(); return ctx.Err() }))
 	b := start(t, api, ns, "b")
 	if term, err := a.Campaign(ctx, "pulse"); !errors.Is(err, context.Canceled) {
 		t.Fatalf("a campaign given up as its write won: term %v, %v; want the context's end", term, err)
@@ -149,49 +145,4 @@ func TestACampaignGivenUpAsItsWriteWinsLeavesTheJobFree(t *testing.T) {
 	if tb := won(t, campaign(b, "pulse")); tb.Token() < 2 {
 		t.Errorf("the other instance won token %d; want one above the given-up win's", tb.Token())
 	}
-}
-
-// onJobWrite has the session's client send each write of a job Lease to the
-// API server whatever its context, and run f once the answer is in, before
-// the client is given it: an answer that arrives after its request's
-// context ended is lost to the client (an error), as it would be in flight.
-func onJobWrite(f func()) sessionOpt {
-	return func(_ *kubelease.Config, rc *rest.Config) {
-		rc.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return lateAnswer{rt, f} }
-	}
-}
-
-type lateAnswer struct {
-	rt http.RoundTripper
-	f  func()
-}
-
-func (l lateAnswer) RoundTrip(r *http.Request) (*http.Response, error) {
-	if r.Method != http.MethodPut && r.Method != http.MethodPost || r.Body == nil {
-		return l.rt.RoundTrip(r)
-	}
-	sent, err := io.ReadAll(r.Body)
-	r.Body.Close()
-	if err != nil {
-		return nil, err
-	}
-	r.Body = io.NopCloser(strings.NewReader(string(sent)))
-	if !strings.Contains(string(sent), "-job-") { // the job Lease's name, in JSON or protobuf
-		return l.rt.RoundTrip(r)
-	}
-	resp, err := l.rt.RoundTrip(r.WithContext(context.WithoutCancel(r.Context())))
-	if err != nil {
-		return nil, err
-	}
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		return nil, err
-	}
-	resp.Body = io.NopCloser(strings.NewReader(string(body)))
-	l.f()
-	if err := r.Context().Err(); err != nil {
-		return nil, err
-	}
-	return resp, nil
 }
