@@ -87,28 +87,36 @@ func (h *lease) acquire(ctx context.Context, name string) (retry bool, _ error) 
 	cur, err := st.leases.Get(ctx, name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		return h.write(ctx, nil, func(obj *coordv1.Lease) (*coordv1.Lease, error) {
+		return h.write(ctx, nil, func(ctx context.Context, obj *coordv1.Lease) (*coordv1.Lease, error) {
 			return st.leases.Create(ctx, obj, metav1.CreateOptions{})
 		})
 	case err != nil:
 		return false, fmt.Errorf("read instance Lease %s: %w", name, err)
 	}
-	if hl := holderOf(cur); hl != "" && !h.l.HeldBefore(hl) {
+	if hl := holderOf(cur); hl != "" && !h.l.HeldBefore(hl) && !st.wrote(hl) {
 		if retry, err := h.predecessorGone(ctx, cur); retry || err != nil {
 			return retry, err
 		}
 		h.l.Reclaimed()
 	}
-	return h.write(ctx, cur, func(obj *coordv1.Lease) (*coordv1.Lease, error) {
+	return h.write(ctx, cur, func(ctx context.Context, obj *coordv1.Lease) (*coordv1.Lease, error) {
 		return st.leases.Update(ctx, obj, metav1.UpdateOptions{})
 	})
 }
 
 // write writes the instance Lease (created, or updated from cur) naming this
 // incarnation, and starts the session's lease from the request's send time.
-func (h *lease) write(ctx context.Context, cur *coordv1.Lease, do func(*coordv1.Lease) (*coordv1.Lease, error)) (retry bool, _ error) {
+// The holder is recorded as this store's first: a write whose answer is
+// lost may have landed, and the Lease then names a holder of this session,
+// not another process (acquire takes it over). The request ends after a
+// TTL, not with ctx: a session closed meanwhile learns what it took, and
+// releases it.
+func (h *lease) write(ctx context.Context, cur *coordv1.Lease, do func(context.Context, *coordv1.Lease) (*coordv1.Lease, error)) (retry bool, _ error) {
+	h.st.written.Store(h.holder, true)
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.st.cfg.TTL)
+	defer cancel()
 	sentAt := time.Now()
-	res, err := do(h.st.instanceObject(h.holder, cur))
+	res, err := do(wctx, h.st.instanceObject(h.holder, cur))
 	if err != nil {
 		lost := apierrors.IsAlreadyExists(err) || apierrors.IsConflict(err)
 		return lost, fmt.Errorf("take instance Lease %s: %w", h.st.cfg.instanceLease(h.st.cfg.Instance), err)
