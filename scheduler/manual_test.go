@@ -21,10 +21,10 @@ import (
 // manualType is a job whose runs of the schedule do nothing and whose
 // manual runs write one row (job, instance, token) and complete their
 // request in the same fenced transaction (a job that runs everywhere writes
-// its row plainly). hold, when set, holds the first manual run inside its
-// transaction until it is closed, having said so on inTx.
+// its row plainly). hold, when set, holds the first manual run that gets
+// inside its transaction there until it is closed, having said so on inTx.
 func manualType(hold chan struct{}, inTx chan<- string) scheduler.Type {
-	var attempts atomic.Int64
+	var inside atomic.Int64
 	return scheduler.Type{Name: "manual", New: func(env scheduler.Env, spec configs.Job) (scheduler.Job, error) {
 		return scheduler.JobFunc(func(ctx context.Context, r *scheduler.Run) error {
 			if r.ManualRun == 0 {
@@ -34,12 +34,11 @@ func manualType(hold chan struct{}, inTx chan<- string) scheduler.Type {
 				_, err := env.Pool.Exec(ctx, `INSERT INTO test_events (job, instance, token) VALUES ($1, $2, 0)`, r.Job, r.Instance)
 				return err
 			}
-			first := attempts.Add(1) == 1
 			return r.Fenced(ctx, func(ctx context.Context, tx pgx.Tx) error {
 				if _, err := tx.Exec(ctx, `INSERT INTO test_events (job, instance, token) VALUES ($1, $2, $3)`, r.Job, r.Instance, r.Token); err != nil {
 					return err
 				}
-				if first && hold != nil {
+				if hold != nil && inside.Add(1) == 1 {
 					inTx <- r.Instance
 					<-hold // its term ends meanwhile: it ignores that
 				}
@@ -47,6 +46,18 @@ func manualType(hold chan struct{}, inTx chan<- string) scheduler.Type {
 			})
 		}), nil
 	}}
+}
+
+// recvInTx waits for the instance whose manual run is held inside its transaction.
+func recvInTx(t *testing.T, inTx <-chan string) string {
+	t.Helper()
+	select {
+	case in := <-inTx:
+		return in
+	case <-time.After(jobtest.Patience):
+		t.Fatal("no manual run got inside its transaction")
+	}
+	return ""
 }
 
 func hourly(name, typ string, singleton bool) configs.Job {
@@ -73,7 +84,11 @@ func await(t *testing.T, c *jobtest.Cluster, id int64) controls.ManualRun {
 // shows it), its request done with that run.
 func TestConcurrentManualRunsOfASingletonRunOnceByItsLeader(t *testing.T) {
 	t.Parallel()
-	c := newCluster(t)
+	jobtest.EachBackend(t, concurrentManualRunsOfASingletonRunOnceByItsLeader)
+}
+
+func concurrentManualRunsOfASingletonRunOnceByItsLeader(t *testing.T, b jobtest.Backend) {
+	c := newClusterOn(t, b)
 	hold, inTx := make(chan struct{}), make(chan string, 1)
 	reg := jobtest.Registry(t, manualType(hold, inTx))
 	jobs := []configs.Job{hourly("heartbeat", "manual", true)}
@@ -101,7 +116,7 @@ func TestConcurrentManualRunsOfASingletonRunOnceByItsLeader(t *testing.T) {
 	for i := range 6 {
 		wg.Go(func() { request(i) })
 	}
-	runner := <-inTx // the leader runs the request: those made since joined it
+	runner := recvInTx(t, inTx) // the leader runs the request: those made since joined it
 	wg.Wait()
 	close(hold)
 	if len(ids) != 1 || joined != 5 {
@@ -123,32 +138,41 @@ func TestConcurrentManualRunsOfASingletonRunOnceByItsLeader(t *testing.T) {
 	if len(evs) != 1 || evs[0].Token != m.Token {
 		t.Errorf("rows written: %+v; want one, by the leader's term %d", evs, m.Token)
 	}
-	runs, _, err := status.Runs(context.Background(), c.DB, "heartbeat", 10)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The run's end is recorded after the request's completion commits.
 	var manual []status.RunRecord
-	for _, r := range runs {
-		if r.Trigger == string(scheduler.TriggerManual) {
-			manual = append(manual, r)
+	c.WaitCommit("the manual run's end in the history", []string{"job_runs"}, func() bool {
+		runs, _, err := status.Runs(context.Background(), c.DB, "heartbeat", 10)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
+		manual = nil
+		for _, r := range runs {
+			if r.Trigger == string(scheduler.TriggerManual) {
+				manual = append(manual, r)
+			}
+		}
+		return len(manual) > 0 && !manual[0].Finished.IsZero()
+	})
 	if len(manual) != 1 || manual[0].ID != m.RunID || manual[0].Result != "ok" || manual[0].Token != m.Token {
 		t.Errorf("the history's manual runs %+v; want the one run %d, ok", manual, m.RunID)
 	}
 }
 
-// The leader running a manual run is cut off from etcd in the middle (its
-// lease revoked, as etcd sees a killed leader), while its run sits inside
-// its fenced transaction ignoring its context: the next leader takes the
-// request over (a running one claimed with an older token), its fenced claim
-// ends the old term's transaction, which held the resource, and it runs the
-// request once. The old run's write is refused (rolled back with its
+// The leader running a manual run loses its lease in the middle (revoked
+// in etcd, its instance Lease deleted on Kubernetes: as the backend sees a
+// killed leader), while its run sits inside its fenced transaction ignoring
+// its context: the next leader takes the request over (a running one
+// claimed with an older token), its fenced claim ends the old term's
+// transaction, which held the resource, and it runs the request once. The old run's write is refused (rolled back with its
 // transaction), one completion is recorded, one row written: the new
 // term's.
 func TestAManualRunCutShortByItsLeadersEndCompletesOnceUnderTheNext(t *testing.T) {
 	t.Parallel()
-	c := newCluster(t)
+	jobtest.EachBackend(t, aManualRunCutShortByItsLeadersEndCompletesOnceUnderTheNext)
+}
+
+func aManualRunCutShortByItsLeadersEndCompletesOnceUnderTheNext(t *testing.T, b jobtest.Backend) {
+	c := newClusterOn(t, b)
 	hold, inTx := make(chan struct{}), make(chan string, 1)
 	reg := jobtest.Registry(t, manualType(hold, inTx))
 	jobs := []configs.Job{hourly("heartbeat", "manual", true)}
@@ -161,14 +185,12 @@ func TestAManualRunCutShortByItsLeadersEndCompletesOnceUnderTheNext(t *testing.T
 	if err != nil {
 		t.Fatal(err)
 	}
-	first := <-inTx // the leader's run is inside its transaction
+	first := recvInTx(t, inTx) // the leader's run is inside its transaction
 	old, _ := c.Leader("heartbeat")
 	if old.Instance != first {
 		t.Fatalf("%s runs the manual run, %s leads", first, old.Instance)
 	}
-	if _, err := c.Obs.Revoke(context.Background(), old.Lease); err != nil {
-		t.Fatal(err)
-	}
+	c.Revoke(old.Instance)
 	done := await(t, c, m.ID)
 	close(hold) // the old run goes on: its transaction was ended
 	if done.State != controls.StateDone || done.Token <= old.Token || done.Attempts != 2 {
@@ -268,7 +290,11 @@ func TestAManualRunOfADatabaseModeJobIsClaimedByOneInstance(t *testing.T) {
 // on. Undrained, it gets its share back.
 func TestADrainedInstanceHandsItsSingletonsOverAndTakesNoneUntilUndrained(t *testing.T) {
 	t.Parallel()
-	c := newCluster(t)
+	jobtest.EachBackend(t, aDrainedInstanceHandsItsSingletonsOverAndTakesNoneUntilUndrained)
+}
+
+func aDrainedInstanceHandsItsSingletonsOverAndTakesNoneUntilUndrained(t *testing.T, backend jobtest.Backend) {
+	c := newClusterOn(t, backend)
 	reg := jobtest.Registry(t, recordType("record", false))
 	var jobs []configs.Job
 	for i := range 4 {
