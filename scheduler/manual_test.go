@@ -21,9 +21,12 @@ import (
 // manualType is a job whose runs of the schedule do nothing and whose
 // manual runs write one row (job, instance, token) and complete their
 // request in the same fenced transaction (a job that runs everywhere writes
-// its row plainly). hold, when set, holds the first manual run that gets
-// inside its transaction there until it is closed, having said so on inTx.
-func manualType(hold chan struct{}, inTx chan<- string) scheduler.Type {
+// its row plainly). With hold, the first manual run that gets inside its
+// transaction says so on inTx and waits there for the test's gate
+// (closedGate), its context ignored: the transaction is active meanwhile,
+// not idle, so that only a newer term's fence ends it, not PostgreSQL's
+// idle timeout on a slow machine.
+func manualType(hold bool, inTx chan<- string) scheduler.Type {
 	var inside atomic.Int64
 	return scheduler.Type{Name: "manual", New: func(env scheduler.Env, spec configs.Job) (scheduler.Job, error) {
 		return scheduler.JobFunc(func(ctx context.Context, r *scheduler.Run) error {
@@ -38,14 +41,34 @@ func manualType(hold chan struct{}, inTx chan<- string) scheduler.Type {
 				if _, err := tx.Exec(ctx, `INSERT INTO test_events (job, instance, token) VALUES ($1, $2, $3)`, r.Job, r.Instance, r.Token); err != nil {
 					return err
 				}
-				if hold != nil && inside.Add(1) == 1 {
+				if hold && inside.Add(1) == 1 {
 					inTx <- r.Instance
-					<-hold // its term ends meanwhile: it ignores that
+					// Its term ends meanwhile: it ignores that.
+					if _, err := tx.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_xact_lock_shared($1)`, gateKey); err != nil {
+						return err
+					}
 				}
 				return r.Complete(ctx, tx)
 			})
 		}), nil
 	}}
+}
+
+// gateKey is the advisory lock a held manual run waits for.
+const gateKey = 7321
+
+// closedGate holds the gate (manualType) until open is called.
+func closedGate(t *testing.T, c *jobtest.Cluster) (open func()) {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), c.URL)
+	if err == nil {
+		_, err = conn.Exec(context.Background(), `SELECT pg_advisory_lock($1)`, gateKey)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return func() { conn.Close(context.Background()) }
 }
 
 // recvInTx waits for the instance whose manual run is held inside its transaction.
@@ -89,8 +112,8 @@ func TestConcurrentManualRunsOfASingletonRunOnceByItsLeader(t *testing.T) {
 
 func concurrentManualRunsOfASingletonRunOnceByItsLeader(t *testing.T, b jobtest.Backend) {
 	c := newClusterOn(t, b)
-	hold, inTx := make(chan struct{}), make(chan string, 1)
-	reg := jobtest.Registry(t, manualType(hold, inTx))
+	open, inTx := closedGate(t, c), make(chan string, 1)
+	reg := jobtest.Registry(t, manualType(true, inTx))
 	jobs := []configs.Job{hourly("heartbeat", "manual", true)}
 	for _, name := range []string{"server-1", "server-2"} {
 		c.Start(name, reg, jobs)
@@ -118,7 +141,7 @@ func concurrentManualRunsOfASingletonRunOnceByItsLeader(t *testing.T, b jobtest.
 	}
 	runner := recvInTx(t, inTx) // the leader runs the request: those made since joined it
 	wg.Wait()
-	close(hold)
+	open()
 	if len(ids) != 1 || joined != 5 {
 		t.Fatalf("six requests at once: ids %v, %d joined; want one, five joined", ids, joined)
 	}
@@ -173,8 +196,8 @@ func TestAManualRunCutShortByItsLeadersEndCompletesOnceUnderTheNext(t *testing.T
 
 func aManualRunCutShortByItsLeadersEndCompletesOnceUnderTheNext(t *testing.T, b jobtest.Backend) {
 	c := newClusterOn(t, b)
-	hold, inTx := make(chan struct{}), make(chan string, 1)
-	reg := jobtest.Registry(t, manualType(hold, inTx))
+	open, inTx := closedGate(t, c), make(chan string, 1)
+	reg := jobtest.Registry(t, manualType(true, inTx))
 	jobs := []configs.Job{hourly("heartbeat", "manual", true)}
 	ns := map[string]*jobtest.Node{}
 	for _, name := range []string{"server-1", "server-2"} {
@@ -192,7 +215,7 @@ func aManualRunCutShortByItsLeadersEndCompletesOnceUnderTheNext(t *testing.T, b 
 	}
 	c.Revoke(old.Instance)
 	done := await(t, c, m.ID)
-	close(hold) // the old run goes on: its transaction was ended
+	open() // the old run, if still waiting, finds its transaction ended
 	if done.State != controls.StateDone || done.Token <= old.Token || done.Attempts != 2 {
 		t.Errorf("manual run %+v; want done by a term after %d, on its second claim", done, old.Token)
 	}
@@ -216,7 +239,7 @@ func aManualRunCutShortByItsLeadersEndCompletesOnceUnderTheNext(t *testing.T, b 
 func TestAManualRunOfAJobThatRunsEverywhereRunsOnceOnEachInstance(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t)
-	reg := jobtest.Registry(t, manualType(nil, nil))
+	reg := jobtest.Registry(t, manualType(false, nil))
 	jobs := []configs.Job{hourly("warm-caches", "manual", false)}
 	names := []string{"server-1", "server-2"}
 	var started []*jobtest.Node
@@ -266,7 +289,7 @@ func TestAManualRunOfAJobThatRunsEverywhereRunsOnceOnEachInstance(t *testing.T) 
 func TestAManualRunOfADatabaseModeJobIsClaimedByOneInstance(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t)
-	reg := jobtest.Registry(t, manualType(nil, nil))
+	reg := jobtest.Registry(t, manualType(false, nil))
 	jobs := []configs.Job{jobtest.CronJob("digest", "manual", time.Hour, time.UTC, configs.Database, configs.None)}
 	for _, name := range []string{"server-1", "server-2"} {
 		c.Start(name, reg, jobs)
