@@ -45,7 +45,8 @@ func Holdback(opts ...CampaignOption) func() time.Duration {
 // attached to the lease that was live when the store recorded the win, and
 // was checked to be before that lease's deadline after the store answered:
 // a campaign that waited through a lease's end continues on the next lease
-// and never returns a term of the old one.
+// and never returns a term of the old one. A win that comes after ctx ended
+// (its write was on its way) is released, and Campaign returns ctx's error.
 func (s *Session) Campaign(ctx context.Context, job string, opts ...CampaignOption) (*Term, error) {
 	if err := CheckName("job", job); err != nil {
 		return nil, err
@@ -81,6 +82,9 @@ func (s *Session) campaign(ctx context.Context, job string, holdback func() time
 		}
 		claim, err := l.held.Contend(ctx, job)
 		switch {
+		case claim != nil && ctx.Err() != nil:
+			l.handBack(job, claim)
+			return nil, ctx.Err()
 		case claim != nil:
 			if t := l.grant(job, claim); t != nil {
 				return t, nil
@@ -118,6 +122,21 @@ func (l *Lease) grant(job string, c Claim) *Term {
 	}()
 	tlog.Info("term started", "lease", l.held.ID(), "deadline_in", time.Until(l.Deadline()))
 	return t
+}
+
+// handBack releases a claim won after the campaign was given up (its write
+// was on its way when ctx ended: a pause, a drain), in one attempt bounded
+// like Resign's: no term is granted, and its record must not name this
+// session meanwhile, as peers would wait for it while the lease lives.
+func (l *Lease) handBack(job string, c Claim) {
+	log := l.s.log.With("job", job, "token", c.Token())
+	ctx, cancel := context.WithTimeout(l.ctx, resignAttempt)
+	defer cancel()
+	if err := c.Release(ctx); err != nil {
+		log.Warn("won as the campaign was given up; not released, peers wait for this lease", "err", err)
+		return
+	}
+	log.Info("won as the campaign was given up; released")
 }
 
 // busy is the jobs with a campaign in progress or a live term.

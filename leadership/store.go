@@ -49,8 +49,10 @@ type Held interface {
 	// Contend makes one attempt to win job on this lease. It returns the
 	// claim when won; (nil, nil) when the caller should judge again (it
 	// waited for the holder to go, or lost a race); an error when the store
-	// did not answer (the caller retries after a pause). Its requests end
-	// with ctx or the lease.
+	// did not answer (the caller retries after a pause). Its waits end
+	// with ctx or the lease; a write that may win ends with the lease (or a
+	// bound), not with ctx: its answer must not be lost while the store
+	// commits it, and the session releases a win ctx no longer wants.
 	Contend(ctx context.Context, job string) (Claim, error)
 	// Deregister makes peers stop counting this instance as up while its
 	// lease and terms live on (a process on its way out calls it first).

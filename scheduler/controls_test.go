@@ -125,7 +125,11 @@ func countEvents(t *testing.T, c *jobtest.Cluster, job string) int {
 // instance leads it again with a higher token.
 func TestAPauseEndsTheTermWithinARenewIntervalAndHoldsAcrossRestartsUntilResumed(t *testing.T) {
 	t.Parallel()
-	c := newCluster(t)
+	jobtest.EachBackend(t, aPauseEndsTheTermWithinARenewIntervalAndHoldsAcrossRestartsUntilResumed)
+}
+
+func aPauseEndsTheTermWithinARenewIntervalAndHoldsAcrossRestartsUntilResumed(t *testing.T, b jobtest.Backend) {
+	c := newClusterOn(t, b)
 	ns := &nodes{}
 	ends := make(chan ended, 10)
 	reg := jobtest.Registry(t, endingType(ns.keepAlives, ends))
@@ -233,7 +237,11 @@ func termReason(t *testing.T, c *jobtest.Cluster, job string, token int64) strin
 // pause run (due within the on-time window, they run whatever the policy).
 func TestCronSlotsInsideAPauseAreSkippedOrCaughtUpWithResumeCatchUp(t *testing.T) {
 	t.Parallel()
-	c := newCluster(t)
+	jobtest.EachBackend(t, cronSlotsInsideAPauseAreSkippedOrCaughtUpWithResumeCatchUp)
+}
+
+func cronSlotsInsideAPauseAreSkippedOrCaughtUpWithResumeCatchUp(t *testing.T, b jobtest.Backend) {
+	c := newClusterOn(t, b)
 	reg := jobtest.Registry(t, recordType("record", true))
 	jobs := []configs.Job{
 		jobtest.CronJob("report", "record", time.Second, time.UTC, configs.Leader, configs.None),

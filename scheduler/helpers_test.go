@@ -20,12 +20,18 @@ func TestMain(m *testing.M) {
 	os.Exit(benchtest.RunMain(m))
 }
 
-// newCluster is a jobtest cluster with the table test jobs write to, which
-// the instances' runtime role may insert into, as an operator grants for a
-// job's own table.
+// newCluster is a jobtest cluster on etcd with the table test jobs write to,
+// which the instances' runtime role may insert into, as an operator grants
+// for a job's own table.
 func newCluster(t *testing.T) *jobtest.Cluster {
 	t.Helper()
-	c := jobtest.NewCluster(t)
+	return newClusterOn(t, jobtest.Etcd)
+}
+
+// newClusterOn is newCluster on backend b.
+func newClusterOn(t *testing.T, b jobtest.Backend) *jobtest.Cluster {
+	t.Helper()
+	c := jobtest.NewClusterOn(t, b)
 	if _, err := c.DB.Exec(context.Background(), `CREATE TABLE test_events (
 		id bigserial PRIMARY KEY, job text NOT NULL, instance text NOT NULL, token bigint NOT NULL,
 		slot timestamptz, at timestamptz NOT NULL DEFAULT clock_timestamp());

@@ -21,10 +21,13 @@ import (
 // manualType is a job whose runs of the schedule do nothing and whose
 // manual runs write one row (job, instance, token) and complete their
 // request in the same fenced transaction (a job that runs everywhere writes
-// its row plainly). hold, when set, holds the first manual run inside its
-// transaction until it is closed, having said so on inTx.
-func manualType(hold chan struct{}, inTx chan<- string) scheduler.Type {
-	var attempts atomic.Int64
+// its row plainly). With hold, the first manual run that gets inside its
+// transaction says so on inTx and waits there for the test's gate
+// (closedGate), its context ignored: the transaction is active meanwhile,
+// not idle, so that only a newer term's fence ends it, not PostgreSQL's
+// idle timeout on a slow machine.
+func manualType(hold bool, inTx chan<- string) scheduler.Type {
+	var inside atomic.Int64
 	return scheduler.Type{Name: "manual", New: func(env scheduler.Env, spec configs.Job) (scheduler.Job, error) {
 		return scheduler.JobFunc(func(ctx context.Context, r *scheduler.Run) error {
 			if r.ManualRun == 0 {
@@ -34,19 +37,50 @@ func manualType(hold chan struct{}, inTx chan<- string) scheduler.Type {
 				_, err := env.Pool.Exec(ctx, `INSERT INTO test_events (job, instance, token) VALUES ($1, $2, 0)`, r.Job, r.Instance)
 				return err
 			}
-			first := attempts.Add(1) == 1
 			return r.Fenced(ctx, func(ctx context.Context, tx pgx.Tx) error {
 				if _, err := tx.Exec(ctx, `INSERT INTO test_events (job, instance, token) VALUES ($1, $2, $3)`, r.Job, r.Instance, r.Token); err != nil {
 					return err
 				}
-				if first && hold != nil {
+				if hold && inside.Add(1) == 1 {
 					inTx <- r.Instance
-					<-hold // its term ends meanwhile: it ignores that
+					// Its term ends meanwhile: it ignores that.
+					if _, err := tx.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_xact_lock_shared($1)`, gateKey); err != nil {
+						return err
+					}
 				}
 				return r.Complete(ctx, tx)
 			})
 		}), nil
 	}}
+}
+
+// gateKey is the advisory lock a held manual run waits for.
+const gateKey = 7321
+
+// closedGate holds the gate (manualType) until open is called.
+func closedGate(t *testing.T, c *jobtest.Cluster) (open func()) {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), c.URL)
+	if err == nil {
+		_, err = conn.Exec(context.Background(), `SELECT pg_advisory_lock($1)`, gateKey)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return func() { conn.Close(context.Background()) }
+}
+
+// recvInTx waits for the instance whose manual run is held inside its transaction.
+func recvInTx(t *testing.T, inTx <-chan string) string {
+	t.Helper()
+	select {
+	case in := <-inTx:
+		return in
+	case <-time.After(jobtest.Patience):
+		t.Fatal("no manual run got inside its transaction")
+	}
+	return ""
 }
 
 func hourly(name, typ string, singleton bool) configs.Job {
@@ -73,9 +107,13 @@ func await(t *testing.T, c *jobtest.Cluster, id int64) controls.ManualRun {
 // shows it), its request done with that run.
 func TestConcurrentManualRunsOfASingletonRunOnceByItsLeader(t *testing.T) {
 	t.Parallel()
-	c := newCluster(t)
-	hold, inTx := make(chan struct{}), make(chan string, 1)
-	reg := jobtest.Registry(t, manualType(hold, inTx))
+	jobtest.EachBackend(t, concurrentManualRunsOfASingletonRunOnceByItsLeader)
+}
+
+func concurrentManualRunsOfASingletonRunOnceByItsLeader(t *testing.T, b jobtest.Backend) {
+	c := newClusterOn(t, b)
+	open, inTx := closedGate(t, c), make(chan string, 1)
+	reg := jobtest.Registry(t, manualType(true, inTx))
 	jobs := []configs.Job{hourly("heartbeat", "manual", true)}
 	for _, name := range []string{"server-1", "server-2"} {
 		c.Start(name, reg, jobs)
@@ -101,9 +139,9 @@ func TestConcurrentManualRunsOfASingletonRunOnceByItsLeader(t *testing.T) {
 	for i := range 6 {
 		wg.Go(func() { request(i) })
 	}
-	runner := <-inTx // the leader runs the request: those made since joined it
+	runner := recvInTx(t, inTx) // the leader runs the request: those made since joined it
 	wg.Wait()
-	close(hold)
+	open()
 	if len(ids) != 1 || joined != 5 {
 		t.Fatalf("six requests at once: ids %v, %d joined; want one, five joined", ids, joined)
 	}
@@ -123,34 +161,43 @@ func TestConcurrentManualRunsOfASingletonRunOnceByItsLeader(t *testing.T) {
 	if len(evs) != 1 || evs[0].Token != m.Token {
 		t.Errorf("rows written: %+v; want one, by the leader's term %d", evs, m.Token)
 	}
-	runs, _, err := status.Runs(context.Background(), c.DB, "heartbeat", 10)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The run's end is recorded after the request's completion commits.
 	var manual []status.RunRecord
-	for _, r := range runs {
-		if r.Trigger == string(scheduler.TriggerManual) {
-			manual = append(manual, r)
+	c.WaitCommit("the manual run's end in the history", []string{"job_runs"}, func() bool {
+		runs, _, err := status.Runs(context.Background(), c.DB, "heartbeat", 10)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
+		manual = nil
+		for _, r := range runs {
+			if r.Trigger == string(scheduler.TriggerManual) {
+				manual = append(manual, r)
+			}
+		}
+		return len(manual) > 0 && !manual[0].Finished.IsZero()
+	})
 	if len(manual) != 1 || manual[0].ID != m.RunID || manual[0].Result != "ok" || manual[0].Token != m.Token {
 		t.Errorf("the history's manual runs %+v; want the one run %d, ok", manual, m.RunID)
 	}
 }
 
-// The leader running a manual run is cut off from etcd in the middle (its
-// lease revoked, as etcd sees a killed leader), while its run sits inside
-// its fenced transaction ignoring its context: the next leader takes the
-// request over (a running one claimed with an older token), its fenced claim
-// ends the old term's transaction, which held the resource, and it runs the
-// request once. The old run's write is refused (rolled back with its
+// The leader running a manual run loses its lease in the middle (revoked
+// in etcd, its instance Lease deleted on Kubernetes: as the backend sees a
+// killed leader), while its run sits inside its fenced transaction ignoring
+// its context: the next leader takes the request over (a running one
+// claimed with an older token), its fenced claim ends the old term's
+// transaction, which held the resource, and it runs the request once. The old run's write is refused (rolled back with its
 // transaction), one completion is recorded, one row written: the new
 // term's.
 func TestAManualRunCutShortByItsLeadersEndCompletesOnceUnderTheNext(t *testing.T) {
 	t.Parallel()
-	c := newCluster(t)
-	hold, inTx := make(chan struct{}), make(chan string, 1)
-	reg := jobtest.Registry(t, manualType(hold, inTx))
+	jobtest.EachBackend(t, aManualRunCutShortByItsLeadersEndCompletesOnceUnderTheNext)
+}
+
+func aManualRunCutShortByItsLeadersEndCompletesOnceUnderTheNext(t *testing.T, b jobtest.Backend) {
+	c := newClusterOn(t, b)
+	open, inTx := closedGate(t, c), make(chan string, 1)
+	reg := jobtest.Registry(t, manualType(true, inTx))
 	jobs := []configs.Job{hourly("heartbeat", "manual", true)}
 	ns := map[string]*jobtest.Node{}
 	for _, name := range []string{"server-1", "server-2"} {
@@ -161,16 +208,14 @@ func TestAManualRunCutShortByItsLeadersEndCompletesOnceUnderTheNext(t *testing.T
 	if err != nil {
 		t.Fatal(err)
 	}
-	first := <-inTx // the leader's run is inside its transaction
+	first := recvInTx(t, inTx) // the leader's run is inside its transaction
 	old, _ := c.Leader("heartbeat")
 	if old.Instance != first {
 		t.Fatalf("%s runs the manual run, %s leads", first, old.Instance)
 	}
-	if _, err := c.Obs.Revoke(context.Background(), old.Lease); err != nil {
-		t.Fatal(err)
-	}
+	c.Revoke(old.Instance)
 	done := await(t, c, m.ID)
-	close(hold) // the old run goes on: its transaction was ended
+	open() // the old run, if still waiting, finds its transaction ended
 	if done.State != controls.StateDone || done.Token <= old.Token || done.Attempts != 2 {
 		t.Errorf("manual run %+v; want done by a term after %d, on its second claim", done, old.Token)
 	}
@@ -194,7 +239,7 @@ func TestAManualRunCutShortByItsLeadersEndCompletesOnceUnderTheNext(t *testing.T
 func TestAManualRunOfAJobThatRunsEverywhereRunsOnceOnEachInstance(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t)
-	reg := jobtest.Registry(t, manualType(nil, nil))
+	reg := jobtest.Registry(t, manualType(false, nil))
 	jobs := []configs.Job{hourly("warm-caches", "manual", false)}
 	names := []string{"server-1", "server-2"}
 	var started []*jobtest.Node
@@ -244,7 +289,7 @@ func TestAManualRunOfAJobThatRunsEverywhereRunsOnceOnEachInstance(t *testing.T) 
 func TestAManualRunOfADatabaseModeJobIsClaimedByOneInstance(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t)
-	reg := jobtest.Registry(t, manualType(nil, nil))
+	reg := jobtest.Registry(t, manualType(false, nil))
 	jobs := []configs.Job{jobtest.CronJob("digest", "manual", time.Hour, time.UTC, configs.Database, configs.None)}
 	for _, name := range []string{"server-1", "server-2"} {
 		c.Start(name, reg, jobs)
@@ -268,7 +313,11 @@ func TestAManualRunOfADatabaseModeJobIsClaimedByOneInstance(t *testing.T) {
 // on. Undrained, it gets its share back.
 func TestADrainedInstanceHandsItsSingletonsOverAndTakesNoneUntilUndrained(t *testing.T) {
 	t.Parallel()
-	c := newCluster(t)
+	jobtest.EachBackend(t, aDrainedInstanceHandsItsSingletonsOverAndTakesNoneUntilUndrained)
+}
+
+func aDrainedInstanceHandsItsSingletonsOverAndTakesNoneUntilUndrained(t *testing.T, backend jobtest.Backend) {
+	c := newClusterOn(t, backend)
 	reg := jobtest.Registry(t, recordType("record", false))
 	var jobs []configs.Job
 	for i := range 4 {

@@ -235,8 +235,8 @@ func (s *Scheduler) newJob(env Env, spec configs.Job) (*job, error) {
 }
 
 // Run runs every job until ctx ends, then cancels them, waits for each up to
-// its grace period, resigns every term, and returns. Close the leadership
-// session afterwards to revoke the lease.
+// its grace period, deregisters, resigns every term, and returns. Close the
+// leadership session afterwards to revoke the lease.
 func (s *Scheduler) Run(ctx context.Context) error {
 	stopLeave := context.AfterFunc(ctx, func() {
 		defer close(s.leader.left)
@@ -281,6 +281,9 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	go func() { defer wg.Done(); s.keepHistory(ctx) }()
 	<-ctx.Done() // also without jobs: the scheduler runs until it is stopped
 	wg.Wait()
+	// With no term to resign, nothing above waited for the deregistration;
+	// the caller's Close would cut it short (bounded by a renew interval).
+	<-s.leader.left
 	s.rec.writes.Wait()
 	s.log.Info("scheduler stopped")
 	return nil

@@ -95,9 +95,9 @@ func TestKillingTheLeaderMovesTheJob(t *testing.T) {
 // row its job wrote carries the leader key's token. The key alone can be an
 // instance's whose campaign answer has not reached it yet; stopped or killed
 // then, it never had a term.
-func writingLeader(t *testing.T, c *jobtest.Cluster, job string) etcdlease.Leader {
+func writingLeader(t *testing.T, c *jobtest.Cluster, job string) jobtest.Leader {
 	t.Helper()
-	var leader etcdlease.Leader
+	var leader jobtest.Leader
 	c.WaitCommit("a leader writing", []string{"test_events"}, func() bool {
 		l, ok := c.Leader(job)
 		evs := events(t, c, job)

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/snip/snip-jobs/configs"
-	"github.com/snip/snip-jobs/leadership/etcdlease"
 	"github.com/snip/snip-jobs/scheduler/status"
 	"github.com/snip/snip-jobs/testbench/jobtest"
 )
@@ -30,8 +29,8 @@ func TestSpreadGivesALateInstanceItsShare(t *testing.T) {
 	}
 	// leaders reads each job's leader key; led counts them per instance
 	// (every instance named, leading none included).
-	leaders := func() map[string]etcdlease.Leader {
-		out := map[string]etcdlease.Leader{}
+	leaders := func() map[string]jobtest.Leader {
+		out := map[string]jobtest.Leader{}
 		for _, job := range names {
 			if l, ok := c.Leader(job); ok {
 				out[job] = l
@@ -39,7 +38,7 @@ func TestSpreadGivesALateInstanceItsShare(t *testing.T) {
 		}
 		return out
 	}
-	led := func(nodes []*jobtest.Node, ls map[string]etcdlease.Leader) []int {
+	led := func(nodes []*jobtest.Node, ls map[string]jobtest.Leader) []int {
 		var n []int
 		for _, node := range nodes {
 			count := 0
@@ -68,7 +67,7 @@ func TestSpreadGivesALateInstanceItsShare(t *testing.T) {
 	})
 	before := rebalances(nodes)
 	nodes = append(nodes, c.Start("server-3", reg, jobs))
-	var settled map[string]etcdlease.Leader
+	var settled map[string]jobtest.Leader
 	var loads []int
 	c.WaitNodes("the leaders to reach max − min ≤ 1 over the three instances", nodes, func() bool {
 		settled = leaders()
@@ -99,7 +98,7 @@ func TestSpreadGivesALateInstanceItsShare(t *testing.T) {
 		}
 		return true
 	})
-	terms := func(ls map[string]etcdlease.Leader) map[string]string {
+	terms := func(ls map[string]jobtest.Leader) map[string]string {
 		out := map[string]string{}
 		for job, l := range ls {
 			out[job] = fmt.Sprintf("%s (token %d)", l.Instance, l.Token)

@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -46,20 +45,15 @@ type kubeCluster struct {
 	cs            *kubernetes.Clientset
 }
 
+// startKube makes a namespace for the test on the test binary's shared
+// kube-apiserver (kubetest.Shared).
 func startKube(t *testing.T) kubeCluster {
 	t.Helper()
-	srv, err := kubetest.Start(context.Background(), kubetest.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
+	srv := kubetest.Shared(t)
+	ns := srv.Namespace(t)
 	rc := srv.Config()
 	cs, err := kubernetes.NewForConfig(rc)
 	if err != nil {
-		t.Fatal(err)
-	}
-	const ns = "snip-jobs"
-	if _, err := cs.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	token := filepath.Join(t.TempDir(), "kube-token")

@@ -183,7 +183,7 @@ func TestAfterARebuildInLeaderModeTheLeaderTakesANewTermAndCarriesOn(t *testing.
 	if err := weeklyreport.Rebuild(context.Background(), run, week); err != nil {
 		t.Fatalf("Rebuild: %v", err)
 	}
-	var next etcdlease.Leader
+	var next jobtest.Leader
 	c.WaitKeys("a term newer than the rebuild", func() bool {
 		l, ok := c.Leader(jobName)
 		next = l

@@ -44,8 +44,11 @@ func (h *lease) Contend(ctx context.Context, job string) (leadership.Claim, erro
 // or an error.
 func (h *lease) tryAcquire(ctx context.Context, job, key string) (*claim, int64, error) {
 	st := h.st
-	// The request ends with the campaign, the lease, or a timeout, whichever is first.
-	rctx, cancel := context.WithTimeout(ctx, st.cfg.TTL)
+	// The request ends with the lease or a timeout, whichever is first, not
+	// with the campaign (ctx): etcd may commit it with its answer lost,
+	// leaving the leader key on this live lease with no term, which no peer
+	// would take. The session hands back a win the campaign no longer wants.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), st.cfg.TTL)
 	defer cancel()
 	stop := context.AfterFunc(h.l.Context(), cancel)
 	defer stop()

@@ -198,7 +198,12 @@ func (h *lease) take(ctx context.Context, job string, jl *coordv1.Lease) (*claim
 	}
 	obj.Spec = coordv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &secs, AcquireTime: &now, RenewTime: &now, LeaseTransitions: &transitions}
 
-	rctx, cancel := context.WithTimeout(ctx, st.cfg.TTL)
+	// The write is not given up with the campaign (ctx): the API server may
+	// commit it with its answer lost, leaving the job Lease naming this
+	// incarnation with no term, which no peer would take while the instance
+	// Lease is renewed. It ends with the lease (its records go with it) or
+	// after a TTL; the session hands back a win the campaign no longer wants.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), st.cfg.TTL)
 	defer cancel()
 	stop := context.AfterFunc(h.l.Context(), cancel)
 	defer stop()

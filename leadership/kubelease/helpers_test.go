@@ -1,8 +1,10 @@
 package kubelease_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"regexp"
 	"strings"
@@ -78,6 +80,52 @@ func cutBy(c *cut) sessionOpt {
 	return func(_ *kubelease.Config, rc *rest.Config) {
 		rc.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return cutTransport{rt, c} }
 	}
+}
+
+// onWrite has the session's client send each write (PUT, POST) whose body
+// holds marker (a Lease's name, an annotation's: found in JSON or protobuf)
+// to the API server whatever its context, and once the answer is in call
+// after with the request's context: an error from it is what the client
+// gets instead of the answer, as if lost in flight.
+func onWrite(marker string, after func(ctx context.Context) error) sessionOpt {
+	return func(_ *kubelease.Config, rc *rest.Config) {
+		rc.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return lateAnswer{rt, marker, after} }
+	}
+}
+
+type lateAnswer struct {
+	rt     http.RoundTripper
+	marker string
+	after  func(ctx context.Context) error
+}
+
+func (l lateAnswer) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method != http.MethodPut && r.Method != http.MethodPost || r.Body == nil {
+		return l.rt.RoundTrip(r)
+	}
+	sent, err := io.ReadAll(r.Body)
+	r.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	r.Body = io.NopCloser(bytes.NewReader(sent))
+	if !bytes.Contains(sent, []byte(l.marker)) {
+		return l.rt.RoundTrip(r)
+	}
+	resp, err := l.rt.RoundTrip(r.WithContext(context.WithoutCancel(r.Context())))
+	if err != nil {
+		return nil, err
+	}
+	answer, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(answer))
+	if err := l.after(r.Context()); err != nil {
+		return nil, err
+	}
+	return resp, nil
 }
 
 // asToken authenticates the session with token instead of the admin's.

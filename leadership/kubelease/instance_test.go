@@ -3,7 +3,12 @@ package kubelease_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/leadership/kubelease"
@@ -68,5 +73,80 @@ func TestASecondLiveProcessWithTheSameNameStops(t *testing.T) {
 				t.Error("the first process's term ended")
 			}
 		})
+	}
+}
+
+// A write of the instance Lease whose answer is lost (here Deregister's, as
+// a close cuts it short; the API server committed it, the version moved)
+// does not keep Close from deleting the Lease: a shutdown leaves no instance
+// Lease behind, for a restart under the same name to wait for.
+func TestCloseDeletesTheInstanceLeaseAfterAWriteWhoseAnswerWasLost(t *testing.T) {
+	t.Parallel()
+	ns := namespace(t, api)
+	lost := errors.New("test: the answer is lost")
+	a := start(t, api, ns, "a", onWrite("jobs.snip.dev/leaving", func(context.Context) error { return lost }))
+	ctx := context.Background()
+	if err := a.Deregister(ctx); !errors.Is(err, lost) {
+		t.Fatalf("Deregister: %v; want its answer lost", err)
+	}
+	if err := a.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	name := kubelease.DefaultPrefix + "-instance-a"
+	if l, err := clientset(t, api.Config()).CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("instance Lease %s after Close: %+v, %v; want it deleted", name, l, err)
+	}
+}
+
+// A take of the instance Lease whose answer is lost (the API server
+// committed it) is this session's own when it reads the Lease again: it
+// takes it over and starts, rather than stop as if another live process
+// held the name.
+func TestATakeOfTheInstanceLeaseWhoseAnswerWasLostIsTheSessionsOwn(t *testing.T) {
+	t.Parallel()
+	var writes atomic.Int32
+	lost := func(context.Context) error {
+		if writes.Add(1) == 1 {
+			return errors.New("test: the answer is lost")
+		}
+		return nil
+	}
+	a := start(t, api, namespace(t, api), "a", onWrite("-instance-a", lost))
+	if err := a.Err(); err != nil || writes.Load() < 2 {
+		t.Errorf("session after its first write's answer was lost: %v, %d writes", err, writes.Load())
+	}
+}
+
+// A session closed while its take of the instance Lease is on its way waits
+// for the answer, and deletes the Lease it took: it leaves none behind
+// naming a process that may live on.
+func TestASessionClosedAsItTakesItsInstanceLeaseLeavesNone(t *testing.T) {
+	t.Parallel()
+	ns := namespace(t, api)
+	sessions := make(chan *leadership.Session, 1)
+	closing := func(ctx context.Context) error {
+		s := <-sessions
+		go s.Close(context.Background())
+		benchtest.Eventually(t, "the session closing", func() bool { return s.Err() != nil })
+		return ctx.Err()
+	}
+	rc := api.Config()
+	cfg := kubelease.Config{Namespace: ns, Config: leadership.Config{Instance: "a", TTL: ttl, Margin: margin, RenewInterval: renew,
+		Logger: benchtest.Logger(t)}}
+	onWrite("-instance-a", closing)(&cfg, rc)
+	cfg.Client = clientset(t, rc).CoordinationV1()
+	s, err := kubelease.NewSession(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sessions <- s
+	select {
+	case <-s.Done():
+	case <-time.After(benchtest.Patience):
+		t.Fatal("the session did not stop")
+	}
+	name := kubelease.DefaultPrefix + "-instance-a"
+	if l, err := clientset(t, api.Config()).CoordinationV1().Leases(ns).Get(context.Background(), name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("instance Lease %s after Close: %+v, %v; want it deleted", name, l, err)
 	}
 }

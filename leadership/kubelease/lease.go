@@ -87,28 +87,36 @@ func (h *lease) acquire(ctx context.Context, name string) (retry bool, _ error) 
 	cur, err := st.leases.Get(ctx, name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		return h.write(ctx, nil, func(obj *coordv1.Lease) (*coordv1.Lease, error) {
+		return h.write(ctx, nil, func(ctx context.Context, obj *coordv1.Lease) (*coordv1.Lease, error) {
 			return st.leases.Create(ctx, obj, metav1.CreateOptions{})
 		})
 	case err != nil:
 		return false, fmt.Errorf("read instance Lease %s: %w", name, err)
 	}
-	if hl := holderOf(cur); hl != "" && !h.l.HeldBefore(hl) {
+	if hl := holderOf(cur); hl != "" && !h.l.HeldBefore(hl) && !st.wrote(hl) {
 		if retry, err := h.predecessorGone(ctx, cur); retry || err != nil {
 			return retry, err
 		}
 		h.l.Reclaimed()
 	}
-	return h.write(ctx, cur, func(obj *coordv1.Lease) (*coordv1.Lease, error) {
+	return h.write(ctx, cur, func(ctx context.Context, obj *coordv1.Lease) (*coordv1.Lease, error) {
 		return st.leases.Update(ctx, obj, metav1.UpdateOptions{})
 	})
 }
 
 // write writes the instance Lease (created, or updated from cur) naming this
 // incarnation, and starts the session's lease from the request's send time.
-func (h *lease) write(ctx context.Context, cur *coordv1.Lease, do func(*coordv1.Lease) (*coordv1.Lease, error)) (retry bool, _ error) {
+// The holder is recorded as this store's first: a write whose answer is
+// lost may have landed, and the Lease then names a holder of this session,
+// not another process (acquire takes it over). The request ends after a
+// TTL, not with ctx: a session closed meanwhile learns what it took, and
+// releases it.
+func (h *lease) write(ctx context.Context, cur *coordv1.Lease, do func(context.Context, *coordv1.Lease) (*coordv1.Lease, error)) (retry bool, _ error) {
+	h.st.written.Store(h.holder, true)
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.st.cfg.TTL)
+	defer cancel()
 	sentAt := time.Now()
-	res, err := do(h.st.instanceObject(h.holder, cur))
+	res, err := do(wctx, h.st.instanceObject(h.holder, cur))
 	if err != nil {
 		lost := apierrors.IsAlreadyExists(err) || apierrors.IsConflict(err)
 		return lost, fmt.Errorf("take instance Lease %s: %w", h.st.cfg.instanceLease(h.st.cfg.Instance), err)
@@ -214,7 +222,10 @@ func registrationOf(l *coordv1.Lease) leadership.Registration {
 // Release deletes the instance Lease as last written when the session
 // closes, so that every job Lease naming it can be taken at once (best
 // effort: a peer that sees it unchanged for its duration takes over anyway).
-// A lease that expired or was taken is left to its fate.
+// When the version moved under it — a write of this incarnation whose
+// answer was lost, such as a Deregister cut short by the close — it deletes
+// the Lease as read again if that still names this incarnation. A lease
+// that expired or was taken is left to its fate.
 func (h *lease) Release(ctx context.Context, cause *leadership.EndedError) {
 	if cause.Reason != leadership.ReasonShutdown {
 		return
@@ -222,12 +233,30 @@ func (h *lease) Release(ctx context.Context, cause *leadership.EndedError) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.st.cfg.TTL)
 	defer cancel()
 	h.wmu.Lock()
-	rv := h.obj.ResourceVersion
+	name, rv := h.obj.Name, h.obj.ResourceVersion
 	h.wmu.Unlock()
-	err := h.st.leases.Delete(ctx, h.obj.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}})
-	if err != nil && !apierrors.IsNotFound(err) {
-		h.st.log.Warn("delete instance Lease failed", "err", err)
+	for range 5 {
+		err := h.st.leases.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}})
+		if err == nil || apierrors.IsNotFound(err) {
+			return
+		}
+		if !apierrors.IsConflict(err) {
+			h.st.log.Warn("delete instance Lease failed", "err", err)
+			return
+		}
+		cur, err := h.st.leases.Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			return
+		case err != nil:
+			h.st.log.Warn("delete instance Lease failed", "err", err)
+			return
+		case holderOf(cur) != h.holder:
+			return
+		}
+		rv = cur.ResourceVersion
 	}
+	h.st.log.Warn("delete instance Lease failed: it keeps changing", "lease", name)
 }
 
 // holderOf is a Lease's holder identity, "" when released.

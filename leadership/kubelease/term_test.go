@@ -2,7 +2,10 @@ package kubelease_test
 
 import (
 	"context"
+	"errors"
 	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/leadership/kubelease"
@@ -117,5 +120,29 @@ func TestAFreshTokenIsAboveEveryTermsAndEndsTheCurrentOne(t *testing.T) {
 	next := won(t, campaign(a, "report"))
 	if next.Token() <= fresh {
 		t.Errorf("the next term's token %d is not above the fresh token %d", next.Token(), fresh)
+	}
+}
+
+// A campaign given up while its winning write is on its way (the API
+// server commits it; the answer comes after the campaign's context ended,
+// as a pause or a drain ends it) leaves the job free: Campaign says the
+// context ended, and the job Lease names no holder (else the other
+// instance would wait for the first, which goes on renewing its instance
+// Lease).
+func TestACampaignGivenUpAsItsWriteWinsLeavesTheJobFree(t *testing.T) {
+	t.Parallel()
+	ns := namespace(t, api)
+	ctx, giveUp := context.WithCancel(context.Background())
+	a := start(t, api, ns, "a", onWrite("-job-", func(ctx context.Context) error { giveUp(); return ctx.Err() }))
+	b := start(t, api, ns, "b")
+	if term, err := a.Campaign(ctx, "pulse"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a campaign given up as its write won: term %v, %v; want the context's end", term, err)
+	}
+	l, err := clientset(t, api.Config()).CoordinationV1().Leases(ns).Get(context.Background(), kubelease.DefaultPrefix+"-job-pulse", metav1.GetOptions{})
+	if err != nil || l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" {
+		t.Fatalf("the job Lease after the campaign was given up: %+v, %v; want it written and released", l, err)
+	}
+	if tb := won(t, campaign(b, "pulse")); tb.Token() < 2 {
+		t.Errorf("the other instance won token %d; want one above the given-up win's", tb.Token())
 	}
 }

@@ -113,10 +113,12 @@ var shared struct {
 	mu      sync.Mutex
 	running bool // inside RunMain
 	pg      *Postgres
-	err     error // the first start's failure, reported to every later caller
+	err     error    // the first start's failure, reported to every later caller
+	after   []func() // AfterTests
 }
 
-// RunMain runs the package's tests and then stops the shared cluster if
+// RunMain runs the package's tests and then stops what the test binary
+// shared: what AfterTests was given, and the PostgreSQL cluster if
 // PostgresDB started one. Call it from TestMain:
 //
 //	func TestMain(m *testing.M) { os.Exit(benchtest.RunMain(m)) }
@@ -130,6 +132,10 @@ func RunMain(m *testing.M) int {
 	shared.mu.Lock()
 	defer shared.mu.Unlock()
 	shared.running = false
+	for i := len(shared.after) - 1; i >= 0; i-- {
+		shared.after[i]()
+	}
+	shared.after = nil
 	if shared.pg != nil {
 		if err := shared.pg.c.Destroy(); err != nil {
 			fmt.Fprintf(os.Stderr, "benchtest: remove shared PostgreSQL cluster: %v\n", err)
@@ -140,6 +146,22 @@ func RunMain(m *testing.M) int {
 		shared.pg = nil
 	}
 	return code
+}
+
+// AfterTests has RunMain call f once the package's tests are over (the last
+// registered first, before the shared PostgreSQL cluster stops): how another
+// server that a test binary shares, started on first use, is stopped
+// (kubetest.Shared). Outside RunMain it returns an error, and the caller
+// should not start what nobody would stop.
+func AfterTests(f func()) error {
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	if !shared.running {
+		return errors.New("a server shared by the test binary needs the package's tests to run through benchtest.RunMain, " +
+			"which stops it at the end; add\n\tfunc TestMain(m *testing.M) { os.Exit(benchtest.RunMain(m)) }")
+	}
+	shared.after = append(shared.after, f)
+	return nil
 }
 
 // PostgresDB returns the URL of a new, empty database in the test binary's

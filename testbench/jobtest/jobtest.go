@@ -1,14 +1,20 @@
-// Package jobtest runs snip-jobs instances inside a test process, on a real etcd
-// member and a real PostgreSQL database, so that tests of the scheduler and of
-// job types can kill, stop and start "servers" and check what the database
-// accepted. Nothing here is a mock: each instance has its own etcd client,
-// leadership session, connection pool and scheduler.
+// Package jobtest runs snip-jobs instances inside a test process, on a real
+// leadership backend — an etcd member, or a kube-apiserver's Leases — and a
+// real PostgreSQL database, so that tests of the scheduler and of job types
+// can kill, stop and start "servers" and check what the database accepted.
+// Nothing here is a mock: each instance has its own backend client,
+// leadership session, connection pool and scheduler. A test written against
+// the leadership API (Cluster.Leader, Revoke, WaitKeys, the sessions'
+// stats) runs on either backend (EachBackend).
 package jobtest
 
 import (
 	"context"
+	"errors"
+	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,44 +22,114 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	coordclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/leadership/etcdlease"
+	"github.com/snip/snip-jobs/leadership/kubelease"
 	"github.com/snip/snip-jobs/scheduler"
 	"github.com/snip/snip-jobs/testbench/benchtest"
 	"github.com/snip/snip-jobs/testbench/dbtest"
 	"github.com/snip/snip-jobs/testbench/etcdtest"
+	"github.com/snip/snip-jobs/testbench/kubetest"
 )
 
 // Patience bounds waits for things that must happen (benchtest.Patience).
 const Patience = benchtest.Patience
 
-// Cluster is a real etcd member and a migrated PostgreSQL database shared by the
-// instances a test starts. The instances connect as the runtime role of
+// Backend is the leadership backend a cluster's instances run on.
+type Backend string
+
+// The backends.
+const (
+	// Etcd is one etcd member of the test's own (etcdtest.Start).
+	Etcd Backend = "etcd"
+	// Kubernetes is Leases in a namespace of the test's own on the test
+	// binary's shared kube-apiserver (kubetest.Shared).
+	Kubernetes Backend = "kubernetes"
+)
+
+// Backends are both, in the order EachBackend runs them.
+var Backends = []Backend{Etcd, Kubernetes}
+
+// EachBackend runs test as a parallel subtest on each backend, named after
+// it: for behaviour every backend must show the same, through the same
+// leadership API.
+func EachBackend(t *testing.T, test func(t *testing.T, b Backend)) {
+	t.Helper()
+	for _, b := range Backends {
+		t.Run(string(b), func(t *testing.T) {
+			t.Parallel()
+			test(t, b)
+		})
+	}
+}
+
+// kubePrefix names the Lease set of a Kubernetes cluster (its own
+// namespace keeps it apart from other tests').
+const kubePrefix = "snip-test"
+
+// Cluster is a leadership backend and a migrated PostgreSQL database shared
+// by the instances a test starts. The instances connect as the runtime role of
 // docs/operations.md (dbtest.NewDB), with only the grants the service needs;
 // the test's own view connects as the schema's owner. The test's package needs
 // func TestMain(m *testing.M) { os.Exit(benchtest.RunMain(m)) }.
 type Cluster struct {
 	T          *testing.T
-	Etcd       *etcdtest.Cluster
-	URL        string           // database URL as the schema's owner: the test's fixtures and checks
-	RuntimeURL string           // database URL as the runtime role: what the instances use
-	DB         *pgxpool.Pool    // the test's own view of the database
-	Obs        *clientv3.Client // the test's own etcd client
-	Prefix     string
+	Backend    Backend
+	URL        string        // database URL as the schema's owner: the test's fixtures and checks
+	RuntimeURL string        // database URL as the runtime role: what the instances use
+	DB         *pgxpool.Pool // the test's own view of the database
+	// Leadership is the backend as an operator's command sees it, from
+	// outside any session: the test's own reads of leaders and registrations.
+	Leadership leadership.Cluster
+	// Prefix starts the backend's keys (etcd) or names its Lease set (Kubernetes).
+	Prefix string
 	// TTL of the instances' leases (default 2 s; margin a quarter of it).
 	TTL time.Duration
+
+	// The etcd backend's member and the test's own client of it (nil on Kubernetes).
+	Etcd *etcdtest.Cluster
+	Obs  *clientv3.Client
+	// The Kubernetes backend's API server, the cluster's namespace on it, and
+	// the test's own client of its Leases (nil on etcd).
+	Kube      *kubetest.Server
+	Namespace string
+	Leases    coordclient.CoordinationV1Interface
 }
 
 // NewCluster starts etcd and a fresh database with every migration applied.
 func NewCluster(t *testing.T) *Cluster {
 	t.Helper()
+	return NewClusterOn(t, Etcd)
+}
+
+// NewClusterOn is NewCluster on backend b: for Kubernetes, a namespace of the
+// test's own on the shared kube-apiserver.
+func NewClusterOn(t *testing.T, b Backend) *Cluster {
+	t.Helper()
 	db := dbtest.NewDB(t)
-	c := &Cluster{T: t, Etcd: etcdtest.Start(t, 1), URL: db.Owner, RuntimeURL: db.Runtime, TTL: 2 * time.Second,
-		Prefix: "/test/" + strings.ReplaceAll(t.Name(), "/", "-")}
+	c := &Cluster{T: t, Backend: b, URL: db.Owner, RuntimeURL: db.Runtime, TTL: 2 * time.Second}
 	c.DB = c.Pool()
-	c.Obs = c.Etcd.Client(t)
+	switch b {
+	case Etcd:
+		c.Etcd = etcdtest.Start(t, 1)
+		c.Obs = c.Etcd.Client(t)
+		c.Prefix = "/test/" + strings.ReplaceAll(t.Name(), "/", "-")
+		c.Leadership = etcdlease.NewCluster(c.Obs, c.Prefix)
+	case Kubernetes:
+		c.Kube = kubetest.Shared(t)
+		c.Namespace = c.Kube.Namespace(t)
+		cli, err := coordclient.NewForConfig(c.Kube.Config())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Leases, c.Prefix = cli, kubePrefix
+		c.Leadership = kubelease.NewCluster(cli, c.Namespace, c.Prefix)
+	default:
+		t.Fatalf("jobtest: no backend %q", b)
+	}
 	return c
 }
 
@@ -74,10 +150,11 @@ func (c *Cluster) RuntimePool() *pgxpool.Pool {
 // Node is one snip-jobs instance running in the test process.
 type Node struct {
 	Name    string
-	Session *leadership.Session // nil when no job needs etcd
+	Session *leadership.Session // nil when no job needs terms
 	Sched   *scheduler.Scheduler
 	Metrics *prometheus.Registry
-	cli     *clientv3.Client
+	cli     *clientv3.Client // etcd's
+	cut     *atomic.Bool     // Kubernetes': set, the client's requests fail
 	pool    *pgxpool.Pool
 	cancel  context.CancelFunc
 	done    chan struct{}
@@ -102,18 +179,8 @@ func (c *Cluster) Start(name string, reg *scheduler.Registry, jobs []configs.Job
 		o(file, &lc)
 	}
 	n := &Node{c: c, Name: name, Metrics: prometheus.NewRegistry(), done: make(chan struct{})}
-	if needsEtcd(jobs) {
-		n.cli = c.Etcd.Client(c.T)
-		s, err := etcdlease.NewSession(etcdlease.Config{Client: n.cli, Prefix: c.Prefix, Config: lc})
-		if err != nil {
-			c.T.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), Patience)
-		defer cancel()
-		if err := s.WaitReady(ctx); err != nil {
-			c.T.Fatal(err)
-		}
-		n.Session = s
+	if needsTerms(jobs) {
+		n.Session = c.session(n, lc)
 	}
 	n.pool = c.RuntimePool()
 	var session scheduler.Session
@@ -136,7 +203,51 @@ func (c *Cluster) Start(name string, reg *scheduler.Registry, jobs []configs.Job
 	return n
 }
 
-func needsEtcd(jobs []configs.Job) bool {
+// session starts n's session on the cluster's backend, through a client of
+// its own, and waits until it is ready.
+func (c *Cluster) session(n *Node, lc leadership.Config) *leadership.Session {
+	c.T.Helper()
+	var s *leadership.Session
+	var err error
+	switch c.Backend {
+	case Kubernetes:
+		rc := c.Kube.Config()
+		n.cut = new(atomic.Bool)
+		rc.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return cutTransport{rt, n.cut} }
+		var cli *coordclient.CoordinationV1Client
+		if cli, err = coordclient.NewForConfig(rc); err == nil {
+			s, err = kubelease.NewSession(kubelease.Config{Client: cli, Namespace: c.Namespace, Prefix: c.Prefix, Config: lc})
+		}
+	default:
+		n.cli = c.Etcd.Client(c.T)
+		s, err = etcdlease.NewSession(etcdlease.Config{Client: n.cli, Prefix: c.Prefix, Config: lc})
+	}
+	if err != nil {
+		c.T.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), Patience)
+	defer cancel()
+	if err := s.WaitReady(ctx); err != nil {
+		c.T.Fatal(err)
+	}
+	return s
+}
+
+// cutTransport fails every new request once cut is set: the instance's
+// traffic to the API server stops, as a killed process's does.
+type cutTransport struct {
+	rt  http.RoundTripper
+	cut *atomic.Bool
+}
+
+func (t cutTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if t.cut.Load() {
+		return nil, errors.New("jobtest: the instance crashed")
+	}
+	return t.rt.RoundTrip(r)
+}
+
+func needsTerms(jobs []configs.Job) bool {
 	for _, j := range jobs {
 		if j.Singleton && !(j.Schedule.Kind == configs.Cron && j.Schedule.Coordination == configs.Database) {
 			return true
@@ -159,13 +270,23 @@ func (n *Node) Stop() {
 	})
 }
 
-// Crash stops the instance the way SIGKILL looks from outside: its etcd and
-// database traffic stops at once (no resign, revoke or last write gets out)
-// and its jobs stop.
+// Crash stops the instance the way SIGKILL looks from outside: its backend
+// and database traffic stops at once (no resign, revoke or last write gets
+// out) and its jobs stop.
 func (n *Node) Crash() {
 	n.once.Do(func() {
 		if n.cli != nil {
 			_ = n.cli.Close()
+		}
+		if n.cut != nil {
+			n.cut.Store(true)
+			// Its session, cut off, ends its lease by its deadline and tries
+			// to open another until the test is over.
+			n.c.T.Cleanup(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				_ = n.Session.Close(ctx)
+			})
 		}
 		// Refuse new database work at once; Close itself waits for connections
 		// in use, which the cancelled jobs give back.
@@ -180,14 +301,48 @@ func (n *Node) Crash() {
 	})
 }
 
-// Leader is the job's current leader as etcd sees it.
-func (c *Cluster) Leader(job string) (etcdlease.Leader, bool) {
+// Leader is a job's leader as the cluster's backend records it.
+type Leader struct {
+	leadership.Leader
+	// Lease is the etcd lease the term sits on; 0 on Kubernetes, whose terms
+	// sit on their instance Lease. Revoke ends either.
+	Lease clientv3.LeaseID
+}
+
+// Leader is the job's current leader as the backend sees it.
+func (c *Cluster) Leader(job string) (Leader, bool) {
 	c.T.Helper()
-	l, ok, err := etcdlease.NewCluster(c.Obs, c.Prefix).LeaderKey(context.Background(), job)
+	var l Leader
+	var ok bool
+	var err error
+	if c.Backend == Etcd {
+		var k etcdlease.Leader
+		k, ok, err = etcdlease.NewCluster(c.Obs, c.Prefix).LeaderKey(context.Background(), job)
+		l = Leader{Leader: k.Leader, Lease: k.Lease}
+	} else {
+		l.Leader, ok, err = c.Leadership.Leader(context.Background(), job)
+	}
 	if err != nil {
 		c.T.Fatal(err)
 	}
 	return l, ok
+}
+
+// Revoke ends the lease instance's session holds, as its backend ends a
+// killed instance's (leadership.Cluster.Revoke: etcd revokes the lease; the
+// API server deletes the instance Lease) while the instance goes on: its
+// session finds its lease lost and its terms end, and peers win its jobs at
+// once.
+func (c *Cluster) Revoke(instance string) {
+	c.T.Helper()
+	ctx := context.Background()
+	reg, ok, err := c.Leadership.Registration(ctx, instance)
+	if err != nil || !ok {
+		c.T.Fatalf("jobtest: the registration of %s: found %v, %v", instance, ok, err)
+	}
+	if err := c.Leadership.Revoke(ctx, reg); err != nil {
+		c.T.Fatal(err)
+	}
 }
 
 // Grid fires on every multiple of its duration since the zero time: slots are
@@ -237,10 +392,16 @@ func (c *Cluster) WaitCommit(what string, tables []string, cond func() bool) {
 	dbtest.WaitCommit(c.T, c.URL, what, tables, cond)
 }
 
-// WaitKeys waits until cond holds, woken by each change under the
-// cluster's prefix (etcdtest.WaitKeys: an etcd watch), for a term won or ended.
+// WaitKeys waits until cond holds, woken by each change of the backend's
+// records, for a term won or ended: under the cluster's prefix in etcd
+// (etcdtest.WaitKeys), or of the Leases of its namespace
+// (kubetest.WaitLeases); a watch either way.
 func (c *Cluster) WaitKeys(what string, cond func() bool) {
 	c.T.Helper()
+	if c.Backend == Kubernetes {
+		kubetest.WaitLeases(c.T, c.Leases, c.Namespace, what, cond)
+		return
+	}
 	etcdtest.WaitKeys(c.T, c.Obs, c.Prefix+"/", what, cond)
 }
 

@@ -4,6 +4,10 @@
 // self-signed certificates, token authentication and, by default,
 // AlwaysAllow authorization.
 //
+// Shared is one server for a whole test binary (closed by
+// benchtest.RunMain), Namespace a namespace of a test's own on it, and
+// WaitLeases waits on a watch of a namespace's Leases.
+//
 // What is guaranteed: Start returns once /readyz answers ok; Config's
 // clients verify the server's certificate; Stop and Start again keep the
 // port, the certificates and etcd's data, so clients reconnect to the same
