@@ -96,11 +96,6 @@ type store struct {
 	// session's context.
 	obsOnce sync.Once
 
-	// written holds the holder identities this store has written into the
-	// instance Lease (its incarnations, those whose answer was lost
-	// included): a Lease naming one is this session's, never a duplicate.
-	written sync.Map
-
 	// expired counts peers' instance Leases this store marked expired after
 	// seeing them unchanged for their duration (to take a job they held).
 	expired atomic.Int64
@@ -116,12 +111,6 @@ func (st *store) Config() leadership.Config { return st.cfg.Config }
 
 // now is the store's monotonic clock, in nanoseconds since base.
 func (st *store) now() int64 { return int64(time.Since(st.base)) }
-
-// wrote reports whether this store has written holder into the instance Lease.
-func (st *store) wrote(holder string) bool {
-	_, ok := st.written.Load(holder)
-	return ok
-}
 
 // CheckJob reports a job name that cannot name a Lease or be a label value.
 func (st *store) CheckJob(job string) error { return layout.CheckJob(st.cfg.Prefix, job) }

@@ -93,7 +93,7 @@ func (h *lease) acquire(ctx context.Context, name string) (retry bool, _ error) 
 	case err != nil:
 		return false, fmt.Errorf("read instance Lease %s: %w", name, err)
 	}
-	if hl := holderOf(cur); hl != "" && !h.l.HeldBefore(hl) && !st.wrote(hl) {
+	if hl := holderOf(cur); hl != "" && !h.l.HeldBefore(hl) {
 		if retry, err := h.predecessorGone(ctx, cur); retry || err != nil {
 			return retry, err
 		}
@@ -106,13 +106,13 @@ func (h *lease) acquire(ctx context.Context, name string) (retry bool, _ error) 
 
 // write writes the instance Lease (created, or updated from cur) naming this
 // incarnation, and starts the session's lease from the request's send time.
-// The holder is recorded as this store's first: a write whose answer is
+// The holder is the session's own first (Lease.Own): a write whose answer is
 // lost may have landed, and the Lease then names a holder of this session,
 // not another process (acquire takes it over). The request ends after a
 // TTL, not with ctx: a session closed meanwhile learns what it took, and
 // releases it.
 func (h *lease) write(ctx context.Context, cur *coordv1.Lease, do func(context.Context, *coordv1.Lease) (*coordv1.Lease, error)) (retry bool, _ error) {
-	h.st.written.Store(h.holder, true)
+	h.l.Own(h.holder)
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.st.cfg.TTL)
 	defer cancel()
 	sentAt := time.Now()
