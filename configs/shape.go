@@ -1,7 +1,6 @@
 package configs
 
 import (
-	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -91,13 +90,6 @@ type multiLine struct {
 	isLiteral                        bool
 }
 
-// shapeLimit is the first limit the file crosses: where (a rune index) and
-// what to say.
-type shapeLimit struct {
-	at  int
-	msg string
-}
-
 // shapeScanner reads src as the library's scanner does. Its fields mirror the
 // library's Scanner and, from buf on, its Context, which the library starts
 // afresh after each invalid token (newContext).
@@ -134,8 +126,8 @@ type shapeScanner struct {
 	runStart, runEnd             int
 
 	// What the scan measures.
-	levels   []level
-	maxDepth int // the most levels open at once
+	meter  shapeMeter
+	levels []level
 	// The nodes counted when the latest three nodes started in block context,
 	// the column of the latest, and the nodes counted at the latest "-",
 	// ":" or "?".
@@ -153,14 +145,7 @@ type shapeScanner struct {
 	anchorTok, aliasTok              int  // the nodes counted at the latest "&" and "*"
 	plain                            bool // the token being counted is a plain scalar
 	strict                           bool // every "-" and key nests from here on
-	tokens                           int  // every token the library makes, comments and errors included
-	nodes                            int  // tokens but comments and invalid ones: what the parser reads
-	maxNodes                         int
-	depthCap                         int
-	keyPathCap                       int
-	steps, stepsCap                  int // what work counts
-	flowDelim                        int // the nodes counted at the latest "{", "[" or ","
-	limit                            *shapeLimit
+	flowDelim                        int  // the nodes counted at the latest "{", "[" or ","
 }
 
 // checkShape refuses data, a file's UTF-8 text, if its lists and mappings
@@ -170,10 +155,10 @@ type shapeScanner struct {
 // that crosses a limit.
 func checkShape(file string, data []byte) *Error {
 	s := scanShape(data, shapeCaps{MaxDepth, MaxNodes, MaxKeyPath, MaxScanSteps})
-	if s.limit == nil {
+	if s.meter.limit == nil {
 		return nil
 	}
-	return &Error{Pos: offsetPos(file, data, runeOffset(data, s.limit.at)), Msg: s.limit.msg}
+	return &Error{Pos: offsetPos(file, data, runeOffset(data, s.meter.limit.at)), Msg: s.meter.limit.msg}
 }
 
 // shapeCaps are the limits of a scan.
@@ -183,9 +168,9 @@ type shapeCaps struct{ depth, nodes, keyPath, steps int }
 // crossed.
 func scanShape(data []byte, caps shapeCaps) *shapeScanner {
 	s := &shapeScanner{src: []rune(string(data)), column: 1, line: 1, isFirstCharAtLine: true,
-		depthCap: caps.depth, maxNodes: caps.nodes, keyPathCap: caps.keyPath, stepsCap: caps.steps,
+		meter:     shapeMeter{caps: caps},
 		prefixEnd: -2, anchorTok: -2, aliasTok: -2, flowDelim: -3}
-	for s.idx < len(s.src) && s.limit == nil {
+	for s.idx < len(s.src) && s.meter.limit == nil {
 		// lexer.Tokenize: Scan until the end, each time with a new Context.
 		s.ctxStart = s.idx
 		s.resetBuffer()
@@ -214,35 +199,10 @@ func runeOffset(data []byte, i int) int {
 // a name that is not a plain scalar makes the parser read on in ways the scan
 // does not follow, so it reads the rest strictly: every "-" and key nests.
 func (s *shapeScanner) token(at int) {
-	s.tokens++
-	s.nodes++
-	if (s.nodes-1 == s.anchorTok || s.nodes-1 == s.aliasTok) && !s.plain {
+	s.meter.token(at)
+	if (s.meter.nodes-1 == s.anchorTok || s.meter.nodes-1 == s.aliasTok) && !s.plain {
 		s.strict = true
 	}
-	if s.nodes > s.maxNodes && s.limit == nil {
-		s.limit = &shapeLimit{at: at, msg: fmt.Sprintf(
-			"the file has more than %d YAML nodes by here (each key, value, \"-\", \":\", \",\" and bracket counts), the limit for a config file (a real one has a few hundred)", s.maxNodes)}
-	}
-}
-
-// work counts n steps of the library's scanner at rune index at, where they
-// are not one a character: it counts a run of "<" at each of its characters,
-// and looks to the end of the line at each tab in double-quoted text, so that
-// either costs it the square of its length (60,000 "<" in a row took 1.8 s; a
-// file of them, minutes).
-func (s *shapeScanner) work(n, at int) {
-	s.steps += n
-	if s.steps > s.stepsCap && s.limit == nil {
-		s.limit = &shapeLimit{at: at, msg: fmt.Sprintf(
-			"the YAML library would take more than %d steps to read the file by here, the limit for a config file: "+
-				`runs of "<", and tabs in double-quoted text (write \t), cost it the square of their length`, s.stepsCap)}
-	}
-}
-
-// uncounted is a token that the parser never reads: a comment, or the
-// invalid token of a syntax error (the parser then builds nothing).
-func (s *shapeScanner) uncounted() {
-	s.tokens++
 }
 
 func (s *shapeScanner) push(kind levelKind, col, at int) {
@@ -250,14 +210,8 @@ func (s *shapeScanner) push(kind levelKind, col, at int) {
 	if top := s.top(); top != nil {
 		base = top.entryPath()
 	}
-	s.levels = append(s.levels, level{kind: kind, col: col, entry: s.nodes, base: base})
-	if len(s.levels) > s.maxDepth {
-		s.maxDepth = len(s.levels)
-	}
-	if len(s.levels) > s.depthCap && s.limit == nil {
-		s.limit = &shapeLimit{at: at, msg: fmt.Sprintf(
-			"lists and mappings nest more than %d deep here, the limit for a config file (a real one nests about 5 deep)", s.depthCap)}
-	}
+	s.levels = append(s.levels, level{kind: kind, col: col, entry: s.meter.nodes, base: base})
+	s.meter.depth(len(s.levels), at)
 }
 
 // entryPath is how long the parser's path of l's latest entry is: a key
@@ -274,11 +228,7 @@ func (l *level) entryPath() int {
 // MaxKeyPath characters long.
 func (s *shapeScanner) key(l *level, keyLen, at int) {
 	l.keyLen = keyLen
-	if l.entryPath() > s.keyPathCap && s.limit == nil {
-		s.limit = &shapeLimit{at: at, msg: fmt.Sprintf(
-			"the keys leading here, this one included, are more than %d characters long together, the limit for a config file "+
-				"(the YAML library copies them into every value below)", s.keyPathCap)}
-	}
+	s.meter.keyPath(l.entryPath(), at)
 }
 
 // top is the innermost open level, if any.
@@ -317,10 +267,10 @@ func (s *shapeScanner) closeFlow() {
 // The token after "&" or "*" is the anchor's or alias's name, whatever it is.
 func (s *shapeScanner) nodeStart(col, line int, scalar bool, length int) {
 	switch {
-	case s.nodes-1 == s.anchorTok:
-		s.prefixEnd = s.nodes // the anchor's name, part of its prefix
+	case s.meter.nodes-1 == s.anchorTok:
+		s.prefixEnd = s.meter.nodes // the anchor's name, part of its prefix
 		return
-	case s.nodes-1 == s.aliasTok:
+	case s.meter.nodes-1 == s.aliasTok:
 		return
 	}
 	if top := s.top(); top != nil && top.kind.flow() {
@@ -341,7 +291,7 @@ func (s *shapeScanner) nodeStart(col, line int, scalar bool, length int) {
 
 // started records a node starting at col with the token just counted.
 func (s *shapeScanner) started(col int) {
-	s.prevPrevStart, s.prevStart, s.lastStart, s.lastStartCol = s.prevStart, s.lastStart, s.nodes, col
+	s.prevPrevStart, s.prevStart, s.lastStart, s.lastStartCol = s.prevStart, s.lastStart, s.meter.nodes, col
 	s.lastStartLen = 0
 }
 
@@ -357,7 +307,7 @@ func (s *shapeScanner) prefix(col int, groups bool, length int) {
 	s.prefixLen += length
 	s.prefixElems++
 	s.prefixGroups = groups
-	s.prefixEnd = s.nodes
+	s.prefixEnd = s.meter.nodes
 }
 
 // tagGroups: the parser groups a tag with a scalar after it on its line
@@ -371,7 +321,7 @@ func tagGroups(tag string) bool {
 }
 
 // afterPrefix: the token before the one just counted is a tag or an anchor.
-func (s *shapeScanner) afterPrefix() bool { return s.prefixEnd == s.nodes-1 }
+func (s *shapeScanner) afterPrefix() bool { return s.prefixEnd == s.meter.nodes-1 }
 
 // popRightOf closes the block levels right of col: a "-" or key left of a
 // list's or mapping's own column ends it.
@@ -393,12 +343,12 @@ func (l *level) awaits(lastStart, prevStart int) bool {
 // no value yet ("jobs:\n- a"), and ends a mapping at col whose key has one;
 // after a tag or an anchor the list is their value, wherever it is.
 func (s *shapeScanner) seqEntry(col, at int) {
-	s.lastEntry, s.lastEntryCol = s.nodes, 0
+	s.lastEntry, s.lastEntryCol = s.meter.nodes, 0
 	if !s.afterPrefix() && !s.strict {
 		s.popRightOf(col)
 		for top := s.top(); top != nil && !top.kind.flow() && top.col == col; top = s.top() {
 			if top.kind == blockSeq {
-				top.entry = s.nodes
+				top.entry = s.meter.nodes
 				return
 			}
 			if top.awaits(s.lastStart, s.prevStart) {
@@ -423,13 +373,13 @@ func (s *shapeScanner) keyEntry(col, at int, own, carried, explicit bool, keyLen
 	if own {
 		last, prev = s.prevStart, s.prevPrevStart
 	}
-	s.lastEntry, s.lastEntryCol = s.nodes, 0
+	s.lastEntry, s.lastEntryCol = s.meter.nodes, 0
 	if explicit {
 		s.lastEntryCol = col
 	}
 	// A key right after the flow mapping's "{" or "," is its own; one
 	// elsewhere ("{a: ? b}", "{a: b: c}") starts a mapping in its value.
-	atKey := s.flowDelim == s.nodes-1 || !explicit && s.flowDelim == s.nodes-2
+	atKey := s.flowDelim == s.meter.nodes-1 || !explicit && s.flowDelim == s.meter.nodes-2
 	if top := s.top(); top != nil && top.kind == flowMap && atKey {
 		s.key(top, keyLen, at)
 		return
@@ -438,7 +388,7 @@ func (s *shapeScanner) keyEntry(col, at int, own, carried, explicit bool, keyLen
 		s.popRightOf(col)
 		for top := s.top(); top != nil && !top.kind.flow() && top.col == col; top = s.top() {
 			if top.kind == blockMap {
-				top.entry, top.explicit = s.nodes, explicit
+				top.entry, top.explicit = s.meter.nodes, explicit
 				s.key(top, keyLen, at)
 				return
 			}
@@ -646,7 +596,7 @@ func (s *shapeScanner) updateIndent(c rune) {
 // scan is the library's Scanner.scan: it returns at the end of the text, at
 // an invalid token, or when a limit is crossed.
 func (s *shapeScanner) scan() {
-	for s.idx < len(s.src) && s.limit == nil {
+	for s.idx < len(s.src) && s.meter.limit == nil {
 		c := s.src[s.idx]
 		s.updateIndent(c)
 		if s.indentState == indentDown {
@@ -658,7 +608,7 @@ func (s *shapeScanner) scan() {
 				// again outside it (after an invalid token when the block
 				// had no content at column 1: the same for what follows).
 				if s.lastToken != noToken && s.lastTokenColumn == 1 {
-					s.uncounted() // "could not find multi-line content"
+					s.meter.uncounted() // "could not find multi-line content"
 					return
 				}
 				if s.lastToken != noToken && s.lastToken != stringToken {
@@ -667,7 +617,7 @@ func (s *shapeScanner) scan() {
 				s.ml = nil
 			} else {
 				if !s.scanMultiLine(c) {
-					s.uncounted() // the invalid token
+					s.meter.uncounted() // the invalid token
 					return
 				}
 				continue
@@ -675,7 +625,7 @@ func (s *shapeScanner) scan() {
 		}
 		handled, ok := s.scanChar(c)
 		if !ok {
-			s.uncounted() // the invalid token
+			s.meter.uncounted() // the invalid token
 			return
 		}
 		if handled {
@@ -723,7 +673,7 @@ func (s *shapeScanner) scanChar(c rune) (handled, ok bool) {
 		s.addBufferedTokenIfExists()
 		s.addOriginBuf(c)
 		s.addToken(otherToken, s.column)
-		s.flowDelim = s.nodes
+		s.flowDelim = s.meter.nodes
 		s.popBlock()
 		s.progressColumn(1)
 		s.clear()
@@ -824,10 +774,10 @@ func (s *shapeScanner) scanChar(c rune) (handled, ok bool) {
 		s.addToken(otherToken, s.column)
 		if c == '*' {
 			s.nodeStart(s.column, s.line, true, 0) // an alias is a node; as a key, "" in paths
-			s.aliasTok = s.nodes
+			s.aliasTok = s.meter.nodes
 		} else {
 			s.prefix(s.column, true, 0) // an anchor names the next
-			s.anchorTok = s.nodes
+			s.anchorTok = s.meter.nodes
 		}
 		s.progressColumn(1)
 		s.isAnchor, s.isAlias = s.isAnchor || c == '&', s.isAlias || c == '*'
@@ -886,7 +836,7 @@ func (s *shapeScanner) flowStart(kind levelKind) {
 	}
 	s.nodeStart(s.column, s.line, false, 0)
 	s.push(kind, s.column, s.idx)
-	s.flowDelim = s.nodes
+	s.flowDelim = s.meter.nodes
 	s.progressColumn(1)
 	s.clear()
 }
@@ -913,7 +863,7 @@ func (s *shapeScanner) obufStartsWithTab() bool {
 
 func (s *shapeScanner) isMergeKey() bool {
 	run := s.repeatNum('<')
-	s.work(run, s.idx) // the library counts the run here
+	s.meter.work(run, s.idx) // the library counts the run here
 	if run != 2 {
 		return false
 	}
@@ -1004,7 +954,7 @@ func (s *shapeScanner) scanComment() bool {
 		}
 	}
 	s.addBufferedTokenIfExists()
-	s.uncounted()
+	s.meter.uncounted()
 	s.lastToken, s.lastTokenColumn = otherToken, s.column
 	s.progress(1) // the '#'
 	for i := s.idx; i < len(s.src); i++ {
@@ -1218,7 +1168,7 @@ func (s *shapeScanner) skipQuoted(q rune) bool {
 			// The library looks at the rest of the line at each tab: is
 			// there more than blanks?
 			eol, lastText := s.lineAfter(idx)
-			s.work(eol-idx, idx)
+			s.meter.work(eol-idx, idx)
 			found, progress := lastText > idx, eol-idx-1
 			if found {
 				if src[idx+1] != '"' {
@@ -1327,7 +1277,7 @@ func (s *shapeScanner) scanMultiLineHeader() bool {
 	s.addToken(otherToken, s.column)
 	s.nodeStart(s.column, s.line, true, 0)
 	if i := slices.Index(rest[:min(progress+1, len(rest))], '#'); i >= 0 {
-		s.uncounted() // the comment after the header
+		s.meter.uncounted() // the comment after the header
 		s.lastTokenColumn = s.column + 1 + i
 	}
 	m := &multiLine{isLiteral: header == '|', opt: opt}
