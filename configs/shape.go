@@ -28,33 +28,6 @@ import (
 // the library: the same tokens, nesting at least as deep as the library's
 // tree. After upgrading goccy/go-yaml, run FuzzShape for a while.
 
-// levelKind is the kind of a list or mapping open at a point of the file.
-type levelKind uint8
-
-const (
-	flowSeq levelKind = iota
-	flowMap
-	blockSeq
-	blockMap
-)
-
-func (k levelKind) flow() bool { return k == flowSeq || k == flowMap }
-
-// level is a list or mapping open at a point of the file: a flow one from its
-// bracket to the bracket that closes it, a block one while lines start right of
-// col, the column of its "-", "?" or first key.
-type level struct {
-	kind  levelKind
-	col   int
-	entry int // nodes counted at its latest "-", ":" or "?"
-	// base is how long the parser's path of the list or mapping is ("$",
-	// ".key", "[12]" for each level above); keyLen how long its latest key.
-	base, keyLen int
-	// explicit: the latest entry is a "?", whose key (the next node)
-	// is not its value.
-	explicit bool
-}
-
 // tokenKind is what the library's last token in its current scan was, as far
 // as the scan needs it.
 type tokenKind uint8
@@ -127,7 +100,7 @@ type shapeScanner struct {
 
 	// What the scan measures.
 	meter  shapeMeter
-	levels []level
+	levels levels
 	// The nodes counted when the latest three nodes started in block context,
 	// the column of the latest, and the nodes counted at the latest "-",
 	// ":" or "?".
@@ -205,22 +178,9 @@ func (s *shapeScanner) token(at int) {
 	}
 }
 
+// push opens a level of kind at column col, at rune index at.
 func (s *shapeScanner) push(kind levelKind, col, at int) {
-	base := len("$")
-	if top := s.top(); top != nil {
-		base = top.entryPath()
-	}
-	s.levels = append(s.levels, level{kind: kind, col: col, entry: s.meter.nodes, base: base})
-	s.meter.depth(len(s.levels), at)
-}
-
-// entryPath is how long the parser's path of l's latest entry is: a key
-// after a ".", or an index ("[9999]": a file holds fewer than MaxNodes).
-func (l *level) entryPath() int {
-	if l.kind == flowSeq || l.kind == blockSeq {
-		return l.base + len("[9999]")
-	}
-	return l.base + len(".") + l.keyLen
+	s.meter.depth(s.levels.push(kind, col, s.meter.nodes), at)
 }
 
 // key records the key of l just read, at rune index at, keyLen long: the
@@ -229,29 +189,6 @@ func (l *level) entryPath() int {
 func (s *shapeScanner) key(l *level, keyLen, at int) {
 	l.keyLen = keyLen
 	s.meter.keyPath(l.entryPath(), at)
-}
-
-// top is the innermost open level, if any.
-func (s *shapeScanner) top() *level {
-	if n := len(s.levels); n > 0 {
-		return &s.levels[n-1]
-	}
-	return nil
-}
-
-// popBlock closes the block levels inside the innermost flow one.
-func (s *shapeScanner) popBlock() {
-	for top := s.top(); top != nil && !top.kind.flow(); top = s.top() {
-		s.levels = s.levels[:len(s.levels)-1]
-	}
-}
-
-// closeFlow closes the innermost flow level and what is inside it.
-func (s *shapeScanner) closeFlow() {
-	s.popBlock()
-	if n := len(s.levels); n > 0 {
-		s.levels = s.levels[:n-1]
-	}
 }
 
 // nodeStart records that a node (a scalar, an alias, a flow collection) starts
@@ -273,7 +210,7 @@ func (s *shapeScanner) nodeStart(col, line int, scalar bool, length int) {
 	case s.meter.nodes-1 == s.aliasTok:
 		return
 	}
-	if top := s.top(); top != nil && top.kind.flow() {
+	if top := s.levels.top(); top != nil && top.kind.flow() {
 		return
 	}
 	s.lastStartCarried = false
@@ -323,21 +260,6 @@ func tagGroups(tag string) bool {
 // afterPrefix: the token before the one just counted is a tag or an anchor.
 func (s *shapeScanner) afterPrefix() bool { return s.prefixEnd == s.meter.nodes-1 }
 
-// popRightOf closes the block levels right of col: a "-" or key left of a
-// list's or mapping's own column ends it.
-func (s *shapeScanner) popRightOf(col int) {
-	for top := s.top(); top != nil && !top.kind.flow() && top.col > col; top = s.top() {
-		s.levels = s.levels[:len(s.levels)-1]
-	}
-}
-
-// awaits: the latest "-" or key of a level has no value yet when no node
-// started after it (but, for a "?", its key), lastStart and prevStart being
-// the latest two starts before the entry in question.
-func (l *level) awaits(lastStart, prevStart int) bool {
-	return lastStart <= l.entry || l.explicit && prevStart <= l.entry
-}
-
 // seqEntry is a "-" at column col (its token just counted). The parser
 // continues a list at col with it, nests a new list in a key at col that has
 // no value yet ("jobs:\n- a"), and ends a mapping at col whose key has one;
@@ -345,16 +267,9 @@ func (l *level) awaits(lastStart, prevStart int) bool {
 func (s *shapeScanner) seqEntry(col, at int) {
 	s.lastEntry, s.lastEntryCol = s.meter.nodes, 0
 	if !s.afterPrefix() && !s.strict {
-		s.popRightOf(col)
-		for top := s.top(); top != nil && !top.kind.flow() && top.col == col; top = s.top() {
-			if top.kind == blockSeq {
-				top.entry = s.meter.nodes
-				return
-			}
-			if top.awaits(s.lastStart, s.prevStart) {
-				break
-			}
-			s.levels = s.levels[:len(s.levels)-1]
+		if l := s.levels.continueAt(col, blockSeq, s.lastStart, s.prevStart); l != nil {
+			l.entry = s.meter.nodes
+			return
 		}
 	}
 	s.started(col) // the list is the value of what holds it
@@ -380,27 +295,21 @@ func (s *shapeScanner) keyEntry(col, at int, own, carried, explicit bool, keyLen
 	// A key right after the flow mapping's "{" or "," is its own; one
 	// elsewhere ("{a: ? b}", "{a: b: c}") starts a mapping in its value.
 	atKey := s.flowDelim == s.meter.nodes-1 || !explicit && s.flowDelim == s.meter.nodes-2
-	if top := s.top(); top != nil && top.kind == flowMap && atKey {
+	if top := s.levels.top(); top != nil && top.kind == flowMap && atKey {
 		s.key(top, keyLen, at)
 		return
 	}
 	if !carried && !s.strict {
-		s.popRightOf(col)
-		for top := s.top(); top != nil && !top.kind.flow() && top.col == col; top = s.top() {
-			if top.kind == blockMap {
-				top.entry, top.explicit = s.meter.nodes, explicit
-				s.key(top, keyLen, at)
-				return
-			}
-			if top.awaits(last, prev) {
-				break
-			}
-			s.levels = s.levels[:len(s.levels)-1]
+		if l := s.levels.continueAt(col, blockMap, last, prev); l != nil {
+			l.entry, l.explicit = s.meter.nodes, explicit
+			s.key(l, keyLen, at)
+			return
 		}
 	}
 	s.push(blockMap, col, at)
-	s.top().explicit = explicit
-	s.key(s.top(), keyLen, at)
+	top := s.levels.top()
+	top.explicit = explicit
+	s.key(top, keyLen, at)
 }
 
 // ---- the library's Context ----
@@ -674,7 +583,7 @@ func (s *shapeScanner) scanChar(c rune) (handled, ok bool) {
 		s.addOriginBuf(c)
 		s.addToken(otherToken, s.column)
 		s.flowDelim = s.meter.nodes
-		s.popBlock()
+		s.levels.popBlock()
 		s.progressColumn(1)
 		s.clear()
 		return true, true
@@ -846,7 +755,7 @@ func (s *shapeScanner) flowEnd(num *int) {
 	s.addOriginBuf(s.src[s.idx])
 	s.addToken(otherToken, s.column)
 	*num--
-	s.closeFlow()
+	s.levels.closeFlow()
 	s.progressColumn(1)
 	s.clear()
 }
@@ -898,8 +807,7 @@ func (s *shapeScanner) scanDocumentStart() bool {
 	s.progressColumn(3)
 	s.clear()
 	s.lastDelimColumn, s.indentNum = 0, 0
-	// The parser reads each document on its own.
-	s.levels = s.levels[:0]
+	s.levels.reset() // the parser reads each document on its own
 	return true
 }
 
