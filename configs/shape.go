@@ -99,26 +99,8 @@ type shapeScanner struct {
 	runStart, runEnd             int
 
 	// What the scan measures.
-	meter  shapeMeter
-	levels levels
-	// The nodes counted when the latest three nodes started in block context,
-	// the column of the latest, and the nodes counted at the latest "-",
-	// ":" or "?".
-	prevPrevStart, prevStart, lastStart, lastStartCol, lastEntry int
-	lastEntryCol                                                 int // of the latest entry if it is a "?"
-	// The latest run of tags and anchors: where it starts and the nodes
-	// counted at its end.
-	prefixCol, prefixLine, prefixEnd int
-	prefixCarried                    bool // the run follows another on an earlier line
-	prefixElems                      int  // tags and anchors in the run
-	prefixLen                        int  // how long they are
-	lastStartLen                     int  // how long the latest start's token is
-	prefixGroups                     bool // its last one may be grouped with a scalar
-	lastStartCarried                 bool // the latest start follows a tag or an anchor on an earlier line
-	anchorTok, aliasTok              int  // the nodes counted at the latest "&" and "*"
-	plain                            bool // the token being counted is a plain scalar
-	strict                           bool // every "-" and key nests from here on
-	flowDelim                        int  // the nodes counted at the latest "{", "[" or ","
+	meter shapeMeter
+	tree  shapeParser
 }
 
 // checkShape refuses data, a file's UTF-8 text, if its lists and mappings
@@ -141,8 +123,8 @@ type shapeCaps struct{ depth, nodes, keyPath, steps int }
 // crossed.
 func scanShape(data []byte, caps shapeCaps) *shapeScanner {
 	s := &shapeScanner{src: []rune(string(data)), column: 1, line: 1, isFirstCharAtLine: true,
-		meter:     shapeMeter{caps: caps},
-		prefixEnd: -2, anchorTok: -2, aliasTok: -2, flowDelim: -3}
+		meter: shapeMeter{caps: caps}}
+	s.tree = newShapeParser(&s.meter)
 	for s.idx < len(s.src) && s.meter.limit == nil {
 		// lexer.Tokenize: Scan until the end, each time with a new Context.
 		s.ctxStart = s.idx
@@ -162,154 +144,6 @@ func runeOffset(data []byte, i int) int {
 		off += size
 	}
 	return off
-}
-
-// ---- what is counted ----
-
-// token counts a token of the library's at rune index at.
-//
-// The token after "&" or "*" is the anchor's or alias's name, whatever it is;
-// a name that is not a plain scalar makes the parser read on in ways the scan
-// does not follow, so it reads the rest strictly: every "-" and key nests.
-func (s *shapeScanner) token(at int) {
-	s.meter.token(at)
-	if (s.meter.nodes-1 == s.anchorTok || s.meter.nodes-1 == s.aliasTok) && !s.plain {
-		s.strict = true
-	}
-}
-
-// push opens a level of kind at column col, at rune index at.
-func (s *shapeScanner) push(kind levelKind, col, at int) {
-	s.meter.depth(s.levels.push(kind, col, s.meter.nodes), at)
-}
-
-// key records the key of l just read, at rune index at, keyLen long: the
-// keys leading to a value, as the parser writes its path, may be at most
-// MaxKeyPath characters long.
-func (s *shapeScanner) key(l *level, keyLen, at int) {
-	l.keyLen = keyLen
-	s.meter.keyPath(l.entryPath(), at)
-}
-
-// nodeStart records that a node (a scalar, an alias, a flow collection) starts
-// on line at column col with the token just counted, if it is in block
-// context: the value of the latest "-" or key, or the next key. scalar: the
-// node is one the parser groups with a tag or anchor before it on its line.
-//
-// The parser takes one tag or anchor just before a scalar on its line as part
-// of it (a key's column is then its tag's); other tags and anchors, and those
-// on an earlier line, take the node, wherever it is, as their value
-// (carried).
-//
-// The token after "&" or "*" is the anchor's or alias's name, whatever it is.
-func (s *shapeScanner) nodeStart(col, line int, scalar bool, length int) {
-	switch {
-	case s.meter.nodes-1 == s.anchorTok:
-		s.prefixEnd = s.meter.nodes // the anchor's name, part of its prefix
-		return
-	case s.meter.nodes-1 == s.aliasTok:
-		return
-	}
-	if top := s.levels.top(); top != nil && top.kind.flow() {
-		return
-	}
-	s.lastStartCarried = false
-	if s.afterPrefix() {
-		if s.prefixLine == line {
-			grouped := scalar && s.prefixElems == 1 && s.prefixGroups
-			col, s.lastStartCarried = s.prefixCol, s.prefixCarried || !grouped
-		} else {
-			s.lastStartCarried = true
-		}
-	}
-	s.started(col)
-	s.lastStartLen = length
-}
-
-// started records a node starting at col with the token just counted.
-func (s *shapeScanner) started(col int) {
-	s.prevPrevStart, s.prevStart, s.lastStart, s.lastStartCol = s.prevStart, s.lastStart, s.meter.nodes, col
-	s.lastStartLen = 0
-}
-
-// prefix records a tag or an anchor just counted at col (groups: the parser
-// may group it with a scalar after it). A run of them on one line goes with
-// the node after it on that line; both are the value of a run on an earlier
-// line just before.
-func (s *shapeScanner) prefix(col int, groups bool, length int) {
-	if !s.afterPrefix() || s.prefixLine != s.line {
-		s.prefixCarried = s.afterPrefix()
-		s.prefixCol, s.prefixLine, s.prefixElems, s.prefixLen = col, s.line, 0, 0
-	}
-	s.prefixLen += length
-	s.prefixElems++
-	s.prefixGroups = groups
-	s.prefixEnd = s.meter.nodes
-}
-
-// tagGroups: the parser groups a tag with a scalar after it on its line
-// unless it is one of the library's "!!" tags other than a scalar's.
-func tagGroups(tag string) bool {
-	switch tag {
-	case "!!int", "!!float", "!!null", "!!str", "!!binary", "!!timestamp", "!!bool":
-		return true
-	}
-	return !strings.HasPrefix(tag, "!!")
-}
-
-// afterPrefix: the token before the one just counted is a tag or an anchor.
-func (s *shapeScanner) afterPrefix() bool { return s.prefixEnd == s.meter.nodes-1 }
-
-// seqEntry is a "-" at column col (its token just counted). The parser
-// continues a list at col with it, nests a new list in a key at col that has
-// no value yet ("jobs:\n- a"), and ends a mapping at col whose key has one;
-// after a tag or an anchor the list is their value, wherever it is.
-func (s *shapeScanner) seqEntry(col, at int) {
-	s.lastEntry, s.lastEntryCol = s.meter.nodes, 0
-	if !s.afterPrefix() && !s.strict {
-		if l := s.levels.continueAt(col, blockSeq, s.lastStart, s.prevStart); l != nil {
-			l.entry = s.meter.nodes
-			return
-		}
-	}
-	s.started(col) // the list is the value of what holds it
-	s.push(blockSeq, col, at)
-}
-
-// keyEntry is a key at column col, made by a ":" or "?" just counted (own:
-// the key's node is the latest start; carried: it is the value of a tag or
-// anchor on an earlier line; explicit: a "?"). The parser continues a
-// mapping at col with it and, unlike YAML, nests a new mapping in a "-" at
-// col that has no value yet ("-\nname: a" is a list of one mapping), so that
-// keys and "-" in turn at one column nest without end; after a tag or an
-// anchor the mapping is their value, wherever it is.
-func (s *shapeScanner) keyEntry(col, at int, own, carried, explicit bool, keyLen int) {
-	last, prev := s.lastStart, s.prevStart // the latest starts before the key
-	if own {
-		last, prev = s.prevStart, s.prevPrevStart
-	}
-	s.lastEntry, s.lastEntryCol = s.meter.nodes, 0
-	if explicit {
-		s.lastEntryCol = col
-	}
-	// A key right after the flow mapping's "{" or "," is its own; one
-	// elsewhere ("{a: ? b}", "{a: b: c}") starts a mapping in its value.
-	atKey := s.flowDelim == s.meter.nodes-1 || !explicit && s.flowDelim == s.meter.nodes-2
-	if top := s.levels.top(); top != nil && top.kind == flowMap && atKey {
-		s.key(top, keyLen, at)
-		return
-	}
-	if !carried && !s.strict {
-		if l := s.levels.continueAt(col, blockMap, last, prev); l != nil {
-			l.entry, l.explicit = s.meter.nodes, explicit
-			s.key(l, keyLen, at)
-			return
-		}
-	}
-	s.push(blockMap, col, at)
-	top := s.levels.top()
-	top.explicit = explicit
-	s.key(top, keyLen, at)
 }
 
 // ---- the library's Context ----
@@ -438,7 +272,7 @@ func (s *shapeScanner) progressLine() {
 }
 
 func (s *shapeScanner) addToken(kind tokenKind, col int) {
-	s.token(s.idx)
+	s.tree.token(s.idx, false)
 	s.lastToken, s.lastTokenColumn = kind, col
 }
 
@@ -465,11 +299,10 @@ func (s *shapeScanner) bufferedToken() (col int, ok bool) {
 	if s.ml != nil {
 		kind = stringToken
 	}
-	s.plain = true
-	s.addToken(kind, col)
-	s.plain = false
+	s.tree.token(s.idx, true)
+	s.lastToken, s.lastTokenColumn = kind, col
 	if s.ml == nil || s.ml.isRawFolded {
-		s.nodeStart(col, line, true, length) // a plain scalar
+		s.tree.nodeStart(col, line, true, length) // a plain scalar
 	}
 	s.resetBuffer()
 	return col, true
@@ -582,8 +415,7 @@ func (s *shapeScanner) scanChar(c rune) (handled, ok bool) {
 		s.addBufferedTokenIfExists()
 		s.addOriginBuf(c)
 		s.addToken(otherToken, s.column)
-		s.flowDelim = s.meter.nodes
-		s.levels.popBlock()
+		s.tree.flowEntry()
 		s.progressColumn(1)
 		s.clear()
 		return true, true
@@ -602,7 +434,7 @@ func (s *shapeScanner) scanChar(c rune) (handled, ok bool) {
 		}
 		s.lastDelimColumn = s.column
 		s.addToken(otherToken, s.column)
-		s.nodeStart(s.column, s.line, false, len("<<"))
+		s.tree.nodeStart(s.column, s.line, false, len("<<"))
 		s.progressColumn(2)
 		s.clear()
 		return true, true
@@ -634,7 +466,7 @@ func (s *shapeScanner) scanChar(c rune) (handled, ok bool) {
 		s.addOriginBuf('-')
 		s.addToken(otherToken, s.column)
 		s.lastDelimColumn = s.column
-		s.seqEntry(s.column, s.idx)
+		s.tree.seqEntry(s.column, s.idx)
 		s.progressColumn(1)
 		s.clear()
 		return true, true
@@ -670,7 +502,7 @@ func (s *shapeScanner) scanChar(c rune) (handled, ok bool) {
 		}
 		s.addToken(otherToken, s.column)
 		s.lastDelimColumn = s.column
-		s.keyEntry(s.column, s.idx, false, s.afterPrefix(), true, 0)
+		s.tree.keyEntry(s.column, s.idx, false, s.tree.afterPrefix(), true, 0)
 		s.progressColumn(1)
 		s.clear()
 		return true, true
@@ -682,11 +514,9 @@ func (s *shapeScanner) scanChar(c rune) (handled, ok bool) {
 		s.addOriginBuf(c)
 		s.addToken(otherToken, s.column)
 		if c == '*' {
-			s.nodeStart(s.column, s.line, true, 0) // an alias is a node; as a key, "" in paths
-			s.aliasTok = s.meter.nodes
+			s.tree.alias(s.column, s.line)
 		} else {
-			s.prefix(s.column, true, 0) // an anchor names the next
-			s.anchorTok = s.meter.nodes
+			s.tree.anchor(s.column, s.line)
 		}
 		s.progressColumn(1)
 		s.isAnchor, s.isAlias = s.isAnchor || c == '&', s.isAlias || c == '*'
@@ -743,9 +573,7 @@ func (s *shapeScanner) flowStart(kind levelKind) {
 	} else {
 		s.flowSeqNum++
 	}
-	s.nodeStart(s.column, s.line, false, 0)
-	s.push(kind, s.column, s.idx)
-	s.flowDelim = s.meter.nodes
+	s.tree.flowStart(kind, s.column, s.line, s.idx)
 	s.progressColumn(1)
 	s.clear()
 }
@@ -755,7 +583,7 @@ func (s *shapeScanner) flowEnd(num *int) {
 	s.addOriginBuf(s.src[s.idx])
 	s.addToken(otherToken, s.column)
 	*num--
-	s.levels.closeFlow()
+	s.tree.flowEnd()
 	s.progressColumn(1)
 	s.clear()
 }
@@ -807,7 +635,7 @@ func (s *shapeScanner) scanDocumentStart() bool {
 	s.progressColumn(3)
 	s.clear()
 	s.lastDelimColumn, s.indentNum = 0, 0
-	s.levels.reset() // the parser reads each document on its own
+	s.tree.documentStart()
 	return true
 }
 
@@ -834,22 +662,8 @@ func (s *shapeScanner) scanMapDelim() (handled, ok bool) {
 	} else if s.lastToken == quotedToken {
 		s.lastDelimColumn = s.lastTokenColumn
 	}
-	// The key is the node started since the latest "-", ":" or "?", if any,
-	// or a tag or an anchor just before the ":" ("!!str\n: a"). After a "?"
-	// and one node, this ":" may be the "?"'s own: then it is read as that
-	// when that nests deeper (the node is left of the "?").
 	s.addToken(mappingValueToken, s.column)
-	own, carried, keyCol, keyLen := s.lastStart > s.lastEntry, false, s.column, 0
-	switch {
-	case s.afterPrefix(): // of several, the first may be a node of its own, carrying the key
-		own, carried, keyCol, keyLen = false, s.prefixCarried || s.prefixElems > 1, s.prefixCol, s.prefixLen
-	case own:
-		keyCol, carried, keyLen = s.lastStartCol, s.lastStartCarried, s.lastStartLen
-	}
-	if s.lastEntryCol > 0 && keyCol <= s.lastEntryCol && !carried && s.prevStart <= s.lastEntry {
-		own, carried, keyCol = false, false, s.lastEntryCol
-	}
-	s.keyEntry(keyCol, s.idx, own, carried, false, keyLen)
+	s.tree.mapValue(s.column, s.idx)
 	s.progressColumn(1)
 	s.clear()
 	return true, true
@@ -936,21 +750,21 @@ func (s *shapeScanner) scanTag() (handled, ok bool) {
 		switch c {
 		case ' ':
 			s.addToken(otherToken, s.column)
-			s.prefix(s.column, tagGroups(string(s.src[start:s.idx+i])), s.idx+i-start)
+			s.tree.prefix(s.column, s.line, tagGroups(string(s.src[start:s.idx+i])), s.idx+i-start)
 			s.progressColumn(s.idx + i - start)
 			s.clear()
 			return true, true
 		case ',':
 			if s.isFlowMode() {
 				s.addToken(otherToken, s.column)
-				s.prefix(s.column, tagGroups(string(s.src[start:s.idx+i])), s.idx+i-start)
+				s.tree.prefix(s.column, s.line, tagGroups(string(s.src[start:s.idx+i])), s.idx+i-start)
 				s.progressColumn(s.idx + i - start - 1)
 				s.clear()
 				return true, true
 			}
 		case '\n', '\r':
 			s.addToken(otherToken, s.column)
-			s.prefix(s.column, tagGroups(string(s.src[start:s.idx+i])), s.idx+i-start)
+			s.tree.prefix(s.column, s.line, tagGroups(string(s.src[start:s.idx+i])), s.idx+i-start)
 			s.progressColumn(s.idx + i - start - 1)
 			s.clear()
 			return true, true
@@ -973,7 +787,7 @@ func (s *shapeScanner) scanQuote(q rune) bool {
 		return false
 	}
 	s.addToken(quotedToken, col)
-	s.nodeStart(col, line, true, s.idx-start)
+	s.tree.nodeStart(col, line, true, s.idx-start)
 	s.clear()
 	return true
 }
@@ -1183,7 +997,7 @@ func (s *shapeScanner) scanMultiLineHeader() bool {
 		s.lastDelimColumn = 1
 	}
 	s.addToken(otherToken, s.column)
-	s.nodeStart(s.column, s.line, true, 0)
+	s.tree.nodeStart(s.column, s.line, true, 0)
 	if i := slices.Index(rest[:min(progress+1, len(rest))], '#'); i >= 0 {
 		s.meter.uncounted() // the comment after the header
 		s.lastTokenColumn = s.column + 1 + i
