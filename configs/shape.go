@@ -28,27 +28,6 @@ import (
 // the library: the same tokens, nesting at least as deep as the library's
 // tree. After upgrading goccy/go-yaml, run FuzzShape for a while.
 
-// tokenKind is what the library's last token in its current scan was, as far
-// as the scan needs it.
-type tokenKind uint8
-
-const (
-	noToken tokenKind = iota
-	otherToken
-	quotedToken
-	mappingValueToken
-	stringToken // a block scalar's content
-)
-
-type indentState uint8
-
-const (
-	indentEqual indentState = iota
-	indentUp
-	indentDown
-	indentKeep
-)
-
 // multiLine is the library's MultiLineState: a block scalar ("|" or ">") or
 // a plain scalar folded over lines that start with "-".
 type multiLine struct {
@@ -63,40 +42,10 @@ type multiLine struct {
 	isLiteral                        bool
 }
 
-// shapeScanner reads src as the library's scanner does. Its fields mirror the
-// library's Scanner and, from buf on, its Context, which the library starts
-// afresh after each invalid token (newContext).
+// shapeScanner reads src as the library's scanner does.
 type shapeScanner struct {
-	src               []rune
-	idx               int // the library's sourcePos
-	ctxStart          int // where the current Context began
-	column            int
-	indentNum         int
-	lastDelimColumn   int
-	isFirstCharAtLine bool
-	isAnchor          bool
-	isAlias           bool
-	isDirective       bool
-	flowSeqNum        int
-	flowMapNum        int
-	indentState       indentState
-	savedColumn       int
-	savedLine         int
-	line              int // as the library counts them
-	saved             bool
-
-	buf             []rune
-	obuf            []rune
-	notSpaceCharPos int
-	notSpaceOrgPos  int
-	ml              *multiLine
-	lastToken       tokenKind
-	lastTokenColumn int
-
-	// The line lineAfter read last: [lineStart, lineEnd), its last text at
-	// lineText; the run of one character repeatNum read last.
-	lineStart, lineEnd, lineText int
-	runStart, runEnd             int
+	st  scanState   // the library's Scanner: where it is in the text, the line's state
+	ctx scanContext // the library's Context, started afresh after each invalid token (newContext)
 
 	// What the scan measures.
 	meter shapeMeter
@@ -122,15 +71,15 @@ type shapeCaps struct{ depth, nodes, keyPath, steps int }
 // scanShape scans data with the given limits; the scan stops at the first one
 // crossed.
 func scanShape(data []byte, caps shapeCaps) *shapeScanner {
-	s := &shapeScanner{src: []rune(string(data)), column: 1, line: 1, isFirstCharAtLine: true,
-		meter: shapeMeter{caps: caps}}
+	s := &shapeScanner{
+		st:    scanState{src: []rune(string(data)), column: 1, line: 1, isFirstCharAtLine: true},
+		meter: shapeMeter{caps: caps},
+	}
 	s.tree = newShapeParser(&s.meter)
-	for s.idx < len(s.src) && s.meter.limit == nil {
+	for s.st.idx < len(s.st.src) && s.meter.limit == nil {
 		// lexer.Tokenize: Scan until the end, each time with a new Context.
-		s.ctxStart = s.idx
-		s.resetBuffer()
-		s.ml = nil
-		s.lastToken = noToken
+		s.st.ctxStart = s.st.idx
+		s.ctx.reset()
 		s.scan()
 	}
 	return s
@@ -146,217 +95,67 @@ func runeOffset(data []byte, i int) int {
 	return off
 }
 
-// ---- the library's Context ----
-
-func (s *shapeScanner) resetBuffer() {
-	s.buf = s.buf[:0]
-	s.obuf = s.obuf[:0]
-	s.notSpaceCharPos = 0
-	s.notSpaceOrgPos = 0
-}
-
-func (s *shapeScanner) clear() {
-	s.resetBuffer()
-	s.ml = nil
-}
-
-func (s *shapeScanner) addBuf(r rune) {
-	if len(s.buf) == 0 && (r == ' ' || r == '\t') {
-		return
-	}
-	s.buf = append(s.buf, r)
-	if r != ' ' && r != '\t' {
-		s.notSpaceCharPos = len(s.buf)
-	}
-}
-
-func (s *shapeScanner) addBufWithTab(r rune) {
-	if len(s.buf) == 0 && r == ' ' {
-		return
-	}
-	s.buf = append(s.buf, r)
-	if r != ' ' {
-		s.notSpaceCharPos = len(s.buf)
-	}
-}
-
-func (s *shapeScanner) addOriginBuf(r rune) {
-	s.obuf = append(s.obuf, r)
-	if r != ' ' && r != '\t' {
-		s.notSpaceOrgPos = len(s.obuf)
-	}
-}
-
-func (s *shapeScanner) removeRightSpaceFromBuf() {
-	if len(s.obuf) > s.notSpaceOrgPos {
-		s.obuf = s.obuf[:s.notSpaceOrgPos]
-		s.buf = s.bufferedSrc()
-	}
-}
-
-func (s *shapeScanner) bufferedSrc() []rune {
-	src := s.buf[:s.notSpaceCharPos]
-	if s.ml == nil {
-		return src
-	}
-	// Block chomping, as the library does it: only whether anything is left
-	// matters here.
-	str := string(src)
-	m := s.ml
-	if m.hasTrimAllEndNewlineOpt() {
-		str = strings.TrimRight(str, "\n")
-	} else if !m.hasKeepAllEndNewlineOpt() {
-		n := len(str) - len(strings.TrimRight(str, "\n"))
-		if n > 1 {
-			str = str[:len(str)-(n-1)]
-		}
-	}
-	if m.hasTrimAllEndNewlineOpt() {
-		str = strings.TrimRight(str, " ")
-	}
-	if str == "\n" {
-		str = ""
-	}
-	if m.hasKeepAllEndNewlineOpt() && str == "" {
-		str = "\n"
-	}
-	return []rune(str)
-}
-
-func (s *shapeScanner) existsBuffer() bool { return len(s.bufferedSrc()) != 0 }
-
-func (s *shapeScanner) previousChar() rune {
-	if s.idx > s.ctxStart {
-		return s.src[s.idx-1]
-	}
-	return 0
-}
-
-func (s *shapeScanner) nextChar() rune {
-	if s.idx+1 < len(s.src) {
-		return s.src[s.idx+1]
-	}
-	return 0
-}
-
-func (s *shapeScanner) isEOS() bool     { return len(s.src)-1 <= s.idx }
-func (s *shapeScanner) isNextEOS() bool { return len(s.src) <= s.idx+1 }
-
-// repeatNum is how many times r is repeated from the current character on.
-// (The library counts the run at each of its characters; the scan reads each
-// run once.)
-func (s *shapeScanner) repeatNum(r rune) int {
-	if s.idx < s.runStart || s.idx >= s.runEnd || s.src[s.idx] != r {
-		s.runStart, s.runEnd = s.idx, s.idx
-		for s.runEnd < len(s.src) && s.src[s.runEnd] == r {
-			s.runEnd++
-		}
-	}
-	return s.runEnd - s.idx
-}
-
-// ---- the library's Scanner ----
-
-func isNewLine(c rune) bool { return c == '\n' || c == '\r' }
-
-func (s *shapeScanner) progressColumn(n int) { s.column += n; s.idx += n }
-func (s *shapeScanner) progress(n int)       { s.idx += n }
-
-func (s *shapeScanner) progressLine() {
-	s.line++
-	s.column = 1
-	s.indentNum = 0
-	s.isFirstCharAtLine = true
-	s.isAnchor, s.isAlias, s.isDirective = false, false, false
-	s.idx++
-}
-
 func (s *shapeScanner) addToken(kind tokenKind, col int) {
-	s.tree.token(s.idx, false)
-	s.lastToken, s.lastTokenColumn = kind, col
+	s.tree.token(s.st.idx, false)
+	s.ctx.lastToken, s.ctx.lastTokenColumn = kind, col
 }
 
 // bufferedToken makes a token of the buffer, if it holds anything, and
 // returns its column.
 func (s *shapeScanner) bufferedToken() (col int, ok bool) {
-	col, line := s.column-len(s.buf), s.line
-	if s.ml != nil {
-		col = strings.Index(string(s.obuf), string(s.buf)) + 1
+	col, line := s.st.column-len(s.ctx.buf), s.st.line
+	if s.ctx.ml != nil {
+		col = strings.Index(string(s.ctx.obuf), string(s.ctx.buf)) + 1
 	}
-	if s.saved {
-		col, line = s.savedColumn, s.savedLine
-		s.saved = false
+	if s.st.saved {
+		col, line = s.st.savedColumn, s.st.savedLine
+		s.st.saved = false
 	}
-	if s.idx == s.ctxStart {
+	if s.st.idx == s.st.ctxStart {
 		return 0, false
 	}
-	length := len(s.bufferedSrc())
+	length := len(s.ctx.bufferedSrc())
 	if length == 0 {
-		s.buf = s.buf[:0]
+		s.ctx.buf = s.ctx.buf[:0]
 		return 0, false
 	}
 	kind := otherToken
-	if s.ml != nil {
+	if s.ctx.ml != nil {
 		kind = stringToken
 	}
-	s.tree.token(s.idx, true)
-	s.lastToken, s.lastTokenColumn = kind, col
-	if s.ml == nil || s.ml.isRawFolded {
+	s.tree.token(s.st.idx, true)
+	s.ctx.lastToken, s.ctx.lastTokenColumn = kind, col
+	if s.ctx.ml == nil || s.ctx.ml.isRawFolded {
 		s.tree.nodeStart(col, line, true, length) // a plain scalar
 	}
-	s.resetBuffer()
+	s.ctx.resetBuffer()
 	return col, true
 }
 
 func (s *shapeScanner) addBufferedTokenIfExists() { s.bufferedToken() }
 
-func (s *shapeScanner) updateIndent(c rune) {
-	if s.isFirstCharAtLine && isNewLine(c) {
-		return
-	}
-	if s.isFirstCharAtLine && c == ' ' {
-		s.indentNum++
-		return
-	}
-	if s.isFirstCharAtLine && c == '\t' {
-		return
-	}
-	if !s.isFirstCharAtLine {
-		s.indentState = indentKeep
-		return
-	}
-	if s.lastDelimColumn != 0 {
-		if s.lastDelimColumn < s.column {
-			s.indentState = indentUp
-		} else {
-			s.indentState = indentDown
-		}
-	}
-	s.isFirstCharAtLine = false
-}
-
 // scan is the library's Scanner.scan: it returns at the end of the text, at
 // an invalid token, or when a limit is crossed.
 func (s *shapeScanner) scan() {
-	for s.idx < len(s.src) && s.meter.limit == nil {
-		c := s.src[s.idx]
-		s.updateIndent(c)
-		if s.indentState == indentDown {
+	for s.st.idx < len(s.st.src) && s.meter.limit == nil {
+		c := s.st.src[s.st.idx]
+		s.st.updateIndent(c)
+		if s.st.indentState == indentDown {
 			s.addBufferedTokenIfExists()
 		}
-		if s.ml != nil {
-			if s.indentState == indentDown {
+		if s.ctx.ml != nil {
+			if s.st.indentState == indentDown {
 				// The block ends here: the library reads this character
 				// again outside it (after an invalid token when the block
 				// had no content at column 1: the same for what follows).
-				if s.lastToken != noToken && s.lastTokenColumn == 1 {
+				if s.ctx.lastToken != noToken && s.ctx.lastTokenColumn == 1 {
 					s.meter.uncounted() // "could not find multi-line content"
 					return
 				}
-				if s.lastToken != noToken && s.lastToken != stringToken {
-					s.addToken(stringToken, s.column) // the empty content's token
+				if s.ctx.lastToken != noToken && s.ctx.lastToken != stringToken {
+					s.addToken(stringToken, s.st.column) // the empty content's token
 				}
-				s.ml = nil
+				s.ctx.ml = nil
 			} else {
 				if !s.scanMultiLine(c) {
 					s.meter.uncounted() // the invalid token
@@ -373,9 +172,9 @@ func (s *shapeScanner) scan() {
 		if handled {
 			continue
 		}
-		s.addBuf(c)
-		s.addOriginBuf(c)
-		s.progressColumn(1)
+		s.ctx.addBuf(c)
+		s.ctx.addOriginBuf(c)
+		s.st.progressColumn(1)
 	}
 	s.addBufferedTokenIfExists()
 }
@@ -385,147 +184,147 @@ func (s *shapeScanner) scan() {
 func (s *shapeScanner) scanChar(c rune) (handled, ok bool) {
 	switch c {
 	case '{':
-		if s.existsBuffer() && !s.isFlowMode() {
+		if s.ctx.existsBuffer() && !s.st.isFlowMode() {
 			return false, true
 		}
 		s.flowStart(flowMap)
 		return true, true
 	case '}':
-		if s.flowMapNum <= 0 {
+		if s.st.flowMapNum <= 0 {
 			return false, true
 		}
-		s.flowEnd(&s.flowMapNum)
+		s.flowEnd(&s.st.flowMapNum)
 		return true, true
 	case '[':
-		if s.existsBuffer() && !s.isFlowMode() {
+		if s.ctx.existsBuffer() && !s.st.isFlowMode() {
 			return false, true
 		}
 		s.flowStart(flowSeq)
 		return true, true
 	case ']':
-		if s.existsBuffer() && s.flowSeqNum <= 0 {
+		if s.ctx.existsBuffer() && s.st.flowSeqNum <= 0 {
 			return false, true
 		}
-		s.flowEnd(&s.flowSeqNum)
+		s.flowEnd(&s.st.flowSeqNum)
 		return true, true
 	case ',':
-		if !s.isFlowMode() {
+		if !s.st.isFlowMode() {
 			return false, true
 		}
 		s.addBufferedTokenIfExists()
-		s.addOriginBuf(c)
-		s.addToken(otherToken, s.column)
+		s.ctx.addOriginBuf(c)
+		s.addToken(otherToken, s.st.column)
 		s.tree.flowEntry()
-		s.progressColumn(1)
-		s.clear()
+		s.st.progressColumn(1)
+		s.ctx.clear()
 		return true, true
 	case '.':
-		if s.indentNum != 0 || s.column != 1 || s.repeatNum('.') != 3 {
+		if s.st.indentNum != 0 || s.st.column != 1 || s.st.repeatNum('.') != 3 {
 			return false, true
 		}
 		s.addBufferedTokenIfExists()
-		s.addToken(otherToken, s.column)
-		s.progressColumn(3)
-		s.clear()
+		s.addToken(otherToken, s.st.column)
+		s.st.progressColumn(3)
+		s.ctx.clear()
 		return true, true
 	case '<':
 		if !s.isMergeKey() {
 			return false, true
 		}
-		s.lastDelimColumn = s.column
-		s.addToken(otherToken, s.column)
-		s.tree.nodeStart(s.column, s.line, false, len("<<"))
-		s.progressColumn(2)
-		s.clear()
+		s.st.lastDelimColumn = s.st.column
+		s.addToken(otherToken, s.st.column)
+		s.tree.nodeStart(s.st.column, s.st.line, false, len("<<"))
+		s.st.progressColumn(2)
+		s.ctx.clear()
 		return true, true
 	case '-':
 		if s.scanDocumentStart() {
 			return true, true
 		}
-		if s.existsBuffer() && s.indentState == indentUp {
+		if s.ctx.existsBuffer() && s.st.indentState == indentUp {
 			// A plain scalar folded over lines that start with "-".
 			m := &multiLine{isRawFolded: true}
-			m.updateIndentColumn(s.column)
-			s.ml = m
-			s.addBuf('-')
-			s.addOriginBuf('-')
-			s.progressColumn(1)
+			m.updateIndentColumn(s.st.column)
+			s.ctx.ml = m
+			s.ctx.addBuf('-')
+			s.ctx.addOriginBuf('-')
+			s.st.progressColumn(1)
 			return true, true
 		}
-		if s.existsBuffer() {
+		if s.ctx.existsBuffer() {
 			return false, true
 		}
-		if nc := s.nextChar(); nc != 0 && nc != ' ' && nc != '\t' && !isNewLine(nc) {
+		if nc := s.st.nextChar(); nc != 0 && nc != ' ' && nc != '\t' && !isNewLine(nc) {
 			return false, true
 		}
-		if s.obufStartsWithTab() {
-			s.progressColumn(1)
+		if s.ctx.obufStartsWithTab() {
+			s.st.progressColumn(1)
 			return false, false
 		}
 		s.addBufferedTokenIfExists()
-		s.addOriginBuf('-')
-		s.addToken(otherToken, s.column)
-		s.lastDelimColumn = s.column
-		s.tree.seqEntry(s.column, s.idx)
-		s.progressColumn(1)
-		s.clear()
+		s.ctx.addOriginBuf('-')
+		s.addToken(otherToken, s.st.column)
+		s.st.lastDelimColumn = s.st.column
+		s.tree.seqEntry(s.st.column, s.st.idx)
+		s.st.progressColumn(1)
+		s.ctx.clear()
 		return true, true
 	case ':':
 		return s.scanMapDelim()
 	case '|', '>':
-		if s.existsBuffer() {
+		if s.ctx.existsBuffer() {
 			return false, true
 		}
 		return true, s.scanMultiLineHeader()
 	case '!':
-		if s.existsBuffer() || s.isDirective {
+		if s.ctx.existsBuffer() || s.st.isDirective {
 			return false, true
 		}
 		return s.scanTag()
 	case '%':
-		if s.existsBuffer() || s.indentNum != 0 {
+		if s.ctx.existsBuffer() || s.st.indentNum != 0 {
 			return false, true
 		}
 		s.addBufferedTokenIfExists()
-		s.addOriginBuf('%')
-		s.addToken(otherToken, s.column)
-		s.progressColumn(1)
-		s.clear()
-		s.isDirective = true
+		s.ctx.addOriginBuf('%')
+		s.addToken(otherToken, s.st.column)
+		s.st.progressColumn(1)
+		s.ctx.clear()
+		s.st.isDirective = true
 		return true, true
 	case '?':
-		if s.existsBuffer() {
+		if s.ctx.existsBuffer() {
 			return false, true
 		}
-		if nc := s.nextChar(); nc != ' ' && nc != '\t' {
+		if nc := s.st.nextChar(); nc != ' ' && nc != '\t' {
 			return false, true
 		}
-		s.addToken(otherToken, s.column)
-		s.lastDelimColumn = s.column
-		s.tree.keyEntry(s.column, s.idx, false, s.tree.afterPrefix(), true, 0)
-		s.progressColumn(1)
-		s.clear()
+		s.addToken(otherToken, s.st.column)
+		s.st.lastDelimColumn = s.st.column
+		s.tree.keyEntry(s.st.column, s.st.idx, false, s.tree.afterPrefix(), true, 0)
+		s.st.progressColumn(1)
+		s.ctx.clear()
 		return true, true
 	case '&', '*':
-		if s.existsBuffer() {
+		if s.ctx.existsBuffer() {
 			return false, true
 		}
 		s.addBufferedTokenIfExists()
-		s.addOriginBuf(c)
-		s.addToken(otherToken, s.column)
+		s.ctx.addOriginBuf(c)
+		s.addToken(otherToken, s.st.column)
 		if c == '*' {
-			s.tree.alias(s.column, s.line)
+			s.tree.alias(s.st.column, s.st.line)
 		} else {
-			s.tree.anchor(s.column, s.line)
+			s.tree.anchor(s.st.column, s.st.line)
 		}
-		s.progressColumn(1)
-		s.isAnchor, s.isAlias = s.isAnchor || c == '&', s.isAlias || c == '*'
-		s.clear()
+		s.st.progressColumn(1)
+		s.st.isAnchor, s.st.isAlias = s.st.isAnchor || c == '&', s.st.isAlias || c == '*'
+		s.ctx.clear()
 		return true, true
 	case '#':
 		return s.scanComment(), true
 	case '\'', '"':
-		if s.existsBuffer() {
+		if s.ctx.existsBuffer() {
 			return false, true
 		}
 		return true, s.scanQuote(c)
@@ -535,85 +334,73 @@ func (s *shapeScanner) scanChar(c rune) (handled, ok bool) {
 	case ' ':
 		return s.scanWhiteSpace(), true
 	case '@', '`':
-		if s.existsBuffer() {
+		if s.ctx.existsBuffer() {
 			return false, true
 		}
-		s.addBuf(c)
-		s.addOriginBuf(c)
-		s.progressColumn(1)
-		s.clear()
+		s.ctx.addBuf(c)
+		s.ctx.addOriginBuf(c)
+		s.st.progressColumn(1)
+		s.ctx.clear()
 		return false, false
 	case '\t':
-		if s.existsBuffer() && s.lastDelimColumn == 0 || s.lastDelimColumn < s.column {
-			s.indentNum++
-			s.addOriginBuf(c)
-			s.progress(1)
+		if s.ctx.existsBuffer() && s.st.lastDelimColumn == 0 || s.st.lastDelimColumn < s.st.column {
+			s.st.indentNum++
+			s.ctx.addOriginBuf(c)
+			s.st.progress(1)
 			return true, true
 		}
-		if s.isFlowMode() || !s.isFirstCharAtLine {
+		if s.st.isFlowMode() || !s.st.isFirstCharAtLine {
 			return false, true
 		}
-		s.addBuf(c)
-		s.addOriginBuf(c)
-		s.progressColumn(1)
-		s.clear()
+		s.ctx.addBuf(c)
+		s.ctx.addOriginBuf(c)
+		s.st.progressColumn(1)
+		s.ctx.clear()
 		return false, false
 	}
 	return false, true
 }
 
-func (s *shapeScanner) isFlowMode() bool { return s.flowSeqNum > 0 || s.flowMapNum > 0 }
-
 func (s *shapeScanner) flowStart(kind levelKind) {
 	s.addBufferedTokenIfExists()
-	s.addOriginBuf(s.src[s.idx])
-	s.addToken(otherToken, s.column)
+	s.ctx.addOriginBuf(s.st.src[s.st.idx])
+	s.addToken(otherToken, s.st.column)
 	if kind == flowMap {
-		s.flowMapNum++
+		s.st.flowMapNum++
 	} else {
-		s.flowSeqNum++
+		s.st.flowSeqNum++
 	}
-	s.tree.flowStart(kind, s.column, s.line, s.idx)
-	s.progressColumn(1)
-	s.clear()
+	s.tree.flowStart(kind, s.st.column, s.st.line, s.st.idx)
+	s.st.progressColumn(1)
+	s.ctx.clear()
 }
 
 func (s *shapeScanner) flowEnd(num *int) {
 	s.addBufferedTokenIfExists()
-	s.addOriginBuf(s.src[s.idx])
-	s.addToken(otherToken, s.column)
+	s.ctx.addOriginBuf(s.st.src[s.st.idx])
+	s.addToken(otherToken, s.st.column)
 	*num--
 	s.tree.flowEnd()
-	s.progressColumn(1)
-	s.clear()
-}
-
-// obufStartsWithTab: the library refuses a "-" or ":" after an indentation
-// that starts with a tab (after at most one space).
-func (s *shapeScanner) obufStartsWithTab() bool {
-	o := s.obuf
-	if len(o) > 0 && o[0] == ' ' {
-		o = o[1:]
-	}
-	return len(o) > 0 && o[0] == '\t'
+	s.st.progressColumn(1)
+	s.ctx.clear()
 }
 
 func (s *shapeScanner) isMergeKey() bool {
-	run := s.repeatNum('<')
-	s.meter.work(run, s.idx) // the library counts the run here
+	run := s.st.repeatNum('<')
+	s.meter.work(run, s.st.idx) // the library counts the run here
 	if run != 2 {
 		return false
 	}
-	for i := s.idx + 2; i < len(s.src); i++ {
-		c := s.src[i]
+	for i := s.st.idx + 2; i < len(s.st.src); i++ {
+		c := s.st.src[i]
 		if c == ' ' {
 			continue
 		}
 		if c != ':' {
 			return false
 		}
-		if i+1 < len(s.src) {
-			if nc := s.src[i+1]; nc == ' ' || isNewLine(nc) {
+		if i+1 < len(s.st.src) {
+			if nc := s.st.src[i+1]; nc == ' ' || isNewLine(nc) {
 				return true
 			}
 		}
@@ -622,183 +409,183 @@ func (s *shapeScanner) isMergeKey() bool {
 }
 
 func (s *shapeScanner) scanDocumentStart() bool {
-	if s.indentNum != 0 || s.column != 1 || s.repeatNum('-') != 3 {
+	if s.st.indentNum != 0 || s.st.column != 1 || s.st.repeatNum('-') != 3 {
 		return false
 	}
-	if s.idx+3 < len(s.src) {
-		if c := s.src[s.idx+3]; c != ' ' && c != '\t' && !isNewLine(c) {
+	if s.st.idx+3 < len(s.st.src) {
+		if c := s.st.src[s.st.idx+3]; c != ' ' && c != '\t' && !isNewLine(c) {
 			return false
 		}
 	}
 	s.addBufferedTokenIfExists()
-	s.addToken(otherToken, s.column)
-	s.progressColumn(3)
-	s.clear()
-	s.lastDelimColumn, s.indentNum = 0, 0
+	s.addToken(otherToken, s.st.column)
+	s.st.progressColumn(3)
+	s.ctx.clear()
+	s.st.lastDelimColumn, s.st.indentNum = 0, 0
 	s.tree.documentStart()
 	return true
 }
 
 func (s *shapeScanner) scanMapDelim() (handled, ok bool) {
-	nc := s.nextChar()
-	if s.isDirective || s.isAnchor || s.isAlias {
+	nc := s.st.nextChar()
+	if s.st.isDirective || s.st.isAnchor || s.st.isAlias {
 		return false, true
 	}
-	if s.flowMapNum <= 0 && nc != ' ' && nc != '\t' && !isNewLine(nc) && !s.isNextEOS() {
+	if s.st.flowMapNum <= 0 && nc != ' ' && nc != '\t' && !isNewLine(nc) && !s.st.isNextEOS() {
 		return false, true
 	}
-	if s.flowMapNum > 0 && nc == '/' {
+	if s.st.flowMapNum > 0 && nc == '/' {
 		return false, true
 	}
-	if s.flowMapNum > 0 && s.lastToken == mappingValueToken {
+	if s.st.flowMapNum > 0 && s.ctx.lastToken == mappingValueToken {
 		return false, true
 	}
-	if s.obufStartsWithTab() && (len(s.buf) == 0 || s.buf[0] != '\t') {
-		s.progressColumn(1)
+	if s.ctx.obufStartsWithTab() && (len(s.ctx.buf) == 0 || s.ctx.buf[0] != '\t') {
+		s.st.progressColumn(1)
 		return false, false
 	}
 	if col, ok := s.bufferedToken(); ok {
-		s.lastDelimColumn = col
-	} else if s.lastToken == quotedToken {
-		s.lastDelimColumn = s.lastTokenColumn
+		s.st.lastDelimColumn = col
+	} else if s.ctx.lastToken == quotedToken {
+		s.st.lastDelimColumn = s.ctx.lastTokenColumn
 	}
-	s.addToken(mappingValueToken, s.column)
-	s.tree.mapValue(s.column, s.idx)
-	s.progressColumn(1)
-	s.clear()
+	s.addToken(mappingValueToken, s.st.column)
+	s.tree.mapValue(s.st.column, s.st.idx)
+	s.st.progressColumn(1)
+	s.ctx.clear()
 	return true, true
 }
 
 func (s *shapeScanner) scanComment() bool {
-	if s.existsBuffer() {
-		if c := s.previousChar(); c != ' ' && c != '\t' && !isNewLine(c) {
+	if s.ctx.existsBuffer() {
+		if c := s.st.previousChar(); c != ' ' && c != '\t' && !isNewLine(c) {
 			return false
 		}
 	}
 	s.addBufferedTokenIfExists()
 	s.meter.uncounted()
-	s.lastToken, s.lastTokenColumn = otherToken, s.column
-	s.progress(1) // the '#'
-	for i := s.idx; i < len(s.src); i++ {
-		if isNewLine(s.src[i]) {
-			s.progressColumn(i - s.idx)
-			s.progressLine()
-			s.clear()
+	s.ctx.lastToken, s.ctx.lastTokenColumn = otherToken, s.st.column
+	s.st.progress(1) // the '#'
+	for i := s.st.idx; i < len(s.st.src); i++ {
+		if isNewLine(s.st.src[i]) {
+			s.st.progressColumn(i - s.st.idx)
+			s.st.progressLine()
+			s.ctx.clear()
 			return true
 		}
 	}
-	s.progressColumn(len(s.src) - s.idx)
-	s.progressLine()
-	s.clear()
+	s.st.progressColumn(len(s.st.src) - s.st.idx)
+	s.st.progressLine()
+	s.ctx.clear()
 	return true
 }
 
 func (s *shapeScanner) scanNewLine(c rune) {
-	if len(s.buf) > 0 && !s.saved {
-		s.saved, s.savedColumn, s.savedLine = true, s.column-len(s.bufferedSrc()), s.line
+	if len(s.ctx.buf) > 0 && !s.st.saved {
+		s.st.saved, s.st.savedColumn, s.st.savedLine = true, s.st.column-len(s.ctx.bufferedSrc()), s.st.line
 	}
-	s.removeRightSpaceFromBuf()
-	if c == '\r' && s.nextChar() == '\n' {
-		s.addOriginBuf('\r')
-		s.progress(1)
+	s.ctx.removeRightSpaceFromBuf()
+	if c == '\r' && s.st.nextChar() == '\n' {
+		s.ctx.addOriginBuf('\r')
+		s.st.progress(1)
 		c = '\n'
 	}
-	if s.isEOS() || s.isAnchor || s.isAlias || s.isDirective {
+	if s.st.isEOS() || s.st.isAnchor || s.st.isAlias || s.st.isDirective {
 		s.addBufferedTokenIfExists()
 	}
-	if s.existsBuffer() && s.isFirstCharAtLine {
-		if s.buf[len(s.buf)-1] == ' ' {
-			s.buf[len(s.buf)-1] = '\n'
+	if s.ctx.existsBuffer() && s.st.isFirstCharAtLine {
+		if s.ctx.buf[len(s.ctx.buf)-1] == ' ' {
+			s.ctx.buf[len(s.ctx.buf)-1] = '\n'
 		} else {
-			s.buf = append(s.buf, '\n')
+			s.ctx.buf = append(s.ctx.buf, '\n')
 		}
 	} else {
-		s.addBuf(' ')
+		s.ctx.addBuf(' ')
 	}
-	s.addOriginBuf(c)
-	s.progressLine()
+	s.ctx.addOriginBuf(c)
+	s.st.progressLine()
 }
 
 func (s *shapeScanner) scanWhiteSpace() bool {
-	if !s.isAnchor && !s.isDirective && !s.isAlias && !s.isFirstCharAtLine {
+	if !s.st.isAnchor && !s.st.isDirective && !s.st.isAlias && !s.st.isFirstCharAtLine {
 		return false
 	}
-	if s.isFirstCharAtLine {
-		s.progressColumn(1)
-		s.addOriginBuf(' ')
+	if s.st.isFirstCharAtLine {
+		s.st.progressColumn(1)
+		s.ctx.addOriginBuf(' ')
 		return true
 	}
-	if s.isDirective {
+	if s.st.isDirective {
 		s.addBufferedTokenIfExists()
-		s.progressColumn(1)
-		s.addOriginBuf(' ')
+		s.st.progressColumn(1)
+		s.ctx.addOriginBuf(' ')
 		return true
 	}
 	s.addBufferedTokenIfExists()
-	s.isAnchor, s.isAlias = false, false
+	s.st.isAnchor, s.st.isAlias = false, false
 	return true
 }
 
 // scanTag skips a tag ("!name ") as the library does.
 func (s *shapeScanner) scanTag() (handled, ok bool) {
-	s.addOriginBuf('!')
-	start := s.idx
-	s.progress(1)
+	s.ctx.addOriginBuf('!')
+	start := s.st.idx
+	s.st.progress(1)
 	progress := 0
-	for i, c := range s.src[s.idx:] {
+	for i, c := range s.st.src[s.st.idx:] {
 		progress = i + 1
 		switch c {
 		case ' ':
-			s.addToken(otherToken, s.column)
-			s.tree.prefix(s.column, s.line, tagGroups(string(s.src[start:s.idx+i])), s.idx+i-start)
-			s.progressColumn(s.idx + i - start)
-			s.clear()
+			s.addToken(otherToken, s.st.column)
+			s.tree.prefix(s.st.column, s.st.line, tagGroups(string(s.st.src[start:s.st.idx+i])), s.st.idx+i-start)
+			s.st.progressColumn(s.st.idx + i - start)
+			s.ctx.clear()
 			return true, true
 		case ',':
-			if s.isFlowMode() {
-				s.addToken(otherToken, s.column)
-				s.tree.prefix(s.column, s.line, tagGroups(string(s.src[start:s.idx+i])), s.idx+i-start)
-				s.progressColumn(s.idx + i - start - 1)
-				s.clear()
+			if s.st.isFlowMode() {
+				s.addToken(otherToken, s.st.column)
+				s.tree.prefix(s.st.column, s.st.line, tagGroups(string(s.st.src[start:s.st.idx+i])), s.st.idx+i-start)
+				s.st.progressColumn(s.st.idx + i - start - 1)
+				s.ctx.clear()
 				return true, true
 			}
 		case '\n', '\r':
-			s.addToken(otherToken, s.column)
-			s.tree.prefix(s.column, s.line, tagGroups(string(s.src[start:s.idx+i])), s.idx+i-start)
-			s.progressColumn(s.idx + i - start - 1)
-			s.clear()
+			s.addToken(otherToken, s.st.column)
+			s.tree.prefix(s.st.column, s.st.line, tagGroups(string(s.st.src[start:s.st.idx+i])), s.st.idx+i-start)
+			s.st.progressColumn(s.st.idx + i - start - 1)
+			s.ctx.clear()
 			return true, true
 		case '{', '}':
-			s.progressColumn(progress)
+			s.st.progressColumn(progress)
 			return false, false
 		}
 	}
-	s.progressColumn(progress)
-	s.clear()
+	s.st.progressColumn(progress)
+	s.ctx.clear()
 	return true, true
 }
 
 // scanQuote skips a quoted scalar as the library does; !ok when the library
 // finds it invalid (where it then goes on reading).
 func (s *shapeScanner) scanQuote(q rune) bool {
-	col, line, start := s.column, s.line, s.idx
+	col, line, start := s.st.column, s.st.line, s.st.idx
 	ok := s.skipQuoted(q)
 	if !ok {
 		return false
 	}
 	s.addToken(quotedToken, col)
-	s.tree.nodeStart(col, line, true, s.idx-start)
-	s.clear()
+	s.tree.nodeStart(col, line, true, s.st.idx-start)
+	s.ctx.clear()
 	return true
 }
 
 func (s *shapeScanner) skipQuoted(q rune) bool {
-	src := s.src
+	src := s.st.src
 	size := len(src)
 	isFirstLineChar, isNewLine_ := false, false
-	for idx := s.idx + 1; idx < size; idx++ {
+	for idx := s.st.idx + 1; idx < size; idx++ {
 		if !isNewLine_ {
-			s.progressColumn(1)
+			s.st.progressColumn(1)
 		} else {
 			isNewLine_ = false
 		}
@@ -806,7 +593,7 @@ func (s *shapeScanner) skipQuoted(q rune) bool {
 		switch {
 		case isNewLine(c):
 			isFirstLineChar, isNewLine_ = true, true
-			s.progressLine()
+			s.st.progressLine()
 			if idx+1 < size && foundDocumentSeparatorMarker(src[idx+1:]) {
 				return false
 			}
@@ -814,7 +601,7 @@ func (s *shapeScanner) skipQuoted(q rune) bool {
 		case isFirstLineChar && c == ' ':
 			continue
 		case isFirstLineChar && c == '\t':
-			if s.lastDelimColumn >= s.column {
+			if s.st.lastDelimColumn >= s.st.column {
 				return false
 			}
 			continue
@@ -826,10 +613,10 @@ func (s *shapeScanner) skipQuoted(q rune) bool {
 			}
 			if idx+1 < size && src[idx+1] == '\'' {
 				idx++
-				s.progressColumn(1)
+				s.st.progressColumn(1)
 				continue
 			}
-			s.progressColumn(1)
+			s.st.progressColumn(1)
 			return true
 		}
 		switch {
@@ -868,64 +655,48 @@ func (s *shapeScanner) skipQuoted(q rune) bool {
 				progress = 9
 			case '\n':
 				isFirstLineChar, isNewLine_ = true, true
-				s.progressColumn(1)
-				s.progressLine()
+				s.st.progressColumn(1)
+				s.st.progressLine()
 				idx++
 				continue
 			case '\r':
 				isFirstLineChar, isNewLine_ = true, true
-				s.progressLine()
+				s.st.progressLine()
 				progress = 1
 				if idx+2 < size && src[idx+2] == '\n' {
 					progress = 2
 				}
 			default:
-				s.progressColumn(1)
+				s.st.progressColumn(1)
 				return false
 			}
 			idx += progress
-			s.progressColumn(progress)
+			s.st.progressColumn(progress)
 			continue
 		case c == '\t':
 			// The library looks at the rest of the line at each tab: is
 			// there more than blanks?
-			eol, lastText := s.lineAfter(idx)
+			eol, lastText := s.st.lineAfter(idx)
 			s.meter.work(eol-idx, idx)
 			found, progress := lastText > idx, eol-idx-1
 			if found {
 				if src[idx+1] != '"' {
-					s.progressColumn(1)
+					s.st.progressColumn(1)
 				}
 			} else {
 				idx += progress
-				s.progressColumn(progress)
+				s.st.progressColumn(progress)
 			}
 			continue
 		case c != '"':
 			isFirstLineChar = false
 			continue
 		}
-		s.progressColumn(1)
+		s.st.progressColumn(1)
 		return true
 	}
-	s.progressColumn(1)
+	s.st.progressColumn(1)
 	return false
-}
-
-// lineAfter returns the end of the line holding src[i] (its line break, or
-// the end of the text) and the index of its last character that is neither a
-// space nor a tab (-1 if none), reading each line once however often asked.
-func (s *shapeScanner) lineAfter(i int) (eol, lastText int) {
-	if i >= s.lineStart && i < s.lineEnd {
-		return s.lineEnd, s.lineText
-	}
-	s.lineStart, s.lineText = i, -1
-	for s.lineEnd = i; s.lineEnd < len(s.src) && !isNewLine(s.src[s.lineEnd]); s.lineEnd++ {
-		if c := s.src[s.lineEnd]; c != ' ' && c != '\t' {
-			s.lineText = s.lineEnd
-		}
-	}
-	return s.lineEnd, s.lineText
 }
 
 func hexRunes(b []rune) int {
@@ -961,10 +732,10 @@ func foundDocumentSeparatorMarker(src []rune) bool {
 // scanMultiLineHeader reads a block scalar's header ("|", ">-", "|2 # …")
 // and starts the block, as the library does.
 func (s *shapeScanner) scanMultiLineHeader() bool {
-	header := s.src[s.idx]
-	s.addOriginBuf(header)
-	s.progress(1)
-	rest := s.src[s.idx:]
+	header := s.st.src[s.st.idx]
+	s.ctx.addOriginBuf(header)
+	s.st.progress(1)
+	rest := s.st.src[s.st.idx:]
 	progress, crlf := 0, false
 	for i, c := range rest {
 		progress = i
@@ -990,28 +761,28 @@ func (s *shapeScanner) scanMultiLineHeader() bool {
 	}
 	opt = strings.TrimRight(opt, " \t")
 	if opt != "" && !validBlockHeaderOption(opt) {
-		s.progressColumn(progress)
+		s.st.progressColumn(progress)
 		return false
 	}
-	if s.column == 1 {
-		s.lastDelimColumn = 1
+	if s.st.column == 1 {
+		s.st.lastDelimColumn = 1
 	}
-	s.addToken(otherToken, s.column)
-	s.tree.nodeStart(s.column, s.line, true, 0)
+	s.addToken(otherToken, s.st.column)
+	s.tree.nodeStart(s.st.column, s.st.line, true, 0)
 	if i := slices.Index(rest[:min(progress+1, len(rest))], '#'); i >= 0 {
 		s.meter.uncounted() // the comment after the header
-		s.lastTokenColumn = s.column + 1 + i
+		s.ctx.lastTokenColumn = s.st.column + 1 + i
 	}
 	m := &multiLine{isLiteral: header == '|', opt: opt}
 	if indent := blockIndentOption(opt); indent > 0 {
-		m.firstLineIndentColumn = s.lastDelimColumn + indent
+		m.firstLineIndentColumn = s.st.lastDelimColumn + indent
 	}
-	s.ml = m
-	s.indentState = indentKeep
-	s.buf, s.notSpaceCharPos = s.buf[:0], 0
-	s.obuf, s.notSpaceOrgPos = s.obuf[:0], 0
-	s.progressColumn(progress)
-	s.progressLine()
+	s.ctx.ml = m
+	s.st.indentState = indentKeep
+	s.ctx.buf, s.ctx.notSpaceCharPos = s.ctx.buf[:0], 0
+	s.ctx.obuf, s.ctx.notSpaceOrgPos = s.ctx.obuf[:0], 0
+	s.st.progressColumn(progress)
+	s.st.progressLine()
 	return true
 }
 
@@ -1070,34 +841,34 @@ func (m *multiLine) isIndentColumn(column int) bool {
 // scanMultiLine is one character inside a block scalar; false at an invalid
 // token.
 func (s *shapeScanner) scanMultiLine(c rune) bool {
-	m := s.ml
-	s.addOriginBuf(c)
+	m := s.ctx.ml
+	s.ctx.addOriginBuf(c)
 	if c == '\r' {
-		if s.nextChar() == '\n' {
-			s.addOriginBuf('\n')
-			s.progress(1)
+		if s.st.nextChar() == '\n' {
+			s.ctx.addOriginBuf('\n')
+			s.st.progress(1)
 		}
 		c = '\n'
 	}
 	switch {
-	case s.isEOS():
-		if s.isFirstCharAtLine && c == ' ' {
-			s.addIndent(s.column)
+	case s.st.isEOS():
+		if s.st.isFirstCharAtLine && c == ' ' {
+			s.addIndent(s.st.column)
 		} else {
-			s.addBuf(c)
+			s.ctx.addBuf(c)
 		}
-		m.updateIndentColumn(s.column)
+		m.updateIndentColumn(s.st.column)
 		if !m.validIndentColumn() {
-			s.progressColumn(1)
+			s.st.progressColumn(1)
 			return false
 		}
-		s.addToken(stringToken, s.column)
-		s.clear()
-		s.progressColumn(1)
+		s.addToken(stringToken, s.st.column)
+		s.ctx.clear()
+		s.st.progressColumn(1)
 	case isNewLine(c):
-		s.addBuf(c)
+		s.ctx.addBuf(c)
 		if m.firstLineIndentColumn == 0 {
-			m.spaceOnlyIndentColumn = s.column - 1
+			m.spaceOnlyIndentColumn = s.st.column - 1
 		}
 		m.prevLineIndentColumn = m.lineIndentColumn
 		if m.lineIndentColumn != 0 {
@@ -1105,75 +876,75 @@ func (s *shapeScanner) scanMultiLine(c rune) bool {
 		}
 		m.foldedNewLine = true
 		m.lineIndentColumn = 0
-		s.progressLine()
-		if s.idx < len(s.src) && foundDocumentSeparatorMarker(s.src[s.idx:]) {
-			s.addToken(stringToken, s.column)
-			s.clear()
+		s.st.progressLine()
+		if s.st.idx < len(s.st.src) && foundDocumentSeparatorMarker(s.st.src[s.st.idx:]) {
+			s.addToken(stringToken, s.st.column)
+			s.ctx.clear()
 		}
-	case s.isFirstCharAtLine && c == ' ':
-		s.addIndent(s.column)
-		s.progressColumn(1)
-	case s.isFirstCharAtLine && c == '\t' && m.isIndentColumn(s.column):
-		s.progressColumn(1)
+	case s.st.isFirstCharAtLine && c == ' ':
+		s.addIndent(s.st.column)
+		s.st.progressColumn(1)
+	case s.st.isFirstCharAtLine && c == '\t' && m.isIndentColumn(s.st.column):
+		s.st.progressColumn(1)
 		return false
-	case c == '\t' && !m.isIndentColumn(s.column):
-		s.addBufWithTab(c)
-		s.progressColumn(1)
+	case c == '\t' && !m.isIndentColumn(s.st.column):
+		s.ctx.addBufWithTab(c)
+		s.st.progressColumn(1)
 	default:
-		if m.firstLineIndentColumn == 0 && m.spaceOnlyIndentColumn > s.column {
-			s.progressColumn(1)
+		if m.firstLineIndentColumn == 0 && m.spaceOnlyIndentColumn > s.st.column {
+			s.st.progressColumn(1)
 			return false
 		}
-		m.updateIndentColumn(s.column)
+		m.updateIndentColumn(s.st.column)
 		if !m.validIndentColumn() {
-			s.progressColumn(1)
+			s.st.progressColumn(1)
 			return false
 		}
 		if m.firstLineIndentColumn > 1 {
-			s.lastDelimColumn = m.firstLineIndentColumn - 1
+			s.st.lastDelimColumn = m.firstLineIndentColumn - 1
 		}
-		s.foldNewLine(s.column)
-		s.addBufWithTab(c)
-		s.progressColumn(1)
+		s.foldNewLine(s.st.column)
+		s.ctx.addBufWithTab(c)
+		s.st.progressColumn(1)
 	}
 	return true
 }
 
 // addIndent is MultiLineState.addIndent: a space of the content's own.
 func (s *shapeScanner) addIndent(column int) {
-	m := s.ml
+	m := s.ctx.ml
 	if m.firstLineIndentColumn == 0 || column < m.firstLineIndentColumn {
 		return
 	}
 	if !m.isLiteral && m.foldedNewLine {
 		m.foldedNewLine = false
 	}
-	s.buf = append(s.buf, ' ')
-	s.notSpaceCharPos = len(s.buf)
+	s.ctx.buf = append(s.ctx.buf, ' ')
+	s.ctx.notSpaceCharPos = len(s.ctx.buf)
 }
 
 // foldNewLine is MultiLineState.updateNewLineInFolded (what remains of a
 // folded line break decides whether the content is empty).
 func (s *shapeScanner) foldNewLine(column int) {
-	m := s.ml
+	m := s.ctx.ml
 	if m.isLiteral || !m.foldedNewLine {
 		return
 	}
 	var last, prevLast rune
-	if n := len(s.buf); n > 0 {
-		last = s.buf[n-1]
+	if n := len(s.ctx.buf); n > 0 {
+		last = s.ctx.buf[n-1]
 		if n > 1 {
-			prevLast = s.buf[n-2]
+			prevLast = s.ctx.buf[n-2]
 		}
 	}
 	if m.lineIndentColumn == m.prevLineIndentColumn {
 		if last == '\n' {
-			s.buf[len(s.buf)-1] = ' '
+			s.ctx.buf[len(s.ctx.buf)-1] = ' '
 		}
 	} else if m.prevLineIndentColumn == 0 && m.lastNotSpaceOnlyLineIndentColumn == column {
 		if last == '\n' && prevLast == '\n' {
-			s.buf = s.buf[:len(s.buf)-1]
-			s.notSpaceCharPos = len(s.buf)
+			s.ctx.buf = s.ctx.buf[:len(s.ctx.buf)-1]
+			s.ctx.notSpaceCharPos = len(s.ctx.buf)
 		}
 	}
 	m.foldedNewLine = false

@@ -1,0 +1,129 @@
+package configs
+
+// indentState is the library's IndentState: how a line's first character
+// stands to the column of the latest delimiter.
+type indentState uint8
+
+const (
+	indentEqual indentState = iota
+	indentUp
+	indentDown
+	indentKeep
+)
+
+// scanState is the library's Scanner's own state (scanner/scanner.go), its
+// Context apart: where it is in the text, the state of the line, and the
+// flow brackets open.
+type scanState struct {
+	src               []rune
+	idx               int // the library's sourcePos
+	ctxStart          int // where the current Context began
+	column            int
+	line              int // as the library counts them
+	indentNum         int
+	lastDelimColumn   int
+	isFirstCharAtLine bool
+	isAnchor          bool
+	isAlias           bool
+	isDirective       bool
+	flowSeqNum        int
+	flowMapNum        int
+	indentState       indentState
+	savedColumn       int
+	savedLine         int
+	saved             bool
+
+	// The line lineAfter read last: [lineStart, lineEnd), its last text at
+	// lineText; the run of one character repeatNum read last.
+	lineStart, lineEnd, lineText int
+	runStart, runEnd             int
+}
+
+func isNewLine(c rune) bool { return c == '\n' || c == '\r' }
+
+func (st *scanState) previousChar() rune {
+	if st.idx > st.ctxStart {
+		return st.src[st.idx-1]
+	}
+	return 0
+}
+
+func (st *scanState) nextChar() rune {
+	if st.idx+1 < len(st.src) {
+		return st.src[st.idx+1]
+	}
+	return 0
+}
+
+func (st *scanState) isEOS() bool { return len(st.src)-1 <= st.idx }
+
+func (st *scanState) isNextEOS() bool { return len(st.src) <= st.idx+1 }
+
+// repeatNum is how many times r is repeated from the current character on.
+// (The library counts the run at each of its characters; the scan reads each
+// run once.)
+func (st *scanState) repeatNum(r rune) int {
+	if st.idx < st.runStart || st.idx >= st.runEnd || st.src[st.idx] != r {
+		st.runStart, st.runEnd = st.idx, st.idx
+		for st.runEnd < len(st.src) && st.src[st.runEnd] == r {
+			st.runEnd++
+		}
+	}
+	return st.runEnd - st.idx
+}
+
+func (st *scanState) progressColumn(n int) { st.column += n; st.idx += n }
+
+func (st *scanState) progress(n int) { st.idx += n }
+
+func (st *scanState) progressLine() {
+	st.line++
+	st.column = 1
+	st.indentNum = 0
+	st.isFirstCharAtLine = true
+	st.isAnchor, st.isAlias, st.isDirective = false, false, false
+	st.idx++
+}
+
+func (st *scanState) updateIndent(c rune) {
+	if st.isFirstCharAtLine && isNewLine(c) {
+		return
+	}
+	if st.isFirstCharAtLine && c == ' ' {
+		st.indentNum++
+		return
+	}
+	if st.isFirstCharAtLine && c == '\t' {
+		return
+	}
+	if !st.isFirstCharAtLine {
+		st.indentState = indentKeep
+		return
+	}
+	if st.lastDelimColumn != 0 {
+		if st.lastDelimColumn < st.column {
+			st.indentState = indentUp
+		} else {
+			st.indentState = indentDown
+		}
+	}
+	st.isFirstCharAtLine = false
+}
+
+func (st *scanState) isFlowMode() bool { return st.flowSeqNum > 0 || st.flowMapNum > 0 }
+
+// lineAfter returns the end of the line holding src[i] (its line break, or
+// the end of the text) and the index of its last character that is neither a
+// space nor a tab (-1 if none), reading each line once however often asked.
+func (st *scanState) lineAfter(i int) (eol, lastText int) {
+	if i >= st.lineStart && i < st.lineEnd {
+		return st.lineEnd, st.lineText
+	}
+	st.lineStart, st.lineText = i, -1
+	for st.lineEnd = i; st.lineEnd < len(st.src) && !isNewLine(st.src[st.lineEnd]); st.lineEnd++ {
+		if c := st.src[st.lineEnd]; c != ' ' && c != '\t' {
+			st.lineText = st.lineEnd
+		}
+	}
+	return st.lineEnd, st.lineText
+}
