@@ -1,5 +1,7 @@
 package configs
 
+import "strings"
+
 // indentState is the library's IndentState: how a line's first character
 // stands to the column of the latest delimiter.
 type indentState uint8
@@ -126,4 +128,19 @@ func (st *scanState) lineAfter(i int) (eol, lastText int) {
 		}
 	}
 	return st.lineEnd, st.lineText
+}
+
+// foundDocumentSeparatorMarker: src starts with "---" or "...", alone or
+// before a blank or a line break.
+func foundDocumentSeparatorMarker(src []rune) bool {
+	if len(src) < 3 {
+		return false
+	}
+	var marker string
+	if len(src) == 3 {
+		marker = string(src)
+	} else {
+		marker = strings.TrimRight(string(src[:4]), " \t\n\r")
+	}
+	return marker == "---" || marker == "..."
 }
