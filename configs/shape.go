@@ -1,8 +1,6 @@
 package configs
 
 import (
-	"slices"
-	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -27,20 +25,6 @@ import (
 // TestTheShapeScanReadsTheFileAsTheYAMLLibraryDoes and FuzzShape hold it to
 // the library: the same tokens, nesting at least as deep as the library's
 // tree. After upgrading goccy/go-yaml, run FuzzShape for a while.
-
-// multiLine is the library's MultiLineState: a block scalar ("|" or ">") or
-// a plain scalar folded over lines that start with "-".
-type multiLine struct {
-	opt                              string
-	firstLineIndentColumn            int
-	prevLineIndentColumn             int
-	lineIndentColumn                 int
-	lastNotSpaceOnlyLineIndentColumn int
-	spaceOnlyIndentColumn            int
-	foldedNewLine                    bool
-	isRawFolded                      bool
-	isLiteral                        bool
-}
 
 // shapeScanner reads src as the library's scanner does.
 type shapeScanner struct {
@@ -143,7 +127,7 @@ func (s *shapeScanner) scan() {
 		if s.st.indentState == indentDown {
 			s.addBufferedTokenIfExists()
 		}
-		if s.ctx.ml != nil {
+		if m := s.ctx.ml; m != nil {
 			if s.st.indentState == indentDown {
 				// The block ends here: the library reads this character
 				// again outside it (after an invalid token when the block
@@ -157,7 +141,7 @@ func (s *shapeScanner) scan() {
 				}
 				s.ctx.ml = nil
 			} else {
-				if !s.scanMultiLine(c) {
+				if !m.scan(s, c) {
 					s.meter.uncounted() // the invalid token
 					return
 				}
@@ -563,225 +547,4 @@ func (s *shapeScanner) scanTag() (handled, ok bool) {
 	s.st.progressColumn(progress)
 	s.ctx.clear()
 	return true, true
-}
-
-// scanMultiLineHeader reads a block scalar's header ("|", ">-", "|2 # …")
-// and starts the block, as the library does.
-func (s *shapeScanner) scanMultiLineHeader() bool {
-	header := s.st.src[s.st.idx]
-	s.ctx.addOriginBuf(header)
-	s.st.progress(1)
-	rest := s.st.src[s.st.idx:]
-	progress, crlf := 0, false
-	for i, c := range rest {
-		progress = i
-		if isNewLine(c) {
-			if c == '\r' && i+1 < len(rest) && rest[i+1] == '\n' {
-				crlf = true
-				continue
-			}
-			break
-		}
-	}
-	end := progress
-	if crlf {
-		end--
-	}
-	if end < 0 {
-		end = 0
-	}
-	value := strings.TrimRight(string(rest[:end]), " ")
-	opt := value
-	if i := strings.Index(value, "#"); i > 0 {
-		opt = value[:i]
-	}
-	opt = strings.TrimRight(opt, " \t")
-	if opt != "" && !validBlockHeaderOption(opt) {
-		s.st.progressColumn(progress)
-		return false
-	}
-	if s.st.column == 1 {
-		s.st.lastDelimColumn = 1
-	}
-	s.addToken(otherToken, s.st.column)
-	s.tree.nodeStart(s.st.column, s.st.line, true, 0)
-	if i := slices.Index(rest[:min(progress+1, len(rest))], '#'); i >= 0 {
-		s.meter.uncounted() // the comment after the header
-		s.ctx.lastTokenColumn = s.st.column + 1 + i
-	}
-	m := &multiLine{isLiteral: header == '|', opt: opt}
-	if indent := blockIndentOption(opt); indent > 0 {
-		m.firstLineIndentColumn = s.st.lastDelimColumn + indent
-	}
-	s.ctx.ml = m
-	s.st.indentState = indentKeep
-	s.ctx.buf, s.ctx.notSpaceCharPos = s.ctx.buf[:0], 0
-	s.ctx.obuf, s.ctx.notSpaceOrgPos = s.ctx.obuf[:0], 0
-	s.st.progressColumn(progress)
-	s.st.progressLine()
-	return true
-}
-
-func trimChomping(opt string) string {
-	opt = strings.TrimPrefix(opt, "-")
-	opt = strings.TrimPrefix(opt, "+")
-	opt = strings.TrimSuffix(opt, "-")
-	return strings.TrimSuffix(opt, "+")
-}
-
-func validBlockHeaderOption(opt string) bool {
-	opt = trimChomping(opt)
-	if opt == "" {
-		return true
-	}
-	if opt == "0" {
-		return false
-	}
-	i, err := strconv.ParseInt(opt, 10, 64)
-	return err == nil && i <= 9
-}
-
-func blockIndentOption(opt string) int {
-	i, _ := strconv.ParseInt(trimChomping(opt), 10, 64)
-	return int(i)
-}
-
-func (m *multiLine) hasTrimAllEndNewlineOpt() bool {
-	return strings.HasPrefix(m.opt, "-") || strings.HasSuffix(m.opt, "-") || m.isRawFolded
-}
-
-func (m *multiLine) hasKeepAllEndNewlineOpt() bool {
-	return strings.HasPrefix(m.opt, "+") || strings.HasSuffix(m.opt, "+")
-}
-
-func (m *multiLine) updateIndentColumn(column int) {
-	if m.firstLineIndentColumn == 0 {
-		m.firstLineIndentColumn = column
-	}
-	if m.lineIndentColumn == 0 {
-		m.lineIndentColumn = column
-	}
-}
-
-func (m *multiLine) validIndentColumn() bool {
-	return blockIndentOption(m.opt) == 0 || m.firstLineIndentColumn <= m.lineIndentColumn
-}
-
-func (m *multiLine) isIndentColumn(column int) bool {
-	if m.firstLineIndentColumn == 0 {
-		return column == 1
-	}
-	return m.firstLineIndentColumn > column
-}
-
-// scanMultiLine is one character inside a block scalar; false at an invalid
-// token.
-func (s *shapeScanner) scanMultiLine(c rune) bool {
-	m := s.ctx.ml
-	s.ctx.addOriginBuf(c)
-	if c == '\r' {
-		if s.st.nextChar() == '\n' {
-			s.ctx.addOriginBuf('\n')
-			s.st.progress(1)
-		}
-		c = '\n'
-	}
-	switch {
-	case s.st.isEOS():
-		if s.st.isFirstCharAtLine && c == ' ' {
-			s.addIndent(s.st.column)
-		} else {
-			s.ctx.addBuf(c)
-		}
-		m.updateIndentColumn(s.st.column)
-		if !m.validIndentColumn() {
-			s.st.progressColumn(1)
-			return false
-		}
-		s.addToken(stringToken, s.st.column)
-		s.ctx.clear()
-		s.st.progressColumn(1)
-	case isNewLine(c):
-		s.ctx.addBuf(c)
-		if m.firstLineIndentColumn == 0 {
-			m.spaceOnlyIndentColumn = s.st.column - 1
-		}
-		m.prevLineIndentColumn = m.lineIndentColumn
-		if m.lineIndentColumn != 0 {
-			m.lastNotSpaceOnlyLineIndentColumn = m.lineIndentColumn
-		}
-		m.foldedNewLine = true
-		m.lineIndentColumn = 0
-		s.st.progressLine()
-		if s.st.idx < len(s.st.src) && foundDocumentSeparatorMarker(s.st.src[s.st.idx:]) {
-			s.addToken(stringToken, s.st.column)
-			s.ctx.clear()
-		}
-	case s.st.isFirstCharAtLine && c == ' ':
-		s.addIndent(s.st.column)
-		s.st.progressColumn(1)
-	case s.st.isFirstCharAtLine && c == '\t' && m.isIndentColumn(s.st.column):
-		s.st.progressColumn(1)
-		return false
-	case c == '\t' && !m.isIndentColumn(s.st.column):
-		s.ctx.addBufWithTab(c)
-		s.st.progressColumn(1)
-	default:
-		if m.firstLineIndentColumn == 0 && m.spaceOnlyIndentColumn > s.st.column {
-			s.st.progressColumn(1)
-			return false
-		}
-		m.updateIndentColumn(s.st.column)
-		if !m.validIndentColumn() {
-			s.st.progressColumn(1)
-			return false
-		}
-		if m.firstLineIndentColumn > 1 {
-			s.st.lastDelimColumn = m.firstLineIndentColumn - 1
-		}
-		s.foldNewLine(s.st.column)
-		s.ctx.addBufWithTab(c)
-		s.st.progressColumn(1)
-	}
-	return true
-}
-
-// addIndent is MultiLineState.addIndent: a space of the content's own.
-func (s *shapeScanner) addIndent(column int) {
-	m := s.ctx.ml
-	if m.firstLineIndentColumn == 0 || column < m.firstLineIndentColumn {
-		return
-	}
-	if !m.isLiteral && m.foldedNewLine {
-		m.foldedNewLine = false
-	}
-	s.ctx.buf = append(s.ctx.buf, ' ')
-	s.ctx.notSpaceCharPos = len(s.ctx.buf)
-}
-
-// foldNewLine is MultiLineState.updateNewLineInFolded (what remains of a
-// folded line break decides whether the content is empty).
-func (s *shapeScanner) foldNewLine(column int) {
-	m := s.ctx.ml
-	if m.isLiteral || !m.foldedNewLine {
-		return
-	}
-	var last, prevLast rune
-	if n := len(s.ctx.buf); n > 0 {
-		last = s.ctx.buf[n-1]
-		if n > 1 {
-			prevLast = s.ctx.buf[n-2]
-		}
-	}
-	if m.lineIndentColumn == m.prevLineIndentColumn {
-		if last == '\n' {
-			s.ctx.buf[len(s.ctx.buf)-1] = ' '
-		}
-	} else if m.prevLineIndentColumn == 0 && m.lastNotSpaceOnlyLineIndentColumn == column {
-		if last == '\n' && prevLast == '\n' {
-			s.ctx.buf = s.ctx.buf[:len(s.ctx.buf)-1]
-			s.ctx.notSpaceCharPos = len(s.ctx.buf)
-		}
-	}
-	m.foldedNewLine = false
 }
