@@ -150,7 +150,7 @@ func (p *shapeParser) alias(col, line int) {
 }
 
 // tagGroups: the parser groups a tag with a scalar after it on its line
-// unless it is one of the library's "!!" tags other than a scalar'p.
+// unless it is one of the library's "!!" tags other than a scalar's.
 func tagGroups(tag string) bool {
 	switch tag {
 	case "!!int", "!!float", "!!null", "!!str", "!!binary", "!!timestamp", "!!bool":

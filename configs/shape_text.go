@@ -144,3 +144,63 @@ func foundDocumentSeparatorMarker(src []rune) bool {
 	}
 	return marker == "---" || marker == "..."
 }
+
+// documentMarkerAt: a "---" (c is '-') or "..." starts the line at the
+// current character, "---" alone or before a blank or a line break.
+func (st *scanState) documentMarkerAt(c rune) bool {
+	if st.indentNum != 0 || st.column != 1 || st.repeatNum(c) != 3 {
+		return false
+	}
+	if c == '-' && st.idx+3 < len(st.src) {
+		if n := st.src[st.idx+3]; n != ' ' && n != '\t' && !isNewLine(n) {
+			return false
+		}
+	}
+	return true
+}
+
+// mapDelimAfter: after src[i:]'s spaces, a ":" before a space or a line
+// break (the library's isMergeKey).
+func (st *scanState) mapDelimAfter(i int) bool {
+	for ; i < len(st.src); i++ {
+		c := st.src[i]
+		if c == ' ' {
+			continue
+		}
+		if c != ':' {
+			return false
+		}
+		if i+1 < len(st.src) {
+			if nc := st.src[i+1]; nc == ' ' || isNewLine(nc) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// scanTab is a tab outside quoted and block scalars: indentation (in plain
+// text too), text in flow context or after the line's first character, and
+// else an invalid token (the library's scanTab).
+func (st *scanState) scanTab(ctx *scanContext, c rune) (handled, ok bool) {
+	if ctx.existsBuffer() && st.lastDelimColumn == 0 || st.lastDelimColumn < st.column {
+		st.indentNum++
+		ctx.addOriginBuf(c)
+		st.progress(1)
+		return true, true
+	}
+	if st.isFlowMode() || !st.isFirstCharAtLine {
+		return false, true
+	}
+	return st.invalidChar(ctx, c)
+}
+
+// invalidChar is a character that cannot start a token here ("@", "`", a
+// tab): the library's invalid token, after which it reads on afresh.
+func (st *scanState) invalidChar(ctx *scanContext, c rune) (handled, ok bool) {
+	ctx.addBuf(c)
+	ctx.addOriginBuf(c)
+	st.progressColumn(1)
+	ctx.clear()
+	return false, false
+}
