@@ -54,8 +54,8 @@ type levels struct {
 // are open.
 func (ls *levels) push(kind levelKind, col, entry int) int {
 	base := len("$")
-	if top := ls.top(); top != nil {
-		base = top.entryPath()
+	if n := len(ls.open); n > 0 {
+		base = ls.open[n-1].entryPath()
 	}
 	ls.open = append(ls.open, level{kind: kind, col: col, entry: entry, base: base})
 	return len(ls.open)
@@ -77,9 +77,11 @@ func (ls *levels) reset() { ls.open = ls.open[:0] }
 
 // popBlock closes the block levels inside the innermost flow one.
 func (ls *levels) popBlock() {
-	for top := ls.top(); top != nil && !top.kind.flow(); top = ls.top() {
-		ls.pop()
+	n := len(ls.open)
+	for n > 0 && !ls.open[n-1].kind.flow() {
+		n--
 	}
+	ls.open = ls.open[:n]
 }
 
 // closeFlow closes the innermost flow level and what is inside it.
@@ -93,9 +95,11 @@ func (ls *levels) closeFlow() {
 // popRightOf closes the block levels right of col: a "-" or key left of a
 // list's or mapping's own column ends it.
 func (ls *levels) popRightOf(col int) {
-	for top := ls.top(); top != nil && !top.kind.flow() && top.col > col; top = ls.top() {
-		ls.pop()
+	n := len(ls.open)
+	for n > 0 && !ls.open[n-1].kind.flow() && ls.open[n-1].col > col {
+		n--
 	}
+	ls.open = ls.open[:n]
 }
 
 // continueAt finds the block level of kind at column col that a "-" or key

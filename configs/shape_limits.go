@@ -20,13 +20,23 @@ type shapeMeter struct {
 	limit    *shapeLimit
 }
 
+// What the scan says where a file crosses a limit (%d: the limit).
+const (
+	tooManyNodes = "the file has more than %d YAML nodes by here (each key, value, \"-\", \":\", \",\" and bracket counts), " +
+		"the limit for a config file (a real one has a few hundred)"
+	tooManySteps = "the YAML library would take more than %d steps to read the file by here, the limit for a config file: " +
+		`runs of "<", and tabs in double-quoted text (write \t), cost it the square of their length`
+	tooDeep    = "lists and mappings nest more than %d deep here, the limit for a config file (a real one nests about 5 deep)"
+	tooLongKey = "the keys leading here, this one included, are more than %d characters long together, the limit for a config file " +
+		"(the YAML library copies them into every value below)"
+)
+
 // token counts a token of the library's at rune index at.
 func (m *shapeMeter) token(at int) {
 	m.tokens++
 	m.nodes++
-	if m.nodes > m.caps.nodes && m.limit == nil {
-		m.limit = &shapeLimit{at: at, msg: fmt.Sprintf(
-			"the file has more than %d YAML nodes by here (each key, value, \"-\", \":\", \",\" and bracket counts), the limit for a config file (a real one has a few hundred)", m.caps.nodes)}
+	if m.nodes > m.caps.nodes {
+		m.cross(at, tooManyNodes, m.caps.nodes)
 	}
 }
 
@@ -43,19 +53,16 @@ func (m *shapeMeter) uncounted() {
 // file of them, minutes).
 func (m *shapeMeter) work(n, at int) {
 	m.steps += n
-	if m.steps > m.caps.steps && m.limit == nil {
-		m.limit = &shapeLimit{at: at, msg: fmt.Sprintf(
-			"the YAML library would take more than %d steps to read the file by here, the limit for a config file: "+
-				`runs of "<", and tabs in double-quoted text (write \t), cost it the square of their length`, m.caps.steps)}
+	if m.steps > m.caps.steps {
+		m.cross(at, tooManySteps, m.caps.steps)
 	}
 }
 
 // depth notes that depth lists and mappings are open at rune index at.
 func (m *shapeMeter) depth(depth, at int) {
 	m.maxDepth = max(m.maxDepth, depth)
-	if depth > m.caps.depth && m.limit == nil {
-		m.limit = &shapeLimit{at: at, msg: fmt.Sprintf(
-			"lists and mappings nest more than %d deep here, the limit for a config file (a real one nests about 5 deep)", m.caps.depth)}
+	if depth > m.caps.depth {
+		m.cross(at, tooDeep, m.caps.depth)
 	}
 }
 
@@ -63,9 +70,18 @@ func (m *shapeMeter) depth(depth, at int) {
 // at, is n characters long: the keys leading to a value, as the parser writes
 // its path, may be at most MaxKeyPath characters long.
 func (m *shapeMeter) keyPath(n, at int) {
-	if n > m.caps.keyPath && m.limit == nil {
-		m.limit = &shapeLimit{at: at, msg: fmt.Sprintf(
-			"the keys leading here, this one included, are more than %d characters long together, the limit for a config file "+
-				"(the YAML library copies them into every value below)", m.caps.keyPath)}
+	if n > m.caps.keyPath {
+		m.cross(at, tooLongKey, m.caps.keyPath)
+	}
+}
+
+// cross records that the limit n was crossed at rune index at, unless an
+// earlier one was (what says it). It is kept out of line so that the checks
+// above, made at every token, are small enough to be inlined.
+//
+//go:noinline
+func (m *shapeMeter) cross(at int, what string, n int) {
+	if m.limit == nil {
+		m.limit = &shapeLimit{at: at, msg: fmt.Sprintf(what, n)}
 	}
 }

@@ -41,8 +41,9 @@ func newShapeParser(m *shapeMeter) shapeParser {
 // a name that is not a plain scalar makes the parser read on in ways the scan
 // does not follow, so it reads the rest strictly: every "-" and key nests.
 func (p *shapeParser) token(at int, plain bool) {
-	p.m.token(at)
-	if (p.m.nodes-1 == p.anchorTok || p.m.nodes-1 == p.aliasTok) && !plain {
+	m := p.m
+	m.token(at)
+	if !plain && (m.nodes-1 == p.anchorTok || m.nodes-1 == p.aliasTok) {
 		p.strict = true
 	}
 }
@@ -91,11 +92,11 @@ func (p *shapeParser) key(l *level, keyLen, at int) {
 //
 // The token after "&" or "*" is the anchor's or alias's name, whatever it is.
 func (p *shapeParser) nodeStart(col, line int, scalar bool, length int) {
-	switch {
-	case p.m.nodes-1 == p.anchorTok:
-		p.prefixEnd = p.m.nodes // the anchor's name, part of its prefix
+	switch nodes := p.m.nodes; {
+	case nodes-1 == p.anchorTok:
+		p.prefixEnd = nodes // the anchor's name, part of its prefix
 		return
-	case p.m.nodes-1 == p.aliasTok:
+	case nodes-1 == p.aliasTok:
 		return
 	}
 	if top := p.levels.top(); top != nil && top.kind.flow() {

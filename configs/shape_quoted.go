@@ -16,108 +16,94 @@ func (s *shapeScanner) scanQuote(q rune) bool {
 
 // quotedScan skips a quoted scalar as the library's scanSingleQuote and
 // scanDoubleQuote do (scanner/scanner.go), moving the scan's position along:
-// the library moves it in steps of its own, behind or ahead of idx, the
-// character being read.
+// the library moves it in steps of its own, behind or ahead of the character
+// being read.
 type quotedScan struct {
-	st            *scanState
-	meter         *shapeMeter // counts a tab's look to the end of its line
-	quote         rune        // "'" or '"'
-	idx           int         // the character being read
-	firstLineChar bool        // it is in the indentation of a line after the first
-	afterBreak    bool        // a line break was just read, the position moved past it
+	st    *scanState
+	meter *shapeMeter // counts a tab's look to the end of its line
+	quote rune        // "'" or '"'
 }
 
 // skip reads from the opening quote to the closing one; false where the
 // library finds the scalar invalid: a document marker or a tab in its
 // indentation, an escape it does not know, or no closing quote.
+//
+// firstLineChar: the character is in the indentation of a line after the
+// first; afterBreak: a line break was just read, the position moved past it.
 func (q *quotedScan) skip() bool {
-	src := q.st.src
-	for q.idx = q.st.idx + 1; q.idx < len(src); q.idx++ {
-		if !q.afterBreak {
-			q.st.progressColumn(1)
+	st, src := q.st, q.st.src
+	firstLineChar, afterBreak := false, false
+	for idx := st.idx + 1; idx < len(src); idx++ {
+		if !afterBreak {
+			st.progressColumn(1)
 		} else {
-			q.afterBreak = false
+			afterBreak = false
 		}
-		c := src[q.idx]
+		c := src[idx]
 		switch {
 		case isNewLine(c):
-			if !q.lineBreak() {
+			firstLineChar, afterBreak = true, true
+			if !q.lineBreak(idx) {
 				return false
 			}
-		case q.firstLineChar && c == ' ':
-		case q.firstLineChar && c == '\t':
-			if q.st.lastDelimColumn >= q.st.column {
+		case firstLineChar && c == ' ':
+		case firstLineChar && c == '\t':
+			if st.lastDelimColumn >= st.column {
 				return false
 			}
 		case q.quote == '\'':
-			if q.singleQuoted(c) {
-				return true
+			if c != '\'' {
+				firstLineChar = false
+				continue
 			}
+			if idx+1 < len(src) && src[idx+1] == '\'' { // a quote doubled is one quote
+				idx++
+				st.progressColumn(1)
+				continue
+			}
+			st.progressColumn(1)
+			return true
+		case c == '\\':
+			firstLineChar = false
+			var lineBreak, ok bool
+			if idx, lineBreak, ok = q.escape(idx); !ok {
+				return false
+			}
+			if lineBreak {
+				firstLineChar, afterBreak = true, true
+			}
+		case c == '\t':
+			idx = q.tab(idx)
+		case c == '"':
+			st.progressColumn(1)
+			return true
 		default:
-			if end, ok := q.doubleQuoted(c); end {
-				return ok
-			}
+			firstLineChar = false
 		}
 	}
-	q.st.progressColumn(1)
+	st.progressColumn(1)
 	return false
 }
 
-// lineBreak is a line break inside the scalar; false when a document marker
-// starts the next line.
-func (q *quotedScan) lineBreak() bool {
-	q.firstLineChar, q.afterBreak = true, true
+// lineBreak is a line break inside the scalar, at idx; false when a
+// document marker starts the next line.
+func (q *quotedScan) lineBreak(idx int) bool {
 	q.st.progressLine()
 	src := q.st.src
-	return q.idx+1 >= len(src) || !foundDocumentSeparatorMarker(src[q.idx+1:])
+	return idx+1 >= len(src) || !foundDocumentSeparatorMarker(src[idx+1:])
 }
 
-// singleQuoted reads c in single quotes: true at the closing quote (a quote
-// doubled is one quote).
-func (q *quotedScan) singleQuoted(c rune) (end bool) {
-	if c != '\'' {
-		q.firstLineChar = false
-		return false
-	}
-	if src := q.st.src; q.idx+1 < len(src) && src[q.idx+1] == '\'' {
-		q.idx++
-		q.st.progressColumn(1)
-		return false
-	}
-	q.st.progressColumn(1)
-	return true
-}
-
-// doubleQuoted reads c in double quotes: end at the closing quote (ok) or at
-// an escape the library finds invalid.
-func (q *quotedScan) doubleQuoted(c rune) (end, ok bool) {
-	switch c {
-	case '\\':
-		q.firstLineChar = false
-		if !q.escape() {
-			return true, false
-		}
-	case '\t':
-		q.tab()
-	case '"':
-		q.st.progressColumn(1)
-		return true, true
-	default:
-		q.firstLineChar = false
-	}
-	return false, false
-}
-
-// escape reads the escape sequence at idx ("\n", "\x41", "\u00e9", "\" and a
-// line break…) as the library does; false where the library finds it
-// invalid.
-func (q *quotedScan) escape() bool {
-	src, idx := q.st.src, q.idx
+// escape reads the escape sequence at idx ("\n", "\x41", "\u00e9", "\" and
+// a line break…) as the library does and returns the index of its last
+// character; lineBreak if it is an escaped line break, !ok where the
+// library finds it invalid.
+func (q *quotedScan) escape(idx int) (last int, lineBreak, ok bool) {
+	st, src := q.st, q.st.src
 	size := len(src)
 	if idx+1 >= size {
-		return true
+		return idx, false, true
 	}
-	progress, ok := 0, true
+	progress := 0
 	switch src[idx+1] {
 	case '0', 'a', 'b', 't', 'n', 'v', 'f', 'r', 'e', ' ', '"', '/', '\\', 'N', '_', 'L', 'P', '\t':
 		progress = 1
@@ -128,33 +114,29 @@ func (q *quotedScan) escape() bool {
 		}
 	case 'u':
 		if progress, ok = unicodeEscape(src, idx); !ok {
-			return false
+			return idx, false, false
 		}
 	case 'U':
 		if idx+9 >= size {
-			return false
+			return idx, false, false
 		}
 		progress = 9
 	case '\n':
-		q.firstLineChar, q.afterBreak = true, true
-		q.st.progressColumn(1)
-		q.st.progressLine()
-		q.idx++
-		return true
+		st.progressColumn(1)
+		st.progressLine()
+		return idx + 1, true, true
 	case '\r':
-		q.firstLineChar, q.afterBreak = true, true
-		q.st.progressLine()
-		progress = 1
+		st.progressLine()
+		progress, lineBreak = 1, true
 		if idx+2 < size && src[idx+2] == '\n' {
 			progress = 2
 		}
 	default:
-		q.st.progressColumn(1)
-		return false
+		st.progressColumn(1)
+		return idx, false, false
 	}
-	q.idx += progress
-	q.st.progressColumn(progress)
-	return true
+	st.progressColumn(progress)
+	return idx + progress, lineBreak, true
 }
 
 // unicodeEscape is how far the library moves past the "\u" escape at
@@ -178,20 +160,21 @@ func unicodeEscape(src []rune, idx int) (progress int, ok bool) {
 	return progress, true
 }
 
-// tab is a tab in double quotes. The library looks at the rest of the line
-// at each one: is there more than blanks? (work counts what that costs it.)
-func (q *quotedScan) tab() {
-	idx := q.idx
-	eol, lastText := q.st.lineAfter(idx)
+// tab is a tab in double quotes, at idx; it returns the index of the last
+// character read. The library looks at the rest of the line at each one: is
+// there more than blanks? (work counts what that costs it.)
+func (q *quotedScan) tab(idx int) (last int) {
+	st := q.st
+	eol, lastText := st.lineAfter(idx)
 	q.meter.work(eol-idx, idx)
 	if lastText > idx {
-		if q.st.src[idx+1] != '"' {
-			q.st.progressColumn(1)
+		if st.src[idx+1] != '"' {
+			st.progressColumn(1)
 		}
-		return
+		return idx
 	}
-	q.idx += eol - idx - 1
-	q.st.progressColumn(eol - idx - 1)
+	st.progressColumn(eol - idx - 1)
+	return eol - 1
 }
 
 func hexRunes(b []rune) int {
