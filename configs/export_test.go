@@ -15,5 +15,5 @@ func Effective(o Options) any { return o.checked.Effective }
 // ones too).
 func ShapeOf(data []byte) (depth, nodes, tokens int) {
 	s := scanShape(data, shapeCaps{1 << 30, 1 << 30, 1 << 30, 1 << 62})
-	return s.maxDepth, s.nodes, s.tokens
+	return s.meter.maxDepth, s.meter.nodes, s.meter.tokens
 }
