@@ -2,7 +2,6 @@ package scheduler
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -185,12 +184,3 @@ func (s *Scheduler) controlsSeries(ch chan<- prometheus.Metric) {
 
 // controlsDescs are the descriptions of controlsSeries.
 var controlsDescs = []*prometheus.Desc{descPaused, descPausedSince, descDrained, descControlsUp}
-
-// heldFor is why job j does not run here now, for its status (nil: it may).
-func (s *Scheduler) heldFor(j *job) *HeldError {
-	var held *HeldError
-	if errors.As(s.gate.held(j), &held) {
-		return held
-	}
-	return nil
-}

@@ -68,16 +68,6 @@ func (ns *nodes) set(n *jobtest.Node) {
 	ns.m[n.Name] = n
 }
 
-func (ns *nodes) all() []*jobtest.Node {
-	ns.mu.Lock()
-	defer ns.mu.Unlock()
-	var out []*jobtest.Node
-	for _, n := range ns.m {
-		out = append(out, n)
-	}
-	return out
-}
-
 func (ns *nodes) get(instance string) *jobtest.Node {
 	ns.mu.Lock()
 	defer ns.mu.Unlock()

@@ -26,11 +26,10 @@ const claimLink = 150 * time.Millisecond
 
 // manualRunOutcome is what one `snip-jobs run probe --wait` said.
 type manualRunOutcome struct {
-	out    string
-	code   int
-	err    error
-	id     int64
-	joined bool
+	out  string
+	code int
+	err  error
+	id   int64
 }
 
 var manualRunID = regexp.MustCompile(`manual run (\d+)`)
