@@ -90,6 +90,7 @@ func TestSpreadGivesALateInstanceItsShare(t *testing.T) {
 	for _, n := range nodes {
 		from[n.Name] = n.Session.Stats().KeepAlivesSent
 	}
+	expiredBefore := expiries(t, nodes)
 	c.WaitNodes(fmt.Sprintf("each instance to renew its lease %d times", renewals), nodes, func() bool {
 		for _, n := range nodes {
 			if n.Session.Stats().KeepAlivesSent < from[n.Name]+renewals {
@@ -105,7 +106,13 @@ func TestSpreadGivesALateInstanceItsShare(t *testing.T) {
 		}
 		return out
 	}
-	if now := leaders(); !maps.Equal(terms(now), terms(settled)) {
+	// A lease that expired meanwhile (a 2 s TTL on a machine busy enough to
+	// delay a renewal) moves its terms without the spread: then only the
+	// hand-overs below say whether the spread flapped.
+	switch now, expired := leaders(), expiries(t, nodes)-expiredBefore; {
+	case expired > 0:
+		t.Logf("%v leases expired while watching (a busy machine): the leaders %v became %v", expired, terms(settled), terms(now))
+	case !maps.Equal(terms(now), terms(settled)):
 		t.Errorf("the leaders moved after the spread settled: %v, then %v", terms(settled), terms(now))
 	}
 	if n := rebalances(nodes) - before; n != handed {
@@ -114,4 +121,12 @@ func TestSpreadGivesALateInstanceItsShare(t *testing.T) {
 	for _, job := range names {
 		checkOneWriterAtATime(t, c, job)
 	}
+}
+
+// expiries is how many leases of the nodes' sessions ended by expiry.
+func expiries(t *testing.T, nodes []*jobtest.Node) (n float64) {
+	for _, node := range nodes {
+		n += node.MetricSum(t, "snip_jobs_lease_ends_total", "reason", "expired")
+	}
+	return n
 }
