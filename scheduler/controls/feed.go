@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/snip/snip-jobs/internal/notify"
-	"github.com/snip/snip-jobs/internal/sleep"
+	"github.com/snip/snip-jobs/internal/pglisten"
 )
 
 // FeedConfig is what a Feed needs.
@@ -26,12 +26,6 @@ type FeedConfig struct {
 	Resync time.Duration
 	Log    *slog.Logger
 }
-
-// Back-off between connection attempts after an error.
-const (
-	minRetry = 100 * time.Millisecond
-	maxRetry = 5 * time.Second
-)
 
 // Feed keeps the controls current on an instance: on a connection of its own
 // it LISTENs on Channel, then reads them (Read), and reads them again at each
@@ -90,42 +84,22 @@ func (f *Feed) Reads() int64 { return f.reads.Load() }
 
 // Run keeps the controls current until ctx ends; it returns ctx's error.
 func (f *Feed) Run(ctx context.Context) error {
-	wait := minRetry
-	for {
-		read, err := f.session(ctx)
+	defer func() {
 		f.up.Store(false)
 		f.changed.Notify()
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
+	}()
+	return pglisten.Run(ctx, f.cfg.DB, Channel, f.session, func(err error, retryIn time.Duration) {
+		f.up.Store(false)
+		f.changed.Notify()
 		f.cfg.Log.Warn("controls: lost PostgreSQL; keeping the controls last read, and reconnecting",
-			"retry_in", wait, "err", err)
-		if !sleep.For(ctx, wait) {
-			return ctx.Err()
-		}
-		wait = min(2*wait, maxRetry)
-		if read {
-			wait = minRetry
-		}
-	}
+			"retry_in", retryIn, "err", err)
+	})
 }
 
-// session is one connection's life: listen, read, then read again at each
-// notification and every Resync until an error. read says whether it read
-// the controls at least once.
-func (f *Feed) session(ctx context.Context) (read bool, err error) {
-	conn, err := pgx.ConnectConfig(ctx, f.cfg.DB.Copy())
-	if err != nil {
-		return false, fmt.Errorf("connect: %w", err)
-	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		defer cancel()
-		_ = conn.Close(cctx)
-	}()
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{Channel}.Sanitize()); err != nil {
-		return false, fmt.Errorf("listen on %s: %w", Channel, err)
-	}
+// session reads the controls on a listening connection, then again at each
+// notification and every Resync, until an error. read says whether it read
+// them at least once.
+func (f *Feed) session(ctx context.Context, conn *pgx.Conn) (read bool, err error) {
 	for {
 		if err := f.read(ctx, conn); err != nil {
 			return read, err

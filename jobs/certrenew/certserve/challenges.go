@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/snip/snip-jobs/internal/pglisten"
 )
 
 // ChallengePath is where HTTP-01 tokens are served (RFC 8555 §8.3).
@@ -28,7 +29,7 @@ const (
 // RetryAfter is the Retry-After of a 503 answered before the pending tokens
 // were first read: the longest back-off between the reader's connection
 // attempts.
-const RetryAfter = maxRetry
+const RetryAfter = pglisten.MaxRetry
 
 // Challenges serves HTTP-01 key authorizations that any instance's renewer
 // stored, from memory: GET and HEAD of /.well-known/acme-challenge/<token>

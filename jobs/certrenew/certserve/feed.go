@@ -9,8 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/snip/snip-jobs/internal/sleep"
+	"github.com/snip/snip-jobs/internal/pglisten"
 )
 
 // Config is what every reader needs.
@@ -29,12 +28,6 @@ type Config struct {
 
 // DefaultResync is the period of the full re-read when Config sets none.
 const DefaultResync = 5 * time.Minute
-
-// Back-off between connection attempts after an error.
-const (
-	minRetry = 100 * time.Millisecond
-	maxRetry = 5 * time.Second
-)
 
 func (c Config) check(what string) (Config, error) {
 	if c.DB == nil {
@@ -68,43 +61,20 @@ type feed struct {
 
 // run keeps the memory current until ctx ends; it returns ctx's error.
 func (f *feed) run(ctx context.Context) error {
-	wait := minRetry
-	for {
-		loaded, err := f.session(ctx)
+	defer f.m.up.Set(0)
+	return pglisten.Run(ctx, f.cfg.DB, f.channel, f.session, func(err error, retryIn time.Duration) {
 		f.m.up.Set(0)
-		if ctx.Err() != nil {
-			return ctx.Err()
+		if !errors.Is(err, pglisten.ErrReconnect) {
+			f.cfg.Log.WarnContext(ctx, "certserve: lost PostgreSQL; serving what was last read, and reconnecting",
+				"channel", f.channel, "retry_in", retryIn, "err", err)
 		}
-		if errors.Is(err, errResync) {
-			continue
-		}
-		f.cfg.Log.WarnContext(ctx, "certserve: lost PostgreSQL; serving what was last read, and reconnecting",
-			"channel", f.channel, "retry_in", wait, "err", err)
-		if !sleep.For(ctx, wait) {
-			return ctx.Err()
-		}
-		wait = min(2*wait, maxRetry)
-		if loaded {
-			wait = minRetry
-		}
-	}
+	})
 }
 
-// session is one connection's life: listen, load, then apply until an
-// error. loaded says whether it read everything at least once.
-func (f *feed) session(ctx context.Context) (loaded bool, err error) {
-	conn, err := pgx.ConnectConfig(ctx, f.cfg.DB.Copy())
-	if err != nil {
-		return false, fmt.Errorf("connect: %w", err)
-	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		defer cancel()
-		_ = conn.Close(cctx)
-	}()
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{f.channel}.Sanitize()); err != nil {
-		return false, fmt.Errorf("listen on %s: %w", f.channel, err)
-	}
+// session loads everything on a listening connection, then applies
+// notifications, and loads everything again at each resync, until an error.
+// loaded says whether it read everything at least once.
+func (f *feed) session(ctx context.Context, conn *pgx.Conn) (loaded bool, err error) {
 	for {
 		if err := f.load(ctx, conn); err != nil {
 			return loaded, fmt.Errorf("read %s: %w", f.channel, err)
@@ -145,9 +115,9 @@ func (f *feed) follow(ctx context.Context, conn *pgx.Conn) error {
 }
 
 // errResync ends a session whose connection closed at a resync (pgx closes a
-// connection whose wait is cancelled): the next session reads everything, as
-// the resync would have.
-var errResync = errors.New("resync on a new connection")
+// connection whose wait is cancelled): the next session, at once, reads
+// everything, as the resync would have.
+var errResync = fmt.Errorf("resync on a new connection: %w", pglisten.ErrReconnect)
 
 // feedMetrics are one reader's series.
 type feedMetrics struct {
