@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -174,94 +172,27 @@ func (c databaseClaims) release(ctx context.Context, j *Job, cl Claim) {
 	}
 }
 
-// hold extends the claim every third of its TTL while the run goes on. The
-// claim is known to last until the send time of the newest extension the
-// database acknowledged plus the TTL (the database computes claim_until
-// after that instant): the run's context ends a tenth of the TTL before that
-// instant if no extension got through meanwhile, and at once if the row shows
-// another instance's claim. A slot the job completed itself (Complete)
-// needs holding no longer.
+// hold keeps the slot's claim while its run goes on (Hold).
 func (c databaseClaims) hold(ctx context.Context, j *Job, cl Claim, claimed time.Time) (context.Context, func() bool, func()) {
-	h := &holder{c: c, log: j.Log.With("slot", cl.Slot, "token", cl.Token), job: j.Name, cl: cl,
-		deadline: claimed.Add(c.ttl - c.ttl/10)}
-	var hctx context.Context
-	hctx, h.cancel = context.WithCancelCause(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); h.extend(hctx) }()
-	return hctx, h.valid, func() { h.cancel(nil); <-done }
-}
-
-// holder keeps one database-mode claim while its run goes on.
-type holder struct {
-	c      databaseClaims
-	log    *slog.Logger
-	job    string
-	cl     Claim
-	cancel context.CancelCauseFunc
-
-	mu       sync.Mutex
-	deadline time.Time // a tenth of the TTL before the claim may run out
-	lost     bool
-}
-
-func (h *holder) valid() bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return !h.lost && time.Now().Before(h.deadline)
-}
-
-func (h *holder) lose() {
-	h.mu.Lock()
-	h.lost = true
-	h.mu.Unlock()
-	h.cancel(ErrClaimLost)
-}
-
-// extend renews the claim every third of its TTL until hctx ends, the claim
-// is lost or runs out, or the job completed the slot.
-func (h *holder) extend(hctx context.Context) {
-	ttl := h.c.ttl
-	tick := time.NewTicker(ttl / 3)
-	defer tick.Stop()
-	h.mu.Lock()
-	expire := time.NewTimer(time.Until(h.deadline))
-	h.mu.Unlock()
-	defer expire.Stop()
-	for {
-		select {
-		case <-hctx.Done():
-			return
-		case <-expire.C:
-			h.log.Error("could not extend the slot's claim before it ran out; stopping the run", "claim_ttl", ttl)
-			h.lose()
-			return
-		case <-tick.C:
-		}
-		sent := time.Now()
-		ectx, ecancel := context.WithTimeout(hctx, ttl/3)
-		var state string
-		err := h.c.pool.QueryRow(ectx, `UPDATE cron_slots
-			SET claim_until = CASE WHEN state = 'running' THEN now() + make_interval(secs => $4) ELSE claim_until END
-			WHERE job = $1 AND slot = $2 AND token = $3 RETURNING state`, h.job, h.cl.Slot, h.cl.Token, ttl.Seconds()).Scan(&state)
-		ecancel()
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-			h.log.Error("another instance has taken the slot's claim; stopping the run")
-			h.lose()
-			return
-		case err != nil:
-			if hctx.Err() == nil {
-				h.log.Warn("cannot extend the slot's claim; retrying", "err", err)
+	return Hold(ctx, Holding{
+		What: "the slot's claim", Claimed: claimed, TTL: c.ttl, Lost: ErrClaimLost,
+		Log: j.Log.With("slot", cl.Slot, "token", cl.Token),
+		Extend: func(ctx context.Context) (Extended, error) {
+			var state string
+			err := c.pool.QueryRow(ctx, `UPDATE cron_slots
+				SET claim_until = CASE WHEN state = 'running' THEN now() + make_interval(secs => $4) ELSE claim_until END
+				WHERE job = $1 AND slot = $2 AND token = $3 RETURNING state`, j.Name, cl.Slot, cl.Token, c.ttl.Seconds()).Scan(&state)
+			switch {
+			case errors.Is(err, pgx.ErrNoRows):
+				return TakenOver, nil
+			case err != nil:
+				return StillHeld, err
+			case state != "running":
+				return Completed, nil
 			}
-		case state != "running":
-			return // completed by the job: nobody takes it again
-		default:
-			h.mu.Lock()
-			h.deadline = sent.Add(ttl - ttl/10)
-			expire.Reset(time.Until(h.deadline))
-			h.mu.Unlock()
-		}
-	}
+			return StillHeld, nil
+		},
+	})
 }
 
 // Complete marks slot of job done inside the caller's transaction, if it is
