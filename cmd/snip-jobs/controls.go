@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/snip/snip-jobs/app/connect"
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/internal/ttysafe"
@@ -66,6 +67,28 @@ func jobOf(f *configs.File, name string) (configs.Job, error) {
 	return configs.Job{}, &exitError{code: 2, err: fmt.Errorf("%s has no job called %q", f.Path, name)}
 }
 
+// loadJob loads the config and finds its job called name (problems exit 2).
+func loadJob(c *cli, path, name string) (*configs.File, configs.Job, error) {
+	f, err := loadForCommand(c, path)
+	if err != nil {
+		return nil, configs.Job{}, err
+	}
+	spec, err := jobOf(f, name)
+	return f, spec, err
+}
+
+// dial connects to the config's database for one command within timeout:
+// the command's context, the pool, and what closes both.
+func dial(ctx context.Context, f *configs.File, timeout time.Duration, name string) (context.Context, *pgxpool.Pool, func(), error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	pool, err := connect.Pool(ctx, f, name)
+	if err != nil {
+		cancel()
+		return nil, nil, nil, err
+	}
+	return ctx, pool, func() { pool.Close(); cancel() }, nil
+}
+
 // loadForCommand loads the config; its problems are printed and exit 2.
 func loadForCommand(c *cli, path string) (*configs.File, error) {
 	f, err := loadConfig(path)
@@ -112,21 +135,15 @@ nothing and says who paused it.`,
 				if len(args) != 1 {
 					return usageError("usage: pause takes exactly one argument, the job's name")
 				}
-				f, err := loadForCommand(c, *of.config)
+				f, spec, err := loadJob(c, *of.config, args[0])
 				if err != nil {
 					return err
 				}
-				spec, err := jobOf(f, args[0])
+				ctx, pool, hangUp, err := dial(ctx, f, *of.timeout, "pause")
 				if err != nil {
 					return err
 				}
-				ctx, cancel := context.WithTimeout(ctx, *of.timeout)
-				defer cancel()
-				pool, err := connect.Pool(ctx, f, "pause")
-				if err != nil {
-					return err
-				}
-				defer pool.Close()
+				defer hangUp()
 				var watch *leaders
 				if spec.Mode() == configs.ModeLeader {
 					watch = watchLeaders(ctx, c.stdout, f, *endpoints, newLogger(f.Log, c.stderr), []string{spec.Name}, "")
@@ -175,21 +192,15 @@ nothing and says so. It needs only PostgreSQL.`,
 				if len(args) != 1 {
 					return usageError("usage: resume takes exactly one argument, the job's name")
 				}
-				f, err := loadForCommand(c, *of.config)
+				f, spec, err := loadJob(c, *of.config, args[0])
 				if err != nil {
 					return err
 				}
-				spec, err := jobOf(f, args[0])
+				ctx, pool, hangUp, err := dial(ctx, f, *of.timeout, "resume")
 				if err != nil {
 					return err
 				}
-				ctx, cancel := context.WithTimeout(ctx, *of.timeout)
-				defer cancel()
-				pool, err := connect.Pool(ctx, f, "resume")
-				if err != nil {
-					return err
-				}
-				defer pool.Close()
+				defer hangUp()
 				r, err := controls.ResumeJob(ctx, pool, spec, operator(*of.by), *catchUp)
 				if err != nil {
 					return err
@@ -253,13 +264,11 @@ job, and says which it handed over.`,
 				if err := leadership.CheckName("instance", name); err != nil {
 					return &exitError{code: 2, err: err}
 				}
-				ctx, cancel := context.WithTimeout(ctx, *of.timeout)
-				defer cancel()
-				pool, err := connect.Pool(ctx, f, "drain")
+				ctx, pool, hangUp, err := dial(ctx, f, *of.timeout, "drain")
 				if err != nil {
 					return err
 				}
-				defer pool.Close()
+				defer hangUp()
 				var watch *leaders
 				if connect.NeedsTerms(f) {
 					watch = watchLeaders(ctx, c.stdout, f, *endpoints, newLogger(f.Log, c.stderr), leaderJobs(f), name)
@@ -304,13 +313,11 @@ and says so. It needs only PostgreSQL.`,
 					return err
 				}
 				name := cmpOr(*instance, f.Instance)
-				ctx, cancel := context.WithTimeout(ctx, *of.timeout)
-				defer cancel()
-				pool, err := connect.Pool(ctx, f, "undrain")
+				ctx, pool, hangUp, err := dial(ctx, f, *of.timeout, "undrain")
 				if err != nil {
 					return err
 				}
-				defer pool.Close()
+				defer hangUp()
 				d, was, err := controls.UndrainInstance(ctx, pool, name)
 				switch {
 				case err != nil:

@@ -8,7 +8,6 @@ import (
 	"io"
 	"time"
 
-	"github.com/snip/snip-jobs/app/connect"
 	"github.com/snip/snip-jobs/internal/ttysafe"
 	"github.com/snip/snip-jobs/scheduler/controls"
 )
@@ -31,21 +30,15 @@ func runNowFlags(fs *flag.FlagSet) runNowOptions {
 // runNow is `run JOB`: one manual run of the job, joined to the open one if
 // there is one, followed to its end with --wait.
 func runNow(ctx context.Context, c *cli, path, name string, o runNowOptions) error {
-	f, err := loadForCommand(c, path)
+	f, spec, err := loadJob(c, path, name)
 	if err != nil {
 		return err
 	}
-	spec, err := jobOf(f, name)
+	ctx, pool, hangUp, err := dial(ctx, f, *o.timeout, "run-now")
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, *o.timeout)
-	defer cancel()
-	pool, err := connect.Pool(ctx, f, "run-now")
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
+	defer hangUp()
 	m, joined, err := controls.RequestRun(ctx, pool, spec, operator(*o.by))
 	var paused *controls.PausedError
 	switch {
