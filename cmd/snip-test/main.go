@@ -79,8 +79,8 @@ go test with the arguments given (default ./...).
 // (BENCHMARKS.md, "The suite"): started first, they run beside the many short
 // ones instead of alone at the end, while the other core idles.
 var slowest = []string{
-	"testbench/chaos", "cmd/snip-jobs", "cmd/snip-dev", "leadership/kubelease", "leadership/etcdlease",
-	"testbench/etcdtest", "jobs/certrenew", "fencing",
+	"testbench/chaos", "cmd/snip-jobs", "cmd/snip-dev", "leadership/etcdlease", "leadership/kubelease",
+	"deploy/prometheus", "scheduler", "testbench/etcdtest", "jobs/certrenew/certserve", "jobs/certrenew", "fencing",
 }
 
 // slowestFirst returns args with ./... (the default when no package is
