@@ -18,7 +18,7 @@ func secretConfig(t *testing.T, create func(path string) error) (*configs.File, 
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "database-url")
 	if err := create(path); err != nil {
-		t.Skipf("making %s: %v", path, err)
+		t.Fatalf("making %s: %v", path, err)
 	}
 	f, err := configs.Parse("snip-jobs.yaml", []byte("instance: a\npostgres: {url_file: "+path+"}\n"), nil)
 	if err != nil {
