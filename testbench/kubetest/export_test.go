@@ -1,4 +1,0 @@
-package kubetest
-
-// BuildFiles exposes the throwaway build module to the tests.
-var BuildFiles = buildFiles
