@@ -15,6 +15,7 @@ import (
 	"github.com/snip/snip-jobs/app/connect"
 	"github.com/snip/snip-jobs/app/etcdclient"
 	"github.com/snip/snip-jobs/app/etcdlocal"
+	"github.com/snip/snip-jobs/app/etcdversion"
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/leadership/etcdlease"
@@ -133,7 +134,7 @@ func (r *runner) startEtcd(ctx, wctx context.Context, wait time.Duration) error 
 		if e.Version == "" {
 			continue
 		}
-		if minimum, below := etcdclient.BelowMinimum(e.Version); below {
+		if minimum, below := etcdversion.BelowMinimum(e.Version); below {
 			r.ilog.Warn("this etcd member runs a version older than snip-jobs supports: upgrade it (docs/operations.md, \"etcd versions\")",
 				"endpoint", e.URL, "version", e.Version, "minimum", minimum)
 		} else {

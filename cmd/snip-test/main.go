@@ -1,7 +1,8 @@
 // Command snip-test is the README's test command: it builds, once, what the
 // suite runs beside the code under test (testbench/prepare: the tests'
 // kube-apiserver, etcd's oldest supported releases, the previous release,
-// the systemd container's root file system), then runs `go test` with the
+// the systemd container's root file system) and, beside those builds,
+// compiles the packages under test; then it runs `go test` with the
 // arguments given (default ./...), passing its output and exit code through.
 //
 //	go run ./cmd/snip-test              # the whole suite
@@ -9,18 +10,19 @@
 //
 // A fresh machine's first builds take longer than go test's per-package
 // timeout gives a test that would build them itself; later runs find
-// everything in ~/.cache/snip-jobs and start the tests at once.
+// everything in ~/.cache/snip-jobs and start the tests at once. snip-test
+// imports only the standard library and the light recipe packages, so that
+// it compiles in seconds and the long builds start first.
 package main
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -28,39 +30,67 @@ import (
 	"github.com/snip/snip-jobs/testbench/prepare"
 )
 
+// parallel is how many packages go test runs at once unless -p says ("":
+// go test's default, one per core).
+const parallel = ""
+
 func main() {
-	flag.Usage = func() {
+	args := os.Args[1:]
+	only := len(args) > 0 && (args[0] == "--prepare-only" || args[0] == "-prepare-only")
+	if only {
+		args = args[1:]
+	}
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
 		fmt.Fprint(os.Stderr, `usage: go run ./cmd/snip-test [go test flags] [packages]
 
 Builds what the test suite runs beside the code under test into the user cache
-folder (~/.cache/snip-jobs; once: later runs reuse it), then runs
-go test with the arguments given (default ./...).
+folder (~/.cache/snip-jobs; once: later runs reuse it) and, beside those
+builds, compiles the packages under test; then runs go test with the
+arguments given (default ./..., the slowest packages first).
 
   --prepare-only   build what is missing and stop; run no test
 `)
-	}
-	args := os.Args[1:]
-	only := len(args) > 0 && (args[0] == "--prepare-only" || args[0] == "-prepare-only")
-	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
-		flag.Usage()
 		return
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	os.Exit(run(ctx, args, only))
+}
 
+func run(ctx context.Context, args []string, only bool) int {
 	began := time.Now()
+	a := splitArgs(args)
+	compiled := make(chan error, 1)
+	if only {
+		compiled <- nil
+	} else {
+		go func() { compiled <- compile(ctx, a) }()
+	}
 	fmt.Fprintln(os.Stderr, "snip-test: what the suite runs beside the code (built once into the user cache):")
 	if err := prepare.Run(ctx, os.Stderr, prepare.Steps()); err != nil {
 		fmt.Fprintln(os.Stderr, "snip-test:", err)
-		os.Exit(1)
+		return 1
 	}
 	fmt.Fprintf(os.Stderr, "snip-test: prepared in %v\n", time.Since(began).Round(time.Second))
 	if only {
-		return
+		return 0
 	}
-	args = slowestFirst(ctx, args)
+	if err := <-compiled; err != nil {
+		// go test compiles them again and reports the error where it belongs.
+		fmt.Fprintln(os.Stderr, "snip-test: compiling the packages beside the builds:", err)
+	}
+	testArgs := append([]string{"test"}, a.flags...)
+	if parallel != "" && !a.has("p") {
+		testArgs = append(testArgs, parallel)
+	}
+	if pkgs, err := packages(ctx, a); err == nil {
+		testArgs = append(testArgs, pkgs...)
+	} else {
+		testArgs = append(testArgs, a.pkgs...)
+	}
+	testArgs = append(testArgs, a.rest...)
 	tests := time.Now()
-	cmd := exec.CommandContext(ctx, "go", append([]string{"test"}, args...)...)
+	cmd := exec.CommandContext(ctx, "go", testArgs...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
 	err := cmd.Run()
@@ -68,55 +98,39 @@ go test with the arguments given (default ./...).
 	var exit *exec.ExitError
 	switch {
 	case errors.As(err, &exit):
-		os.Exit(exit.ExitCode())
+		return exit.ExitCode()
 	case err != nil:
 		fmt.Fprintln(os.Stderr, "snip-test:", err)
-		os.Exit(1)
+		return 1
 	}
+	return 0
 }
 
-// slowest are the packages whose tests take longest, in that order
-// (BENCHMARKS.md, "The suite"): started first, they run beside the many short
-// ones instead of alone at the end, while the other core idles.
-var slowest = []string{
-	"testbench/chaos", "cmd/snip-jobs", "cmd/snip-dev", "leadership/etcdlease", "leadership/kubelease",
-	"deploy/prometheus", "scheduler", "testbench/etcdtest", "jobs/certrenew/certserve", "jobs/certrenew", "fencing",
-}
-
-// slowestFirst returns args with ./... (the default when no package is
-// named) expanded and the slowest packages moved to its front; go test
-// starts the packages in the order given. Other package arguments are left
-// as they are.
-func slowestFirst(ctx context.Context, args []string) []string {
-	var flags []string
-	named := false
-	for _, a := range args {
-		switch {
-		case a == "./...":
-		case strings.HasPrefix(a, "-"):
-			flags = append(flags, a)
-			continue
-		default:
-			named = true
-		}
+// compile builds every package the tests import (not the tests themselves,
+// and linking nothing) into Go's build cache, beside prepare's builds: on a
+// fresh machine that is minutes of work go test then finds done. On a warm
+// cache it only checks, in a few seconds.
+func compile(ctx context.Context, a testArgs) error {
+	began := time.Now()
+	patterns := a.pkgs
+	if len(patterns) == 0 {
+		patterns = []string{"./..."}
 	}
-	if named {
-		return args
-	}
-	out, err := exec.CommandContext(ctx, "go", "list", "./...").Output()
+	const libs = `{{if and (not .Standard) (not .ForTest) (ne .Name "main") (or .GoFiles .CgoFiles)}}{{.ImportPath}}{{end}}`
+	list := exec.CommandContext(ctx, "go", append([]string{"list", "-e", "-deps", "-test", "-f", libs}, patterns...)...)
+	out, err := list.Output()
 	if err != nil {
-		return append(flags, "./...")
+		return fmt.Errorf("go list: %w", err)
 	}
 	pkgs := strings.Fields(string(out))
-	const module = "github.com/snip/snip-jobs/"
-	rank := func(p string) int {
-		for i, s := range slowest {
-			if p == module+s {
-				return i
-			}
-		}
-		return len(slowest)
+	build := exec.CommandContext(ctx, "go", append(append([]string{"build"}, a.buildFlags()...), pkgs...)...)
+	var stderr strings.Builder
+	build.Stdout, build.Stderr = io.Discard, &stderr
+	if err := build.Run(); err != nil {
+		return fmt.Errorf("go build: %w\n%s", err, stderr.String())
 	}
-	slices.SortStableFunc(pkgs, func(a, b string) int { return rank(a) - rank(b) })
-	return append(flags, pkgs...)
+	if took := time.Since(began); took > 5*time.Second {
+		fmt.Fprintf(os.Stderr, "  %-42s compiled in %v\n", fmt.Sprintf("the %d packages under test import", len(pkgs)), took.Round(100*time.Millisecond))
+	}
+	return nil
 }

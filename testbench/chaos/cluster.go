@@ -84,31 +84,13 @@ func jobTypes(ctx context.Context, binary string) ([]string, error) {
 	return strings.Split(string(m[1]), ", "), nil
 }
 
-// moduleRoot finds the snip-jobs module's folder: the working directory or
-// one above it.
-func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for d := dir; ; d = filepath.Dir(d) {
-		b, err := os.ReadFile(filepath.Join(d, "go.mod"))
-		if err == nil && strings.HasPrefix(string(b), "module github.com/snip/snip-jobs\n") {
-			return d, nil
-		}
-		if filepath.Dir(d) == d {
-			return "", fmt.Errorf("run inside the snip-jobs module (no go.mod of github.com/snip/snip-jobs in %s or above): it builds snip-jobs from source", dir)
-		}
-	}
-}
-
 // BuildSnipJobs builds this module's snip-jobs, as a run does without
 // Options.Binary, where every test process of the checkout shares it
 // (gobuild.Shared): for several runs to share (Options.Binary).
 func BuildSnipJobs(ctx context.Context) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, buildTimeout)
 	defer cancel()
-	root, err := moduleRoot()
+	root, err := gobuild.ModuleRoot()
 	if err != nil {
 		return "", err
 	}
@@ -124,7 +106,7 @@ func buildBinary(ctx context.Context, dir string, broken bool) (string, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, buildTimeout)
 	defer cancel()
-	root, err := moduleRoot()
+	root, err := gobuild.ModuleRoot()
 	if err != nil {
 		return "", err
 	}

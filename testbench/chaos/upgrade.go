@@ -5,16 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/snip/snip-jobs/internal/sleep"
 	"github.com/snip/snip-jobs/testbench/childproc"
-	"github.com/snip/snip-jobs/testbench/gobuild"
 )
 
 // UpgradeRestart is a step of Upgrade: one server stopped (SIGTERM) and
@@ -159,72 +155,4 @@ func (c *cluster) statusShowsEveryJobLed(ctx context.Context, in *instance) erro
 		}
 	}
 	return nil
-}
-
-// PreviousRelease is the commit of this repository's previous release: the
-// parent of the commit that added the newest migration (migrations/*.sql), so
-// that upgrading from it applies a migration. It fails, saying so, when the
-// history is not there (a shallow clone, or no git checkout).
-func PreviousRelease(ctx context.Context) (string, error) {
-	root, err := moduleRoot()
-	if err != nil {
-		return "", err
-	}
-	return previousRelease(ctx, root)
-}
-
-func previousRelease(ctx context.Context, root string) (string, error) {
-	git := func(args ...string) (string, error) {
-		out, err := exec.CommandContext(ctx, "git", append([]string{"-C", root}, args...)...).CombinedOutput()
-		return strings.TrimSpace(string(out)), err
-	}
-	const fetch = "the rolling-upgrade test builds the previous release from this repository's git history; " +
-		"run it in a full clone (git fetch --unshallow)"
-	added, err := git("log", "--diff-filter=A", "-1", "--format=%H", "--", "migrations/*.sql")
-	if err != nil || added == "" {
-		return "", fmt.Errorf("no commit adding a migration found in %s (%v: %s): %s", root, err, added, fetch)
-	}
-	parent, err := git("rev-parse", "--verify", "--quiet", added+"^")
-	if err != nil || parent == "" {
-		shallow, _ := git("rev-parse", "--is-shallow-repository")
-		return "", fmt.Errorf("the parent of %s (which added the newest migration) is not in this clone (shallow: %s): %s", added, shallow, fetch)
-	}
-	return parent, nil
-}
-
-// BuildRelease returns snip-jobs built from commit of this repository (git
-// archive into a temporary folder, go build), kept in <user
-// cache>/snip-jobs/release-<commit>/snip-jobs and reused.
-func BuildRelease(ctx context.Context, commit string) (string, error) {
-	cache, err := gobuild.CacheDir()
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(cache, "release-"+commit, "snip-jobs")
-	if _, err := os.Stat(bin); err == nil {
-		return bin, nil
-	}
-	root, err := moduleRoot()
-	if err != nil {
-		return "", err
-	}
-	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
-		return "", err
-	}
-	src, err := os.MkdirTemp(filepath.Dir(bin), "src-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(src)
-	archive := exec.CommandContext(ctx, "sh", "-c", `git -C "$1" archive "$2" | tar -x -C "$3"`, "sh", root, commit, src)
-	if out, err := archive.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("git archive %s: %w\n%s", commit, err, out)
-	}
-	out := filepath.Join(src, "snip-jobs.out")
-	ctx, cancel := context.WithTimeout(ctx, buildTimeout)
-	defer cancel()
-	if _, err := gobuild.Go(ctx, src, "build", "-o", out, "./cmd/snip-jobs"); err != nil {
-		return "", err
-	}
-	return bin, gobuild.Install(ctx, out, bin, nil)
 }

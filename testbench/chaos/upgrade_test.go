@@ -7,6 +7,7 @@ import (
 
 	"github.com/snip/snip-jobs/testbench/benchtest"
 	"github.com/snip/snip-jobs/testbench/chaos"
+	"github.com/snip/snip-jobs/testbench/releases"
 )
 
 // A rolling upgrade, as docs/operations.md says to do it, from the previous
@@ -21,11 +22,11 @@ import (
 func TestARollingUpgradeFromThePreviousReleaseKeepsEveryInvariant(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	commit, err := chaos.PreviousRelease(ctx)
+	commit, err := releases.Previous(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	old, err := chaos.BuildRelease(ctx, commit)
+	old, err := releases.SnipJobs(ctx, commit)
 	if err != nil {
 		t.Fatalf("build the previous release %s: %v", commit, err)
 	}

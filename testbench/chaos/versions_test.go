@@ -5,26 +5,27 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/snip/snip-jobs/app/etcdclient"
+	"github.com/snip/snip-jobs/app/etcdversion"
 	"github.com/snip/snip-jobs/testbench/benchtest"
 	"github.com/snip/snip-jobs/testbench/chaos"
+	"github.com/snip/snip-jobs/testbench/releases"
 )
 
 // The guarantee's faults — a leader SIGKILLed (crash takeover) and SIGSTOPped
 // past its TTL (pause, then the fence), the etcd leader killed, etcd's quorum
 // lost, both followers lost with the raft leader left alone — against real
 // etcd server processes (etcd's own binary, built from the module proxy) of
-// the oldest supported release of each supported line (etcdclient.Minimum,
+// the oldest supported release of each supported line (etcdversion.Minimum,
 // docs/operations.md): every invariant holds.
 func TestTheGuaranteeHoldsOnTheOldestSupportedEtcdOfEachLine(t *testing.T) {
 	t.Parallel()
 	kinds := []chaos.Kind{chaos.KillLeader, chaos.PauseLeader, chaos.EtcdLeaderLoss, chaos.QuorumLoss, chaos.FollowersLoss}
-	for _, m := range etcdclient.Minimum {
+	for _, m := range etcdversion.Minimum {
 		version := fmt.Sprintf("%d.%d.%d", m[0], m[1], m[2])
 		t.Run("etcd "+version, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			bin, err := chaos.BuildEtcd(ctx, version)
+			bin, err := releases.Etcd(ctx, version)
 			if err != nil {
 				t.Fatalf("build etcd %s: %v", version, err)
 			}

@@ -35,6 +35,24 @@ func CacheDir() (string, error) {
 	return filepath.Join(base, "snip-jobs"), nil
 }
 
+// ModuleRoot finds the snip-jobs module's folder: the working directory or
+// one above it.
+func ModuleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for d := dir; ; d = filepath.Dir(d) {
+		b, err := os.ReadFile(filepath.Join(d, "go.mod"))
+		if err == nil && strings.HasPrefix(string(b), "module github.com/snip/snip-jobs\n") {
+			return d, nil
+		}
+		if filepath.Dir(d) == d {
+			return "", fmt.Errorf("run inside the snip-jobs module (no go.mod of github.com/snip/snip-jobs in %s or above): it builds snip-jobs from source", dir)
+		}
+	}
+}
+
 // Check verifies a built (or cached) binary at path; nil means it is the one wanted.
 type Check func(ctx context.Context, path string) error
 

@@ -40,6 +40,7 @@ import (
 	"github.com/snip/snip-jobs/internal/sleep"
 	"github.com/snip/snip-jobs/testbench/childproc"
 	"github.com/snip/snip-jobs/testbench/freeport"
+	"github.com/snip/snip-jobs/testbench/kubetest/kubebuild"
 )
 
 // ReadyBound bounds the wait for /readyz after a start.
@@ -47,8 +48,8 @@ const ReadyBound = 90 * time.Second
 
 // Options configures Start. Zero fields take the defaults noted.
 type Options struct {
-	// Version of kube-apiserver (default Selected(): Version, or the
-	// release VersionEnv names).
+	// Version of kube-apiserver (default kubebuild.Selected(): its
+	// Version, or the release its VersionEnv names).
 	Version string
 	// Log receives etcd's errors; the apiserver's own output goes to
 	// <dir>/kube-apiserver.log. Default: discard.
@@ -78,14 +79,14 @@ type Server struct {
 // Start starts etcd and kube-apiserver in a fresh temporary folder.
 func Start(ctx context.Context, opts Options) (_ *Server, err error) {
 	if opts.Version == "" {
-		opts.Version = Selected()
+		opts.Version = kubebuild.Selected()
 	}
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
-	binary := Binary
+	binary := kubebuild.Binary
 	if opts.NoBuild {
-		binary = CachedBinary
+		binary = kubebuild.CachedBinary
 	}
 	bin, err := binary(ctx, opts.Version)
 	if err != nil {

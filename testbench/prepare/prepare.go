@@ -8,6 +8,10 @@
 // timeout, which a fresh machine's first builds can outlast.
 //
 // cmd/snip-test runs Steps and then `go test`: the README's test command.
+// The package imports only the standard library and the light packages that
+// know the recipes (kubebuild, releases, systemdtest, gobuild), so that
+// snip-test compiles in seconds on a fresh machine and these builds start at
+// once, beside the compiling of the packages under test.
 package prepare
 
 import (
@@ -20,10 +24,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/snip/snip-jobs/app/etcdclient"
-	"github.com/snip/snip-jobs/testbench/chaos"
+	"github.com/snip/snip-jobs/app/etcdversion"
 	"github.com/snip/snip-jobs/testbench/gobuild"
-	"github.com/snip/snip-jobs/testbench/kubetest"
+	"github.com/snip/snip-jobs/testbench/kubetest/kubebuild"
+	"github.com/snip/snip-jobs/testbench/releases"
 	"github.com/snip/snip-jobs/testbench/systemdtest"
 )
 
@@ -42,30 +46,30 @@ type Step struct {
 // Steps are everything the suite needs built, in the order they are built.
 func Steps() []Step {
 	var steps []Step
-	for _, v := range kubetest.Versions() {
+	for _, v := range kubebuild.Versions() {
 		steps = append(steps, Step{
 			Name:  "kube-apiserver " + v,
 			First: "the first build takes 4 to 11 minutes on two cores and 2.1 GB of memory",
-			Build: func(ctx context.Context) (string, error) { return kubetest.Binary(ctx, v) },
+			Build: func(ctx context.Context) (string, error) { return kubebuild.Binary(ctx, v) },
 		})
 	}
-	for _, m := range etcdclient.Minimum {
+	for _, m := range etcdversion.Minimum {
 		v := fmt.Sprintf("%d.%d.%d", m[0], m[1], m[2])
 		steps = append(steps, Step{
 			Name:  "etcd " + v,
 			First: "about 2 minutes",
-			Build: func(ctx context.Context) (string, error) { return chaos.BuildEtcd(ctx, v) },
+			Build: func(ctx context.Context) (string, error) { return releases.Etcd(ctx, v) },
 		})
 	}
 	steps = append(steps, Step{
 		Name:  "the previous release of snip-jobs",
 		First: "about a minute",
 		Build: func(ctx context.Context) (string, error) {
-			commit, err := chaos.PreviousRelease(ctx)
+			commit, err := releases.Previous(ctx)
 			if err != nil {
 				return "", err
 			}
-			return chaos.BuildRelease(ctx, commit)
+			return releases.SnipJobs(ctx, commit)
 		},
 	}, Step{
 		Name:  "the systemd container's root file system",

@@ -1,4 +1,11 @@
-package kubetest
+// Package kubebuild builds the tests' kube-apiserver from the Kubernetes
+// release's source (k8s.io/kubernetes through the Go module proxy) into the
+// user cache, once, and checks a cached one by the build information Go
+// embeds. Only the standard library and gobuild: testbench/prepare starts
+// this build before anything else is compiled.
+//
+// Test-only: the production binary must not import it.
+package kubebuild
 
 import (
 	"bufio"
@@ -26,7 +33,7 @@ const Version = "v1.37.2"
 const VersionEnv = "SNIP_KUBE_APISERVER"
 
 // Selected is the release this run uses: VersionEnv's value when set, else
-// Version. Start and testbench/prepare use it; a value that is not a
+// Version. kubetest.Start and testbench/prepare use it; a value that is not a
 // Kubernetes release (v1.N.M) is refused by Binary.
 func Selected() string {
 	if v := strings.TrimSpace(os.Getenv(VersionEnv)); v != "" {
@@ -73,7 +80,9 @@ func Binary(ctx context.Context, version string) (string, error) {
 	}
 	return bin, gobuild.Build{
 		Bin: bin, Files: files,
-		Steps: [][]string{{"mod", "tidy"}, {"build", "-o", "OUT", mainPkg}},
+		// No symbol table, DWARF or build paths: a smaller link, and
+		// the tests never debug the server.
+		Steps: [][]string{{"mod", "tidy"}, {"build", "-trimpath", "-ldflags=-s -w", "-o", "OUT", mainPkg}},
 		Check: check,
 	}.Run(ctx)
 }
@@ -197,3 +206,7 @@ func GoMod(version, goVersion string, staging []string) string {
 	}
 	return b.String()
 }
+
+// Versions are the kube-apiserver releases the suite runs (Selected), for what
+// prepares the cache before it (testbench/prepare).
+func Versions() []string { return []string{Selected()} }

@@ -1,0 +1,4 @@
+package kubebuild
+
+// BuildFiles exposes the throwaway build module to the tests.
+var BuildFiles = buildFiles
