@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -33,16 +35,20 @@ func TestPauseOnKubernetesHoldsTheJobAcrossRestartsUntilResumed(t *testing.T) {
 		o.start(name)
 	}
 	waitPulses(t, o.url, "a pulse", func() bool { return len(pulses(t, o.url)) > 0 })
-	leader, token := o.leader("pulse")
 
+	// The term the command names is checked against the term recorded ended
+	// "paused", not against the job Lease read before: a Lease that lapses
+	// under load in between has the job won again with a new token.
 	r := o.run("pause", "pulse", "--by", "alice@web1", "--reason", "backfill running")
-	want := fmt.Sprintf("pulse: paused by alice@web1: \"backfill running\"\npulse: %s (token %d) handed it over\n"+
-		"pulse: no instance runs it until 'snip-jobs resume pulse'\n", leader, token)
-	if r.code != 0 || r.stdout != want {
-		t.Fatalf("pause: exit %d\n%s%s\nwant:\n%s", r.code, r.stdout, r.stderr, want)
+	m := regexp.MustCompile(`^pulse: paused by alice@web1: "backfill running"\npulse: (server-[ab]) \(token (\d+)\) handed it over\n` +
+		`pulse: no instance runs it until 'snip-jobs resume pulse'\n$`).FindStringSubmatch(r.stdout)
+	if r.code != 0 || m == nil {
+		t.Fatalf("pause: exit %d\n%s%s\nwant it to name the leader's term that it ended", r.code, r.stdout, r.stderr)
 	}
-	o.waitCommit("the term recorded ended paused", []string{"job_terms"}, func() bool {
-		return o.count(`SELECT count(*) FROM job_terms WHERE job = 'pulse' AND token = $1 AND reason = 'paused'`, token) == 1
+	leader := m[1]
+	token, _ := strconv.ParseInt(m[2], 10, 64)
+	o.waitCommit(fmt.Sprintf("%s's term %d recorded ended paused", leader, token), []string{"job_terms"}, func() bool {
+		return o.count(`SELECT count(*) FROM job_terms WHERE job = 'pulse' AND token = $1 AND instance = $2 AND reason = 'paused'`, token, leader) == 1
 	})
 	rows, terms := len(pulses(t, o.url)), o.count(`SELECT count(*) FROM job_terms WHERE job = 'pulse'`)
 	stillPaused := func(when string) { t.Helper(); checkPaused(t, o, when, rows, terms) }
@@ -324,20 +330,36 @@ func TestDrainOnKubernetesHandsEverySingletonOverAndTakesNoneBack(t *testing.T) 
 }
 
 // drain drains server-a and checks what the command says: every job it
-// led handed over, with the token of its term.
+// led handed over, with the token of its term. Which terms those are is read
+// from what server-a recorded, not from the job Leases before the drain: an
+// instance Lease that lapses under load between that read and the drain has
+// server-a win its jobs again with new tokens (seen at -p=3). Each term named
+// must be server-a's, recorded ended "drained", and no other may be.
 func drain(t *testing.T, o *kubeOps) {
 	t.Helper()
-	var handed []string
-	for _, job := range singletons {
-		if in, token := o.leader(job); in == "server-a" {
-			handed = append(handed, fmt.Sprintf("%s: server-a (token %d) handed it over\n", job, token))
-		}
-	}
+	const drained = `SELECT count(*) FROM job_terms WHERE instance = 'server-a' AND reason = 'drained'`
+	before := o.count(drained)
 	r := o.run("drain", "--instance", "server-a", "--by", "alice@web1", "--reason", "kernel upgrade")
-	want := "server-a: drained by alice@web1: \"kernel upgrade\"\n" + strings.Join(handed, "") +
+	var jobs []string
+	var tokens []int64
+	for _, m := range regexp.MustCompile(`(?m)^(job-\d): server-a \(token (\d+)\) handed it over$`).FindAllStringSubmatch(r.stdout, -1) {
+		token, _ := strconv.ParseInt(m[2], 10, 64)
+		jobs, tokens = append(jobs, m[1]), append(tokens, token)
+	}
+	var handed strings.Builder
+	for i, job := range jobs {
+		fmt.Fprintf(&handed, "%s: server-a (token %d) handed it over\n", job, tokens[i])
+	}
+	want := "server-a: drained by alice@web1: \"kernel upgrade\"\n" + handed.String() +
 		"server-a: leads no singleton until 'snip-jobs undrain --instance server-a' (or 'snip-jobs run --undrain' there)\n"
-	if r.code != 0 || r.stdout != want {
-		t.Fatalf("drain: exit %d\n%s%s\nwant:\n%s", r.code, r.stdout, r.stderr, want)
+	if r.code != 0 || len(jobs) == 0 || r.stdout != want {
+		t.Fatalf("drain: exit %d\n%s%s\nwant:\n%s(with a line for each job server-a led)", r.code, r.stdout, r.stderr, want)
+	}
+	o.waitCommit(fmt.Sprintf("the terms drain named (%v, tokens %v) recorded as server-a's, ended drained", jobs, tokens), []string{"job_terms"}, func() bool {
+		return o.count(drained+` AND (job, token) IN (SELECT * FROM unnest($1::text[], $2::bigint[]))`, jobs, tokens) == len(jobs)
+	})
+	if n := o.count(drained) - before; n != len(jobs) {
+		t.Fatalf("server-a recorded %d terms ended drained; drain named %d:\n%s", n, len(jobs), r.stdout)
 	}
 }
 
