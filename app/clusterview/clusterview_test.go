@@ -8,7 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/snip/snip-jobs/app/clusterview"
 	"github.com/snip/snip-jobs/leadership"
@@ -28,7 +27,7 @@ func TestKubeReadsTheLeaderAndJudgesUpByRenewTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Close)
-	cs, err := kubernetes.NewForConfig(srv.Config())
+	cs, err := kubetest.NewClientset(srv.Config())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,3 +1,5 @@
+//go:build clientgo
+
 package kubelease_test
 
 import (
@@ -10,13 +12,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
 	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/leadership/kubelease"
 	"github.com/snip/snip-jobs/testbench/benchtest"
+	"github.com/snip/snip-jobs/testbench/kubetest"
 )
 
 // Steady-state traffic at the API server, counted by the API server itself
@@ -29,7 +31,7 @@ import (
 // heartbeats). Each iteration is one second of the window; the three
 // alternate, benchRounds times:
 //
-//	go test ./leadership/kubelease -run '^$' -bench BenchmarkSteadyStateLeaseTraffic -benchtime 20x
+//	go test -tags clientgo ./leadership/kubelease -run '^$' -bench BenchmarkSteadyStateLeaseTraffic -benchtime 20x
 func BenchmarkSteadyStateLeaseTraffic(b *testing.B) {
 	for range benchRounds {
 		for _, jobs := range []int{1, 100} {
@@ -84,7 +86,7 @@ func benchTraffic(b *testing.B, mode string, jobs int) {
 var benchSeq atomic.Int64
 
 func benchNamespace(b *testing.B) string {
-	cs, err := kubernetes.NewForConfig(api.Config())
+	cs, err := kubetest.NewClientset(api.Config())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -100,7 +102,7 @@ func benchNamespace(b *testing.B) string {
 func benchKubelease(b *testing.B, ns string, benchJobs int) (stop func()) {
 	var sessions []*leadership.Session
 	for _, name := range []string{"leader", "follower"} {
-		cs, err := kubernetes.NewForConfig(api.Config())
+		cs, err := kubetest.NewClientset(api.Config())
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -142,7 +144,7 @@ func benchLeaderElection(ctx context.Context, b *testing.B, ns string, benchJobs
 		// Without client-go's default rate limit (5/s, burst 10), which 100
 		// electors renewing every 2 s would exceed: api.Config() has none,
 		// as kubelease requires.
-		cs, err := kubernetes.NewForConfig(api.Config())
+		cs, err := kubetest.NewClientset(api.Config())
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -1,3 +1,5 @@
+//go:build clientgo
+
 package kubelease_test
 
 import (
@@ -7,12 +9,12 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
 	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/leadership/kubelease"
+	"github.com/snip/snip-jobs/testbench/kubetest"
 )
 
 // Time from a leader's crash (its client cut off) or resignation to its
@@ -24,7 +26,7 @@ import (
 // its OnNewLeader). Reported as seconds per hand-over; the two alternate,
 // benchRounds times:
 //
-//	go test ./leadership/kubelease -run '^$' -bench BenchmarkHandOver -benchtime 5x
+//	go test -tags clientgo ./leadership/kubelease -run '^$' -bench BenchmarkHandOver -benchtime 5x
 func BenchmarkHandOver(b *testing.B) {
 	for range benchRounds {
 		for _, kind := range []string{"crash", "resign"} {
@@ -59,7 +61,7 @@ func handOverKubelease(b *testing.B, crash bool) time.Duration {
 		if wrap {
 			rc.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return cutTransport{rt, &c} }
 		}
-		cs, err := kubernetes.NewForConfig(rc)
+		cs, err := kubetest.NewClientset(rc)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -113,7 +115,7 @@ func handOverLeaderElection(b *testing.B, crash bool) time.Duration {
 		if id == "a" {
 			rc.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return cutTransport{rt, &c} }
 		}
-		cs, err := kubernetes.NewForConfig(rc)
+		cs, err := kubetest.NewClientset(rc)
 		if err != nil {
 			b.Fatal(err)
 		}

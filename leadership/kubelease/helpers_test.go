@@ -14,7 +14,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/snip/snip-jobs/leadership"
@@ -48,9 +47,9 @@ func namespace(t *testing.T, srv *kubetest.Server) string {
 	return ns.Name
 }
 
-func clientset(t *testing.T, cfg *rest.Config) *kubernetes.Clientset {
+func clientset(t *testing.T, cfg *rest.Config) *kubetest.Clientset {
 	t.Helper()
-	cs, err := kubernetes.NewForConfig(cfg)
+	cs, err := kubetest.NewClientset(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,6 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/snip/snip-jobs/leadership"
@@ -62,7 +61,7 @@ func TestAUserAllowedOnlyLeasesInOneNamespaceCanLeadAndHandOver(t *testing.T) {
 }
 
 // allow grants user verbs on Leases in ns.
-func allow(t *testing.T, admin *kubernetes.Clientset, ns, user string, verbs ...string) {
+func allow(t *testing.T, admin *kubetest.Clientset, ns, user string, verbs ...string) {
 	t.Helper()
 	ctx := context.Background()
 	_, err := admin.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{

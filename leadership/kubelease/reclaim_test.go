@@ -13,12 +13,12 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/leadership/kubelease"
 	"github.com/snip/snip-jobs/testbench/benchtest"
+	"github.com/snip/snip-jobs/testbench/kubetest"
 )
 
 // The test binary doubles as a child process that leads a job until killed,
@@ -31,7 +31,7 @@ const (
 func childMain() int {
 	var host, token, ca, ns, instance, job string
 	fmt.Sscan(os.Getenv(childEnv), &host, &token, &ca, &ns, &instance, &job)
-	cs, err := kubernetes.NewForConfig(&rest.Config{Host: host, BearerToken: token, QPS: -1, TLSClientConfig: rest.TLSClientConfig{CAFile: ca}})
+	cs, err := kubetest.NewClientset(&rest.Config{Host: host, BearerToken: token, QPS: -1, TLSClientConfig: rest.TLSClientConfig{CAFile: ca}})
 	if err != nil {
 		fmt.Println("error", err)
 		return 1

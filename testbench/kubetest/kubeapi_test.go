@@ -6,7 +6,6 @@ import (
 
 	coordv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/snip/snip-jobs/testbench/kubetest"
 )
@@ -21,7 +20,7 @@ func TestTheServerServesLeasesAndKeepsThemAcrossARestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	cs, err := kubernetes.NewForConfig(s.Config())
+	cs, err := kubetest.NewClientset(s.Config())
 	if err != nil {
 		t.Fatal(err)
 	}
