@@ -53,6 +53,12 @@ func ModuleRoot() (string, error) {
 	}
 }
 
+// Lean are go build's flags for a released program the tests run but never
+// debug (etcd, kube-apiserver): no DWARF compiled or linked, no symbol table,
+// no build paths. Less for a fresh machine to compile and link; the build
+// information that checks identify a binary by is kept.
+var Lean = []string{"-trimpath", "-ldflags=-s -w", "-gcflags=all=-dwarf=false"}
+
 // Check verifies a built (or cached) binary at path; nil means it is the one wanted.
 type Check func(ctx context.Context, path string) error
 

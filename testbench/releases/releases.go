@@ -43,7 +43,7 @@ func Etcd(ctx context.Context, version string) (string, error) {
 	mod := fmt.Sprintf("module etcdbuild\n\ngo 1.24\n\nrequire go.etcd.io/etcd/server/v3 v%s\n", version)
 	return bin, gobuild.Build{
 		Bin: bin, Files: map[string]string{"go.mod": mod},
-		Steps: [][]string{{"build", "-o", "OUT", "go.etcd.io/etcd/server/v3"}},
+		Steps: [][]string{append(append([]string{"build"}, gobuild.Lean...), "-o", "OUT", "go.etcd.io/etcd/server/v3")},
 		Check: check, Timeout: buildTimeout,
 	}.Run(ctx)
 }

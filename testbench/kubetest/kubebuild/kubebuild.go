@@ -80,9 +80,7 @@ func Binary(ctx context.Context, version string) (string, error) {
 	}
 	return bin, gobuild.Build{
 		Bin: bin, Files: files,
-		// No symbol table, DWARF or build paths: a smaller link, and
-		// the tests never debug the server.
-		Steps: [][]string{{"mod", "tidy"}, {"build", "-trimpath", "-ldflags=-s -w", "-o", "OUT", mainPkg}},
+		Steps: [][]string{{"mod", "tidy"}, append(append([]string{"build"}, gobuild.Lean...), "-o", "OUT", mainPkg)},
 		Check: check,
 	}.Run(ctx)
 }
