@@ -60,24 +60,24 @@ arguments given (default ./..., the slowest packages first).
 func run(ctx context.Context, args []string, only bool) int {
 	began := time.Now()
 	a := splitArgs(args)
-	compiled := make(chan error, 1)
-	if only {
-		compiled <- nil
-	} else {
-		go func() { compiled <- compile(ctx, a) }()
+	steps := prepare.Steps()
+	if !only {
+		// First in the releases' lane: compiling beside the kube-apiserver's build.
+		steps = append([]prepare.Step{{
+			Name:  "the packages under test (compiled)",
+			First: "a few minutes on two cores",
+			Build: func(ctx context.Context) (string, error) { return "", compile(ctx, a) },
+			Lane:  prepare.Releases,
+		}}, steps...)
 	}
 	fmt.Fprintln(os.Stderr, "snip-test: what the suite runs beside the code (built once into the user cache):")
-	if err := prepare.Run(ctx, os.Stderr, prepare.Steps()); err != nil {
+	if err := prepare.Run(ctx, os.Stderr, steps); err != nil {
 		fmt.Fprintln(os.Stderr, "snip-test:", err)
 		return 1
 	}
 	fmt.Fprintf(os.Stderr, "snip-test: prepared in %v\n", time.Since(began).Round(time.Second))
 	if only {
 		return 0
-	}
-	if err := <-compiled; err != nil {
-		// go test compiles them again and reports the error where it belongs.
-		fmt.Fprintln(os.Stderr, "snip-test: compiling the packages beside the builds:", err)
 	}
 	testArgs := append([]string{"test"}, a.flags...)
 	if parallel != "" && !a.has("p") {
@@ -107,11 +107,10 @@ func run(ctx context.Context, args []string, only bool) int {
 }
 
 // compile builds every package the tests import (not the tests themselves,
-// and linking nothing) into Go's build cache, beside prepare's builds: on a
-// fresh machine that is minutes of work go test then finds done. On a warm
-// cache it only checks, in a few seconds.
+// and linking nothing) into Go's build cache: on a fresh machine that is
+// minutes of work go test then finds done. On a warm cache it only checks,
+// in a second or two.
 func compile(ctx context.Context, a testArgs) error {
-	began := time.Now()
 	patterns := a.pkgs
 	if len(patterns) == 0 {
 		patterns = []string{"./..."}
@@ -122,15 +121,12 @@ func compile(ctx context.Context, a testArgs) error {
 	if err != nil {
 		return fmt.Errorf("go list: %w", err)
 	}
-	pkgs := strings.Fields(string(out))
-	build := exec.CommandContext(ctx, "go", append(append([]string{"build"}, a.buildFlags()...), pkgs...)...)
+	build := exec.CommandContext(ctx, "go", append(append([]string{"build"}, a.buildFlags()...), strings.Fields(string(out))...)...)
 	var stderr strings.Builder
 	build.Stdout, build.Stderr = io.Discard, &stderr
 	if err := build.Run(); err != nil {
-		return fmt.Errorf("go build: %w\n%s", err, stderr.String())
-	}
-	if took := time.Since(began); took > 5*time.Second {
-		fmt.Fprintf(os.Stderr, "  %-42s compiled in %v\n", fmt.Sprintf("the %d packages under test import", len(pkgs)), took.Round(100*time.Millisecond))
+		// go test compiles them again and reports the error where it belongs.
+		fmt.Fprintf(os.Stderr, "snip-test: compiling the packages under test: %v\n%s", err, stderr.String())
 	}
 	return nil
 }

@@ -36,14 +36,26 @@ type Step struct {
 	Name string
 	// First says what a first build costs, for the person waiting.
 	First string
-	// Build returns the path built or found in the cache.
+	// Build returns the path built or found in the cache ("" for work that
+	// leaves no file of its own).
 	Build func(ctx context.Context) (string, error)
-	// Apart: the step waits on the network and the disk rather than the CPU,
-	// and runs beside the builds.
-	Apart bool
+	// Lane: the steps of one lane run one after another, in order; the
+	// lanes run side by side. Two lanes of compiling keep both cores busy
+	// through each build's single-threaded stretches (its link); a step that
+	// waits on the network and the disk gets a lane of its own.
+	Lane int
 }
 
-// Steps are everything the suite needs built, in the order they are built.
+// The lanes of Steps. cmd/snip-test puts its compiling of the packages under
+// test first in Releases.
+const (
+	KubeAPIServer = iota // the longest build, alone
+	Releases             // etcd's releases, then the previous release
+	Downloads            // the root file system, from deb.debian.org
+)
+
+// Steps are everything the suite needs built, each in its lane, in the
+// order each lane builds them.
 func Steps() []Step {
 	var steps []Step
 	for _, v := range kubebuild.Versions() {
@@ -51,6 +63,7 @@ func Steps() []Step {
 			Name:  "kube-apiserver " + v,
 			First: "the first build takes 4 to 11 minutes on two cores and 2.1 GB of memory",
 			Build: func(ctx context.Context) (string, error) { return kubebuild.Binary(ctx, v) },
+			Lane:  KubeAPIServer,
 		})
 	}
 	for _, m := range etcdversion.Minimum {
@@ -59,11 +72,13 @@ func Steps() []Step {
 			Name:  "etcd " + v,
 			First: "about 2 minutes",
 			Build: func(ctx context.Context) (string, error) { return releases.Etcd(ctx, v) },
+			Lane:  Releases,
 		})
 	}
 	steps = append(steps, Step{
 		Name:  "the previous release of snip-jobs",
 		First: "about a minute",
+		Lane:  Releases,
 		Build: func(ctx context.Context) (string, error) {
 			commit, err := releases.Previous(ctx)
 			if err != nil {
@@ -74,7 +89,7 @@ func Steps() []Step {
 	}, Step{
 		Name:  "the systemd container's root file system",
 		First: "debootstrap from deb.debian.org: 1 to 4 minutes, 245 MB",
-		Apart: true,
+		Lane:  Downloads,
 		Build: func(ctx context.Context) (string, error) {
 			cache, err := gobuild.CacheDir()
 			if err != nil {
@@ -86,9 +101,8 @@ func Steps() []Step {
 	return steps
 }
 
-// Run builds what steps need: the ones apart beside the others, which run
-// one after another (they share two cores). It reports each step on w as it
-// starts and ends, and returns every step's error.
+// Run builds what steps need, lane by lane (Step.Lane). It reports each
+// step on w as it ends, and returns every step's error.
 func Run(ctx context.Context, w io.Writer, steps []Step) error {
 	var mu sync.Mutex
 	say := func(format string, args ...any) {
@@ -96,7 +110,6 @@ func Run(ctx context.Context, w io.Writer, steps []Step) error {
 		defer mu.Unlock()
 		fmt.Fprintf(w, format+"\n", args...)
 	}
-	var wg sync.WaitGroup
 	errs := make([]error, len(steps))
 	run := func(i int) {
 		s := steps[i]
@@ -107,22 +120,25 @@ func Run(ctx context.Context, w io.Writer, steps []Step) error {
 		case err != nil:
 			errs[i] = fmt.Errorf("%s: %w", s.Name, err)
 			say("  %-42s FAILED after %v: %v", s.Name, took, err)
+		case path == "":
+			say("  %-42s done in %v", s.Name, took)
 		case took > 2*time.Second:
 			say("  %-42s built in %v: %s", s.Name, took, tidy(path))
 		default:
 			say("  %-42s ready: %s", s.Name, tidy(path))
 		}
 	}
+	lanes := map[int][]int{}
 	for i, s := range steps {
-		if s.Apart {
-			wg.Add(1)
-			go func() { defer wg.Done(); run(i) }()
-		}
+		lanes[s.Lane] = append(lanes[s.Lane], i)
 	}
-	for i, s := range steps {
-		if !s.Apart {
-			run(i)
-		}
+	var wg sync.WaitGroup
+	for _, lane := range lanes {
+		wg.Go(func() {
+			for _, i := range lane {
+				run(i)
+			}
+		})
 	}
 	wg.Wait()
 	var failed []error
