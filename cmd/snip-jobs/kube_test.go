@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -129,18 +130,12 @@ func TestTwoInstancesOnKubernetesLeasesHandASingletonOverWhenTheLeaderIsKilled(t
 		}
 	}
 
-	waitPulses(t, url, "a pulse", func() bool { return len(pulses(t, url)) > 0 })
-	ps := pulses(t, url)
-	first := ps[len(ps)-1]
-	holder, ann, _ := kube.lease(t, kubePrefix+"-job-pulse")
-	if !strings.HasPrefix(holder, first.instance+"/") || ann["jobs.snip.dev/token"] != strconv.FormatInt(first.token, 10) {
-		t.Fatalf("job Lease held by %q with token %q; the newest row is %s's with token %d", holder, ann["jobs.snip.dev/token"], first.instance, first.token)
-	}
+	leaseNamesRows(t, kube, url)
 
 	// status and the page show the leader and both instances from the
 	// Leases; resign hands the job to the other instance with a higher token.
-	checkKubeStatus(t, env, procs, first)
-	first = resignOnKube(t, env, kube, url, procs[first.instance], first)
+	lead := checkKubeStatus(t, env, kube, procs)
+	first := resignOnKube(t, env, url, procs[lead.instance], lead)
 
 	killed := procs[first.instance]
 	killed.signal(syscall.SIGKILL)
@@ -151,11 +146,10 @@ func TestTwoInstancesOnKubernetesLeasesHandASingletonOverWhenTheLeaderIsKilled(t
 	if killed == survivor {
 		survivor = procs["server-b"]
 	}
-	second := takeover(t, url, survivor, first)
+	takeover(t, url, survivor, first)
 	checkPulses(t, pulses(t, url)) // the old term's rows all precede the new one's
-	holder, ann, _ = kube.lease(t, kubePrefix+"-job-pulse")
-	if !strings.HasPrefix(holder, survivor.name+"/") || ann["jobs.snip.dev/token"] != strconv.FormatInt(second.token, 10) {
-		t.Errorf("job Lease held by %q with token %q; want %s with token %d", holder, ann["jobs.snip.dev/token"], survivor.name, second.token)
+	if l := leaseNamesRows(t, kube, url); l.instance != survivor.name {
+		t.Errorf("after the kill the job Lease names %s (token %d); want %s", l.instance, l.token, survivor.name)
 	}
 	holder, ann, found := kube.lease(t, kubePrefix+"-instance-"+killed.name)
 	if !found || holder != "" || ann["jobs.snip.dev/expired-by"] != survivor.name {
@@ -168,17 +162,20 @@ func TestTwoInstancesOnKubernetesLeasesHandASingletonOverWhenTheLeaderIsKilled(t
 	notes[survivor.name].next(t, "WATCHDOG=1\nSTATUS=1 job(s), leading 1")
 	// status names the survivor; the killed instance's Lease, released by
 	// the survivor, is not listed.
-	if st := kubeStatus(t, env, survivor); st.Jobs[0].Leader == nil || st.Jobs[0].Leader.Instance != survivor.name ||
-		st.Jobs[0].Leader.Token != second.token || len(st.Instances) != 1 || st.Instances[0].Name != survivor.name {
-		t.Errorf("status --json after the kill: %+v (leader %+v)", st, st.Jobs[0].Leader)
-	}
+	agreeWithLease(t, kube, func(lead pulse) []string {
+		if st := kubeStatus(t, env, survivor); lead.instance != survivor.name || st.Jobs[0].Leader == nil || st.Jobs[0].Leader.Instance != survivor.name ||
+			st.Jobs[0].Leader.Token != lead.token || len(st.Instances) != 1 || st.Instances[0].Name != survivor.name {
+			return []string{fmt.Sprintf("status --json after the kill: %+v (leader %+v); the job Lease names %s (token %d)", st, st.Jobs[0].Leader, lead.instance, lead.token)}
+		}
+		return nil
+	})
 
 	survivor.signal(syscall.SIGTERM)
 	if code := survivor.wait(); code != 0 {
 		t.Fatalf("%s exited with %d after SIGTERM, want 0", survivor.name, code)
 	}
 	logs := survivor.logs()
-	if len(linesWith(logs, `"msg":"term over"`, `"why":"shutdown"`, fmt.Sprintf(`"token":%d`, second.token))) != 1 || !strings.Contains(logs, "stopped cleanly") {
+	if len(linesWith(logs, `"msg":"term over"`, `"why":"shutdown"`)) != 1 || !strings.Contains(logs, "stopped cleanly") {
 		t.Errorf("%s did not resign its term at shutdown:\n%s", survivor.name, logs)
 	}
 	if holder, _, _ := kube.lease(t, kubePrefix+"-job-pulse"); holder != "" {
@@ -205,68 +202,143 @@ func kubeStatus(t *testing.T, env []string, in *instance) status.Cluster {
 	return st
 }
 
-// checkKubeStatus checks that status (--json and the table) and the status
-// page of each instance name the leader of pulse with its token, and both
-// instances up on their instance Leases.
-func checkKubeStatus(t *testing.T, env []string, procs map[string]*instance, lead pulse) {
+// jobLease is the holder of pulse's job Lease, once one holds it, with the
+// token written with it.
+func jobLease(t *testing.T, kube kubeCluster) pulse {
 	t.Helper()
-	st := kubeStatus(t, env, procs[lead.instance])
-	j := st.Jobs[0]
-	if st.Backend != "kubernetes" || !st.LeadersKnown || j.Leader == nil || j.Leader.Instance != lead.instance || j.Leader.Token != lead.token ||
-		j.Leader.Lease != kubePrefix+"-instance-"+lead.instance || !strings.HasPrefix(j.Leader.Holder, lead.instance+"/") || j.Leader.Renewed.IsZero() {
-		t.Errorf("status --json: %+v, leader %+v; want %s with token %d", st, j.Leader, lead.instance, lead.token)
-	}
-	if len(st.Instances) != 2 {
-		t.Fatalf("status --json: instances %+v, want server-a and server-b", st.Instances)
-	}
-	for _, in := range st.Instances {
-		wantLeads := map[bool]int{true: 1, false: 0}[in.Name == lead.instance]
-		if !in.Up || in.Leads != wantLeads || in.LeaseGrantedSeconds != 2 || in.Host == "" || in.PID != procs[in.Name].proc.Pid() {
-			t.Errorf("status --json: instance %+v; want up, leading %d, a 2 s Lease (the tests' ttl), pid %d", in, wantLeads, procs[in.Name].proc.Pid())
+	var l pulse
+	kubetest.WaitLeases(t, kube.cs.CoordinationV1(), kube.ns, "a holder of the job Lease", func() bool {
+		holder, ann, _ := kube.lease(t, kubePrefix+"-job-pulse")
+		l.instance, _, _ = strings.Cut(holder, "/")
+		l.token, _ = strconv.ParseInt(ann["jobs.snip.dev/token"], 10, 64)
+		return l.instance != ""
+	})
+	return l
+}
+
+// leaseNamesRows checks that the job Lease names the leader with the token
+// its rows carry, and returns the first row of that term: it waits for a
+// row of the token the Lease names at the time (under load a 2 s Lease may
+// lapse, and the job be won again with a new token, between a row and the
+// read of the Lease).
+func leaseNamesRows(t *testing.T, kube kubeCluster, url string) pulse {
+	t.Helper()
+	var row pulse
+	waitPulses(t, url, "a pulse of the term the job Lease names", func() bool {
+		l := jobLease(t, kube)
+		for _, p := range pulses(t, url) {
+			if p.token == l.token {
+				if p.instance != l.instance {
+					t.Fatalf("the job Lease names %s with token %d; that token's rows are %s's", l.instance, l.token, p.instance)
+				}
+				row = p
+				return true
+			}
 		}
-	}
-	r := snip(t, env, "status", "--config", procs[lead.instance].config)
-	if r.code != 0 || len(linesWith(r.stdout, "pulse", "leader", lead.instance, fmt.Sprint(lead.token), "renewed")) != 1 ||
-		strings.Count(r.stdout, "ago, of 2s)") != 2 {
-		t.Errorf("status: exit %d\n%s%s", r.code, r.stdout, r.stderr)
-	}
-	for name, p := range procs {
-		var s statuspage.Snapshot
-		code, body := p.get("/status/cluster.json")
-		if err := json.Unmarshal([]byte(body), &s); code != http.StatusOK || err != nil || len(s.Errors) > 0 || s.Backend != "kubernetes" ||
-			s.Jobs[0].Leader == nil || s.Jobs[0].Leader.Instance != lead.instance || s.Jobs[0].Leader.Token != lead.token || len(s.Instances) != 2 {
-			t.Errorf("/status/cluster.json of %s: %d, %v\n%s", name, code, err, body)
+		return false
+	})
+	return row
+}
+
+// agreeWithLease runs check with the job Lease's holder and token, read just
+// before it, and reports what check found disagreeing. When the Lease names
+// another term once check is done (a 2 s Lease lapsed under load and the job
+// was won again), what check read may be of either term: it runs again, up
+// to three times. It returns the Lease's holder check agreed with.
+func agreeWithLease(t *testing.T, kube kubeCluster, check func(lead pulse) []string) pulse {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		lead := jobLease(t, kube)
+		errs := check(lead)
+		if now := jobLease(t, kube); now != lead && attempt < 3 {
+			t.Logf("the job Lease went from %s (token %d) to %s (token %d) while status was read: reading again", lead.instance, lead.token, now.instance, now.token)
+			continue
 		}
+		for _, e := range errs {
+			t.Error(e)
+		}
+		return lead
 	}
 }
 
+// checkKubeStatus checks that status (--json and the table) and the status
+// page of each instance name the leader of pulse with its token, as the job
+// Lease does, and both instances up on their instance Leases. It returns
+// that leader.
+func checkKubeStatus(t *testing.T, env []string, kube kubeCluster, procs map[string]*instance) pulse {
+	t.Helper()
+	return agreeWithLease(t, kube, func(lead pulse) (errs []string) {
+		since := time.Now()
+		st := kubeStatus(t, env, procs[lead.instance])
+		j := st.Jobs[0]
+		if st.Backend != "kubernetes" || !st.LeadersKnown || j.Leader == nil || j.Leader.Instance != lead.instance || j.Leader.Token != lead.token ||
+			j.Leader.Lease != kubePrefix+"-instance-"+lead.instance || !strings.HasPrefix(j.Leader.Holder, lead.instance+"/") || j.Leader.Renewed.IsZero() {
+			errs = append(errs, fmt.Sprintf("status --json: %+v, leader %+v; want %s with token %d", st, j.Leader, lead.instance, lead.token))
+		}
+		if len(st.Instances) != 2 {
+			errs = append(errs, fmt.Sprintf("status --json: instances %+v, want server-a and server-b", st.Instances))
+		}
+		for _, in := range st.Instances {
+			wantLeads := map[bool]int{true: 1, false: 0}[in.Name == lead.instance]
+			if !in.Up || in.Leads != wantLeads || in.LeaseGrantedSeconds != 2 || in.Host == "" || in.PID != procs[in.Name].proc.Pid() {
+				errs = append(errs, fmt.Sprintf("status --json: instance %+v; want up, leading %d, a 2 s Lease (the tests' ttl), pid %d", in, wantLeads, procs[in.Name].proc.Pid()))
+			}
+		}
+		r := snip(t, env, "status", "--config", procs[lead.instance].config)
+		if r.code != 0 || len(linesWith(r.stdout, "pulse", "leader", lead.instance, fmt.Sprint(lead.token), "renewed")) != 1 ||
+			strings.Count(r.stdout, "ago, of 2s)") != 2 {
+			errs = append(errs, fmt.Sprintf("status: exit %d\n%s%s", r.code, r.stdout, r.stderr))
+		}
+		for name, p := range procs {
+			// The page shares a read for half a second: wait for one made
+			// after the Lease was.
+			var s statuspage.Snapshot
+			var code int
+			var body string
+			var err error
+			eventually(t, "a read of "+name+"'s page after the Lease's", func() bool {
+				code, body = p.get("/status/cluster.json")
+				err = json.Unmarshal([]byte(body), &s)
+				return code != http.StatusOK || err != nil || s.LocalNow.After(since)
+			})
+			if code != http.StatusOK || err != nil || len(s.Errors) > 0 || s.Backend != "kubernetes" ||
+				s.Jobs[0].Leader == nil || s.Jobs[0].Leader.Instance != lead.instance || s.Jobs[0].Leader.Token != lead.token || len(s.Instances) != 2 {
+				errs = append(errs, fmt.Sprintf("/status/cluster.json of %s: %d, %v; want %s with token %d\n%s", name, code, err, lead.instance, lead.token, body))
+			}
+		}
+		return errs
+	})
+}
+
 // resignOnKube runs `resign pulse` and returns the first pulse of the term
-// that follows: on the other instance, with a higher token, named by the
-// job Lease.
-func resignOnKube(t *testing.T, env []string, kube kubeCluster, url string, leader *instance, lead pulse) pulse {
+// that follows: on the other instance, with a higher token than the term
+// resigned. That is lead's, or, when lead's lapsed under load since it was
+// read, a later one.
+func resignOnKube(t *testing.T, env []string, url string, leader *instance, lead pulse) pulse {
 	t.Helper()
 	r := snip(t, env, "resign", "pulse", "--config", leader.config)
-	if r.code != 0 || !strings.Contains(r.stdout, fmt.Sprintf("pulse: leader was %s (token %d)\n", lead.instance, lead.token)) {
+	m := regexp.MustCompile(`(?m)^pulse: leader was (server-[ab]) \(token (\d+)\)\n(?:.*\n)*pulse: now (server-[ab]) \(token (\d+)\)$`).FindStringSubmatch(r.stdout)
+	if r.code != 0 || m == nil {
 		t.Fatalf("resign: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	holder, ann, _ := kube.lease(t, kubePrefix+"-job-pulse")
-	next := strings.SplitN(holder, "/", 2)[0]
-	token, _ := strconv.ParseInt(ann["jobs.snip.dev/token"], 10, 64)
-	if next == lead.instance || token <= lead.token || !strings.Contains(r.stdout, fmt.Sprintf("pulse: now %s (token %d)\n", next, token)) {
-		t.Fatalf("resign: the job Lease names %q with token %d after %s's token %d; output:\n%s", holder, token, lead.instance, lead.token, r.stdout)
+	was, next := pulse{instance: m[1]}, pulse{instance: m[3]}
+	was.token, _ = strconv.ParseInt(m[2], 10, 64)
+	next.token, _ = strconv.ParseInt(m[4], 10, 64)
+	if was.token < lead.token || was.token == lead.token && was.instance != lead.instance || next.instance == was.instance || next.token <= was.token {
+		t.Fatalf("resign of %s's term %d:\n%s", lead.instance, lead.token, r.stdout)
 	}
 	var p pulse
 	waitPulses(t, url, "a pulse of the term after resign", func() bool {
 		for _, q := range pulses(t, url) {
-			if q.token == token {
+			if q.token == next.token {
 				p = q
 				return true
 			}
 		}
 		return false
 	})
-	if p.instance != next {
-		t.Fatalf("token %d's rows are %s's; the job Lease names %s", token, p.instance, next)
+	if p.instance != next.instance {
+		t.Fatalf("token %d's rows are %s's; resign said %s took over", next.token, p.instance, next.instance)
 	}
 	checkPulses(t, pulses(t, url))
 	return p
@@ -369,9 +441,7 @@ func TestReclaimOnKubernetesEndsADeadInstancesLease(t *testing.T) {
 	for _, p := range procs {
 		p.waitReady()
 	}
-	waitPulses(t, url, "a pulse", func() bool { return len(pulses(t, url)) > 0 })
-	ps := pulses(t, url)
-	first := ps[len(ps)-1]
+	first := leaseNamesRows(t, kube, url)
 	killed, survivor := procs[first.instance], procs["server-a"]
 	if killed == survivor {
 		survivor = procs["server-b"]
@@ -379,6 +449,9 @@ func TestReclaimOnKubernetesEndsADeadInstancesLease(t *testing.T) {
 	if r := snip(t, env, "reclaim", "--config", killed.config); r.code != 1 || !strings.Contains(r.stderr, "still running") {
 		t.Fatalf("reclaim of a running instance: exit %d, want 1 and \"still running\":\n%s%s", r.code, r.stdout, r.stderr)
 	}
+	// Under load the survivor may have marked a lapsed Lease of the killed
+	// instance expired before the kill: only what it did after counts.
+	marked := strings.Count(survivor.logs(), "marked a peer's instance Lease expired")
 	killed.signal(syscall.SIGKILL)
 	killed.wait()
 	r := snip(t, env, "reclaim", "--config", killed.config)
@@ -389,7 +462,7 @@ func TestReclaimOnKubernetesEndsADeadInstancesLease(t *testing.T) {
 	if _, _, found := kube.lease(t, kubePrefix+"-instance-"+killed.name); found {
 		t.Errorf("the killed instance's Lease is still there after reclaim")
 	}
-	if strings.Contains(survivor.logs(), "marked a peer's instance Lease expired") {
+	if strings.Count(survivor.logs(), "marked a peer's instance Lease expired") > marked {
 		t.Errorf("%s waited out the dead instance's Lease although reclaim had ended it:\n%s", survivor.name, survivor.logs())
 	}
 	if r := snip(t, env, "reclaim", "--config", killed.config); r.code != 0 || !strings.Contains(r.stderr, "nothing to do") {
