@@ -160,7 +160,11 @@ func TestAKeepAliveAnsweredLateCountsFromItsSendTime(t *testing.T) {
 	etcd := etcdtest.Start(t, 1)
 	link := etcd.Proxy(t, 0)
 	const delay = 150 * time.Millisecond
-	s, _, rec := recordedSession(t, etcd.Client(t, link.Endpoint()), Config{Config: leadership.Config{Instance: "late", TTL: 4 * time.Second, Margin: time.Second}})
+	// Not about expiry: a lease that outlasts an etcd slow to answer under
+	// load (at -p=4 a 4 s one lapsed, and the renewal seen was a new lease's
+	// grant), renewed as often as a 4 s one.
+	cfg := Config{Config: leadership.Config{Instance: "late", TTL: 10 * time.Second, Margin: 3 * time.Second, RenewInterval: time.Second}}
+	s, _, rec := recordedSession(t, etcd.Client(t, link.Endpoint()), cfg)
 	link.Delay(delay)
 	last := nextRenewal(t, s, time.Now()) // sent through the delay
 	for range 3 {

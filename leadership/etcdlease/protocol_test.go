@@ -19,8 +19,11 @@ import (
 func TestClusterLoadCountsTheTermsOfEachInstanceThatIsUp(t *testing.T) {
 	t.Parallel()
 	etcd := etcdtest.Start(t, 1)
-	a := startSession(t, etcd.Client(t), "server-a")
-	b := startSession(t, etcd.Client(t), "server-b")
+	// Not about expiry: leases that outlast an etcd slow to answer under
+	// load (testTTL's lapsed, and the terms with them, at -p=4).
+	long := withTTL(10*time.Second, 3*time.Second)
+	a := startSession(t, etcd.Client(t), "server-a", long)
+	b := startSession(t, etcd.Client(t), "server-b", long)
 	mustWin(t, a, "one")
 	mustWin(t, a, "two")
 	mustWin(t, b, "three")
@@ -50,8 +53,11 @@ func TestAResignRequestNamesTheLeadersTokenAndWaitsForTheHandOver(t *testing.T) 
 	t.Parallel()
 	etcd := etcdtest.Start(t, 1)
 	cli := etcd.Client(t)
-	a := startSession(t, etcd.Client(t), "server-a")
-	b := startSession(t, etcd.Client(t), "server-b")
+	// Not about expiry: leases that outlast an etcd slow to answer under
+	// load (at -p=4 server-a's term lapsed, and server-b's was asked to resign).
+	long := withTTL(10*time.Second, 3*time.Second)
+	a := startSession(t, etcd.Client(t), "server-a", long)
+	b := startSession(t, etcd.Client(t), "server-b", long)
 	term := mustWin(t, a, "report")
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
