@@ -136,16 +136,23 @@ func (o *kubeOps) waitRenewals(n int) {
 // count runs a query returning one number, as the database's superuser.
 func (o *kubeOps) count(query string, args ...any) int {
 	o.t.Helper()
+	var n int
+	o.scan(query, args, &n)
+	return n
+}
+
+// scan runs a query returning one row, as the database's superuser, into
+// dest.
+func (o *kubeOps) scan(query string, args []any, dest ...any) {
+	o.t.Helper()
 	conn, err := pgx.Connect(context.Background(), o.url)
 	if err != nil {
 		o.t.Fatal(err)
 	}
 	defer conn.Close(context.Background())
-	var n int
-	if err := conn.QueryRow(context.Background(), query, args...).Scan(&n); err != nil {
+	if err := conn.QueryRow(context.Background(), query, args...).Scan(dest...); err != nil {
 		o.t.Fatalf("%s: %v", query, err)
 	}
-	return n
 }
 
 // waitCommit waits until cond holds, woken by each commit to one of tables.
