@@ -19,7 +19,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/snip/snip-jobs/app/statuspage"
 	"github.com/snip/snip-jobs/scheduler/status"
@@ -43,7 +42,7 @@ type kubeCluster struct {
 	// current context is another namespace's: the section names the
 	// context to use and takes the namespace from it.
 	viaKubeconfig string
-	cs            *kubernetes.Clientset
+	cs            *kubetest.Clientset
 }
 
 // startKube makes a namespace for the test on the test binary's shared
@@ -53,7 +52,7 @@ func startKube(t *testing.T) kubeCluster {
 	srv := kubetest.Shared(t)
 	ns := srv.Namespace(t)
 	rc := srv.Config()
-	cs, err := kubernetes.NewForConfig(rc)
+	cs, err := kubetest.NewClientset(rc)
 	if err != nil {
 		t.Fatal(err)
 	}

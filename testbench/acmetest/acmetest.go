@@ -33,6 +33,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -42,6 +43,7 @@ import (
 	"github.com/letsencrypt/pebble/v2/db"
 	"github.com/letsencrypt/pebble/v2/va"
 	"github.com/letsencrypt/pebble/v2/wfe"
+	"github.com/snip/snip-jobs/testbench/freeport"
 )
 
 // Profile is the ACME profile the CA offers (90-day certificates); the
@@ -332,13 +334,17 @@ func (f *frontDoor) accept() {
 	}
 }
 
+// freeAddr is a loopback address for the DNS server, on a port below the
+// kernel's ephemeral range (freeport): one in the range can be handed to
+// another process's outgoing connection between this check and the server's
+// listen, or be dialled by a connection to itself, and the validator then
+// finds no DNS server there (seen with three test binaries at once).
 func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.Port()
 	if err != nil {
 		return "", fmt.Errorf("acmetest: free port: %w", err)
 	}
-	defer l.Close()
-	return l.Addr().String(), nil
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), nil
 }
 
 func waitListening(addr string) error {
