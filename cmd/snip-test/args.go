@@ -80,10 +80,10 @@ func (a testArgs) buildFlags() []string {
 
 // slowest are the packages whose tests take longest, in that order
 // (BENCHMARKS.md, "The suite"): started first, they run beside the many short
-// ones instead of alone at the end, while the other core idles.
+// ones instead of alone at the end, while the other slots idle.
 var slowest = []string{
-	"testbench/chaos", "cmd/snip-jobs", "cmd/snip-dev", "leadership/etcdlease", "leadership/kubelease",
-	"jobs/certrenew", "scheduler", "testbench/etcdtest", "jobs/certrenew/certserve", "fencing", "jobs/certsync",
+	"cmd/snip-jobs", "testbench/chaos", "cmd/snip-dev", "leadership/kubelease", "jobs/certrenew", "scheduler",
+	"leadership/etcdlease", "testbench/etcdtest", "jobs/certrenew/certserve", "fencing", "deploy/prometheus", "jobs/weeklyreport",
 }
 
 // packages lists the packages go test will run: the patterns given (default
