@@ -109,11 +109,22 @@ func run(ctx context.Context, args []string, only bool) int {
 	return 0
 }
 
-// compile builds every package the tests import (not the tests themselves,
-// and linking nothing) into Go's build cache: on a fresh machine that is
-// minutes of work go test then finds done. On a warm cache it only checks,
-// in a second or two.
+// coldCompile is how long compiling the packages under test must take for
+// snip-test to take the cache for cold (a fresh machine, or a change low in
+// the tree) and compile the tests themselves too before go test starts.
+const coldCompile = 30 * time.Second
+
+// compile builds every package the tests import into Go's build cache: on a
+// fresh machine minutes of work that go test then finds done. On a warm cache
+// it only checks, in a second or two. When that took long, it also compiles
+// and vets each package's tests and links their binaries, running none
+// (go test -exec true): on a fresh machine, go test otherwise compiled them
+// while running the first packages' tests three at a time, and the load
+// starved the kube-apiserver and PostgreSQL of those tests for seconds
+// (leases lapsed; seen once in two fresh runs). The links are done twice
+// then (go test does not keep them): about half a minute of the two cores.
 func compile(ctx context.Context, a testArgs) error {
+	began := time.Now()
 	patterns := a.pkgs
 	if len(patterns) == 0 {
 		patterns = []string{"./..."}
@@ -124,12 +135,27 @@ func compile(ctx context.Context, a testArgs) error {
 	if err != nil {
 		return fmt.Errorf("go list: %w", err)
 	}
-	build := exec.CommandContext(ctx, "go", append(append([]string{"build"}, a.buildFlags()...), strings.Fields(string(out))...)...)
-	var stderr strings.Builder
-	build.Stdout, build.Stderr = io.Discard, &stderr
-	if err := build.Run(); err != nil {
-		// go test compiles them again and reports the error where it belongs.
-		fmt.Fprintf(os.Stderr, "snip-test: compiling the packages under test: %v\n%s", err, stderr.String())
+	goCmd(ctx, append(append([]string{"build"}, a.buildFlags()...), strings.Fields(string(out))...))
+	if time.Since(began) < coldCompile {
+		return nil
 	}
+	flags := append([]string{"test", "-count=1", "-run=^$", "-exec=true"}, a.buildFlags()...)
+	for _, f := range a.flags {
+		if strings.HasPrefix(strings.TrimLeft(f, "-"), "vet=") {
+			flags = append(flags, f) // go test's own vet, cached for it
+		}
+	}
+	goCmd(ctx, append(flags, patterns...))
 	return nil
+}
+
+// goCmd runs go with args, its output discarded but for the errors, which it
+// reports: go test compiles again and fails where the error belongs.
+func goCmd(ctx context.Context, args []string) {
+	cmd := exec.CommandContext(ctx, "go", args...)
+	var stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
+	if err := cmd.Run(); err != nil {
+		fmt.Fprintf(os.Stderr, "snip-test: go %s: %v\n%s", args[0], err, stderr.String())
+	}
 }
