@@ -62,14 +62,10 @@ const mainPkg = "k8s.io/kubernetes/cmd/kube-apiserver"
 // 470 s, 505 s and 2.1 GiB, measured 2026-12-03; far longer at a low
 // priority on a busier machine; every later run reuses it).
 func Binary(ctx context.Context, version string) (string, error) {
-	if err := checkRelease(version); err != nil {
-		return "", err
-	}
-	cache, err := gobuild.CacheDir()
+	bin, err := cachePath(version)
 	if err != nil {
 		return "", err
 	}
-	bin := filepath.Join(cache, "kube-apiserver-"+version)
 	check := IsVersion(version)
 	if gobuild.Cached(ctx, bin, check) {
 		return bin, nil
@@ -85,9 +81,9 @@ func Binary(ctx context.Context, version string) (string, error) {
 	}.Run(ctx)
 }
 
-// CachedBinary is Binary without the build: an error saying how to build
-// it when the cache has no kube-apiserver of version.
-func CachedBinary(ctx context.Context, version string) (string, error) {
+// cachePath is where the kube-apiserver of version is kept; a version that
+// is not a Kubernetes release is refused (it would name the file).
+func cachePath(version string) (string, error) {
 	if err := checkRelease(version); err != nil {
 		return "", err
 	}
@@ -95,7 +91,16 @@ func CachedBinary(ctx context.Context, version string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	bin := filepath.Join(cache, "kube-apiserver-"+version)
+	return filepath.Join(cache, "kube-apiserver-"+version), nil
+}
+
+// CachedBinary is Binary without the build: an error saying how to build
+// it when the cache has no kube-apiserver of version.
+func CachedBinary(ctx context.Context, version string) (string, error) {
+	bin, err := cachePath(version)
+	if err != nil {
+		return "", err
+	}
 	if !gobuild.Cached(ctx, bin, IsVersion(version)) {
 		return "", fmt.Errorf("no kube-apiserver %s at %s yet: go run ./cmd/snip-test --prepare-only builds it there once "+
 			"(about 9 minutes and 2.7 GiB of memory on two cores)", version, bin)
