@@ -58,24 +58,36 @@ func (a testArgs) has(flag string) bool {
 // buildFlags are the flags that change how packages compile (so that the
 // early compile fills the cache go test then reads).
 func (a testArgs) buildFlags() []string {
+	return a.pick("race", "msan", "asan", "cover", "trimpath", "tags", "gcflags", "asmflags", "mod", "overlay", "coverpkg", "covermode")
+}
+
+// pick returns the flags named (without dashes), each with its value, as
+// given.
+func (a testArgs) pick(names ...string) []string {
 	var out []string
 	for i := 0; i < len(a.flags); i++ {
 		f := a.flags[i]
 		name, _, inline := strings.Cut(strings.TrimLeft(f, "-"), "=")
-		switch name {
-		case "race", "msan", "asan", "cover", "trimpath":
+		takesValue := !inline && valueFlags[name] && i+1 < len(a.flags)
+		if slices.Contains(names, name) {
 			out = append(out, f)
-		case "tags", "gcflags", "asmflags", "mod", "overlay", "coverpkg", "covermode":
-			out = append(out, f)
-			if !inline && i+1 < len(a.flags) {
+			if takesValue {
 				out = append(out, a.flags[i+1])
 			}
 		}
-		if !inline && valueFlags[name] {
-			i++ // its value
+		if takesValue {
+			i++
 		}
 	}
 	return out
+}
+
+// patterns are the packages named, or ./... when none is.
+func (a testArgs) patterns() []string {
+	if len(a.pkgs) == 0 {
+		return []string{"./..."}
+	}
+	return a.pkgs
 }
 
 // slowest are the packages whose tests take longest, in that order
@@ -89,11 +101,7 @@ var slowest = []string{
 // packages lists the packages go test will run: the patterns given (default
 // ./...) expanded, the slowest first; go test starts them in that order.
 func packages(ctx context.Context, a testArgs) ([]string, error) {
-	patterns := a.pkgs
-	if len(patterns) == 0 {
-		patterns = []string{"./..."}
-	}
-	out, err := exec.CommandContext(ctx, "go", append([]string{"list"}, patterns...)...).Output()
+	out, err := exec.CommandContext(ctx, "go", append([]string{"list"}, a.patterns()...)...).Output()
 	if err != nil {
 		return nil, err
 	}

@@ -29,4 +29,7 @@ func TestTheEarlyCompileGetsOnlyTheCompilersFlags(t *testing.T) {
 	if got, want := a.buildFlags(), []string{"-race", "-tags", "integration", "-gcflags=all=-N"}; !slices.Equal(got, want) {
 		t.Errorf("build flags %q, want %q", got, want)
 	}
+	if got := splitArgs([]string{"-vet", "off", "./x"}).pick("vet"); !slices.Equal(got, []string{"-vet", "off"}) {
+		t.Errorf("pick(vet) = %q, want -vet off", got)
+	}
 }

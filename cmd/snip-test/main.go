@@ -125,10 +125,7 @@ const coldCompile = 30 * time.Second
 // then (go test does not keep them): about half a minute of the two cores.
 func compile(ctx context.Context, a testArgs) error {
 	began := time.Now()
-	patterns := a.pkgs
-	if len(patterns) == 0 {
-		patterns = []string{"./..."}
-	}
+	patterns := a.patterns()
 	const libs = `{{if and (not .Standard) (not .ForTest) (ne .Name "main") (or .GoFiles .CgoFiles)}}{{.ImportPath}}{{end}}`
 	list := exec.CommandContext(ctx, "go", append([]string{"list", "-e", "-deps", "-test", "-f", libs}, patterns...)...)
 	out, err := list.Output()
@@ -139,12 +136,8 @@ func compile(ctx context.Context, a testArgs) error {
 	if time.Since(began) < coldCompile {
 		return nil
 	}
-	flags := append([]string{"test", "-count=1", "-run=^$", "-exec=true"}, a.buildFlags()...)
-	for _, f := range a.flags {
-		if strings.HasPrefix(strings.TrimLeft(f, "-"), "vet=") {
-			flags = append(flags, f) // go test's own vet, cached for it
-		}
-	}
+	// -vet as given: go test's own vet, whose results are cached for it.
+	flags := append(append([]string{"test", "-count=1", "-run=^$", "-exec=true"}, a.buildFlags()...), a.pick("vet")...)
 	goCmd(ctx, append(flags, patterns...))
 	return nil
 }
