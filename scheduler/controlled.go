@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -71,6 +72,7 @@ func (s *Scheduler) gated(ctx context.Context, j *job) {
 		}
 		rctx, stop := s.gate.whileAllowed(withSerial(ctx), j)
 		done := make(chan struct{})
+		var ran error
 		go func() {
 			defer close(done)
 			manual := make(chan struct{})
@@ -83,14 +85,24 @@ func (s *Scheduler) gated(ctx context.Context, j *job) {
 				}
 			}()
 			if j.mode == everywhere {
-				s.run.everywhere(rctx, j)
+				ran = s.run.everywhere(rctx, j)
 			} else {
-				s.run.database(rctx, j)
+				ran = s.run.database(rctx, j)
 			}
 			<-manual
 		}()
 		select {
 		case <-done:
+			if errors.As(ran, new(*HeldError)) {
+				// The run's record found the job held back before the
+				// controls' feed did: wait for the feed's next read.
+				stop()
+				select {
+				case <-ctx.Done():
+				case <-s.gate.changed():
+				}
+				continue
+			}
 		case <-rctx.Done():
 			if ctx.Err() != nil {
 				<-done // shutdown: watchGrace counts an overrun

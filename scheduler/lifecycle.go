@@ -100,14 +100,15 @@ func (lc *lifecycle) lead(ctx context.Context, j *job, term Term) error {
 	unheld := lc.gate.stopWhenHeld(t.ctx, j, t.stop)
 	defer unheld()
 
+	h := termHold(term)
 	mk := func(slot time.Time) *Run {
-		return lc.run.newRun(j, term.Token(), slot, "", term.Valid, TriggerSchedule)
+		return lc.run.newRun(j, term.Token(), slot, "", h, TriggerSchedule)
 	}
 	done := make(chan error, 1)
 	go func() {
 		manual := make(chan struct{})
 		go func() { defer close(manual); lc.manual(t) }()
-		err := lc.run.schedule(t.ctx, j, mk, term.Token(), term.Valid)
+		err := lc.run.schedule(t.ctx, j, mk, term.Token(), h)
 		t.stop(scheduleReturned(err))
 		<-manual
 		done <- err
@@ -122,13 +123,14 @@ func (lc *lifecycle) lead(ctx context.Context, j *job, term Term) error {
 	if ended != nil && errors.As(ended, new(*PanicError)) {
 		cause = ended
 	}
+	lc.rec.flush(j)
 	stopped := time.Since(ending)
 	lc.resign(ctx, t, cause)
 	resigned := time.Since(ending)
 	// The end is recorded after the hand-over, off its path: under load that
 	// write took up to ~90 ms. Its successor may record its start first;
 	// History puts a handed-over term's end no later than that start.
-	lc.rec.bookkeep(ctx, sqlTermEnd, j.spec.Name, term.Token(), endLabel(cause, term))
+	lc.rec.termEnd(ctx, t, cause)
 	recorded := time.Since(ending)
 	lc.end(t, cause)
 	t.log.Info("term over", "why", endLabel(cause, term), "cause", cause, "held_for", time.Since(term.Started()).Round(time.Millisecond),
@@ -148,7 +150,10 @@ func (lc *lifecycle) begin(ctx context.Context, t *tenure) {
 	lc.m.token.WithLabelValues(name).Set(float64(t.term.Token()))
 	lc.m.termStarts.WithLabelValues(name).Inc()
 	t.log.Info("leading")
-	lc.rec.bookkeep(ctx, sqlTermStart, name, t.term.Token(), lc.instance)
+	if err := lc.rec.termStart(ctx, t); err != nil {
+		t.log.Warn("term over before it began: its start cannot be recorded", "err", err)
+		t.stop(err)
+	}
 }
 
 // watch waits until the schedule returns (returned: its error is ended) or
@@ -273,8 +278,10 @@ func endLabel(cause error, term Term) string {
 		return status.EndDrained
 	case errors.As(cause, new(*PanicError)):
 		return status.EndPanic
-	case errors.Is(cause, fencing.ErrStaleToken):
+	case errors.Is(cause, fencing.ErrStaleToken), errors.Is(cause, ErrTermEnded):
 		return status.EndFenced
+	case errors.Is(cause, errTermSuperseded):
+		return status.EndSuperseded
 	}
 	if r := leadership.ReasonOf(cause); r != "" {
 		return string(r)

@@ -41,6 +41,7 @@ func newFakeTerm(job string, token int64) *fakeTerm {
 
 func (t *fakeTerm) Job() string              { return t.job }
 func (t *fakeTerm) Token() int64             { return t.token }
+func (t *fakeTerm) Lease() string            { return "fake" }
 func (t *fakeTerm) Started() time.Time       { return t.started }
 func (t *fakeTerm) Context() context.Context { return t.ctx }
 func (t *fakeTerm) Valid() bool              { return t.ctx.Err() == nil }

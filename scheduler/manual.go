@@ -84,7 +84,7 @@ func (rn *runner) manualAsLeader(t *tenure, req controls.Request) error {
 		return nil
 	}
 	t.log.Info("running a manual run", "manual_run", req.ID, "requested_by", req.RequestedBy, "taken_over", req.State == controls.StateRunning)
-	r := rn.newRun(j, token, time.Time{}, "", t.term.Valid, TriggerManual)
+	r := rn.newRun(j, token, time.Time{}, "", termHold(t.term), TriggerManual)
 	r.ManualRun = req.ID
 	r.Log = r.Log.With("manual_run", req.ID)
 	err = rn.call(t.ctx, j, r)
@@ -151,7 +151,7 @@ func (rn *runner) manualClaimed(ctx context.Context, j *job, req controls.Reques
 	}
 	resource := controls.ManualResource(j.spec.Name, req.ID)
 	hctx, valid, unhold := controls.Hold(ctx, rn.pool, req.ID, token, claimed, ttl, j.log)
-	r := rn.newRun(j, token, time.Time{}, resource, valid, TriggerManual)
+	r := rn.newRun(j, token, time.Time{}, resource, claimHold(valid), TriggerManual)
 	r.ManualRun = req.ID
 	r.Log = r.Log.With("manual_run", req.ID)
 	r.Log.Info("running a manual run", "requested_by", req.RequestedBy, "taken_over", req.State == controls.StateRunning)
@@ -201,7 +201,7 @@ func (rn *runner) manualHere(ctx context.Context, j *job, req controls.Request) 
 	if !ok {
 		return
 	}
-	r := rn.newRun(j, 0, time.Time{}, "", nil, TriggerManual)
+	r := rn.newRun(j, 0, time.Time{}, "", hold{}, TriggerManual)
 	r.ManualRun = req.ID
 	r.Log = r.Log.With("manual_run", req.ID)
 	r.Log.Info("running a manual run", "requested_by", req.RequestedBy)

@@ -2,7 +2,10 @@ package scheduler
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -36,39 +39,119 @@ func (rc *recorder) bookkeep(ctx context.Context, sql string, args ...any) {
 	}
 }
 
-// runStart logs the start of a run in job_runs. It gives up when ctx (the
-// run's) ends: a run whose term is over does nothing worth recording, and a
-// slow database must not keep a job from returning within its grace period.
-func (rc *recorder) runStart(ctx context.Context, j *job, r *Run) *status.RunRecord {
+// errRunRefused is why a run's start was refused: its job has a newer term
+// recorded (or its own term's end is), or a newer token has written to its
+// resource. Its term is over, whatever this process believes.
+var errRunRefused = fmt.Errorf("%w: a newer term of the job is recorded, or has written through the fence", ErrTermEnded)
+
+// runStart records the start of a run in job_runs, unless the run's term is
+// over as the records or the fence say (errRunRefused), or an operator holds
+// the job back here (a *HeldError): then the run must not begin. A write
+// that fails otherwise is logged and the run goes on: a slow or absent
+// database must not stop jobs that do not need it. It gives up when ctx (the
+// run's) ends.
+func (rc *recorder) runStart(ctx context.Context, j *job, r *Run) (*status.RunRecord, error) {
 	trigger := r.Trigger
 	if trigger == "" { // a Run built without NewRun
 		trigger = TriggerSchedule
 	}
 	rec := &status.RunRecord{Instance: rc.instance, Token: r.Token, Slot: r.Slot, Trigger: string(trigger), Started: time.Now()}
-	if records := rc.pool; records != nil {
+	if rc.pool != nil {
 		bctx, cancel := context.WithTimeout(ctx, recordTimeout)
 		defer cancel()
 		var slot *time.Time
 		if !r.Slot.IsZero() {
 			slot = &r.Slot
 		}
-		err := records.QueryRow(bctx, sqlRunStart,
-			j.spec.Name, rc.instance, r.Token, slot, rec.Trigger).Scan(&rec.ID)
-		if err != nil {
+		var id *int64
+		var stale bool
+		var paused, drained held
+		err := rc.pool.QueryRow(bctx, sqlRunStart, j.spec.Name, rc.instance, r.Token, slot, rec.Trigger, r.hold.term, r.resource).
+			Scan(&id, &stale, &paused.by, &paused.since, &paused.why, &drained.by, &drained.since, &drained.why)
+		switch {
+		case err != nil:
 			r.Log.Debug("cannot log the run's start", "err", err)
+		case id != nil:
+			rec.ID = *id
+		case stale:
+			return nil, errRunRefused
+		case paused.by != nil:
+			return nil, paused.err(ErrPaused)
+		default:
+			return nil, drained.err(ErrDrained)
 		}
 		r.runID = rec.ID
 	}
 	j.update(func() { j.last = rec })
-	return rec
+	return rec, nil
 }
 
-// The statements of the scheduler's own records.
+// held is a pause or a drain as sqlRunStart reads it (by nil: none).
+type held struct {
+	by, why *string
+	since   *time.Time
+}
+
+func (h held) err(kind error) *HeldError {
+	e := &HeldError{Kind: kind}
+	if h.by != nil {
+		e.By = *h.by
+	}
+	if h.since != nil {
+		e.Since = *h.since
+	}
+	if h.why != nil {
+		e.Reason = *h.why
+	}
+	return e
+}
+
+// The statements of the scheduler's own records. Those of terms and runs
+// call the functions of migration 0016, which apply the fence's rule to
+// them: nothing begins once a newer term of its job is recorded or a newer
+// token has written to its resource, a successor closes what its
+// predecessor left open, and the functions of one job take turns.
 const (
-	sqlTermStart = `INSERT INTO job_terms (job, token, instance) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`
-	sqlTermEnd   = `UPDATE job_terms SET ended_at = now(), reason = $3 WHERE job = $1 AND token = $2`
-	sqlRunStart  = `INSERT INTO job_runs (job, instance, token, slot, trigger) VALUES ($1, $2, $3, $4, $5) RETURNING id`
-	sqlRunEnd    = `UPDATE job_runs SET finished_at = now(), result = $2, error = $3 WHERE id = $1`
+	// sqlTermStart records a term ($1 job, $2 token, $3 instance, $4 lease)
+	// unless a newer one of the job is recorded, and closes the older terms
+	// left open (their instance recorded no end: it died, froze or was cut
+	// off; its own record of a hand-over, if it comes, replaces this one)
+	// and their open runs. It returns the newer token (0: recorded), and how
+	// many terms and runs it closed.
+	sqlTermStart = `SELECT newer, closed_terms, cut_runs FROM snip_jobs_term_start($1, $2, $3, $4)`
+
+	// sqlTermEnd records why the term ($1 job, $2 token) ended ($3), by its
+	// own instance ($5). A hand-over ($4: the instance resigned while the
+	// term held) is the most exact account and replaces what another
+	// recorded first; a late notice (expired, key-lost: the instance was
+	// paused or cut off) only fills what nobody recorded. ended_at is the
+	// earliest known end; noticed_at when the instance itself knew.
+	sqlTermEnd = `UPDATE job_terms SET
+	reason = CASE WHEN ended_at IS NULL OR $4 THEN $3 ELSE reason END,
+	ended_by = CASE WHEN ended_at IS NULL OR $4 THEN $5 ELSE ended_by END,
+	ended_at = least(ended_at, now()),
+	noticed_at = now()
+WHERE job = $1 AND token = $2`
+
+	// sqlRunStart records a run ($1 job, $2 instance, $3 token, $4 slot, $5
+	// trigger; $6 a term's run, $7 its resource) unless its token is stale or
+	// an operator holds it back as it starts (its job paused, or a
+	// singleton's run on a drained instance: the controls' feed may learn of
+	// it a moment later, the run's record never does). It returns the run's
+	// id (NULL: refused), whether it is stale, and the pause or drain.
+	sqlRunStart = `SELECT id, stale, paused_by, paused_at, paused_why, drained_by, drained_at, drained_why
+FROM snip_jobs_run_start($1, $2, $3, $4, $5, $6, $7)`
+
+	// sqlRunEnd records how a run ($1) ended ($2 result, $3 error), $4
+	// seconds ago (how long the record took to send after the run
+	// returned, a pause of the process included). A term's run ($7; job $5,
+	// token $6) that a newer term had begun before it returned is recorded
+	// cut off, never ok. The earliest end recorded stands.
+	sqlRunEnd = `SELECT snip_jobs_run_end($1, $2, $3, $4, $5, $6, $7)`
+
+	// sqlReclaimed names the terms of a reclaimed lease ($1).
+	sqlReclaimed = `SELECT terms, runs FROM snip_jobs_reclaimed($1)`
+
 	sqlRejection = `INSERT INTO fence_rejections (resource, token, current, instance) VALUES ($1, $2, $3, $4)`
 )
 
@@ -95,29 +178,105 @@ const recordTimeout = 5 * time.Second
 // runFinish logs the end of a run: at once in memory (status), and in
 // job_runs in the background, so that the run's caller — and the end of a term
 // waiting for its job — never waits on that write (over a slow database link
-// it could take longer than the job's grace). Scheduler.Run waits for these
-// writes before it returns.
-func (rc *recorder) runFinish(j *job, rec *status.RunRecord, result string, runErr error) {
+// it could take longer than the job's grace). The record says when the run
+// returned, not when the write arrived (see sqlRunEnd). Scheduler.Run waits
+// for these writes before it returns.
+func (rc *recorder) runFinish(j *job, r *Run, rec *status.RunRecord, result string, runErr error) {
 	done := *rec
 	done.Finished, done.Result = time.Now(), result
 	if runErr != nil {
 		done.Error = runErr.Error()
 	}
 	j.update(func() { j.last = &done })
-	records := rc.pool
-	if records == nil || rec.ID == 0 {
+	if rc.pool == nil || rec.ID == 0 {
 		return
 	}
 	var msg *string
 	if runErr != nil {
 		msg = &done.Error
 	}
+	j.recording.Add(1)
 	rc.writes.Go(func() {
-		bctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
-		defer cancel()
-		if _, err := records.Exec(bctx, sqlRunEnd,
-			rec.ID, result, msg); err != nil {
+		defer j.recording.Done()
+		if err := rc.runEnd(rec.ID, result, msg, done.Finished, j.spec.Name, r.Token, r.hold.term); err != nil {
 			j.log.Debug("cannot log the run's end", "run", rec.ID, "err", err)
 		}
 	})
+}
+
+// runEnd writes the end of run id in job_runs: result and msg, as of
+// returned (when the run returned: the record counts back to it from when it
+// is sent, so a pause of this process in between does not move it later).
+func (rc *recorder) runEnd(id int64, result string, msg *string, returned time.Time, job string, token int64, term bool) error {
+	ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
+	defer cancel()
+	_, err := rc.pool.Exec(ctx, sqlRunEnd, id, result, msg, time.Since(returned).Seconds(), job, token, term)
+	return err
+}
+
+// flushBound bounds how long a hand-over waits for its job's run records: a
+// round trip on a healthy database, a fraction of a failover on a sick one
+// (the record still lands later, and says the run returned in its term).
+const flushBound = 250 * time.Millisecond
+
+// flush waits, at most flushBound, until the ends of j's runs are written:
+// a term handed over records its runs' ends before its successor can begin,
+// so that none is taken for a run its successor cut off.
+func (rc *recorder) flush(j *job) {
+	done := make(chan struct{})
+	go func() { j.recording.Wait(); close(done) }()
+	t := time.NewTimer(flushBound)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		j.log.Warn("the ends of its runs are not recorded yet; handing over without waiting longer", "waited", flushBound)
+	}
+}
+
+// errTermSuperseded is why a term ends whose start could not be recorded
+// because a newer term of its job was: it ended while this process did not
+// look (a pause, a cut-off link), and must not run its job.
+var errTermSuperseded = errors.New("a newer term of the job is recorded")
+
+// termStart records the start of t's term, and closes the terms (and their
+// runs) that older ones left open. It returns errTermSuperseded when a newer
+// term is recorded. Best-effort otherwise, like bookkeep.
+func (rc *recorder) termStart(ctx context.Context, t *tenure) error {
+	if rc.pool == nil {
+		return nil
+	}
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	var newer, terms, runs int64
+	err := rc.pool.QueryRow(bctx, sqlTermStart, t.j.spec.Name, t.term.Token(), rc.instance, t.term.Lease()).Scan(&newer, &terms, &runs)
+	switch {
+	case err != nil:
+		rc.log.Debug("bookkeeping write failed", "err", err)
+	case newer > 0:
+		return fmt.Errorf("%w (token %d)", errTermSuperseded, newer)
+	case terms > 0 || runs > 0:
+		t.log.Info("closed what the previous term left open: its instance recorded no end", "terms", terms, "runs", runs)
+	}
+	return nil
+}
+
+// termEnd records why t's term ended, by this instance.
+func (rc *recorder) termEnd(ctx context.Context, t *tenure, cause error) {
+	label := endLabel(cause, t.term)
+	rc.bookkeep(ctx, sqlTermEnd, t.j.spec.Name, t.term.Token(), label, slices.Contains(status.HandOverReasons, label), rc.instance)
+}
+
+// RecordReclaimed records, after a death reclaim (leadership.Reclaim), that
+// the terms on lease ended because their process died: their reason becomes
+// reclaimed, whoever closed them first (the successor that took the job
+// over knows less), and runs left open are closed cut off. It returns how
+// many terms it named. For `snip-jobs reclaim` and the test bench's
+// supervisors; pool is the schema owner's or the runtime role's.
+func RecordReclaimed(ctx context.Context, pool *pgxpool.Pool, lease string) (terms int64, err error) {
+	var runs int64
+	if err := pool.QueryRow(ctx, sqlReclaimed, lease).Scan(&terms, &runs); err != nil {
+		return 0, fmt.Errorf("record the reclaimed terms of lease %s: %w", lease, err)
+	}
+	return terms, nil
 }

@@ -67,9 +67,68 @@ type Run struct {
 	runID    int64 // the run's row in job_runs, once recorded (0: not recorded)
 	resource string
 	fence    *fencing.Fence
-	valid    func() bool
+	hold     hold
 	progress *atomic.Int64 // unix nanos of the last Progress call; shared with the scheduler's watchdog
 }
+
+// hold is what a run holds its token by: a term (leader mode), a slot's or a
+// manual run's claim (database mode), or nothing (a job that runs
+// everywhere: always valid).
+type hold struct {
+	valid func() bool
+	// why says why the hold ended; called only once valid is false.
+	why func() string
+	// term: the token is a term's, so a newer term's record or run
+	// supersedes this one's runs (a claim's token is a sequence number).
+	term bool
+}
+
+// holds reports whether the hold still holds (always, for no hold).
+func (h hold) holds() bool { return h.valid == nil || h.valid() }
+
+// reason says why the hold ended.
+func (h hold) reason() string {
+	if h.why == nil {
+		return "its term ended"
+	}
+	return h.why()
+}
+
+// termHold is the hold of a term's runs.
+func termHold(t Term) hold {
+	return hold{valid: t.Valid, term: true, why: func() string {
+		if r := t.Reason(); r != "" {
+			return string(r)
+		}
+		return "its deadline passed"
+	}}
+}
+
+// claimHold is the hold of a database-mode claim's runs.
+func claimHold(valid func() bool) hold {
+	return hold{valid: valid, why: func() string { return "its claim lapsed" }}
+}
+
+// CutOffError is a run's error when its term (or claim) ended before the run
+// returned: whatever the run did after that was not under its term, and the
+// fence refuses its writes once a successor has written. job_runs records it
+// as "cut off", never "ok".
+type CutOffError struct {
+	Why string // why the term ended
+	Err error  // what the run itself returned; nil if it returned nil
+}
+
+func (e *CutOffError) Error() string {
+	if e.Err == nil {
+		return "its term ended while it ran: " + e.Why
+	}
+	return "its term ended while it ran: " + e.Why + ": " + e.Err.Error()
+}
+
+func (e *CutOffError) Unwrap() error { return e.Err }
+
+// Is makes errors.Is(err, ErrTermEnded) true: a run cut off ends the lead.
+func (e *CutOffError) Is(target error) bool { return target == ErrTermEnded }
 
 // RunConfig builds a Run outside the scheduler: for tests of job types, which
 // need real tokens and a real database but not the whole scheduler.
@@ -106,7 +165,7 @@ func NewRun(c RunConfig) *Run {
 	r := &Run{
 		Job: c.Job, Instance: c.Instance, Token: c.Token, Slot: c.Slot, Trigger: c.Trigger, ManualRun: c.ManualRun,
 		Log:      c.Log.With("job", c.Job, "instance", c.Instance, "token", c.Token),
-		resource: c.Resource, fence: c.Fence, valid: c.Valid,
+		resource: c.Resource, fence: c.Fence, hold: hold{valid: c.Valid},
 		progress: new(atomic.Int64),
 	}
 	if !c.Slot.IsZero() {
@@ -124,7 +183,7 @@ func NewRun(c RunConfig) *Run {
 
 // Valid reports, without I/O, whether the run's term still holds (always true
 // for jobs that are not singletons). A false answer is final.
-func (r *Run) Valid() bool { return r.valid() }
+func (r *Run) Valid() bool { return r.hold.holds() }
 
 // Progress tells the watchdog the job is alive. Call it whenever the job has
 // done a unit of work; a singleton with progress_timeout that stays silent
@@ -144,7 +203,7 @@ func (r *Run) FencedOn(ctx context.Context, resource string, fn func(ctx context
 	if r.fence == nil || r.Token <= 0 {
 		return ErrNotFenced
 	}
-	if !r.valid() {
+	if !r.hold.holds() {
 		return ErrTermEnded
 	}
 	return r.fence.Do(ctx, resource, r.Token, fn)
@@ -160,7 +219,7 @@ func (r *Run) FencedConn(ctx context.Context, conn *pgx.Conn, resource string, f
 	if r.fence == nil || r.Token <= 0 {
 		return ErrNotFenced
 	}
-	if !r.valid() {
+	if !r.hold.holds() {
 		return ErrTermEnded
 	}
 	if resource == "" {

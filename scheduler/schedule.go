@@ -32,16 +32,20 @@ type runner struct {
 }
 
 // endsLead reports whether a run's error means the term is over for this job:
-// a panic (resign and hand over) or a refused fenced write (a newer term has
-// written, so this one is stale whatever etcd says).
+// a panic (resign and hand over), a refused fenced write or run record (a
+// newer term has written, so this one is stale whatever etcd says), or a
+// run refused because an operator holds the job back here (its pause or
+// this instance's drain, found by the run's record before the controls'
+// feed had read it).
 func endsLead(err error) bool {
-	return errors.As(err, new(*PanicError)) || errors.Is(err, fencing.ErrStaleToken) || errors.Is(err, ErrTermEnded)
+	return errors.As(err, new(*PanicError)) || errors.Is(err, fencing.ErrStaleToken) || errors.Is(err, ErrTermEnded) ||
+		errors.As(err, new(*HeldError))
 }
 
 // schedule runs the job's schedule until ctx ends. token > 0 means a leader-mode
-// singleton holding a term with that token. It returns early only with an
-// error that ends the lead (see endsLead).
-func (rn *runner) schedule(ctx context.Context, j *job, mk func(slot time.Time) *Run, token int64, valid func() bool) error {
+// singleton holding a term with that token, by h. It returns early only with
+// an error that ends the lead (see endsLead).
+func (rn *runner) schedule(ctx context.Context, j *job, mk func(slot time.Time) *Run, token int64, h hold) error {
 	switch j.spec.Schedule.Kind {
 	case configs.Continuous:
 		return rn.continuous(ctx, j, mk)
@@ -49,7 +53,7 @@ func (rn *runner) schedule(ctx context.Context, j *job, mk func(slot time.Time) 
 		return rn.interval(ctx, j, mk, token > 0)
 	case configs.Cron:
 		if token > 0 {
-			return rn.cron(j, slots.Leader(rn.fence, rn.instance, token, valid)).Loop(ctx)
+			return rn.cron(j, slots.Leader(rn.fence, rn.instance, token, h.valid), func(func() bool) hold { return h }).Loop(ctx)
 		}
 		return rn.localCron(ctx, j, mk)
 	}
@@ -166,25 +170,27 @@ func (rn *runner) localCron(ctx context.Context, j *job, mk func(time.Time) *Run
 }
 
 // everywhere runs a job that is not a singleton, on this instance, until ctx
-// ends (shutdown, or its pause: Scheduler.gated).
-func (rn *runner) everywhere(ctx context.Context, j *job) {
-	mk := func(slot time.Time) *Run { return rn.newRun(j, 0, slot, "", nil, TriggerSchedule) }
-	_ = rn.schedule(ctx, j, mk, 0, nil)
+// ends (shutdown, or its pause: Scheduler.gated) or a run finds it held back
+// (its error).
+func (rn *runner) everywhere(ctx context.Context, j *job) error {
+	mk := func(slot time.Time) *Run { return rn.newRun(j, 0, slot, "", hold{}, TriggerSchedule) }
+	return rn.schedule(ctx, j, mk, 0, hold{})
 }
 
 // database runs a database-mode cron job: every instance sweeps, the unique
 // slot row decides who runs each slot.
-func (rn *runner) database(ctx context.Context, j *job) {
-	_ = rn.databaseCron(j).Loop(ctx)
+func (rn *runner) database(ctx context.Context, j *job) error {
+	return rn.databaseCron(j).Loop(ctx)
 }
 
 func (rn *runner) databaseCron(j *job) *slots.Cron {
-	return rn.cron(j, slots.Database(rn.pool, rn.instance, rn.claimTTL))
+	return rn.cron(j, slots.Database(rn.pool, rn.instance, rn.claimTTL), claimHold)
 }
 
 // cron is the durable slots of cron job j taken with claims; each slot's run
-// is an execution of the job like any other (recorded, panic recovered).
-func (rn *runner) cron(j *job, claims slots.Claims) *slots.Cron {
+// is an execution of the job like any other (recorded, panic recovered),
+// holding its token by holdOf(the claim's validity).
+func (rn *runner) cron(j *job, claims slots.Claims, holdOf func(valid func() bool) hold) *slots.Cron {
 	return &slots.Cron{
 		Job:    slots.Job{Name: j.spec.Name, Schedule: j.spec.Schedule, Grace: j.spec.Grace, Log: j.log},
 		Claims: claims, Pool: rn.pool, Fence: rn.fence, OnTime: rn.onTime, EndsLead: endsLead,
@@ -193,7 +199,7 @@ func (rn *runner) cron(j *job, claims slots.Claims) *slots.Cron {
 			if c.CatchUp {
 				trigger = TriggerCatchUp
 			}
-			return rn.call(ctx, j, rn.newRun(j, c.Token, c.Slot, c.Resource, valid, trigger))
+			return rn.call(ctx, j, rn.newRun(j, c.Token, c.Slot, c.Resource, holdOf(valid), trigger))
 		},
 		Missed:   func(n int64) { rn.m.slotsMissed.WithLabelValues(j.spec.Name).Add(float64(n)) },
 		CaughtUp: func() { rn.m.slotsCaughtUp.WithLabelValues(j.spec.Name).Inc() },
@@ -201,16 +207,20 @@ func (rn *runner) cron(j *job, claims slots.Claims) *slots.Cron {
 }
 
 // newRun builds the Run handed to the job. resource "" means the job's name;
-// trigger is what started it (recorded with the run).
-func (rn *runner) newRun(j *job, token int64, slot time.Time, resource string, valid func() bool, trigger Trigger) *Run {
+// h is what the run holds its token by (hold{} for a job that runs
+// everywhere); trigger is what started it (recorded with the run).
+func (rn *runner) newRun(j *job, token int64, slot time.Time, resource string, h hold, trigger Trigger) *Run {
 	var fence *fencing.Fence
 	if token > 0 {
 		fence = rn.fence
 	}
 	r := NewRun(RunConfig{
 		Job: j.spec.Name, Instance: rn.instance, Token: token, Slot: slot, Trigger: trigger,
-		Fence: fence, Resource: resource, Valid: valid, Log: rn.log, // NewRun adds job, instance, token
+		Fence: fence, Resource: resource, Valid: h.valid, Log: rn.log, // NewRun adds job, instance, token
 	})
+	if h.valid != nil {
+		r.hold = h
+	}
 	r.progress = &j.progress
 	r.Progress()
 	return r
@@ -219,22 +229,34 @@ func (rn *runner) newRun(j *job, token int64, slot time.Time, resource string, v
 // call runs the job once, recovering a panic, and records the run. Runs
 // under one serial scope (withSerial: a term, or a stretch of a job without
 // terms between two holds) take turns: a manual run waits for the
-// schedule's run in progress, and the other way round.
+// schedule's run in progress, and the other way round. A run whose term is
+// over as the records say does not begin (errRunRefused); one whose term
+// ended before it returned is cut off (*CutOffError).
 func (rn *runner) call(ctx context.Context, j *job, r *Run) (err error) {
 	release, err := takeTurn(ctx)
 	if err != nil {
 		return err
 	}
 	defer release()
-	rec := rn.rec.runStart(ctx, j, r)
+	rec, err := rn.rec.runStart(ctx, j, r)
+	if err != nil {
+		if errors.Is(err, ErrTermEnded) {
+			rn.m.runs.WithLabelValues(j.spec.Name, "stale").Inc()
+			r.Log.Warn("run not started: its term is over", "err", err)
+		} else {
+			r.Log.Info("run not started: held back by an operator", "why", err)
+		}
+		return err
+	}
 	defer func() {
 		if p := recover(); p != nil {
 			err = &PanicError{Value: p, Stack: debug.Stack()}
 			r.Log.Error("job panicked", "panic", p, "stack", string(err.(*PanicError).Stack))
 		}
+		err = cutOff(r, err)
 		result := classify(ctx, err)
 		rn.m.runs.WithLabelValues(j.spec.Name, result).Inc()
-		rn.rec.runFinish(j, rec, result, err)
+		rn.rec.runFinish(j, r, rec, result, err)
 		switch result {
 		case "ok", "cancelled":
 			r.Log.Debug("run finished", "result", result)
@@ -245,12 +267,23 @@ func (rn *runner) call(ctx context.Context, j *job, r *Run) (err error) {
 	return j.impl.Run(ctx, r)
 }
 
+// cutOff makes err a *CutOffError when the run's hold ended before it
+// returned, unless err already says more (a panic, a refused write).
+func cutOff(r *Run, err error) error {
+	if r.hold.holds() || errors.As(err, new(*PanicError)) || errors.Is(err, fencing.ErrStaleToken) || errors.Is(err, ErrTermEnded) {
+		return err
+	}
+	return &CutOffError{Why: r.hold.reason(), Err: err}
+}
+
 func classify(ctx context.Context, err error) string {
 	switch {
 	case err == nil:
 		return "ok"
 	case errors.As(err, new(*PanicError)):
 		return "panic"
+	case errors.As(err, new(*CutOffError)):
+		return "cut off"
 	case errors.Is(err, fencing.ErrStaleToken), errors.Is(err, ErrTermEnded):
 		return "stale"
 	case ctx.Err() != nil:

@@ -123,6 +123,8 @@ type job struct {
 	stop      context.CancelCauseFunc // ends the current lead
 	holdUntil time.Time
 	last      *status.RunRecord
+
+	recording sync.WaitGroup // the writes of its runs' ends in flight
 }
 
 // New checks the configuration against the registry and builds every job. An

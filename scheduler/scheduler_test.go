@@ -56,39 +56,54 @@ func TestSingletonRunsOnOneInstanceOthersEverywhere(t *testing.T) {
 }
 
 // Killing the leader moves the job; the dead leader's token never writes again
-// once the successor has.
+// once the successor has. The history is closed by the successor: the dead
+// term ends (expired, recorded by the successor at its start) and its run,
+// still open, is cut off. On both backends.
 func TestKillingTheLeaderMovesTheJob(t *testing.T) {
 	t.Parallel()
-	c := newCluster(t)
-	reg := jobtest.Registry(t, recordType("record", false))
-	jobs := []configs.Job{jobtest.Continuous("aggregator", "record")}
-	nodes := map[string]*jobtest.Node{}
-	for _, name := range []string{"server-1", "server-2", "server-3"} {
-		nodes[name] = c.Start(name, reg, jobs)
-	}
-	first := writingLeader(t, c, "aggregator")
-	nodes[first.Instance].Crash()
-
-	c.WaitCommit("another instance to lead and write", []string{"test_events"}, func() bool {
-		l, ok := c.Leader("aggregator")
-		if !ok || l.Instance == first.Instance {
-			return false
+	jobtest.EachBackend(t, func(t *testing.T, b jobtest.Backend) {
+		c := newClusterOn(t, b)
+		reg := jobtest.Registry(t, recordType("record", false))
+		jobs := []configs.Job{jobtest.Continuous("aggregator", "record")}
+		nodes := map[string]*jobtest.Node{}
+		for _, name := range []string{"server-1", "server-2", "server-3"} {
+			nodes[name] = c.Start(name, reg, jobs)
 		}
-		evs := events(t, c, "aggregator")
-		return evs[len(evs)-1].Token == l.Token
-	})
-	checkOneWriterAtATime(t, c, "aggregator")
+		first := writingLeader(t, c, "aggregator")
+		nodes[first.Instance].Crash()
 
-	// The term history shows both terms, the dead one never closed.
-	second, _ := c.Leader("aggregator")
-	terms, _, err := status.History(context.Background(), c.DB, time.Time{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(terms) != 2 || terms[0].Token != first.Token || terms[0].Instance != first.Instance || !terms[0].Ended.IsZero() ||
-		terms[1].Token != second.Token || terms[1].Instance != second.Instance || terms[1].Started.Before(terms[0].Started) {
-		t.Fatalf("term history %+v; want the killed term %d (not closed) then %d", terms, first.Token, second.Token)
-	}
+		c.WaitCommit("another instance to lead and write", []string{"test_events"}, func() bool {
+			l, ok := c.Leader("aggregator")
+			if !ok || l.Instance == first.Instance {
+				return false
+			}
+			evs := events(t, c, "aggregator")
+			return evs[len(evs)-1].Token == l.Token
+		})
+		checkOneWriterAtATime(t, c, "aggregator")
+
+		second, _ := c.Leader("aggregator")
+		terms, _, err := status.History(context.Background(), c.DB, time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(terms) != 2 || terms[0].Token != first.Token || terms[0].Instance != first.Instance ||
+			terms[1].Token != second.Token || terms[1].Instance != second.Instance || terms[1].Started.Before(terms[0].Started) {
+			t.Fatalf("term history %+v; want the killed term %d then %d", terms, first.Token, second.Token)
+		}
+		if dead := terms[0]; dead.Reason != status.EndExpired || dead.EndedBy != second.Instance || !dead.Ended.Equal(terms[1].Started) {
+			t.Errorf("the killed term: %+v; want it ended (expired) by %s when its term started (%v)", dead, second.Instance, terms[1].Started)
+		}
+		runs, _, err := status.Runs(context.Background(), c.DB, "aggregator", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range runs {
+			if r.Token == first.Token && (r.Result != "cut off" || r.Finished.IsZero()) {
+				t.Errorf("the killed term's run %d: %q, finished %v; want cut off, closed by the successor", r.ID, r.Result, r.Finished)
+			}
+		}
+	})
 }
 
 // writingLeader waits for a leader of job that knows it leads: the newest

@@ -14,6 +14,10 @@ import (
 type Term interface {
 	Job() string
 	Token() int64
+	// Lease names the lease the term hangs on, as its store does
+	// (leadership.Registration.Lease): the records name it, so that a
+	// reclaim of that lease can name its terms (RecordReclaimed).
+	Lease() string
 	Started() time.Time
 	// Context ends when the term does; Reason then says why.
 	Context() context.Context

@@ -52,10 +52,10 @@ func TestARunsTriggerIsRecordedWithItManualIncluded(t *testing.T) {
 		run  *Run
 		want Trigger
 	}{
-		{"the runner's manual run", s.run.newRun(j, 0, time.Time{}, "", nil, TriggerManual), TriggerManual},
+		{"the runner's manual run", s.run.newRun(j, 0, time.Time{}, "", hold{}, TriggerManual), TriggerManual},
 		{"NewRun's manual run", NewRun(RunConfig{Job: "prune", Instance: "server-1", Trigger: TriggerManual}), TriggerManual},
 		{"NewRun without a trigger", NewRun(RunConfig{Job: "prune", Instance: "server-1"}), TriggerSchedule},
-		{"a Run built by hand", &Run{Job: "prune", Instance: "server-1", Log: s.log, valid: func() bool { return true }}, TriggerSchedule},
+		{"a Run built by hand", &Run{Job: "prune", Instance: "server-1", Log: s.log, hold: hold{valid: func() bool { return true }}}, TriggerSchedule},
 	} {
 		if tc.run.progress == nil {
 			tc.run.progress = &j.progress

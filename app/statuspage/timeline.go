@@ -108,10 +108,14 @@ type Bar struct {
 	End    time.Time // as drawn: see BarState
 	// ClippedLeft: it started before the window.
 	ClippedLeft bool
-	// LateEnd is a recorded end later than the successor's start (an instance
-	// paused or cut off that noticed its term's end late); zero otherwise. The
-	// bar stops at the successor's start and the rest is drawn as a tail.
-	LateEnd      time.Time
+	// LateEnd is when the instance itself recorded the end, later than the
+	// end drawn (it was paused or cut off and noticed late; the successor
+	// had recorded the end, or started, before); zero otherwise. The rest is
+	// drawn as a tail.
+	LateEnd time.Time
+	// EndedBy is who recorded the end when not the instance itself: the
+	// instance whose term replaced it, or "reclaim".
+	EndedBy      string
 	X, W         float64
 	TailX, TailW float64
 	Label        string // inside the bar when it fits
@@ -261,6 +265,9 @@ func (d drawing) lane(job string, terms []status.TermRecord) Lane {
 	var last Bar          // the newest term, drawn or not
 	for k, t := range terms {
 		b := Bar{Token: t.Token, Instance: t.Instance, Color: d.color[t.Instance], Reason: EndReason(t.Reason), Start: t.Started}
+		if t.EndedBy != t.Instance {
+			b.EndedBy = t.EndedBy
+		}
 		if why := d.ends[job][t.Token]; why != "" {
 			b.Reason = why
 		}
@@ -273,6 +280,9 @@ func (d drawing) lane(job string, terms []status.TermRecord) Lane {
 			b.State, b.End, b.LateEnd = Ended, next.Started, t.Ended
 		case !t.Ended.IsZero():
 			b.State, b.End = Ended, t.Ended
+			if t.Noticed.After(t.Ended) {
+				b.LateEnd = t.Noticed
+			}
 		case next != nil:
 			b.State, b.End = Unclosed, next.Started
 		case !s.LeadersKnown || d.leader[job] == t.Token:
@@ -375,9 +385,15 @@ func barTitle(b Bar, next *status.TermRecord) string {
 		if b.Reason != "" {
 			fmt.Fprintf(&sb, ", ended: %s", b.Reason)
 		}
+		switch {
+		case b.EndedBy == "reclaim":
+			fmt.Fprint(&sb, " (recorded by the reclaim of its dead process)")
+		case b.EndedBy != "":
+			fmt.Fprintf(&sb, " (recorded by %s, whose term replaced it)", b.EndedBy)
+		}
 		if !b.LateEnd.IsZero() {
-			fmt.Fprintf(&sb, "; its end was recorded at %s, after token %d had started: the instance was paused or cut off, and noticed late (the fence refuses its writes)",
-				clock(b.LateEnd), next.Token)
+			fmt.Fprintf(&sb, "; its instance recorded it at %s, after its term had ended: it was paused or cut off, and noticed late (the fence refuses its writes)",
+				clock(b.LateEnd))
 		}
 	case Ongoing:
 		fmt.Fprintf(&sb, ", leading now (%s)", short(b.End.Sub(b.Start)))

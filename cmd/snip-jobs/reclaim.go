@@ -5,13 +5,33 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"time"
 
 	"github.com/snip/snip-jobs/app/connect"
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/leadership"
+	"github.com/snip/snip-jobs/scheduler"
 )
+
+// recordReclaimed names the terms of the reclaimed lease in the history,
+// best-effort: the jobs have moved already, and a database that does not
+// answer only leaves the successor's account (expired) standing.
+func recordReclaimed(ctx context.Context, f *configs.File, lease string, log *slog.Logger) {
+	ctx, pool, closeDB, err := dial(ctx, f, 5*time.Second, "reclaim")
+	if err != nil {
+		log.Warn("reclaim: cannot record the reclaimed terms in the history", "err", err)
+		return
+	}
+	defer closeDB()
+	n, err := scheduler.RecordReclaimed(ctx, pool, lease)
+	if err != nil {
+		log.Warn("reclaim: cannot record the reclaimed terms in the history", "err", err)
+		return
+	}
+	log.Info("reclaim: recorded in the history", "terms", n, "lease", lease)
+}
 
 func reclaimCommand() command {
 	return command{
@@ -24,7 +44,9 @@ running (its PID and start time say so), ends its lease: on etcd it revokes
 the lease, and its leader keys go with it; on Kubernetes it deletes the
 instance Lease (if it still names that process), which frees the job Leases
 naming it. Either way the other servers take its jobs at once instead of when
-the lease expires (ttl). A process that stopped cleanly has released its
+the lease expires (ttl). Then it records
+in the terms' history (job_terms) that the dead process's terms ended
+because it was reclaimed, and closes its runs left open as cut off. A process that stopped cleanly has released its
 lease already: nothing to do. It never touches the lease of a running
 process, nor another host's: it then says so and exits 1. Why the process
 ended is logged from systemd's $SERVICE_RESULT, $EXIT_CODE and $EXIT_STATUS
@@ -74,6 +96,7 @@ when set.`,
 				default:
 					log.Info("reclaim: the process is gone; revoked its lease, its jobs move now",
 						append(why, "pid", reg.PID, "lease", reg.Lease, "since", reg.Started)...)
+					recordReclaimed(ctx, f, reg.Lease, log)
 				}
 				return nil
 			}

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/snip/snip-jobs/testbench/benchtest"
 	"github.com/snip/snip-jobs/testbench/etcdtest"
 )
@@ -53,8 +55,21 @@ func TestReclaimAfterSIGKILLMovesTheJobAtOnceAndLeavesARunningProcessAlone(t *te
 	leader.signal(syscall.SIGKILL)
 	leader.wait()
 	r = snip(t, append(env, "SERVICE_RESULT=signal", "EXIT_CODE=killed", "EXIT_STATUS=KILL"), "reclaim", "--config", leader.config)
-	if r.code != 0 || !strings.Contains(r.stderr, "revoked its lease") || !strings.Contains(r.stderr, `"SERVICE_RESULT":"signal"`) {
+	if r.code != 0 || !strings.Contains(r.stderr, "revoked its lease") || !strings.Contains(r.stderr, `"SERVICE_RESULT":"signal"`) ||
+		!strings.Contains(r.stderr, "recorded in the history") {
 		t.Fatalf("reclaim after SIGKILL: exit %d\n%s", r.code, r.stderr)
+	}
+	// The history says why the dead process's term ended, whoever closed it
+	// first (the successor may have, the moment the lease was revoked).
+	db, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(context.Background())
+	var reason, by string
+	if err := db.QueryRow(context.Background(), `SELECT coalesce(reason, ''), coalesce(ended_by, '') FROM job_terms
+		WHERE job = 'pulse' AND token = $1`, first.Token).Scan(&reason, &by); err != nil || reason != "reclaimed" || by != "reclaim" {
+		t.Errorf("the killed leader's term in job_terms: reason %q, ended by %q (%v); want reclaimed, by reclaim", reason, by, err)
 	}
 	second := leaderOf(t, observer, "pulse", first.Token)
 	if second.Instance == first.Instance {

@@ -55,15 +55,16 @@ type keeper struct {
 	Holding
 	cancel context.CancelCauseFunc
 
-	mu       sync.Mutex
-	deadline time.Time // a tenth of the TTL before the claim may run out
-	lost     bool
+	mu        sync.Mutex
+	deadline  time.Time // a tenth of the TTL before the claim may run out
+	lost      bool
+	completed bool // its run completed it: nobody can take it over any more
 }
 
 func (k *keeper) valid() bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return !k.lost && time.Now().Before(k.deadline)
+	return !k.lost && (k.completed || time.Now().Before(k.deadline))
 }
 
 func (k *keeper) lose(why string) {
@@ -105,6 +106,9 @@ func (k *keeper) extend(kctx context.Context) {
 			k.lose("another instance has taken " + k.What)
 			return
 		case got == Completed:
+			k.mu.Lock()
+			k.completed = true
+			k.mu.Unlock()
 			return
 		default:
 			k.mu.Lock()

@@ -142,9 +142,10 @@ type SlotRecord struct {
 }
 
 // TermRecord is one term as recorded in job_terms (database clock). Ended is
-// zero while the term runs, and stays zero for a term whose instance died:
-// the next term's start bounds it. History never ends a term its instance
-// handed over after its successor's start.
+// zero while the term runs; a term its instance left open (it died, froze or
+// was cut off) is closed by its successor at its start, or by the reclaim of
+// its dead process. History never ends a term its instance handed over after
+// its successor's start.
 type TermRecord struct {
 	Job      string    `json:"job"`
 	Token    int64     `json:"token"`
@@ -152,6 +153,12 @@ type TermRecord struct {
 	Started  time.Time `json:"started"`
 	Ended    time.Time `json:"ended,omitzero"`
 	Reason   string    `json:"reason,omitempty"`
+	// EndedBy is who recorded the end: Instance itself, the instance whose
+	// term replaced it, or "reclaim".
+	EndedBy string `json:"ended_by,omitempty"`
+	// Noticed is when Instance itself recorded the end, if later than
+	// Ended: it was paused or cut off, and noticed late.
+	Noticed time.Time `json:"noticed,omitzero"`
 }
 
 // Rejection is a fenced write refused because a newer term had written.
@@ -175,6 +182,17 @@ const (
 	EndResigned      = "resigned"
 	EndPaused        = "paused"  // the job was paused (snip-jobs pause)
 	EndDrained       = "drained" // its instance was drained (snip-jobs drain)
+	// EndSuperseded: a newer term of the job was recorded before this one's
+	// start could be: it ended while its process was paused or cut off.
+	EndSuperseded = "superseded"
+	// EndReclaimed: its process died and its host's supervisor reclaimed
+	// its lease (snip-jobs reclaim), recorded by the reclaim.
+	EndReclaimed = "reclaimed"
+	// EndExpired is what the successor records for a term its instance
+	// left open: its lease ended without a hand-over (the instance died,
+	// froze or was cut off). The instance's own record of a hand-over, if
+	// it comes, replaces it.
+	EndExpired = "expired"
 )
 
 // HandOverReasons are the end reasons of terms their instance resigned while

@@ -186,20 +186,22 @@ func deref[T any](p *T) T {
 }
 
 // History reads the terms that overlap [since, now] and the refused writes
-// after since, oldest first. A term whose instance died without closing it
-// ends, for this purpose, when its successor started.
+// after since, oldest first. A term whose end nobody recorded (its instance
+// died, and its successor's record failed too) ends, for this purpose, when
+// its successor started.
 //
 // A term its instance handed over (HandOverReasons: resigned while it held)
 // ends no later than its successor's start: it records its end after
-// resigning, so that write may land after the successor's. A later recorded
-// end is kept for the other terms: an instance paused or cut off noticed late
-// that its term had ended.
+// resigning, so that write may land after the successor's. Noticed is kept
+// for the other terms when it is later than their end: an instance paused or
+// cut off noticed late that its term had ended.
 func History(ctx context.Context, pool *pgxpool.Pool, since time.Time) ([]TermRecord, []Rejection, error) {
 	// A term never closed is either running (the job's newest) or was lost with
 	// its instance, in which case its successor's start bounds it.
 	rows, err := pool.Query(ctx, `SELECT t.job, t.token, t.instance, t.started_at,
 			CASE WHEN t.reason = ANY ($2) THEN least(t.ended_at, next.started_at) ELSE t.ended_at END,
-			coalesce(t.reason, '')
+			coalesce(t.reason, ''), coalesce(t.ended_by, ''),
+			CASE WHEN t.reason = ANY ($2) OR t.noticed_at <= t.ended_at THEN NULL ELSE t.noticed_at END
 		FROM job_terms t,
 		LATERAL (SELECT min(n.started_at) AS started_at FROM job_terms n WHERE n.job = t.job AND n.token > t.token) next
 		WHERE t.ended_at >= $1
@@ -210,9 +212,9 @@ func History(ctx context.Context, pool *pgxpool.Pool, since time.Time) ([]TermRe
 	}
 	var terms []TermRecord
 	var t TermRecord
-	var ended *time.Time
-	if _, err := pgx.ForEachRow(rows, []any{&t.Job, &t.Token, &t.Instance, &t.Started, &ended, &t.Reason}, func() error {
-		t.Ended = deref(ended)
+	var ended, noticed *time.Time
+	if _, err := pgx.ForEachRow(rows, []any{&t.Job, &t.Token, &t.Instance, &t.Started, &ended, &t.Reason, &t.EndedBy, &noticed}, func() error {
+		t.Ended, t.Noticed = deref(ended), deref(noticed)
 		terms = append(terms, t)
 		return nil
 	}); err != nil {

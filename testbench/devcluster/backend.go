@@ -7,12 +7,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/snip/snip-jobs/app/etcdlocal"
 	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/leadership/etcdlease"
 	"github.com/snip/snip-jobs/leadership/etcdlease/layout"
+	"github.com/snip/snip-jobs/scheduler"
 )
 
 // The backends the instances can keep their terms in (Config.Backend).
@@ -131,12 +133,17 @@ func (e *etcdTerms) close() {
 // an instance's process has exited and been reaped: it ends the lease the
 // process left behind, if any, so that its jobs move now rather than when a
 // peer judges it gone. It says what to add to the exit's announcement.
-func reclaim(ctx context.Context, c leadership.Cluster, instance string, ttl time.Duration) string {
+// It then records, as the command does, that the process's terms ended
+// because it was reclaimed (pool: the cluster's database).
+func reclaim(ctx context.Context, c leadership.Cluster, pool *pgxpool.Pool, instance string, ttl time.Duration) string {
 	got, err := leadership.Reclaim(ctx, c, instance, "")
 	switch {
 	case err != nil:
 		return fmt.Sprintf(" and its lease could not be ended (%v): its jobs move once it expires, within %v", err, ttl)
 	case got.Revoked:
+		if _, err := scheduler.RecordReclaimed(ctx, pool, got.Registration.Lease); err != nil {
+			return fmt.Sprintf("; ended the lease it left (pid %d), so its jobs move now (not recorded in the history: %v)", got.Registration.PID, err)
+		}
 		return fmt.Sprintf("; ended the lease it left (pid %d), so its jobs move now", got.Registration.PID)
 	}
 	return ""

@@ -116,7 +116,7 @@ func (ch *child) start() error {
 func (ch *child) reclaim() string {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	return reclaim(ctx, ch.c.terms.cluster(), ch.name, ch.c.cfg.TTL)
+	return reclaim(ctx, ch.c.terms.cluster(), ch.c.pool, ch.name, ch.c.cfg.TTL)
 }
 
 func describeExit(err error) string {
