@@ -79,11 +79,12 @@ $$;
 -- p_resource, or, for a term's run (p_term), a newer term or a run of one is
 -- recorded, or its own term's end is) or an operator holds it back (its job
 -- paused; a singleton's run, p_token > 0, on a drained instance). id is NULL
--- when refused; stale, and the pause or drain, say why.
+-- when refused; stale, and the pause or drain, say why. started_at is the
+-- run's recorded start, from which the run's end is counted.
 CREATE FUNCTION snip_jobs_run_start(p_job text, p_instance text, p_token bigint, p_slot timestamptz, p_trigger text,
     p_term boolean, p_resource text,
-    OUT id bigint, OUT stale boolean, OUT paused_by text, OUT paused_at timestamptz, OUT paused_why text,
-    OUT drained_by text, OUT drained_at timestamptz, OUT drained_why text)
+    OUT id bigint, OUT started_at timestamptz, OUT stale boolean, OUT paused_by text, OUT paused_at timestamptz,
+    OUT paused_why text, OUT drained_by text, OUT drained_at timestamptz, OUT drained_why text)
 LANGUAGE plpgsql AS $$
 BEGIN
     IF p_term THEN
@@ -102,23 +103,25 @@ BEGIN
     END IF;
     IF NOT stale AND paused_by IS NULL AND drained_by IS NULL THEN
         INSERT INTO job_runs (job, instance, token, slot, trigger) VALUES (p_job, p_instance, p_token, p_slot, p_trigger)
-            RETURNING job_runs.id INTO id;
+            RETURNING job_runs.id, job_runs.started_at INTO id, started_at;
     END IF;
 END
 $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
--- Records how run p_id ended (p_result, p_error), p_ago seconds ago (when it
--- returned: the record counts back from its arrival). A term's run (p_term:
--- of p_job, token p_token) that a newer term had begun before it returned is
--- recorded cut off. The earliest end recorded stands: a successor may have
--- closed the run first.
-CREATE FUNCTION snip_jobs_run_end(p_id bigint, p_result text, p_error text, p_ago double precision,
+-- Records how run p_id ended (p_result, p_error) at p_returned: when it
+-- returned, on this database's clock, no later than the truth (its instance
+-- counts it from the run's recorded start plus the time from the answer to
+-- the start until the return). A term's run (p_term: of p_job, token
+-- p_token) that a newer term had begun before it returned is recorded cut
+-- off. The earliest end recorded stands: a successor may have closed the run
+-- first.
+CREATE FUNCTION snip_jobs_run_end(p_id bigint, p_result text, p_error text, p_returned timestamptz,
     p_job text, p_token bigint, p_term boolean) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
-    returned timestamptz := now() - make_interval(secs => p_ago);
+    returned timestamptz := least(p_returned, now());
     newer boolean := false;
 BEGIN
     IF p_term AND p_result IN ('ok', 'cancelled', 'error') THEN
@@ -159,7 +162,7 @@ $$;
 
 -- +goose Down
 DROP FUNCTION snip_jobs_reclaimed(text);
-DROP FUNCTION snip_jobs_run_end(bigint, text, text, double precision, text, bigint, boolean);
+DROP FUNCTION snip_jobs_run_end(bigint, text, text, timestamptz, text, bigint, boolean);
 DROP FUNCTION snip_jobs_run_start(text, text, bigint, timestamptz, text, boolean, text);
 DROP FUNCTION snip_jobs_term_start(text, bigint, text, text);
 DROP INDEX job_runs_job_token;

@@ -236,7 +236,9 @@ func (lc *lifecycle) end(t *tenure, cause error) {
 const MsgOverrun = "job still running after its grace period; its fenced writes will be refused"
 
 // resignRequested ends the lead of job name if its current token is the one
-// an operator asked to resign (leadership.RequestResign).
+// an operator asked to resign (leadership.RequestResign). Every instance
+// notes when (the spread rule leaves a resigned job where it went, for the
+// resign hold); the leader also that it was it.
 func resignRequested(jobs []*job, name string, token int64) {
 	for _, j := range jobs {
 		if j.spec.Name != name {
@@ -244,12 +246,23 @@ func resignRequested(jobs []*job, name string, token int64) {
 		}
 		j.mu.Lock()
 		stop, term := j.stop, j.term
+		here := stop != nil && term != nil && term.Token() == token
+		j.resigned, j.resignedHere = time.Now(), here
 		j.mu.Unlock()
-		if stop != nil && term != nil && term.Token() == token {
+		if here {
 			j.log.Info("resign requested by an operator", "token", token)
 			stop(errResignRequested)
 		}
 	}
+}
+
+// resignHeld reports whether job j is within the hold of an operator's
+// resign (hold long), and whether this instance was the one resigned.
+func (j *job) resignHeld(hold time.Duration) (held, here bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	held = !j.resigned.IsZero() && time.Since(j.resigned) < hold
+	return held, held && j.resignedHere
 }
 
 // handedOver reports whether a lead ended by this instance's choice while the

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/snip/snip-jobs/internal/boottime"
 	"github.com/snip/snip-jobs/scheduler/status"
 )
 
@@ -64,15 +65,18 @@ func (rc *recorder) runStart(ctx context.Context, j *job, r *Run) (*status.RunRe
 			slot = &r.Slot
 		}
 		var id *int64
+		var started *time.Time
 		var stale bool
 		var paused, drained held
 		err := rc.pool.QueryRow(bctx, sqlRunStart, j.spec.Name, rc.instance, r.Token, slot, rec.Trigger, r.hold.term, r.resource).
-			Scan(&id, &stale, &paused.by, &paused.since, &paused.why, &drained.by, &drained.since, &drained.why)
+			Scan(&id, &started, &stale, &paused.by, &paused.since, &paused.why, &drained.by, &drained.since, &drained.why)
+		answered := boottime.Now()
 		switch {
 		case err != nil:
 			r.Log.Debug("cannot log the run's start", "err", err)
 		case id != nil:
 			rec.ID = *id
+			r.recorded = recordedStart{at: *started, answered: answered}
 		case stale:
 			return nil, errRunRefused
 		case paused.by != nil:
@@ -139,14 +143,13 @@ WHERE job = $1 AND token = $2`
 	// singleton's run on a drained instance: the controls' feed may learn of
 	// it a moment later, the run's record never does). It returns the run's
 	// id (NULL: refused), whether it is stale, and the pause or drain.
-	sqlRunStart = `SELECT id, stale, paused_by, paused_at, paused_why, drained_by, drained_at, drained_why
+	sqlRunStart = `SELECT id, started_at, stale, paused_by, paused_at, paused_why, drained_by, drained_at, drained_why
 FROM snip_jobs_run_start($1, $2, $3, $4, $5, $6, $7)`
 
-	// sqlRunEnd records how a run ($1) ended ($2 result, $3 error), $4
-	// seconds ago (how long the record took to send after the run
-	// returned, a pause of the process included). A term's run ($7; job $5,
-	// token $6) that a newer term had begun before it returned is recorded
-	// cut off, never ok. The earliest end recorded stands.
+	// sqlRunEnd records how a run ($1) ended ($2 result, $3 error) at $4,
+	// when it returned on the database's clock (see runFinish). A term's run
+	// ($7; job $5, token $6) that a newer term had begun before it returned
+	// is recorded cut off, never ok. The earliest end recorded stands.
 	sqlRunEnd = `SELECT snip_jobs_run_end($1, $2, $3, $4, $5, $6, $7)`
 
 	// sqlReclaimed names the terms of a reclaimed lease ($1).
@@ -196,21 +199,34 @@ func (rc *recorder) runFinish(j *job, r *Run, rec *status.RunRecord, result stri
 		msg = &done.Error
 	}
 	j.recording.Add(1)
+	returned := r.recorded.returned()
 	rc.writes.Go(func() {
 		defer j.recording.Done()
-		if err := rc.runEnd(rec.ID, result, msg, done.Finished, j.spec.Name, r.Token, r.hold.term); err != nil {
+		if err := rc.runEnd(rec.ID, result, msg, returned, j.spec.Name, r.Token, r.hold.term); err != nil {
 			j.log.Debug("cannot log the run's end", "run", rec.ID, "err", err)
 		}
 	})
 }
 
+// recordedStart is a run's start as job_runs recorded it: at, on the
+// database's clock, and when its answer arrived here (boottime).
+type recordedStart struct {
+	at       time.Time
+	answered time.Duration
+}
+
+// returned is the instant the run returns (now), on the database's clock,
+// no later than the truth: the recorded start (which was before the answer
+// arrived) plus the time since the answer, suspended time included. The
+// database's clock is never compared with this host's.
+func (s recordedStart) returned() time.Time { return s.at.Add(boottime.Since(s.answered)) }
+
 // runEnd writes the end of run id in job_runs: result and msg, as of
-// returned (when the run returned: the record counts back to it from when it
-// is sent, so a pause of this process in between does not move it later).
+// returned (recordedStart.returned).
 func (rc *recorder) runEnd(id int64, result string, msg *string, returned time.Time, job string, token int64, term bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
 	defer cancel()
-	_, err := rc.pool.Exec(ctx, sqlRunEnd, id, result, msg, time.Since(returned).Seconds(), job, token, term)
+	_, err := rc.pool.Exec(ctx, sqlRunEnd, id, result, msg, returned, job, token, term)
 	return err
 }
 

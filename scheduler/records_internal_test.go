@@ -87,6 +87,16 @@ func (rs *records) term(token int64) (reason, endedBy string, ended, noticed *ti
 	return
 }
 
+// now is the database's clock now.
+func (rs *records) now() time.Time {
+	rs.t.Helper()
+	var at time.Time
+	if err := rs.pool.QueryRow(context.Background(), `SELECT clock_timestamp()`).Scan(&at); err != nil {
+		rs.t.Fatal(err)
+	}
+	return at
+}
+
 // run reads the record of run id.
 func (rs *records) run(id int64) (result, msg string, finished *time.Time) {
 	rs.t.Helper()
@@ -147,7 +157,7 @@ func TestAFrozenLeadersRecordsCannotContradictItsSuccessors(t *testing.T) {
 			reason, by, ended, noticed, cutAt)
 	}
 	// Its frozen run returns "ok" by its own view.
-	if err := one.runEnd(rec.ID, "ok", nil, time.Now(), "pulse", 10, true); err != nil {
+	if err := one.runEnd(rec.ID, "ok", nil, rs.now(), "pulse", 10, true); err != nil {
 		t.Fatal(err)
 	}
 	if result, _, fin := rs.run(rec.ID); result != "cut off" || !fin.Equal(cutAt) {
@@ -166,10 +176,12 @@ func TestAFrozenLeadersRecordsCannotContradictItsSuccessors(t *testing.T) {
 }
 
 // A hand-over races its successor: the successor's start may be recorded
-// before the resigning instance's own record of why it ended (written after
-// the resignation, off the hand-over's path). That record is the exact
-// account and replaces the successor's guess. The run's end was recorded
-// before the resignation (the lifecycle flushes it) and stays ok.
+// before the resigning instance's own records (the lifecycle waits a moment
+// for its runs' ends before it resigns, not for ever; the term's end is
+// written after the resignation, off the hand-over's path). The instance's
+// own records are the exact account and replace the successor's guess: the
+// term ended by a hand-over, and its run, which returned before the
+// hand-over, ended ok, when it returned.
 func TestAHandOverRecordedAfterTheSuccessorsStartIsTheAccountThatStands(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -185,22 +197,26 @@ func TestAHandOverRecordedAfterTheSuccessorsStartIsTheAccountThatStands(t *testi
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := one.runEnd(rec.ID, "ok", nil, time.Now(), "pulse", 10, true); err != nil {
-		t.Fatal(err)
-	}
+	returned := rs.now()
 	t10.end(leadership.ReasonResigned)
 	if err := two.termStart(ctx, newStubTerm(20, "lease-2").tenure(j)); err != nil {
 		t.Fatal(err)
 	}
 	if reason, by, _, _ := rs.term(10); reason != status.EndExpired || by != "server-2" {
-		t.Errorf("before the resigning instance's record: reason %q, by %q; want the successor's expired", reason, by)
+		t.Errorf("before the resigning instance's records: reason %q, by %q; want the successor's expired", reason, by)
+	}
+	if result, _, _ := rs.run(rec.ID); result != "cut off" {
+		t.Errorf("the run before its instance's record: %q; want the successor's cut off", result)
+	}
+	if err := one.runEnd(rec.ID, "ok", nil, returned, "pulse", 10, true); err != nil {
+		t.Fatal(err)
 	}
 	one.termEnd(ctx, t10.tenure(j), errRebalance)
 	if reason, by, _, _ := rs.term(10); reason != status.EndRebalance || by != "server-1" {
 		t.Errorf("the handed-over term: reason %q, ended by %q; want rebalance, by server-1", reason, by)
 	}
-	if result, _, _ := rs.run(rec.ID); result != "ok" {
-		t.Errorf("the run that returned before the hand-over: %q; want ok", result)
+	if result, _, fin := rs.run(rec.ID); result != "ok" || !fin.Equal(returned) {
+		t.Errorf("the run that returned before the hand-over: %q at %v; want ok, at %v", result, fin, returned)
 	}
 }
 

@@ -64,7 +64,8 @@ type Run struct {
 	// Log carries job, instance and token.
 	Log *slog.Logger
 
-	runID    int64 // the run's row in job_runs, once recorded (0: not recorded)
+	runID    int64         // the run's row in job_runs, once recorded (0: not recorded)
+	recorded recordedStart // its start as recorded
 	resource string
 	fence    *fencing.Fence
 	hold     hold

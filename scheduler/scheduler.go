@@ -49,7 +49,18 @@ type Config struct {
 	// a connection of its own, re-read every renew interval); without one,
 	// there are none. Until they have been read once, no job runs.
 	Controls Controls
+	// ResignHold is how long a job an operator resigned (snip-jobs resign)
+	// stays off the instance that resigned it, and where the spread rule
+	// leaves it (0: DefaultResignHold).
+	ResignHold time.Duration
 }
+
+// DefaultResignHold is how long, by default, a job an operator resigned
+// stays off the instance that resigned it: long enough for an operator to
+// look at that instance, short of a drain (which lasts until undrain). The
+// instance takes the job back within the hold only if no other instance
+// does (a singleton is never left leaderless for it).
+const DefaultResignHold = 5 * time.Minute
 
 // PanicError is what a job's panic becomes; it ends the term by resignation.
 type PanicError struct {
@@ -123,6 +134,10 @@ type job struct {
 	stop      context.CancelCauseFunc // ends the current lead
 	holdUntil time.Time
 	last      *status.RunRecord
+	// resigned is when an operator last asked this job's leader, on any
+	// instance, to resign; resignedHere whether this instance was it.
+	resigned     time.Time
+	resignedHere bool
 
 	recording sync.WaitGroup // the writes of its runs' ends in flight
 }
@@ -145,6 +160,9 @@ func New(cfg Config) (*Scheduler, error) {
 	s := &Scheduler{cfg: cfg, instance: cfg.File.Instance, log: cfg.Log.With("instance", cfg.File.Instance)}
 	s.m = newMetrics(cfg.Metrics, cfg.Session, s.controlsSeries)
 	s.spread = newSpread(cfg.Session, s.instance, s.m.holdbacks)
+	if cfg.ResignHold > 0 {
+		s.spread.resignHold = cfg.ResignHold
+	}
 	s.rec = &recorder{pool: cfg.Records, instance: s.instance, log: s.log}
 	if s.rec.pool == nil {
 		s.rec.pool = cfg.Pool

@@ -20,7 +20,8 @@ type spread struct {
 	instance   string
 	singletons int // leader-mode singletons configured here
 	holdbacks  *prometheus.CounterVec
-	gate       *gate // the operators' controls: drained instances and paused jobs
+	gate       *gate         // the operators' controls: drained instances and paused jobs
+	resignHold time.Duration // a resigned job stays off its instance, and where it went, this long
 
 	leading   atomic.Int64 // terms this instance holds now
 	instances atomic.Int64 // live instances, from the watch on their registrations
@@ -44,22 +45,27 @@ type handOver struct {
 }
 
 func newSpread(session Session, instance string, holdbacks *prometheus.CounterVec) *spread {
-	sp := &spread{session: session, instance: instance, holdbacks: holdbacks}
+	sp := &spread{session: session, instance: instance, holdbacks: holdbacks, resignHold: DefaultResignHold}
 	sp.instances.Store(1)
 	return sp
 }
 
 // holdback is how long the job's next campaign attempt waits: while the job is
 // on hold after a voluntary hand-over, or while this instance leads more than
-// another live instance (that one should win). It reads the cluster's load
-// fresh, so a job freed by a crash or a shutdown is taken at once by instances
-// that are all equally loaded.
+// another live instance (that one should win), or — within an operator's
+// resign of it here — for as long as other instances need to win it first.
+// It reads the cluster's load fresh, so a job freed by a crash or a shutdown
+// is taken at once by instances that are all equally loaded.
 func (sp *spread) holdback(j *job) time.Duration {
 	j.mu.Lock()
 	hold := time.Until(j.holdUntil)
 	j.mu.Unlock()
 	if hold > 0 {
 		return hold
+	}
+	if _, here := j.resignHeld(sp.resignHold); here {
+		sp.holdbacks.WithLabelValues(j.spec.Name).Inc()
+		return 2 * sp.delay()
 	}
 	mine := sp.leading.Load()
 	if mine == 0 {
@@ -252,9 +258,14 @@ func (sp *spread) judge(load map[string]int) {
 }
 
 // handOverOne ends the lead of one job this instance holds, to be taken by the
-// least loaded instance, and returns that job (nil: it leads none now).
+// least loaded instance, and returns that job (nil: it leads none it may hand
+// over). A job an operator resigned within the resign hold stays: the spread
+// rule does not undo a resign.
 func (sp *spread) handOverOne(jobs []*job, load map[string]int, target string) *job {
 	for _, j := range jobs {
+		if held, _ := j.resignHeld(sp.resignHold); held {
+			continue
+		}
 		j.mu.Lock()
 		stop, term := j.stop, j.term
 		j.mu.Unlock()

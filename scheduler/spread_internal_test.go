@@ -194,6 +194,7 @@ type sim struct {
 	live      map[string]*simInstance
 	token     int64
 	handOvers []simHandOver
+	wins      []simWin
 
 	freed   notify.Notifier // a job lost its leader
 	members notify.Notifier // an instance came or went
@@ -207,6 +208,13 @@ type simHandOver struct {
 type simInstance struct {
 	sp   *spread
 	stop context.CancelFunc
+	jobs []*job
+}
+
+// simWin is a job won by an instance, at a time.
+type simWin struct {
+	job, instance string
+	at            time.Time
 }
 
 // tokenTerm is a Term that only knows its token (what the hand-over reads).
@@ -275,6 +283,9 @@ func (s *sim) start(name string, campaigns bool) {
 		jobs = append(jobs, &job{spec: configs.Job{Name: fmt.Sprint("job-", i)}, log: slog.New(slog.DiscardHandler), changed: new(notify.Notifier)})
 	}
 	sp.singletons = len(jobs)
+	s.mu.Lock()
+	s.live[name].jobs = jobs
+	s.mu.Unlock()
 	for _, j := range jobs {
 		go s.lifecycle(ctx, name, sp, j)
 	}
@@ -343,6 +354,7 @@ func (s *sim) campaign(ctx context.Context, name string, sp *spread, j *job) (in
 			s.token++
 			token := s.token
 			s.holder[j.spec.Name] = name
+			s.wins = append(s.wins, simWin{job: j.spec.Name, instance: name, at: time.Now()})
 			s.mu.Unlock()
 			return token, true
 		}
@@ -354,6 +366,28 @@ func (s *sim) campaign(ctx context.Context, name string, sp *spread, j *job) (in
 		}
 	}
 	return 0, false
+}
+
+// requestResign is an operator's resign of job (snip-jobs resign): every
+// live instance's watch sees the request for its leader's token.
+func (s *sim) requestResign(name string) {
+	s.mu.Lock()
+	var token int64
+	for _, j := range s.live[s.holder[name]].jobs {
+		if j.spec.Name == name {
+			j.mu.Lock()
+			token = j.term.Token()
+			j.mu.Unlock()
+		}
+	}
+	var all [][]*job
+	for _, in := range s.live {
+		all = append(all, in.jobs)
+	}
+	s.mu.Unlock()
+	for _, jobs := range all {
+		resignRequested(jobs, name, token)
+	}
 }
 
 // resign deletes the job's record if it is still the instance's.
@@ -564,6 +598,49 @@ func TestSpreadPausesHandOversThatTheLeastLoadedDoesNotTake(t *testing.T) {
 		settle(4 * simPeriod)
 		if got := s.loads(); got != "2/1/1" {
 			t.Errorf("a few periods after c joined: %s, want 2/1/1", got)
+		}
+	})
+}
+
+// An operator resigns the only job of an instance (snip-jobs resign): the
+// job goes to another instance and stays off the one that resigned it for
+// the resign hold, although that one now leads two fewer than the new
+// holder. The spread rule evens the load with another job instead, by one
+// hand-over; once the hold is over the resigned job may move again.
+func TestAResignedJobStaysOffItsInstanceForTheHoldAndTheSpreadMovesAnother(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t, 3)
+		s.stopping = simPeriod / 4
+		for _, name := range []string{"a", "b", "c"} {
+			s.start(name, true)
+			settle(time.Minute)
+		}
+		if got := s.loads(); got != "1/1/1" {
+			t.Fatalf("before the resign: %s, want 1/1/1", got)
+		}
+		s.mu.Lock()
+		var resigned, from string
+		for job, h := range s.holder {
+			if resigned == "" || job < resigned {
+				resigned, from = job, h
+			}
+		}
+		s.mu.Unlock()
+		moves, asked := len(s.moves()), time.Now()
+		s.requestResign(resigned)
+		settle(DefaultResignHold - time.Second)
+
+		for _, w := range s.wins {
+			if w.job == resigned && w.instance == from && w.at.After(asked) {
+				t.Errorf("%s won %s back %v after an operator resigned it there", from, resigned, w.at.Sub(asked))
+			}
+		}
+		if got := s.loads(); got != "1/1/1" {
+			t.Errorf("after the resign: %s, want 1/1/1", got)
+		}
+		if n := len(s.moves()) - moves; n != 1 {
+			t.Errorf("%d hand-overs to even the load after the resign, want 1 (of another job)", n)
 		}
 	})
 }

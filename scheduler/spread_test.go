@@ -1,6 +1,7 @@
 package scheduler_test
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"slices"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/snip/snip-jobs/configs"
+	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/scheduler/status"
 	"github.com/snip/snip-jobs/testbench/jobtest"
 )
@@ -129,4 +131,60 @@ func expiries(t *testing.T, nodes []*jobtest.Node) (n float64) {
 		n += node.MetricSum(t, "snip_jobs_lease_ends_total", "reason", "expired")
 	}
 	return n
+}
+
+// An operator's resign moves the job off its instance for the resign hold:
+// three singletons on three instances, one each; the job of one instance is
+// resigned (snip-jobs resign); another instance takes it, and once the
+// spread rule has evened the load again (with another job: that instance
+// led none), the resigned job is not back on the instance it was resigned
+// from. On both backends.
+func TestAResignKeepsTheJobOffItsInstanceWhileTheSpreadEvensTheLoad(t *testing.T) {
+	t.Parallel()
+	jobtest.EachBackend(t, func(t *testing.T, b jobtest.Backend) {
+		c := newClusterOn(t, b)
+		reg := jobtest.Registry(t, recordType("record", false))
+		var jobs []configs.Job
+		for i := range 3 {
+			jobs = append(jobs, jobtest.Continuous(fmt.Sprintf("job-%d", i), "record"))
+		}
+		var nodes []*jobtest.Node
+		for _, name := range []string{"server-1", "server-2", "server-3"} {
+			nodes = append(nodes, c.Start(name, reg, jobs))
+		}
+		leaders := func() map[string]jobtest.Leader {
+			out := map[string]jobtest.Leader{}
+			for _, j := range jobs {
+				if l, ok := c.Leader(j.Name); ok {
+					out[j.Name] = l
+				}
+			}
+			return out
+		}
+		even := func(ls map[string]jobtest.Leader) bool {
+			for _, n := range nodes {
+				if n.Sched.Leading() != 1 {
+					return false
+				}
+			}
+			return len(ls) == 3
+		}
+		var before map[string]jobtest.Leader
+		c.WaitNodes("one job on each instance", nodes, func() bool { before = leaders(); return even(before) })
+
+		from := before["job-0"]
+		ctx, cancel := context.WithTimeout(context.Background(), jobtest.Patience)
+		defer cancel()
+		if _, _, err := leadership.Resign(ctx, c.Leadership, "job-0"); err != nil {
+			t.Fatal(err)
+		}
+		var after map[string]jobtest.Leader
+		c.WaitNodes("job-0 led by another term, and one job on each instance again", nodes, func() bool {
+			after = leaders()
+			return even(after) && after["job-0"].Token != from.Token
+		})
+		if after["job-0"].Instance == from.Instance {
+			t.Errorf("job-0 is back on %s (token %d → %d), which an operator resigned it from", from.Instance, from.Token, after["job-0"].Token)
+		}
+	})
 }

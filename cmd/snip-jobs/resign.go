@@ -20,12 +20,15 @@ func resignCommand() command {
 		args:    "JOB",
 		summary: "make a job's leader hand the job over to another instance now",
 		about: `Asks the instance that currently leads JOB to end its term: it stops the job
-(waiting up to the job's grace period), resigns, and holds back for a moment so
-that another instance wins the job; then prints the leader before and after.
-Use it to move a job off a server before maintenance, or to check that
-failover works. The request names the leader's fencing token, so a leader that
-changed in the meantime is left alone. With a single instance running, the
-same instance takes the job again with a new term. Only singletons led through
+(waiting up to the job's grace period), resigns, and holds back so that another
+instance wins the job; then prints the leader before and after. For the resign
+hold (5 minutes) the job stays off the instance that resigned it — which takes
+it back only if no other instance does — and the spread rule evens the load
+with other jobs rather than move this one (to keep a server free of every
+singleton for longer, drain it). Use it to move a job off a server, or to
+check that failover works. The request names the leader's fencing token, so a
+leader that changed in the meantime is left alone. With a single instance
+running, the same instance takes the job again with a new term. Only singletons led through
 terms (etcd's or Kubernetes Leases', not database-mode cron jobs) have a leader.
 On Kubernetes the request is an annotation on the job's Lease (a patch).`,
 		flags: func(fs *flag.FlagSet, c *cli) func(context.Context, []string) error {

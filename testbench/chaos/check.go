@@ -26,11 +26,14 @@ const (
 	InvManual     = "each manual run executes once: one committed run for a done request, none for another"
 	InvDrained    = "a drained instance does nothing from a renew interval after its drain until its undrain"
 	InvRecovery   = "the cluster recovered after every fault (every job led, the probe written)"
+	InvRunInTerm  = "no run of a term is recorded as beginning after that term's end"
+	InvOKOverlap  = "no two runs of a singleton recorded ok overlap"
+	InvRunClosed  = "no run is left open a TTL after its term's successor began"
 )
 
 // Invariants lists them in the report's order.
 var Invariants = []string{InvTokenOrder, InvTermOwner, InvFenceTable, InvCounts, InvReport, InvCerts, InvQuorum,
-	InvPaused, InvManual, InvDrained, InvRecovery}
+	InvPaused, InvManual, InvDrained, InvRunInTerm, InvOKOverlap, InvRunClosed, InvRecovery}
 
 // Violation is one broken invariant, with what shows it.
 type Violation struct {
@@ -89,6 +92,7 @@ type facts struct {
 	jobTerms   []jobTerm
 	rejections int
 	ctl        *controlFacts
+	asOf       time.Time // the database's clock when they were read
 }
 
 type jobTerm struct {
@@ -96,6 +100,7 @@ type jobTerm struct {
 	Token    int64
 	Instance string
 	Started  time.Time
+	Ended    *time.Time // its recorded end, if any
 }
 
 // checker verifies the invariants after a run.
@@ -133,12 +138,15 @@ func readFacts(ctx context.Context, pool *pgxpool.Pool, events []termEvent) (*fa
 	if f.writes, err = pgx.CollectRows(rows, pgx.RowToStructByPos[jobWrite]); err != nil {
 		return nil, fmt.Errorf("read chaos_writes: %w", err)
 	}
-	rows, err = pool.Query(ctx, `SELECT job, token, instance, started_at FROM job_terms ORDER BY started_at`)
+	rows, err = pool.Query(ctx, `SELECT job, token, instance, started_at, ended_at FROM job_terms ORDER BY started_at`)
 	if err != nil {
 		return nil, fmt.Errorf("read job_terms: %w", err)
 	}
 	if f.jobTerms, err = pgx.CollectRows(rows, pgx.RowToStructByPos[jobTerm]); err != nil {
 		return nil, fmt.Errorf("read job_terms: %w", err)
+	}
+	if err := pool.QueryRow(ctx, `SELECT now()`).Scan(&f.asOf); err != nil {
+		return nil, fmt.Errorf("read the database's clock: %w", err)
 	}
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM fence_rejections`).Scan(&f.rejections); err != nil {
 		return nil, fmt.Errorf("read fence_rejections: %w", err)

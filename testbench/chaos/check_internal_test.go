@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -425,5 +426,61 @@ func TestAManualRunThatExecutesTwiceIsAViolation(t *testing.T) {
 		"manual run 5 of the probe is done (by server-a with token 5) but no run of it committed")
 	if s.ManualRuns != 5 || s.Done != 4 || s.Executed != 4 {
 		t.Errorf("stats %+v, want 5 requests, 4 done, 4 rows of manual runs", s)
+	}
+}
+
+// The records of terms and runs are checked against each other: a run of a
+// term that began after the term's recorded end (or its successor's start),
+// two ok runs of a job that overlap, and a run left open more than a TTL
+// after its term's successor began are each reported; a run of the new
+// binary only, in an upgrade (the previous release's records are not held
+// to these rules).
+func TestRecordsThatContradictTheTermsAreViolations(t *testing.T) {
+	pool, _ := writeLogDB(t)
+	at := func(secs int) string { return fmt.Sprintf("now() - interval '%d seconds'", 100-secs) }
+	run(t, pool, `INSERT INTO job_terms (job, token, instance, started_at, ended_at) VALUES
+		('probe', 5, 'server-a', `+at(0)+`, `+at(30)+`), ('probe', 9, 'server-b', `+at(40)+`, NULL)`)
+	for _, r := range []struct {
+		instance string
+		token    int
+		start    int
+		end      int // -1: open
+		result   string
+	}{
+		{"server-a", 5, 10, 20, "ok"},      // within its term: fine
+		{"server-a", 5, 35, 36, "error"},   // began after its term's end
+		{"server-a", 5, 21, 45, "ok"},      // overlapping token 9's ok run
+		{"server-b", 9, 41, 50, "ok"},      //
+		{"server-a", 5, 25, -1, ""},        // open, 60 s after its successor began
+		{"server-c", 77, 90, 91, "ok"},     // no term of the job has this token: a claim's run, not checked
+		{"server-b", 9, 44, 46, "cut off"}, // overlaps, but not ok
+	} {
+		finished, result := "NULL", "NULL"
+		if r.end >= 0 {
+			finished, result = at(r.end), "'"+r.result+"'"
+		}
+		run(t, pool, fmt.Sprintf(`INSERT INTO job_runs (job, instance, token, started_at, finished_at, result)
+			VALUES ('probe', $1, $2, %s, %s, %s)`, at(r.start), finished, result), r.instance, r.token)
+	}
+	f, err := readFacts(context.Background(), pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := &checker{pool: pool, ttl: 2 * time.Second}
+	k.checkRecords(f, nil, f.asOf)
+	var got []string
+	for _, v := range k.out {
+		got = append(got, v.Invariant+": "+v.Detail)
+	}
+	wantDetails(t, got, InvRunInTerm+": run 2 of probe (token 5) by server-a began",
+		InvOKOverlap+": runs 3 (token 5, server-a",
+		InvRunClosed+": run 5 of probe (token 5) by server-a is still open")
+
+	// In an upgrade, server-a ran the previous release until later: its
+	// runs are not checked.
+	k = &checker{pool: pool, ttl: 2 * time.Second}
+	k.checkRecords(f, map[string]time.Time{"server-a": f.asOf}, f.asOf)
+	if len(k.out) != 0 {
+		t.Errorf("the previous release's runs were checked: %+v", k.out)
 	}
 }

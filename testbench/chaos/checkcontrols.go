@@ -38,6 +38,8 @@ type runRow struct {
 	Token    int64
 	Trigger  string
 	Started  time.Time
+	Finished *time.Time // nil while open
+	Result   string
 }
 
 // manualRun is an operator's manual run request as it ended.
@@ -88,7 +90,8 @@ func readControls(ctx context.Context, pool *pgxpool.Pool) (*controlFacts, error
 			return err
 		})
 	if err == nil {
-		err = read("chaos_runs", `SELECT id, job, instance, token, coalesce(trigger, ''), started_at FROM chaos_runs ORDER BY id`,
+		err = read("chaos_runs", `SELECT id, job, instance, token, coalesce(trigger, ''), started_at, finished_at, coalesce(result, '')
+			FROM chaos_runs ORDER BY id`,
 			func(rows pgx.Rows) (err error) {
 				c.runs, err = pgx.CollectRows(rows, pgx.RowToStructByPos[runRow])
 				return err

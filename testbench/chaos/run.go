@@ -276,6 +276,7 @@ func (c *cluster) conclude(ctx context.Context, rep *Report) (*Report, error) {
 	k.checkQuorum(f, rep.Faults)
 	controls := k.checkControls(f)
 	rep.Controls = &controls
+	k.checkRecords(f, c.upgradedAt(rep.Faults), f.asOf)
 	k.checkRecovery(rep.Faults)
 	noActing(f.probe, rep.Faults)
 	rep.Violations = append(rep.Violations, k.out...)
@@ -291,6 +292,25 @@ func (c *cluster) conclude(ctx context.Context, rep *Report) (*Report, error) {
 		o.Log.Info("kept the run's folder", "dir", c.dir)
 	}
 	return rep, nil
+}
+
+// upgradedAt says when each instance began running the binary under test:
+// in a rolling upgrade (Upgrade), when it was restarted with it (never, for
+// one that was not); otherwise from the start (no entry).
+func (c *cluster) upgradedAt(faults []*Fault) map[string]time.Time {
+	at := map[string]time.Time{}
+	if c.opts.previous == "" {
+		return at
+	}
+	for _, in := range c.instances {
+		at[in.name] = time.Now().Add(time.Hour)
+	}
+	for _, f := range faults {
+		if f.Kind == UpgradeRestart {
+			at[f.Target] = f.Start
+		}
+	}
+	return at
 }
 
 // outOfOrder counts the writes (probe rows, and the other jobs' logged

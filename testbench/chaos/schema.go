@@ -86,24 +86,27 @@ BEGIN
     RETURN NULL;
 END $$;
 
--- Every run the instances record in job_runs, copied as it is inserted: the
--- scheduler prunes job_runs to each job's newest 1,000 runs, fewer than a
--- long run's probe runs.
+-- Every run the instances record in job_runs, copied as it is inserted and
+-- each time its end is recorded: the scheduler prunes job_runs to each job's
+-- newest 1,000 runs, fewer than a long run's probe runs.
 CREATE TABLE chaos_runs (
-    id         bigint      PRIMARY KEY,
-    job        text        NOT NULL,
-    instance   text        NOT NULL,
-    token      bigint      NOT NULL,
-    trigger    text,
-    started_at timestamptz NOT NULL
+    id          bigint      PRIMARY KEY,
+    job         text        NOT NULL,
+    instance    text        NOT NULL,
+    token       bigint      NOT NULL,
+    trigger     text,
+    started_at  timestamptz NOT NULL,
+    finished_at timestamptz,
+    result      text
 );
 CREATE FUNCTION chaos_copy_run() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO chaos_runs (id, job, instance, token, trigger, started_at)
-    VALUES (NEW.id, NEW.job, NEW.instance, NEW.token, to_jsonb(NEW) ->> 'trigger', NEW.started_at);
+    INSERT INTO chaos_runs (id, job, instance, token, trigger, started_at, finished_at, result)
+    VALUES (NEW.id, NEW.job, NEW.instance, NEW.token, to_jsonb(NEW) ->> 'trigger', NEW.started_at, NEW.finished_at, NEW.result)
+    ON CONFLICT (id) DO UPDATE SET finished_at = EXCLUDED.finished_at, result = EXCLUDED.result;
     RETURN NULL;
 END $$;
-CREATE TRIGGER chaos_copy_run AFTER INSERT ON job_runs FOR EACH ROW EXECUTE FUNCTION chaos_copy_run();
+CREATE TRIGGER chaos_copy_run AFTER INSERT OR UPDATE ON job_runs FOR EACH ROW EXECUTE FUNCTION chaos_copy_run();
 INSERT INTO links (id, slug) SELECT i, 'l' || i FROM generate_series(1, 20) i;
 `
 
