@@ -8,6 +8,9 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
+
+	"github.com/snip/snip-jobs/internal/boottime"
 )
 
 // Process identifies a process across hosts and PID reuse: what an instance
@@ -30,6 +33,23 @@ func ThisProcess(host string) Process {
 	pid := os.Getpid()
 	start, _, _ := readProcStat(pid)
 	return Process{Host: host, PID: pid, Start: start, PIDNamespace: pidNamespace()}
+}
+
+// userHZ is the unit of /proc/<pid>/stat's start time: Linux reports clock
+// ticks of USER_HZ, 100 a second, whatever the kernel's own tick.
+const userHZ = 100
+
+// Since is when the process started, by this host's wall clock, to the
+// hundredth of a second: for people (how long an instance has been up),
+// never compared across hosts. Start counts from boot on the clock that
+// goes on during a suspend, as boottime does. The zero Time when Start is
+// unknown.
+func (p Process) Since() time.Time {
+	if p.Start == 0 {
+		return time.Time{}
+	}
+	up := boottime.Now() - time.Duration(p.Start)*(time.Second/userHZ)
+	return time.Now().Add(-up).Round(time.Second / userHZ)
 }
 
 // ErrNoProcess, ErrStillRunning, ErrOtherHost and ErrOtherPIDNamespace say

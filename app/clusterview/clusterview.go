@@ -65,7 +65,7 @@ func Kube(cli coordclient.LeasesGetter, namespace, prefix string, now func() tim
 			}
 			out.Instances = append(out.Instances, status.Instance{Name: il.Instance, Host: il.Host, PID: il.PID,
 				Up:      !il.Leaving && !t.After(il.Renewed.Add(il.Duration)),
-				Started: il.Acquired, Lease: il.Lease, LeaseGrantedSeconds: il.Duration.Seconds(),
+				Started: il.Started, Lease: il.Lease, LeaseGrantedSeconds: il.Duration.Seconds(),
 				Holder: il.Holder, Renewed: il.Renewed})
 		}
 		return out, err

@@ -34,11 +34,12 @@
 // paused records nothing).
 //
 // What the timeline guarantees: a term is drawn from its recorded start to its
-// recorded end; a term whose end was never recorded (its instance was killed,
-// or lost the database) ends where its successor starts; a term whose recorded
-// end comes after its successor's start (an instance that was paused and
-// noticed late) is cut at the successor's start, and the late part is drawn
-// apart as a thin tail. An open term with no successor is "ongoing" if the
+// recorded end (its successor records the end of a term its instance left
+// open, when it starts, and the tooltip says who recorded it); a term whose
+// end was never recorded (its successor's record failed too) ends where its
+// successor starts; a term whose own instance recorded its end after the end
+// drawn (an instance that was paused and noticed late) has the late part
+// drawn apart as a thin tail. An open term with no successor is "ongoing" if the
 // backend names it the leader, and "lost" otherwise. A gap is the time between the end
 // of one term and the start of the next (or now, when nobody leads): the
 // stretch before the first recorded term of the window is not called a gap,

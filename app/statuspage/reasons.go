@@ -26,6 +26,10 @@ func EndReason(label string) string {
 		return "a newer term had written: the fence refused its write"
 	case "expired":
 		return "its lease expired: no keep-alive acknowledged in time"
+	case "reclaimed":
+		return "its process died, and its host reclaimed its lease (snip-jobs reclaim)"
+	case "superseded":
+		return "a newer term was recorded before its start could be: it ended while its instance was paused or cut off"
 	case "lease-lost":
 		return "etcd said its lease was gone (lease-lost)"
 	case "key-lost":

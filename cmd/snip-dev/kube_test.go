@@ -57,6 +57,10 @@ func TestDevOnKubernetesLeasesShowsTheLeadersAndResigns(t *testing.T) {
 	if !strings.Contains(out, "What happens, as kubernetes reports it:") || cfgPath == nil {
 		t.Fatalf("dev's banner:\n%s", out)
 	}
+	// Nothing in the banner speaks of etcd, nor of revoking leases.
+	if banner, _, _ := strings.Cut(out, "What happens"); strings.Contains(banner, "etcd") || strings.Contains(banner, "revok") {
+		t.Errorf("dev's banner on Kubernetes speaks of etcd or revoking:\n%s", banner)
+	}
 	if b, err := os.ReadFile(cfgPath[1]); err != nil || !strings.Contains(string(b), "  backend: kubernetes\n") || strings.Contains(string(b), "etcd:") {
 		t.Fatalf("%s: %v\n%s", cfgPath[1], err, b)
 	}
@@ -71,6 +75,17 @@ func TestDevOnKubernetesLeasesShowsTheLeadersAndResigns(t *testing.T) {
 		return strings.Contains(out, fmt.Sprintf("%s's term is over (token %d)", lead.Instance, lead.Token)) &&
 			strings.Contains(out, fmt.Sprintf("→ %s leads (token %d)", next, token))
 	})
+	// A kill is narrated as Kubernetes ends the dead instance's lease.
+	resp, err := http.Post(dev.control+"/dev/kill?job="+job, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msg struct{ Message, Error string }
+	json.NewDecoder(resp.Body).Decode(&msg)
+	resp.Body.Close()
+	if !strings.Contains(msg.Message, "deletes its instance Lease") || strings.Contains(msg.Message, "revok") {
+		t.Errorf("kill on Kubernetes: %+v; want the instance Lease deleted, nothing revoked", msg)
+	}
 	stopDev(t, dev, st)
 }
 

@@ -27,8 +27,12 @@ while no end is recorded: still running, or its instance died first), what
 triggered it (schedule: its interval, continuous or cron schedule, a cron slot
 run on time; catch-up: a cron slot run late by the catch-up sweep; manual: an
 operator's request), the instance and fencing token that ran it, the cron slot
-it was for, its result (ok, error, panic, stale, cancelled) and its error. It
-only reads the database: no etcd, no running instance. JOB must be a job of
+it was for, its result and its error. Results: ok; error; panic; stale (a
+newer term had written, or was recorded: the run's writes, or its start, were
+refused); cancelled; cut off (its term ended while it ran: the run's own
+instance says why, or the instance whose term replaced it closed it). It
+only reads the database: no leadership backend (etcd or Kubernetes), no
+running instance. JOB must be a job of
 the config file. --json prints the same as one JSON object (job, recorded: the
 runs job_runs holds for the job, runs).`,
 		flags: func(fs *flag.FlagSet, c *cli) func(context.Context, []string) error {

@@ -9,10 +9,13 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/snip/snip-jobs/testbench/benchtest"
+	"github.com/snip/snip-jobs/testbench/dbtest"
+	"github.com/snip/snip-jobs/testbench/etcdtest"
 )
 
 // The operators' controls (issue 32) on Kubernetes Leases, with the
@@ -155,15 +158,21 @@ func TestManualRunsOnKubernetesRunOnceAlsoWhenTheLeaderIsKilled(t *testing.T) {
 	// job Lease read before: under load a 2 s Lease lapses, and the job is
 	// won again with a new token, in between).
 	leader, token, _ := beacon(t, o, first)
-	if want := fmt.Sprintf("beacon: manual run %d done on %s (token %d) in ", first, leader, token); !strings.HasPrefix(outcome, want) || !strings.HasSuffix(outcome, ": ok") {
+	want := fmt.Sprintf("beacon: manual run %d done on %s (token %d) in ", first, leader, token)
+	if !strings.HasPrefix(outcome, want) || !strings.HasSuffix(outcome, ": ok") {
 		t.Errorf("%q; want it done by the leader whose term wrote its row, ok: %q", outcome, want)
 	}
 	o.waitCommit("the manual run's end recorded", []string{"job_runs"}, func() bool {
 		return o.count(`SELECT count(*) FROM job_runs WHERE job = 'beacon' AND trigger = 'manual' AND result = 'ok'`) == 1
 	})
 	r := o.run("history", "beacon")
-	if n := len(linesWith(r.stdout, "manual", leader, fmt.Sprint(token), "ok")); n != 1 {
-		t.Errorf("history lists %d manual runs by %s's term %d, want 1:\n%s%s", n, leader, token, r.stdout, r.stderr)
+	lines := linesWith(r.stdout, "manual", leader, fmt.Sprint(token), "ok")
+	if len(lines) != 1 {
+		t.Fatalf("history lists %d manual runs by %s's term %d, want 1:\n%s%s", len(lines), leader, token, r.stdout, r.stderr)
+	}
+	// The command and the history say the same of how long it took.
+	if took, cells := strings.TrimSuffix(strings.TrimPrefix(outcome, want), ": ok"), strings.Fields(lines[0]); len(cells) < 2 || cells[1] != took {
+		t.Errorf("run --wait says the run took %q, history %q", took, lines[0])
 	}
 
 	open := o.gate()
@@ -188,7 +197,7 @@ func TestManualRunsOnKubernetesRunOnceAlsoWhenTheLeaderIsKilled(t *testing.T) {
 	open()
 	res := c.wait()
 	by, now, n := beacon(t, o, second)
-	want := fmt.Sprintf("beacon: manual run %d done on %s (token %d) in ", second, survivor.name, now)
+	want = fmt.Sprintf("beacon: manual run %d done on %s (token %d) in ", second, survivor.name, now)
 	if res.code != 0 || !strings.Contains(res.stdout, want) || !strings.Contains(res.stdout, "(claimed 2 times: an earlier claimer stopped before it was over)") {
 		t.Errorf("run --wait across the kill: exit %d, want %q, claimed twice:\n%s%s", res.code, want, res.stdout, res.stderr)
 	}
@@ -405,4 +414,42 @@ func checkTokens(t *testing.T, o *kubeOps, job string) {
 		t.Fatal(err)
 	}
 	checkPulses(t, ps)
+}
+
+// An instance paused past its lease (SIGSTOP, as a long GC pause or a
+// suspended VM would) finds its lease expired when it resumes, and says so
+// once: not also that a renewal failed, which the lease's end interrupted.
+// On both backends.
+func TestAResumedInstanceSaysItsLeaseExpiredAndNoRenewalFailed(t *testing.T) {
+	t.Parallel()
+	for _, backend := range []string{"etcd", "kubernetes"} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			var cfg config
+			var env []string
+			if backend == "kubernetes" {
+				o := newKubeOps(t, beaconJob, beaconsTable)
+				cfg, env = o.config("server-a"), o.env
+			} else {
+				etcd := etcdtest.Start(t, 1)
+				cfg = config{instance: "server-a", endpoints: []string{etcd.Endpoint(0)}, jobs: beaconJob}
+				url := benchtest.PostgresDB(t)
+				env = dbEnv(migrate(t, writeConfig(t, cfg), url))
+				dbtest.Exec(t, url, beaconsTable)
+			}
+			in := start(t, cfg, env)
+			in.waitReady()
+			in.signal(syscall.SIGSTOP)
+			time.Sleep(3 * time.Second) // past the 2 s TTL: the pause is what is tested
+			in.signal(syscall.SIGCONT)
+			eventually(t, "the resumed instance to find its lease ended and open another", func() bool {
+				l := in.logs()
+				i := strings.Index(l, "lease ended")
+				return i >= 0 && strings.Contains(l[i:], "expired") && strings.Contains(l[i:], "lease granted")
+			})
+			if l := in.logs(); strings.Contains(l, "renewal of the instance Lease failed") || strings.Contains(l, "keep-alive failed") {
+				t.Errorf("the resumed instance logged a failed renewal beside its lease's expiry:\n%s", l)
+			}
+		})
+	}
 }

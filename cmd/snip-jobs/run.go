@@ -24,8 +24,9 @@ which token, how long, and its result; exit status 1 if it failed or
 
 Without: runs the jobs of the config file until SIGINT or SIGTERM. A job that is not a
 singleton runs here whatever the other instances do; a singleton runs only while
-this instance holds the job's term in etcd, and its PostgreSQL writes are fenced
-by the term's token. With no etcd endpoints in the config, run starts an
+this instance holds the job's term (in etcd, or on a Kubernetes Lease with
+leadership.backend: kubernetes), and its PostgreSQL writes are fenced by the
+term's token. With no etcd endpoints in the config, run starts an
 embedded single-member etcd (in etcd.embedded_dir), which is for one instance or
 development only. With leadership.backend: kubernetes the terms are kept on
 Kubernetes Leases instead (the kubernetes section; no etcd is started or
@@ -45,7 +46,8 @@ Start-up fails (exit status 1) when another live process already uses this
 instance name, when the schema lacks migrations, when etcd answers but refuses
 this instance (a wrong CA, a client certificate it does not accept or that
 expired, a wrong password: at once, one error naming the endpoint and the
-cause), when no etcd lease can be had within max(30s, 3 × ttl), or when a
+cause), when no lease can be had within max(30s, 3 × ttl) (etcd's lease, or
+the instance's Kubernetes Lease), or when a
 secret file the config names (postgres.url_file, etcd.auth.password_file,
 etcd.tls.key, kubernetes.token_file, kubernetes.kubeconfig, a job's key_file)
 is not a regular file, is larger than a secret (64 KiB), or is writable by
@@ -55,7 +57,7 @@ one instead. Files under $CREDENTIALS_DIRECTORY (systemd's LoadCredential) are
 not checked for readers. While etcd does not answer it waits the same way with or without a
 login (etcd.auth): /healthz answers, /readyz says the session holds no lease.
 Under systemd (Type=notify) it reports READY=1
-once the jobs run, pings the watchdog while the etcd session and the scheduler
+once the jobs run, pings the watchdog while the leadership session and the scheduler
 are healthy, and reports STOPPING=1 at shutdown. /metrics, /healthz, /readyz, /status (JSON) and the cluster's status
 page (/status/, with a timeline of the terms) are served on http.listen.
 
@@ -65,8 +67,9 @@ certrenew job's challenge_listen (port 80, which the sandboxed unit cannot bind
 itself; see deploy/systemd). A socket under another name is an error.
 
 On SIGTERM or SIGINT it stops taking work, cancels the jobs, waits for each up to
-its grace period, resigns every term and revokes its lease, so that other
-instances take over at once, without waiting for the lease to expire; then it
+its grace period, resigns every term and releases its lease (etcd: revokes it;
+Kubernetes: deletes its instance Lease), so that other instances take over at
+once, without waiting for the lease to expire; then it
 exits 0. All of that is bounded by shutdown_timeout (exit status 1 if a job did
 not stop in time). A second signal exits at once.
 

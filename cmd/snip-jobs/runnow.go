@@ -8,6 +8,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/snip/snip-jobs/internal/sleep"
 	"github.com/snip/snip-jobs/internal/ttysafe"
 	"github.com/snip/snip-jobs/scheduler/controls"
 )
@@ -65,11 +66,29 @@ func runNow(ctx context.Context, c *cli, path, name string, o runNowOptions) err
 		}
 		return err
 	}
+	m = awaitRunRecord(ctx, pool, m)
 	printOutcome(c.stdout, name, m)
 	if m.State != controls.StateDone {
 		return errSilent
 	}
 	return nil
+}
+
+// awaitRunRecord waits, a moment at most, until the ends of a closed
+// request's executions are recorded in job_runs (each instance writes them
+// just after the request closes), so that the duration printed is the one
+// `history` shows. Past the moment, or on an error, it returns m as it is.
+func awaitRunRecord(ctx context.Context, pool controls.Querier, m controls.ManualRun) controls.ManualRun {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	for !m.Recorded() && sleep.For(ctx, 20*time.Millisecond) {
+		next, err := controls.ReadRun(ctx, pool, m.ID)
+		if err != nil {
+			return m
+		}
+		m = next
+	}
+	return m
 }
 
 // describeOpen says where an open request stands.

@@ -184,8 +184,10 @@ func (k *keeper) failed(err error) (next time.Time, why sendReason) {
 	if k.fails == 1 {
 		level = slog.LevelInfo
 	}
-	h.st.log.Log(context.Background(), level, "keep-alive failed; retrying on a new stream",
-		"lease", h.ID(), "member", member, "err", err, "failures", k.fails)
+	if h.l.Context().Err() == nil { // else the lease ended meanwhile (a resume past its deadline): its end says why
+		h.st.log.Log(context.Background(), level, "keep-alive failed; retrying on a new stream",
+			"lease", h.ID(), "member", member, "err", err, "failures", k.fails)
+	}
 	if k.fails == 1 {
 		return now, sendAtOnce
 	}

@@ -150,7 +150,7 @@ func (h *lease) register(ctx context.Context) error {
 	key := layout.InstanceKey(cfg.Prefix, cfg.Instance)
 	p := leadership.ThisProcess(cfg.Host)
 	me, err := json.Marshal(record{
-		Instance: cfg.Instance, Host: p.Host, PID: p.PID, Started: time.Now(),
+		Instance: cfg.Instance, Host: p.Host, PID: p.PID, Started: p.Since(),
 		ProcStart: p.Start, PIDNS: p.PIDNamespace, Lease: int64(h.id),
 	})
 	if err != nil {

@@ -34,6 +34,8 @@ type InstanceLease struct {
 	// jobs.snip.dev/host and jobs.snip.dev/pid; empty for older writers).
 	Host string
 	PID  int
+	// Started is when its process started, as it wrote it (for people).
+	Started time.Time
 	// Acquired and Renewed are acquireTime and renewTime: the instance's
 	// wall clock when the incarnation took the Lease and at its last
 	// renewal. Duration is leaseDurationSeconds.
@@ -145,6 +147,7 @@ func instanceLeaseOf(l *coordv1.Lease) InstanceLease {
 	if t := l.Spec.AcquireTime; t != nil {
 		il.Acquired = t.Time
 	}
+	il.Started = startedOf(l)
 	if t := l.Spec.RenewTime; t != nil {
 		il.Renewed = t.Time
 	}

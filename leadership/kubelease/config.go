@@ -129,6 +129,7 @@ const (
 	annPID        = "jobs.snip.dev/pid"        // ditto
 	annProcStart  = "jobs.snip.dev/proc-start" // ditto: its start time (ticks since boot)
 	annPIDNS      = "jobs.snip.dev/pid-ns"     // ditto: its PID namespace
+	annStarted    = "jobs.snip.dev/started"    // ditto: when it started (RFC 3339), for people
 	roleInstance  = "instance"
 	roleJob       = "job"
 	leavingMarker = "true"

@@ -45,6 +45,9 @@ func (h *lease) KeepAlive(ctx context.Context) *leadership.EndedError {
 			t.Reset(st.cfg.RenewInterval)
 		case errors.Is(err, errLost):
 			l.End(leadership.Ended(leadership.ReasonLeaseLost, "%v", err))
+		case l.Context().Err() != nil:
+			// The lease ended while the renewal was on its way (its deadline
+			// passed: a process resumed after a pause); its end says why.
 		default:
 			fails++
 			l.Failed()

@@ -197,6 +197,7 @@ func (st *store) instanceObject(holder string, cur *coordv1.Lease) *coordv1.Leas
 	p := leadership.ThisProcess(st.cfg.Host)
 	obj.Annotations[annHost], obj.Annotations[annPID] = p.Host, strconv.Itoa(p.PID)
 	obj.Annotations[annProcStart], obj.Annotations[annPIDNS] = strconv.FormatUint(p.Start, 10), p.PIDNamespace
+	obj.Annotations[annStarted] = p.Since().UTC().Format(time.RFC3339Nano)
 	now := metav1.NowMicro()
 	secs := int32(st.cfg.TTL / time.Second)
 	obj.Spec = coordv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &secs, AcquireTime: &now, RenewTime: &now}
@@ -213,10 +214,20 @@ func registrationOf(l *coordv1.Lease) leadership.Registration {
 	r.Host, r.PIDNamespace = l.Annotations[annHost], l.Annotations[annPIDNS]
 	r.PID, _ = strconv.Atoi(l.Annotations[annPID])                      // unreadable: 0, never proven gone
 	r.Start, _ = strconv.ParseUint(l.Annotations[annProcStart], 10, 64) // unreadable: 0, the PID alone
-	if l.Spec.AcquireTime != nil {
-		r.Started = l.Spec.AcquireTime.Time
-	}
+	r.Started = startedOf(l)
 	return r
+}
+
+// startedOf is when an instance Lease's process started, as it wrote it; a
+// release that did not write it: when its holder acquired the Lease.
+func startedOf(l *coordv1.Lease) time.Time {
+	if t, err := time.Parse(time.RFC3339Nano, l.Annotations[annStarted]); err == nil {
+		return t
+	}
+	if l.Spec.AcquireTime != nil {
+		return l.Spec.AcquireTime.Time
+	}
+	return time.Time{}
 }
 
 // Release deletes the instance Lease as last written when the session

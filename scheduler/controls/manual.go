@@ -31,14 +31,34 @@ func (e *PausedError) Error() string {
 // ManualRun is a manual run request as recorded, with its outcome.
 type ManualRun struct {
 	Request
-	Attempts int       `json:"attempts"`
-	RunID    int64     `json:"run_id,omitempty"` // its execution's row in job_runs
+	Attempts int   `json:"attempts"`
+	RunID    int64 `json:"run_id,omitempty"` // its execution's row in job_runs
+	// Started and Finished are its execution's, as job_runs records them
+	// (snip-jobs history shows the same) once it has one; before, when it
+	// was claimed and closed.
 	Started  time.Time `json:"started,omitzero"`
 	Finished time.Time `json:"finished,omitzero"`
-	Result   string    `json:"result,omitempty"` // ok, error, panic, stale, cancelled
+	Result   string    `json:"result,omitempty"` // ok, error, panic, stale, cancelled, cut off
 	Error    string    `json:"error,omitempty"`
 	// Reports are each instance's run of a job that runs everywhere.
 	Reports []Report `json:"reports,omitempty"`
+	// RunEnded: job_runs has recorded its execution's end (written just
+	// after the request closes), and Started and Finished are its.
+	RunEnded bool `json:"-"`
+}
+
+// Recorded reports whether every execution of a request that is over has
+// its end in job_runs: its times are then the ones history shows.
+func (m ManualRun) Recorded() bool {
+	if m.RunID != 0 && !m.RunEnded {
+		return false
+	}
+	for _, r := range m.Reports {
+		if r.RunID != 0 && !r.RunEnded {
+			return false
+		}
+	}
+	return true
 }
 
 // Closed reports whether the request is over (done or failed).
@@ -52,6 +72,7 @@ type Report struct {
 	Finished time.Time `json:"finished,omitzero"`
 	Result   string    `json:"result,omitempty"`
 	Error    string    `json:"error,omitempty"`
+	RunEnded bool      `json:"-"` // as ManualRun's
 }
 
 // sqlInstancesUp lists the instances whose controls feed is connected to
@@ -130,21 +151,27 @@ func ReadRun(ctx context.Context, q Querier, id int64) (ManualRun, error) {
 	var m ManualRun
 	var started, finished *time.Time
 	var runID *int64
-	err := q.QueryRow(ctx, `SELECT id, job, mode, requested_by, requested_at, state, coalesce(instance, ''), coalesce(token, 0),
-			expected, attempts, run_id, started_at, finished_at, coalesce(result, ''), coalesce(error, '')
-		FROM manual_runs WHERE id = $1`, id).Scan(&m.ID, &m.Job, &m.Mode, &m.RequestedBy, &m.RequestedAt, &m.State,
-		&m.Instance, &m.Token, &m.Expected, &m.Attempts, &runID, &started, &finished, &m.Result, &m.Error)
+	err := q.QueryRow(ctx, `SELECT m.id, m.job, m.mode, m.requested_by, m.requested_at, m.state, coalesce(m.instance, ''),
+			coalesce(m.token, 0), m.expected, m.attempts, m.run_id,
+			CASE WHEN r.finished_at IS NULL THEN m.started_at ELSE r.started_at END,
+			CASE WHEN r.finished_at IS NULL THEN m.finished_at ELSE r.finished_at END,
+			coalesce(m.result, ''), coalesce(m.error, ''), r.finished_at IS NOT NULL
+		FROM manual_runs m LEFT JOIN job_runs r ON r.id = m.run_id WHERE m.id = $1`, id).Scan(&m.ID, &m.Job, &m.Mode, &m.RequestedBy, &m.RequestedAt, &m.State,
+		&m.Instance, &m.Token, &m.Expected, &m.Attempts, &runID, &started, &finished, &m.Result, &m.Error, &m.RunEnded)
 	if err != nil {
 		return m, fmt.Errorf("read manual run %d: %w", id, err)
 	}
 	m.RunID, m.Started, m.Finished = deref(runID), deref(started), deref(finished)
-	rows, err := q.Query(ctx, `SELECT instance, coalesce(run_id, 0), started_at, coalesce(finished_at, 'epoch'), coalesce(result, ''), coalesce(error, '')
-		FROM manual_run_reports WHERE request = $1 ORDER BY instance`, id)
+	rows, err := q.Query(ctx, `SELECT p.instance, coalesce(p.run_id, 0),
+			CASE WHEN r.finished_at IS NULL THEN p.started_at ELSE r.started_at END,
+			coalesce(CASE WHEN r.finished_at IS NULL THEN p.finished_at ELSE r.finished_at END, 'epoch'),
+			coalesce(p.result, ''), coalesce(p.error, ''), r.finished_at IS NOT NULL
+		FROM manual_run_reports p LEFT JOIN job_runs r ON r.id = p.run_id WHERE p.request = $1 ORDER BY p.instance`, id)
 	if err != nil {
 		return m, fmt.Errorf("read manual run %d's reports: %w", id, err)
 	}
 	var r Report
-	if _, err := pgx.ForEachRow(rows, []any{&r.Instance, &r.RunID, &r.Started, &r.Finished, &r.Result, &r.Error}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&r.Instance, &r.RunID, &r.Started, &r.Finished, &r.Result, &r.Error, &r.RunEnded}, func() error {
 		if r.Finished.Unix() == 0 {
 			r.Finished = time.Time{}
 		}

@@ -56,6 +56,8 @@ type terms interface {
 	leadershipLine() string
 	// where describes the backend for the banner: a label and a line.
 	where() (label, line string)
+	// endsLease says how a dead instance's lease is ended, for people.
+	endsLease() string
 	// cluster is what an operator's command reads and asks of it.
 	cluster() leadership.Cluster
 	// watch calls f for every change of leader until ctx ends.
@@ -78,6 +80,8 @@ func etcdSection(endpoint string) string {
 }
 
 func (e *etcdTerms) leadershipLine() string { return "" }
+
+func (e *etcdTerms) endsLease() string { return "revokes it" }
 
 func (e *etcdTerms) where() (string, string) {
 	return "etcd", fmt.Sprintf("%s  (embedded; key prefix %s)", e.srv.Endpoint(), prefix)

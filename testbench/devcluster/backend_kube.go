@@ -69,6 +69,8 @@ func (k *kubeTerms) where() (string, string) {
 
 func (k *kubeTerms) cluster() leadership.Cluster { return k.lc() }
 
+func (k *kubeTerms) endsLease() string { return "deletes its instance Lease" }
+
 func (k *kubeTerms) lc() *kubelease.Cluster {
 	return kubelease.NewCluster(k.cli, kubeNamespace, kubePrefix)
 }

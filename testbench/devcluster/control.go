@@ -160,8 +160,9 @@ func (c *Cluster) Do(ctx context.Context, action, instance, job string) (string,
 		if err != nil {
 			return "", err
 		}
-		msg = fmt.Sprintf("killed %s (pid %d, SIGKILL)%s: no resign, no revoke by the process; once it has exited, dev revokes the lease "+
-			"it left (as systemd's ExecStopPost= does) and its jobs move at once, where a dead host's would wait out the lease (%v)", ch.name, pid, role(who), c.cfg.TTL)
+		msg = fmt.Sprintf("killed %s (pid %d, SIGKILL)%s: no resign, no release by the process; once it has exited, dev ends the lease "+
+			"it left (%s, as systemd's ExecStopPost= does) and its jobs move at once, where a dead host's would wait out the lease (%v)",
+			ch.name, pid, role(who), c.terms.endsLease(), c.cfg.TTL)
 	case "pause":
 		pid, err := ch.signal(syscall.SIGSTOP)
 		if err != nil {

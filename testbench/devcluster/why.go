@@ -20,21 +20,27 @@ const (
 
 // whyEnded says why a term ended, in the words the status page uses: the
 // reason its instance recorded, or what the supervisor did to the process (a
-// killed or paused instance records nothing). etcd alone cannot say: a key
-// deleted by a resignation and one whose lease ran out look the same.
+// killed or paused instance records nothing itself: its successor, or the
+// reclaim of its dead process, records what they know, which the supervisor
+// knows better). etcd alone cannot say: a key deleted by a resignation and
+// one whose lease ran out look the same.
 func (c *Cluster) whyEnded(ctx context.Context, job, instance string, token int64) string {
 	deadline := time.Now().Add(recordWait)
 	for {
-		if label := c.recordedEnd(ctx, job, token); label != "" {
+		label, own := c.recordedEnd(ctx, job, instance, token)
+		if own {
 			return statuspage.EndReason(label)
 		}
 		if why := c.processEnd(instance); why != "" {
-			if label := c.recordedEnd(ctx, job, token); label != "" {
+			if label, own := c.recordedEnd(ctx, job, instance, token); own {
 				return statuspage.EndReason(label) // recorded just before it exited
 			}
 			return why
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
+			if label != "" {
+				return statuspage.EndReason(label)
+			}
 			return fmt.Sprintf("its lease ended, and %s recorded no reason (paused by hand, or cut off from the database?)", instance)
 		}
 		sleep.For(ctx, recordPoll)
@@ -42,18 +48,19 @@ func (c *Cluster) whyEnded(ctx context.Context, job, instance string, token int6
 }
 
 // recordedEnd is the reason recorded in job_terms for the term ("" if none
-// yet).
-func (c *Cluster) recordedEnd(ctx context.Context, job string, token int64) string {
+// yet), and whether instance, the term's own, recorded it.
+func (c *Cluster) recordedEnd(ctx context.Context, job, instance string, token int64) (reason string, own bool) {
 	if c.pool == nil {
-		return ""
+		return "", false
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	var reason string
-	if err := c.pool.QueryRow(ctx, `SELECT coalesce(reason, '') FROM job_terms WHERE job = $1 AND token = $2`, job, token).Scan(&reason); err != nil {
-		return ""
+	var by string
+	if err := c.pool.QueryRow(ctx, `SELECT coalesce(reason, ''), coalesce(ended_by, '') FROM job_terms WHERE job = $1 AND token = $2`,
+		job, token).Scan(&reason, &by); err != nil {
+		return "", false
 	}
-	return reason
+	return reason, reason != "" && (by == instance || by == "")
 }
 
 // processEnd says what became of the instance's process if that explains a
