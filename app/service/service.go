@@ -48,24 +48,25 @@ const (
 	stuckLeaseFactor = 3                // watchdog: no lease for this many TTLs while etcd answers = stuck
 )
 
-// CheckSecretFiles is what run says of the config's secret files
-// (configs.File.CheckSecretFiles), and validate repeats: an error listing every
-// file it will not start with (not a regular file, larger than a secret,
-// writable by its group or others, or readable by them unless allowReadable,
-// --allow-readable-secrets), or the files others may read that allowReadable
-// lets it start with, each to be warned of.
-func CheckSecretFiles(f *configs.File, allowReadable bool) (warnings []configs.SecretProblem, err error) {
+// CheckFiles is what run says of the files the config names
+// (configs.File.CheckFiles), and validate repeats: an error listing every
+// file it will not start with, each at the file:line:col of its setting (not
+// a regular file, larger than it may be, a secret writable by its group or
+// others, or readable by them unless allowReadable, --allow-readable-secrets),
+// or the secret files others may read that allowReadable lets it start with,
+// each to be warned of.
+func CheckFiles(f *configs.File, allowReadable bool) (warnings []configs.FileProblem, err error) {
 	var refused []string
 	readable := false
-	for _, p := range f.CheckSecretFiles() {
+	for _, p := range f.CheckFiles() {
 		switch {
 		case p.OnlyReadable() && allowReadable:
 			warnings = append(warnings, p)
 		case p.OnlyReadable():
 			readable = true
-			refused = append(refused, p.String())
+			refused = append(refused, p.Line())
 		default:
-			refused = append(refused, p.String())
+			refused = append(refused, p.Line())
 		}
 	}
 	if len(refused) == 0 {
@@ -75,20 +76,20 @@ func CheckSecretFiles(f *configs.File, allowReadable bool) (warnings []configs.S
 	if readable {
 		hint = "\n(for the files others can only read, start with --allow-readable-secrets to run with a warning for each instead)"
 	}
-	return warnings, fmt.Errorf("%s: secret files must be readable by their owner only and writable by no one else, "+
-		"and be regular files no larger than a secret:\n%s%s", f.Path, strings.Join(refused, "\n"), hint)
+	return warnings, fmt.Errorf("%s: the files it names must be regular files no larger than they may be, "+
+		"and secret files must be readable by their owner only and writable by no one else:\n%s%s", f.Path, strings.Join(refused, "\n"), hint)
 }
 
 // ReadableSecretWarning is logged by run, and said by validate, for each
 // secret file others may read that --allow-readable-secrets allows.
 const ReadableSecretWarning = "secret file readable by other users (allowed by --allow-readable-secrets)"
 
-// checkSecretFiles refuses the secret files CheckSecretFiles refuses, and logs
-// a warning for each it allows.
-func checkSecretFiles(f *configs.File, allow bool, log *slog.Logger) error {
-	warnings, err := CheckSecretFiles(f, allow)
+// checkFiles refuses the files CheckFiles refuses, and logs a warning for
+// each it allows.
+func checkFiles(f *configs.File, allow bool, log *slog.Logger) error {
+	warnings, err := CheckFiles(f, allow)
 	for _, p := range warnings {
-		log.Warn(ReadableSecretWarning, "file", p.Path, "setting", p.Key,
+		log.Warn(ReadableSecretWarning, "file", p.Path, "setting", p.Key, "at", p.Pos.String(),
 			"job", p.Job, "mode", fmt.Sprintf("%04o", p.Mode.Perm()), "problem", p.String())
 	}
 	return err
@@ -127,7 +128,7 @@ func Run(ctx context.Context, o Options) error {
 	r := &runner{cfg: o.Config, types: o.Types, version: o.Version, log: o.Log,
 		embeddedListen: o.EmbeddedListen, devControl: o.DevControl, socks: o.Sockets, undrainAtStart: o.Undrain}
 	r.ilog = r.log.With("instance", o.Config.Instance)
-	if err := checkSecretFiles(o.Config, o.AllowReadableSecrets, r.ilog); err != nil {
+	if err := checkFiles(o.Config, o.AllowReadableSecrets, r.ilog); err != nil {
 		return err
 	}
 	return r.run(ctx)
