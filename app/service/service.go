@@ -164,6 +164,7 @@ type runner struct {
 	undrainAtStart bool           // run --undrain
 	listens        *typeListeners // the job types' own sockets (certrenew's HTTP-01 challenges)
 
+	starting     atomic.Bool // start has not returned yet (watchSignals)
 	schedRunning atomic.Bool
 	lastLease    atomic.Int64 // unix nanos when the session was last seen holding a lease
 
@@ -177,24 +178,18 @@ type runner struct {
 func (r *runner) run(ctx context.Context) error {
 	r.notify = notifier{log: r.ilog}
 	r.schemaErr = make(chan error, 1)
-	// ctx ends at the first signal; a second one ends the process at once.
+	// ctx ends at the first signal (main's); watchSignals ends the process
+	// at the second, or when start-up outlives shutdown_timeout after it.
 	sigs := make(chan os.Signal, 2)
 	defer close(sigs)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs) // before the close above
-	go func() {
-		sig, ok := <-sigs
-		if !ok {
-			return
-		}
-		r.ilog.Info("signal received: shutting down", "signal", sig.String(), "shutdown_timeout", r.cfg.ShutdownTimeout)
-		if sig, ok = <-sigs; ok {
-			r.ilog.Error("second signal: exiting now, without a clean shutdown", "signal", sig.String())
-			os.Exit(1)
-		}
-	}()
+	r.starting.Store(true)
+	go r.watchSignals(sigs, os.Exit)
 
-	if err := r.start(ctx); err != nil {
+	err := r.start(ctx)
+	r.starting.Store(false)
+	if err != nil {
 		r.shutdown(nil, nil)
 		if ctx.Err() != nil {
 			r.ilog.Info("stopped during start-up")
@@ -265,21 +260,53 @@ func (r *runner) run(ctx context.Context) error {
 	return failure
 }
 
-// start brings up the database pool, etcd, the session, the scheduler and the
-// admin server, and waits for the first lease.
+// watchSignals follows the signals run receives (sigs, closed when it
+// returns): it logs the first (which ends run's context, and so start-up
+// and then the service, within shutdown_timeout), ends the process with
+// exit at a second one, and also when start-up has still not returned
+// shutdown_timeout after the first: a start-up step that does not heed its
+// context (a read that blocks, a library that waits) must not keep the
+// process deaf to SIGTERM.
+func (r *runner) watchSignals(sigs <-chan os.Signal, exit func(int)) {
+	sig, ok := <-sigs
+	if !ok {
+		return
+	}
+	r.ilog.Info("signal received: shutting down", "signal", sig.String(), "shutdown_timeout", r.cfg.ShutdownTimeout)
+	stuck := time.NewTimer(r.cfg.ShutdownTimeout)
+	defer stuck.Stop()
+	for {
+		select {
+		case sig, ok = <-sigs:
+			if !ok {
+				return
+			}
+			r.ilog.Error("second signal: exiting now, without a clean shutdown", "signal", sig.String())
+			exit(1)
+		case <-stuck.C:
+			if r.starting.Load() {
+				r.ilog.Error("start-up has not stopped within shutdown_timeout of the signal: exiting now, without a clean shutdown",
+					"shutdown_timeout", r.cfg.ShutdownTimeout)
+				exit(1)
+			}
+		}
+	}
+}
+
+// start brings up the database pools, the admin server and the job types'
+// listeners, then compares the schema, starts etcd, the session and the
+// scheduler, and waits for the first lease.
 func (r *runner) start(ctx context.Context) error {
 	f := r.cfg
 	r.ilog.Info("starting", "version", r.version, "config", f.Path)
-	if err := r.startDatabase(ctx); err != nil {
+	if err := r.openPools(ctx); err != nil {
 		return err
 	}
-	if r.undrainAtStart {
-		r.undrain(ctx)
-	}
-
-	// The admin server comes first: while etcd does not answer (with or
-	// without a user to log in), /healthz answers and /readyz says the
-	// session holds no lease, the same way in both cases.
+	// The listeners come first, before anything waits on PostgreSQL or etcd:
+	// while either does not answer, /healthz answers and /readyz says what
+	// is missing (the schema not yet compared, no lease), and the HTTP-01
+	// challenge listener answers.
+	r.schemaPending.Store(true)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		collectors.NewGoCollector(),
@@ -294,6 +321,12 @@ func (r *runner) start(ctx context.Context) error {
 	env := scheduler.Env{Instance: f.Instance, Pool: r.pool, Log: r.ilog, Metrics: reg}
 	if r.listens, err = startListeners(f, r.types, env, r.socks); err != nil {
 		return err
+	}
+	if err := r.checkDatabase(ctx); err != nil {
+		return err
+	}
+	if r.undrainAtStart {
+		r.undrain(ctx)
 	}
 
 	// One bound for the whole wait for etcd: logging in, then the first lease.
@@ -322,24 +355,29 @@ func (r *runner) start(ctx context.Context) error {
 	return r.waitFirstLease(ctx, wctx, wait)
 }
 
-// startDatabase opens the pools and compares the schema with the binary's
-// migrations (or applies them, with migrate_on_start); a database that does
-// not answer yet is compared once it does.
-func (r *runner) startDatabase(ctx context.Context) error {
-	f := r.cfg
-	pool, err := connect.Pool(ctx, f, "run")
+// openPools opens the pools, without waiting for PostgreSQL: a pool
+// connects when a connection is first needed (the records pool in the
+// background at once).
+func (r *runner) openPools(ctx context.Context) error {
+	pool, err := connect.Pool(ctx, r.cfg, "run")
 	if err != nil {
 		return fmt.Errorf("%w (run needs PostgreSQL: set it in the environment or the file the config names)", err)
 	}
 	r.pool = pool
 	// Two connections, kept open and warm: a term's start or end and a run's
 	// record may be written at once.
-	if r.records, err = connect.Pool(ctx, f, "records", func(c *pgxpool.Config) {
+	r.records, err = connect.Pool(ctx, r.cfg, "records", func(c *pgxpool.Config) {
 		c.MaxConns, c.MinConns, c.AfterConnect = 2, 2, scheduler.WarmRecords
-	}); err != nil {
-		return err
-	}
-	pingErr := connect.Ping(ctx, pool, dbPingTimeout)
+	})
+	return err
+}
+
+// checkDatabase compares the schema with the binary's migrations (or
+// applies them, with migrate_on_start); a database that does not answer yet
+// is compared once it does (checkSchemaLater).
+func (r *runner) checkDatabase(ctx context.Context) error {
+	f := r.cfg
+	pingErr := connect.Ping(ctx, r.pool, dbPingTimeout)
 	if pingErr != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -355,6 +393,7 @@ func (r *runner) startDatabase(ctx context.Context) error {
 		if _, err := migrations.Up(ctx, url, r.ilog); err != nil {
 			return fmt.Errorf("migrate on start: %w", err)
 		}
+		r.schemaPending.Store(false)
 	case pingErr != nil:
 		r.checkSchemaLater(ctx)
 	default:
@@ -369,6 +408,8 @@ func (r *runner) startDatabase(ctx context.Context) error {
 			r.checkSchemaLater(ctx)
 		case err != nil:
 			return err
+		default:
+			r.schemaPending.Store(false)
 		}
 	}
 	return nil
