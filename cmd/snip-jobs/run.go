@@ -130,8 +130,13 @@ notification) or within a renew interval.`,
 // runService runs the config's jobs until ctx ends: the command without a JOB.
 // o's Config, Types, Version, Log and Sockets are filled in here.
 func runService(ctx context.Context, c *cli, path string, o service.Options) error {
-	// First: taking the sockets clears the activation variables
-	// from the environment, before anything else reads it.
+	// First: no process of this user may read the secrets in this one's
+	// environment or memory from now on.
+	if err := service.Undumpable(); err != nil {
+		return err
+	}
+	// Then taking the sockets clears the activation variables from the
+	// environment, before anything else reads it.
 	socks, err := service.InheritSockets(registry())
 	if err != nil {
 		return err
