@@ -11,24 +11,6 @@ import (
 	"github.com/snip/snip-jobs/configs"
 )
 
-// trustOptions name a CA bundle and a secret, as certrenew's ca_roots_file
-// and key_file do.
-type trustOptions struct {
-	CAFile  string `yaml:"ca_file"`
-	KeyFile string `yaml:"key_file"`
-}
-
-func (o *trustOptions) Files() []configs.OptionFile {
-	return []configs.OptionFile{{Key: "ca_file", Path: o.CAFile, Holds: configs.Certificates}, {Key: "key_file", Path: o.KeyFile}}
-}
-
-type trustTypes struct{}
-
-func (trustTypes) Options(jobType string) (configs.OptionsType, bool) {
-	return configs.OptionsOf(func() trustOptions { return trustOptions{} }), jobType == "truster"
-}
-func (trustTypes) Names() []string { return []string{"truster"} }
-
 // Every file the config names is examined, not only secrets: a CA bundle or
 // a certificate that is a device, a named pipe or larger than a certificate
 // file may be (1 MiB) is a problem, reported at the file:line:col of the
@@ -55,13 +37,13 @@ func TestEveryFileTheConfigNamesIsExaminedWhereItIsNamed(t *testing.T) {
 		"  tls: {ca: /dev/zero, cert: "+fifo+", key: "+key+"}",
 		"jobs:",
 		"  - name: truster",
-		"    type: truster",
+		"    type: sealer",
 		"    every: 1h",
 		"    options:",
 		"      key_file: "+key,
 		"      ca_file: "+big,
-		"  - {name: open, type: truster, every: 1h, options: {ca_file: "+open+", key_file: "+key+"}}",
-	), trustTypes{})
+		"  - {name: open, type: sealer, every: 1h, options: {ca_file: "+open+", key_file: "+key+"}}",
+	), secretTypes{})
 	if err != nil {
 		t.Fatal(err)
 	}

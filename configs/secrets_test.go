@@ -158,13 +158,15 @@ func TestRedactedIsAConfigFileMeaningTheSame(t *testing.T) {
 	}
 }
 
-// secretOptions names a secret file of a job's own, as certrenew's key_file.
+// secretOptions names a secret file of a job's own, as certrenew's key_file,
+// and a CA bundle, as its ca_roots_file.
 type secretOptions struct {
 	KeyFile string `yaml:"key_file"`
+	CAFile  string `yaml:"ca_file"`
 }
 
 func (o *secretOptions) Files() []configs.OptionFile {
-	return []configs.OptionFile{{Key: "key_file", Path: o.KeyFile, Holds: configs.Secret}}
+	return []configs.OptionFile{{Key: "key_file", Path: o.KeyFile, Holds: configs.Secret}, {Key: "ca_file", Path: o.CAFile, Holds: configs.Certificates}}
 }
 
 type secretTypes struct{}

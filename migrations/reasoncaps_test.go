@@ -5,6 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/pressly/goose/v3"
+
 	"github.com/snip/snip-jobs/testbench/benchtest"
 )
 
@@ -17,16 +20,7 @@ import (
 func TestTheControlsTextCapsCutWhatIsThereAndRefuseMore(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := benchtest.PostgresDB(t)
-	p, closeDB, err := open(ctx, url, options{fsys: embedded})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeDB()
-	if _, err := p.UpTo(ctx, 14); err != nil {
-		t.Fatal(err)
-	}
-	c := connect(t, url)
+	p, c := migratedTo(t, 14)
 	exec := func(sql string, args ...any) error {
 		_, err := c.Exec(ctx, sql, args...)
 		return err
@@ -82,4 +76,20 @@ func TestTheControlsTextCapsCutWhatIsThereAndRefuseMore(t *testing.T) {
 	if _, err := p.Up(ctx); err != nil {
 		t.Fatalf("up again: %v", err)
 	}
+}
+
+// migratedTo is a new database with the migrations up to version applied:
+// the provider that applies the others, and a connection to it.
+func migratedTo(t *testing.T, version int64) (*goose.Provider, *pgx.Conn) {
+	t.Helper()
+	url := benchtest.PostgresDB(t)
+	p, closeDB, err := open(context.Background(), url, options{fsys: embedded})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(closeDB)
+	if _, err := p.UpTo(context.Background(), version); err != nil {
+		t.Fatal(err)
+	}
+	return p, connect(t, url)
 }
