@@ -51,13 +51,22 @@ etcd.tls.key, kubernetes.token_file, kubernetes.kubeconfig, a job's key_file)
 is not a regular file, is larger than a secret (64 KiB), or is writable by
 its group or others (never allowed), or is readable by them: chmod go-rwx it,
 or pass --allow-readable-secrets to start with a warning for each readable
-one instead. Files under $CREDENTIALS_DIRECTORY (systemd's LoadCredential) are
-not checked for readers. While etcd does not answer it waits the same way with or without a
-login (etcd.auth): /healthz answers, /readyz says the session holds no lease.
-Under systemd (Type=notify) it reports READY=1
-once the jobs run, pings the watchdog while the etcd session and the scheduler
-are healthy, and reports STOPPING=1 at shutdown. /metrics, /healthz, /readyz, /status (JSON) and the cluster's status
-page (/status/, with a timeline of the terms) are served on http.listen.
+one instead; or when another file it names (etcd.tls.ca and cert,
+kubernetes.ca_file, a job's ca_roots_file) is not a regular file or holds
+more than 1 MiB. Each is named at its setting's file:line:col. Files under
+$CREDENTIALS_DIRECTORY (systemd's LoadCredential) are not checked for
+readers. The process is non-dumpable: no process of its user (a reload
+command, an exec program) can read its environment or memory.
+
+/metrics, /healthz, /readyz, /status (JSON) and the cluster's status page
+(/status/, with a timeline of the terms) are served on http.listen, and the
+job types' listeners (certrenew's HTTP-01 challenges) on theirs, from the
+start, before anything waits on PostgreSQL or etcd. While etcd does not
+answer it waits the same way with or without a login (etcd.auth): /healthz
+answers, /readyz says the session holds no lease (and, until PostgreSQL has
+answered, that the schema is not yet compared). Under systemd (Type=notify)
+it reports READY=1 once the jobs run, pings the watchdog while the etcd
+session and the scheduler are healthy, and reports STOPPING=1 at shutdown.
 
 Sockets passed by systemd's socket activation (LISTEN_FDS) are used by their
 FileDescriptorName: "admin" instead of http.listen, "challenge" instead of the
@@ -68,7 +77,9 @@ On SIGTERM or SIGINT it stops taking work, cancels the jobs, waits for each up t
 its grace period, resigns every term and revokes its lease, so that other
 instances take over at once, without waiting for the lease to expire; then it
 exits 0. All of that is bounded by shutdown_timeout (exit status 1 if a job did
-not stop in time). A second signal exits at once.
+not stop in time). A second signal exits at once. A signal during start-up
+stops it; a start-up still running shutdown_timeout after the signal ends
+the process (exit status 1).
 
 No job runs before the operators' controls (snip-jobs pause, drain) have been
 read from PostgreSQL once: a job paused stays paused across restarts. A
