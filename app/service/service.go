@@ -213,18 +213,7 @@ func (r *runner) run(ctx context.Context) error {
 		_ = r.sched.Run(runCtx)
 		r.schedRunning.Store(false)
 	}()
-	// Ready once the controls were read (no job runs before): a moment,
-	// unless PostgreSQL does not answer (then /readyz says so anyway).
-	wctx, cancelWait := context.WithTimeout(ctx, dbPingTimeout)
-	if err := r.sched.WaitControls(wctx); err != nil && ctx.Err() == nil {
-		r.ilog.Warn("the operators' controls are not read yet: no job runs until they are (PostgreSQL?)", "waited", dbPingTimeout)
-	}
-	cancelWait()
-	r.ilog.Info("running", "jobs", len(r.cfg.Jobs), "admin", r.admin.Addr().String())
-	if len(r.cfg.Jobs) == 0 {
-		r.ilog.Warn(NoJobsWarning, "config", r.cfg.Path)
-	}
-	r.notify.ready(r.statusLine())
+	r.ready(ctx)
 	wdCtx, stopWatchdog := context.WithCancel(runCtx)
 	defer stopWatchdog()
 	wdDone := make(chan struct{})
@@ -258,6 +247,23 @@ func (r *runner) run(ctx context.Context) error {
 		r.ilog.Info("stopped cleanly")
 	}
 	return failure
+}
+
+// ready tells systemd the service is ready once the scheduler has read the
+// operators' controls (no job runs before): a moment, unless PostgreSQL does
+// not answer (then /readyz says so anyway, and it is ready after
+// dbPingTimeout all the same).
+func (r *runner) ready(ctx context.Context) {
+	wctx, cancelWait := context.WithTimeout(ctx, dbPingTimeout)
+	if err := r.sched.WaitControls(wctx); err != nil && ctx.Err() == nil {
+		r.ilog.Warn("the operators' controls are not read yet: no job runs until they are (PostgreSQL?)", "waited", dbPingTimeout)
+	}
+	cancelWait()
+	r.ilog.Info("running", "jobs", len(r.cfg.Jobs), "admin", r.admin.Addr().String())
+	if len(r.cfg.Jobs) == 0 {
+		r.ilog.Warn(NoJobsWarning, "config", r.cfg.Path)
+	}
+	r.notify.ready(r.statusLine())
 }
 
 // watchSignals follows the signals run receives (sigs, closed when it
