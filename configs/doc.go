@@ -31,12 +31,17 @@
 //
 // Secrets are never held in a File: the file names where they live (an environment
 // variable or a file), and DatabaseURL and EtcdPassword read them when asked. The
-// values never appear in an error or in Redacted. A secret file is read
-// (ReadSecretFile) only if it is a regular file (a named pipe or a device is
-// never opened) that its group and others cannot write, and no further than
-// MaxSecretFileSize; CheckSecretFiles, which run and validate apply at once to
-// every secret file the config names, refuses those and reports the ones
-// others may read.
+// values never appear in an error or in Redacted.
+//
+// Every file the config names (Files: secrets, certificates, a kubeconfig, the
+// files a job's options name) is read by ReadFile, through one bounded reader
+// (internal/boundedfile): only if it is a regular file (a named pipe or a device
+// is never opened), no further than its kind allows (MaxSecretFileSize,
+// MaxCertificateFileSize, MaxFileSize for a kubeconfig), and for a secret only if
+// its group and others cannot write it. CheckFiles, which run and validate apply
+// at once to every file the config names, refuses those, each at the
+// file:line:col of the setting naming it, and reports the secret files others
+// may read. The config file itself is read through the same reader.
 //
 // snip-jobs.example.yaml in this directory documents every setting and its default.
 package configs

@@ -19,6 +19,10 @@ type document struct {
 	// one before it, as YAML says). An alias with no anchor before it is absent.
 	aliases map[*ast.AliasNode]ast.Node
 	budget  aliasBudget
+	// files maps each setting naming a file to where its value is written
+	// (File.SettingPos), as the readers find them (mapping.notePath); nil
+	// while there is none.
+	files map[string]Pos
 }
 
 // newDocument is a document of file with no anchors yet (link records them).

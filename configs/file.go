@@ -35,6 +35,9 @@ type File struct {
 	ShutdownTimeout time.Duration
 	// Jobs in file order; names are unique.
 	Jobs []Job
+	// settings maps each setting naming a file ("etcd.tls.ca") to where its
+	// value is written (SettingPos).
+	settings map[string]Pos
 }
 
 // Etcd says how to reach etcd.

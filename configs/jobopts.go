@@ -18,8 +18,11 @@ type Options struct {
 	pos  Pos      // where the mapping starts; the job's entry when absent
 	job  string
 	// checked is what the type's OptionsType gave at Parse: what Redacted
-	// prints and SecretFiles lists.
+	// prints.
 	checked Checked
+	// files are the files the options name (checked.Files), each with
+	// where it is written, for File.Files.
+	files []NamedFile
 }
 
 // Present reports whether the entry wrote options.
@@ -35,14 +38,21 @@ type Checked struct {
 	// Effective is printed by File.Redacted: the options, defaults filled in.
 	// It must hold no secrets (name a file or an environment variable).
 	Effective any
-	// SecretFiles maps option keys to the files holding secrets they name,
-	// for the permission check (File.SecretFiles).
-	SecretFiles map[string]string
+	// Files are the files the options name, for the checks of every file
+	// the config names (File.Files, File.CheckFiles).
+	Files []OptionFile
+}
+
+// OptionFile is a file a job's option names.
+type OptionFile struct {
+	Key   string // the option's key, as written in the file
+	Path  string // "": the option is not set
+	Holds FileKind
 }
 
 // OptionsOf is the OptionsType of options of type T, starting from defaults()
-// (see DecodeOptions). If *T has a SecretFiles() map[string]string method, its
-// result is the options' SecretFiles.
+// (see DecodeOptions). If *T has a Files() []OptionFile method, its result is
+// the options' Files.
 func OptionsOf[T any](defaults func() T) OptionsType {
 	return func(spec Job) (Checked, error) {
 		v, err := DecodeOptions(spec, defaults)
@@ -50,8 +60,8 @@ func OptionsOf[T any](defaults func() T) OptionsType {
 			return Checked{}, err
 		}
 		c := Checked{Effective: v}
-		if s, ok := any(&v).(interface{ SecretFiles() map[string]string }); ok {
-			c.SecretFiles = s.SecretFiles()
+		if s, ok := any(&v).(interface{ Files() []OptionFile }); ok {
+			c.Files = s.Files()
 		}
 		return c, nil
 	}
@@ -84,7 +94,7 @@ func DecodeOptions[T any](spec Job, defaults func() T) (T, error) {
 			for _, e := range splitErrorValues(err) {
 				var oe *OptionError
 				if errors.As(e, &oe) && o.node != nil {
-					dec.errorf(dec.optionPos(o.node, oe.Key, pos), "options.%s: %v", oe.Key, oe.Err)
+					dec.errorf(dec.doc.optionPos(o.node, oe.Key, pos), "options.%s: %v", oe.Key, oe.Err)
 				} else {
 					dec.errorf(pos, "options: %v", e)
 				}

@@ -174,6 +174,12 @@ func (r *jobReader) options(m *mapping, j Job, typeKnown bool) Options {
 		return o
 	}
 	o.checked = checked
+	for _, of := range checked.Files {
+		if of.Path != "" {
+			o.files = append(o.files, NamedFile{Key: "options." + of.Key, Job: j.Name, Path: of.Path, Holds: of.Holds,
+				Pos: r.doc.optionPos(o.node, of.Key, o.pos)})
+		}
+	}
 	return o
 }
 

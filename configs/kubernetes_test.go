@@ -185,8 +185,9 @@ func TestTheKubernetesBackendIsReadWithItsSection(t *testing.T) {
 	if explicit.Leadership.Backend != configs.BackendKubernetes || explicit.Kubernetes != want || explicit.Kubernetes.InCluster() {
 		t.Errorf("got %+v %+v, want backend kubernetes and %+v", explicit.Leadership, explicit.Kubernetes, want)
 	}
-	if sf := explicit.SecretFiles(); len(sf) != 1 || sf[0].Key != "kubernetes.token_file" || sf[0].Path != want.TokenFile {
-		t.Errorf("secret files %+v, want the token file", sf)
+	if sf := explicit.Files(); len(sf) != 2 || sf[0].Key != "kubernetes.token_file" || sf[0].Path != want.TokenFile || sf[0].Holds != configs.Secret ||
+		sf[1].Key != "kubernetes.ca_file" || sf[1].Path != want.CAFile || sf[1].Holds != configs.Certificates {
+		t.Errorf("files %+v, want the token file (a secret) and the CA file (certificates)", sf)
 	}
 	printed := explicit.Redacted()
 	if strings.Contains(printed, "etcd:") || !strings.Contains(printed, "backend: kubernetes") {

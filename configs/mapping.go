@@ -207,6 +207,15 @@ func (m *mapping) valuePos(key string) Pos {
 	return m.at
 }
 
+// notePath records where the value of key, a path (a file, a directory), is
+// written (File.SettingPos).
+func (m *mapping) notePath(key string) {
+	if m.doc.files == nil {
+		m.doc.files = map[string]Pos{}
+	}
+	m.doc.files[m.path(key)] = m.valuePos(key)
+}
+
 // errorf reports a problem in this mapping, with its job's name.
 func (m *mapping) errorf(pos Pos, format string, args ...any) {
 	m.doc.errorf(pos, m.job, format, args...)

@@ -150,14 +150,14 @@ func (dec *optionsDecoder) wholeNumbers(n ast.Node, t reflect.Type, where string
 
 // optionPos is where the value of the option key is written in the options
 // mapping node, or fallback (a key brought in by a merge key, say).
-func (dec *optionsDecoder) optionPos(node ast.Node, key string, fallback Pos) Pos {
+func (d *document) optionPos(node ast.Node, key string, fallback Pos) Pos {
 	values, _ := mappingValues(node)
 	for _, mv := range values {
 		if k, ok := keyText(mv.Key); ok && k == key {
-			if v := dec.doc.resolveQuiet(mv.Value); v != nil {
-				return dec.doc.pos(v)
+			if v := d.resolveQuiet(mv.Value); v != nil {
+				return d.pos(v)
 			}
-			return dec.doc.pos(mv.Key)
+			return d.pos(mv.Key)
 		}
 	}
 	return fallback

@@ -3,14 +3,14 @@ package configs
 import (
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"os"
 	"strings"
 
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
 	yamlparser "github.com/goccy/go-yaml/parser"
+
+	"github.com/snip/snip-jobs/internal/boundedfile"
 )
 
 // Load reads and parses the configuration file at path. A file that cannot be read
@@ -33,14 +33,15 @@ func Load(path string, types Types) (*File, error) {
 
 // readFile reads at most MaxFileSize bytes past a byte order mark, and one
 // more: enough for Parse to say where the file crosses the limit without
-// reading a huge file into memory.
+// reading a huge file into memory. A file that is not a regular file (a
+// named pipe, a device) is refused unopened: it could block the reader, or
+// feed it without end.
 func readFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
+	data, err := boundedfile.Read(path, int64(len(utf8BOM)+MaxFileSize), boundedfile.Regular)
+	if errors.Is(err, boundedfile.ErrTooLarge) {
+		return data, nil // Parse says where it crosses the limit
 	}
-	defer f.Close()
-	return io.ReadAll(io.LimitReader(f, int64(len(utf8BOM)+MaxFileSize+1)))
+	return data, err
 }
 
 // Parse checks the configuration in data, read from filename (used in positions),
@@ -140,6 +141,7 @@ func readConfig(top *mapping, types Types) *File {
 		checkLeaseNames(top, f)
 	}
 	top.finish()
+	f.settings = top.doc.files
 	return f
 }
 

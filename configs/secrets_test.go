@@ -158,13 +158,15 @@ func TestRedactedIsAConfigFileMeaningTheSame(t *testing.T) {
 	}
 }
 
-// secretOptions names a secret file of a job's own, as certrenew's key_file.
+// secretOptions names a secret file of a job's own, as certrenew's key_file,
+// and a CA bundle, as its ca_roots_file.
 type secretOptions struct {
 	KeyFile string `yaml:"key_file"`
+	CAFile  string `yaml:"ca_file"`
 }
 
-func (o *secretOptions) SecretFiles() map[string]string {
-	return map[string]string{"key_file": o.KeyFile}
+func (o *secretOptions) Files() []configs.OptionFile {
+	return []configs.OptionFile{{Key: "key_file", Path: o.KeyFile, Holds: configs.Secret}, {Key: "ca_file", Path: o.CAFile, Holds: configs.Certificates}}
 }
 
 type secretTypes struct{}
@@ -210,11 +212,11 @@ func TestSecretFilesReadableByGroupOrOthersAreExposed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := len(f.SecretFiles()); got != 4 {
-		t.Errorf("SecretFiles: %d files, want 4: %+v", got, f.SecretFiles())
+	if got := len(f.Files()); got != 6 {
+		t.Errorf("Files: %d files, want 6 (4 secrets, etcd's CA and certificate): %+v", got, f.Files())
 	}
 	var got []string
-	for _, p := range f.CheckSecretFiles() {
+	for _, p := range f.CheckFiles() {
 		if !p.OnlyReadable() {
 			t.Errorf("%s: want only its readers reported", p)
 		}
@@ -234,7 +236,7 @@ func TestSecretFilesReadableByGroupOrOthersAreExposed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e := f.CheckSecretFiles(); len(e) != 0 {
+	if e := f.CheckFiles(); len(e) != 0 {
 		t.Errorf("a credential passed by systemd is reported exposed: %v", e)
 	}
 }
@@ -273,9 +275,9 @@ func TestASecretFileOthersCanWriteIsRefused(t *testing.T) {
 		if got, err := f.DatabaseURL(); err == nil || !strings.Contains(err.Error(), want) || got != "" {
 			t.Errorf("mode %04o: DatabaseURL() = %q, %v; want an error containing %q", c.mode, got, err, want)
 		}
-		problems := f.CheckSecretFiles()
+		problems := f.CheckFiles()
 		if len(problems) != 1 || problems[0].OnlyReadable() || !strings.HasPrefix(problems[0].String(), want) {
-			t.Errorf("mode %04o: CheckSecretFiles() = %v; want one problem starting %q, not allowed by --allow-readable-secrets", c.mode, problems, want)
+			t.Errorf("mode %04o: CheckFiles() = %v; want one problem starting %q, not allowed by --allow-readable-secrets", c.mode, problems, want)
 		}
 	}
 }
@@ -304,8 +306,8 @@ func TestASecretFileThatIsANamedPipeIsRefusedWithoutWaiting(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), want) || got != "" {
 		t.Errorf("DatabaseURL() = %q, %v; want an error containing %q", got, err, want)
 	}
-	if p := f.CheckSecretFiles(); len(p) != 1 || p[0].Kind != configs.SecretNotRegular || !strings.HasPrefix(p[0].String(), want) {
-		t.Errorf("CheckSecretFiles() = %v; want the pipe, not a regular file", p)
+	if p := f.CheckFiles(); len(p) != 1 || p[0].Kind != configs.FileNotRegular || !strings.HasPrefix(p[0].String(), want) {
+		t.Errorf("CheckFiles() = %v; want the pipe, not a regular file", p)
 	}
 	// Let the writer go: open the pipe for reading ourselves.
 	r, err := os.OpenFile(fifo, os.O_RDONLY|syscall.O_NONBLOCK, 0)
@@ -340,8 +342,8 @@ func TestASecretFileLargerThanASecretIsRefusedUnread(t *testing.T) {
 		if got, err := f.DatabaseURL(); err == nil || err.Error() != c.want || got != "" {
 			t.Errorf("DatabaseURL() = %q, %v; want the error %q", got, err, c.want)
 		}
-		if p := f.CheckSecretFiles(); len(p) != 1 || p[0].String() != c.want {
-			t.Errorf("CheckSecretFiles() = %v; want %q", p, c.want)
+		if p := f.CheckFiles(); len(p) != 1 || p[0].String() != c.want {
+			t.Errorf("CheckFiles() = %v; want %q", p, c.want)
 		}
 	}
 }

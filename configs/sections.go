@@ -205,6 +205,7 @@ func absPath(m *mapping, key, path string) bool {
 		m.errorf(m.valuePos(key), "%s %q must be an absolute path", m.path(key), path)
 		return false
 	}
+	m.notePath(key)
 	return true
 }
 
@@ -217,6 +218,7 @@ func secretSource(m *mapping, fileKey, envKey string) (file, env string) {
 	if f, ok := m.str(fileKey); ok {
 		if filepath.IsAbs(f) {
 			file = f
+			m.notePath(fileKey)
 		} else {
 			m.errorf(m.valuePos(fileKey), "%s must be the absolute path of a file holding the secret", m.path(fileKey))
 		}

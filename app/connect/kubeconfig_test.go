@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/snip/snip-jobs/configs"
@@ -61,5 +62,68 @@ func TestAKubeconfigIsRefusedWhenItsContextReachesTheServerWithoutVerifiedTLS(t 
 	}
 	if problem, unread := CheckKubeconfig(configs.Kubernetes{Kubeconfig: filepath.Join(dir, "absent")}); problem != nil || unread == nil {
 		t.Errorf("a kubeconfig that cannot be read: problem %v, unread %v; want only unread", problem, unread)
+	}
+}
+
+// The files a kubeconfig names are read as every file the config names is:
+// a certificate-authority that is a named pipe or /dev/zero, a client-key
+// others may write, a tokenFile of 1 GiB are refused unread, by Kube (run)
+// and by CheckKubeconfig (validate, which examines them without reading),
+// naming the kubeconfig and the entry. Relative paths are from the
+// kubeconfig's folder, as kubectl reads them; client-go never reads them
+// itself (it would have blocked on the pipe, and read /dev/zero until the
+// process ran out of memory).
+func TestTheFilesAKubeconfigNamesAreReadOnlyIfRegularAndSmall(t *testing.T) {
+	dir := t.TempDir()
+	file := func(name, body string, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	if err := syscall.Mkfifo(filepath.Join(dir, "ca-fifo.pem"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	huge := file("token-huge", "", 0o600)
+	if err := os.Truncate(huge, 1<<30); err != nil {
+		t.Fatal(err)
+	}
+	file("key-shared.pem", "key", 0o666)
+	file("token", "t0ken\n", 0o600)
+	kubeconfig := func(name, cluster, user string) string {
+		return file(name, "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: \"https://10.0.0.1:6443\""+cluster+"}}]\n"+
+			"users: [{name: u, user: {"+user+"}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n", 0o600)
+	}
+	for _, c := range []struct{ name, cluster, user, want string }{
+		{"ca-fifo", ", certificate-authority: ca-fifo.pem", "tokenFile: token",
+			`certificate-authority of cluster "c" ` + filepath.Join(dir, "ca-fifo.pem") + " is a named pipe, not a regular file: a certificate file must be one (it is not read)"},
+		{"ca-zero", ", certificate-authority: /dev/zero", "tokenFile: token",
+			`certificate-authority of cluster "c" /dev/zero is a character device, not a regular file`},
+		{"key-shared", "", "client-certificate-data: Zm9v, client-key: " + filepath.Join(dir, "key-shared.pem"),
+			`client-key of user "u" ` + filepath.Join(dir, "key-shared.pem") + " is writable by its group and others (mode 0666)"},
+		{"token-huge", "", "tokenFile: token-huge",
+			`tokenFile of user "u" ` + huge + " holds 1073741824 bytes; a secret file may hold at most 65536 bytes"},
+	} {
+		k := configs.Kubernetes{Kubeconfig: kubeconfig(c.name+".yaml", c.cluster, c.user)}
+		problem, unread := CheckKubeconfig(k)
+		if want := "kubernetes.kubeconfig " + k.Kubeconfig + ": " + c.want; unread != nil || problem == nil || !strings.HasPrefix(problem.Error(), want) {
+			t.Errorf("%s: CheckKubeconfig: %v, %v; want a problem starting %q", c.name, problem, unread, want)
+		}
+		_, _, _, err := Kube(&configs.File{Path: "/etc/snip-jobs.yaml", Kubernetes: k})
+		if want := "kubernetes.kubeconfig " + k.Kubeconfig + " (in /etc/snip-jobs.yaml): " + c.want; err == nil || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("%s: Kube: %v; want an error starting %q", c.name, err, want)
+		}
+	}
+	// The same kubeconfig naming a token file that is fine: a client.
+	k := configs.Kubernetes{Kubeconfig: kubeconfig("fine.yaml", "", "tokenFile: token")}
+	if problem, unread := CheckKubeconfig(k); problem != nil || unread != nil {
+		t.Errorf("a kubeconfig naming a fine token file: %v, %v", problem, unread)
+	}
+	if _, ns, _, err := Kube(&configs.File{Path: "/etc/snip-jobs.yaml", Kubernetes: k}); err != nil || ns != "default" {
+		t.Errorf("a kubeconfig naming a fine token file: namespace %q, %v", ns, err)
 	}
 }

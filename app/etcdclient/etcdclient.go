@@ -20,16 +20,17 @@ package etcdclient
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/internal/sleep"
 )
 
@@ -69,21 +70,55 @@ func (cfg Config) clientConfig() (clientv3.Config, error) {
 }
 
 // tlsConfig is the client's TLS configuration: from the files when any is
-// set, the system's roots when an endpoint is https, else none.
+// set, the system's roots when an endpoint is https, else none. The files
+// are read through configs.ReadFile (regular files no larger than their kind
+// may be, the key a secret no one else may write): the CA once, the client
+// certificate and key now and again at each handshake, so that renewed ones
+// are used without a restart (as etcd's own TLSInfo does).
 func (cfg Config) tlsConfig() (*tls.Config, error) {
-	if cfg.CA != "" || cfg.Cert != "" || cfg.Key != "" {
-		tc, err := transport.TLSInfo{TrustedCAFile: cfg.CA, CertFile: cfg.Cert, KeyFile: cfg.Key}.ClientConfig()
+	if cfg.CA == "" && cfg.Cert == "" && cfg.Key == "" {
+		for _, e := range cfg.Endpoints {
+			if strings.HasPrefix(e, "https://") {
+				return &tls.Config{MinVersion: tls.VersionTLS12}, nil
+			}
+		}
+		return nil, nil
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if cfg.CA != "" {
+		pem, err := configs.ReadFile(configs.NamedFile{Key: "etcd.tls.ca", Path: cfg.CA, Holds: configs.Certificates})
 		if err != nil {
-			return nil, fmt.Errorf("etcd TLS (etcd.tls): %w", err)
+			return nil, fmt.Errorf("etcd TLS: %w", err)
 		}
-		return tc, nil
-	}
-	for _, e := range cfg.Endpoints {
-		if strings.HasPrefix(e, "https://") {
-			return &tls.Config{MinVersion: tls.VersionTLS12}, nil
+		tc.RootCAs = x509.NewCertPool()
+		if !tc.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("etcd TLS: etcd.tls.ca %s holds no PEM certificate", cfg.CA)
 		}
 	}
-	return nil, nil
+	if cfg.Cert != "" || cfg.Key != "" {
+		if _, err := cfg.clientCertificate(); err != nil {
+			return nil, err
+		}
+		tc.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cfg.clientCertificate() }
+	}
+	return tc, nil
+}
+
+// clientCertificate reads etcd.tls.cert and etcd.tls.key.
+func (cfg Config) clientCertificate() (*tls.Certificate, error) {
+	cert, err := configs.ReadFile(configs.NamedFile{Key: "etcd.tls.cert", Path: cfg.Cert, Holds: configs.Certificates})
+	if err != nil {
+		return nil, fmt.Errorf("etcd TLS: %w", err)
+	}
+	key, err := configs.ReadFile(configs.NamedFile{Key: "etcd.tls.key", Path: cfg.Key, Holds: configs.Secret})
+	if err != nil {
+		return nil, fmt.Errorf("etcd TLS: %w", err)
+	}
+	pair, err := tls.X509KeyPair(cert, key)
+	if err != nil {
+		return nil, fmt.Errorf("etcd TLS: etcd.tls.cert %s and etcd.tls.key %s: %w", cfg.Cert, cfg.Key, err)
+	}
+	return &pair, nil
 }
 
 // New returns a client on cfg's endpoints without probing them. With a user it

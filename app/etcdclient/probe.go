@@ -11,10 +11,11 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/snip/snip-jobs/configs"
 )
 
 // Endpoint is what Probe learned of one endpoint.
@@ -198,7 +199,7 @@ func classify(cfg Config, ep string, err error) error {
 
 // notAfter says when the certificate in file expires(d).
 func notAfter(file string) string {
-	b, err := os.ReadFile(file)
+	b, err := configs.ReadFile(configs.NamedFile{Key: "etcd.tls.cert", Path: file, Holds: configs.Certificates})
 	if err != nil {
 		return "expired?"
 	}

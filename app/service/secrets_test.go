@@ -60,13 +60,13 @@ func TestRunRefusesUnsafeSecretFilesWhateverReadingAllows(t *testing.T) {
 			f, path := secretConfig(t, c.create)
 			var logs bytes.Buffer
 			log := slog.New(slog.NewTextHandler(&logs, nil))
-			err := checkSecretFiles(f, false, log)
+			err := checkFiles(f, false, log)
 			want := "postgres.url_file " + path + c.want
-			if err == nil || !strings.HasPrefix(err.Error(), "snip-jobs.yaml: secret files must be readable by their owner only") ||
+			if err == nil || !strings.HasPrefix(err.Error(), "snip-jobs.yaml: the files it names must be regular files no larger than they may be, and secret files must be readable by their owner only") ||
 				!strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "--allow-readable-secrets to run") != c.allowed {
 				t.Errorf("without --allow-readable-secrets: got %v\nwant an error naming %q (and the flag: %v)", err, want, c.allowed)
 			}
-			err = checkSecretFiles(f, true, log)
+			err = checkFiles(f, true, log)
 			if c.allowed {
 				if err != nil || !strings.Contains(logs.String(), ReadableSecretWarning) || !strings.Contains(logs.String(), want) {
 					t.Errorf("with --allow-readable-secrets: got %v and logs %s; want a warning naming %q", err, logs.String(), want)

@@ -48,24 +48,25 @@ const (
 	stuckLeaseFactor = 3                // watchdog: no lease for this many TTLs while etcd answers = stuck
 )
 
-// CheckSecretFiles is what run says of the config's secret files
-// (configs.File.CheckSecretFiles), and validate repeats: an error listing every
-// file it will not start with (not a regular file, larger than a secret,
-// writable by its group or others, or readable by them unless allowReadable,
-// --allow-readable-secrets), or the files others may read that allowReadable
-// lets it start with, each to be warned of.
-func CheckSecretFiles(f *configs.File, allowReadable bool) (warnings []configs.SecretProblem, err error) {
+// CheckFiles is what run says of the files the config names
+// (configs.File.CheckFiles), and validate repeats: an error listing every
+// file it will not start with, each at the file:line:col of its setting (not
+// a regular file, larger than it may be, a secret writable by its group or
+// others, or readable by them unless allowReadable, --allow-readable-secrets),
+// or the secret files others may read that allowReadable lets it start with,
+// each to be warned of.
+func CheckFiles(f *configs.File, allowReadable bool) (warnings []configs.FileProblem, err error) {
 	var refused []string
 	readable := false
-	for _, p := range f.CheckSecretFiles() {
+	for _, p := range f.CheckFiles() {
 		switch {
 		case p.OnlyReadable() && allowReadable:
 			warnings = append(warnings, p)
 		case p.OnlyReadable():
 			readable = true
-			refused = append(refused, p.String())
+			refused = append(refused, p.Line())
 		default:
-			refused = append(refused, p.String())
+			refused = append(refused, p.Line())
 		}
 	}
 	if len(refused) == 0 {
@@ -75,20 +76,20 @@ func CheckSecretFiles(f *configs.File, allowReadable bool) (warnings []configs.S
 	if readable {
 		hint = "\n(for the files others can only read, start with --allow-readable-secrets to run with a warning for each instead)"
 	}
-	return warnings, fmt.Errorf("%s: secret files must be readable by their owner only and writable by no one else, "+
-		"and be regular files no larger than a secret:\n%s%s", f.Path, strings.Join(refused, "\n"), hint)
+	return warnings, fmt.Errorf("%s: the files it names must be regular files no larger than they may be, "+
+		"and secret files must be readable by their owner only and writable by no one else:\n%s%s", f.Path, strings.Join(refused, "\n"), hint)
 }
 
 // ReadableSecretWarning is logged by run, and said by validate, for each
 // secret file others may read that --allow-readable-secrets allows.
 const ReadableSecretWarning = "secret file readable by other users (allowed by --allow-readable-secrets)"
 
-// checkSecretFiles refuses the secret files CheckSecretFiles refuses, and logs
-// a warning for each it allows.
-func checkSecretFiles(f *configs.File, allow bool, log *slog.Logger) error {
-	warnings, err := CheckSecretFiles(f, allow)
+// checkFiles refuses the files CheckFiles refuses, and logs a warning for
+// each it allows.
+func checkFiles(f *configs.File, allow bool, log *slog.Logger) error {
+	warnings, err := CheckFiles(f, allow)
 	for _, p := range warnings {
-		log.Warn(ReadableSecretWarning, "file", p.Path, "setting", p.Key,
+		log.Warn(ReadableSecretWarning, "file", p.Path, "setting", p.Key, "at", p.Pos.String(),
 			"job", p.Job, "mode", fmt.Sprintf("%04o", p.Mode.Perm()), "problem", p.String())
 	}
 	return err
@@ -127,7 +128,7 @@ func Run(ctx context.Context, o Options) error {
 	r := &runner{cfg: o.Config, types: o.Types, version: o.Version, log: o.Log,
 		embeddedListen: o.EmbeddedListen, devControl: o.DevControl, socks: o.Sockets, undrainAtStart: o.Undrain}
 	r.ilog = r.log.With("instance", o.Config.Instance)
-	if err := checkSecretFiles(o.Config, o.AllowReadableSecrets, r.ilog); err != nil {
+	if err := checkFiles(o.Config, o.AllowReadableSecrets, r.ilog); err != nil {
 		return err
 	}
 	return r.run(ctx)
@@ -163,6 +164,7 @@ type runner struct {
 	undrainAtStart bool           // run --undrain
 	listens        *typeListeners // the job types' own sockets (certrenew's HTTP-01 challenges)
 
+	starting     atomic.Bool // start has not returned yet (watchSignals)
 	schedRunning atomic.Bool
 	lastLease    atomic.Int64 // unix nanos when the session was last seen holding a lease
 
@@ -176,24 +178,18 @@ type runner struct {
 func (r *runner) run(ctx context.Context) error {
 	r.notify = notifier{log: r.ilog}
 	r.schemaErr = make(chan error, 1)
-	// ctx ends at the first signal; a second one ends the process at once.
+	// ctx ends at the first signal (main's); watchSignals ends the process
+	// at the second, or when start-up outlives shutdown_timeout after it.
 	sigs := make(chan os.Signal, 2)
 	defer close(sigs)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs) // before the close above
-	go func() {
-		sig, ok := <-sigs
-		if !ok {
-			return
-		}
-		r.ilog.Info("signal received: shutting down", "signal", sig.String(), "shutdown_timeout", r.cfg.ShutdownTimeout)
-		if sig, ok = <-sigs; ok {
-			r.ilog.Error("second signal: exiting now, without a clean shutdown", "signal", sig.String())
-			os.Exit(1)
-		}
-	}()
+	r.starting.Store(true)
+	go r.watchSignals(sigs, os.Exit)
 
-	if err := r.start(ctx); err != nil {
+	err := r.start(ctx)
+	r.starting.Store(false)
+	if err != nil {
 		r.shutdown(nil, nil)
 		if ctx.Err() != nil {
 			r.ilog.Info("stopped during start-up")
@@ -217,18 +213,7 @@ func (r *runner) run(ctx context.Context) error {
 		_ = r.sched.Run(runCtx)
 		r.schedRunning.Store(false)
 	}()
-	// Ready once the controls were read (no job runs before): a moment,
-	// unless PostgreSQL does not answer (then /readyz says so anyway).
-	wctx, cancelWait := context.WithTimeout(ctx, dbPingTimeout)
-	if err := r.sched.WaitControls(wctx); err != nil && ctx.Err() == nil {
-		r.ilog.Warn("the operators' controls are not read yet: no job runs until they are (PostgreSQL?)", "waited", dbPingTimeout)
-	}
-	cancelWait()
-	r.ilog.Info("running", "jobs", len(r.cfg.Jobs), "admin", r.admin.Addr().String())
-	if len(r.cfg.Jobs) == 0 {
-		r.ilog.Warn(NoJobsWarning, "config", r.cfg.Path)
-	}
-	r.notify.ready(r.statusLine())
+	r.ready(ctx)
 	wdCtx, stopWatchdog := context.WithCancel(runCtx)
 	defer stopWatchdog()
 	wdDone := make(chan struct{})
@@ -264,21 +249,70 @@ func (r *runner) run(ctx context.Context) error {
 	return failure
 }
 
-// start brings up the database pool, etcd, the session, the scheduler and the
-// admin server, and waits for the first lease.
+// ready tells systemd the service is ready once the scheduler has read the
+// operators' controls (no job runs before): a moment, unless PostgreSQL does
+// not answer (then /readyz says so anyway, and it is ready after
+// dbPingTimeout all the same).
+func (r *runner) ready(ctx context.Context) {
+	wctx, cancelWait := context.WithTimeout(ctx, dbPingTimeout)
+	if err := r.sched.WaitControls(wctx); err != nil && ctx.Err() == nil {
+		r.ilog.Warn("the operators' controls are not read yet: no job runs until they are (PostgreSQL?)", "waited", dbPingTimeout)
+	}
+	cancelWait()
+	r.ilog.Info("running", "jobs", len(r.cfg.Jobs), "admin", r.admin.Addr().String())
+	if len(r.cfg.Jobs) == 0 {
+		r.ilog.Warn(NoJobsWarning, "config", r.cfg.Path)
+	}
+	r.notify.ready(r.statusLine())
+}
+
+// watchSignals follows the signals run receives (sigs, closed when it
+// returns): it logs the first (which ends run's context, and so start-up
+// and then the service, within shutdown_timeout), ends the process with
+// exit at a second one, and also when start-up has still not returned
+// shutdown_timeout after the first: a start-up step that does not heed its
+// context (a read that blocks, a library that waits) must not keep the
+// process deaf to SIGTERM.
+func (r *runner) watchSignals(sigs <-chan os.Signal, exit func(int)) {
+	sig, ok := <-sigs
+	if !ok {
+		return
+	}
+	r.ilog.Info("signal received: shutting down", "signal", sig.String(), "shutdown_timeout", r.cfg.ShutdownTimeout)
+	stuck := time.NewTimer(r.cfg.ShutdownTimeout)
+	defer stuck.Stop()
+	for {
+		select {
+		case sig, ok = <-sigs:
+			if !ok {
+				return
+			}
+			r.ilog.Error("second signal: exiting now, without a clean shutdown", "signal", sig.String())
+			exit(1)
+		case <-stuck.C:
+			if r.starting.Load() {
+				r.ilog.Error("start-up has not stopped within shutdown_timeout of the signal: exiting now, without a clean shutdown",
+					"shutdown_timeout", r.cfg.ShutdownTimeout)
+				exit(1)
+			}
+		}
+	}
+}
+
+// start brings up the database pools, the admin server and the job types'
+// listeners, then compares the schema, starts etcd, the session and the
+// scheduler, and waits for the first lease.
 func (r *runner) start(ctx context.Context) error {
 	f := r.cfg
 	r.ilog.Info("starting", "version", r.version, "config", f.Path)
-	if err := r.startDatabase(ctx); err != nil {
+	if err := r.openPools(ctx); err != nil {
 		return err
 	}
-	if r.undrainAtStart {
-		r.undrain(ctx)
-	}
-
-	// The admin server comes first: while etcd does not answer (with or
-	// without a user to log in), /healthz answers and /readyz says the
-	// session holds no lease, the same way in both cases.
+	// The listeners come first, before anything waits on PostgreSQL or etcd:
+	// while either does not answer, /healthz answers and /readyz says what
+	// is missing (the schema not yet compared, no lease), and the HTTP-01
+	// challenge listener answers.
+	r.schemaPending.Store(true)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		collectors.NewGoCollector(),
@@ -293,6 +327,12 @@ func (r *runner) start(ctx context.Context) error {
 	env := scheduler.Env{Instance: f.Instance, Pool: r.pool, Log: r.ilog, Metrics: reg}
 	if r.listens, err = startListeners(f, r.types, env, r.socks); err != nil {
 		return err
+	}
+	if err := r.checkDatabase(ctx); err != nil {
+		return err
+	}
+	if r.undrainAtStart {
+		r.undrain(ctx)
 	}
 
 	// One bound for the whole wait for etcd: logging in, then the first lease.
@@ -321,24 +361,29 @@ func (r *runner) start(ctx context.Context) error {
 	return r.waitFirstLease(ctx, wctx, wait)
 }
 
-// startDatabase opens the pools and compares the schema with the binary's
-// migrations (or applies them, with migrate_on_start); a database that does
-// not answer yet is compared once it does.
-func (r *runner) startDatabase(ctx context.Context) error {
-	f := r.cfg
-	pool, err := connect.Pool(ctx, f, "run")
+// openPools opens the pools, without waiting for PostgreSQL: a pool
+// connects when a connection is first needed (the records pool in the
+// background at once).
+func (r *runner) openPools(ctx context.Context) error {
+	pool, err := connect.Pool(ctx, r.cfg, "run")
 	if err != nil {
 		return fmt.Errorf("%w (run needs PostgreSQL: set it in the environment or the file the config names)", err)
 	}
 	r.pool = pool
 	// Two connections, kept open and warm: a term's start or end and a run's
 	// record may be written at once.
-	if r.records, err = connect.Pool(ctx, f, "records", func(c *pgxpool.Config) {
+	r.records, err = connect.Pool(ctx, r.cfg, "records", func(c *pgxpool.Config) {
 		c.MaxConns, c.MinConns, c.AfterConnect = 2, 2, scheduler.WarmRecords
-	}); err != nil {
-		return err
-	}
-	pingErr := connect.Ping(ctx, pool, dbPingTimeout)
+	})
+	return err
+}
+
+// checkDatabase compares the schema with the binary's migrations (or
+// applies them, with migrate_on_start); a database that does not answer yet
+// is compared once it does (checkSchemaLater).
+func (r *runner) checkDatabase(ctx context.Context) error {
+	f := r.cfg
+	pingErr := connect.Ping(ctx, r.pool, dbPingTimeout)
 	if pingErr != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -354,6 +399,7 @@ func (r *runner) startDatabase(ctx context.Context) error {
 		if _, err := migrations.Up(ctx, url, r.ilog); err != nil {
 			return fmt.Errorf("migrate on start: %w", err)
 		}
+		r.schemaPending.Store(false)
 	case pingErr != nil:
 		r.checkSchemaLater(ctx)
 	default:
@@ -368,6 +414,8 @@ func (r *runner) startDatabase(ctx context.Context) error {
 			r.checkSchemaLater(ctx)
 		case err != nil:
 			return err
+		default:
+			r.schemaPending.Store(false)
 		}
 	}
 	return nil

@@ -33,7 +33,7 @@ type operatorFlags struct {
 func addOperatorFlags(fs *flag.FlagSet, timeout time.Duration, timeoutWhat string) operatorFlags {
 	return operatorFlags{
 		config:  configFlag(fs),
-		by:      fs.String("by", "", "who asks, as recorded (default: the OS user and host running the command, user@host)"),
+		by:      fs.String("by", "", fmt.Sprintf("who asks, as recorded (default: the OS user and host running the command, user@host; at most %d characters)", controls.MaxBy)),
 		timeout: fs.Duration("timeout", timeout, timeoutWhat),
 	}
 }
@@ -99,6 +99,15 @@ func loadForCommand(c *cli, path string) (*configs.File, error) {
 	return f, nil
 }
 
+// checkText refuses --by and --reason longer than the database accepts
+// (controls.CheckText) as bad usage, before anything is read or contacted.
+func checkText(by, reason string) error {
+	if err := controls.CheckText(by, reason); err != nil {
+		return usageError("usage: %v (%s)", err, "what operators write is read by every instance and shown on every status page")
+	}
+	return nil
+}
+
 // quoted is an operator's reason for printing: escaped, in quotes; "" for none.
 func quoted(reason string) string {
 	if reason == "" {
@@ -129,11 +138,14 @@ its leader has ended its term, and says so. Pausing a paused job changes
 nothing and says who paused it.`,
 		flags: func(fs *flag.FlagSet, c *cli) func(context.Context, []string) error {
 			of := addOperatorFlags(fs, 30*time.Second, "give up waiting for the leader's term to end after this long")
-			reason := fs.String("reason", "", "why, as recorded and shown by status and the status page")
+			reason := fs.String("reason", "", fmt.Sprintf("why, as recorded and shown by status and the status page (at most %d characters)", controls.MaxReason))
 			endpoints := fs.String("endpoints", "", "comma-separated etcd endpoints to use instead of the config's")
 			return func(ctx context.Context, args []string) error {
 				if len(args) != 1 {
 					return usageError("usage: pause takes exactly one argument, the job's name")
+				}
+				if err := checkText(*of.by, *reason); err != nil {
+					return err
 				}
 				f, spec, err := loadJob(c, *of.config, args[0])
 				if err != nil {
@@ -191,6 +203,9 @@ nothing and says so. It needs only PostgreSQL.`,
 			return func(ctx context.Context, args []string) error {
 				if len(args) != 1 {
 					return usageError("usage: resume takes exactly one argument, the job's name")
+				}
+				if err := checkText(*of.by, ""); err != nil {
+					return err
 				}
 				f, spec, err := loadJob(c, *of.config, args[0])
 				if err != nil {
@@ -250,11 +265,14 @@ job, and says which it handed over.`,
 		flags: func(fs *flag.FlagSet, c *cli) func(context.Context, []string) error {
 			of := addOperatorFlags(fs, 60*time.Second, "give up waiting for the hand-overs after this long")
 			instance := fs.String("instance", "", "the instance to drain (default: the config's instance)")
-			reason := fs.String("reason", "", "why, as recorded and shown by status and the status page")
+			reason := fs.String("reason", "", fmt.Sprintf("why, as recorded and shown by status and the status page (at most %d characters)", controls.MaxReason))
 			endpoints := fs.String("endpoints", "", "comma-separated etcd endpoints to use instead of the config's")
 			return func(ctx context.Context, args []string) error {
 				if len(args) > 0 {
 					return usageError("usage: drain takes no arguments (--instance NAME names another instance)")
+				}
+				if err := checkText(*of.by, *reason); err != nil {
+					return err
 				}
 				f, err := loadForCommand(c, *of.config)
 				if err != nil {
@@ -307,6 +325,9 @@ and says so. It needs only PostgreSQL.`,
 			return func(ctx context.Context, args []string) error {
 				if len(args) > 0 {
 					return usageError("usage: undrain takes no arguments (--instance NAME names another instance)")
+				}
+				if err := checkText(*of.by, ""); err != nil {
+					return err
 				}
 				f, err := loadForCommand(c, *of.config)
 				if err != nil {

@@ -53,13 +53,22 @@ etcd.tls.key, kubernetes.token_file, kubernetes.kubeconfig, a job's key_file)
 is not a regular file, is larger than a secret (64 KiB), or is writable by
 its group or others (never allowed), or is readable by them: chmod go-rwx it,
 or pass --allow-readable-secrets to start with a warning for each readable
-one instead. Files under $CREDENTIALS_DIRECTORY (systemd's LoadCredential) are
-not checked for readers. While etcd does not answer it waits the same way with or without a
-login (etcd.auth): /healthz answers, /readyz says the session holds no lease.
-Under systemd (Type=notify) it reports READY=1
-once the jobs run, pings the watchdog while the leadership session and the scheduler
-are healthy, and reports STOPPING=1 at shutdown. /metrics, /healthz, /readyz, /status (JSON) and the cluster's status
-page (/status/, with a timeline of the terms) are served on http.listen.
+one instead; or when another file it names (etcd.tls.ca and cert,
+kubernetes.ca_file, a job's ca_roots_file) is not a regular file or holds
+more than 1 MiB. Each is named at its setting's file:line:col. Files under
+$CREDENTIALS_DIRECTORY (systemd's LoadCredential) are not checked for
+readers. The process is non-dumpable: no process of its user (a reload
+command, an exec program) can read its environment or memory.
+
+/metrics, /healthz, /readyz, /status (JSON) and the cluster's status page
+(/status/, with a timeline of the terms) are served on http.listen, and the
+job types' listeners (certrenew's HTTP-01 challenges) on theirs, from the
+start, before anything waits on PostgreSQL or etcd. While etcd does not
+answer it waits the same way with or without a login (etcd.auth): /healthz
+answers, /readyz says the session holds no lease (and, until PostgreSQL has
+answered, that the schema is not yet compared). Under systemd (Type=notify)
+it reports READY=1 once the jobs run, pings the watchdog while the leadership
+session and the scheduler are healthy, and reports STOPPING=1 at shutdown.
 
 Sockets passed by systemd's socket activation (LISTEN_FDS) are used by their
 FileDescriptorName: "admin" instead of http.listen, "challenge" instead of the
@@ -71,7 +80,9 @@ its grace period, resigns every term and releases its lease (etcd: revokes it;
 Kubernetes: deletes its instance Lease), so that other instances take over at
 once, without waiting for the lease to expire; then it
 exits 0. All of that is bounded by shutdown_timeout (exit status 1 if a job did
-not stop in time). A second signal exits at once.
+not stop in time). A second signal exits at once. A signal during start-up
+stops it; a start-up still running shutdown_timeout after the signal ends
+the process (exit status 1).
 
 No job runs before the operators' controls (snip-jobs pause, drain) have been
 read from PostgreSQL once: a job paused stays paused across restarts. A
@@ -133,8 +144,13 @@ notification) or within a renew interval.`,
 // runService runs the config's jobs until ctx ends: the command without a JOB.
 // o's Config, Types, Version, Log and Sockets are filled in here.
 func runService(ctx context.Context, c *cli, path string, o service.Options) error {
-	// First: taking the sockets clears the activation variables
-	// from the environment, before anything else reads it.
+	// First: no process of this user may read the secrets in this one's
+	// environment or memory from now on.
+	if err := service.Undumpable(); err != nil {
+		return err
+	}
+	// Then taking the sockets clears the activation variables from the
+	// environment, before anything else reads it.
 	socks, err := service.InheritSockets(registry())
 	if err != nil {
 		return err

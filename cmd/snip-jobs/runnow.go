@@ -24,13 +24,16 @@ func runNowFlags(fs *flag.FlagSet) runNowOptions {
 	return runNowOptions{
 		wait:    fs.Bool("wait", false, "run JOB: wait until the run is over and print its result (exit status 1 if it failed or timed out)"),
 		timeout: fs.Duration("timeout", time.Minute, "run JOB: give up (with --wait: waiting for the result) after this long"),
-		by:      fs.String("by", "", "run JOB: who asks, as recorded (default: the OS user and host, user@host)"),
+		by:      fs.String("by", "", fmt.Sprintf("run JOB: who asks, as recorded (default: the OS user and host, user@host; at most %d characters)", controls.MaxBy)),
 	}
 }
 
 // runNow is `run JOB`: one manual run of the job, joined to the open one if
 // there is one, followed to its end with --wait.
 func runNow(ctx context.Context, c *cli, path, name string, o runNowOptions) error {
+	if err := checkText(*o.by, ""); err != nil {
+		return err
+	}
 	f, spec, err := loadJob(c, path, name)
 	if err != nil {
 		return err

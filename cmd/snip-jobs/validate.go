@@ -4,11 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"os"
 	"strings"
-
-	"github.com/goccy/go-yaml"
-	yamlparser "github.com/goccy/go-yaml/parser"
 
 	"github.com/snip/snip-jobs/app/connect"
 	"github.com/snip/snip-jobs/app/service"
@@ -30,13 +26,17 @@ with insecure-skip-tls-verify, is a problem, as run refuses it. With
 --print it shows the effective configuration, every default filled in (secrets
 are never in it: only where they are read from).
 
-It also examines the secret files the config names that exist where it runs,
-as run will at start, and says what run will say: a file that is not a regular
-file, larger than a secret, writable by its group or others, or readable by them
-is reported on standard error with the reason and the fix, and the exit status
-is 2. With --allow-readable-secrets, as with run's, a file others can only read
-is a warning instead (exit status 0); the others stay errors. A secret file
-that does not exist here is not reported: run reports it when it reads it.
+It also examines every file the config names that exists where it runs
+(secrets, CA bundles and certificates, a kubeconfig and the files it names, a
+job's key_file and ca_roots_file), as run will at start, and says what run
+will say, at the file:line:col of the setting and with the job's name: a file
+that is not a regular file (a named pipe, a device), larger than it may be
+(a secret 64 KiB, a certificate file 1 MiB, a kubeconfig 1 MiB), or a secret
+writable by its group or others, or readable by them, is reported on
+standard error with the reason and the fix, and the exit status is 2. With
+--allow-readable-secrets, as with run's, a secret others can only read is a
+warning instead (exit status 0); the others stay errors. A file that does not
+exist here is not reported: run reports it when it reads it.
 
 Job types built into this binary: ` + strings.Join(registry().Names(), ", ") + `.`,
 		flags: func(fs *flag.FlagSet, c *cli) func(context.Context, []string) error {
@@ -57,16 +57,16 @@ Job types built into this binary: ` + strings.Join(registry().Names(), ", ") + `
 					problem, unread := connect.CheckKubeconfig(f.Kubernetes)
 					switch {
 					case problem != nil:
-						fmt.Fprintf(c.stderr, "%s: %s\n", settingPos(f.Path, "kubernetes.kubeconfig"), problem)
+						fmt.Fprintf(c.stderr, "%s: %s\n", f.SettingPos("kubernetes.kubeconfig"), problem)
 						return &exitError{code: 2, err: errSilent}
 					case unread != nil:
 						fmt.Fprintf(c.stderr, "%s: warning: kubernetes.kubeconfig cannot be read here, so its context's server and TLS settings "+
 							"were not checked (run checks them): %v\n", f.Path, unread)
 					}
 				}
-				warnings, err := service.CheckSecretFiles(f, *allowReadable)
+				warnings, err := service.CheckFiles(f, *allowReadable)
 				for _, p := range warnings {
-					fmt.Fprintf(c.stderr, "%s: warning: %s: %s\n", f.Path, service.ReadableSecretWarning, p)
+					fmt.Fprintf(c.stderr, "%s: warning: %s: %s\n", p.Pos, service.ReadableSecretWarning, p)
 				}
 				if err != nil {
 					writeLines(c.stderr, "", err.Error())
@@ -84,28 +84,4 @@ Job types built into this binary: ` + strings.Join(registry().Names(), ", ") + `
 			}
 		},
 	}
-}
-
-// settingPos is "file:line:col" of setting's value (a dotted path, e.g.
-// kubernetes.kubeconfig) in the config file at path, or path alone when it
-// cannot be found.
-func settingPos(path, setting string) string {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return path
-	}
-	file, err := yamlparser.ParseBytes(data, 0)
-	if err != nil {
-		return path
-	}
-	p, err := yaml.PathString("$." + setting)
-	if err != nil {
-		return path
-	}
-	n, err := p.FilterFile(file)
-	if err != nil || n == nil || n.GetToken() == nil {
-		return path
-	}
-	pos := n.GetToken().Position
-	return fmt.Sprintf("%s:%d:%d", path, pos.Line, pos.Column)
 }

@@ -7,11 +7,11 @@ import (
 	"net"
 	"net/mail"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/jobs/certrenew/keyring"
 )
 
@@ -190,10 +190,14 @@ func (o *Options) Validate() error {
 	return errors.Join(errs...)
 }
 
-// SecretFiles names the file holding the sealing keys, for the start-up check
-// of secret files' permissions (configs.File.ExposedSecrets).
-func (o *Options) SecretFiles() map[string]string {
-	return map[string]string{"key_file": o.KeyFile}
+// Files names the files the options name, for the checks of every file the
+// config names (configs.File.CheckFiles: validate, and run at start): the
+// sealing keys (a secret), and the ACME server's roots.
+func (o *Options) Files() []configs.OptionFile {
+	return []configs.OptionFile{
+		{Key: "key_file", Path: o.KeyFile, Holds: configs.Secret},
+		{Key: "ca_roots_file", Path: o.CARootsFile, Holds: configs.Certificates},
+	}
 }
 
 // Keyring reads the encryption keys from key_file or key_env. Errors name
@@ -209,14 +213,16 @@ func (o *Options) Keyring() (*Keyring, error) {
 // KeySource is where key_file or key_env says the keys are.
 func (o *Options) KeySource() keyring.Source { return keyring.Source{File: o.KeyFile, Env: o.KeyEnv} }
 
-// CARoots reads ca_roots_file; nil (the system's roots) when it is not set.
+// CARoots reads ca_roots_file (a regular file of at most
+// configs.MaxCertificateFileSize); nil (the system's roots) when it is not
+// set.
 func (o *Options) CARoots() (*x509.CertPool, error) {
 	if o.CARootsFile == "" {
 		return nil, nil
 	}
-	pem, err := os.ReadFile(o.CARootsFile)
+	pem, err := configs.ReadFile(configs.NamedFile{Key: "options.ca_roots_file", Path: o.CARootsFile, Holds: configs.Certificates})
 	if err != nil {
-		return nil, fmt.Errorf("certrenew: ca_roots_file: %w", err)
+		return nil, fmt.Errorf("certrenew: %w", err)
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(pem) {

@@ -8,6 +8,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/jobs/certrenew/keyring"
 )
 
@@ -56,6 +57,14 @@ func DefaultOptions() Options {
 
 // KeySource is where key_file or key_env says the keys are.
 func (o *Options) KeySource() keyring.Source { return keyring.Source{File: o.KeyFile, Env: o.KeyEnv} }
+
+// Files names key_file, which holds the same sealing keys as the renewer's,
+// for the checks of every file the config names (configs.File.CheckFiles:
+// validate, and run at start): a secret, refused or reported as the
+// renewer's is.
+func (o *Options) Files() []configs.OptionFile {
+	return []configs.OptionFile{{Key: "key_file", Path: o.KeyFile, Holds: configs.Secret}}
+}
 
 // Validate reports every option out of range. It reads no files and looks
 // up no group: New does, when the job is built.

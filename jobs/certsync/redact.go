@@ -63,13 +63,8 @@ func knownSecrets(password string, o Options) []string {
 		add(url.PathEscape(password), 1)
 		add(url.QueryEscape(password), 1)
 	}
-	var keys string
-	if o.KeyEnv != "" {
-		keys = os.Getenv(o.KeyEnv)
-	} else if o.KeyFile != "" {
-		b, _ := os.ReadFile(o.KeyFile) // loaded already; a failure here only loses this
-		keys = string(b)
-	}
+	b, _, _ := o.KeySource().Text() // loaded already; a failure here only loses this
+	keys := string(b)
 	add(keys, 1)
 	for _, line := range strings.Split(keys, "\n") {
 		if line = strings.TrimSpace(line); !strings.HasPrefix(line, "#") {

@@ -77,15 +77,20 @@ var transactionControl = [][]string{
 	{"SET", "TRANSACTION"}, {"SET", "SESSION", "CHARACTERISTICS"},
 }
 
-// checkStatement says what is wrong with a sql job's statement: more than one
-// statement, or transaction control.
+// checkStatement says what is wrong with a sql job's statement: no
+// statement (only comments), more than one, or transaction control. The
+// statement's own text is judged, as PostgreSQL's lexer splits it, not the
+// option's: "; COMMIT" is one statement, COMMIT, behind an empty one.
 func checkStatement(text string) error {
 	stmts := sqltext.Split(text)
-	if len(stmts) > 1 {
+	switch {
+	case len(stmts) == 0:
+		return errors.New("holds no statement, only comments or semicolons")
+	case len(stmts) > 1:
 		return fmt.Errorf("holds %d statements (the second starts at character %d: %q); a job runs exactly one: "+
 			"put the others in jobs of their own, or in a function", len(stmts), utf8.RuneCountInString(text[:stmts[1].Start])+1, abbreviate(stmts[1].Text))
 	}
-	words := sqltext.Words(text, 3)
+	words := sqltext.Words(stmts[0].Text, 3)
 	for _, tc := range transactionControl {
 		if len(words) >= len(tc) && slices.Equal(words[:len(tc)], tc) {
 			return fmt.Errorf("%s is transaction control, which a job's statement must not use: "+

@@ -218,6 +218,18 @@ func TestValidateRefusesSeveralStatementsAndTransactionControl(t *testing.T) {
 		{"SET TRANSACTION ISOLATION LEVEL SERIALIZABLE", "SET TRANSACTION is transaction control"},
 		{"SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY", "SET SESSION CHARACTERISTICS is transaction control"},
 		{"PREPARE TRANSACTION 'x'", "PREPARE TRANSACTION is transaction control"},
+		// Behind empty statements, comments, in any case: the statement is
+		// what PostgreSQL's lexer makes of the text, not the text.
+		{"; COMMIT", "COMMIT is transaction control"},
+		{";;commit;", "COMMIT is transaction control"},
+		{"/* first; */ ; -- then;\n End Work", "END is transaction control"},
+		{"\n;\tabort", "ABORT is transaction control"},
+		{"; COMMIT AND CHAIN", "COMMIT is transaction control"},
+		{"; ROLLBACK PREPARED 'x'", "ROLLBACK is transaction control"},
+		{"; savepoint s", "SAVEPOINT is transaction control"},
+		{"; Prepare Transaction 'x'", "PREPARE TRANSACTION is transaction control"},
+		{";", "holds no statement, only comments or semicolons"},
+		{"-- nothing; really\n;", "holds no statement"},
 	}
 	for _, c := range refused {
 		_, err := configs.Parse("jobs.yaml", sqlJobYAML(c.statement), registry(t))
@@ -232,6 +244,9 @@ func TestValidateRefusesSeveralStatementsAndTransactionControl(t *testing.T) {
 		"DO $$ BEGIN PERFORM 1; END $$",
 		"SET LOCAL lock_timeout = '1s'",
 		"SELECT set_config('x.y', 'commit', true)",
+		`SELECT 1 AS "; COMMIT"`, // a quoted identifier is no statement
+		`SELECT "commit" FROM pulses`,
+		"SELECT $$; COMMIT$$",
 	} {
 		if _, err := configs.Parse("jobs.yaml", sqlJobYAML(ok), registry(t)); err != nil {
 			t.Errorf("statement %q refused: %v", ok, err)

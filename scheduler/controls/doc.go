@@ -27,6 +27,11 @@
 // (a manual_run_reports row, inserted before the run) and closes once every
 // instance of Expected that is still up has reported.
 //
+// What operators write (a reason, who asks) is capped, MaxReason and MaxBy
+// characters, by CheckText for the commands and by migration 0015's
+// constraints for anyone (a *TextTooLongError either way): every instance
+// reads it at each notification, every status page shows it.
+//
 // What is not guaranteed: a run whose job does not complete the request in
 // its own transaction may have committed some of its effects when its
 // claimer died, and runs again under its successor (as a cron slot does); such

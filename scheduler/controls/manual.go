@@ -95,7 +95,8 @@ func InstancesUp(ctx context.Context, q Querier) ([]string, error) {
 // While a request of the job is open (pending or running), it is joined
 // (joined true) instead of a second one made. A continuous job is refused
 // (ErrContinuous), as is a paused one (*PausedError). A request of a job that
-// runs everywhere expects the instances up now (InstancesUp).
+// runs everywhere expects the instances up now (InstancesUp). A by longer
+// than MaxBy is a *TextTooLongError.
 func RequestRun(ctx context.Context, pool *pgxpool.Pool, spec configs.Job, by string) (m ManualRun, joined bool, err error) {
 	if spec.Schedule.Kind == configs.Continuous {
 		return m, false, fmt.Errorf("run %s: %w", spec.Name, ErrContinuous)
@@ -137,7 +138,7 @@ func RequestRun(ctx context.Context, pool *pgxpool.Pool, spec configs.Job, by st
 		case errors.Is(err, pgx.ErrNoRows): // the open request closed meanwhile: ask again
 			continue
 		case err != nil:
-			return m, false, fmt.Errorf("run %s: %w", spec.Name, err)
+			return m, false, fmt.Errorf("run %s: %w", spec.Name, tooLong(err))
 		}
 		m, err = ReadRun(ctx, pool, id)
 		return m, joined, err

@@ -15,7 +15,8 @@ import (
 
 // PauseJob pauses job, recording who (by), when (the database's clock) and why.
 // A job already paused keeps its pause (its author, time and reason): it is
-// returned with already true.
+// returned with already true. Text longer than its cap (MaxBy, MaxReason) is
+// a *TextTooLongError.
 func PauseJob(ctx context.Context, pool *pgxpool.Pool, job, by, reason string) (p Pause, already bool, err error) {
 	var inserted bool
 	err = pool.QueryRow(ctx, `WITH ins AS (
@@ -25,7 +26,7 @@ func PauseJob(ctx context.Context, pool *pgxpool.Pool, job, by, reason string) (
 		UNION ALL SELECT job, paused_by, paused_at, reason, false FROM job_pauses WHERE job = $1 AND NOT EXISTS (SELECT FROM ins)`,
 		job, by, reason).Scan(&p.Job, &p.By, &p.Since, &p.Reason, &inserted)
 	if err != nil {
-		return p, false, fmt.Errorf("pause %s: %w", job, err)
+		return p, false, fmt.Errorf("pause %s: %w", job, tooLong(err))
 	}
 	return p, !inserted, nil
 }
@@ -103,7 +104,8 @@ func SkipText(p Pause, resumedBy string) string {
 }
 
 // DrainInstance drains instance, recording who, when and why. An instance already
-// drained keeps its drain: it is returned with already true.
+// drained keeps its drain: it is returned with already true. Text longer than
+// its cap (MaxBy, MaxReason) is a *TextTooLongError.
 func DrainInstance(ctx context.Context, pool *pgxpool.Pool, instance, by, reason string) (d Drain, already bool, err error) {
 	var inserted bool
 	err = pool.QueryRow(ctx, `WITH ins AS (
@@ -113,7 +115,7 @@ func DrainInstance(ctx context.Context, pool *pgxpool.Pool, instance, by, reason
 		UNION ALL SELECT instance, drained_by, drained_at, reason, false FROM instance_drains WHERE instance = $1 AND NOT EXISTS (SELECT FROM ins)`,
 		instance, by, reason).Scan(&d.Instance, &d.By, &d.Since, &d.Reason, &inserted)
 	if err != nil {
-		return d, false, fmt.Errorf("drain %s: %w", instance, err)
+		return d, false, fmt.Errorf("drain %s: %w", instance, tooLong(err))
 	}
 	return d, !inserted, nil
 }

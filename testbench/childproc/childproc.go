@@ -63,6 +63,9 @@ type Spec struct {
 	// Ctrl-C in the supervisor's terminal reaches only the supervisor, which
 	// then stops its children in order.
 	OwnGroup bool
+	// Credential, if set, runs the child as that user and group (the
+	// supervisor must be allowed to: root).
+	Credential *syscall.Credential
 }
 
 // Proc is one started child process.
@@ -79,9 +82,7 @@ type Proc struct {
 func Start(s Spec) (*Proc, error) {
 	cmd := exec.Command(s.Path, s.Args...)
 	cmd.Env = Env(s.Env...)
-	if s.OwnGroup {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: s.OwnGroup, Credential: s.Credential}
 	var logf *os.File
 	if s.Log != "" {
 		var err error

@@ -6,7 +6,7 @@ import (
 	"io/fs"
 	"os"
 
-	"github.com/snip/snip-jobs/internal/secretfile"
+	"github.com/snip/snip-jobs/internal/boundedfile"
 )
 
 // Source says where a job's keys come from: the key_file and key_env options
@@ -34,31 +34,39 @@ const maxKeyFile = 64 << 10
 // Load reads and parses the keys. Errors name the file or the variable,
 // never the value.
 func (s Source) Load() (*Keyring, error) {
-	if err := s.Check(); err != nil {
+	data, where, err := s.Text()
+	if err != nil {
 		return nil, err
-	}
-	where := "key_file " + s.File
-	var data []byte
-	if s.File != "" {
-		b, err := secretfile.Read(s.File, maxKeyFile, secretfile.Safe)
-		if err != nil {
-			var pe *fs.PathError
-			if errors.As(err, &pe) {
-				err = pe.Err
-			}
-			return nil, fmt.Errorf("cannot read key_file %s: %w", s.File, err)
-		}
-		data = b
-	} else {
-		v, ok := os.LookupEnv(s.Env)
-		if !ok {
-			return nil, fmt.Errorf("environment variable %s (key_env) is not set", s.Env)
-		}
-		data, where = []byte(v), "key_env "+s.Env
 	}
 	k, err := Parse(data)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", where, err)
 	}
 	return k, nil
+}
+
+// Text is what the source holds, unparsed, and where that is for messages
+// ("key_file /etc/…", "key_env NAME"): key_file read through the bounded
+// reader (a regular file no one else may write, at most 64 KiB), or
+// key_env's value.
+func (s Source) Text() (data []byte, where string, err error) {
+	if err := s.Check(); err != nil {
+		return nil, "", err
+	}
+	if s.Env != "" {
+		v, ok := os.LookupEnv(s.Env)
+		if !ok {
+			return nil, "", fmt.Errorf("environment variable %s (key_env) is not set", s.Env)
+		}
+		return []byte(v), "key_env " + s.Env, nil
+	}
+	b, err := boundedfile.Read(s.File, maxKeyFile, boundedfile.Safe)
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return nil, "", fmt.Errorf("cannot read key_file %s: %w", s.File, err)
+	}
+	return b, "key_file " + s.File, nil
 }
