@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/snip/snip-jobs/configs"
+	"github.com/snip/snip-jobs/internal/command"
 	"github.com/snip/snip-jobs/internal/sleep"
 	"github.com/snip/snip-jobs/jobs/certrenew/certserve"
 	"github.com/snip/snip-jobs/jobs/certrenew/keyring"
@@ -44,8 +45,8 @@ const (
 type Job struct {
 	name   string
 	opts   Options
-	redact *redactor // for what the reload command prints, and its arguments
-	gid    int       // the files' group; -1: the process's own
+	redact *command.Redactor // for what the reload command prints, and its arguments
+	gid    int               // the files' group; -1: the process's own
 	src    *certserve.Certificates
 	pool   *pgxpool.Pool
 	m      *metrics
@@ -113,9 +114,9 @@ func New(env scheduler.Env, spec configs.Job) (scheduler.Job, error) {
 	if err != nil {
 		return nil, fmt.Errorf("certsync %q: metrics: %w", spec.Name, err)
 	}
-	redact := newRedactor(knownSecrets(env.Pool.Config().ConnConfig.Password, opts))
+	redact := command.NewRedactor(knownSecrets(env.Pool.Config().ConnConfig.Password, opts))
 	log.Info("certsync configured", "dir", opts.Dir, "group", opts.Group,
-		"reload", redact.args(opts.Reload), "settle", opts.Settle, "keys", keys)
+		"reload", redact.Args(opts.Reload), "settle", opts.Settle, "keys", keys)
 	return &Job{name: spec.Name, opts: opts, redact: redact, gid: gid, src: src, pool: env.Pool, m: m,
 		written: map[string]int64{}, badNames: map[string]bool{}, kept: map[string]bool{},
 		synced: make(chan struct{})}, nil

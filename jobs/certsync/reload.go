@@ -6,13 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/snip/snip-jobs/internal/command"
 )
 
 // owe records, before the first change of a batch, that a reload is owed:
@@ -57,15 +58,12 @@ func (j *Job) owedBefore(ctx context.Context, log *slog.Logger, d *exportDir) bo
 // outputLimit is how much of the reload command's output a failure logs.
 const outputLimit = 4 << 10
 
-// defaultPath is the reload command's PATH when the service has none.
-const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
 // reload runs the reload command, if there is one, and on success clears
 // what owe recorded.
 //
 // The command gets childEnv as its whole environment, never the service's:
 // that holds the database URL and the sealing keys. Its output is logged
-// only when it fails, redacted (see redactor) and cut at outputLimit.
+// only when it fails, redacted (command.Redactor) and cut at outputLimit.
 func (j *Job) reload(ctx context.Context, log *slog.Logger, d *exportDir) error {
 	argv := j.opts.Reload
 	if len(argv) == 0 {
@@ -76,7 +74,7 @@ func (j *Job) reload(ctx context.Context, log *slog.Logger, d *exportDir) error 
 	cmd := exec.CommandContext(rctx, argv[0], argv[1:]...)
 	cmd.Env = j.childEnv()
 	cmd.WaitDelay = time.Second // a child that keeps the output open does not hold the job
-	out := &capped{max: j.redact.capture(outputLimit)}
+	out := &capped{max: j.redact.Capture(outputLimit)}
 	cmd.Stdout, cmd.Stderr = out, out
 	start := time.Now()
 	err := cmd.Run()
@@ -88,10 +86,10 @@ func (j *Job) reload(ctx context.Context, log *slog.Logger, d *exportDir) error 
 			err = fmt.Errorf("it succeeded, but the record of the reload owed stays: %w", rerr)
 		}
 	}
-	shown := j.redact.args(argv)
+	shown := j.redact.Args(argv)
 	if err != nil {
 		j.m.reloads.WithLabelValues("failed").Inc()
-		output, cut := j.redact.redact(bytes.TrimSpace(out.Bytes()), outputLimit)
+		output, cut := j.redact.Redact(bytes.TrimSpace(out.Bytes()), outputLimit)
 		if cut || out.overflow {
 			output += " …(cut)"
 		}
@@ -104,28 +102,11 @@ func (j *Job) reload(ctx context.Context, log *slog.Logger, d *exportDir) error 
 	return nil
 }
 
-// childEnv is the reload command's whole environment: PATH (the service's,
-// or defaultPath), LANG and LC_ALL if the service has them, and what the
-// command may want to know: SNIP_CERTSYNC_DIR, the directory, and
-// SNIP_CERTSYNC_JOB, the job's name. A variable of the service's is
-// passed only if it is not key_env's and holds no secret value the job
-// knows nor a URL's userinfo (PATH then falls back to defaultPath).
+// childEnv is the reload command's whole environment (command.Env): PATH,
+// the language and time zone, and what the command may want to know:
+// SNIP_CERTSYNC_DIR, the directory, and SNIP_CERTSYNC_JOB, the job's name.
 func (j *Job) childEnv() []string {
-	passes := func(name string) (string, bool) {
-		v, ok := os.LookupEnv(name)
-		return v, ok && name != j.opts.KeyEnv && !j.redact.has(v)
-	}
-	path, ok := passes("PATH")
-	if !ok || path == "" {
-		path = defaultPath
-	}
-	env := []string{"PATH=" + path}
-	for _, name := range []string{"LANG", "LC_ALL"} {
-		if v, ok := passes(name); ok {
-			env = append(env, name+"="+v)
-		}
-	}
-	return append(env, "SNIP_CERTSYNC_DIR="+j.opts.Dir, "SNIP_CERTSYNC_JOB="+j.name)
+	return command.Env(j.redact, []string{j.opts.KeyEnv}, "SNIP_CERTSYNC_DIR="+j.opts.Dir, "SNIP_CERTSYNC_JOB="+j.name)
 }
 
 // capped keeps the first max bytes written to it.

@@ -1,10 +1,9 @@
-package certsync
+package command
 
 import (
 	"bytes"
 	"cmp"
 	"net/url"
-	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -14,11 +13,11 @@ import (
 // redacted replaces what the redactor withholds.
 const redacted = "[REDACTED]"
 
-// redactor withholds secrets from the text the job logs without having
-// written it: the reload command's output, and its arguments. It replaces
-// every secret value the job knows (see knownSecrets) and whatever looks
-// like one (secretPatterns).
-type redactor struct {
+// Redactor withholds secrets from text the service logs without having
+// written it: a program's output, and its arguments. It replaces every
+// secret value it was given (DatabaseSecrets, EnvironmentSecrets, a job's
+// own) and whatever looks like one (secretPatterns).
+type Redactor struct {
 	secrets [][]byte // longest first
 	longest int
 }
@@ -45,35 +44,35 @@ var secretName = regexp.MustCompile(`(?i)passw(or)?d|secret|token|credential|key
 // (secretName): a shorter one would blank out ordinary text.
 const minGuessed = 8
 
-// knownSecrets are the secret values the job can tell: the database
-// password (password, as pgx parsed it from the URL), the lines of
-// key_env's variable or key_file, and the values of the service's
-// environment variables whose name says they hold one (the etcd password,
-// a token: the job is not told which variables the config reads them
-// from), with the password of any URL among them.
-func knownSecrets(password string, o Options) []string {
+// DatabaseSecrets are the forms the database password (as pgx parsed it
+// from the URL) may take in a program's output: as is, path- and
+// query-escaped.
+func DatabaseSecrets(password string) []string {
+	if password == "" {
+		return nil
+	}
+	return []string{password, url.PathEscape(password), url.QueryEscape(password)}
+}
+
+// EnvironmentSecrets are the secret values the service's environment
+// (environ, as os.Environ) holds: the values of the variables whose name says
+// they hold one (an etcd password, a token: a job is not told which
+// variables the config reads them from) or that are listed in also (a
+// job's key_env), at least minGuessed long when only the name says so; and
+// the password of any URL among them.
+func EnvironmentSecrets(environ []string, also ...string) []string {
 	var out []string
 	add := func(s string, minLen int) {
 		if s = strings.TrimSpace(s); len(s) >= minLen {
 			out = append(out, s)
 		}
 	}
-	if password != "" {
-		add(password, 1)
-		add(url.PathEscape(password), 1)
-		add(url.QueryEscape(password), 1)
-	}
-	b, _, _ := o.KeySource().Text() // loaded already; a failure here only loses this
-	keys := string(b)
-	add(keys, 1)
-	for _, line := range strings.Split(keys, "\n") {
-		if line = strings.TrimSpace(line); !strings.HasPrefix(line, "#") {
-			add(line, 1)
-		}
-	}
-	for _, kv := range os.Environ() {
+	for _, kv := range environ {
 		name, value, _ := strings.Cut(kv, "=")
-		if name == o.KeyEnv || secretName.MatchString(name) {
+		switch {
+		case slices.Contains(also, name):
+			add(value, 1)
+		case secretName.MatchString(name):
 			add(value, minGuessed)
 		}
 		if u, err := url.Parse(strings.TrimSpace(value)); err == nil && u.User != nil {
@@ -85,8 +84,9 @@ func knownSecrets(password string, o Options) []string {
 	return out
 }
 
-func newRedactor(secrets []string) *redactor {
-	r := &redactor{}
+// NewRedactor withholds secrets (empty and repeated ones are dropped).
+func NewRedactor(secrets []string) *Redactor {
+	r := &Redactor{}
 	for _, s := range secrets {
 		if s != "" && !slices.ContainsFunc(r.secrets, func(b []byte) bool { return string(b) == s }) {
 			r.secrets = append(r.secrets, []byte(s))
@@ -97,16 +97,16 @@ func newRedactor(secrets []string) *redactor {
 	return r
 }
 
-// capture is how much of a command's output must be kept for redact to
+// Capture is how much of a program's output must be kept for Redact to
 // show limit bytes of it: a secret that starts within limit is then whole.
-func (r *redactor) capture(limit int) int { return limit + max(r.longest, 4<<10) }
+func (r *Redactor) Capture(limit int) int { return limit + max(r.longest, 4<<10) }
 
-// redact returns raw with every secret replaced, cut after limit bytes of
+// Redact returns raw with every secret replaced, cut after limit bytes of
 // raw (and at most limit bytes of output), and whether it was cut. Spans
 // are found in raw as a whole before anything is cut, so a cut never
 // leaves part of a secret: a secret that starts before the cut is
 // replaced whole.
-func (r *redactor) redact(raw []byte, limit int) (string, bool) {
+func (r *Redactor) Redact(raw []byte, limit int) (string, bool) {
 	type span struct{ from, to int }
 	var spans []span
 	for _, s := range r.secrets {
@@ -158,18 +158,18 @@ func (r *redactor) redact(raw []byte, limit int) (string, bool) {
 	return strings.ToValidUTF8(out.String(), string(utf8.RuneError)), cut
 }
 
-// has reports whether s holds a secret value the job knows, or a URL's
+// Has reports whether s holds a secret value the redactor knows, or a URL's
 // userinfo.
-func (r *redactor) has(s string) bool {
+func (r *Redactor) Has(s string) bool {
 	return slices.ContainsFunc(r.secrets, func(b []byte) bool { return strings.Contains(s, string(b)) }) ||
 		secretPatterns[0].re.MatchString(s)
 }
 
-// args is argv for a log line, redacted.
-func (r *redactor) args(argv []string) []string {
+// Args is argv for a log line, redacted.
+func (r *Redactor) Args(argv []string) []string {
 	out := make([]string, len(argv))
 	for i, a := range argv {
-		out[i], _ = r.redact([]byte(a), len(a)+1)
+		out[i], _ = r.Redact([]byte(a), len(a)+1)
 	}
 	return out
 }
