@@ -267,3 +267,19 @@ func TestEveryFunctionOfTheSchemaIsCallableByWhoNeedsItAndNoOneElse(t *testing.T
 		t.Errorf("SECURITY DEFINER functions %q, want %q", definers, want)
 	}
 }
+
+// docs/operations.md shows the fence's grant as the binary gives it.
+func TestTheFenceGrantInTheDocsIsTheBinarys(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("(?s)<!-- sql: fence-grants[^\n]*-->\n```sql\n(.*?)```").FindSubmatch(doc)
+	if m == nil {
+		t.Fatal("docs/operations.md has no fence-grants SQL block")
+	}
+	if want := migrations.GrantFenceSQL("nightly_export"); string(m[1]) != want {
+		t.Errorf("docs/operations.md's fence grant:\n%s\nthe binary's (migrations.GrantFenceSQL):\n%s", m[1], want)
+	}
+}
