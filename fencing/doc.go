@@ -28,6 +28,15 @@
 // token — after a delay, and WithIdleTimeout bounds any fenced transaction's
 // idle time.
 //
+// Programs in any language fence with the SQL function snip_jobs_fence
+// (migrations 0017_fence_function.sql): the same rule on the same table, so a
+// Go writer and a program see each other's tokens. Do keeps its own statement
+// rather than call it: the previous release writes with this statement during
+// a rolling upgrade anyway, and the runtime role keeps its write on
+// fencing_tokens for that release, so the function would add a dependency and
+// take no right away; TestGoAndSQLWritersFollowOneRule holds the two to one
+// rule, each side waiting for the other's row.
+//
 // What is NOT guaranteed: anything about writes that do not go through Do on
 // the same resource name with the same database, or about effects outside the
 // transaction (HTTP calls, files): those need idempotence or a lock-delay.

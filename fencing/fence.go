@@ -117,7 +117,8 @@ const (
 	// existing row before testing the WHERE, and at READ COMMITTED a writer
 	// that waited for that lock tests the row as the other writer committed
 	// it; the lock is held, whether or not the row was updated, until the
-	// transaction ends.
+	// transaction ends. snip_jobs_fence (migration 0017) runs this statement
+	// for programs: change both (TestGoAndSQLWritersFollowOneRule).
 	advanceSQL = `INSERT INTO fencing_tokens AS f (resource, token, holder)
 VALUES ($1, $2, $3)
 ON CONFLICT (resource) DO UPDATE
@@ -128,6 +129,7 @@ RETURNING true`
 	currentSQL = `SELECT token, holder FROM fencing_tokens WHERE resource = $1`
 
 	// nameSQL marks the transaction's backend with its token, until it ends.
+	// snip_jobs_fence names a program's the same way, for breakSQL.
 	nameSQL = `SELECT set_config('application_name', left(current_setting('application_name'), 30) || ' fence-token=' || $1, true)`
 
 	// breakSQL ends the fenced transactions with a token below $2 that block

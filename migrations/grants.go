@@ -11,10 +11,10 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 )
 
-// grant is what the runtime role needs on some objects of the schema.
+// grant is what a role needs on some objects of the schema.
 type grant struct {
 	privileges []string // "SELECT", "INSERT", … (USAGE for a sequence's nextval)
-	kind       string   // "TABLE" or "SEQUENCE"
+	kind       string   // "TABLE", "SEQUENCE" or "FUNCTION"
 	objects    []string
 }
 
@@ -52,6 +52,20 @@ var runtimeGrants = []grant{
 	{[]string{"SELECT"}, "SEQUENCE", []string{"click_events_id_seq"}}, // the aggregator reads its position
 }
 
+// fenceGrants are what a program's role needs to fence its own writes with
+// snip_jobs_fence (migration 0017, docs/operations.md "Fencing from a
+// program"), and no more. The function runs with its owner's rights
+// (SECURITY DEFINER): the role needs no privilege on fencing_tokens, so it
+// can advance a token only by the fence's rule, never write the table by
+// hand. It also needs USAGE on the schema, which PostgreSQL gives PUBLIC
+// on public unless revoked (the schema's owner grants it then, as for the
+// runtime role). Add to it with every migration that creates a function for
+// programs: TestEveryFunctionOfTheSchemaIsCallableByWhoNeedsItAndNoOneElse
+// fails until then.
+var fenceGrants = []grant{
+	{[]string{"EXECUTE"}, "FUNCTION", []string{"snip_jobs_fence(text, bigint, text, interval)"}},
+}
+
 // appTables belong to Snip's application when it created them first (the
 // migrations create them only if they do not exist): the runtime role reads
 // them, and only their owner can grant that.
@@ -71,6 +85,58 @@ func GrantSQL(role string) string {
 	return b.String()
 }
 
+// GrantFenceSQL is the SQL that gives role what a program needs to fence its
+// writes (fenceGrants), one statement per line: what GrantFence runs.
+func GrantFenceSQL(role string) string {
+	r := pgx.Identifier{role}.Sanitize()
+	var b strings.Builder
+	for _, g := range fenceGrants {
+		fmt.Fprintf(&b, "GRANT %s ON %s %s TO %s;\n", strings.Join(g.privileges, ", "), g.kind, strings.Join(g.objects, ", "), r)
+	}
+	return b.String()
+}
+
+// GrantFence gives role, which must exist, what a program needs to fence its
+// writes and nothing else (GrantFenceSQL), as the schema's owner connected
+// at databaseURL, in one transaction. GRANT is idempotent.
+func GrantFence(ctx context.Context, databaseURL, role string) error {
+	cfg, err := connConfig(databaseURL, defaultConnectTimeout)
+	if err != nil {
+		return err
+	}
+	db := stdlib.OpenDB(*cfg)
+	defer db.Close()
+	if err := roleExists(ctx, db, role); err != nil {
+		return fmt.Errorf("migrations: grant the fence: %w", err)
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("migrations: grant the fence: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	for _, line := range strings.Split(strings.TrimSpace(GrantFenceSQL(role)), "\n") {
+		if _, err := tx.ExecContext(ctx, line); err != nil {
+			return fmt.Errorf("migrations: grant the fence: %s: %w", line, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("migrations: grant the fence: %w", err)
+	}
+	return nil
+}
+
+// roleExists says, as an error naming it, that role does not exist.
+func roleExists(ctx context.Context, db *sql.DB, role string) error {
+	var exists bool
+	if err := db.QueryRowContext(ctx, `SELECT EXISTS (SELECT FROM pg_roles WHERE rolname = $1)`, role).Scan(&exists); err != nil {
+		return err
+	}
+	if !exists {
+		return fmt.Errorf("role %q does not exist: create it first (docs/operations.md, \"Database roles\")", role)
+	}
+	return nil
+}
+
 // Grant gives role, which must exist, the privileges the service needs on
 // the schema (GrantSQL), as the schema's owner connected at databaseURL, in
 // one transaction. GRANT is idempotent: run it after every migration. On
@@ -83,12 +149,8 @@ func Grant(ctx context.Context, databaseURL, role string) (notes []string, err e
 	}
 	db := stdlib.OpenDB(*cfg)
 	defer db.Close()
-	var exists bool
-	if err := db.QueryRowContext(ctx, `SELECT EXISTS (SELECT FROM pg_roles WHERE rolname = $1)`, role).Scan(&exists); err != nil {
+	if err := roleExists(ctx, db, role); err != nil {
 		return nil, fmt.Errorf("migrations: grant: %w", err)
-	}
-	if !exists {
-		return nil, fmt.Errorf("migrations: grant: role %q does not exist: create it first (docs/operations.md, \"Database roles\")", role)
 	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {

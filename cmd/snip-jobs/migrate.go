@@ -29,14 +29,25 @@ service needs on the schema's tables and sequences, in one transaction; run it
 again after every upgrade (GRANT is idempotent). Snip's own tables (links,
 custom_domains) are granted only when the connected role owns them; for the
 others it prints the GRANT their owner must run. docs/operations.md
-("Database roles") lists the grants and how to create the roles.`,
+("Database roles") lists the grants and how to create the roles.
+
+With --grant-fence-to ROLE (a role that programs connect as, which is not the
+runtime role), it grants ROLE only what a program needs to fence its own
+writes: EXECUTE on the function snip_jobs_fence, which advances
+fencing_tokens by the fence's rule with the owner's rights, so that ROLE can
+fence but cannot write fencing_tokens by hand (docs/operations.md, "Fencing
+from a program").`,
 		flags: func(fs *flag.FlagSet, c *cli) func(context.Context, []string) error {
 			path := configFlag(fs)
 			status := fs.Bool("status", false, "list migrations as applied or pending; change nothing")
 			grantTo := fs.String("grant-to", "", "after migrating, grant this role (the servers' runtime role) what the service needs")
+			grantFenceTo := fs.String("grant-fence-to", "", "after migrating, grant this role (programs' role) the fence function, and nothing else")
 			return func(ctx context.Context, args []string) error {
 				if len(args) > 0 {
 					return usageError("usage: migrate takes no arguments")
+				}
+				if *status && (*grantTo != "" || *grantFenceTo != "") {
+					return usageError("usage: migrate --status changes nothing; --grant-to and --grant-fence-to do")
 				}
 				f, err := loadConfig(*path)
 				if err != nil {
@@ -68,9 +79,6 @@ others it prints the GRANT their owner must run. docs/operations.md
 					fmt.Fprintf(c.stdout, "%d pending\n", pending)
 					return nil
 				}
-				if *status && *grantTo != "" {
-					return usageError("usage: migrate --status changes nothing; --grant-to does")
-				}
 				log := newLogger(f.Log, c.stderr)
 				res, err := migrations.Up(ctx, url, log)
 				if err != nil {
@@ -85,16 +93,21 @@ others it prints the GRANT their owner must run. docs/operations.md
 					}
 					fmt.Fprintf(c.stdout, "applied %d migration(s) (%s); schema at version %d\n", len(vs), strings.Join(vs, ", "), res.Current)
 				}
-				if *grantTo == "" {
-					return nil
+				if *grantTo != "" {
+					notes, err := migrations.Grant(ctx, url, *grantTo)
+					if err != nil {
+						return err
+					}
+					fmt.Fprintf(c.stdout, "granted role %s what the service needs\n", *grantTo)
+					for _, n := range notes {
+						fmt.Fprintf(c.stderr, "snip-jobs migrate: warning: %s\n", n)
+					}
 				}
-				notes, err := migrations.Grant(ctx, url, *grantTo)
-				if err != nil {
-					return err
-				}
-				fmt.Fprintf(c.stdout, "granted role %s what the service needs\n", *grantTo)
-				for _, n := range notes {
-					fmt.Fprintf(c.stderr, "snip-jobs migrate: warning: %s\n", n)
+				if *grantFenceTo != "" {
+					if err := migrations.GrantFence(ctx, url, *grantFenceTo); err != nil {
+						return err
+					}
+					fmt.Fprintf(c.stdout, "granted role %s the fence (snip_jobs_fence)\n", *grantFenceTo)
 				}
 				return nil
 			}

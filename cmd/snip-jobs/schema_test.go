@@ -229,3 +229,44 @@ func withQuery(url, kv string) string {
 	}
 	return url + "?" + kv
 }
+
+// `migrate --grant-fence-to ROLE`, as the owner, gives a program's role the
+// fence (snip_jobs_fence) and nothing else: the role fences its writes and
+// cannot write fencing_tokens by hand. With --status it is bad usage.
+func TestMigrateGrantFenceToGivesAProgramsRoleTheFenceAndNothingElse(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := benchtest.PostgresDB(t)
+	owner, _ := dbtest.Roles(t, url)
+	const role = "nightly_export"
+	dbtest.Exec(t, url, `DO $$ BEGIN CREATE ROLE nightly_export LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$`) // roles are the cluster's
+	path := writeConfig(t, config{instance: "server-a", endpoints: []string{"https://127.0.0.1:1"}})
+
+	if r := snip(t, dbEnv(owner), "migrate", "--status", "--grant-fence-to", role, "--config", path); r.code != 2 || !strings.Contains(r.stderr, "--status changes nothing") {
+		t.Errorf("migrate --status --grant-fence-to: exit %d, want 2 (usage)\n%s", r.code, r.stderr)
+	}
+	r := snip(t, dbEnv(owner), "migrate", "--grant-to", dbtest.RuntimeRole, "--grant-fence-to", role, "--config", path)
+	if r.code != 0 || !strings.Contains(r.stdout, "granted role "+dbtest.RuntimeRole+" what the service needs\n") ||
+		!strings.Contains(r.stdout, "granted role "+role+" the fence (snip_jobs_fence)\n") {
+		t.Fatalf("migrate --grant-to --grant-fence-to: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+
+	prog, err := sql.Open("pgx", strings.Replace(url, "postgres://postgres@", "postgres://"+role+"@", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prog.Close()
+	tx, err := prog.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.ExecContext(ctx, `SELECT snip_jobs_fence('export:nightly', 3, 'server-a')`); err != nil {
+		t.Fatalf("as %s, the fence: %v", role, err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := prog.ExecContext(ctx, `UPDATE fencing_tokens SET token = 1`); err == nil || !strings.Contains(err.Error(), "permission denied for table fencing_tokens") {
+		t.Errorf("as %s, UPDATE fencing_tokens: %v; want PostgreSQL's refusal", role, err)
+	}
+}
