@@ -22,6 +22,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/snip/snip-jobs/internal/ttysafe"
+	"github.com/snip/snip-jobs/jobs/execjob/supervisor"
 )
 
 // command is one subcommand.
@@ -64,6 +65,12 @@ func usageError(format string, args ...any) error {
 var errSilent = errors.New("")
 
 func main() {
+	// An exec job's run is supervised by this binary re-executed with a
+	// hidden argument: it owns its signals and its descriptors from the
+	// start, so it runs before any flag, log or signal handling.
+	if len(os.Args) > 1 && os.Args[1] == supervisor.Arg {
+		os.Exit(supervisor.Main())
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	code := runMain(ctx, os.Args[1:], &cli{stdout: os.Stdout, stderr: os.Stderr})
 	stop()
