@@ -67,7 +67,7 @@ func (s *Scheduler) WaitControls(ctx context.Context) error {
 // counted and logged). Its manual runs go alongside.
 func (s *Scheduler) gated(ctx context.Context, j *job) {
 	for ctx.Err() == nil {
-		if !s.gate.wait(ctx, j) {
+		if !s.gate.wait(ctx, j) || !programsGone(ctx, j) {
 			return
 		}
 		rctx, stop := s.gate.whileAllowed(withSerial(ctx), j)

@@ -43,7 +43,7 @@ type lifecycle struct {
 func (lc *lifecycle) loop(ctx context.Context, j *job) {
 	hold := leadership.WithHoldback(func() time.Duration { return lc.spread.holdback(j) })
 	for ctx.Err() == nil {
-		if !lc.gate.wait(ctx, j) {
+		if !lc.gate.wait(ctx, j) || !programsGone(ctx, j) {
 			return
 		}
 		cctx, stopCampaign := lc.gate.whileAllowed(ctx, j)
@@ -67,6 +67,29 @@ func (lc *lifecycle) loop(ctx context.Context, j *job) {
 			j.holdUntil = time.Now().Add(2 * lc.spread.delay())
 			j.mu.Unlock()
 		}
+	}
+}
+
+// programsGone waits until the processes of j's earlier runs on this instance
+// are gone (Settler), false if ctx ends first.
+func programsGone(ctx context.Context, j *job) bool {
+	s, ok := j.impl.(Settler)
+	if !ok {
+		return true
+	}
+	ch := s.Settled()
+	select {
+	case <-ch:
+		return true
+	default:
+	}
+	j.log.Warn("not campaigning: a program of an earlier run is not proven gone yet")
+	select {
+	case <-ch:
+		j.log.Info("the earlier run's programs are gone; campaigning")
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 

@@ -38,7 +38,7 @@ func manualState(result string) string {
 	switch result {
 	case "ok":
 		return controls.StateDone
-	case "error", "panic":
+	case "error", "panic", "timed out":
 		return controls.StateFailed
 	}
 	return ""
@@ -151,7 +151,7 @@ func (rn *runner) manualClaimed(ctx context.Context, j *job, req controls.Reques
 	}
 	resource := controls.ManualResource(j.spec.Name, req.ID)
 	hctx, valid, unhold := controls.Hold(ctx, rn.pool, req.ID, token, claimed, ttl, j.log)
-	r := rn.newRun(j, token, time.Time{}, resource, claimHold(valid), TriggerManual)
+	r := rn.newRun(j, token, time.Time{}, resource, claimHold(hctx, valid), TriggerManual)
 	r.ManualRun = req.ID
 	r.Log = r.Log.With("manual_run", req.ID)
 	r.Log.Info("running a manual run", "requested_by", req.RequestedBy, "taken_over", req.State == controls.StateRunning)

@@ -152,6 +152,9 @@ FROM snip_jobs_run_start($1, $2, $3, $4, $5, $6, $7)`
 	// is recorded cut off, never ok. The earliest end recorded stands.
 	sqlRunEnd = `SELECT snip_jobs_run_end($1, $2, $3, $4, $5, $6, $7)`
 
+	// sqlRunProcess records the process a run ($1) started ($2).
+	sqlRunProcess = `UPDATE job_runs SET pid = $2 WHERE id = $1`
+
 	// sqlReclaimed names the terms of a reclaimed lease ($1).
 	sqlReclaimed = `SELECT terms, runs FROM snip_jobs_reclaimed($1)`
 
@@ -206,6 +209,26 @@ func (rc *recorder) runFinish(j *job, r *Run, rec *status.RunRecord, result stri
 			j.log.Debug("cannot log the run's end", "run", rec.ID, "err", err)
 		}
 	})
+}
+
+// runProcess records the process a run started: in memory (status), and in
+// job_runs (bounded by a second: it is for people).
+func (rc *recorder) runProcess(ctx context.Context, j *job, r *Run, pid int) {
+	j.update(func() {
+		if j.last != nil && j.last.ID == r.runID && j.last.Finished.IsZero() {
+			last := *j.last
+			last.PID = pid
+			j.last = &last
+		}
+	})
+	if rc.pool == nil || r.runID == 0 {
+		return
+	}
+	bctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if _, err := rc.pool.Exec(bctx, sqlRunProcess, r.runID, pid); err != nil {
+		r.Log.Debug("cannot record the run's process", "pid", pid, "err", err)
+	}
 }
 
 // recordedStart is a run's start as job_runs recorded it: at, on the

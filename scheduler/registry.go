@@ -31,6 +31,16 @@ type Waker interface {
 	Wake(ctx context.Context) <-chan struct{}
 }
 
+// Settler is implemented by jobs whose runs start processes of their own
+// (the exec type's programs). Settled returns a channel closed once no such
+// process of the job is alive on this instance (proven: waited for). The
+// lifecycle does not campaign for the job before: a term of it starts only
+// once this instance's earlier programs are gone, whatever ended their
+// term.
+type Settler interface {
+	Settled() <-chan struct{}
+}
+
 // JobFunc adapts a function to Job.
 type JobFunc func(ctx context.Context, r *Run) error
 

@@ -25,6 +25,11 @@ var ErrTermEnded = errors.New("scheduler: the run's term has ended")
 // ErrNoSlot is returned by Run.CompleteSlot for a run that is not a cron slot.
 var ErrNoSlot = errors.New("scheduler: this run is not a cron slot")
 
+// ErrTimedOut is wrapped by a run's error when the run was stopped because it
+// took longer than its job allows (an exec job's timeout): job_runs records
+// it as "timed out".
+var ErrTimedOut = errors.New("timed out")
+
 // Trigger is what started a run, as job_runs records it (its trigger column,
 // migration 0013).
 type Trigger string
@@ -64,8 +69,9 @@ type Run struct {
 	// Log carries job, instance and token.
 	Log *slog.Logger
 
-	runID    int64         // the run's row in job_runs, once recorded (0: not recorded)
-	recorded recordedStart // its start as recorded
+	runID    int64                              // the run's row in job_runs, once recorded (0: not recorded)
+	recorded recordedStart                      // its start as recorded
+	onPID    func(ctx context.Context, pid int) // records a process the run started (nil: nothing to record)
 	resource string
 	fence    *fencing.Fence
 	hold     hold
@@ -79,6 +85,9 @@ type hold struct {
 	valid func() bool
 	// why says why the hold ended; called only once valid is false.
 	why func() string
+	// deadline is when it stops being valid unless renewed first (zero:
+	// never); nil: none.
+	deadline func() time.Time
 	// term: the token is a term's, so a newer term's record or run
 	// supersedes this one's runs (a claim's token is a sequence number).
 	term bool
@@ -97,7 +106,7 @@ func (h hold) reason() string {
 
 // termHold is the hold of a term's runs.
 func termHold(t Term) hold {
-	return hold{valid: t.Valid, term: true, why: func() string {
+	return hold{valid: t.Valid, term: true, deadline: t.Deadline, why: func() string {
 		if r := t.Reason(); r != "" {
 			return string(r)
 		}
@@ -105,9 +114,10 @@ func termHold(t Term) hold {
 	}}
 }
 
-// claimHold is the hold of a database-mode claim's runs.
-func claimHold(valid func() bool) hold {
-	return hold{valid: valid, why: func() string { return "its claim lapsed" }}
+// claimHold is the hold of a database-mode claim's runs; ctx is the run's
+// (slots.Hold's).
+func claimHold(ctx context.Context, valid func() bool) hold {
+	return hold{valid: valid, deadline: func() time.Time { return slots.Deadline(ctx) }, why: func() string { return "its claim lapsed" }}
 }
 
 // CutOffError is a run's error when its term (or claim) ended before the run
@@ -185,6 +195,36 @@ func NewRun(c RunConfig) *Run {
 // Valid reports, without I/O, whether the run's term still holds (always true
 // for jobs that are not singletons). A false answer is final.
 func (r *Run) Valid() bool { return r.hold.holds() }
+
+// ID is the run's row in job_runs (snip-jobs history's), 0 when its start
+// could not be recorded.
+func (r *Run) ID() int64 { return r.runID }
+
+// Resource is the fencing resource Fenced writes through: the job's name,
+// or "<job>@<slot>" in database mode.
+func (r *Run) Resource() string { return r.resource }
+
+// RecordProcess records that the run started process pid (an exec job's
+// program): status and the status page show it while the run goes on.
+// Best-effort, bounded by ctx.
+func (r *Run) RecordProcess(ctx context.Context, pid int) {
+	if r.onPID != nil {
+		r.onPID(ctx, pid)
+	}
+}
+
+// Deadline is the instant the run's term (or database-mode claim) stops
+// being valid unless renewed first, on this process's monotonic clock: it
+// moves later with each renewal. The zero Time when the run has no such
+// bound (a job that runs everywhere, a completed claim) or once the term has
+// ended. Whatever the run does outside this process must stop by then: an
+// exec job's supervisor kills its program's tree at it.
+func (r *Run) Deadline() time.Time {
+	if r.hold.deadline == nil {
+		return time.Time{}
+	}
+	return r.hold.deadline()
+}
 
 // Progress tells the watchdog the job is alive. Call it whenever the job has
 // done a unit of work; a singleton with progress_timeout that stays silent

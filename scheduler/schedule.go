@@ -53,7 +53,7 @@ func (rn *runner) schedule(ctx context.Context, j *job, mk func(slot time.Time) 
 		return rn.interval(ctx, j, mk, token > 0)
 	case configs.Cron:
 		if token > 0 {
-			return rn.cron(j, slots.Leader(rn.fence, rn.instance, token, h.valid), func(func() bool) hold { return h }).Loop(ctx)
+			return rn.cron(j, slots.Leader(rn.fence, rn.instance, token, h.valid), func(context.Context, func() bool) hold { return h }).Loop(ctx)
 		}
 		return rn.localCron(ctx, j, mk)
 	}
@@ -189,8 +189,8 @@ func (rn *runner) databaseCron(j *job) *slots.Cron {
 
 // cron is the durable slots of cron job j taken with claims; each slot's run
 // is an execution of the job like any other (recorded, panic recovered),
-// holding its token by holdOf(the claim's validity).
-func (rn *runner) cron(j *job, claims slots.Claims, holdOf func(valid func() bool) hold) *slots.Cron {
+// holding its token by holdOf(the run's context and the claim's validity).
+func (rn *runner) cron(j *job, claims slots.Claims, holdOf func(ctx context.Context, valid func() bool) hold) *slots.Cron {
 	return &slots.Cron{
 		Job:    slots.Job{Name: j.spec.Name, Schedule: j.spec.Schedule, Grace: j.spec.Grace, Log: j.log},
 		Claims: claims, Pool: rn.pool, Fence: rn.fence, OnTime: rn.onTime, EndsLead: endsLead,
@@ -199,7 +199,7 @@ func (rn *runner) cron(j *job, claims slots.Claims, holdOf func(valid func() boo
 			if c.CatchUp {
 				trigger = TriggerCatchUp
 			}
-			return rn.call(ctx, j, rn.newRun(j, c.Token, c.Slot, c.Resource, holdOf(valid), trigger))
+			return rn.call(ctx, j, rn.newRun(j, c.Token, c.Slot, c.Resource, holdOf(ctx, valid), trigger))
 		},
 		Missed:   func(n int64) { rn.m.slotsMissed.WithLabelValues(j.spec.Name).Add(float64(n)) },
 		CaughtUp: func() { rn.m.slotsCaughtUp.WithLabelValues(j.spec.Name).Inc() },
@@ -221,6 +221,7 @@ func (rn *runner) newRun(j *job, token int64, slot time.Time, resource string, h
 	if h.valid != nil {
 		r.hold = h
 	}
+	r.onPID = func(ctx context.Context, pid int) { rn.rec.runProcess(ctx, j, r, pid) }
 	r.progress = &j.progress
 	r.Progress()
 	return r
@@ -284,6 +285,8 @@ func classify(ctx context.Context, err error) string {
 		return "panic"
 	case errors.As(err, new(*CutOffError)):
 		return "cut off"
+	case errors.Is(err, ErrTimedOut):
+		return "timed out"
 	case errors.Is(err, fencing.ErrStaleToken), errors.Is(err, ErrTermEnded):
 		return "stale"
 	case ctx.Err() != nil:

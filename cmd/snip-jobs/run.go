@@ -10,6 +10,7 @@ import (
 	"github.com/snip/snip-jobs/app/etcdlocal"
 	"github.com/snip/snip-jobs/app/service"
 	"github.com/snip/snip-jobs/configs"
+	"github.com/snip/snip-jobs/jobs/execjob"
 )
 
 func runCommand() command {
@@ -103,7 +104,11 @@ the database sees them: their controls connection), or the timeout. A
 continuous job is refused (it always runs), as is a paused one. The run is in
 'snip-jobs history JOB' with trigger manual; it does not move the job's
 interval schedule. The instances learn of it at once (a PostgreSQL
-notification) or within a renew interval.`,
+notification) or within a renew interval.
+
+Programs as jobs (type: exec), the program's contract:
+
+` + execjob.Contract,
 		flags: func(fs *flag.FlagSet, c *cli) func(context.Context, []string) error {
 			path := configFlag(fs)
 			listen := fs.String("embedded-etcd-listen", etcdlocal.DefaultClientAddr,

@@ -178,7 +178,10 @@ func printStatus(w io.Writer, st status.Cluster, now time.Time) {
 		if r := j.LastRun; r != nil {
 			lastRun = fmt.Sprintf("%s, %s ago", esc(r.Instance), ago(now, r.Started))
 			result = esc(r.Result)
-			if result == "" {
+			switch {
+			case result == "" && r.PID != 0:
+				result = fmt.Sprintf("running (pid %d)", r.PID)
+			case result == "":
 				result = "running"
 			}
 			if r.Error != "" {

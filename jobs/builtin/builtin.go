@@ -9,6 +9,7 @@ import (
 	"github.com/snip/snip-jobs/jobs/aggregator"
 	"github.com/snip/snip-jobs/jobs/certrenew"
 	"github.com/snip/snip-jobs/jobs/certsync"
+	"github.com/snip/snip-jobs/jobs/execjob"
 	"github.com/snip/snip-jobs/jobs/sqljob"
 	"github.com/snip/snip-jobs/jobs/weeklyreport"
 	"github.com/snip/snip-jobs/scheduler"
@@ -22,6 +23,7 @@ func Registry() *scheduler.Registry {
 		weeklyreport.Type(),
 		certrenew.Type(),
 		certsync.Type(),
+		execjob.Type(),
 	)
 	if err != nil {
 		panic(fmt.Sprintf("snip-jobs: job type registry: %v", err)) // a programming error

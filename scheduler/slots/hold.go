@@ -44,10 +44,30 @@ type Holding struct {
 func Hold(ctx context.Context, h Holding) (context.Context, func() bool, func()) {
 	k := &keeper{Holding: h, deadline: h.Claimed.Add(h.TTL - h.TTL/10)}
 	var kctx context.Context
-	kctx, k.cancel = context.WithCancelCause(ctx)
+	kctx, k.cancel = context.WithCancelCause(context.WithValue(ctx, keeperKey{}, k))
 	done := make(chan struct{})
 	go func() { defer close(done); k.extend(kctx) }()
 	return kctx, k.valid, func() { k.cancel(nil); <-done }
+}
+
+// keeperKey marks the context of a run that holds a claim (Hold).
+type keeperKey struct{}
+
+// Deadline is when the claim held for the run whose context is ctx stops
+// being valid unless extended first (a tenth of its TTL before it may run
+// out); zero when ctx holds no claim, or the claim was completed (nobody can
+// take it over any more).
+func Deadline(ctx context.Context) time.Time {
+	k, _ := ctx.Value(keeperKey{}).(*keeper)
+	if k == nil {
+		return time.Time{}
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.completed {
+		return time.Time{}
+	}
+	return k.deadline
 }
 
 // keeper keeps one claim.

@@ -128,6 +128,9 @@ type RunRecord struct {
 	Finished time.Time `json:"finished,omitzero"`
 	Result   string    `json:"result,omitempty"` // "" while running
 	Error    string    `json:"error,omitempty"`
+	// PID is the process the run started (an exec job's program), 0 for
+	// none.
+	PID int `json:"pid,omitempty"`
 }
 
 // SlotRecord is a cron slot as recorded in cron_slots.

@@ -126,9 +126,9 @@ func readLast(ctx context.Context, pool *pgxpool.Pool, j *Job) error {
 	var r RunRecord
 	var slot, finished *time.Time
 	var result, msg *string
-	err := pool.QueryRow(ctx, `SELECT id, instance, token, slot, trigger, started_at, finished_at, result, error
+	err := pool.QueryRow(ctx, `SELECT id, instance, token, slot, trigger, started_at, finished_at, result, error, coalesce(pid, 0)
 		FROM job_runs WHERE job = $1 ORDER BY id DESC LIMIT 1`, j.Name).
-		Scan(&r.ID, &r.Instance, &r.Token, &slot, &r.Trigger, &r.Started, &finished, &result, &msg)
+		Scan(&r.ID, &r.Instance, &r.Token, &slot, &r.Trigger, &r.Started, &finished, &result, &msg, &r.PID)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 	case err != nil:
@@ -158,7 +158,7 @@ func readLast(ctx context.Context, pool *pgxpool.Pool, j *Job) error {
 // without Finished and Result has no recorded end: it is still running, or
 // its instance died (or lost the database) before recording it.
 func Runs(ctx context.Context, pool *pgxpool.Pool, job string, limit int) (runs []RunRecord, recorded int64, err error) {
-	rows, err := pool.Query(ctx, `SELECT id, instance, token, slot, trigger, started_at, finished_at, result, error, count(*) OVER ()
+	rows, err := pool.Query(ctx, `SELECT id, instance, token, slot, trigger, started_at, finished_at, result, error, coalesce(pid, 0), count(*) OVER ()
 		FROM job_runs WHERE job = $1 ORDER BY id DESC LIMIT $2`, job, limit)
 	if err != nil {
 		return nil, 0, fmt.Errorf("runs of %s: %w", job, err)
@@ -167,7 +167,7 @@ func Runs(ctx context.Context, pool *pgxpool.Pool, job string, limit int) (runs 
 	var r RunRecord
 	var slot, finished *time.Time
 	var result, msg *string
-	if _, err := pgx.ForEachRow(rows, []any{&r.ID, &r.Instance, &r.Token, &slot, &r.Trigger, &r.Started, &finished, &result, &msg, &recorded}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&r.ID, &r.Instance, &r.Token, &slot, &r.Trigger, &r.Started, &finished, &result, &msg, &r.PID, &recorded}, func() error {
 		r.Slot, r.Finished, r.Result, r.Error = deref(slot), deref(finished), deref(result), deref(msg)
 		runs = append(runs, r)
 		return nil

@@ -1,0 +1,149 @@
+package execjob_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/snip/snip-jobs/configs"
+	"github.com/snip/snip-jobs/jobs/execjob"
+	"github.com/snip/snip-jobs/jobs/execjob/supervisor"
+	"github.com/snip/snip-jobs/leadership"
+	"github.com/snip/snip-jobs/scheduler/status"
+	"github.com/snip/snip-jobs/testbench/benchtest"
+	"github.com/snip/snip-jobs/testbench/exectest"
+	"github.com/snip/snip-jobs/testbench/jobtest"
+)
+
+func TestMain(m *testing.M) {
+	// The runs' supervisors are this test binary, re-executed.
+	if len(os.Args) > 1 && os.Args[1] == supervisor.Arg {
+		os.Exit(supervisor.Main())
+	}
+	os.Exit(benchtest.RunMain(m))
+}
+
+// script writes an executable shell script into dir and returns its path.
+func script(t *testing.T, dir, name, body string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte("#!/bin/sh\n"+body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func execJob(t *testing.T, name string, sch configs.Schedule, o execjob.Options) configs.Job {
+	return configs.Job{Name: name, Type: "exec", Singleton: true, Grace: 10 * time.Second, Schedule: sch,
+		Options: jobtest.Options(t, o)}
+}
+
+// lines reads a file of lines ("" when it does not exist yet).
+func lines(t *testing.T, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Fields(string(b))
+}
+
+// A singleton's program runs on its leader with the contract's variables
+// (its token the term's, its resource, its run id as history records it)
+// and nothing of the service's environment; exit 0 is an ok run, and its
+// pid is recorded while it runs. On both backends.
+func TestAProgramRunsOnTheLeaderWithItsContractAndNotTheServicesEnvironment(t *testing.T) {
+	t.Parallel()
+	jobtest.EachBackend(t, func(t *testing.T, b jobtest.Backend) {
+		c := jobtest.NewClusterOn(t, b)
+		dir := t.TempDir()
+		prog := script(t, dir, "report.sh", `env > "$1/env-$SNIP_JOBS_RUN_ID"`+"\n")
+		job := execJob(t, "report", configs.Schedule{Kind: configs.Interval, Every: time.Hour},
+			execjob.Options{Command: []string{prog, dir}, Env: map[string]string{"REPORT_TARGET": "s3://reports"}, Dir: "/", KillGrace: time.Second})
+		reg := jobtest.Registry(t, execjob.Type())
+		nodes := []*jobtest.Node{c.Start("server-1", reg, []configs.Job{job}), c.Start("server-2", reg, []configs.Job{job})}
+		var run status.RunRecord
+		c.WaitNodes("the program's run recorded ok", nodes, func() bool {
+			runs, _, err := status.Runs(context.Background(), c.DB, "report", 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(runs) == 1 && runs[0].Result == "ok" {
+				run = runs[0]
+				return true
+			}
+			return false
+		})
+		leader, _ := c.Leader("report")
+		env := map[string]string{}
+		for _, kv := range lines(t, filepath.Join(dir, "env-"+strconv.FormatInt(run.ID, 10))) {
+			k, v, _ := strings.Cut(kv, "=")
+			env[k] = v
+		}
+		want := map[string]string{"SNIP_JOBS_JOB": "report", "SNIP_JOBS_INSTANCE": leader.Instance, "SNIP_JOBS_TOKEN": strconv.FormatInt(leader.Token, 10),
+			"SNIP_JOBS_RESOURCE": "report", "SNIP_JOBS_RUN_ID": strconv.FormatInt(run.ID, 10), "SNIP_JOBS_TRIGGER": "schedule",
+			"REPORT_TARGET": "s3://reports"}
+		for k, v := range want {
+			if env[k] != v {
+				t.Errorf("the program's %s = %q, want %q", k, env[k], v)
+			}
+		}
+		if _, err := time.Parse(time.RFC3339Nano, env["SNIP_JOBS_DEADLINE"]); err != nil {
+			t.Errorf("SNIP_JOBS_DEADLINE %q: %v", env["SNIP_JOBS_DEADLINE"], err)
+		}
+		for k := range env {
+			if !strings.HasPrefix(k, "SNIP_JOBS_") && !map[string]bool{"PATH": true, "LANG": true, "LC_ALL": true, "TZ": true,
+				"REPORT_TARGET": true, "PWD": true, "SHLVL": true, "_": true}[k] {
+				t.Errorf("the program's environment has %s, which is not the contract's nor its own", k)
+			}
+		}
+		if run.Instance != leader.Instance || run.Token != leader.Token || run.PID == 0 {
+			t.Errorf("the run %+v; want it on the leader %s with token %d, its pid recorded", run, leader.Instance, leader.Token)
+		}
+	})
+}
+
+// No process of a program outlives its term: the leader resigns (as an
+// operator's resign, a pause or a drain end a term), its program's whole
+// tree — the setsid child and the double-forked daemon, all deaf to SIGTERM
+// — is SIGKILLed after kill_grace and proven gone before the successor's
+// program starts, which finds none of them alive. On both backends.
+func TestNoProcessOfAProgramOutlivesItsTerm(t *testing.T) {
+	t.Parallel()
+	jobtest.EachBackend(t, func(t *testing.T, b jobtest.Backend) {
+		c := jobtest.NewClusterOn(t, b)
+		dir := t.TempDir()
+		job := execJob(t, "watcher", configs.Schedule{Kind: configs.Continuous},
+			execjob.Options{Command: exectest.Watcher(t, dir), Dir: "/", KillGrace: 500 * time.Millisecond})
+		reg := jobtest.Registry(t, execjob.Type())
+		nodes := []*jobtest.Node{c.Start("server-1", reg, []configs.Job{job}), c.Start("server-2", reg, []configs.Job{job})}
+		c.WaitNodes("the first program started", nodes, func() bool { return len(exectest.Starts(t, dir)) == 1 })
+		first, _ := c.Leader("watcher")
+		ctx, cancel := context.WithTimeout(context.Background(), jobtest.Patience)
+		defer cancel()
+		if _, _, err := leadership.Resign(ctx, c.Leadership, "watcher"); err != nil {
+			t.Fatal(err)
+		}
+		c.WaitNodes("the successor's program started", nodes, func() bool {
+			s := exectest.Starts(t, dir)
+			return len(s) >= 2 && s[len(s)-1].Token != strconv.FormatInt(first.Token, 10)
+		})
+		if o := exectest.Overlaps(t, dir); len(o) > 0 {
+			t.Errorf("processes of the resigned term's program were alive when the successor's started: %q", o)
+		}
+		var killed float64
+		for _, n := range nodes {
+			killed += n.MetricSum(t, "snip_jobs_exec_killed_processes_total")
+		}
+		if killed < 3 {
+			t.Errorf("%v processes killed by the supervisors, want at least the 3 of the resigned tree", killed)
+		}
+	})
+}

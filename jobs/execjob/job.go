@@ -1,0 +1,263 @@
+package execjob
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/snip/snip-jobs/configs"
+	"github.com/snip/snip-jobs/internal/boottime"
+	"github.com/snip/snip-jobs/internal/command"
+	"github.com/snip/snip-jobs/jobs/execjob/supervisor"
+	"github.com/snip/snip-jobs/scheduler"
+)
+
+// Type runs an operator's program per run: any periodic script, behind the
+// singleton gate (see the package comment).
+func Type() scheduler.Type {
+	return scheduler.Type{
+		Name: "exec",
+		Doc:  "runs a program per run (a script, a binary), its whole process tree ended with its term; the fencing token in its environment",
+		Options: func(spec configs.Job) (configs.Checked, error) {
+			return configs.OptionsOf(defaults(spec))(spec)
+		},
+		New: newJob,
+	}
+}
+
+func newJob(env scheduler.Env, spec configs.Job) (scheduler.Job, error) {
+	if !spec.Options.Present() {
+		return nil, errors.New("exec: options missing (command is required)")
+	}
+	o, err := configs.DecodeOptions(spec, defaults(spec))
+	if err != nil {
+		return nil, err
+	}
+	log := env.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	m, err := newMetrics(env.Metrics, spec.Name)
+	if err != nil {
+		return nil, fmt.Errorf("exec %q: metrics: %w", spec.Name, err)
+	}
+	var password string
+	if env.Pool != nil {
+		password = env.Pool.Config().ConnConfig.Password
+	}
+	redact := command.NewRedactor(append(command.DatabaseSecrets(password), command.EnvironmentSecrets(os.Environ())...))
+	j := &job{opts: o, redact: redact, m: m, settled: closed()}
+	for name, value := range o.Env {
+		j.env = append(j.env, name+"="+value)
+	}
+	log.Info("exec configured", "command", redact.Args(o.Command), "dir", o.Dir, "kill_grace", o.KillGrace, "timeout", o.Timeout)
+	return j, nil
+}
+
+// job is one exec job of the config.
+type job struct {
+	opts   Options
+	env    []string // options.env, as NAME=value
+	redact *command.Redactor
+	m      *metrics
+
+	mu      sync.Mutex
+	live    int           // programs whose tree is not proven gone
+	settled chan struct{} // closed while live == 0
+}
+
+// Settled is closed once no program of this job is alive on this instance
+// (scheduler.Settler): no term of the job begins here before.
+func (j *job) Settled() <-chan struct{} {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.settled
+}
+
+// started and gone count the live programs.
+func (j *job) started() {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.live == 0 {
+		j.settled = make(chan struct{})
+	}
+	j.live++
+	j.m.running.Inc()
+}
+
+func (j *job) gone() {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.live--
+	j.m.running.Dec()
+	if j.live == 0 {
+		close(j.settled)
+	}
+}
+
+func closed() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}
+
+// Run runs the program once, under its supervisor, until it exits or the
+// run must stop (its context ends: the term's end, a pause, shutdown; or its
+// timeout), then stops its whole tree and returns once every process of it
+// is proven gone.
+func (j *job) Run(ctx context.Context, r *scheduler.Run) error {
+	log := r.Log.With("run", r.ID())
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return fmt.Errorf("exec: output pipe: %w", err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return fmt.Errorf("exec: output pipe: %w", err)
+	}
+	began := time.Now()
+	termDeadline := r.Deadline()
+	p, err := supervisor.Start(ctx, supervisor.Spec{
+		Path: j.opts.Command[0], Args: j.opts.Command[1:], Dir: j.opts.Dir,
+		Env:    command.Env(j.redact, nil, append(j.env, contractEnv(r, termDeadline)...)...),
+		Stdout: outW, Stderr: errW,
+		Deadline: j.bootDeadline(termDeadline, began), Label: fmt.Sprintf("%s run %d token %d", r.Job, r.ID(), r.Token),
+	})
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		return fmt.Errorf("exec: %w", err)
+	}
+	j.started()
+	defer j.gone()
+	log = log.With("pid", p.PID())
+	log.Info("program started", "command", j.redact.Args(j.opts.Command))
+	r.RecordProcess(ctx, p.PID())
+	out := newOutput(log, j.redact, func(n int) { j.m.dropped.Add(float64(n)) })
+	var copying sync.WaitGroup
+	copying.Go(func() { out.copy(outR, "stdout"); outR.Close() })
+	copying.Go(func() { out.copy(errR, "stderr"); errR.Close() })
+	stopped := j.supervise(ctx, r, p, began)
+	copying.Wait()
+	out.close()
+	return j.outcome(log, p.Result(), stopped, began, out.last())
+}
+
+// supervise keeps the supervisor's deadline on the term's (it moves with
+// each renewal) until the tree is gone, stopping it when ctx ends or the
+// timeout passes. It returns why it stopped it (nil: it ended on its own).
+func (j *job) supervise(ctx context.Context, r *scheduler.Run, p *supervisor.Process, began time.Time) error {
+	var timeout <-chan time.Time
+	if j.opts.Timeout != nil {
+		t := time.NewTimer(time.Until(began.Add(*j.opts.Timeout)))
+		defer t.Stop()
+		timeout = t.C
+	}
+	tick := time.NewTicker(deadlineTick)
+	defer tick.Stop()
+	sent := r.Deadline()
+	var why error
+	stop := func(err error) {
+		if why == nil {
+			why = err
+			_ = p.Stop(j.opts.KillGrace)
+		}
+	}
+	for {
+		select {
+		case <-p.Done():
+			return why
+		case <-ctx.Done():
+			stop(context.Cause(ctx))
+		case <-timeout:
+			stop(fmt.Errorf("%w after %v", scheduler.ErrTimedOut, *j.opts.Timeout))
+		case <-tick.C:
+			if d := r.Deadline(); !d.Equal(sent) && why == nil {
+				sent = d
+				_ = p.Extend(ctx, j.bootDeadline(d, began))
+			}
+		}
+	}
+}
+
+// deadlineTick is how often a run's supervisor is told of its term's
+// renewed deadline: far more often than a lease is renewed.
+const deadlineTick = 100 * time.Millisecond
+
+// bootDeadline is the supervisor's deadline, on CLOCK_BOOTTIME: the term's
+// deadline (zero: none), and, past the timeout, kill_grace later (a
+// backstop: snip-jobs stops a run at its timeout itself, unless it is
+// frozen). 0: none.
+func (j *job) bootDeadline(term, began time.Time) time.Duration {
+	var at time.Time
+	if !term.IsZero() {
+		at = term
+	}
+	if j.opts.Timeout != nil {
+		if t := began.Add(*j.opts.Timeout + j.opts.KillGrace); at.IsZero() || t.Before(at) {
+			at = t
+		}
+	}
+	if at.IsZero() {
+		return 0
+	}
+	return boottime.Now() + time.Until(at)
+}
+
+// outcome is the run's error from how the program ended.
+func (j *job) outcome(log *slog.Logger, res supervisor.Result, stopped error, began time.Time, tail []string) error {
+	took := time.Since(began).Round(time.Millisecond)
+	j.m.killed.Add(float64(res.Terminated + res.Killed))
+	switch {
+	case res.Err != nil:
+		return fmt.Errorf("exec: %w", res.Err)
+	case stopped != nil:
+		log.Info("program stopped", "why", stopped, "took", took, "terminated", res.Terminated, "killed", res.Killed)
+		return fmt.Errorf("exec: stopped (%s): %w", exitStatus(res), stopped)
+	case res.Ended == supervisor.Deadline:
+		// snip-jobs did not stop it first: it was paused, or its clock
+		// jumped (a suspended host).
+		log.Warn("program killed by its supervisor at the term's deadline", "took", took, "killed", res.Killed)
+		return fmt.Errorf("exec: killed at its term's deadline by its supervisor (%s): %w", exitStatus(res), scheduler.ErrTermEnded)
+	case res.Code == 0:
+		log.Info("program done", "took", took, "terminated", res.Terminated, "killed", res.Killed)
+		return nil
+	}
+	err := &ExitError{Status: exitStatus(res), Tail: tail}
+	log.Warn("program failed", "status", err.Status, "took", took)
+	return err
+}
+
+// exitStatus says how the program ended, as exec.ExitError does.
+func exitStatus(res supervisor.Result) string {
+	switch {
+	case res.Signal != 0:
+		return "signal: " + res.Signal.String()
+	case res.Code >= 0:
+		return fmt.Sprintf("exit status %d", res.Code)
+	}
+	return "its end unseen"
+}
+
+// ExitError is a run whose program ended with a non-zero exit status or a
+// signal: history shows it, with the last lines of its output.
+type ExitError struct {
+	Status string   // "exit status 3", "signal: killed"
+	Tail   []string // the last lines of output, redacted
+}
+
+func (e *ExitError) Error() string {
+	if len(e.Tail) == 0 {
+		return "exec: " + e.Status
+	}
+	return "exec: " + e.Status + "; last output: " + strings.Join(e.Tail, " ⏎ ")
+}
