@@ -20,8 +20,9 @@ type Lease struct {
 	// lastDeadline is the deadline's last live value, kept after it dies so that
 	// EndedAt can say when an expired term stopped being valid.
 	lastDeadline atomic.Int64
-	endNs        atomic.Int64 // session instant End was first called (0: not called)
-	renewals     atomic.Int64 // acknowledged renewals
+	endNs        atomic.Int64              // session instant End was first called (0: not called)
+	renewals     atomic.Int64              // acknowledged renewals
+	lastSent     atomic.Pointer[time.Time] // send time of the newest acknowledged renewal (or the grant), for Stats
 	ctx          context.Context
 	cancel       context.CancelCauseFunc
 	timer        *time.Timer // fires at the deadline
@@ -34,26 +35,31 @@ func (s *Session) newLease() *Lease {
 	return &Lease{s: s, ctx: ctx, cancel: cancel}
 }
 
-// Start sets the lease's first deadline: sentAt (when the request that
+// Now is the session's clock now, for a store to read just before it sends a
+// request that creates or renews the lease (Start, Renewed).
+func (l *Lease) Now() Instant { return Instant{ns: l.s.clock.now(), at: time.Now()} }
+
+// Start sets the lease's first deadline: sent (when the request that
 // created the lease was sent: the lease cannot have started earlier at the
 // server) + ttl (as granted) − the margin. Open calls it once.
-func (l *Lease) Start(sentAt time.Time, ttl time.Duration) {
+func (l *Lease) Start(sent Instant, ttl time.Duration) {
 	s := l.s
 	l.ttl.Store(int64(ttl))
-	l.dl = deadline.New(s.clock.instant(sentAt), ttl, s.cfg.Margin)
+	l.dl = deadline.New(sent.ns, ttl, s.cfg.Margin)
+	l.lastSent.Store(&sent.at)
 	l.lastDeadline.Store(l.dl.Load())
 	l.timer = time.AfterFunc(time.Duration(l.dl.Load()-s.clock.now()), l.CheckDeadline)
 	s.stats.add(&s.stats.leasesGranted, 1)
 }
 
-// Renewed applies a renewal sent at sentAt and acknowledged with ttl: the
-// deadline moves to sentAt + ttl − margin. It reports false, and ends the
+// Renewed applies a renewal sent at sent and acknowledged with ttl: the
+// deadline moves to sent + ttl − margin. It reports false, and ends the
 // lease (ReasonExpired), when the acknowledgement came after the deadline had
 // passed: a late answer never revives the lease's terms.
-func (l *Lease) Renewed(sentAt time.Time, ttl time.Duration) bool {
+func (l *Lease) Renewed(sent Instant, ttl time.Duration) bool {
 	s := l.s
 	now := s.clock.now()
-	nd, ok := l.dl.Renew(s.clock.instant(sentAt), ttl, s.cfg.Margin, now)
+	nd, ok := l.dl.Renew(sent.ns, ttl, s.cfg.Margin, now)
 	if !ok {
 		l.End(Ended(ReasonExpired, "renewal acknowledged after the deadline"))
 		return false
@@ -61,6 +67,7 @@ func (l *Lease) Renewed(sentAt time.Time, ttl time.Duration) bool {
 	l.ttl.Store(int64(ttl))
 	l.renewals.Add(1)
 	l.lastDeadline.Store(nd)
+	l.lastSent.Store(&sent.at)
 	l.timer.Reset(time.Duration(nd - now))
 	s.stats.changed.Notify() // LastRenewal
 	return true

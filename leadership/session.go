@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/snip/snip-jobs/internal/boottime"
+
 	"github.com/snip/snip-jobs/internal/sleep"
 )
 
@@ -52,7 +54,7 @@ func NewSession(store Store) (*Session, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Session{
-		cfg: cfg, store: store, log: cfg.Logger.With("instance", cfg.Instance), clock: clock{time.Now()},
+		cfg: cfg, store: store, log: cfg.Logger.With("instance", cfg.Instance), clock: newClock(),
 		ctx: ctx, cancel: cancel, done: make(chan struct{}), changed: make(chan struct{}),
 		past: map[string]bool{}, busy: busy{jobs: map[string]*busySlot{}},
 	}
@@ -76,13 +78,27 @@ func (s *Session) Instance() string { return s.cfg.Instance }
 // Config returns the session's configuration with defaults filled in.
 func (s *Session) Config() Config { return s.cfg }
 
-// clock is a session's monotonic clock: nanoseconds since base, the scale
-// of every deadline (one atomic word each).
-type clock struct{ base time.Time }
+// clock is a session's clock: CLOCK_BOOTTIME nanoseconds since base, the
+// scale of every deadline (one atomic word each). It is monotonic and, unlike
+// Go's monotonic reading (CLOCK_MONOTONIC), counts the time a host spent
+// suspended, as the store's clocks do: a term renewed before a suspend is
+// judged, after it, by how long ago that truly was.
+type clock struct{ base time.Duration }
 
-func (c clock) now() int64                { return int64(time.Since(c.base)) }
-func (c clock) instant(t time.Time) int64 { return int64(t.Sub(c.base)) } // t carries a monotonic reading
-func (c clock) at(ns int64) time.Time     { return c.base.Add(time.Duration(ns)) }
+func newClock() clock                 { return clock{base: boottime.Now()} }
+func (c clock) now() int64            { return int64(boottime.Now() - c.base) }
+func (c clock) at(ns int64) time.Time { return time.Now().Add(time.Duration(ns - c.now())) } // for people and time.Until: as seen now
+
+// Instant is a reading of a session's clock (Lease.Now): when a request that
+// moves a lease's deadline was sent. Time is the same instant on Go's clock,
+// for the store's own pacing and for people (Stats.LastRenewal).
+type Instant struct {
+	ns int64
+	at time.Time
+}
+
+// Time is the instant as time.Now said it.
+func (i Instant) Time() time.Time { return i.at }
 
 // WaitReady waits until the session holds a lease. It returns the fatal error if
 // the session cannot start (another live process uses this instance name).

@@ -69,7 +69,9 @@ func (s *Session) Stats() Stats {
 		if v := l.dl.Load(); v != deadline.Dead {
 			st.Headroom = max(0, time.Duration(v-s.clock.now()))
 		}
-		st.LastRenewal = s.clock.at(l.lastDeadline.Load() - int64(time.Duration(l.ttl.Load())-s.cfg.Margin))
+		if at := l.lastSent.Load(); at != nil {
+			st.LastRenewal = *at
+		}
 	}
 	return st
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/snip/snip-jobs/jobs/execjob"
 	"github.com/snip/snip-jobs/jobs/execjob/supervisor"
 	"github.com/snip/snip-jobs/leadership"
+	"github.com/snip/snip-jobs/scheduler/controls"
 	"github.com/snip/snip-jobs/scheduler/status"
 	"github.com/snip/snip-jobs/testbench/benchtest"
 	"github.com/snip/snip-jobs/testbench/exectest"
@@ -52,7 +53,7 @@ func lines(t *testing.T, path string) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return strings.Fields(string(b))
+	return strings.Split(strings.TrimRight(string(b), "\n"), "\n")
 }
 
 // A singleton's program runs on its leader with the contract's variables
@@ -146,4 +147,123 @@ func TestNoProcessOfAProgramOutlivesItsTerm(t *testing.T) {
 			t.Errorf("%v processes killed by the supervisors, want at least the 3 of the resigned tree", killed)
 		}
 	})
+}
+
+// A run's outcome is recorded as history shows it: a program that exits 3
+// fails the run with its exit status and its last lines of output (a secret
+// among them redacted); one that runs past its timeout is stopped — its
+// whole tree — and recorded timed out; an operator's manual run (snip-jobs
+// run JOB) runs it once more, recorded manual.
+func TestAProgramsFailureTimeoutAndManualRunAreRecorded(t *testing.T) {
+	t.Parallel()
+	c := jobtest.NewCluster(t)
+	dir := t.TempDir()
+	failing := script(t, dir, "failing.sh", `echo "starting the export"
+echo "connecting with password=hunter2-long-secret"
+echo "the export failed" >&2
+exit 3
+`)
+	slow := script(t, dir, "slow.sh", `setsid sleep 1000 & echo $! > "$1/slow-child"
+sleep 1000
+`)
+	reg := jobtest.Registry(t, execjob.Type())
+	timeout := 2 * time.Second
+	jobs := []configs.Job{
+		execJob(t, "failing", configs.Schedule{Kind: configs.Interval, Every: time.Hour},
+			execjob.Options{Command: []string{failing}, Dir: "/", KillGrace: time.Second}),
+		execJob(t, "slow", configs.Schedule{Kind: configs.Interval, Every: time.Hour},
+			execjob.Options{Command: []string{slow, dir}, Dir: "/", KillGrace: 500 * time.Millisecond, Timeout: &timeout}),
+	}
+	node := c.Start("server-1", reg, jobs)
+	last := func(job string) *status.RunRecord {
+		runs, _, err := status.Runs(context.Background(), c.DB, job, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(runs) == 0 || runs[0].Result == "" {
+			return nil
+		}
+		return &runs[0]
+	}
+	c.WaitNodes("both runs recorded over", []*jobtest.Node{node}, func() bool { return last("failing") != nil && last("slow") != nil })
+	f := last("failing")
+	if f.Result != "error" || !strings.Contains(f.Error, "exit status 3; last output: ") ||
+		!strings.Contains(f.Error, "the export failed") || !strings.Contains(f.Error, "starting the export") || strings.Contains(f.Error, "hunter2") {
+		t.Errorf("the failing run: %q: %q; want error, its exit status and last lines, the secret redacted", f.Result, f.Error)
+	}
+	s := last("slow")
+	if s.Result != "timed out" || !strings.Contains(s.Error, "timed out after 2s") {
+		t.Errorf("the slow run: %q: %q; want timed out", s.Result, s.Error)
+	}
+	child := strings.TrimSpace(strings.Join(lines(t, filepath.Join(dir, "slow-child")), ""))
+	if _, err := os.Stat("/proc/" + child); err == nil {
+		t.Errorf("the timed-out program's setsid child (pid %s) is alive", child)
+	}
+
+	m, _, err := controls.RequestRun(context.Background(), c.DB, jobs[0], "alice@web1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r controls.ManualRun
+	c.WaitCommit("the manual run over", []string{"manual_runs"}, func() bool {
+		r, err = controls.ReadRun(context.Background(), c.DB, m.ID)
+		return err == nil && r.Closed()
+	})
+	if r.State != controls.StateFailed || r.Result != "error" || !strings.Contains(r.Error, "exit status 3") {
+		t.Errorf("the manual run of the failing program: %+v; want failed, error, its exit status", r)
+	}
+	if l := last("failing"); l == nil || l.Trigger != "manual" || l.ID != r.RunID {
+		t.Errorf("the newest run of the failing job %+v; want the manual run's (%d)", l, r.RunID)
+	}
+}
+
+// A program runs in every mode: on every instance (a job that runs
+// everywhere: token 0, no deadline) and, in database mode, once per cron
+// slot on the instance whose claim wins (the claim's token, the slot's
+// resource and a deadline: its claim's).
+func TestAProgramRunsEverywhereAndOncePerSlotInDatabaseMode(t *testing.T) {
+	t.Parallel()
+	c := jobtest.NewCluster(t)
+	dir := t.TempDir()
+	prog := script(t, dir, "record.sh", `echo "$SNIP_JOBS_JOB $SNIP_JOBS_INSTANCE $SNIP_JOBS_TOKEN $SNIP_JOBS_RESOURCE ${SNIP_JOBS_SLOT:--} ${SNIP_JOBS_DEADLINE:--}" >> "$1/runs"`+"\n")
+	o := execjob.Options{Command: []string{prog, dir}, Dir: "/", KillGrace: time.Second}
+	everywhere := execJob(t, "warm-cache", configs.Schedule{Kind: configs.Interval, Every: time.Hour}, o)
+	everywhere.Singleton = false
+	perSlot := jobtest.CronJob("sitemap", "exec", time.Second, time.UTC, configs.Database, configs.None)
+	perSlot.Options = jobtest.Options(t, o)
+	reg := jobtest.Registry(t, execjob.Type())
+	var nodes []*jobtest.Node
+	for _, name := range []string{"server-1", "server-2"} {
+		nodes = append(nodes, c.Start(name, reg, []configs.Job{everywhere, perSlot}))
+	}
+	runs := func() (warm map[string]int, slots map[string]int) {
+		warm, slots = map[string]int{}, map[string]int{}
+		for _, l := range lines(t, filepath.Join(dir, "runs")) {
+			f := strings.Fields(l)
+			switch {
+			case len(f) != 6:
+			case f[0] == "warm-cache" && f[2] == "0" && f[3] == "warm-cache" && f[4] == "-" && f[5] == "-":
+				warm[f[1]]++
+			case f[0] == "sitemap" && f[2] != "0" && f[3] == "sitemap@"+f[4] && f[5] != "-":
+				slots[f[4]]++
+			default:
+				t.Errorf("a run with an unexpected contract: %q", l)
+			}
+		}
+		return warm, slots
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the runs:\n%s", strings.Join(lines(t, filepath.Join(dir, "runs")), "\n"))
+		}
+	})
+	c.WaitNodes("every instance warmed, and three slots run", nodes, func() bool {
+		warm, slots := runs()
+		return warm["server-1"] == 1 && warm["server-2"] == 1 && len(slots) >= 3
+	})
+	for slot, n := range func() map[string]int { _, s := runs(); return s }() {
+		if n != 1 {
+			t.Errorf("slot %s ran %d times, want once", slot, n)
+		}
+	}
 }

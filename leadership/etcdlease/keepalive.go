@@ -48,6 +48,7 @@ type kaStream struct {
 	send   chan struct{}          // a request to send (capacity 1)
 	quit   chan struct{}          // closed to end the stream cleanly
 	sentAt time.Time              // send time of the request out on it; zero: none (the keeper's goroutine only)
+	sent   leadership.Instant     // the same, on the session's clock (the lease's deadline counts from it)
 	member atomic.Pointer[string] // address of the member it reached, once open
 }
 
@@ -112,7 +113,7 @@ func (h *lease) KeepAlive(ctx context.Context) *leadership.EndedError {
 			if a.st != k.cur || a.st.sentAt.IsZero() {
 				continue // from a stream given up on
 			}
-			sentAt := a.st.sentAt
+			sentAt, sent := a.st.sentAt, a.st.sent
 			a.st.sentAt = time.Time{}
 			if err := a.check(h.id); err != nil {
 				next, why = k.failed(err)
@@ -122,7 +123,7 @@ func (h *lease) KeepAlive(ctx context.Context) *leadership.EndedError {
 				l.End(leadership.Ended(leadership.ReasonLeaseLost, "etcd reports lease %x gone", int64(h.id)))
 				continue
 			}
-			k.renewed(sentAt, a.resp)
+			k.renewed(sent, a.resp)
 			next, why = sentAt.Add(st.cfg.RenewInterval), sendScheduled
 		case <-timer.C:
 			now := time.Now()
@@ -156,11 +157,11 @@ func (a kaAnswer) check(id clientv3.LeaseID) error {
 	return nil
 }
 
-// renewed applies an acknowledged keep-alive sent at sentAt (one answered
+// renewed applies an acknowledged keep-alive sent at sent (one answered
 // after the deadline ends the lease instead).
-func (k *keeper) renewed(sentAt time.Time, resp *pb.LeaseKeepAliveResponse) {
+func (k *keeper) renewed(sent leadership.Instant, resp *pb.LeaseKeepAliveResponse) {
 	h := k.h
-	if !h.l.Renewed(sentAt, time.Duration(resp.TTL)*time.Second) {
+	if !h.l.Renewed(sent, time.Duration(resp.TTL)*time.Second) {
 		return
 	}
 	if k.fails > 0 {
@@ -200,10 +201,11 @@ func (k *keeper) sendNow(now time.Time, why sendReason) {
 	if k.cur == nil {
 		k.cur = k.open()
 	}
-	k.cur.sentAt = now
+	sent := h.l.Now()
+	k.cur.sentAt, k.cur.sent = sent.Time(), sent
 	h.l.Sent()
 	if h.st.onKeepAlive != nil {
-		h.st.onKeepAlive(why, now)
+		h.st.onKeepAlive(why, sent.Time())
 	}
 	k.cur.send <- struct{}{}
 }

@@ -37,12 +37,13 @@ func (st *store) CheckJob(string) error { return nil }
 func (st *store) Open(ctx context.Context, l *leadership.Lease) (leadership.Held, error) {
 	ctx, cancel := context.WithTimeout(ctx, st.cfg.TTL)
 	defer cancel()
-	sentAt := time.Now()
+	sent := l.Now()
+	sentAt := sent.Time()
 	resp, err := st.cfg.Client.Grant(ctx, int64(st.cfg.TTL/time.Second))
 	if err != nil {
 		return nil, fmt.Errorf("grant lease: %w", err)
 	}
-	l.Start(sentAt, time.Duration(resp.TTL)*time.Second)
+	l.Start(sent, time.Duration(resp.TTL)*time.Second)
 	l.Own(leaseID(resp.ID))
 	h := &lease{st: st, l: l, id: resp.ID, sentAt: sentAt}
 	if err := h.register(ctx); err != nil {

@@ -85,7 +85,7 @@ func (h *lease) renew(ctx context.Context, leaving bool) error {
 	// Up to the deadline, not one renew interval: a renewal given up on
 	// while the API server still commits it makes the next one conflict (one
 	// more read); after the deadline it could not renew anything.
-	sentAt := time.Now()
+	sent := l.Now()
 	ctx, cancel := context.WithTimeout(ctx, max(st.cfg.RenewInterval, time.Until(l.Deadline())))
 	defer cancel()
 	stop := context.AfterFunc(l.Context(), cancel)
@@ -112,7 +112,7 @@ func (h *lease) renew(ctx context.Context, leaving bool) error {
 	}
 	h.obj = res
 	st.obs.put(res)
-	l.Renewed(sentAt, st.cfg.TTL)
+	l.Renewed(sent, st.cfg.TTL)
 	return nil
 }
 

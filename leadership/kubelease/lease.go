@@ -115,14 +115,14 @@ func (h *lease) write(ctx context.Context, cur *coordv1.Lease, do func(context.C
 	h.l.Own(h.holder)
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.st.cfg.TTL)
 	defer cancel()
-	sentAt := time.Now()
+	sent := h.l.Now()
 	res, err := do(wctx, h.st.instanceObject(h.holder, cur))
 	if err != nil {
 		lost := apierrors.IsAlreadyExists(err) || apierrors.IsConflict(err)
 		return lost, fmt.Errorf("take instance Lease %s: %w", h.st.cfg.instanceLease(h.st.cfg.Instance), err)
 	}
 	h.obj = res
-	h.l.Start(sentAt, h.st.cfg.TTL)
+	h.l.Start(sent, h.st.cfg.TTL)
 	return false, nil
 }
 
