@@ -150,17 +150,26 @@ func lines(r *os.File) <-chan string {
 // pids reads lines until n processes said who they are, and returns them.
 func pids(t testing.TB, out <-chan string, n int) []ident {
 	t.Helper()
+	got, ok := tryPids(out, n)
+	if !ok {
+		t.Fatalf("the output ended after %d of %d processes said who they are", len(got), n)
+	}
+	return got
+}
+
+// tryPids is pids, saying whether n processes spoke before the output ended.
+func tryPids(out <-chan string, n int) ([]ident, bool) {
 	var got []ident
 	for len(got) < n {
 		line, ok := <-out
 		if !ok {
-			t.Fatalf("the output ended after %d of %d processes said who they are", len(got), n)
+			return got, false
 		}
 		if id, ok := said(line); ok {
 			got = append(got, id)
 		}
 	}
-	return got
+	return got, true
 }
 
 // said parses a line of $SAY.

@@ -164,6 +164,12 @@ func (p *Process) Result() Result {
 // earlier, and returns once the supervisor has it. Once the run is ending
 // (Stop, the deadline's SIGTERM, the program's exit) the deadline moves only
 // earlier: a later one returns ErrEnded, as does a run that is over.
+//
+// Call it on a renewal of the lease, with that renewal's deadline read on
+// CLOCK_BOOTTIME (its send time there + TTL − margin). A term's deadline
+// kept on the monotonic clock and converted later, as boottime.Now() +
+// time.Until(d), carries a suspend's lost time into the supervisor: after a
+// resume it would extend a term that expired meanwhile.
 func (p *Process) Extend(ctx context.Context, deadline time.Duration) error {
 	if deadline <= 0 {
 		return errors.New("supervisor: a deadline must be a positive instant")

@@ -76,7 +76,9 @@ func TestAProgramIgnoringSIGTERMHearsItAndIsKilledAfterTheGrace(t *testing.T) {
 	r := start(t, `
 		trap 'echo term' TERM
 		eval "$SAY"
-		while :; do sleep 1000; done`)
+		# wait, not a foreground sleep: a shell runs a trap at once only
+		# while in wait (a sleep forked after the SIGTERM would delay it)
+		while :; do sleep 1000 & wait $!; done`)
 	ids := pids(t, r.out, 1)
 	stopped := boottime.Now()
 	if err := r.Stop(grace); err != nil {
@@ -170,8 +172,13 @@ func TestWhatAProgramLeavesBehindIsStoppedAndDoneWaitsForIt(t *testing.T) {
 
 func TestTheDeadlineKillsTheTreeWhenNotExtended(t *testing.T) {
 	const grace = 200 * time.Millisecond
-	r, deadline := startWithDeadline(t, grace, `eval "$SAY"; sh -c "$LEAF" & wait`)
-	ids := pids(t, r.out, 2)
+	var ids []ident
+	r, deadline := startWithDeadline(t, grace, `eval "$SAY"; sh -c "$LEAF" & wait`,
+		func(r *run, deadline time.Duration) bool {
+			var ok bool
+			ids, ok = tryPids(r.out, 2)
+			return ok && boottime.Now() < deadline-grace // both ran before the deadline's SIGTERM
+		})
 	<-r.Done()
 	if now := boottime.Now(); now < deadline-grace {
 		t.Errorf("the run was over %v before its deadline's SIGTERM was due", deadline-grace-now)
