@@ -171,3 +171,40 @@ func stopDev(t *testing.T, dev *devProcess, st devState) {
 		}
 	}
 }
+
+// The demo's exec job: the narration says when its program runs (its pid)
+// and, when its leader is killed, that the program is over — every process
+// of it gone — and the successor's program runs, with a higher token.
+func TestDevNarratesTheExecDemosProgramAcrossAKill(t *testing.T) {
+	t.Parallel()
+	dev := startDev(t)
+	runs := regexp.MustCompile(`fenced-script\s+its program runs \(pid (\d+), token (\d+);`)
+	var first []string
+	eventually(t, "the exec demo's program running", func() bool {
+		first = runs.FindStringSubmatch(dev.stdout())
+		return first != nil
+	})
+	resp, err := http.Post(dev.control+"/dev/kill?job=fenced-script", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	over := fmt.Sprintf("token %s's program (pid %s) is over, every process of it gone: ", first[2], first[1])
+	var next []string
+	eventually(t, "the program over and the successor's running", func() bool {
+		out := dev.stdout()
+		all := runs.FindAllStringSubmatch(out, -1)
+		if len(all) < 2 || !strings.Contains(out, over) {
+			return false
+		}
+		next = all[len(all)-1]
+		return true
+	})
+	if a, b := atoi64(t, first[2]), atoi64(t, next[2]); b <= a || next[1] == first[1] {
+		t.Errorf("the successor's program: pid %s token %d, after pid %s token %d; want another process, a higher token", next[1], b, first[1], a)
+	}
+	if _, err := os.Stat("/proc/" + first[1]); err == nil {
+		t.Errorf("the killed leader's program (pid %s) is alive", first[1])
+	}
+	stopDev(t, dev, dev.state())
+}

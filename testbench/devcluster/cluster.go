@@ -304,11 +304,15 @@ func (c *Cluster) startCAAndWebTier(ctx context.Context) (challenge []*net.TCPLi
 // configureInstances writes each instance's configuration and prepares (does
 // not start) its child: admin port lns[i], HTTP-01 listener challenge[i].
 func (c *Cluster) configureInstances(lns, challenge []*net.TCPListener) error {
+	script, err := writeDemoScript(c.dir)
+	if err != nil {
+		return err
+	}
 	for i := 1; i <= c.cfg.Instances; i++ {
 		name := fmt.Sprintf("server-%d", i)
 		listen := lns[i-1].Addr().String()
 		path := filepath.Join(c.dir, name+".yaml")
-		env := demoEnv{Dir: c.dir, CA: c.ca}
+		env := demoEnv{Dir: c.dir, CA: c.ca, Script: script, Psql: filepath.Join(c.PostgresBindir(), "psql"), Database: c.dbURL}
 		socks := []sockact.Socket{{Name: "admin", Listener: lns[i-1]}}
 		if challenge != nil {
 			env.Challenge = challenge[i-1].Addr().String()

@@ -37,6 +37,10 @@ type demoEnv struct {
 	// Challenge is where this instance serves HTTP-01 tokens (the
 	// renewer's challenge_listen); "" without the certrenew type.
 	Challenge string
+	// Script is the exec demo's program, Psql the client it runs, and
+	// Database the URL it connects with (no password: dev's PostgreSQL
+	// trusts loopback).
+	Script, Psql, Database string
 }
 
 // demoJobs are the jobs the instances run, in this order. To add one, add an
@@ -91,6 +95,21 @@ var demoJobs = []demoJob{
       lock_delay: 10s
       new_domain_check: 1s        # new domains and certs retry/renew acted on within a second
       require_public_tld: false   # the demo's names are under .test
+`},
+	{Name: "fenced-script", Type: "exec", YAML: `
+  # Any program behind the singleton gate: a shell script that writes a row
+  # a second through the SQL fence (snip_jobs_fence, its token from the
+  # environment). When its term ends, every process of it is stopped, and
+  # proven gone, before another instance may start it.
+  - name: fenced-script
+    type: exec
+    singleton: true
+    continuous: true
+    grace: 5s
+    options:
+      command: [/bin/sh, "{{.Script}}"]
+      env: {PSQL: "{{.Psql}}", DEV_DATABASE: "{{.Database}}"}
+      kill_grace: 2s
 `},
 	{Name: "prune-heartbeats", Type: "sql", Everywhere: true, YAML: `
   # Runs on every instance (not a singleton): each prunes old heartbeats.
@@ -196,6 +215,9 @@ func seed(ctx context.Context, pool *pgxpool.Pool) (domains int, err error) {
 	stmts := []string{
 		`CREATE TABLE IF NOT EXISTS dev_heartbeats (
 			id bigserial PRIMARY KEY, instance text NOT NULL, token bigint NOT NULL, at timestamptz NOT NULL DEFAULT now())`,
+		`CREATE TABLE IF NOT EXISTS dev_script_beats (
+			id bigserial PRIMARY KEY, instance text NOT NULL, token bigint NOT NULL, pid integer NOT NULL,
+			at timestamptz NOT NULL DEFAULT now())`,
 	}
 	for _, l := range demoLinks {
 		stmts = append(stmts, fmt.Sprintf(`INSERT INTO links (id, slug) VALUES (%d, '%s') ON CONFLICT DO NOTHING`, l.id, l.slug))
