@@ -116,7 +116,12 @@ type Reclaimed struct {
 // that runs, by another host, or from another PID namespace is refused
 // (ErrStillRunning, ErrOtherHost, ErrOtherPIDNamespace) and left alone.
 // docs/safety.md gives the argument.
-func Reclaim(ctx context.Context, c Cluster, instance, host string) (Reclaimed, error) {
+//
+// before, if given, runs once the process is proven gone and before its
+// lease is ended: what else of the dead process must be gone first (an exec
+// job's programs: see jobs/execjob/supervisor.WaitGone). Its error stops the
+// reclaim; the lease then expires on its own.
+func Reclaim(ctx context.Context, c Cluster, instance, host string, before ...func(context.Context) error) (Reclaimed, error) {
 	if err := CheckName("instance", instance); err != nil {
 		return Reclaimed{}, err
 	}
@@ -134,6 +139,11 @@ func Reclaim(ctx context.Context, c Cluster, instance, host string) (Reclaimed, 
 	out := Reclaimed{Found: true, Registration: reg}
 	if err := reg.Gone(host); err != nil {
 		return out, fmt.Errorf("instance %s: %w", instance, err)
+	}
+	for _, f := range before {
+		if err := f(ctx); err != nil {
+			return out, fmt.Errorf("leadership: reclaim %s: %w", instance, err)
+		}
 	}
 	if err := c.Revoke(ctx, reg); err != nil {
 		return out, fmt.Errorf("leadership: reclaim %s: end lease %s of dead pid %d: %w", instance, reg.Lease, reg.PID, err)

@@ -84,8 +84,8 @@ func TestAProgramDiesWithItsTermWhenSnipJobsIsFrozenOrKilled(t *testing.T) {
 					s := exectest.Starts(t, dir)
 					return len(s) >= 2 && s[len(s)-1].Instance != first.Instance
 				})
-				if o := exectest.Overlaps(t, dir); len(o) > 0 {
-					t.Errorf("after %s of the leader's snip-jobs, processes of its program were alive when the successor's started: %q", fault, o)
+				if o, err := exectest.Overlaps(dir); err != nil || len(o) > 0 {
+					t.Errorf("after %s of the leader's snip-jobs, processes of its program were alive when the successor's started: %q (%v)", fault, o, err)
 				}
 				if fault == "SIGSTOP" {
 					victim.signal(syscall.SIGCONT)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/snip/snip-jobs/app/connect"
 	"github.com/snip/snip-jobs/configs"
+	"github.com/snip/snip-jobs/jobs/execjob/supervisor"
 	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/scheduler"
 )
@@ -44,7 +45,8 @@ running (its PID and start time say so), ends its lease: on etcd it revokes
 the lease, and its leader keys go with it; on Kubernetes it deletes the
 instance Lease (if it still names that process), which frees the job Leases
 naming it. Either way the other servers take its jobs at once instead of when
-the lease expires (ttl). Then it records
+the lease expires (ttl) — once the supervisors of its exec jobs' programs on
+this host are gone (they kill their programs as soon as it dies). Then it records
 in the terms' history (job_terms) that the dead process's terms ended
 because it was reclaimed, and closes its runs left open as cut off. A process that stopped cleanly has released its
 lease already: nothing to do. It never touches the lease of a running
@@ -82,7 +84,11 @@ when set.`,
 				defer closeCluster()
 				ctx, cancel := context.WithTimeout(ctx, *timeout)
 				defer cancel()
-				got, err := leadership.Reclaim(ctx, cluster, f.Instance, "")
+				// Its exec programs' supervisors kill their trees as soon as it
+				// died; its jobs move once they are gone.
+				got, err := leadership.Reclaim(ctx, cluster, f.Instance, "", func(ctx context.Context) error {
+					return supervisor.WaitGone(ctx, f.Instance)
+				})
 				reg := got.Registration
 				switch {
 				case errors.Is(err, leadership.ErrStillRunning), errors.Is(err, leadership.ErrOtherHost), errors.Is(err, leadership.ErrOtherPIDNamespace):

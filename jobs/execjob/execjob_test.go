@@ -38,7 +38,7 @@ func script(t *testing.T, dir, name, body string) string {
 	return p
 }
 
-func execJob(t *testing.T, name string, sch configs.Schedule, o execjob.Options) configs.Job {
+func execJob(t testing.TB, name string, sch configs.Schedule, o execjob.Options) configs.Job {
 	return configs.Job{Name: name, Type: "exec", Singleton: true, Grace: 10 * time.Second, Schedule: sch,
 		Options: jobtest.Options(t, o)}
 }
@@ -136,8 +136,8 @@ func TestNoProcessOfAProgramOutlivesItsTerm(t *testing.T) {
 			s := exectest.Starts(t, dir)
 			return len(s) >= 2 && s[len(s)-1].Token != strconv.FormatInt(first.Token, 10)
 		})
-		if o := exectest.Overlaps(t, dir); len(o) > 0 {
-			t.Errorf("processes of the resigned term's program were alive when the successor's started: %q", o)
+		if o, err := exectest.Overlaps(dir); err != nil || len(o) > 0 {
+			t.Errorf("processes of the resigned term's program were alive when the successor's started: %q (%v)", o, err)
 		}
 		var killed float64
 		for _, n := range nodes {

@@ -51,24 +51,96 @@ func newJob(env scheduler.Env, spec configs.Job) (scheduler.Job, error) {
 		password = env.Pool.Config().ConnConfig.Password
 	}
 	redact := command.NewRedactor(append(command.DatabaseSecrets(password), command.EnvironmentSecrets(os.Environ())...))
-	j := &job{opts: o, redact: redact, m: m, settled: closed()}
+	j := &job{opts: o, redact: redact, m: m, settled: closed(), name: spec.Name, instance: env.Instance}
 	for name, value := range o.Env {
 		j.env = append(j.env, name+"="+value)
 	}
 	log.Info("exec configured", "command", redact.Args(o.Command), "dir", o.Dir, "kill_grace", o.KillGrace, "timeout", o.Timeout)
+	j.refill(log)
 	return j, nil
 }
 
 // job is one exec job of the config.
 type job struct {
-	opts   Options
-	env    []string // options.env, as NAME=value
-	redact *command.Redactor
-	m      *metrics
+	name, instance string
+	opts           Options
+	env            []string // options.env, as NAME=value
+	redact         *command.Redactor
+	m              *metrics
 
 	mu      sync.Mutex
 	live    int           // programs whose tree is not proven gone
 	settled chan struct{} // closed while live == 0
+	spare   *spare        // a supervisor ready for the next run (nil: none yet)
+}
+
+// spare is a supervisor started ahead of a run, with the read ends of the
+// output pipes it holds the write ends of.
+type spare struct {
+	sp       *supervisor.Spare
+	out, err *os.File
+}
+
+// newSpare starts a supervisor for the next run: a run then waits for no
+// process's start but its program's (a supervisor is the snip-jobs binary,
+// ~15 ms to start). Each exec job keeps one on each instance.
+func (j *job) newSpare() (*spare, error) {
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return nil, err
+	}
+	sp, err := supervisor.Prepare(supervisor.Spec{Stdout: outW, Stderr: errW, Instance: j.instance, Label: "job " + j.name})
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		return nil, err
+	}
+	return &spare{sp: sp, out: outR, err: errR}, nil
+}
+
+// takeSpare takes the ready supervisor, or starts one.
+func (j *job) takeSpare() (*spare, error) {
+	j.mu.Lock()
+	s := j.spare
+	j.spare = nil
+	j.mu.Unlock()
+	if s != nil {
+		return s, nil
+	}
+	return j.newSpare()
+}
+
+// refill starts the next run's supervisor in the background, unless one is
+// ready.
+func (j *job) refill(log *slog.Logger) {
+	go func() {
+		j.mu.Lock()
+		ready := j.spare != nil
+		j.mu.Unlock()
+		if ready {
+			return
+		}
+		s, err := j.newSpare()
+		if err != nil {
+			log.Warn("exec: cannot start a supervisor ahead of the next run; the run starts one", "err", err)
+			return
+		}
+		j.mu.Lock()
+		defer j.mu.Unlock()
+		if j.spare != nil { // another refill was quicker
+			go func() { s.sp.Close(); s.out.Close(); s.err.Close() }()
+			return
+		}
+		j.spare = s
+	}()
 }
 
 // Settled is closed once no program of this job is alive on this instance
@@ -112,29 +184,21 @@ func closed() chan struct{} {
 // is proven gone.
 func (j *job) Run(ctx context.Context, r *scheduler.Run) error {
 	log := r.Log.With("run", r.ID())
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		return fmt.Errorf("exec: output pipe: %w", err)
-	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		outR.Close()
-		outW.Close()
-		return fmt.Errorf("exec: output pipe: %w", err)
-	}
 	began := time.Now()
 	termDeadline := r.Deadline()
-	p, err := supervisor.Start(ctx, supervisor.Spec{
-		Path: j.opts.Command[0], Args: j.opts.Command[1:], Dir: j.opts.Dir,
-		Env:    command.Env(j.redact, nil, append(j.env, contractEnv(r, termDeadline)...)...),
-		Stdout: outW, Stderr: errW,
-		Deadline: j.bootDeadline(termDeadline, began), Label: fmt.Sprintf("%s run %d token %d", r.Job, r.ID(), r.Token),
-	})
-	outW.Close()
-	errW.Close()
+	s, err := j.takeSpare()
 	if err != nil {
-		outR.Close()
-		errR.Close()
+		return fmt.Errorf("exec: %w", err)
+	}
+	p, err := s.sp.Start(ctx, supervisor.Spec{
+		Path: j.opts.Command[0], Args: j.opts.Command[1:], Dir: j.opts.Dir,
+		Env:      command.Env(j.redact, nil, append(j.env, contractEnv(r, termDeadline)...)...),
+		Deadline: j.bootDeadline(termDeadline, began),
+	})
+	j.refill(log)
+	if err != nil {
+		s.out.Close()
+		s.err.Close()
 		return fmt.Errorf("exec: %w", err)
 	}
 	j.started()
@@ -144,8 +208,8 @@ func (j *job) Run(ctx context.Context, r *scheduler.Run) error {
 	r.RecordProcess(ctx, p.PID())
 	out := newOutput(log, j.redact, func(n int) { j.m.dropped.Add(float64(n)) })
 	var copying sync.WaitGroup
-	copying.Go(func() { out.copy(outR, "stdout"); outR.Close() })
-	copying.Go(func() { out.copy(errR, "stderr"); errR.Close() })
+	copying.Go(func() { out.copy(s.out, "stdout"); s.out.Close() })
+	copying.Go(func() { out.copy(s.err, "stderr"); s.err.Close() })
 	stopped := j.supervise(ctx, r, p, began)
 	copying.Wait()
 	out.close()

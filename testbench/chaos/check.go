@@ -15,25 +15,27 @@ import (
 
 // The invariants the checker verifies, as named in the report.
 const (
-	InvTokenOrder = "every job's writes accepted in token order, never interleaved"
-	InvTermOwner  = "each accepted token is a term etcd granted to that job, written by its holder"
-	InvFenceTable = "fencing_tokens agrees with the accepted writes"
-	InvCounts     = "click counts equal the committed valid events exactly"
-	InvReport     = "one weekly report (and one mail) per week, from a granted term"
-	InvCerts      = "at most one current certificate per domain, stored by a granted term"
-	InvQuorum     = "no term started, and no term acted past its TTL, while etcd had no quorum"
-	InvPaused     = "a paused job does nothing from a renew interval after its pause until its resume"
-	InvManual     = "each manual run executes once: one committed run for a done request, none for another"
-	InvDrained    = "a drained instance does nothing from a renew interval after its drain until its undrain"
-	InvRecovery   = "the cluster recovered after every fault (every job led, the probe written)"
-	InvRunInTerm  = "no run of a term is recorded as beginning after that term's end"
-	InvOKOverlap  = "no two runs of a singleton recorded ok overlap"
-	InvRunClosed  = "no run is left open a TTL after its term's successor began"
+	InvTokenOrder     = "every job's writes accepted in token order, never interleaved"
+	InvTermOwner      = "each accepted token is a term etcd granted to that job, written by its holder"
+	InvFenceTable     = "fencing_tokens agrees with the accepted writes"
+	InvCounts         = "click counts equal the committed valid events exactly"
+	InvReport         = "one weekly report (and one mail) per week, from a granted term"
+	InvCerts          = "at most one current certificate per domain, stored by a granted term"
+	InvQuorum         = "no term started, and no term acted past its TTL, while etcd had no quorum"
+	InvPaused         = "a paused job does nothing from a renew interval after its pause until its resume"
+	InvManual         = "each manual run executes once: one committed run for a done request, none for another"
+	InvDrained        = "a drained instance does nothing from a renew interval after its drain until its undrain"
+	InvRecovery       = "the cluster recovered after every fault (every job led, the probe written)"
+	InvRunInTerm      = "no run of a term is recorded as beginning after that term's end"
+	InvOKOverlap      = "no two runs of a singleton recorded ok overlap"
+	InvRunClosed      = "no run is left open a TTL after its term's successor began"
+	InvProgramOverlap = "no two programs of the exec singleton alive at once (each start finds no process of an earlier run)"
+	InvProgramLeft    = "no process of any exec program left once the instances stopped"
 )
 
 // Invariants lists them in the report's order.
 var Invariants = []string{InvTokenOrder, InvTermOwner, InvFenceTable, InvCounts, InvReport, InvCerts, InvQuorum,
-	InvPaused, InvManual, InvDrained, InvRunInTerm, InvOKOverlap, InvRunClosed, InvRecovery}
+	InvPaused, InvManual, InvDrained, InvRunInTerm, InvOKOverlap, InvRunClosed, InvProgramOverlap, InvProgramLeft, InvRecovery}
 
 // Violation is one broken invariant, with what shows it.
 type Violation struct {

@@ -2,8 +2,11 @@ package chaos
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 	"time"
+
+	"github.com/snip/snip-jobs/testbench/exectest"
 )
 
 // The records operators read (job_terms, and job_runs through its copy
@@ -99,3 +102,27 @@ func (k *checker) checkOKOverlap(runs []runRow) {
 
 // clock is an instant as the reports print it.
 func clock(t time.Time) string { return t.Format("15:04:05.000") }
+
+// checkPrograms checks the exec job's programs (package exectest's records
+// in dir; "" when the run had no exec job): no start found a process of an
+// earlier run alive, and none is alive now that every instance stopped.
+func (k *checker) checkPrograms(dir string) error {
+	if dir == "" {
+		return nil
+	}
+	overlaps, err := exectest.Overlaps(dir)
+	if err != nil {
+		return fmt.Errorf("read the programs' overlaps: %w", err)
+	}
+	for _, o := range overlaps {
+		k.violate(InvProgramOverlap, "a program started while process %s (pid, its run's records) of an earlier run was alive", o)
+	}
+	alive, err := exectest.Alive(dir)
+	if err != nil {
+		return fmt.Errorf("read the programs' processes: %w", err)
+	}
+	for _, pid := range alive {
+		k.violate(InvProgramLeft, "process %s of a program is alive after every instance stopped", pid)
+	}
+	return nil
+}

@@ -24,6 +24,7 @@ import (
 	"github.com/snip/snip-jobs/migrations"
 	"github.com/snip/snip-jobs/testbench/acmetest"
 	"github.com/snip/snip-jobs/testbench/childproc"
+	"github.com/snip/snip-jobs/testbench/exectest"
 	"github.com/snip/snip-jobs/testbench/faultproxy"
 	"github.com/snip/snip-jobs/testbench/gobuild"
 	"github.com/snip/snip-jobs/testbench/pgcluster"
@@ -38,7 +39,14 @@ const (
 	JobReport     = "weekly-report"
 	JobCerts      = "cert-renewer"
 	JobAggregator = "aggregator"
+	// JobScript is an exec job (a release from before that type runs
+	// without it: see scriptJob).
+	JobScript = "script"
 )
+
+// continuous reports whether job runs continuously (there is no extra run of
+// it for an operator to ask for).
+func continuous(job string) bool { return job == JobAggregator || job == JobScript }
 
 // Margin is the stop-early margin the instances run with: a quarter of the TTL.
 func Margin(ttl time.Duration) time.Duration { return ttl / 4 }
@@ -64,6 +72,7 @@ type cluster struct {
 	etcd        *etcdCluster
 	etcdVersion string // the members' server version
 	pg          *pgcluster.Cluster
+	scriptDir   string // the script job's records (exectest); "" without it
 	dbURL       string // direct, for the harness
 	pool        *pgxpool.Pool
 	ca          *acmetest.CA
@@ -150,6 +159,14 @@ func startCluster(ctx context.Context, o Options) (_ *cluster, err error) {
 	}
 	c.jobs = []string{JobProbe, JobReport, JobCerts, JobAggregator}
 	jobs := fmt.Sprintf(jobsYAML, c.ca.DirectoryURL, c.ca.RootsFile, acmetest.Profile, keyFile)
+	if o.previous == "" {
+		script, err := c.scriptJob()
+		if err != nil {
+			return nil, err
+		}
+		jobs += script
+		c.jobs = append(c.jobs, JobScript)
+	}
 	for i := range 3 {
 		in, err := c.newInstance(fmt.Sprintf("server-%c", 'a'+i), runs)
 		if err != nil {
@@ -368,6 +385,49 @@ const jobsYAML = `  - name: probe
     options:
       interval: 100ms
 `
+
+// scriptLoop is what the script job's program does after the watcher's
+// prelude (package exectest: its tree, and a check that no process of an
+// earlier run is alive as it starts): every half second, in a transaction of
+// its own, it fences with snip_jobs_fence and writes a row naming its
+// instance and token, logged like every job's writes (chaos_script); a
+// refused write ends it (exit 1).
+const scriptLoop = `while :; do
+	PGAPPNAME="snip-jobs run $SNIP_JOBS_INSTANCE" "$PSQL" -X -q -o /dev/null -v ON_ERROR_STOP=1 -v resource="$SNIP_JOBS_RESOURCE" \
+		-v token="$SNIP_JOBS_TOKEN" -v instance="$SNIP_JOBS_INSTANCE" "$DATABASE" <<'SQL' || exit 1
+BEGIN;
+SELECT snip_jobs_fence(:'resource', :token, :'instance');
+INSERT INTO chaos_script (instance, token) VALUES (:'instance', :token);
+COMMIT;
+SQL
+	sleep 0.5 & wait $!
+done
+`
+
+// scriptJob writes the script job's program into the run's folder and
+// returns its entry; {{database}} becomes the instance's own way to
+// PostgreSQL (its proxy: a cut of the instance cuts its program off too).
+func (c *cluster) scriptJob() (string, error) {
+	dir := filepath.Join(c.dir, "script")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return "", err
+	}
+	cmd, err := exectest.Program(dir, scriptLoop)
+	if err != nil {
+		return "", err
+	}
+	c.scriptDir = dir
+	return fmt.Sprintf(`  - name: script
+    type: exec
+    singleton: true
+    continuous: true
+    grace: 5s
+    options:
+      command: [%s, %s]
+      env: {PSQL: %s, DATABASE: "{{database}}"}
+      kill_grace: 500ms
+`, cmd[0], cmd[1], filepath.Join(c.pg.Bindir(), "psql")), nil
+}
 
 // settle waits until every instance runs and is ready, every leader-mode job
 // has a leader, and the probe has committed a row after `after` with the

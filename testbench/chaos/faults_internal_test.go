@@ -47,7 +47,7 @@ func TestTheControlsFaultsReportWhatTheirCommandsDid(t *testing.T) {
 	}}
 	md := rep.Markdown()
 	for _, want := range []string{
-		"| operator-pause | 2 | – (0) | – | – | – | pause → term over 40ms / 60ms / 60ms; resume → new term 30ms / 400ms / 400ms; `run` of the paused job refused 1 of 1 (none asked of the aggregator: continuous)",
+		"| operator-pause | 2 | – (0) | – | – | – | pause → term over 40ms / 60ms / 60ms; resume → new term 30ms / 400ms / 400ms; `run` of the paused job refused 1 of 1 (none asked of the continuous aggregator and script)",
 		"| manual-run | 2 | – (0) | – | – | – | request → done 250ms / 3.3s / 3.3s; 5 concurrent `run --wait`, 2 joined an open request, 3 requests; claimer struck in flight: sigkill 1 |",
 		"| drain | 1 | 1s / 1s / 1s (1) |",
 		"restarted while drained: 1 |",

@@ -208,7 +208,7 @@ func writeInstanceConfig(dir string, in *instance, endpoints []string, etcd stri
 	b.WriteString("log:\n  format: json\n  level: info\n")
 	b.WriteString("shutdown_timeout: 10s\n")
 	b.WriteString("jobs:\n")
-	b.WriteString(strings.ReplaceAll(jobs, "{{challenge}}", in.challenge))
+	b.WriteString(strings.NewReplacer("{{challenge}}", in.challenge, "{{database}}", in.databaseURL).Replace(jobs))
 	in.config = filepath.Join(dir, in.name+".yaml")
 	return os.WriteFile(in.config, []byte(b.String()), 0o600)
 }

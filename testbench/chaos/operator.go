@@ -141,7 +141,7 @@ func (c *cluster) operatorPause(ctx context.Context, rng *rand.Rand, f *Fault) e
 	}
 	sleep.For(ctx, c.hold())
 	var err error
-	if job != JobAggregator {
+	if !continuous(job) {
 		out, code, rerr := c.operate(ctx, via, "run", "--by", "snip-chaos", job)
 		fig.Refused = rerr == nil && code == 1 && strings.Contains(out, "is paused")
 		if !fig.Refused {

@@ -42,7 +42,7 @@ func (a *controlAcc) add(f *Fault) {
 		a.resumed = append(a.resumed, c.Resumed)
 	}
 	a.done = append(a.done, c.Done...)
-	a.s.Asked += b2i(f.Kind == OperatorPause && f.Job != JobAggregator)
+	a.s.Asked += b2i(f.Kind == OperatorPause && !continuous(f.Job))
 	a.s.Refused += b2i(c.Refused)
 	a.s.CatchUp += b2i(c.CatchUp)
 	a.s.Restarted += b2i(c.Restarted)
@@ -76,7 +76,7 @@ func (s KindStats) controlsOther() []string {
 	switch s.Kind {
 	case OperatorPause:
 		out = append(out, "pause → term over "+c.Stopped.String(), "resume → new term "+c.Resumed.String(),
-			fmt.Sprintf("`run` of the paused job refused %d of %d (none asked of the aggregator: continuous)", c.Refused, c.Asked))
+			fmt.Sprintf("`run` of the paused job refused %d of %d (none asked of the continuous aggregator and script)", c.Refused, c.Asked))
 		if c.CatchUp > 0 {
 			out = append(out, fmt.Sprintf("resumed with --catch-up: %d", c.CatchUp))
 		}

@@ -277,6 +277,9 @@ func (c *cluster) conclude(ctx context.Context, rep *Report) (*Report, error) {
 	controls := k.checkControls(f)
 	rep.Controls = &controls
 	k.checkRecords(f, c.upgradedAt(rep.Faults), f.asOf)
+	if err := k.checkPrograms(c.scriptDir); err != nil {
+		return nil, err
+	}
 	k.checkRecovery(rep.Faults)
 	noActing(f.probe, rep.Faults)
 	rep.Violations = append(rep.Violations, k.out...)

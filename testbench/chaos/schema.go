@@ -34,6 +34,13 @@ BEGIN
 END $$;
 CREATE TRIGGER chaos_copy_clicks AFTER INSERT ON click_events
     REFERENCING NEW TABLE AS inserted FOR EACH STATEMENT EXECUTE FUNCTION chaos_copy_clicks();
+-- The script job's writes (an exec job's program, through snip_jobs_fence).
+CREATE TABLE chaos_script (
+    id       bigserial PRIMARY KEY,
+    instance text      NOT NULL,
+    token    bigint    NOT NULL,
+    at       timestamptz NOT NULL DEFAULT now()
+);
 CREATE TABLE chaos_probe (
     id           bigserial PRIMARY KEY,
     instance     text      NOT NULL,
@@ -182,6 +189,7 @@ var loggedWrites = []loggedWrite{
 	{JobCerts, "certrenew_invalid_domains", "INSERT OR UPDATE", "", "token", ""},
 	{JobCerts, "certrenew_job", "INSERT OR UPDATE", "", "token", ""},
 	{JobCerts, "certrenew_account", "INSERT", "", "token", ""},
+	{JobScript, "chaos_script", "INSERT", "", "token", "instance"},
 }
 
 // triggersSQL creates the deferred constraint triggers of loggedWrites, on

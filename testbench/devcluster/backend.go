@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/snip/snip-jobs/app/etcdlocal"
+	"github.com/snip/snip-jobs/jobs/execjob/supervisor"
 	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/leadership/etcdlease"
 	"github.com/snip/snip-jobs/leadership/etcdlease/layout"
@@ -140,7 +141,7 @@ func (e *etcdTerms) close() {
 // It then records, as the command does, that the process's terms ended
 // because it was reclaimed (pool: the cluster's database).
 func reclaim(ctx context.Context, c leadership.Cluster, pool *pgxpool.Pool, instance string, ttl time.Duration) string {
-	got, err := leadership.Reclaim(ctx, c, instance, "")
+	got, err := leadership.Reclaim(ctx, c, instance, "", func(ctx context.Context) error { return supervisor.WaitGone(ctx, instance) })
 	switch {
 	case err != nil:
 		return fmt.Sprintf(" and its lease could not be ended (%v): its jobs move once it expires, within %v", err, ttl)

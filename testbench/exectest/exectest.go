@@ -1,22 +1,24 @@
-// Package exectest is a program for the tests of the exec job type: a shell
-// script that starts a process tree no process group holds, records it, and
-// checks, as it starts, that no process of an earlier run is alive.
+// Package exectest is a program for the tests of the exec job type and the
+// fault harness: a shell script that starts a process tree no process group
+// holds, records it, and checks, as it starts, that no process of an
+// earlier run is alive.
 package exectest
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 )
 
-// watcher starts a child that calls setsid and a daemon that double-forks
+// prelude starts a child that calls setsid and a daemon that double-forks
 // (both deaf to SIGTERM), records every pid of its tree with its start time
 // (so that a recycled pid is not taken for it) in tree-<pid>, ignores
 // SIGTERM itself, and, as it starts, records in overlaps the processes of
-// earlier runs (any tree-* file) still alive; then it appends
-// "<instance> <token>" to starts and waits to be killed.
-const watcher = `dir="$1"
+// earlier runs (any tree-* file) still alive; then it appends "<instance>
+// <token>" to starts. What follows it loops until the program is killed.
+const prelude = `dir="$1"
 alive() { [ "$(cut -d' ' -f22 /proc/$1/stat 2>/dev/null)" = "$2" ]; }
 for f in "$dir"/tree-*; do
 	[ -e "$f" ] || continue
@@ -30,18 +32,33 @@ sh -c '(trap "" TERM; exec sleep 1000) & echo $! > "$1"' - "$dir/daemon-$$"
 me "$(cat "$dir/daemon-$$")"
 echo "$SNIP_JOBS_INSTANCE $SNIP_JOBS_TOKEN" >> "$dir/starts"
 trap '' TERM
-while :; do sleep 1; done
 `
 
-// Watcher writes the watcher program into dir and returns its command: the
-// program and its argument (dir, where it keeps its records).
+// idle is the watcher's loop when it has nothing else to do.
+const idle = "while :; do sleep 1; done\n"
+
+// Program writes the watcher into dir, with loop (shell, "" for an idle
+// one) after its prelude, and returns its command: the program and its
+// argument (dir, where it keeps its records).
+func Program(dir, loop string) ([]string, error) {
+	if loop == "" {
+		loop = idle
+	}
+	p := filepath.Join(dir, "watcher.sh")
+	if err := os.WriteFile(p, []byte("#!/bin/sh\n"+prelude+loop), 0o755); err != nil {
+		return nil, err
+	}
+	return []string{p, dir}, nil
+}
+
+// Watcher is Program with an idle loop, failing t on error.
 func Watcher(t testing.TB, dir string) []string {
 	t.Helper()
-	p := filepath.Join(dir, "watcher.sh")
-	if err := os.WriteFile(p, []byte("#!/bin/sh\n"+watcher), 0o755); err != nil {
+	cmd, err := Program(dir, "")
+	if err != nil {
 		t.Fatal(err)
 	}
-	return []string{p, dir}
+	return cmd
 }
 
 // Start is one start of the watcher: where, with which token.
@@ -50,8 +67,12 @@ type Start struct{ Instance, Token string }
 // Starts lists the watcher's starts in dir, oldest first.
 func Starts(t testing.TB, dir string) []Start {
 	t.Helper()
+	ls, err := lines(filepath.Join(dir, "starts"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	var out []Start
-	for _, l := range lines(t, filepath.Join(dir, "starts")) {
+	for _, l := range ls {
 		in, tok, _ := strings.Cut(l, " ")
 		out = append(out, Start{in, tok})
 	}
@@ -60,45 +81,52 @@ func Starts(t testing.TB, dir string) []Start {
 
 // Overlaps lists the processes of earlier runs a start found alive
 // ("<pid> <tree file>"): none, if no program outlived its term.
-func Overlaps(t testing.TB, dir string) []string {
-	t.Helper()
-	return lines(t, filepath.Join(dir, "overlaps"))
-}
+func Overlaps(dir string) ([]string, error) { return lines(filepath.Join(dir, "overlaps")) }
 
 // Alive lists the processes of every run recorded in dir that are alive now.
-func Alive(t testing.TB, dir string) []string {
-	t.Helper()
+func Alive(dir string) ([]string, error) {
 	trees, err := filepath.Glob(filepath.Join(dir, "tree-*"))
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	var out []string
 	for _, f := range trees {
-		for _, l := range lines(t, f) {
-			pid, start, _ := strings.Cut(l, " ")
-			b, err := os.ReadFile("/proc/" + pid + "/stat")
-			if err != nil {
-				continue
-			}
-			s := string(b)
-			if i := strings.LastIndexByte(s, ')'); i >= 0 {
-				if f := strings.Fields(s[i+1:]); len(f) > 19 && f[19] == start && f[0] != "Z" {
-					out = append(out, pid)
-				}
+		ls, err := lines(f)
+		if err != nil {
+			return nil, err
+		}
+		for _, l := range ls {
+			if pid, start, _ := strings.Cut(l, " "); running(pid, start) {
+				out = append(out, pid)
 			}
 		}
 	}
-	return out
+	return out, nil
 }
 
-func lines(t testing.TB, path string) []string {
-	t.Helper()
+// running reports whether pid is a live process that started at start
+// (clock ticks since boot, /proc/<pid>/stat's 22nd field).
+func running(pid, start string) bool {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return false
+	}
+	f := strings.Fields(s[i+1:])
+	return len(f) > 19 && f[19] == start && f[0] != "Z"
+}
+
+func lines(path string) ([]string, error) {
 	b, err := os.ReadFile(path)
-	if os.IsNotExist(err) {
-		return nil
+	if errors.Is(err, os.ErrNotExist) || len(b) == 0 {
+		return nil, nil
 	}
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	return strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Split(strings.TrimRight(string(b), "\n"), "\n"), nil
 }

@@ -76,7 +76,7 @@ const kubePrefix = "snip-test"
 // the test's own view connects as the schema's owner. The test's package needs
 // func TestMain(m *testing.M) { os.Exit(benchtest.RunMain(m)) }.
 type Cluster struct {
-	T          *testing.T
+	T          testing.TB
 	Backend    Backend
 	URL        string        // database URL as the schema's owner: the test's fixtures and checks
 	RuntimeURL string        // database URL as the runtime role: what the instances use
@@ -100,14 +100,14 @@ type Cluster struct {
 }
 
 // NewCluster starts etcd and a fresh database with every migration applied.
-func NewCluster(t *testing.T) *Cluster {
+func NewCluster(t testing.TB) *Cluster {
 	t.Helper()
 	return NewClusterOn(t, Etcd)
 }
 
 // NewClusterOn is NewCluster on backend b: for Kubernetes, a namespace of the
 // test's own on the shared kube-apiserver.
-func NewClusterOn(t *testing.T, b Backend) *Cluster {
+func NewClusterOn(t testing.TB, b Backend) *Cluster {
 	t.Helper()
 	db := dbtest.NewDB(t)
 	c := &Cluster{T: t, Backend: b, URL: db.Owner, RuntimeURL: db.Runtime, TTL: 2 * time.Second}
@@ -369,7 +369,7 @@ func CronJob(name, typ string, every time.Duration, loc *time.Location, coord co
 }
 
 // Registry builds a registry or fails the test.
-func Registry(t *testing.T, types ...scheduler.Type) *scheduler.Registry {
+func Registry(t testing.TB, types ...scheduler.Type) *scheduler.Registry {
 	t.Helper()
 	r, err := scheduler.NewRegistry(types...)
 	if err != nil {
@@ -407,13 +407,13 @@ func (c *Cluster) WaitKeys(what string, cond func() bool) {
 
 // MetricSum adds up every series of a metric family on a node's registry;
 // given label/value pairs, only the series that carry all of them.
-func (n *Node) MetricSum(t *testing.T, name string, labelPairs ...string) float64 {
+func (n *Node) MetricSum(t testing.TB, name string, labelPairs ...string) float64 {
 	t.Helper()
 	return MetricSum(t, n.Metrics, name, labelPairs...)
 }
 
 // MetricSum is Node.MetricSum on any registry.
-func MetricSum(t *testing.T, reg prometheus.Gatherer, name string, labelPairs ...string) float64 {
+func MetricSum(t testing.TB, reg prometheus.Gatherer, name string, labelPairs ...string) float64 {
 	t.Helper()
 	families, err := reg.Gather()
 	if err != nil {

@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"os"
-	"slices"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/snip/snip-jobs/testbench/percentile"
 )
 
 // The benchmarks report the p50 and p99 of what each iteration measured.
@@ -62,7 +64,46 @@ func BenchmarkStart(b *testing.B) {
 		<-p.Done()
 		b.StartTimer()
 	}
-	reportPercentiles(b, "", took)
+	percentile.Report(b, "", took)
+}
+
+// Start's time from a spare supervisor (Prepare, untimed, as an exec job
+// keeps one ready): the program exec'd and its pid reported; beside it, the
+// baseline without the safety: os/exec starting the same program from this
+// process, alternating in one run.
+func BenchmarkStartFromASpare(b *testing.B) {
+	spec := Spec{Path: "/bin/sh", Args: []string{"-c", "exec sleep 1000"}, Env: programEnv, Grace: time.Minute,
+		Binary: os.Getenv("SNIP_SUPERVISOR_BINARY"), Label: b.Name()}
+	var spare, plain []time.Duration
+	for range b.N {
+		b.StopTimer()
+		sp, err := Prepare(spec)
+		if err != nil {
+			b.Fatal(err)
+		}
+		<-sp.Ready()
+		b.StartTimer()
+		t0 := time.Now()
+		p, err := sp.Start(b.Context(), spec)
+		if err != nil {
+			b.Fatal(err)
+		}
+		spare = append(spare, time.Since(t0))
+		t0 = time.Now()
+		cmd := exec.Command(spec.Path, spec.Args...)
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		plain = append(plain, time.Since(t0))
+		b.StopTimer()
+		p.Stop(0)
+		<-p.Done()
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		b.StartTimer()
+	}
+	percentile.Report(b, "spare-", spare)
+	percentile.Report(b, "os-exec-", plain)
 }
 
 // Stop until Done: the tree's SIGTERM (or its grace and SIGKILL), the
@@ -99,16 +140,7 @@ func benchStop(b *testing.B, script string, grace time.Duration) {
 	if grace < time.Minute {
 		name = "over-grace-"
 	}
-	reportPercentiles(b, name, took)
-}
-
-func reportPercentiles(b *testing.B, prefix string, took []time.Duration) {
-	slices.Sort(took)
-	at := func(q float64) float64 {
-		return float64(took[min(len(took)-1, int(q*float64(len(took))))]) / 1e6
-	}
-	b.ReportMetric(at(0.50), prefix+"p50-ms")
-	b.ReportMetric(at(0.99), prefix+"p99-ms")
+	percentile.Report(b, name, took)
 }
 
 // reportMemory reports the supervisor's resident and private dirty memory:

@@ -88,6 +88,7 @@ func closeOnExec() error {
 // serve runs one program from the caller's order to the proof that its tree
 // is gone.
 func (s *supervisor) serve(setupErr error) int {
+	s.send(report{Ready: true}) // its start is over: a spare waits for its order from here
 	var o order
 	if err := s.dec.Decode(&o); err != nil {
 		return 0 // the caller went before saying what to run: nothing started

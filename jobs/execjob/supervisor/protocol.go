@@ -28,9 +28,10 @@ type command struct {
 	Stop *time.Duration `json:"stop,omitempty"`
 }
 
-// report is every message of the supervisor, in this order: PID or
+// report is every message of the supervisor, in this order: Ready; PID or
 // StartErr; then acks as they come; Exit; Gone.
 type report struct {
+	Ready    bool          `json:"ready,omitempty"`
 	PID      int           `json:"pid,omitempty"`
 	StartErr *startFailure `json:"start_error,omitempty"`
 	Ack      *ack          `json:"ack,omitempty"`

@@ -92,6 +92,11 @@ type Spec struct {
 	// Label is shown in the supervisor's arguments for ps (job and run); no
 	// secrets.
 	Label string
+	// Instance is the snip-jobs instance whose run this is, also in the
+	// supervisor's arguments: a death reclaim of that instance waits for its
+	// supervisors to be gone (Supervising) before other instances may take
+	// its jobs.
+	Instance string
 	// Binary is the executable to run as the supervisor; "" is this
 	// process's own (/proc/self/exe, the file it was started from even if a
 	// package upgrade replaced it since, so both ends speak the same protocol).
@@ -159,6 +164,7 @@ type Process struct {
 	amu  sync.Mutex
 	acks map[uint64]chan ack // Extends waiting for their answer
 
+	ready    chan struct{} // closed once the supervisor waits for its order
 	started  chan struct{} // closed at the report of the pid or of the start's failure
 	startErr error
 	done     chan struct{}
