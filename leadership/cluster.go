@@ -121,7 +121,7 @@ type Reclaimed struct {
 // lease is ended: what else of the dead process must be gone first (an exec
 // job's programs: see jobs/execjob/supervisor.WaitGone). Its error stops the
 // reclaim; the lease then expires on its own.
-func Reclaim(ctx context.Context, c Cluster, instance, host string, before ...func(context.Context) error) (Reclaimed, error) {
+func Reclaim(ctx context.Context, c Cluster, instance, host string, before ...func(context.Context, Registration) error) (Reclaimed, error) {
 	if err := CheckName("instance", instance); err != nil {
 		return Reclaimed{}, err
 	}
@@ -141,7 +141,7 @@ func Reclaim(ctx context.Context, c Cluster, instance, host string, before ...fu
 		return out, fmt.Errorf("instance %s: %w", instance, err)
 	}
 	for _, f := range before {
-		if err := f(ctx); err != nil {
+		if err := f(ctx, reg); err != nil {
 			return out, fmt.Errorf("leadership: reclaim %s: %w", instance, err)
 		}
 	}

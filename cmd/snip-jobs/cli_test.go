@@ -263,6 +263,7 @@ func TestValidateReportsABadOptionOfEveryTypeAtItsLine(t *testing.T) {
 		{"certrenew", "every: 1h", "concurrency: [1]", `options.concurrency must be a whole number, not a list`},
 		{"certsync", "continuous: true", "reload_timeout: soon", `options.reload_timeout: "soon" is not a duration`},
 		{"sql", "every: 1h", "statement: {a: 1}", `options.statement must be a string, not a mapping`},
+		{"exec", "every: 1h", "command: [bin/backup]", `options.command: the program "bin/backup" must be an absolute path`},
 	}
 	var names []string
 	for _, c := range cases {

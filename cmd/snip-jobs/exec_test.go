@@ -28,24 +28,31 @@ func watcherJob(dir string, command []string) string {
 
 // execCluster is two instances running the watcher on one backend.
 type execCluster struct {
-	procs map[string]*instance
+	procs    map[string]*instance
+	endpoint string // the etcd member's (etcd only)
 }
 
 func startExecCluster(t *testing.T, backend string, jobs string) execCluster {
 	t.Helper()
+	if backend != "kubernetes" {
+		return startEtcdExecCluster(t, jobs)
+	}
 	ec := execCluster{procs: map[string]*instance{}}
-	if backend == "kubernetes" {
-		o := newKubeOps(t, jobs, "")
-		for _, name := range []string{"server-a", "server-b"} {
-			ec.procs[name] = o.start(name)
-		}
-		return ec
+	o := newKubeOps(t, jobs, "")
+	for _, name := range []string{"server-a", "server-b"} {
+		ec.procs[name] = o.start(name)
 	}
+	return ec
+}
+
+// startEtcdExecCluster is startExecCluster on one etcd member.
+func startEtcdExecCluster(t testing.TB, jobs string) execCluster {
+	t.Helper()
+	ec := execCluster{procs: map[string]*instance{}}
 	etcd := etcdtest.Start(t, 1)
+	ec.endpoint = etcd.Endpoint(0)
 	url := benchtest.PostgresDB(t)
-	mk := func(name string) config {
-		return config{instance: name, endpoints: []string{etcd.Endpoint(0)}, jobs: jobs}
-	}
+	mk := func(name string) config { return config{instance: name, endpoints: []string{etcd.Endpoint(0)}, jobs: jobs} }
 	env := dbEnv(migrate(t, writeConfig(t, mk("migrator")), url))
 	for _, name := range []string{"server-a", "server-b"} {
 		ec.procs[name] = start(t, mk(name), env)

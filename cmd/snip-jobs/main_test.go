@@ -41,7 +41,7 @@ func TestMain(m *testing.M) {
 const waitLong = benchtest.Patience
 
 // eventually polls cond until it holds (benchtest.Eventually).
-func eventually(t *testing.T, what string, cond func() bool) {
+func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	benchtest.Eventually(t, what, cond)
 }
@@ -62,7 +62,7 @@ type result struct {
 }
 
 // snip runs the binary to completion with extra environment variables.
-func snip(t *testing.T, env []string, args ...string) result {
+func snip(t testing.TB, env []string, args ...string) result {
 	t.Helper()
 	r := clitest.Run(t, binary, env, args...)
 	return result{code: r.Code, stdout: r.Stdout, stderr: r.Stderr}
@@ -120,7 +120,7 @@ const pulseJob = `
 
 const pulsesTable = `CREATE TABLE pulses (id bigserial PRIMARY KEY, instance text NOT NULL, token bigint NOT NULL)`
 
-func writeConfig(t *testing.T, c config) string {
+func writeConfig(t testing.TB, c config) string {
 	t.Helper()
 	var b strings.Builder
 	fmt.Fprintf(&b, "instance: %s\n", c.instance)
@@ -177,7 +177,7 @@ func writeEtcd(b *strings.Builder, c config) {
 
 // instance is a `snip-jobs run` process.
 type instance struct {
-	t      *testing.T
+	t      testing.TB
 	name   string
 	config string
 	admin  string // http://127.0.0.1:port
@@ -188,7 +188,7 @@ type instance struct {
 
 // start starts `snip-jobs run` for the config c, and stops it (SIGKILL) at the
 // end of the test if it still runs; its logs are shown when the test failed.
-func start(t *testing.T, c config, env []string, args ...string) *instance {
+func start(t testing.TB, c config, env []string, args ...string) *instance {
 	t.Helper()
 	// The admin socket is the test's, passed as systemd would: held for the
 	// whole test, so no other process can take the port before the instance
@@ -308,7 +308,7 @@ func (in *instance) waitReady() {
 // table, the sql jobs' own, granted to the runtime role by its owner. It
 // returns the URL of the runtime role, which the commands under test use;
 // the test's fixtures and checks keep url.
-func migrate(t *testing.T, configPath, url string) (runtime string) {
+func migrate(t testing.TB, configPath, url string) (runtime string) {
 	t.Helper()
 	owner, runtime := dbtest.Roles(t, url)
 	r := snip(t, dbEnv(owner), "migrate", "--grant-to", dbtest.RuntimeRole, "--config", configPath)

@@ -86,8 +86,8 @@ when set.`,
 				defer cancel()
 				// Its exec programs' supervisors kill their trees as soon as it
 				// died; its jobs move once they are gone.
-				got, err := leadership.Reclaim(ctx, cluster, f.Instance, "", func(ctx context.Context) error {
-					return supervisor.WaitGone(ctx, f.Instance)
+				got, err := leadership.Reclaim(ctx, cluster, f.Instance, "", func(ctx context.Context, reg leadership.Registration) error {
+					return supervisor.WaitGone(ctx, f.Instance, reg.PID)
 				})
 				reg := got.Registration
 				switch {

@@ -141,7 +141,9 @@ func (e *etcdTerms) close() {
 // It then records, as the command does, that the process's terms ended
 // because it was reclaimed (pool: the cluster's database).
 func reclaim(ctx context.Context, c leadership.Cluster, pool *pgxpool.Pool, instance string, ttl time.Duration) string {
-	got, err := leadership.Reclaim(ctx, c, instance, "", func(ctx context.Context) error { return supervisor.WaitGone(ctx, instance) })
+	got, err := leadership.Reclaim(ctx, c, instance, "", func(ctx context.Context, reg leadership.Registration) error {
+		return supervisor.WaitGone(ctx, instance, reg.PID)
+	})
 	switch {
 	case err != nil:
 		return fmt.Sprintf(" and its lease could not be ended (%v): its jobs move once it expires, within %v", err, ttl)

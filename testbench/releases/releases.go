@@ -48,6 +48,28 @@ func Etcd(ctx context.Context, version string) (string, error) {
 	}.Run(ctx)
 }
 
+// Etcdctl returns etcd's own command-line client of version ("3.7.0"),
+// built as Etcd builds the server (module go.etcd.io/etcd/etcdctl/v3) into
+// <user cache>/snip-jobs/etcdctl-<version>/etcdctl: the anchor the exec job
+// is measured against (`etcdctl lock NAME -- CMD`).
+func Etcdctl(ctx context.Context, version string) (string, error) {
+	cache, err := gobuild.CacheDir()
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(cache, "etcdctl-"+version, "etcdctl")
+	check := gobuild.VersionSays("etcdctl version: " + version)
+	if gobuild.Cached(ctx, bin, check) {
+		return bin, nil
+	}
+	mod := fmt.Sprintf("module etcdctlbuild\n\ngo 1.24\n\nrequire go.etcd.io/etcd/etcdctl/v3 v%s\n", version)
+	return bin, gobuild.Build{
+		Bin: bin, Files: map[string]string{"go.mod": mod},
+		Steps: [][]string{append(append([]string{"build"}, gobuild.Lean...), "-o", "OUT", "go.etcd.io/etcd/etcdctl/v3")},
+		Check: check, Timeout: buildTimeout,
+	}.Run(ctx)
+}
+
 // Previous is the commit of this repository's previous release: the
 // parent of the commit that added the newest migration (migrations/*.sql), so
 // that upgrading from it applies a migration. It fails, saying so, when the

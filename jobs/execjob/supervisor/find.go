@@ -10,18 +10,22 @@ import (
 	"time"
 )
 
-// instanceArg starts the argument that names a supervisor's instance.
-const instanceArg = "instance="
+// ownerArg is the argument that names the process whose run a supervisor
+// serves: the instance, and its pid (instance names repeat across test
+// clusters on one host; a pid names one process).
+func ownerArg(instance string, pid int) string {
+	return "instance=" + instance + ",pid=" + strconv.Itoa(pid)
+}
 
-// Supervising lists the pids of the live supervisors of instance's runs on
-// this host, as /proc shows them (those of this user and of the users it may
-// see).
-func Supervising(instance string) ([]int, error) {
+// Supervising lists the pids of the live supervisors that process pid of
+// instance started on this host, as /proc shows them (those of this user and
+// of the users it may see).
+func Supervising(instance string, pid int) ([]int, error) {
 	dirs, err := filepath.Glob("/proc/[0-9]*")
 	if err != nil {
 		return nil, err
 	}
-	want := []byte(instanceArg + instance)
+	want := []byte(ownerArg(instance, pid))
 	var out []int
 	for _, d := range dirs {
 		b, err := os.ReadFile(d + "/cmdline")
@@ -38,13 +42,14 @@ func Supervising(instance string) ([]int, error) {
 	return out, nil
 }
 
-// WaitGone waits until no supervisor of instance's runs is alive on this
-// host, or ctx ends (its error, naming those left). A supervisor whose
-// snip-jobs died kills its program's tree at once and exits once the tree is
-// gone: after this, no program of the dead instance runs here.
-func WaitGone(ctx context.Context, instance string) error {
+// WaitGone waits until no supervisor that process pid of instance started
+// is alive on this host, or ctx ends (its error, naming those left). A
+// supervisor whose snip-jobs died kills its program's tree at once and exits
+// once the tree is gone: after this, no program of the dead process runs
+// here.
+func WaitGone(ctx context.Context, instance string, pid int) error {
 	for {
-		pids, err := Supervising(instance)
+		pids, err := Supervising(instance, pid)
 		if err != nil || len(pids) == 0 {
 			return err
 		}

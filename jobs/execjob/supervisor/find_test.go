@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -15,26 +16,26 @@ func TestTheSupervisorsOfAnInstanceAreFoundAndWaitedFor(t *testing.T) {
 	instance := "reclaim-" + t.Name()
 	r := start(t, `exec sleep 1000`, func(s *Spec) { s.Instance = instance })
 	other := start(t, `exec sleep 1000`, func(s *Spec) { s.Instance = instance + "-other" })
-	pids, err := Supervising(instance)
+	pids, err := Supervising(instance, os.Getpid())
 	if err != nil || len(pids) != 1 {
 		t.Fatalf("the supervisors of %s: %v, %v; want the one run's", instance, pids, err)
 	}
-	if others, _ := Supervising(instance + "-other"); slices.Contains(others, pids[0]) {
+	if others, _ := Supervising(instance+"-other", os.Getpid()); slices.Contains(others, pids[0]) {
 		t.Errorf("%s's supervisor counted as %s-other's", instance, instance)
 	}
 	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	if err := WaitGone(short, instance); err == nil {
+	if err := WaitGone(short, instance, os.Getpid()); err == nil {
 		t.Errorf("WaitGone returned while %s's supervisor (pid %d) ran", instance, pids[0])
 	}
 	r.Stop(0)
-	if err := WaitGone(t.Context(), instance); err != nil {
+	if err := WaitGone(t.Context(), instance, os.Getpid()); err != nil {
 		t.Fatal(err)
 	}
-	if left, _ := Supervising(instance); len(left) != 0 {
+	if left, _ := Supervising(instance, os.Getpid()); len(left) != 0 {
 		t.Errorf("supervisors of %s left after WaitGone: %v", instance, left)
 	}
-	if left, _ := Supervising(instance + "-other"); len(left) != 1 {
+	if left, _ := Supervising(instance+"-other", os.Getpid()); len(left) != 1 {
 		t.Errorf("the other instance's supervisor: %v; want it still running", left)
 	}
 	other.Stop(0)
@@ -50,7 +51,7 @@ func TestASpareSupervisorRunsItsProgramLaterAndAnUnusedOneExits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pids, _ := Supervising(instance); len(pids) != 1 {
+	if pids, _ := Supervising(instance, os.Getpid()); len(pids) != 1 {
 		t.Fatalf("the spare's supervisor: %v; want it running", pids)
 	}
 	p, err := sp.Start(t.Context(), Spec{Path: "/bin/sh", Args: []string{"-c", "exit 7"}, Env: programEnv})
@@ -66,7 +67,7 @@ func TestASpareSupervisorRunsItsProgramLaterAndAnUnusedOneExits(t *testing.T) {
 		t.Fatal(err)
 	}
 	unused.Close()
-	if err := WaitGone(t.Context(), instance); err != nil {
+	if err := WaitGone(t.Context(), instance, os.Getpid()); err != nil {
 		t.Fatal(err)
 	}
 }

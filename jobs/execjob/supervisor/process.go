@@ -98,7 +98,7 @@ func spawn(s Spec) (*Process, *os.File, error) {
 	}
 	args := []string{argv0, Arg}
 	if s.Instance != "" {
-		args = append(args, instanceArg+s.Instance)
+		args = append(args, ownerArg(s.Instance, os.Getpid()))
 	}
 	if s.Label != "" {
 		args = append(args, s.Label)

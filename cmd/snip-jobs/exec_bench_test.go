@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/snip/snip-jobs/testbench/exectest"
+	"github.com/snip/snip-jobs/testbench/releases"
+)
+
+// freeze is how long a round freezes the holder: twice the TTL (2 s).
+const freeze = 4 * time.Second
+
+// BenchmarkAFrozenHoldersProgram freezes (SIGSTOP, twice the 2 s TTL) the
+// process holding a singleton while its program runs, once per round, for
+// snip-jobs (the exec job: two instances on an etcd member) and for etcd's
+// own `etcdctl lock --ttl 2 NAME -- CMD` (two of them on the same member) in
+// the same run, alternating; the program is the test bench's watcher
+// (package exectest), which records, as it starts, any process of an
+// earlier run still alive. It reports the rounds in which the successor's
+// program started beside the frozen holder's (overlaps) and how many of the
+// frozen holder's processes were still alive a second after the successor's
+// started. Run with -benchtime=20x.
+func BenchmarkAFrozenHoldersProgram(b *testing.B) {
+	etcdctl, err := releases.Etcdctl(context.Background(), "3.7.0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	snipDir, lockDir := b.TempDir(), b.TempDir()
+	ec := startEtcdExecCluster(b, watcherJob(snipDir, exectest.Watcher(b, snipDir)))
+	lockCmd := exectest.Watcher(b, lockDir)
+	var snipOverlaps, lockOverlaps, snipLeft, lockLeft int
+	for range b.N {
+		o, l := frozenSnipJobsRound(b, ec, snipDir)
+		snipOverlaps, snipLeft = snipOverlaps+o, snipLeft+l
+		o, l = frozenEtcdctlRound(b, etcdctl, ec.endpoint, lockCmd, lockDir)
+		lockOverlaps, lockLeft = lockOverlaps+o, lockLeft+l
+	}
+	b.ReportMetric(float64(snipOverlaps), "snip-jobs-overlapping-rounds")
+	b.ReportMetric(float64(snipLeft), "snip-jobs-processes-alive-1s-after")
+	b.ReportMetric(float64(lockOverlaps), "etcdctl-lock-overlapping-rounds")
+	b.ReportMetric(float64(lockLeft), "etcdctl-lock-processes-alive-1s-after")
+}
+
+// frozenSnipJobsRound freezes the snip-jobs process whose program runs,
+// until the other instance's program started; it returns whether that start
+// found the frozen one's processes alive (1 or 0) and how many of them are
+// alive a second later.
+func frozenSnipJobsRound(b *testing.B, ec execCluster, dir string) (overlaps, left int) {
+	starts := exectest.Starts(b, dir)
+	holder := starts[len(starts)-1]
+	before := overlapCount(b, dir)
+	victim := ec.procs[holder.Instance]
+	victim.signal(syscall.SIGSTOP)
+	eventually(b, "the other instance's program started", func() bool { return len(exectest.Starts(b, dir)) > len(starts) })
+	time.Sleep(time.Second)
+	left = len(aliveOf(b, dir, holder))
+	victim.signal(syscall.SIGCONT)
+	return min(1, overlapCount(b, dir)-before), left
+}
+
+// frozenEtcdctlRound runs two `etcdctl lock` of one lock, each running the
+// watcher, freezes the one whose watcher runs for twice the TTL, and says as
+// frozenSnipJobsRound does; then it ends both and their programs.
+func frozenEtcdctlRound(b *testing.B, etcdctl, endpoint string, command []string, dir string) (overlaps, left int) {
+	before, starts := overlapCount(b, dir), len(exectest.Starts(b, dir))
+	holders := map[string]*exec.Cmd{}
+	for _, name := range []string{"lock-a", "lock-b"} {
+		cmd := exec.Command(etcdctl, append([]string{"--endpoints=" + endpoint, "lock", "--ttl=2", "snip-bench", "--"}, command...)...)
+		cmd.Env = []string{"PATH=/usr/bin:/bin", "SNIP_JOBS_INSTANCE=" + name, "ETCDCTL_API=3"}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		holders[name] = cmd
+		b.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() })
+	}
+	eventually(b, "etcdctl lock's first command started", func() bool { return len(exectest.Starts(b, dir)) > starts })
+	s := exectest.Starts(b, dir)
+	holder := s[len(s)-1]
+	_ = syscall.Kill(holders[holder.Instance].Process.Pid, syscall.SIGSTOP)
+	deadline := time.Now().Add(freeze)
+	for time.Now().Before(deadline) && len(exectest.Starts(b, dir)) == starts+1 {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if len(exectest.Starts(b, dir)) > starts+1 {
+		time.Sleep(time.Second)
+		left = len(aliveOf(b, dir, holder))
+	}
+	_ = syscall.Kill(holders[holder.Instance].Process.Pid, syscall.SIGCONT)
+	for _, cmd := range holders {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+	}
+	killTrees(b, dir) // etcdctl lock stops neither its command nor what that started
+	return min(1, overlapCount(b, dir)-before), left
+}
+
+func overlapCount(b *testing.B, dir string) int {
+	o, err := exectest.Overlaps(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return len(o)
+}
+
+// aliveOf lists the live processes of the trees the watcher recorded (all
+// of dir's: the holder's is the one alive once its successor started).
+func aliveOf(b *testing.B, dir string, _ exectest.Start) []string {
+	alive, err := exectest.Alive(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return alive
+}
+
+// killTrees ends every process the watcher recorded in dir.
+func killTrees(b *testing.B, dir string) {
+	alive, err := exectest.Alive(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, p := range alive {
+		if pid, err := strconv.Atoi(p); err == nil {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	trees, _ := filepath.Glob(filepath.Join(dir, "tree-*"))
+	for _, t := range trees {
+		_ = os.Remove(t)
+	}
+}
