@@ -52,7 +52,9 @@ func startEtcdExecCluster(t testing.TB, jobs string) execCluster {
 	etcd := etcdtest.Start(t, 1)
 	ec.endpoint = etcd.Endpoint(0)
 	url := benchtest.PostgresDB(t)
-	mk := func(name string) config { return config{instance: name, endpoints: []string{etcd.Endpoint(0)}, jobs: jobs} }
+	mk := func(name string) config {
+		return config{instance: name, endpoints: []string{etcd.Endpoint(0)}, jobs: jobs}
+	}
 	env := dbEnv(migrate(t, writeConfig(t, mk("migrator")), url))
 	for _, name := range []string{"server-a", "server-b"} {
 		ec.procs[name] = start(t, mk(name), env)
