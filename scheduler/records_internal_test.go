@@ -3,8 +3,10 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -249,5 +251,52 @@ func TestAReclaimNamesTheTermsOfTheLeaseItEnded(t *testing.T) {
 	}
 	if result, _, fin := rs.run(rec.ID); result != "cut off" || fin == nil {
 		t.Errorf("its run: %q at %v; want cut off", result, fin)
+	}
+}
+
+// A reclaim and the successors it lets in at once record concurrently, on
+// the same terms and runs: neither may fail (they take each job's records
+// lock in one order; PostgreSQL once ended one of the two as a deadlock).
+func TestAReclaimAndItsSuccessorsRecordingAtOnceNeverDeadlock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rs := newRecords(t)
+	j, rn := rs.s.jobs[0], rs.s.run
+	for round := range 20 {
+		lease := fmt.Sprintf("lease-%d", round)
+		var jobs []*job
+		for k := range 4 {
+			jk := &job{spec: j.spec, log: j.log, changed: j.changed}
+			jk.spec.Name = fmt.Sprintf("pulse-%d", k)
+			jobs = append(jobs, jk)
+			tk := newStubTerm(int64(1000*round+10*k+1), lease)
+			if err := rs.of("server-1").termStart(ctx, tk.tenure(jk)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := rs.of("server-1").runStart(ctx, jk, tk.run(rn, jk)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, len(jobs)+1)
+		wg.Go(func() {
+			_, err := RecordReclaimed(ctx, rs.pool, lease)
+			errs <- err
+		})
+		for k, jk := range jobs {
+			wg.Go(func() {
+				bctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				defer cancel()
+				var newer, terms, runs int64
+				errs <- rs.pool.QueryRow(bctx, sqlTermStart, jk.spec.Name, int64(1000*round+10*k+5), "server-2", "lease-b").Scan(&newer, &terms, &runs)
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
 	}
 }
