@@ -58,7 +58,13 @@ func Etcdctl(ctx context.Context, version string) (string, error) {
 		return "", err
 	}
 	bin := filepath.Join(cache, "etcdctl-"+version, "etcdctl")
-	check := gobuild.VersionSays("etcdctl version: " + version)
+	check := func(ctx context.Context, path string) error { // etcdctl says its version as a command, not a flag
+		out, err := exec.CommandContext(ctx, path, "version").CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "etcdctl version: "+version) {
+			return fmt.Errorf("%s version does not say %q (err %v):\n%s", path, version, err, out)
+		}
+		return nil
+	}
 	if gobuild.Cached(ctx, bin, check) {
 		return bin, nil
 	}
