@@ -358,11 +358,6 @@ func (w *watcher) until(what string, cond func(v pageView) bool) pageView {
 	return v
 }
 
-func (v pageView) term(job string, token int64) (state string, late bool) {
-	state, late, _ = v.termTitled(job, token)
-	return state, late
-}
-
 func (v pageView) termTitled(job string, token int64) (state string, late bool, title string) {
 	for _, tm := range v.Terms {
 		if tm.Job == job && tm.Token == token {
