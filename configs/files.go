@@ -145,6 +145,23 @@ func (f *File) Files() []NamedFile {
 	return out
 }
 
+// SecretPaths are the paths no process a job starts may read: the secret
+// files the config names (Files, less the certificates), and systemd's
+// credentials directory, where LoadCredential= puts them, when getenv says
+// the service has one ($CREDENTIALS_DIRECTORY).
+func (f *File) SecretPaths(getenv func(string) string) []string {
+	var out []string
+	for _, n := range f.Files() {
+		if n.secret() {
+			out = append(out, n.Path)
+		}
+	}
+	if dir := getenv("CREDENTIALS_DIRECTORY"); dir != "" {
+		out = append(out, dir)
+	}
+	return out
+}
+
 // SettingPos is where the value of the setting key (a dotted path naming a
 // file, e.g. "kubernetes.kubeconfig") is written, or the file alone when it
 // is not known.

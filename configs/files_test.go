@@ -3,6 +3,7 @@ package configs_test
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -89,5 +90,30 @@ func TestACertificateFileIsReadOnlyIfRegularAndNoLargerThanOne(t *testing.T) {
 		if err := read(path); err == nil || err.Error() != want {
 			t.Errorf("%s: %v, want %q", path, err, want)
 		}
+	}
+}
+
+// The paths a job's processes may not read: every secret file the config
+// names (not its certificates), and systemd's credentials directory.
+func TestTheSecretPathsAreTheSecretFilesAndTheCredentialsDirectory(t *testing.T) {
+	f, err := configs.Parse("test.yaml", lines(
+		"postgres: {url_file: /etc/snip-jobs/database-url}",
+		"etcd:",
+		"  endpoints: [https://10.0.0.1:2379]",
+		"  tls: {ca: /etc/ssl/etcd-ca.pem, cert: /etc/ssl/etcd.pem, key: /etc/ssl/etcd.key}",
+		"jobs:",
+		"  - {name: sealer, type: sealer, every: 1h, options: {ca_file: /etc/ssl/ca.pem, key_file: /etc/snip-jobs/keys}}",
+	), secretTypes{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"CREDENTIALS_DIRECTORY": "/run/credentials/snip-jobs.service"}
+	got := f.SecretPaths(func(k string) string { return env[k] })
+	want := []string{"/etc/snip-jobs/database-url", "/etc/ssl/etcd.key", "/etc/snip-jobs/keys", "/run/credentials/snip-jobs.service"}
+	if !slices.Equal(got, want) {
+		t.Errorf("SecretPaths = %q, want %q", got, want)
+	}
+	if got := f.SecretPaths(func(string) string { return "" }); len(got) != 3 {
+		t.Errorf("without a credentials directory: %q", got)
 	}
 }

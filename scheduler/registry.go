@@ -132,6 +132,9 @@ type Env struct {
 	// Mux is served on every instance's admin listener (status, metrics). Job
 	// types may add their own routes at New.
 	Mux *http.ServeMux
+	// Secrets are the paths holding the service's secrets
+	// (configs.File.SecretPaths), which no process a job starts may read.
+	Secrets []string
 }
 
 // Registry maps type names to Types. It implements configs.Types.

@@ -53,6 +53,9 @@ type Config struct {
 	// stays off the instance that resigned it, and where the spread rule
 	// leaves it (0: DefaultResignHold).
 	ResignHold time.Duration
+	// Secrets are the paths holding the service's secrets, which no
+	// process a job starts may read (Env.Secrets; configs.File.SecretPaths).
+	Secrets []string
 }
 
 // DefaultResignHold is how long, by default, a job an operator resigned
@@ -183,7 +186,8 @@ func New(cfg Config) (*Scheduler, error) {
 	if cfg.Pool != nil {
 		s.run.fence = s.newFence()
 	}
-	env := Env{Instance: s.instance, Pool: cfg.Pool, Log: s.log, Metrics: cfg.Metrics, Mux: cfg.Mux}
+	env := Env{Instance: s.instance, Pool: cfg.Pool, Log: s.log, Metrics: cfg.Metrics, Mux: cfg.Mux,
+		Secrets: cfg.Secrets}
 	var errs []error
 	for _, spec := range cfg.File.Jobs {
 		j, err := s.newJob(env, spec)

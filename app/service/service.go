@@ -454,6 +454,7 @@ func (r *runner) startScheduler(reg *prometheus.Registry, mux *http.ServeMux, pa
 	f := r.cfg
 	sched, err := scheduler.New(scheduler.Config{
 		File: f, Registry: r.types, Session: r.terms, Pool: r.pool, Records: r.records, Log: r.log, Metrics: reg, Mux: mux,
+		Secrets: f.SecretPaths(os.Getenv),
 	})
 	if err != nil {
 		return err

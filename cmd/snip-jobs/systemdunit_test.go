@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -19,9 +20,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"golang.org/x/sys/unix"
 
 	"github.com/snip/snip-jobs/app/sockact"
 	"github.com/snip/snip-jobs/jobs/certrenew"
+	"github.com/snip/snip-jobs/jobs/execjob/supervisor"
 	"github.com/snip/snip-jobs/leadership/etcdlease"
 	"github.com/snip/snip-jobs/leadership/etcdlease/layout"
 	"github.com/snip/snip-jobs/testbench/benchtest"
@@ -50,7 +53,7 @@ const (
 // and whose HTTP-01 listener is the passed socket. With no domains it never
 // asks a CA (and its directory would refuse anyway).
 func unitJobs(keys string) string {
-	return pulseJob + `
+	return pulseJob + programJob + `
   - name: cert-renewer
     type: certrenew
     singleton: true
@@ -59,6 +62,18 @@ func unitJobs(keys string) string {
       directory: https://127.0.0.1:9/directory
       ` + keys + "\n"
 }
+
+// programJob runs everywhere (the spread of the singletons is unchanged): its
+// program says whether it could read the unit's database URL credential,
+// then sleeps through its instance's life.
+const programJob = `
+  - name: program
+    type: exec
+    singleton: false
+    every: 1s
+    options:
+      command: ["/bin/sh", "-c", "if cat ` + credentialsDir + `/database-url >/dev/null 2>&1; then echo credentials readable; else echo credentials refused; fi; exec sleep 3600"]
+`
 
 // The units in deploy/systemd, installed unchanged (drop-ins add the
 // credentials and shorten the watchdog) in a Debian container whose
@@ -70,8 +85,11 @@ func unitJobs(keys string) string {
 // while the service restarts; SIGKILL → ExecStopPost='s reclaim moves the jobs
 // at once; SIGSTOP → the watchdog restarts it and the jobs move; stop resigns
 // and exits cleanly within TimeoutStopSec, and port 80 stays the socket's (a
-// request on it starts the service again). Through all of it the fence
-// refused only writes of terms a newer one had replaced.
+// request on it starts the service again). An exec job's program runs
+// under the unit's sandbox, cannot read the credentials, and dies with each
+// service that started it; a stopped service ends them all itself.
+// Through all of it the fence refused only writes of terms a newer one had
+// replaced.
 func TestTheUnitUnderARealSystemd(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -115,7 +133,7 @@ func TestTheUnitUnderARealSystemd(t *testing.T) {
 		t.Fatal("systemctl start returned before the instance held an etcd lease")
 	}
 	status, _ := u.ct.Run(ctx, "systemctl", "status", "--no-pager", "--lines=0", unitName)
-	if !regexp.MustCompile(`Status: "2 job\(s\), leading [0-2]"`).MatchString(status) {
+	if !regexp.MustCompile(`Status: "3 job\(s\), leading [0-2]"`).MatchString(status) {
 		t.Errorf("systemctl status does not show the service's status line:\n%s", status)
 	}
 	for _, job := range []string{"pulse", "cert-renewer"} {
@@ -137,22 +155,40 @@ func TestTheUnitUnderARealSystemd(t *testing.T) {
 		t.Fatalf("HTTP-01 on port 80 for another Host: %d, want 404", code)
 	}
 
+	// 7. The exec job's program: started by its supervisor under the
+	// unit's sandbox, without the credentials.
+	prog := u.program(0)
+
 	host := start(t, hostCfg, append(dbEnv(runtime), "SNIP_TEST_CERT_KEY="+keys))
 	host.waitReady()
 
 	// 3. kill -9: ExecStopPost='s reclaim revokes the lease; the host leads
 	// before the lease would have expired; a challenge request sent during
-	// the restart waits in port 80's queue and is answered.
+	// the restart waits in port 80's queue and is answered. The program
+	// died with its service (KillMode=mixed: systemd's SIGKILL to the rest
+	// of the unit as the main process dies, ahead of the supervisor's).
+	mark := u.journal.len()
+	u.supervisors(2) // the run's, and a spare for the next
 	u.crash(observer, settled(t, observer), token)
+	u.programGone(prog, "SIGKILL of the service")
+	prog = u.program(mark)
 
 	// 2. The watchdog: a stopped process stops pinging; systemd restarts it;
 	// its job moves to the host once its lease expires.
+	mark = u.journal.len()
 	u.stall(observer, settled(t, observer))
+	u.programGone(prog, "the watchdog's restart")
+	prog = u.program(mark)
 
 	// 4. stop: the terms are resigned, the process exits 0 within
 	// TimeoutStopSec; the socket keeps port 80, and a request on it starts the
-	// service again until the socket is stopped too.
+	// service again until the socket is stopped too. The service stopped
+	// its program and ended its supervisors before it exited: systemd
+	// killed nothing.
+	mark = u.journal.len()
 	u.stop(observer, url, settled(t, observer), token)
+	u.programGone(prog, "systemctl stop")
+	u.leftNothing(mark, "systemctl stop")
 
 	checkFence(t, url)
 	checkPulses(t, pulses(t, url))
@@ -394,6 +430,72 @@ func (u *unit) crash(observer *clientv3.Client, first etcdlease.Leader, token st
 	}
 	if ttl, err := observer.TimeToLive(context.Background(), first.Lease); err != nil || ttl.TTL != -1 {
 		t.Errorf("the killed process's lease: %v, %v; want it revoked", ttl, err)
+	}
+}
+
+// program waits for the exec job's program to start after the journal's
+// entry from, and to say that the credentials were refused to it. It returns
+// a pidfd of the program (the host's: pidfds are not the container's).
+func (u *unit) program(from int) int {
+	t := u.t
+	t.Helper()
+	started, at := u.journal.wait("the exec job's program started", from, processSays("program started", `"job":"program"`))
+	var line struct {
+		PID int `json:"pid"`
+	}
+	if err := json.Unmarshal([]byte(started.Message), &line); err != nil || line.PID == 0 {
+		t.Fatalf("the program's start line %q: %v", started.Message, err)
+	}
+	said, _ := u.journal.wait("the program's word on the credentials", at, processSays("program output", `"job":"program"`, `"pid":`+strconv.Itoa(line.PID)))
+	if !strings.Contains(said.Message, `"line":"credentials refused"`) {
+		t.Errorf("an exec job's program under the unit: %s; want the credentials refused to it", said.Message)
+	}
+	host, err := u.ct.HostPID(line.PID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.PidfdOpen(host, 0)
+	if err != nil {
+		t.Fatalf("the program (pid %d): %v", line.PID, err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	return fd
+}
+
+// supervisors: the unit runs at most max exec supervisors (a run's, and
+// one spare per job).
+func (u *unit) supervisors(max int) {
+	u.t.Helper()
+	ps := u.run("sh", "-c", `for p in /proc/[0-9]*; do echo "$(tr '\0' ' ' < $p/cmdline 2>/dev/null)"; done`)
+	var sups []string
+	for line := range strings.Lines(ps) {
+		if strings.Contains(line, supervisor.Arg) {
+			sups = append(sups, strings.TrimSpace(line))
+		}
+	}
+	if len(sups) > max {
+		u.t.Errorf("%d exec supervisors in the unit, want at most %d:\n%s", len(sups), max, strings.Join(sups, "\n"))
+	}
+}
+
+// programGone: after what, the program behind pidfd has exited.
+func (u *unit) programGone(pidfd int, what string) {
+	u.t.Helper()
+	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+	if n, err := unix.Poll(fds, 0); err != nil || n != 1 {
+		u.t.Errorf("after %s, the exec job's program is still running (poll: %d, %v)", what, n, err)
+	}
+}
+
+// leftNothing: systemd killed no process of the unit in the journal's
+// entries from mark on: the service ended its programs and their
+// supervisors itself before it exited.
+func (u *unit) leftNothing(mark int, what string) {
+	u.t.Helper()
+	for _, e := range u.journal.j.Entries()[mark:] {
+		if e.PID == 1 && strings.Contains(e.Message, "Killing process") {
+			u.t.Errorf("after %s, systemd had to kill a process of the unit: %s", what, e.Message)
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -58,18 +59,30 @@ func lines(t *testing.T, path string) []string {
 
 // A singleton's program runs on its leader with the contract's variables
 // (its token the term's, its resource, its run id as history records it)
-// and nothing of the service's environment; exit 0 is an ok run, and its
-// pid is recorded while it runs. On both backends.
+// and nothing of the service's environment, nor its secret files (it reads
+// the files beside them); exit 0 is an ok run, and its pid is recorded
+// while it runs. On both backends.
 func TestAProgramRunsOnTheLeaderWithItsContractAndNotTheServicesEnvironment(t *testing.T) {
 	t.Parallel()
 	jobtest.EachBackend(t, func(t *testing.T, b jobtest.Backend) {
 		c := jobtest.NewClusterOn(t, b)
 		dir := t.TempDir()
-		prog := script(t, dir, "report.sh", `env > "$1/env-$SNIP_JOBS_RUN_ID"`+"\n")
+		prog := script(t, dir, "report.sh", `env > "$1/env-$SNIP_JOBS_RUN_ID"
+for f in "$2" "$3"; do cat "$f" >> "$1/read-$SNIP_JOBS_RUN_ID" || echo "refused $f" >> "$1/read-$SNIP_JOBS_RUN_ID"; done
+`)
+		secrets := t.TempDir()
+		url := filepath.Join(secrets, "database-url")
+		beside := filepath.Join(secrets, "README")
+		for p, text := range map[string]string{url: "postgres://snip:hunter2@db/snip\n", beside: "not a secret\n"} {
+			if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		namesURLFile := func(f *configs.File, _ *leadership.Config) { f.Postgres.URLFile = url }
 		job := execJob(t, "report", configs.Schedule{Kind: configs.Interval, Every: time.Hour},
-			execjob.Options{Command: []string{prog, dir}, Env: map[string]string{"REPORT_TARGET": "s3://reports"}, Dir: "/", KillGrace: time.Second})
+			execjob.Options{Command: []string{prog, dir, url, beside}, Env: map[string]string{"REPORT_TARGET": "s3://reports"}, Dir: "/", KillGrace: time.Second})
 		reg := jobtest.Registry(t, execjob.Type())
-		nodes := []*jobtest.Node{c.Start("server-1", reg, []configs.Job{job}), c.Start("server-2", reg, []configs.Job{job})}
+		nodes := []*jobtest.Node{c.Start("server-1", reg, []configs.Job{job}, namesURLFile), c.Start("server-2", reg, []configs.Job{job}, namesURLFile)}
 		var run status.RunRecord
 		c.WaitNodes("the program's run recorded ok", nodes, func() bool {
 			runs, _, err := status.Runs(context.Background(), c.DB, "report", 1)
@@ -104,6 +117,10 @@ func TestAProgramRunsOnTheLeaderWithItsContractAndNotTheServicesEnvironment(t *t
 				"REPORT_TARGET": true, "PWD": true, "SHLVL": true, "_": true}[k] {
 				t.Errorf("the program's environment has %s, which is not the contract's nor its own", k)
 			}
+		}
+		read := lines(t, filepath.Join(dir, "read-"+strconv.FormatInt(run.ID, 10)))
+		if want := []string{"refused " + url, "not a secret"}; !slices.Equal(read, want) {
+			t.Errorf("the program read %q, want %q: the file postgres.url_file names is the service's secret", read, want)
 		}
 		if run.Instance != leader.Instance || run.Token != leader.Token || run.PID == 0 {
 			t.Errorf("the run %+v; want it on the leader %s with token %d, its pid recorded", run, leader.Instance, leader.Token)

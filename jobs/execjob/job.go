@@ -13,6 +13,7 @@ import (
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/internal/boottime"
 	"github.com/snip/snip-jobs/internal/command"
+	"github.com/snip/snip-jobs/internal/unreadable"
 	"github.com/snip/snip-jobs/jobs/execjob/supervisor"
 	"github.com/snip/snip-jobs/scheduler"
 )
@@ -55,7 +56,16 @@ func newJob(env scheduler.Env, spec configs.Job) (scheduler.Job, error) {
 	for name, value := range o.Env {
 		j.env = append(j.env, name+"="+value)
 	}
-	log.Info("exec configured", "command", redact.Args(o.Command), "dir", o.Dir, "kill_grace", o.KillGrace, "timeout", o.Timeout)
+	if len(env.Secrets) > 0 {
+		if err := unreadable.Available(); err != nil {
+			log.Warn("exec: the program can read the service's secret files (as the service's user): this kernel cannot hide them",
+				"files", env.Secrets, "err", err)
+		} else {
+			j.hide = env.Secrets
+		}
+	}
+	log.Info("exec configured", "command", redact.Args(o.Command), "dir", o.Dir, "kill_grace", o.KillGrace, "timeout", o.Timeout,
+		"hidden_files", j.hide)
 	j.refill(log)
 	return j, nil
 }
@@ -65,6 +75,7 @@ type job struct {
 	name, instance string
 	opts           Options
 	env            []string // options.env, as NAME=value
+	hide           []string // the service's secret files, unreadable to the program (nil: none, or no Landlock)
 	redact         *command.Redactor
 	m              *metrics
 
@@ -193,6 +204,7 @@ func (j *job) Run(ctx context.Context, r *scheduler.Run) error {
 	p, err := s.sp.Start(ctx, supervisor.Spec{
 		Path: j.opts.Command[0], Args: j.opts.Command[1:], Dir: j.opts.Dir,
 		Env:      command.Env(j.redact, nil, append(j.env, contractEnv(r, termDeadline)...)...),
+		Hide:     j.hide,
 		Deadline: j.bootDeadline(termDeadline, began),
 	})
 	j.refill(log)

@@ -188,7 +188,7 @@ func (c *Cluster) Start(name string, reg *scheduler.Registry, jobs []configs.Job
 		session = scheduler.Over(n.Session)
 	}
 	sched, err := scheduler.New(scheduler.Config{File: file, Registry: reg, Session: session, Pool: n.pool,
-		Log: benchtest.Logger(c.T), Metrics: n.Metrics})
+		Log: benchtest.Logger(c.T), Metrics: n.Metrics, Secrets: file.SecretPaths(func(string) string { return "" })})
 	if err != nil {
 		c.T.Fatal(err)
 	}

@@ -95,7 +95,10 @@ func Boot(ctx context.Context, root, name, console string) (*Container, error) {
 		"sh", "-c", `mkdir -p /run/systemd && mount -t tmpfs -o mode=0755 nspawn-run /run/systemd && exec "$@"`, "sh",
 		"systemd-nspawn", "--directory="+root, "--machine="+name, "--boot",
 		"--register=no", "--keep-unit", // no systemd (machined, a scope unit) on the host
-		"--console=pipe", "--volatile=overlay", "--notify-ready=yes")
+		"--console=pipe", "--volatile=overlay", "--notify-ready=yes",
+		// nspawn's own seccomp filter (a container's, not a host's) refuses
+		// Landlock, with which exec jobs hide the service's secrets.
+		"--system-call-filter=landlock_create_ruleset landlock_add_rule landlock_restrict_self")
 	c.cmd.Env = append(withoutNotify(os.Environ()), "NOTIFY_SOCKET="+notify.LocalAddr().String())
 	c.cmd.Stdout, c.cmd.Stderr = out, out
 	if err := pdeathsig.Start(c.cmd, syscall.SIGTERM); err != nil {

@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/snip/snip-jobs/internal/boottime"
+	"github.com/snip/snip-jobs/internal/unreadable"
 	"golang.org/x/sys/unix"
 )
 
@@ -129,6 +130,11 @@ func (s *supervisor) start(o order, setupErr error) (int, error) {
 	s.timer = t
 	if o.Deadline > 0 && boottime.Now() >= o.Deadline-o.Grace {
 		return 0, ErrNoTimeLeft
+	}
+	// On this thread, which starts the program (Main locked it): the
+	// program and its tree inherit the restriction.
+	if err := unreadable.Restrict(o.Hide); err != nil {
+		return 0, fmt.Errorf("hiding the service's secret files from the program: %w", err)
 	}
 	null, err := os.Open(os.DevNull)
 	if err != nil {

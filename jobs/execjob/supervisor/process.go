@@ -61,7 +61,7 @@ func (sp *Spare) Start(ctx context.Context, s Spec) (*Process, error) {
 	}
 	p := sp.p
 	p.path = s.Path
-	err := p.write(order{Path: s.Path, Args: s.Args, Env: s.Env, Dir: s.Dir, Deadline: s.Deadline, Grace: s.Grace})
+	err := p.write(order{Path: s.Path, Args: s.Args, Env: s.Env, Dir: s.Dir, Hide: s.Hide, Deadline: s.Deadline, Grace: s.Grace})
 	if err != nil {
 		p.closeControl() // the supervisor is gone; follow says why
 	}

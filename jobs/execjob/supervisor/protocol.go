@@ -14,6 +14,7 @@ type order struct {
 	Args     []string      `json:"args,omitempty"`
 	Env      []string      `json:"env,omitempty"`
 	Dir      string        `json:"dir,omitempty"`
+	Hide     []string      `json:"hide,omitempty"`
 	Deadline time.Duration `json:"deadline,omitempty"`
 	Grace    time.Duration `json:"grace"`
 }

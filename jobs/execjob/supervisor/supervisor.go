@@ -89,6 +89,12 @@ type Spec struct {
 	// the program's own exit.
 	Grace time.Duration
 
+	// Hide are paths the program's tree may not read (the service's secret
+	// files): the supervisor restricts itself so before it starts the
+	// program (internal/unreadable; check its Available first). A failure
+	// to do so fails the start.
+	Hide []string
+
 	// Label is shown in the supervisor's arguments for ps (job and run); no
 	// secrets.
 	Label string
