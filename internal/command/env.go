@@ -4,9 +4,11 @@
 // URL, sealing keys and passwords — and a Redactor for what the program
 // prints and for its arguments in log lines.
 //
-// What it does NOT guarantee: that a program cannot find a secret some other
-// way (a file it may read, the service's /proc entries if the service were
-// dumpable: it is not, see app/service). Redaction replaces the secrets it
+// The service's secret files are kept from it too where Landlock works
+// (Unreadable, internal/unreadable). What it does NOT guarantee: that a
+// program cannot find a secret some other way (a file the config does not
+// name, the service's /proc entries if the service were dumpable: it is
+// not, see app/service). Redaction replaces the secrets it
 // was given and what looks like one; a secret encoded otherwise passes.
 package command
 

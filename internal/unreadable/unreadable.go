@@ -25,7 +25,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"unsafe"
 
@@ -80,6 +82,25 @@ func Restrict(paths []string) error {
 		return fmt.Errorf("landlock_restrict_self: %w", errno)
 	}
 	return nil
+}
+
+// Start starts cmd from a thread of its own, restricted by Restrict(paths),
+// so that cmd's process and its children cannot read them while the rest of
+// this process can. The thread ends with the call.
+func Start(cmd *exec.Cmd, paths []string) error {
+	if len(paths) == 0 {
+		return cmd.Start()
+	}
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread exits with this goroutine
+		if err := Restrict(paths); err != nil {
+			errc <- err
+			return
+		}
+		errc <- cmd.Start()
+	}()
+	return <-errc
 }
 
 // resolve turns paths into the set of absolute, symlink-free paths to hide,

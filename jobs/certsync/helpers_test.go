@@ -44,7 +44,8 @@ type syncer struct {
 }
 
 // startSyncer builds a certsync job (name "cert-files", instance "server-2")
-// with the renewer's key file and options changed by opts, and runs it until
+// with the renewer's key file (a secret file of the service's) and options
+// changed by opts, and runs it until
 // the test ends or stop is called.
 func startSyncer(t *testing.T, r *certtest.Renewer, opts func(*certsync.Options)) *syncer {
 	t.Helper()
@@ -60,7 +61,9 @@ func startSyncerOn(t *testing.T, r *certtest.Renewer, pool *pgxpool.Pool, opts f
 	opts(&o)
 	s := &syncer{reg: prometheus.NewRegistry(), logs: &lockedBuffer{}}
 	log := slog.New(slog.NewMultiHandler(benchtest.Logger(t).Handler(), slog.NewJSONHandler(s.logs, nil)))
-	job, err := certsync.Type().Build(scheduler.Env{Instance: "server-2", Pool: pool, Log: log.With("instance", "server-2", "job", "cert-files"), Metrics: s.reg},
+	env := scheduler.Env{Instance: "server-2", Pool: pool, Log: log.With("instance", "server-2", "job", "cert-files"), Metrics: s.reg,
+		Secrets: []string{r.KeyFile}} // the renewer's keys: the service's secret file
+	job, err := certsync.Type().Build(env,
 		configs.Job{Name: "cert-files", Type: "certsync", Schedule: configs.Schedule{Kind: configs.Continuous}, Options: jobtest.Options(t, o)})
 	if err != nil {
 		t.Fatalf("build the certsync job: %v", err)

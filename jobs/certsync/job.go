@@ -46,6 +46,7 @@ type Job struct {
 	name   string
 	opts   Options
 	redact *command.Redactor // for what the reload command prints, and its arguments
+	hide   []string          // the service's secret files, unreadable to the reload command
 	gid    int               // the files' group; -1: the process's own
 	src    *certserve.Certificates
 	pool   *pgxpool.Pool
@@ -117,7 +118,8 @@ func New(env scheduler.Env, spec configs.Job) (scheduler.Job, error) {
 	redact := command.NewRedactor(knownSecrets(env.Pool.Config().ConnConfig.Password, opts))
 	log.Info("certsync configured", "dir", opts.Dir, "group", opts.Group,
 		"reload", redact.Args(opts.Reload), "settle", opts.Settle, "keys", keys)
-	return &Job{name: spec.Name, opts: opts, redact: redact, gid: gid, src: src, pool: env.Pool, m: m,
+	hide := command.Unreadable(log, "certsync: the reload command", env.Secrets)
+	return &Job{name: spec.Name, opts: opts, redact: redact, hide: hide, gid: gid, src: src, pool: env.Pool, m: m,
 		written: map[string]int64{}, badNames: map[string]bool{}, kept: map[string]bool{},
 		synced: make(chan struct{})}, nil
 }

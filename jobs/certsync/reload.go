@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/snip/snip-jobs/internal/command"
+	"github.com/snip/snip-jobs/internal/unreadable"
 )
 
 // owe records, before the first change of a batch, that a reload is owed:
@@ -62,7 +63,8 @@ const outputLimit = 4 << 10
 // what owe recorded.
 //
 // The command gets childEnv as its whole environment, never the service's:
-// that holds the database URL and the sealing keys. Its output is logged
+// that holds the database URL and the sealing keys; nor can it read the
+// service's secret files (j.hide). Its output is logged
 // only when it fails, redacted (command.Redactor) and cut at outputLimit.
 func (j *Job) reload(ctx context.Context, log *slog.Logger, d *exportDir) error {
 	argv := j.opts.Reload
@@ -77,7 +79,10 @@ func (j *Job) reload(ctx context.Context, log *slog.Logger, d *exportDir) error 
 	out := &capped{max: j.redact.Capture(outputLimit)}
 	cmd.Stdout, cmd.Stderr = out, out
 	start := time.Now()
-	err := cmd.Run()
+	err := unreadable.Start(cmd, j.hide)
+	if err == nil {
+		err = cmd.Wait()
+	}
 	if err != nil && errors.Is(rctx.Err(), context.DeadlineExceeded) {
 		err = fmt.Errorf("timed out after %v (killed): %w", j.opts.ReloadTimeout, err)
 	}

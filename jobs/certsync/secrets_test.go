@@ -59,9 +59,12 @@ func TestTheReloadCommandSeesNoSecretOfTheServiceAndItsOutputIsLoggedOnlyOnFailu
 
 	dir := filepath.Join(t.TempDir(), "certs")
 	base := t.TempDir()
-	seen, fail := filepath.Join(base, "env"), filepath.Join(base, "fail")
-	// It prints its environment (and keeps a copy), and fails while fail exists.
-	argv := []string{"/bin/sh", "-c", `/usr/bin/env > "$1"; /usr/bin/env; test ! -e "$2"`, "reload", seen, fail}
+	seen, fail, keyFile := filepath.Join(base, "env"), filepath.Join(base, "fail"), filepath.Join(base, "key-file")
+	// It prints its environment (and keeps a copy), tries to read the
+	// service's key file, and fails while fail exists.
+	argv := []string{"/bin/sh", "-c", `/usr/bin/env > "$1"; /usr/bin/env
+if cat "$3" >/dev/null 2>&1; then echo readable > "$4"; else echo refused > "$4"; fi
+test ! -e "$2"`, "reload", seen, fail, r.KeyFile, keyFile}
 	s := startSyncerOn(t, r, poolWithPassword(t, r, password), func(o *certsync.Options) {
 		o.Dir, o.Reload, o.KeyFile, o.KeyEnv = dir, argv, "", "SNIP_TEST_CERTSYNC_KEYS"
 	})
@@ -88,6 +91,9 @@ func TestTheReloadCommandSeesNoSecretOfTheServiceAndItsOutputIsLoggedOnlyOnFailu
 		if strings.Contains(string(readFile(t, seen)), v) {
 			t.Errorf("the command's environment holds %s", what)
 		}
+	}
+	if got := strings.TrimSpace(string(readFile(t, keyFile))); got != "refused" {
+		t.Errorf("the command's read of the service's key file: %s, want refused", got)
 	}
 	if !s.logged("reload command done") || s.logged("reload command done", "SNIP_CERTSYNC_DIR=") {
 		t.Error("a successful reload: want it logged, without the command's output")
@@ -117,6 +123,12 @@ func TestSecretsAReloadScriptTracesAreRedactedWhenItsOutputIsLogged(t *testing.T
 	if err := os.WriteFile(pwFile, []byte(password+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// The keys from a copy: the service's own key file is unreadable to the
+	// script (the other test); redaction is for a secret it finds anyway.
+	keysCopy := filepath.Join(base, "keys-copy")
+	if err := os.WriteFile(keysCopy, readFile(t, r.KeyFile), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	// A script that traces itself: every secret it reads is printed.
 	if err := os.WriteFile(script, []byte(`#!/bin/sh
 set -x
@@ -131,7 +143,7 @@ exit 3
 		t.Fatal(err)
 	}
 	dir := filepath.Join(t.TempDir(), "certs")
-	argv := []string{script, r.KeyFile, pwFile, seen, dir}
+	argv := []string{script, keysCopy, pwFile, seen, dir}
 	s := startSyncerOn(t, r, poolWithPassword(t, r, password), func(o *certsync.Options) { o.Dir, o.Reload = dir, argv })
 	st := s.waitFor(t, "a failed reload", func(st certsync.Status) bool { return st.ReloadErr != nil })
 

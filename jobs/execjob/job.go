@@ -13,7 +13,6 @@ import (
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/internal/boottime"
 	"github.com/snip/snip-jobs/internal/command"
-	"github.com/snip/snip-jobs/internal/unreadable"
 	"github.com/snip/snip-jobs/jobs/execjob/supervisor"
 	"github.com/snip/snip-jobs/scheduler"
 )
@@ -56,14 +55,7 @@ func newJob(env scheduler.Env, spec configs.Job) (scheduler.Job, error) {
 	for name, value := range o.Env {
 		j.env = append(j.env, name+"="+value)
 	}
-	if len(env.Secrets) > 0 {
-		if err := unreadable.Available(); err != nil {
-			log.Warn("exec: the program can read the service's secret files (as the service's user): this kernel cannot hide them",
-				"files", env.Secrets, "err", err)
-		} else {
-			j.hide = env.Secrets
-		}
-	}
+	j.hide = command.Unreadable(log, "exec: the program", env.Secrets)
 	log.Info("exec configured", "command", redact.Args(o.Command), "dir", o.Dir, "kill_grace", o.KillGrace, "timeout", o.Timeout,
 		"hidden_files", j.hide)
 	j.refill(log)
