@@ -98,7 +98,7 @@ func (j *job) newSpare() (*spare, error) {
 		outW.Close()
 		return nil, err
 	}
-	sp, err := supervisor.Prepare(supervisor.Spec{Stdout: outW, Stderr: errW, Instance: j.instance, Label: "job " + j.name})
+	sp, err := supervisor.Prepare(supervisor.Spec{Stdout: outW, Stderr: errW, Instance: j.instance, Label: "job " + j.name, Hide: j.hide})
 	outW.Close()
 	errW.Close()
 	if err != nil {
@@ -196,7 +196,6 @@ func (j *job) Run(ctx context.Context, r *scheduler.Run) error {
 	p, err := s.sp.Start(ctx, supervisor.Spec{
 		Path: j.opts.Command[0], Args: j.opts.Command[1:], Dir: j.opts.Dir,
 		Env:      command.Env(j.redact, nil, append(j.env, contractEnv(r, termDeadline)...)...),
-		Hide:     j.hide,
 		Deadline: j.bootDeadline(termDeadline, began),
 	})
 	j.refill(log)

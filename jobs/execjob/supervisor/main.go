@@ -47,10 +47,10 @@ func Main() int {
 		killed:     map[ident]bool{},
 	}
 	signal.Notify(s.sigchld, unix.SIGCHLD)
-	closeErr := closeOnExec()
+	setupErr := errors.Join(closeOnExec(), hide())
 	s.dec = json.NewDecoder(os.NewFile(controlFD, "control"))
 	s.enc = json.NewEncoder(os.NewFile(reportFD, "report"))
-	return s.serve(closeErr)
+	return s.serve(setupErr)
 }
 
 // checkPipes refuses to run without the caller's pipes.
@@ -63,6 +63,24 @@ func checkPipes() error {
 		if st.Mode&unix.S_IFMT != unix.S_IFIFO {
 			return fmt.Errorf("descriptor %d is not a pipe", fd)
 		}
+	}
+	return nil
+}
+
+// hide makes the paths the caller named (hideEnv) unreadable to this thread,
+// which starts the program (Main locked it): the program and its tree
+// inherit the restriction.
+func hide() error {
+	v, ok := os.LookupEnv(hideEnv)
+	if !ok {
+		return nil
+	}
+	var paths []string
+	if err := json.Unmarshal([]byte(v), &paths); err != nil {
+		return fmt.Errorf("%s: %w", hideEnv, err)
+	}
+	if err := unreadable.Restrict(paths); err != nil {
+		return fmt.Errorf("hiding the service's secret files from the program: %w", err)
 	}
 	return nil
 }
@@ -130,11 +148,6 @@ func (s *supervisor) start(o order, setupErr error) (int, error) {
 	s.timer = t
 	if o.Deadline > 0 && boottime.Now() >= o.Deadline-o.Grace {
 		return 0, ErrNoTimeLeft
-	}
-	// On this thread, which starts the program (Main locked it): the
-	// program and its tree inherit the restriction.
-	if err := unreadable.Restrict(o.Hide); err != nil {
-		return 0, fmt.Errorf("hiding the service's secret files from the program: %w", err)
 	}
 	null, err := os.Open(os.DevNull)
 	if err != nil {

@@ -38,7 +38,7 @@ type Spare struct {
 }
 
 // Prepare starts a supervisor for a run to come, with s's Binary, Label,
-// Instance, Stdout and Stderr (the rest is Start's).
+// Instance, Hide, Stdout and Stderr (the rest is Start's).
 func Prepare(s Spec) (*Spare, error) {
 	p, rep, err := spawn(s)
 	if err != nil {
@@ -61,7 +61,7 @@ func (sp *Spare) Start(ctx context.Context, s Spec) (*Process, error) {
 	}
 	p := sp.p
 	p.path = s.Path
-	err := p.write(order{Path: s.Path, Args: s.Args, Env: s.Env, Dir: s.Dir, Hide: s.Hide, Deadline: s.Deadline, Grace: s.Grace})
+	err := p.write(order{Path: s.Path, Args: s.Args, Env: s.Env, Dir: s.Dir, Deadline: s.Deadline, Grace: s.Grace})
 	if err != nil {
 		p.closeControl() // the supervisor is gone; follow says why
 	}
@@ -113,10 +113,18 @@ func spawn(s Spec) (*Process, *os.File, error) {
 		ctrlW.Close()
 		return nil, nil, fmt.Errorf("supervisor: %w", err)
 	}
+	env := []string{} // it needs no more, and the caller's holds secrets
+	if len(s.Hide) > 0 {
+		hide, err := json.Marshal(s.Hide)
+		if err != nil {
+			return nil, nil, fmt.Errorf("supervisor: %w", err)
+		}
+		env = append(env, hideEnv+"="+string(hide))
+	}
 	cmd := &exec.Cmd{
 		Path:       bin,
 		Args:       args,
-		Env:        []string{}, // it needs none, and the caller's holds secrets
+		Env:        env,
 		Stdout:     s.Stdout,
 		Stderr:     s.Stderr, // a supervisor's crash shows in the run's output
 		ExtraFiles: []*os.File{ctrlR, repW},

@@ -8,13 +8,17 @@ import "time"
 // binary, so the format needs no versioning; the supervisor is re-executed
 // from /proc/self/exe for that reason (see Spec.Binary).
 
+// hideEnv is the supervisor's one environment variable, when Spec.Hide is
+// set: the paths to hide, as a JSON array of strings. It restricts itself
+// before it reports Ready, so that a spare's run does not wait for it.
+const hideEnv = "SNIP_JOBS_SUPERVISOR_HIDE"
+
 // order is the caller's first message: what to run, and until when.
 type order struct {
 	Path     string        `json:"path"`
 	Args     []string      `json:"args,omitempty"`
 	Env      []string      `json:"env,omitempty"`
 	Dir      string        `json:"dir,omitempty"`
-	Hide     []string      `json:"hide,omitempty"`
 	Deadline time.Duration `json:"deadline,omitempty"`
 	Grace    time.Duration `json:"grace"`
 }

@@ -90,9 +90,9 @@ type Spec struct {
 	Grace time.Duration
 
 	// Hide are paths the program's tree may not read (the service's secret
-	// files): the supervisor restricts itself so before it starts the
-	// program (internal/unreadable; check its Available first). A failure
-	// to do so fails the start.
+	// files): the supervisor restricts itself so as it starts, ahead of its
+	// order (internal/unreadable; check its Available first). A failure to
+	// do so fails the start.
 	Hide []string
 
 	// Label is shown in the supervisor's arguments for ps (job and run); no

@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -264,6 +265,41 @@ func TestAProgramThatCannotStartIsAClearErrorAndLeavesNothing(t *testing.T) {
 		!strings.Contains(err.Error(), "not absolute") {
 		t.Errorf("a relative path: %v", err)
 	}
+}
+
+// Hide's paths are unreadable to the program and readable to its caller; a
+// path that cannot be hidden fails the start, starting nothing.
+func TestTheProgramCannotReadWhatHideNames(t *testing.T) {
+	dir := t.TempDir()
+	secret := filepath.Join(dir, "database-url")
+	if err := os.WriteFile(secret, []byte("postgres://snip:hunter2@db/snip\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	p, err := Start(t.Context(), Spec{Path: "/bin/sh", Args: []string{"-c", `cat "$0" || echo refused`, secret},
+		Env: programEnv, Grace: time.Second, Stdout: w, Hide: []string{secret}})
+	w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := io.ReadAll(r)
+	<-p.Done()
+	if string(out) != "refused\n" {
+		t.Errorf("the program printed %q; want the hidden file refused to it", out)
+	}
+	if _, err := os.ReadFile(secret); err != nil {
+		t.Errorf("the caller cannot read the file any more: %v", err)
+	}
+
+	if _, err := Start(t.Context(), Spec{Path: "/bin/true", Grace: time.Second, Hide: []string{"etc/url"}}); err == nil ||
+		!strings.Contains(err.Error(), "hiding") {
+		t.Errorf("a relative path to hide: %v; want the start refused", err)
+	}
+	noneLeft(t)
 }
 
 func TestASupervisorStartedByHandRefusesToRun(t *testing.T) {
