@@ -101,17 +101,23 @@ func newJob(_ scheduler.Env, spec configs.Job) (scheduler.Job, error) {
 	return &job{loc: loc, opts: opts}, nil
 }
 
-// Run stores the report of the week before r.Slot, its outbox row and the
-// slot's completion in one fenced transaction. If the week is stored already
-// (this slot ran before, or another slot or job stored it), it stores nothing
-// and only completes the slot.
+// Run stores the report of the week before r.Slot (for an operator's
+// manual run, the week before now: the last whole week), its outbox row and
+// the completion of the slot or the manual run in one fenced transaction, so
+// that neither runs twice whatever fails after the commit. If the week is
+// stored already (this slot ran before, or another slot, run or job stored
+// it), it stores nothing and only completes the slot or the manual run.
 func (j *job) Run(ctx context.Context, r *scheduler.Run) error {
-	if r.Slot.IsZero() {
-		return fmt.Errorf("weeklyreport: run of %s has no cron slot: the report's week is the one before the slot", r.Job)
+	at := r.Slot
+	if at.IsZero() {
+		if r.ManualRun == 0 {
+			return fmt.Errorf("weeklyreport: run of %s has no cron slot: the report's week is the one before the slot", r.Job)
+		}
+		at = time.Now()
 	}
-	s, err := weekBefore(r.Slot, j.loc)
+	s, err := weekBefore(at, j.loc)
 	if err != nil {
-		return fmt.Errorf("weeklyreport: slot %s: %w", r.Slot.Format(time.RFC3339), err)
+		return fmt.Errorf("weeklyreport: week before %s: %w", at.Format(time.RFC3339), err)
 	}
 	log := r.Log.With("week", s.label)
 	var (
@@ -124,7 +130,7 @@ func (j *job) Run(ctx context.Context, r *scheduler.Run) error {
 		err := tx.QueryRow(ctx, `SELECT job, token FROM weekly_reports WHERE week = $1`, s.label).Scan(&storedBy, &storedToken)
 		switch {
 		case err == nil:
-			return r.CompleteSlot(ctx, tx)
+			return r.Complete(ctx, tx)
 		case !errors.Is(err, pgx.ErrNoRows):
 			return fmt.Errorf("read stored week %s: %w", s.label, err)
 		}
@@ -150,13 +156,13 @@ func (j *job) Run(ctx context.Context, r *scheduler.Run) error {
 			// Another job, whose writes are fenced on another resource,
 			// stored the week after our read: its insert decided.
 			storedBy = "(another job, concurrently)"
-			return r.CompleteSlot(ctx, tx)
+			return r.Complete(ctx, tx)
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO weekly_report_outbox (week, subject) VALUES ($1, $2)`,
 			s.label, rep.Subject()); err != nil {
 			return fmt.Errorf("queue mail for week %s: %w", s.label, err)
 		}
-		if err := r.CompleteSlot(ctx, tx); err != nil {
+		if err := r.Complete(ctx, tx); err != nil {
 			return err
 		}
 		stored = rep
