@@ -581,10 +581,15 @@ func TestLeadershipTimingProblemsAreReportedAtTheValueToBlame(t *testing.T) {
 			"leadership:",
 			"  ttl: 1s",
 		), []string{"test.yaml:2:8: leadership: TTL 1s is below etcd's minimum lease TTL 2s"}},
+		{"TTL below the Kubernetes backend's minimum, named so", lines(
+			"leadership:",
+			"  backend: kubernetes",
+			"  ttl: 1s",
+		), []string{"test.yaml:3:8: leadership: TTL 1s is below the Kubernetes backend's minimum lease TTL 2s"}},
 		{"TTL not whole seconds", lines(
 			"leadership:",
 			"  ttl: 2500ms",
-		), []string{"test.yaml:2:8: leadership: TTL 2.5s is not a whole number of seconds (etcd grants leases in seconds)"}},
+		), []string{"test.yaml:2:8: leadership: TTL 2.5s is not a whole number of seconds (etcd grants leases in whole seconds)"}},
 		{"renew interval too long for two keep-alives", lines(
 			"leadership:",
 			"  ttl: 10s",
@@ -603,7 +608,7 @@ func TestLeadershipTimingProblemsAreReportedAtTheValueToBlame(t *testing.T) {
 			"  ttl: 2500ms",
 		), []string{
 			"test.yaml:2:11: leadership: stop-early margin 3s must be less than the TTL 2.5s",
-			"test.yaml:3:8: leadership: TTL 2.5s is not a whole number of seconds (etcd grants leases in seconds)",
+			"test.yaml:3:8: leadership: TTL 2.5s is not a whole number of seconds (etcd grants leases in whole seconds)",
 		}},
 	}
 	for _, c := range cases {

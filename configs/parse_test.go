@@ -13,6 +13,7 @@ import (
 
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/leadership"
+	etcdlayout "github.com/snip/snip-jobs/leadership/etcdlease/layout"
 )
 
 func TestEveryProblemIsReportedAtOnceOnePerLineInFileOrder(t *testing.T) {
@@ -140,7 +141,7 @@ func TestDefaults(t *testing.T) {
 		"    type: weeklyreport",
 		"    cron: '@weekly'",
 	))
-	ttl, margin, renew := leadership.TimingDefaults(0, 0, 0)
+	ttl, margin, renew := leadership.TimingDefaults(etcdlayout.Rules, 0, 0, 0)
 	wantTop := configs.File{
 		Path:     "test.yaml",
 		Instance: "server-1",

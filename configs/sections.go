@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/snip/snip-jobs/leadership"
+	etcdlayout "github.com/snip/snip-jobs/leadership/etcdlease/layout"
+	kubelayout "github.com/snip/snip-jobs/leadership/kubelease/layout"
 )
 
 // The readers of the file's small sections: each reads its mapping into the
@@ -69,8 +71,12 @@ func readLeadership(m *mapping) (l Leadership, backendPos Pos) {
 	margin, _ := m.duration("margin", zeroOrPositive)
 	renew, _ := m.duration("renew_interval", zeroOrPositive)
 	written := map[string]bool{"ttl": ttl > 0, "margin": margin > 0, "renew_interval": renew > 0} // 0: the default
-	ttl, margin, renew = leadership.TimingDefaults(ttl, margin, renew)
-	if err := leadership.CheckTiming(ttl, margin, renew); err != nil {
+	rules := etcdlayout.Rules
+	if backend == BackendKubernetes {
+		rules = kubelayout.Rules
+	}
+	ttl, margin, renew = leadership.TimingDefaults(rules, ttl, margin, renew)
+	if err := leadership.CheckTiming(rules, ttl, margin, renew); err != nil {
 		for _, e := range splitErrors(err) {
 			pos := m.at // every value to blame came from a default: the section
 			for _, key := range timingBlame(e) {

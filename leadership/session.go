@@ -8,8 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/snip/snip-jobs/internal/boottime"
-
 	"github.com/snip/snip-jobs/internal/sleep"
 )
 
@@ -54,7 +52,7 @@ func NewSession(store Store) (*Session, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Session{
-		cfg: cfg, store: store, log: cfg.Logger.With("instance", cfg.Instance), clock: newClock(),
+		cfg: cfg, store: store, log: cfg.Logger.With("instance", cfg.Instance), clock: newClock(cfg.Clock),
 		ctx: ctx, cancel: cancel, done: make(chan struct{}), changed: make(chan struct{}),
 		past: map[string]bool{}, busy: busy{jobs: map[string]*busySlot{}},
 	}
@@ -78,15 +76,15 @@ func (s *Session) Instance() string { return s.cfg.Instance }
 // Config returns the session's configuration with defaults filled in.
 func (s *Session) Config() Config { return s.cfg }
 
-// clock is a session's clock: CLOCK_BOOTTIME nanoseconds since base, the
-// scale of every deadline (one atomic word each). It is monotonic and, unlike
-// Go's monotonic reading (CLOCK_MONOTONIC), counts the time a host spent
-// suspended, as the store's clocks do: a term renewed before a suspend is
-// judged, after it, by how long ago that truly was.
-type clock struct{ base time.Duration }
+// clock is a session's clock: Config.Clock's nanoseconds since base, the
+// scale of every deadline (one atomic word each).
+type clock struct {
+	src  Clock
+	base time.Duration
+}
 
-func newClock() clock                 { return clock{base: boottime.Now()} }
-func (c clock) now() int64            { return int64(boottime.Now() - c.base) }
+func newClock(src Clock) clock        { return clock{src: src, base: src.Now()} }
+func (c clock) now() int64            { return int64(c.src.Now() - c.base) }
 func (c clock) at(ns int64) time.Time { return time.Now().Add(time.Duration(ns - c.now())) } // for people and time.Until: as seen now
 
 // Instant is a reading of a session's clock (Lease.Now): when a request that

@@ -33,6 +33,7 @@ func NewSession(cfg Config) (*leadership.Session, error) { return leadership.Sta
 
 // newStore validates cfg and makes the store a session runs on.
 func newStore(cfg Config) (*store, error) {
+	cfg.Config.Rules = layout.Rules
 	if cfg.Client == nil {
 		_, err := cfg.Config.WithDefaults()
 		return nil, errors.Join(errors.New("leadership: Client is required"), err)
@@ -43,10 +44,10 @@ func newStore(cfg Config) (*store, error) {
 	}
 	cfg.Config, cfg.Prefix = c, layout.Prefix(cfg.Prefix)
 	st := &store{cfg: cfg, log: c.Logger.With("instance", c.Instance)}
-	if !leadership.RidesOutElections(c.TTL, c.Margin, c.RenewInterval) {
+	if !leadership.RidesOutElections(c.Rules, c.TTL, c.Margin, c.RenewInterval) {
 		st.log.Warn("an etcd leader election can end this instance's terms: TTL − margin − renew interval is less than "+
 			"twice etcd's default election timeout (docs/operations.md, \"The smallest safe TTL\")",
-			"ttl", c.TTL, "margin", c.Margin, "renew_interval", c.RenewInterval, "election_allowance", leadership.ElectionAllowance)
+			"ttl", c.TTL, "margin", c.Margin, "renew_interval", c.RenewInterval, "election_allowance", c.Rules.ElectionAllowance)
 	}
 	return st, nil
 }

@@ -42,8 +42,8 @@ type Config struct {
 	// Config is the instance's name and the timing. The TTL is the instance
 	// Lease's duration (leaseDurationSeconds): how long a peer must see it
 	// unchanged before it judges this instance gone. The margin absorbs the
-	// difference in rate between this host's monotonic clock and a peer's
-	// over one TTL. With Prefix, the instance's name must make a valid Lease
+	// difference in rate between this host's clock (Config.Clock) and a
+	// peer's over one TTL. With Prefix, the instance's name must make a valid Lease
 	// name (lower-case letters, digits, '-', '.').
 	leadership.Config
 }
@@ -56,6 +56,7 @@ func NewSession(cfg Config) (*leadership.Session, error) { return leadership.Sta
 // newStore validates cfg, reporting every problem at once, and makes the
 // store a session runs on; its observer starts with the session's first lease.
 func newStore(cfg Config) (*store, error) {
+	cfg.Config.Rules = layout.Rules
 	c, err := cfg.Config.WithDefaults()
 	errs := []error{err}
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
@@ -79,7 +80,7 @@ func newStore(cfg Config) (*store, error) {
 		return nil, err
 	}
 	cfg.Config = c
-	st := &store{cfg: cfg, log: c.Logger.With("instance", c.Instance), base: time.Now(), leases: cfg.Client.Leases(cfg.Namespace)}
+	st := &store{cfg: cfg, log: c.Logger.With("instance", c.Instance), base: c.Clock.Now(), leases: cfg.Client.Leases(cfg.Namespace)}
 	st.obs = newObserver(st)
 	return st, nil
 }
@@ -89,7 +90,7 @@ func newStore(cfg Config) (*store, error) {
 type store struct {
 	cfg    Config
 	log    *slog.Logger
-	base   time.Time // monotonic origin of the observer's instants
+	base   time.Duration // the origin of the observer's instants, on the session's Clock
 	leases coordclient.LeaseInterface
 	obs    *observer
 	// obsOnce starts the observer with the session's first lease, on the
@@ -109,8 +110,8 @@ var _ leadership.Store = (*store)(nil)
 
 func (st *store) Config() leadership.Config { return st.cfg.Config }
 
-// now is the store's monotonic clock, in nanoseconds since base.
-func (st *store) now() int64 { return int64(time.Since(st.base)) }
+// now is the session's clock (Config.Clock), in nanoseconds since base.
+func (st *store) now() int64 { return int64(st.cfg.Clock.Now() - st.base) }
 
 // CheckJob reports a job name that cannot name a Lease or be a label value.
 func (st *store) CheckJob(job string) error { return layout.CheckJob(st.cfg.Prefix, job) }

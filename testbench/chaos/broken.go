@@ -18,7 +18,7 @@ var brokenPatches = []struct {
 }{
 	{
 		file:   "leadership/config.go",
-		after:  "\tc.TTL, c.Margin, c.RenewInterval = TimingDefaults(c.TTL, c.Margin, c.RenewInterval)\n",
+		after:  "\tc.TTL, c.Margin, c.RenewInterval = TimingDefaults(c.Rules, c.TTL, c.Margin, c.RenewInterval)\n",
 		insert: "\tc.Margin = 0 // the chaos harness's broken build\n",
 		what:   "stop-early margin zero: a term stays valid until the instant etcd could expire its lease",
 	},

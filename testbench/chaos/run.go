@@ -13,6 +13,7 @@ import (
 
 	"github.com/snip/snip-jobs/internal/sleep"
 	"github.com/snip/snip-jobs/leadership"
+	"github.com/snip/snip-jobs/leadership/etcdlease/layout"
 	"github.com/snip/snip-jobs/scheduler"
 )
 
@@ -70,7 +71,7 @@ type Options struct {
 // margin and renewInterval are the instances' timing.
 func (o Options) margin() time.Duration {
 	if o.DefaultTiming {
-		_, m, _ := leadership.TimingDefaults(o.TTL, 0, 0)
+		_, m, _ := leadership.TimingDefaults(layout.Rules, o.TTL, 0, 0)
 		return m
 	}
 	return Margin(o.TTL)
@@ -78,7 +79,7 @@ func (o Options) margin() time.Duration {
 
 func (o Options) renewInterval() time.Duration {
 	if o.DefaultTiming {
-		_, _, r := leadership.TimingDefaults(o.TTL, 0, 0)
+		_, _, r := leadership.TimingDefaults(layout.Rules, o.TTL, 0, 0)
 		return r
 	}
 	return RenewInterval(o.TTL)
@@ -216,7 +217,7 @@ func (o Options) withDefaults() (Options, error) {
 	if o.TTL == 0 {
 		o.TTL = 2 * time.Second
 	}
-	if err := leadership.CheckTiming(o.TTL, o.margin(), o.renewInterval()); err != nil {
+	if err := leadership.CheckTiming(layout.Rules, o.TTL, o.margin(), o.renewInterval()); err != nil {
 		return o, err
 	}
 	if len(o.Kinds) == 0 {

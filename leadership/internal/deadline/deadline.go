@@ -1,12 +1,12 @@
-// Package deadline is the stop-early arithmetic shared by the leadership
-// backends (package leadership over etcd, package kubelease over Kubernetes
-// Leases): one atomic word holding the monotonic instant up to which a
-// renewed lease is treated as alive, counted from the renewal's *send* time.
+// Package deadline is the stop-early arithmetic of package leadership's
+// session, the same for every backend: one atomic word holding the instant
+// (on the session's Clock) up to which a renewed lease is treated as alive,
+// counted from the renewal's *send* time.
 //
 // What is guaranteed: validity only goes from true to false; a renewal that
 // arrives after the deadline passed (or after Kill) cannot revive it. What is
-// NOT: any clock; callers pass instants on their own monotonic clock
-// (nanoseconds since a base time.Time).
+// NOT: any clock; callers pass instants in nanoseconds since their clock's
+// origin (the session's: leadership.Config.Clock).
 package deadline
 
 import (

@@ -1,10 +1,16 @@
-// Package layout names the Kubernetes backend's Leases and checks the names
-// a config file gives them (namespace, prefix, instance, job), without
-// linking any Kubernetes module: package configs checks a file with it, and
-// only what runs the backend links client-go (package kubelease).
+// Package layout names the Kubernetes backend's Leases, checks the names a
+// config file gives them (namespace, prefix, instance, job) and states the
+// backend's timing rules, without linking any Kubernetes module: package
+// configs checks a file with it, and only what runs the backend links
+// client-go (package kubelease).
 package layout
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+
+	"github.com/snip/snip-jobs/leadership"
+)
 
 // DefaultPrefix starts every Lease's name unless the config says otherwise.
 const DefaultPrefix = "snip-jobs"
@@ -59,3 +65,14 @@ const LabelSet = "jobs.snip.dev/set"
 // SetSelector is the label selector of every Lease of the set prefix
 // (instance and job Leases), for a reader's own list or watch.
 func SetSelector(prefix string) string { return LabelSet + "=" + prefix }
+
+// Rules are the Kubernetes backend's rules for a lease's timing: a Lease's
+// duration is whole seconds (spec.leaseDurationSeconds), and the API server
+// keeps Leases in an etcd of its own, whose minimum TTL and leader elections
+// (etcd's defaults) bound how short a lease can safely be, as on etcd.
+var Rules = leadership.Rules{
+	Backend:           "the Kubernetes backend",
+	MinTTL:            2 * time.Second,
+	WholeSeconds:      true,
+	ElectionAllowance: 2200 * time.Millisecond,
+}
