@@ -11,11 +11,8 @@ import (
 	"github.com/snip/snip-jobs/migrations"
 )
 
-func migrateCommand() command {
-	return command{
-		name:    "migrate",
-		summary: "apply the database schema migrations built into this binary",
-		about: `Applies every pending schema migration built into this binary to the database
+// migrateAbout is migrate's help beyond its summary.
+const migrateAbout = `Applies every pending schema migration built into this binary to the database
 named by the config (postgres.url_env or postgres.url_file), in order, each in
 its own transaction. Several servers may run it at once: a PostgreSQL advisory
 lock makes one apply the migrations while the others wait and then find nothing
@@ -36,7 +33,13 @@ runtime role), it grants ROLE only what a program needs to fence its own
 writes: EXECUTE on the function snip_jobs_fence, which advances
 fencing_tokens by the fence's rule with the owner's rights, so that ROLE can
 fence but cannot write fencing_tokens by hand (docs/operations.md, "Fencing
-from a program").`,
+from a program").`
+
+func migrateCommand() command {
+	return command{
+		name:    "migrate",
+		summary: "apply the database schema migrations built into this binary",
+		about:   migrateAbout,
 		flags: func(fs *flag.FlagSet, c *cli) func(context.Context, []string) error {
 			path := configFlag(fs)
 			status := fs.Bool("status", false, "list migrations as applied or pending; change nothing")
@@ -59,25 +62,7 @@ from a program").`,
 					return fmt.Errorf("database URL: %w", err)
 				}
 				if *status {
-					st, err := migrations.Status(ctx, url)
-					if err != nil {
-						return err
-					}
-					tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
-					fmt.Fprintln(tw, "VERSION\tFILE\tSTATE\tAPPLIED AT")
-					pending := 0
-					for _, m := range st {
-						state, at := "pending", "-"
-						if m.Applied {
-							state, at = "applied", m.AppliedAt.Format("2006-01-02 15:04:05Z07:00")
-						} else {
-							pending++
-						}
-						fmt.Fprintf(tw, "%04d\t%s\t%s\t%s\n", m.Version, m.Name, state, at)
-					}
-					tw.Flush()
-					fmt.Fprintf(c.stdout, "%d pending\n", pending)
-					return nil
+					return printMigrationStatus(ctx, c, url)
 				}
 				log := newLogger(f.Log, c.stderr)
 				res, err := migrations.Up(ctx, url, log)
@@ -93,24 +78,54 @@ from a program").`,
 					}
 					fmt.Fprintf(c.stdout, "applied %d migration(s) (%s); schema at version %d\n", len(vs), strings.Join(vs, ", "), res.Current)
 				}
-				if *grantTo != "" {
-					notes, err := migrations.Grant(ctx, url, *grantTo)
-					if err != nil {
-						return err
-					}
-					fmt.Fprintf(c.stdout, "granted role %s what the service needs\n", *grantTo)
-					for _, n := range notes {
-						fmt.Fprintf(c.stderr, "snip-jobs migrate: warning: %s\n", n)
-					}
-				}
-				if *grantFenceTo != "" {
-					if err := migrations.GrantFence(ctx, url, *grantFenceTo); err != nil {
-						return err
-					}
-					fmt.Fprintf(c.stdout, "granted role %s the fence (snip_jobs_fence)\n", *grantFenceTo)
-				}
-				return nil
+				return grantRoles(ctx, c, url, *grantTo, *grantFenceTo)
 			}
 		},
 	}
+}
+
+// printMigrationStatus lists every migration as applied (with its time) or
+// pending: migrate --status.
+func printMigrationStatus(ctx context.Context, c *cli, url string) error {
+	st, err := migrations.Status(ctx, url)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "VERSION\tFILE\tSTATE\tAPPLIED AT")
+	pending := 0
+	for _, m := range st {
+		state, at := "pending", "-"
+		if m.Applied {
+			state, at = "applied", m.AppliedAt.Format("2006-01-02 15:04:05Z07:00")
+		} else {
+			pending++
+		}
+		fmt.Fprintf(tw, "%04d\t%s\t%s\t%s\n", m.Version, m.Name, state, at)
+	}
+	tw.Flush()
+	fmt.Fprintf(c.stdout, "%d pending\n", pending)
+	return nil
+}
+
+// grantRoles grants the runtime role (--grant-to) and the programs' role
+// (--grant-fence-to), each when named.
+func grantRoles(ctx context.Context, c *cli, url, runtime, fence string) error {
+	if runtime != "" {
+		notes, err := migrations.Grant(ctx, url, runtime)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(c.stdout, "granted role %s what the service needs\n", runtime)
+		for _, n := range notes {
+			fmt.Fprintf(c.stderr, "snip-jobs migrate: warning: %s\n", n)
+		}
+	}
+	if fence != "" {
+		if err := migrations.GrantFence(ctx, url, fence); err != nil {
+			return err
+		}
+		fmt.Fprintf(c.stdout, "granted role %s the fence (snip_jobs_fence)\n", fence)
+	}
+	return nil
 }

@@ -18,7 +18,46 @@ func runCommand() command {
 		name:    "run",
 		args:    "[JOB]",
 		summary: "run the service: the config's jobs, until SIGTERM; or, given a JOB, run it once now",
-		about: `With a JOB: asks for one extra execution of JOB now, exactly once across the
+		about:   runAbout,
+		flags: func(fs *flag.FlagSet, c *cli) func(context.Context, []string) error {
+			path := configFlag(fs)
+			listen := fs.String("embedded-etcd-listen", etcdlocal.DefaultClientAddr,
+				"client address of the embedded etcd, used only when the config has no etcd endpoints\n(a loopback host:port; port 0 picks a free port, logged at start)")
+			allowReadable := fs.Bool("allow-readable-secrets", false,
+				"start even when a secret file (postgres.url_file, etcd.auth.password_file, etcd.tls.key, a job's\nkey_file...) is readable by its group or others; each is then logged as a warning\n(one others can write is refused whatever this says)")
+			devControl := fs.String("dev-control", "",
+				"base URL of the snip-dev supervisor (set by dev for its instances): the status page\nthen shows buttons that ask it to kill, pause, restart an instance or resign a job")
+			undrain := fs.Bool("undrain", false, "lift this instance's drain (snip-jobs drain) at start, before its jobs run")
+			now := runNowFlags(fs)
+			return func(ctx context.Context, args []string) error {
+				set := map[string]bool{}
+				fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+				switch {
+				case len(args) == 1:
+					for _, service := range []string{"embedded-etcd-listen", "allow-readable-secrets", "dev-control", "undrain"} {
+						if set[service] {
+							return usageError("usage: --%s is for the service (run without a JOB)", service)
+						}
+					}
+					return runNow(ctx, c, *path, args[0], now)
+				case len(args) > 1:
+					return usageError("usage: run takes at most one argument, a job's name (none: run the service)")
+				}
+				for _, manual := range []string{"wait", "timeout", "by"} {
+					if set[manual] {
+						return usageError("usage: --%s is for run JOB (a manual run), not for the service", manual)
+					}
+				}
+				return runService(ctx, c, *path, service.Options{
+					EmbeddedListen: *listen, DevControl: *devControl, AllowReadableSecrets: *allowReadable, Undrain: *undrain,
+				})
+			}
+		},
+	}
+}
+
+// runAbout is run's help beyond its summary.
+var runAbout = `With a JOB: asks for one extra execution of JOB now, exactly once across the
 cluster, and returns (with --wait: once it is over, printing where it ran, with
 which token, how long, and its result; exit status 1 if it failed or
 --timeout passed). See "run JOB" below.
@@ -108,43 +147,7 @@ notification) or within a renew interval.
 
 Programs as jobs (type: exec), the program's contract:
 
-` + execjob.Contract,
-		flags: func(fs *flag.FlagSet, c *cli) func(context.Context, []string) error {
-			path := configFlag(fs)
-			listen := fs.String("embedded-etcd-listen", etcdlocal.DefaultClientAddr,
-				"client address of the embedded etcd, used only when the config has no etcd endpoints\n(a loopback host:port; port 0 picks a free port, logged at start)")
-			allowReadable := fs.Bool("allow-readable-secrets", false,
-				"start even when a secret file (postgres.url_file, etcd.auth.password_file, etcd.tls.key, a job's\nkey_file...) is readable by its group or others; each is then logged as a warning\n(one others can write is refused whatever this says)")
-			devControl := fs.String("dev-control", "",
-				"base URL of the snip-dev supervisor (set by dev for its instances): the status page\nthen shows buttons that ask it to kill, pause, restart an instance or resign a job")
-			undrain := fs.Bool("undrain", false, "lift this instance's drain (snip-jobs drain) at start, before its jobs run")
-			now := runNowFlags(fs)
-			return func(ctx context.Context, args []string) error {
-				set := map[string]bool{}
-				fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
-				switch {
-				case len(args) == 1:
-					for _, service := range []string{"embedded-etcd-listen", "allow-readable-secrets", "dev-control", "undrain"} {
-						if set[service] {
-							return usageError("usage: --%s is for the service (run without a JOB)", service)
-						}
-					}
-					return runNow(ctx, c, *path, args[0], now)
-				case len(args) > 1:
-					return usageError("usage: run takes at most one argument, a job's name (none: run the service)")
-				}
-				for _, manual := range []string{"wait", "timeout", "by"} {
-					if set[manual] {
-						return usageError("usage: --%s is for run JOB (a manual run), not for the service", manual)
-					}
-				}
-				return runService(ctx, c, *path, service.Options{
-					EmbeddedListen: *listen, DevControl: *devControl, AllowReadableSecrets: *allowReadable, Undrain: *undrain,
-				})
-			}
-		},
-	}
-}
+` + execjob.Contract
 
 // runService runs the config's jobs until ctx ends: the command without a JOB.
 // o's Config, Types, Version, Log and Sockets are filled in here.

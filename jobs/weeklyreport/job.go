@@ -120,53 +120,10 @@ func (j *job) Run(ctx context.Context, r *scheduler.Run) error {
 		return fmt.Errorf("weeklyreport: week before %s: %w", at.Format(time.RFC3339), err)
 	}
 	log := r.Log.With("week", s.label)
-	var (
-		stored      *Report // set when this run stored the week
-		storedBy    string  // else the job that had stored it
-		storedToken int64
-	)
-	err = r.Fenced(ctx, func(ctx context.Context, tx pgx.Tx) error {
-		stored, storedBy, storedToken = nil, "", 0
-		err := tx.QueryRow(ctx, `SELECT job, token FROM weekly_reports WHERE week = $1`, s.label).Scan(&storedBy, &storedToken)
-		switch {
-		case err == nil:
-			return r.Complete(ctx, tx)
-		case !errors.Is(err, pgx.ErrNoRows):
-			return fmt.Errorf("read stored week %s: %w", s.label, err)
-		}
-
-		rep, err := build(ctx, tx, s, j.opts)
-		if err != nil {
-			return err
-		}
-		r.Progress()
-		body, text, csv, err := encode(rep)
-		if err != nil {
-			return err
-		}
-		tag, err := tx.Exec(ctx, `INSERT INTO weekly_reports
-			(week, job, time_zone, week_start, week_end, body, body_text, body_csv, token, instance)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
-			ON CONFLICT (week) DO NOTHING`,
-			s.label, r.Job, j.loc.String(), s.start(), s.end(), body, text, csv, r.Token, r.Instance)
-		if err != nil {
-			return fmt.Errorf("store week %s: %w", s.label, err)
-		}
-		if tag.RowsAffected() == 0 {
-			// Another job, whose writes are fenced on another resource,
-			// stored the week after our read: its insert decided.
-			storedBy = "(another job, concurrently)"
-			return r.Complete(ctx, tx)
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO weekly_report_outbox (week, subject) VALUES ($1, $2)`,
-			s.label, rep.Subject()); err != nil {
-			return fmt.Errorf("queue mail for week %s: %w", s.label, err)
-		}
-		if err := r.Complete(ctx, tx); err != nil {
-			return err
-		}
-		stored = rep
-		return nil
+	var o outcome
+	err = r.Fenced(ctx, func(ctx context.Context, tx pgx.Tx) (err error) {
+		o, err = j.store(ctx, tx, r, s)
+		return err
 	})
 	if op, ok := RebuiltBy(err); ok {
 		// The fence's last writer was the rebuild, not a newer term or claim.
@@ -177,14 +134,67 @@ func (j *job) Run(ctx context.Context, r *scheduler.Run) error {
 	switch {
 	case err != nil:
 		return fmt.Errorf("weeklyreport: week %s: %w", s.label, err)
-	case stored != nil:
+	case o.stored != nil:
 		log.InfoContext(ctx, "weekly report stored and queued for mail",
-			"total_clicks", stored.Total, "time_zone", j.loc.String())
-	case storedBy == r.Job:
-		log.InfoContext(ctx, "week already stored; slot completed without a new report", "stored_token", storedToken)
+			"total_clicks", o.stored.Total, "time_zone", j.loc.String())
+	case o.storedBy == r.Job:
+		log.InfoContext(ctx, "week already stored; slot completed without a new report", "stored_token", o.storedToken)
 	default:
 		log.WarnContext(ctx, "week already stored by another job: two weeklyreport jobs share this database; keep one",
-			"stored_by", storedBy, "stored_token", storedToken)
+			"stored_by", o.storedBy, "stored_token", o.storedToken)
 	}
 	return nil
+}
+
+// outcome is what a run's transaction found and did.
+type outcome struct {
+	stored      *Report // set when this run stored the week
+	storedBy    string  // else the job that had stored it
+	storedToken int64
+}
+
+// store is a run's fenced transaction: the week's report and its outbox row
+// unless the week is stored already, and the completion of the slot or the
+// manual run, whichever it was.
+func (j *job) store(ctx context.Context, tx pgx.Tx, r *scheduler.Run, s span) (outcome, error) {
+	var o outcome
+	err := tx.QueryRow(ctx, `SELECT job, token FROM weekly_reports WHERE week = $1`, s.label).Scan(&o.storedBy, &o.storedToken)
+	switch {
+	case err == nil:
+		return o, r.Complete(ctx, tx)
+	case !errors.Is(err, pgx.ErrNoRows):
+		return o, fmt.Errorf("read stored week %s: %w", s.label, err)
+	}
+	rep, err := build(ctx, tx, s, j.opts)
+	if err != nil {
+		return o, err
+	}
+	r.Progress()
+	body, text, csv, err := encode(rep)
+	if err != nil {
+		return o, err
+	}
+	tag, err := tx.Exec(ctx, `INSERT INTO weekly_reports
+		(week, job, time_zone, week_start, week_end, body, body_text, body_csv, token, instance)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+		ON CONFLICT (week) DO NOTHING`,
+		s.label, r.Job, j.loc.String(), s.start(), s.end(), body, text, csv, r.Token, r.Instance)
+	if err != nil {
+		return o, fmt.Errorf("store week %s: %w", s.label, err)
+	}
+	if tag.RowsAffected() == 0 {
+		// Another job, whose writes are fenced on another resource, stored
+		// the week after our read: its insert decided.
+		o.storedBy = "(another job, concurrently)"
+		return o, r.Complete(ctx, tx)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO weekly_report_outbox (week, subject) VALUES ($1, $2)`,
+		s.label, rep.Subject()); err != nil {
+		return o, fmt.Errorf("queue mail for week %s: %w", s.label, err)
+	}
+	if err := r.Complete(ctx, tx); err != nil {
+		return o, err
+	}
+	o.stored = rep
+	return o, nil
 }
