@@ -128,6 +128,10 @@ type act struct {
 	Job      string
 	Instance string
 	At       time.Time
+	// Grace is how long after the control is noticed the act may still
+	// begin: an exec program's writes, until its SIGKILL (kill_grace after
+	// its SIGTERM, which the harness's program ignores); 0 for the rest.
+	Grace time.Duration
 }
 
 func (a act) String() string {
@@ -168,8 +172,12 @@ func (f *facts) acts() []act {
 		}
 		seen[w.Xact] = true
 		writer, _ := w.writer()
-		out = append(out, act{What: fmt.Sprintf("%s's transaction %s (%s %s, token %d)", w.Job, w.Xact, w.Table, strings.ToLower(w.Op), w.Token),
-			Job: w.Job, Instance: writer, At: w.Began})
+		a := act{What: fmt.Sprintf("%s's transaction %s (%s %s, token %d)", w.Job, w.Xact, w.Table, strings.ToLower(w.Op), w.Token),
+			Job: w.Job, Instance: writer, At: w.Began}
+		if w.Job == JobScript {
+			a.Grace = scriptKillGrace
+		}
+		out = append(out, a)
 	}
 	return out
 }
@@ -206,7 +214,7 @@ func (k *checker) checkControls(f *facts) ControlStats {
 			s.Pauses++
 		}
 		for _, a := range acts {
-			if mine(a) && w.inForce(a.At, k.renew) {
+			if mine(a) && w.inForce(a.At, k.renew+a.Grace) {
 				k.violate(inv, "%s, %v after the %s's commit (%s)", a, a.At.Sub(w.Committed).Round(time.Millisecond), w.Kind, w)
 			}
 		}

@@ -115,7 +115,7 @@ func (k *checker) checkPrograms(dir string) error {
 		return fmt.Errorf("read the programs' overlaps: %w", err)
 	}
 	for _, o := range overlaps {
-		k.violate(InvProgramOverlap, "a program started while process %s (pid, its run's records) of an earlier run was alive", o)
+		k.violate(InvProgramOverlap, "a program started while process %s (pid, its run's records, its state) of an earlier run was alive", o)
 	}
 	alive, err := exectest.Alive(dir)
 	if err != nil {

@@ -404,6 +404,12 @@ SQL
 done
 `
 
+// scriptKillGrace is the script job's kill_grace: its program, deaf to
+// SIGTERM, writes until its SIGKILL, that long after its term ends (a
+// pause or a drain is noticed), so the controls' checks allow its writes
+// that much more than a renew interval.
+const scriptKillGrace = 500 * time.Millisecond
+
 // scriptJob writes the script job's program into the run's folder and
 // returns its entry; {{database}} becomes the instance's own way to
 // PostgreSQL (its proxy: a cut of the instance cuts its program off too).
@@ -425,8 +431,8 @@ func (c *cluster) scriptJob() (string, error) {
     options:
       command: [%s, %s]
       env: {PSQL: %s, DATABASE: "{{database}}"}
-      kill_grace: 500ms
-`, cmd[0], cmd[1], filepath.Join(c.pg.Bindir(), "psql")), nil
+      kill_grace: %v
+`, cmd[0], cmd[1], filepath.Join(c.pg.Bindir(), "psql"), scriptKillGrace), nil
 }
 
 // settle waits until every instance runs and is ready, every leader-mode job

@@ -16,13 +16,14 @@ import (
 // (both deaf to SIGTERM), records every pid of its tree with its start time
 // (so that a recycled pid is not taken for it) in tree-<pid>, ignores
 // SIGTERM itself, and, as it starts, records in overlaps the processes of
-// earlier runs (any tree-* file) still alive; then it appends "<instance>
-// <token>" to starts. What follows it loops until the program is killed.
+// earlier runs (any tree-* file) still alive (a zombie, killed and not yet
+// reaped, is not: it runs nothing); then it appends "<instance> <token>" to
+// starts. What follows it loops until the program is killed.
 const prelude = `dir="$1"
-alive() { [ "$(cut -d' ' -f22 /proc/$1/stat 2>/dev/null)" = "$2" ]; }
+alive() { set -- "$1" "$2" "$(cut -d' ' -f3,22 /proc/$1/stat 2>/dev/null)"; [ "${3#* }" = "$2" ] && [ "${3%% *}" != Z ]; }
 for f in "$dir"/tree-*; do
 	[ -e "$f" ] || continue
-	while read -r pid start; do alive "$pid" "$start" && echo "$pid $f" >> "$dir/overlaps"; done < "$f"
+	while read -r pid start; do alive "$pid" "$start" && echo "$pid $f $(cut -d' ' -f3 /proc/$pid/stat 2>/dev/null)" >> "$dir/overlaps"; done < "$f"
 done
 tree="$dir/tree-$$"
 me() { echo "$1 $(cut -d' ' -f22 /proc/$1/stat)" >> "$tree"; }
@@ -80,7 +81,7 @@ func Starts(t testing.TB, dir string) []Start {
 }
 
 // Overlaps lists the processes of earlier runs a start found alive
-// ("<pid> <tree file>"): none, if no program outlived its term.
+// ("<pid> <tree file> <state>"): none, if no program outlived its term.
 func Overlaps(dir string) ([]string, error) { return lines(filepath.Join(dir, "overlaps")) }
 
 // Alive lists the processes of every run recorded in dir that are alive now.
