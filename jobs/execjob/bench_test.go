@@ -2,9 +2,12 @@ package execjob_test
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -66,7 +69,8 @@ func BenchmarkATermsProgramStartsAndStops(b *testing.B) {
 		{Name: "plain", Type: "plain", Singleton: true, Grace: 10 * time.Second, Schedule: configs.Schedule{Kind: configs.Continuous}},
 	}
 	reg := jobtest.Registry(b, execjob.Type(), plainType([]string{prog, fifos["plain"]}))
-	nodes := []*jobtest.Node{c.Start("server-1", reg, jobs), c.Start("server-2", reg, jobs)}
+	marks := newMarks()
+	nodes := []*jobtest.Node{c.Start("server-1", reg, jobs, jobtest.WithLog(marks)), c.Start("server-2", reg, jobs, jobtest.WithLog(marks))}
 	keys := watchKeys(b, c.Obs, c.Prefix)
 	ctx := context.Background()
 	running := func(job string) { // the job's next program opens its FIFO for writing
@@ -79,6 +83,7 @@ func BenchmarkATermsProgramStartsAndStops(b *testing.B) {
 	running("exec") // the first programs
 	running("plain")
 	took := map[string]*[2][]time.Duration{"exec": {}, "plain": {}}
+	var termToExec []time.Duration
 	b.ResetTimer()
 	for range b.N {
 		for _, job := range []string{"exec", "plain"} {
@@ -92,6 +97,9 @@ func BenchmarkATermsProgramStartsAndStops(b *testing.B) {
 			t := took[job]
 			t[0] = append(t[0], time.Since(created))
 			t[1] = append(t[1], gone.Sub(asked))
+			if job == "exec" {
+				termToExec = append(termToExec, marks.termToExec())
+			}
 		}
 	}
 	b.StopTimer()
@@ -99,6 +107,7 @@ func BenchmarkATermsProgramStartsAndStops(b *testing.B) {
 		percentile.Report(b, job+"-term-to-program-", took[job][0])
 		percentile.Report(b, job+"-resign-to-handed-over-", took[job][1])
 	}
+	percentile.Report(b, "exec-term-start-to-exec-", termToExec)
 	_ = nodes
 }
 
@@ -142,5 +151,70 @@ func (k *keyEvents) next(b *testing.B, job string, created bool) time.Time {
 		case <-time.After(jobtest.Patience):
 			b.Fatalf("no %s of %s's leader key", map[bool]string{true: "creation", false: "deletion"}[created], job)
 		}
+	}
+}
+
+// marks keeps, from the instances' logs, when the exec job's newest term
+// started (the session's "term started", as its term is won) and when its
+// program was exec'd (the job's "program started", once the supervisor
+// reports the pid: after the exec succeeded). Both are this process's clock.
+type marks struct {
+	shared *markTimes
+	attrs  []slog.Attr
+}
+
+type markTimes struct {
+	mu         sync.Mutex
+	term, exec time.Time
+}
+
+func newMarks() *marks { return &marks{shared: &markTimes{}} }
+
+func (m *marks) Enabled(context.Context, slog.Level) bool { return true }
+
+func (m *marks) Handle(_ context.Context, r slog.Record) error {
+	job := ""
+	find := func(a slog.Attr) bool {
+		if a.Key == "job" {
+			job = a.Value.String()
+		}
+		return true
+	}
+	for _, a := range m.attrs {
+		find(a)
+	}
+	r.Attrs(find)
+	if job != "exec" {
+		return nil
+	}
+	s := m.shared
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch r.Message {
+	case "term started":
+		s.term, s.exec = r.Time, time.Time{}
+	case "program started":
+		s.exec = r.Time
+	}
+	return nil
+}
+
+func (m *marks) WithAttrs(as []slog.Attr) slog.Handler {
+	return &marks{shared: m.shared, attrs: append(slices.Clone(m.attrs), as...)}
+}
+
+func (m *marks) WithGroup(string) slog.Handler { return m }
+
+// termToExec is the newest term's start → its program exec'd, once both are
+// logged (the program has opened its FIFO: its start is being logged).
+func (m *marks) termToExec() time.Duration {
+	for {
+		m.shared.mu.Lock()
+		term, exec := m.shared.term, m.shared.exec
+		m.shared.mu.Unlock()
+		if !exec.IsZero() && exec.After(term) {
+			return exec.Sub(term)
+		}
+		time.Sleep(time.Millisecond) // the log line follows the pid's report by microseconds
 	}
 }

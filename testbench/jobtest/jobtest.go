@@ -11,6 +11,7 @@ package jobtest
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
@@ -170,6 +171,14 @@ func WithTTL(ttl time.Duration) Option {
 	return func(_ *configs.File, c *leadership.Config) { c.TTL, c.Margin = ttl, ttl*3/10 }
 }
 
+// WithLog also sends the instance's log (its session's and its scheduler's)
+// to h, beside the test's log.
+func WithLog(h slog.Handler) Option {
+	return func(_ *configs.File, c *leadership.Config) {
+		c.Logger = slog.New(slog.NewMultiHandler(c.Logger.Handler(), h))
+	}
+}
+
 // Start runs an instance named name with the given jobs.
 func (c *Cluster) Start(name string, reg *scheduler.Registry, jobs []configs.Job, opts ...Option) *Node {
 	c.T.Helper()
@@ -188,7 +197,7 @@ func (c *Cluster) Start(name string, reg *scheduler.Registry, jobs []configs.Job
 		session = scheduler.Over(n.Session)
 	}
 	sched, err := scheduler.New(scheduler.Config{File: file, Registry: reg, Session: session, Pool: n.pool,
-		Log: benchtest.Logger(c.T), Metrics: n.Metrics, Secrets: file.SecretPaths(func(string) string { return "" })})
+		Log: lc.Logger, Metrics: n.Metrics, Secrets: file.SecretPaths(func(string) string { return "" })})
 	if err != nil {
 		c.T.Fatal(err)
 	}
