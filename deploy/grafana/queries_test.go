@@ -33,8 +33,8 @@ const scrapeInterval = time.Second
 // test makes happen what the panels count once it has happened: a write
 // refused by the fence (a newer token written to the heartbeat's resource,
 // as a newer term's would be), a certificate renewed on request (an order),
-// a paused job, and a drained instance (the exec job's leader, so that its
-// program's run ends). Then each variable's
+// a paused job, the exec job handed over (its program's run ends), and a
+// drained instance. Then each variable's
 // query (label_values) and each panel's, with the variables as Grafana
 // substitutes them, is asked of Prometheus as Grafana asks it: a range
 // query over the test's time for a graph, an instant query for a table or
@@ -50,17 +50,13 @@ func TestEveryQueryOfTheDashboardReturnsDataFromARealPrometheus(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close(context.Background()) })
-	byAddr := map[string]devcluster.Instance{}
+	var targets []string
 	for _, in := range c.Instances() {
 		u, err := url.Parse(in.Page)
 		if err != nil {
 			t.Fatal(err)
 		}
-		byAddr[u.Host] = in
-	}
-	var targets []string
-	for addr := range byAddr {
-		targets = append(targets, addr)
+		targets = append(targets, u.Host)
 	}
 	prom, err := promtest.Start(ctx, promtest.Options{JobName: "snip-jobs", Targets: targets, Interval: scrapeInterval, HonorLabels: true})
 	if err != nil {
@@ -74,24 +70,7 @@ func TestEveryQueryOfTheDashboardReturnsDataFromARealPrometheus(t *testing.T) {
 	}
 	firstUp := time.Now()
 
-	refuseAHeartbeatWrite(t, c.DatabaseURL())
-	// Before a drain can hand the heartbeat over without a write.
-	seen(t, prom, "snip_jobs_fenced_rejections_total")
-	config := c.Instances()[0].Config
-	web, ok := c.WebTier()
-	if !ok {
-		t.Fatal("the dev cluster has no certificate renewer")
-	}
-	if r := clitest.Run(t, snipJobs, nil, "certs", "renew", web.Domains[0], "--config", config); r.Code != 0 {
-		t.Fatalf("snip-jobs certs renew: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
-	}
-	if r := clitest.Run(t, snipJobs, nil, "pause", "weekly-report", "--reason", "dashboard test", "--config", config); r.Code != 0 {
-		t.Fatalf("snip-jobs pause: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
-	}
-	leader := leaderOf(t, prom, byAddr, "fenced-script")
-	if r := clitest.Run(t, snipJobs, nil, "drain", "--instance", leader, "--reason", "dashboard test", "--config", config); r.Code != 0 {
-		t.Fatalf("snip-jobs drain: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
-	}
+	happen(t, c, prom)
 
 	vars := variables(t, d, prom)
 	var queries []query
@@ -101,6 +80,29 @@ func TestEveryQueryOfTheDashboardReturnsDataFromARealPrometheus(t *testing.T) {
 		}
 	}
 	waitForData(t, prom, queries, vars, firstUp)
+}
+
+// happen makes happen, on cluster c, what some panels count only once it
+// has happened, with the snip-jobs commands an operator would use.
+func happen(t *testing.T, c *devcluster.Cluster, prom *promtest.Server) {
+	t.Helper()
+	refuseAHeartbeatWrite(t, c.DatabaseURL())
+	seen(t, prom, "snip_jobs_fenced_rejections_total") // before a hand-over of the heartbeat without a write
+	web, ok := c.WebTier()
+	if !ok {
+		t.Fatal("the dev cluster has no certificate renewer")
+	}
+	instances := c.Instances()
+	for _, args := range [][]string{
+		{"certs", "renew", web.Domains[0]}, // an order
+		{"pause", "weekly-report", "--reason", "dashboard test"},
+		{"resign", "fenced-script"}, // its leader, whoever it is now: the program's run ends
+		{"drain", "--instance", instances[len(instances)-1].Name, "--reason", "dashboard test"},
+	} {
+		if r := clitest.Run(t, snipJobs, nil, append(args, "--config", instances[0].Config)...); r.Code != 0 {
+			t.Fatalf("snip-jobs %s: exit %d\n%s%s", strings.Join(args, " "), r.Code, r.Stdout, r.Stderr)
+		}
+	}
 }
 
 // query is one query of a panel.
@@ -294,20 +296,4 @@ func seen(t *testing.T, prom *promtest.Server, name string) {
 		r, err := prom.Query(context.Background(), name, time.Now())
 		return err == nil && r.Series > 0
 	})
-}
-
-// leaderOf is the name of the instance leading job, as Prometheus reads its
-// metrics.
-func leaderOf(t *testing.T, prom *promtest.Server, byAddr map[string]devcluster.Instance, job string) string {
-	t.Helper()
-	var name string
-	benchtest.Eventually(t, "a leader of "+job+" in Prometheus", func() bool {
-		r, err := prom.Query(context.Background(), `snip_jobs_leader{job="`+job+`"} == 1`, time.Now())
-		if err != nil || r.Series != 1 {
-			return false
-		}
-		name = byAddr[r.Metrics[0]["instance"]].Name
-		return name != ""
-	})
-	return name
 }

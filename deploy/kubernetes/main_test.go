@@ -40,6 +40,9 @@ func load(t *testing.T) *kubemanifest.Set {
 	return set
 }
 
+// configKey is the ConfigMap's key: the config's file name in the pods.
+const configKey = "snip-jobs.yaml"
+
 // configText is the config the ConfigMap holds, as the pods read it.
 func configText(t *testing.T, set *kubemanifest.Set) string {
 	t.Helper()
@@ -52,8 +55,8 @@ func configText(t *testing.T, set *kubemanifest.Set) string {
 		t.Fatalf("ConfigMap %s holds %d keys, want one: the config", cm.GetName(), len(data))
 	}
 	for key, v := range data {
-		if key != "snip-jobs.yaml" {
-			t.Fatalf("ConfigMap %s's key is %q, want snip-jobs.yaml", cm.GetName(), key)
+		if key != configKey {
+			t.Fatalf("ConfigMap %s's key is %q, want %s", cm.GetName(), key, configKey)
 		}
 		return v.(string)
 	}
