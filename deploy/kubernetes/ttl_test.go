@@ -61,7 +61,7 @@ func TestAConfigWithATTLTheBackendRefusesExitsBeforeItCampaigns(t *testing.T) {
 	r := clitest.Run(t, snipJobs, nil, "run", "--config", badPath)
 	line := 1 + strings.Count(bad[:strings.Index(bad, "ttl: 1500ms")], "\n")
 	want := badPath + ":" + strconv.Itoa(line) + ":"
-	if r.Code != 2 || !strings.Contains(r.Stderr, want) || !strings.Contains(r.Stderr, "TTL 1.5s") {
+	if r.Code != 2 || !strings.Contains(r.Stderr, want) || !strings.Contains(r.Stderr, "TTL 1.5s is below the Kubernetes backend's minimum") {
 		t.Errorf("run with ttl 1500ms: exit %d, stderr %q; want 2 and the TTL's problem at %s", r.Code, r.Stderr, want)
 	}
 	list, err := leases.Leases(badNS).List(context.Background(), metav1.ListOptions{})
