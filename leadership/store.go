@@ -67,7 +67,9 @@ type Claim interface {
 	// record deleted or naming another term: ReasonKeyLost), or nil once ctx ends.
 	Follow(ctx context.Context) *EndedError
 	// Release deletes or releases the record if it is still this term's, so
-	// that a waiting candidate wins at once: one attempt, bounded by ctx.
+	// that a waiting candidate wins at once: one attempt, bounded by ctx. An
+	// error no second attempt can mend (the store refuses this account the
+	// write) wraps ErrRefused.
 	Release(ctx context.Context) error
 }
 
@@ -75,3 +77,8 @@ type Claim interface {
 // uses this instance name: the session stops, as two processes with one name
 // would take each other's leases.
 var ErrDuplicateInstance = errors.New("leadership: another live process uses this instance name")
+
+// ErrRefused marks a store's answer that trying again cannot change: the
+// account lacks the permission (etcd's permission denied; Kubernetes'
+// Forbidden, Unauthorized). Resign gives up at the first.
+var ErrRefused = errors.New("leadership: the store refused the request (a permission the account lacks)")

@@ -2,6 +2,7 @@ package leadership
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync/atomic"
@@ -103,7 +104,8 @@ func (t *Term) end(cause *EndedError) {
 // without I/O, because the session has the store release that lease, and
 // every record on it, as soon as the store answers — a Resign waiting on an
 // unreachable store would only keep the caller from campaigning again when
-// the store is back.
+// the store is back. A failed release is tried again until ctx ends, unless
+// the store refused it (ErrRefused): then Resign returns at once.
 func (t *Term) Resign(ctx context.Context) error {
 	if r := t.Reason(); r == ReasonExpired || r == ReasonLeaseLost {
 		t.log.Info("resign: the term ended with its lease; the session releases it", "reason", r)
@@ -119,7 +121,7 @@ func (t *Term) Resign(ctx context.Context) error {
 			t.log.Info("resigned", "attempts", attempts)
 			return nil
 		}
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || errors.Is(err, ErrRefused) {
 			t.log.Warn("resign: record not released; the successor waits for the lease to end", "err", err, "attempts", attempts)
 			return fmt.Errorf("leadership: resign %s (token %d): %w", t.job, t.token, err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"time"
 
@@ -126,6 +127,9 @@ func (c *claim) Release(ctx context.Context) error {
 		If(clientv3.Compare(clientv3.CreateRevision(c.key), "=", c.token)).
 		Then(clientv3.OpDelete(c.key)).
 		Commit()
+	if errors.Is(err, rpctypes.ErrPermissionDenied) || errors.Is(err, rpctypes.ErrAuthFailed) || errors.Is(err, rpctypes.ErrInvalidAuthToken) {
+		return fmt.Errorf("%w: %w", leadership.ErrRefused, err)
+	}
 	return err
 }
 

@@ -2,6 +2,7 @@ package kubelease
 
 import (
 	"context"
+	"fmt"
 
 	coordv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -94,7 +95,7 @@ func (c *claim) Release(ctx context.Context) error {
 		return nil
 	}
 	if err != nil {
-		return err
+		return refused(err)
 	}
 	if !c.mine(jl) {
 		return nil
@@ -105,5 +106,14 @@ func (c *claim) Release(ctx context.Context) error {
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
-	return err // a conflict is tried again
+	return refused(err) // a conflict is tried again
+}
+
+// refused marks an error the API server will answer again whatever is
+// tried: the account lacks the permission.
+func refused(err error) error {
+	if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
+		return fmt.Errorf("%w: %w", leadership.ErrRefused, err)
+	}
+	return err
 }

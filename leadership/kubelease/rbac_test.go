@@ -2,6 +2,7 @@ package kubelease_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	authnv1 "k8s.io/api/authentication/v1"
@@ -28,8 +29,8 @@ import (
 // resources of its own (Secrets, Pods, ConfigMaps), so the allowance is
 // real and confined. Each verb of the Role is needed (tried by hand, one
 // removed at a time): without get, list, create or delete this test fails
-// in the sessions; without update it hangs in Resign until go test's
-// timeout; without watch or patch, in usesWatchAndPatch. An operator allowed
+// in the sessions; without update the sessions cannot renew (and Resign is
+// refused: TestAReleaseTheAPIServerForbidsIsNotTriedAgain); without watch or patch, in usesWatchAndPatch. An operator allowed
 // only get, list and patch there can read the leaders (snip-jobs status) and
 // have one resign (snip-jobs resign).
 func TestTheRoleOfTheManifestsLetsTheirServiceAccountLeadAndNothingElse(t *testing.T) {
@@ -161,20 +162,53 @@ func usesWatchAndPatch(t *testing.T, admin, user *kubetest.Clientset, ns string)
 	}
 }
 
+// A term whose account may not update its job Lease (every other verb, and
+// update of its own instance Lease alone) wins by creating the Lease; its
+// Resign, refused by the API server, returns at once with ErrRefused rather
+// than trying again until its context ends.
+func TestAReleaseTheAPIServerForbidsIsNotTriedAgain(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const token = "no-job-updates"
+	srv, err := kubetest.Start(ctx, kubetest.Options{RBAC: true, ExtraTokens: []string{token + ",snip,snip-uid"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	ns := namespace(t, srv)
+	admin := clientset(t, srv.Config())
+	allow(t, admin, ns, "snip", "get", "list", "watch", "create", "patch", "delete")
+	grant(t, admin, ns, "snip-own-instance", "snip", rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"},
+		Verbs: []string{"update"}, ResourceNames: []string{kubelease.DefaultPrefix + "-instance-a"}})
+	a := start(t, srv, ns, "a", asToken(token))
+	ta := won(t, campaign(a, "report"))
+	rctx, cancel := context.WithTimeout(ctx, benchtest.Patience)
+	defer cancel()
+	if err := ta.Resign(rctx); !errors.Is(err, leadership.ErrRefused) || rctx.Err() != nil {
+		t.Fatalf("Resign of a term whose account may not update its job Lease: %v (context: %v); want ErrRefused at once", err, rctx.Err())
+	}
+}
+
 // allow grants user verbs on Leases in ns.
 func allow(t *testing.T, admin *kubetest.Clientset, ns, user string, verbs ...string) {
 	t.Helper()
+	grant(t, admin, ns, "leases-"+user, user, rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: verbs})
+}
+
+// grant makes a Role named name with rule and binds it to user, in ns.
+func grant(t *testing.T, admin *kubetest.Clientset, ns, name, user string, rule rbacv1.PolicyRule) {
+	t.Helper()
 	ctx := context.Background()
 	_, err := admin.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{
-		ObjectMeta: metav1.ObjectMeta{Name: "leases-" + user},
-		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: verbs}},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Rules:      []rbacv1.PolicyRule{rule},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, err = admin.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "leases-" + user},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "leases-" + user},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: name},
 		Subjects:   []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: user}},
 	}, metav1.CreateOptions{})
 	if err != nil {
