@@ -8,6 +8,7 @@ import (
 	"time"
 
 	coordv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 
@@ -50,9 +51,12 @@ func newObserver(st *store) *observer {
 
 // run lists and then watches until ctx ends; a broken watch is followed by a
 // fresh list (retried at a quarter of the renew interval while the API
-// server does not answer).
+// server does not answer). A watch the API server refuses (the account
+// lacks the verb) degrades to a list every quarter renew interval: said
+// once, as a warning, since it costs the API server that much more.
 func (o *observer) run(ctx context.Context) {
 	sel := o.st.cfg.setSelector()
+	warned := false
 	for ctx.Err() == nil {
 		list, err := o.st.leases.List(ctx, metav1.ListOptions{LabelSelector: sel})
 		if err != nil {
@@ -64,6 +68,11 @@ func (o *observer) run(ctx context.Context) {
 		o.once.Do(func() { close(o.synced) })
 		w, err := o.st.leases.Watch(ctx, metav1.ListOptions{LabelSelector: sel, ResourceVersion: list.ResourceVersion})
 		if err != nil {
+			if !warned && (apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err)) {
+				warned = true
+				o.st.log.Warn("the API server refuses to watch the set's Leases: listing them every quarter renew interval instead; "+
+					"grant the account watch on leases (deploy/kubernetes/role.yaml)", "err", err)
+			}
 			sleep.For(ctx, o.st.cfg.RenewInterval/4)
 			continue
 		}

@@ -3,7 +3,10 @@ package kubelease_test
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
 	"testing"
+	"time"
 
 	authnv1 "k8s.io/api/authentication/v1"
 	coordv1 "k8s.io/api/coordination/v1"
@@ -188,6 +191,52 @@ func TestAReleaseTheAPIServerForbidsIsNotTriedAgain(t *testing.T) {
 		t.Fatalf("Resign of a term whose account may not update its job Lease: %v (context: %v); want ErrRefused at once", err, rctx.Err())
 	}
 }
+
+// An account that may not watch Leases still leads (the observer lists
+// instead), and the session says so, as a warning naming the fix.
+func TestARefusedWatchIsSaidAndTheSessionStillLeads(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const token = "no-watch"
+	srv, err := kubetest.Start(ctx, kubetest.Options{RBAC: true, ExtraTokens: []string{token + ",snip,snip-uid"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	ns := namespace(t, srv)
+	allow(t, clientset(t, srv.Config()), ns, "snip", "get", "list", "create", "update", "patch", "delete")
+	warned := &firstWarning{prefix: "the API server refuses to watch", seen: make(chan slog.Record, 8)}
+	logTo := func(c *kubelease.Config, _ *rest.Config) { c.Logger = slog.New(warned) }
+	a := start(t, srv, ns, "a", asToken(token), logTo)
+	won(t, campaign(a, "report"))
+	select {
+	case r := <-warned.seen:
+		if !strings.Contains(r.Message, "role.yaml") {
+			t.Errorf("the warning does not say what to grant: %q", r.Message)
+		}
+	case <-time.After(benchtest.Patience):
+		t.Fatal("no warning that the watch is refused")
+	}
+}
+
+// firstWarning passes on the warnings whose message starts with prefix.
+type firstWarning struct {
+	prefix string
+	seen   chan slog.Record
+}
+
+func (w *firstWarning) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (w *firstWarning) Handle(_ context.Context, r slog.Record) error {
+	if strings.HasPrefix(r.Message, w.prefix) {
+		select {
+		case w.seen <- r:
+		default:
+		}
+	}
+	return nil
+}
+func (w *firstWarning) WithAttrs([]slog.Attr) slog.Handler { return w }
+func (w *firstWarning) WithGroup(string) slog.Handler      { return w }
 
 // allow grants user verbs on Leases in ns.
 func allow(t *testing.T, admin *kubetest.Clientset, ns, user string, verbs ...string) {
