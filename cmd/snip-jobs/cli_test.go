@@ -2,7 +2,9 @@ package main
 
 import (
 	"flag"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -220,11 +222,28 @@ func TestUnknownCommandsAndFlagsPrintUsageOnStderrAndExit2(t *testing.T) {
 	}
 }
 
-func TestVersionPrintsTheModuleAndGoVersions(t *testing.T) {
+// version names the Go version and, for each library it lists, the version
+// go.mod selects (a build outside the release's says its commit is not
+// recorded: the release build's stamp is tested in deploy/release/relbuild).
+func TestVersionPrintsTheGoAndDependencyVersions(t *testing.T) {
 	t.Parallel()
 	r := snip(t, nil, "version")
-	if r.code != 0 || !strings.HasPrefix(r.stdout, "snip-jobs ") || !strings.Contains(r.stdout, runtime.Version()) {
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "snip-jobs ") {
 		t.Fatalf("version: exit %d, stdout %q", r.code, r.stdout)
+	}
+	lines := strings.Split(r.stdout, "\n")
+	if want := "go           " + runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH; !slices.Contains(lines, want) {
+		t.Errorf("version does not say %q:\n%s", want, r.stdout)
+	}
+	for _, d := range dependencyVersions {
+		out, err := exec.Command("go", "list", "-m", "-f", "{{.Version}}", d.module).Output()
+		if err != nil {
+			t.Fatalf("go list -m %s: %v", d.module, err)
+		}
+		want := fmt.Sprintf("%-12s %s %s", d.label, d.module, strings.TrimSpace(string(out)))
+		if !slices.Contains(lines, want) {
+			t.Errorf("version does not say %q:\n%s", want, r.stdout)
+		}
 	}
 }
 

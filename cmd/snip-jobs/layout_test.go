@@ -8,13 +8,15 @@ import (
 
 // The layout's promises, checked on what the Go toolchain links: the
 // binary carries nothing of the test bench (its kits, Pebble, the fault
-// harness, the dev cluster), and the floors below the wiring link no
+// harness, the dev cluster) nor of the release tooling (deploy/release and
+// its packager, nfpm), and the floors below the wiring link no
 // leadership backend's client (etcd's, Kubernetes') — they reach terms
 // through package leadership's backend-free API.
 func TestTheBinaryLinksNothingOfTheTestBench(t *testing.T) {
 	t.Parallel()
 	for _, dep := range deps(t, "github.com/snip/snip-jobs/cmd/snip-jobs") {
-		for _, bench := range []string{"github.com/snip/snip-jobs/testbench/", "github.com/letsencrypt/", "github.com/chromedp/"} {
+		for _, bench := range []string{"github.com/snip/snip-jobs/testbench/", "github.com/letsencrypt/", "github.com/chromedp/",
+			"github.com/snip/snip-jobs/deploy/", "github.com/goreleaser/"} {
 			if strings.HasPrefix(dep, bench) {
 				t.Errorf("snip-jobs links %s", dep)
 			}

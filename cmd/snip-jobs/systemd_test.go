@@ -34,7 +34,7 @@ func TestTheSystemdUnitsVerifyAndPassOnlySocketsRunTakes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		text := strings.ReplaceAll(string(b), "/usr/local/bin/snip-jobs", binary)
+		text := strings.ReplaceAll(string(b), "/usr/bin/snip-jobs", binary)
 		if strings.HasSuffix(e.Name(), ".socket") {
 			m := fdName.FindStringSubmatch(text)
 			if m == nil {
@@ -51,7 +51,7 @@ func TestTheSystemdUnitsVerifyAndPassOnlySocketsRunTakes(t *testing.T) {
 	}
 	if service, err := os.ReadFile(filepath.Join(src, "snip-jobs.service")); err != nil {
 		t.Error(err)
-	} else if !regexp.MustCompile(`(?m)^ExecStopPost=-/usr/local/bin/snip-jobs reclaim$`).Match(service) {
+	} else if !regexp.MustCompile(`(?m)^ExecStopPost=-/usr/bin/snip-jobs reclaim$`).Match(service) {
 		t.Error("snip-jobs.service does not run `snip-jobs reclaim` after the main process exits (ExecStopPost=): a killed leader's jobs would wait out its lease")
 	}
 	if len(units) < 2 {

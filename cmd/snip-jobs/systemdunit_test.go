@@ -201,13 +201,13 @@ type unit struct {
 	journal journal
 }
 
-// bootUnit boots the container, installs the binary, the unit files unchanged,
-// a drop-in holding the LoadCredential= lines the unit documents for creds,
-// the credentials' sources (root-only) and the config, and reloads systemd.
-func bootUnit(t *testing.T, root string, creds map[string]string, cfg []byte) *unit {
+// boot boots a container named name from root and follows the journal of
+// the unit and its socket; the console and the journal are shown when the
+// test failed.
+func boot(t *testing.T, root, name string) *unit {
 	t.Helper()
 	ctx := context.Background()
-	ct, err := systemdtest.Boot(ctx, root, "snip-jobs-unit", filepath.Join(t.TempDir(), "console.log"))
+	ct, err := systemdtest.Boot(ctx, root, name, filepath.Join(t.TempDir(), "console.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,6 +220,28 @@ func bootUnit(t *testing.T, root string, creds map[string]string, cfg []byte) *u
 			t.Logf("--- the container's console ---\n%s", ct.Console())
 		}
 	})
+	j, err := ct.Follow(ctx, unitName, socketName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.journal = journal{t: t, j: j}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("--- journal of %s ---\n%s", unitName, lastLines(j.Dump(), 400))
+		}
+		j.Close()
+	})
+	return u
+}
+
+// bootUnit boots the container and installs by hand, as the unit's comment
+// says: the binary, the unit files unchanged, a drop-in holding the
+// LoadCredential= lines the unit documents for creds, the credentials'
+// sources (root-only) and the config; then reloads systemd.
+func bootUnit(t *testing.T, root string, creds map[string]string, cfg []byte) *unit {
+	t.Helper()
+	ctx := context.Background()
+	u := boot(t, root, "snip-jobs-unit")
 	bin, err := os.ReadFile(binary)
 	if err != nil {
 		t.Fatal(err)
@@ -230,7 +252,7 @@ func bootUnit(t *testing.T, root string, creds map[string]string, cfg []byte) *u
 		data []byte
 		mode os.FileMode
 	}{
-		{"/usr/local/bin/snip-jobs", bin, 0o755},
+		{"/usr/bin/snip-jobs", bin, 0o755},
 		{"/etc/systemd/system/" + unitName, service, 0o644},
 		{"/etc/systemd/system/" + socketName, readUnit(t, socketName), 0o644},
 		{"/etc/systemd/system/" + unitName + ".d/credentials.conf", credentialsDropIn(t, service, creds), 0o644},
@@ -249,22 +271,11 @@ func bootUnit(t *testing.T, root string, creds map[string]string, cfg []byte) *u
 		}{"/etc/snip-jobs/" + name, []byte(value + "\n"), 0o600})
 	}
 	for _, f := range files {
-		if err := ct.WriteFile(ctx, f.path, f.data, f.mode); err != nil {
+		if err := u.ct.WriteFile(ctx, f.path, f.data, f.mode); err != nil {
 			t.Fatal(err)
 		}
 	}
 	u.run("systemctl", "daemon-reload")
-	j, err := ct.Follow(ctx, unitName, socketName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.journal = journal{t: t, j: j}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("--- journal of %s ---\n%s", unitName, lastLines(j.Dump(), 400))
-		}
-		j.Close()
-	})
 	return u
 }
 

@@ -1,15 +1,16 @@
 // Package prepare builds, once, what the test suite runs beside the code
 // under test and would take too long to build inside a test: the tests'
 // kube-apiserver, etcd's own server at the oldest supported release of each
-// line, the previous release of snip-jobs (the rolling-upgrade test), and the
-// Debian root file system the systemd tests boot. Each lands in the user
+// line, the previous release of snip-jobs (the rolling-upgrade test), the
+// release build's packages compiled with its flags (the release and package
+// tests), and the Debian root file system the systemd tests boot. Each lands in the user
 // cache folder (~/.cache/snip-jobs) and is reused by every later run; a test
 // that finds one missing builds it itself, under go test's per-package
 // timeout, which a fresh machine's first builds can outlast.
 //
 // cmd/snip-test runs Steps and then `go test`: the README's test command.
 // The package imports only the standard library and the light packages that
-// know the recipes (kubebuild, releases, systemdtest, gobuild), so that
+// know the recipes (kubebuild, releases, systemdtest, gobuild, relbuild), so that
 // snip-test compiles in seconds on a fresh machine and these builds start at
 // once, beside the compiling of the packages under test.
 package prepare
@@ -25,6 +26,7 @@ import (
 	"time"
 
 	"github.com/snip/snip-jobs/app/etcdversion"
+	"github.com/snip/snip-jobs/deploy/release/relbuild"
 	"github.com/snip/snip-jobs/testbench/gobuild"
 	"github.com/snip/snip-jobs/testbench/kubetest/kubebuild"
 	"github.com/snip/snip-jobs/testbench/releases"
@@ -85,6 +87,20 @@ func Steps() []Step {
 				return "", err
 			}
 			return releases.SnipJobs(ctx, commit)
+		},
+	}, Step{
+		// The release tests link release builds: their packages compiled
+		// with the release's flags (-trimpath, no cgo), which share nothing
+		// in the build cache with the tests' own builds.
+		Name:  "the release build's packages (compiled)",
+		First: "on an empty build cache: 2 to 5 minutes on two cores",
+		Lane:  Releases,
+		Build: func(ctx context.Context) (string, error) {
+			root, err := gobuild.ModuleRoot()
+			if err != nil {
+				return "", err
+			}
+			return "", relbuild.Warm(ctx, root)
 		},
 	}, Step{
 		Name:  "the systemd container's root file system",
