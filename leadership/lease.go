@@ -75,10 +75,24 @@ func (l *Lease) Renewed(sent Instant, ttl time.Duration) bool {
 
 // End ends the lease, and every term on it, with cause (the first cause wins).
 func (l *Lease) End(cause *EndedError) {
+	cause = l.seenLate(cause)
 	if l.dl == nil || l.dl.Kill() {
 		l.endNs.CompareAndSwap(0, l.s.clock.now())
 	}
 	l.cancel(cause)
+}
+
+// seenLate turns the store's news of a loss (lease or record gone) that
+// arrives after the lease's deadline into what it is, the expiry seen late:
+// resuming from a pause, the store's answer can beat the deadline's timer.
+func (l *Lease) seenLate(cause *EndedError) *EndedError {
+	if cause.Reason != ReasonLeaseLost && cause.Reason != ReasonKeyLost || l.dl == nil {
+		return cause
+	}
+	if l.s.clock.now() < l.lastDeadline.Load() {
+		return cause
+	}
+	return Ended(ReasonExpired, "no renewal acknowledged in time; then %s", cause.Detail)
 }
 
 // CheckDeadline ends the lease (ReasonExpired) if its deadline has passed

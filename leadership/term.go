@@ -93,7 +93,7 @@ func (t *Term) end(cause *EndedError) {
 		return
 	}
 	t.endNs.CompareAndSwap(0, t.s.clock.now())
-	t.cancel(cause)
+	t.cancel(t.l.seenLate(cause))
 }
 
 // Resign ends the term and has the store release its record if it is still
