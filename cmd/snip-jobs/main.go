@@ -190,7 +190,7 @@ Commands:
 	}
 	tw.Flush()
 	fmt.Fprint(w, `
-Every command but version and dev reads the config file given by --config (default:
+Every command but version reads the config file given by --config (default:
 $SNIP_JOBS_CONFIG, else `+defaultConfigPath+`).
 Run 'snip-jobs COMMAND --help' for a command's description and flags.
 Exit status: 0 success, 1 failure, 2 bad usage or a config file with errors.

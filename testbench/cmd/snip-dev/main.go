@@ -48,7 +48,7 @@ the temporary directory is written. It needs no config file and reads none.
 Everything listens on 127.0.0.1 only: it is for a developer's machine, never a
 server.
 
-Usage: snip-dev [flags]   (from the repository: go run ./cmd/snip-dev)
+Usage: snip-dev [flags]   (from the repository: go run ./testbench/cmd/snip-dev)
 
 Flags:
 `

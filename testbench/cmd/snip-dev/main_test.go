@@ -16,7 +16,7 @@ var snipDevBin, snipJobsBin string
 func TestMain(m *testing.M) {
 	os.Exit(clitest.Main(m,
 		clitest.Binary{Pkg: ".", Name: "snip-dev", Path: &snipDevBin},
-		clitest.Binary{Pkg: "../snip-jobs", Name: "snip-jobs", Path: &snipJobsBin}))
+		clitest.Binary{Pkg: "../../../cmd/snip-jobs", Name: "snip-jobs", Path: &snipJobsBin}))
 }
 
 // waitLong bounds waiting on processes: how long a broken setup takes to

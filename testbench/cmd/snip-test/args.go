@@ -94,7 +94,7 @@ func (a testArgs) patterns() []string {
 // (BENCHMARKS.md, "The suite"): started first, they run beside the many short
 // ones instead of alone at the end, while the other slots idle.
 var slowest = []string{
-	"cmd/snip-jobs", "testbench/chaos", "deploy/release", "cmd/snip-dev", "leadership/kubelease", "jobs/certrenew", "scheduler",
+	"cmd/snip-jobs", "testbench/chaos", "deploy/release", "testbench/cmd/snip-dev", "leadership/kubelease", "jobs/certrenew", "scheduler",
 	"leadership/etcdlease", "testbench/etcdtest", "jobs/certrenew/certserve", "fencing", "deploy/prometheus", "jobs/weeklyreport",
 }
 

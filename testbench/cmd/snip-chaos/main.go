@@ -1,14 +1,14 @@
 // Command snip-chaos runs the fault-injection suite (package chaos) against
 // real snip-jobs processes and prints its results table: see docs/chaos.md.
 //
-//	go run ./cmd/snip-chaos -faults 200
+//	go run ./testbench/cmd/snip-chaos -faults 200
 //
 // It exits 0 when no invariant was violated, 1 when one was (or the run
 // failed), 2 on bad usage. With -soak it runs the cluster under load for
 // that long instead, with a light fault every -fault-every, samples every
 // resource a leak would grow, and exits 1 on a trend beyond its bound too:
 //
-//	go run ./cmd/snip-chaos -soak 2h -out soak.md -plot soak.svg `snip-chaos etcd-member ...` is how the harness
+//	go run ./testbench/cmd/snip-chaos -soak 2h -out soak.md -plot soak.svg `snip-chaos etcd-member ...` is how the harness
 //
 // runs each etcd member as a process of its own.
 package main

@@ -5,8 +5,8 @@
 // compiles the packages under test; then it runs `go test` with the
 // arguments given (default ./...), passing its output and exit code through.
 //
-//	go run ./cmd/snip-test              # the whole suite
-//	go run ./cmd/snip-test -count=1 ./leadership/...
+//	go run ./testbench/cmd/snip-test              # the whole suite
+//	go run ./testbench/cmd/snip-test -count=1 ./leadership/...
 //
 // A fresh machine's first builds take longer than go test's per-package
 // timeout gives a test that would build them itself; later runs find
@@ -43,7 +43,7 @@ func main() {
 		args = args[1:]
 	}
 	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
-		fmt.Fprint(os.Stderr, `usage: go run ./cmd/snip-test [go test flags] [packages]
+		fmt.Fprint(os.Stderr, `usage: go run ./testbench/cmd/snip-test [go test flags] [packages]
 
 Builds what the test suite runs beside the code under test into the user cache
 folder (~/.cache/snip-jobs; once: later runs reuse it) and, beside those
