@@ -121,6 +121,14 @@ type dayCount struct {
 // assemble makes the report from the per-day counts. The lists are ordered
 // fully (ties by link id), so the same counts always give the same report.
 func assemble(s span, opts Options, counts []dayCount) *Report {
+	r := frame(s, opts)
+	links := r.sum(counts)
+	r.rank(links, opts)
+	return r
+}
+
+// frame is the report of span s with its seven days and no clicks yet.
+func frame(s span, opts Options) *Report {
 	r := &Report{
 		Week:         s.label,
 		PreviousWeek: s.previous,
@@ -142,17 +150,24 @@ func assemble(s span, opts Options, counts []dayCount) *Report {
 			Hours:   int(s.bounds[8+i].Sub(s.bounds[7+i]) / time.Hour),
 		}
 	}
+	return r
+}
 
-	type link struct {
-		id             int64
-		slug           string
-		previous, this int64
-	}
-	byID := map[int64]*link{}
+// linkWeeks is one link's clicks in the previous week and this one.
+type linkWeeks struct {
+	id             int64
+	slug           string
+	previous, this int64
+}
+
+// sum adds counts (days 1–7: the previous week, 8–14: this one) to r's
+// totals and days, and returns them per link.
+func (r *Report) sum(counts []dayCount) map[int64]*linkWeeks {
+	byID := map[int64]*linkWeeks{}
 	for _, c := range counts {
 		l := byID[c.link]
 		if l == nil {
-			l = &link{id: c.link}
+			l = &linkWeeks{id: c.link}
 			if c.slug != nil {
 				l.slug = *c.slug
 			}
@@ -168,10 +183,14 @@ func assemble(s span, opts Options, counts []dayCount) *Report {
 			r.Days[c.day-8].Clicks += c.clicks
 		}
 	}
+	return byID
+}
 
+// rank fills r's top links and its two growth lists from links.
+func (r *Report) rank(links map[int64]*linkWeeks, opts Options) {
 	var top []LinkClicks
 	var grew, fastest []Growth
-	for _, l := range byID {
+	for _, l := range links {
 		if l.this > 0 {
 			r.LinksClicked++
 			top = append(top, LinkClicks{ID: l.id, Slug: l.slug, Clicks: l.this})
@@ -201,7 +220,6 @@ func assemble(s span, opts Options, counts []dayCount) *Report {
 	r.Top = append(r.Top, top[:min(len(top), opts.Top)]...)
 	r.GrewMost = append(r.GrewMost, grew[:min(len(grew), opts.Growth)]...)
 	r.GrewFastest = append(r.GrewFastest, fastest[:min(len(fastest), opts.Growth)]...)
-	return r
 }
 
 // encode returns the three stored forms of r: JSON, plain text and CSV.
