@@ -13,7 +13,7 @@ import (
 )
 
 // TestMain lets the harness run this test binary again as an etcd member
-// process (chaos.MemberCommand), as cmd/snip-chaos does; the checker's own
+// process (chaos.MemberCommand), as testbench/cmd/snip-chaos does; the checker's own
 // tests use the shared PostgreSQL of benchtest.
 //
 // The runs are clusters of processes that mostly wait (for leases to expire,

@@ -8,7 +8,7 @@
 // that finds one missing builds it itself, under go test's per-package
 // timeout, which a fresh machine's first builds can outlast.
 //
-// cmd/snip-test runs Steps and then `go test`: the README's test command.
+// testbench/cmd/snip-test runs Steps and then `go test`: the README's test command.
 // The package imports only the standard library and the light packages that
 // know the recipes (kubebuild, releases, systemdtest, gobuild, relbuild), so that
 // snip-test compiles in seconds on a fresh machine and these builds start at
@@ -48,7 +48,7 @@ type Step struct {
 	Lane int
 }
 
-// The lanes of Steps. cmd/snip-test puts its compiling of the packages under
+// The lanes of Steps. testbench/cmd/snip-test puts its compiling of the packages under
 // test first in Releases.
 const (
 	KubeAPIServer = iota // the longest build, alone

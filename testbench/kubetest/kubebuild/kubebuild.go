@@ -102,7 +102,7 @@ func CachedBinary(ctx context.Context, version string) (string, error) {
 		return "", err
 	}
 	if !gobuild.Cached(ctx, bin, IsVersion(version)) {
-		return "", fmt.Errorf("no kube-apiserver %s at %s yet: go run ./cmd/snip-test --prepare-only builds it there once "+
+		return "", fmt.Errorf("no kube-apiserver %s at %s yet: go run ./testbench/cmd/snip-test --prepare-only builds it there once "+
 			"(about 9 minutes and 2.7 GiB of memory on two cores)", version, bin)
 	}
 	return bin, nil
