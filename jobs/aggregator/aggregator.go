@@ -79,85 +79,116 @@ func newJob(env scheduler.Env, spec configs.Job) (scheduler.Job, error) {
 // returns an error only when a newer term has written (the fence refused this
 // one): this term can never write again.
 func (j *job) Run(ctx context.Context, run *scheduler.Run) error {
-	var span uint64 // 0: the first batch guesses
-	var backoff time.Duration
-	var refused refusal
-	more := false    // the last batch left events waiting: no need to ask
-	pruning := false // the last prune deleted a full chunk: more is prunable
+	var lp loop
 	for {
 		if ctx.Err() != nil || !run.Valid() {
 			return nil
 		}
 		started := time.Now()
-		if !more {
-			// Idle means idle: a read decides whether there is anything to
-			// do before a fenced transaction, which writes, is opened.
-			w, err := j.pending(ctx, pruning)
-			if err != nil {
-				if stop, err := j.failed(ctx, run, "look for work", err, &backoff, nil); stop {
-					return err
-				}
-				continue
-			}
-			if !w.fold && !w.advance {
-				backoff = 0
-				j.m.backlog.Set(0)
-				j.m.idle.Inc()
-				run.Progress()
-				again, stop, err := j.idleWork(ctx, run, w, &backoff)
-				if stop {
-					return err
-				}
-				pruning = again && w.prune
-				if again {
-					continue
-				}
-				if !sleep.For(ctx, j.opts.Interval-time.Since(started)) {
-					return nil
-				}
-				continue
-			}
+		next, err := stepFold, error(nil)
+		if !lp.more {
+			next, err = j.lookStep(ctx, run, &lp)
 		}
-		res, err := j.batch(ctx, run, span)
-		if err != nil {
-			if stop, err := j.failed(ctx, run, "batch", err, &backoff, &refused); stop {
-				return err
+		if next == stepFold {
+			next, err = j.foldStep(ctx, run, &lp)
+		}
+		switch next {
+		case stepStop:
+			return err
+		case stepPace:
+			// Batches start at most every Interval: a batch that took longer
+			// has let events pile up, and the next one starts at once.
+			if !sleep.For(ctx, j.opts.Interval-time.Since(started)) {
+				return nil
 			}
-			continue
-		}
-		backoff = 0
-		if refused.batches > 0 {
-			run.Log.Info("aggregator: batches run again: the refused position in click_aggregator_state was reset",
-				"refused_batches", refused.batches)
-			refused = refusal{}
-		}
-		run.Progress()
-		span = nextSpan(res.span, res, j.opts.BatchSize)
-		if more = !res.windowDone || res.seen >= int64(j.opts.BatchSize); more {
-			continue
-		}
-
-		// Caught up: delete processed events while there is time. Every
-		// time, rather than in big chunks now and then: a chunk delays the
-		// next batch, and small ones spread that delay evenly.
-		if res.unpruned > 0 {
-			n, err := j.pruneOnce(ctx, run)
-			if err != nil {
-				if stop, err := j.failed(ctx, run, "prune", err, &backoff, nil); stop {
-					return err
-				}
-				continue
-			}
-			if pruning = n >= pruneChunk; pruning {
-				continue // more to prune, after looking for new events
-			}
-		}
-		// Batches start at most every Interval: a batch that took longer
-		// has let events pile up, and the next one starts at once.
-		if !sleep.For(ctx, j.opts.Interval-time.Since(started)) {
-			return nil
 		}
 	}
+}
+
+// loop is what Run carries from one step to the next.
+type loop struct {
+	span    uint64 // the next batch's span; 0: the first batch guesses
+	backoff time.Duration
+	refused refusal
+	more    bool // the last batch left events waiting: no need to ask
+	pruning bool // the last prune deleted a full chunk: more is prunable
+}
+
+// step says what Run does after a step.
+type step int
+
+const (
+	stepAgain step = iota // the next step, at once
+	stepPace              // the next step once Interval has passed since this one started
+	stepFold              // a batch, now
+	stepStop              // return the step's error
+)
+
+// lookStep decides, by a read, whether there is anything to fold before a
+// fenced transaction, which writes, is opened (idle means idle), and does an
+// idle job's work when there is not.
+func (j *job) lookStep(ctx context.Context, run *scheduler.Run, lp *loop) (step, error) {
+	w, err := j.pending(ctx, lp.pruning)
+	if err != nil {
+		return failedStep(j.failed(ctx, run, "look for work", err, &lp.backoff, nil))
+	}
+	if w.fold || w.advance {
+		return stepFold, nil
+	}
+	lp.backoff = 0
+	j.m.backlog.Set(0)
+	j.m.idle.Inc()
+	run.Progress()
+	again, stop, err := j.idleWork(ctx, run, w, &lp.backoff)
+	switch {
+	case stop:
+		return stepStop, err
+	case again:
+		lp.pruning = w.prune
+		return stepAgain, nil
+	}
+	lp.pruning = false
+	return stepPace, nil
+}
+
+// foldStep folds one batch; caught up, it prunes processed events.
+func (j *job) foldStep(ctx context.Context, run *scheduler.Run, lp *loop) (step, error) {
+	res, err := j.batch(ctx, run, lp.span)
+	if err != nil {
+		return failedStep(j.failed(ctx, run, "batch", err, &lp.backoff, &lp.refused))
+	}
+	lp.backoff = 0
+	if lp.refused.batches > 0 {
+		run.Log.Info("aggregator: batches run again: the refused position in click_aggregator_state was reset",
+			"refused_batches", lp.refused.batches)
+		lp.refused = refusal{}
+	}
+	run.Progress()
+	lp.span = nextSpan(res.span, res, j.opts.BatchSize)
+	if lp.more = !res.windowDone || res.seen >= int64(j.opts.BatchSize); lp.more {
+		return stepAgain, nil
+	}
+	// Caught up: delete processed events while there is time. Every time,
+	// rather than in big chunks now and then: a chunk delays the next batch,
+	// and small ones spread that delay evenly.
+	if res.unpruned > 0 {
+		n, err := j.pruneOnce(ctx, run)
+		if err != nil {
+			return failedStep(j.failed(ctx, run, "prune", err, &lp.backoff, nil))
+		}
+		if lp.pruning = n >= pruneChunk; lp.pruning {
+			return stepAgain, nil // more to prune, after looking for new events
+		}
+	}
+	return stepPace, nil
+}
+
+// failedStep is the step after a failure failed handled.
+func failedStep(stop bool, err error) (step, error) {
+	if stop {
+		return stepStop, err
+	}
+	return stepAgain, nil
 }
 
 // idleWork does what an idle job may have to: prune events whose retention
