@@ -65,7 +65,7 @@ func (sp *spread) holdback(j *job) time.Duration {
 	}
 	if _, here := j.resignHeld(sp.resignHold); here {
 		sp.holdbacks.WithLabelValues(j.spec.Name).Inc()
-		return 2 * sp.delay()
+		return sp.afterResign(j)
 	}
 	mine := sp.leading.Load()
 	if mine == 0 {
@@ -84,6 +84,22 @@ func (sp *spread) holdback(j *job) time.Duration {
 		}
 	}
 	return 0
+}
+
+// afterResign is how long an instance an operator resigned job j from waits
+// before it campaigns for j again: while another live instance may take it,
+// until a TTL has passed since the resign (the others wait for nothing, so on
+// a loaded machine they need more than a moment), else briefly.
+func (sp *spread) afterResign(j *job) time.Duration {
+	wait := 2 * sp.delay()
+	load, err := sp.clusterLoad()
+	if err != nil || len(load) < 2 {
+		return wait
+	}
+	j.mu.Lock()
+	since := time.Since(j.resigned)
+	j.mu.Unlock()
+	return max(wait, sp.session.Config().TTL-since)
 }
 
 // clusterLoad counts the terms each live (registered) instance leads, from
