@@ -87,7 +87,7 @@ type Cluster struct {
 	Leadership leadership.Cluster
 	// Prefix starts the backend's keys (etcd) or names its Lease set (Kubernetes).
 	Prefix string
-	// TTL of the instances' leases (default 2 s; margin a quarter of it).
+	// TTL of the instances' leases (DefaultTTL; margin a quarter of it).
 	TTL time.Duration
 
 	// The etcd backend's member and the test's own client of it (nil on Kubernetes).
@@ -100,6 +100,12 @@ type Cluster struct {
 	Leases    coordclient.CoordinationV1Interface
 }
 
+// DefaultTTL is the instances' lease TTL unless a test sets another: long
+// enough that a renewal delayed by a loaded machine (load 25, on both
+// backends) does not end a term the test did not mean to end; a test about
+// expiry waits for it to be seen, never for a time.
+const DefaultTTL = 4 * time.Second
+
 // NewCluster starts etcd and a fresh database with every migration applied.
 func NewCluster(t testing.TB) *Cluster {
 	t.Helper()
@@ -111,7 +117,7 @@ func NewCluster(t testing.TB) *Cluster {
 func NewClusterOn(t testing.TB, b Backend) *Cluster {
 	t.Helper()
 	db := dbtest.NewDB(t)
-	c := &Cluster{T: t, Backend: b, URL: db.Owner, RuntimeURL: db.Runtime, TTL: 2 * time.Second}
+	c := &Cluster{T: t, Backend: b, URL: db.Owner, RuntimeURL: db.Runtime, TTL: DefaultTTL}
 	c.DB = c.Pool()
 	switch b {
 	case Etcd:
