@@ -44,7 +44,7 @@ func snipJobs(t *testing.T) string {
 }
 
 // runs is how many clusters this package's tests start.
-const runs = 6
+const runs = 8
 
 // Three snip-jobs processes on a three-member etcd cluster (each member its
 // own process) and one PostgreSQL, with clicks and custom domains flowing in,
@@ -114,6 +114,40 @@ func TestEveryFaultKindOnceLeavesEveryInvariantIntact(t *testing.T) {
 	}
 }
 
+// The same on the Kubernetes backend: the three instances keep their terms
+// in Leases on a real kube-apiserver, each reaching it through a fault proxy
+// of its own, and the observer watches the job Leases. Every kind of that
+// backend once, in one cluster: the leaders' faults, the kube-apiserver
+// SIGKILLed and started again, PostgreSQL restarted, and the operators'
+// controls. The same checker must find nothing.
+func TestEveryKubeFaultKindOnceLeavesEveryInvariantIntact(t *testing.T) {
+	t.Parallel()
+	rep, err := chaos.Run(context.Background(), chaos.Options{
+		Backend:     chaos.BackendKubernetes,
+		Faults:      len(chaos.KubeKinds),
+		AwaitReport: true,
+		Binary:      snipJobs(t),
+		Log:         benchtest.Logger(t),
+	})
+	if err != nil {
+		t.Fatalf("the run could not be done: %v", err)
+	}
+	t.Logf("report:\n%s", rep.Markdown())
+	checkRun(t, rep)
+	kinds := map[chaos.Kind]bool{}
+	for _, f := range rep.Faults {
+		kinds[f.Kind] = true
+	}
+	for _, k := range chaos.KubeKinds {
+		if !kinds[k] {
+			t.Errorf("no %s fault was injected", k)
+		}
+	}
+	if c := rep.Controls; c == nil || c.Pauses == 0 || c.Drains == 0 || c.Done == 0 || c.Executed == 0 {
+		t.Errorf("the operators' controls were not all checked: %+v", c)
+	}
+}
+
 // checkRun asserts what every fault run must show: no violation, each job's
 // checks with something to check, higher tokens after every takeover, no
 // overrun.
@@ -169,26 +203,33 @@ func checkRun(t *testing.T, rep *chaos.Report) {
 
 // The same harness on a deliberately broken snip-jobs (go build -overlay with
 // broken.go's patches: stop-early margin zero, fence check disabled) must report
-// violations: a leader cut off from etcd while its database link is slow has
+// violations: a leader cut off from its store while its database link is slow has
 // a write, sent while its term looked valid, accepted after its successor's.
+// On both backends, at once: etcd's members, and Leases on a kube-apiserver.
 func TestTheCheckerCatchesABrokenBuild(t *testing.T) {
 	t.Parallel()
-	rep, err := chaos.Run(context.Background(), chaos.Options{
-		Faults:          12,
-		Kinds:           []chaos.Kind{chaos.PartitionSlowDB},
-		Broken:          true,
-		StopAtViolation: true,
-		Log:             benchtest.Logger(t),
-	})
-	if err != nil {
-		t.Fatalf("the run could not be done: %v", err)
-	}
-	t.Logf("report:\n%s", rep.Markdown())
-	counts := rep.ViolationCounts()
-	if counts[chaos.InvTokenOrder] == 0 {
-		t.Errorf("no probe write accepted out of token order was reported after %d faults on the broken build", len(rep.Faults))
-	}
-	if counts[chaos.InvFenceTable] == 0 {
-		t.Errorf("the broken build writes no fencing_tokens rows, and the checker did not say so")
+	for _, b := range chaos.Backends {
+		t.Run(string(b), func(t *testing.T) {
+			t.Parallel()
+			rep, err := chaos.Run(context.Background(), chaos.Options{
+				Backend:         b,
+				Faults:          12,
+				Kinds:           []chaos.Kind{chaos.PartitionSlowDB},
+				Broken:          true,
+				StopAtViolation: true,
+				Log:             benchtest.Logger(t),
+			})
+			if err != nil {
+				t.Fatalf("the run could not be done: %v", err)
+			}
+			t.Logf("report:\n%s", rep.Markdown())
+			counts := rep.ViolationCounts()
+			if counts[chaos.InvTokenOrder] == 0 {
+				t.Errorf("no probe write accepted out of token order was reported after %d faults on the broken build", len(rep.Faults))
+			}
+			if counts[chaos.InvFenceTable] == 0 {
+				t.Errorf("the broken build writes no fencing_tokens rows, and the checker did not say so")
+			}
+		})
 	}
 }

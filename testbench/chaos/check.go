@@ -88,13 +88,20 @@ func (w jobWrite) writer() (instance string, fenceToken int64) {
 
 // facts is what the checker reads from the resources and the harness's logs.
 type facts struct {
-	probe      []probeRow // in commit order
-	writes     []jobWrite // in commit order
-	terms      map[int64]termEvent
+	probe      []probeRow            // in commit order
+	writes     []jobWrite            // in commit order
+	terms      map[termKey]termEvent // every term the observer saw granted
 	jobTerms   []jobTerm
 	rejections int
 	ctl        *controlFacts
 	asOf       time.Time // the database's clock when they were read
+}
+
+// termKey names a term: on etcd a token alone would do (etcd's revisions
+// are global), on Kubernetes each job counts its own tokens from 1.
+type termKey struct {
+	Job   string
+	Token int64
 }
 
 type jobTerm struct {
@@ -118,10 +125,10 @@ func (k *checker) violate(inv, format string, args ...any) {
 }
 
 func readFacts(ctx context.Context, pool *pgxpool.Pool, events []termEvent) (*facts, error) {
-	f := &facts{terms: map[int64]termEvent{}}
+	f := &facts{terms: map[termKey]termEvent{}}
 	for _, e := range events {
 		if e.Start {
-			f.terms[e.Token] = e
+			f.terms[termKey{e.Job, e.Token}] = e
 		}
 	}
 	rows, err := pool.Query(ctx, `SELECT id, instance, token, coalesce(commit_seq, 0), coalesce(committed_at, 'epoch'),
@@ -159,11 +166,19 @@ func readFacts(ctx context.Context, pool *pgxpool.Pool, events []termEvent) (*fa
 	return f, nil
 }
 
-// granted reports whether etcd granted job a term with token to instance.
+// granted reports whether the store granted job (any job, when "") a term
+// with token to instance.
 func (f *facts) granted(job string, token int64, instance string) bool {
-	e, ok := f.terms[token]
-	if ok {
-		return (job == "" || e.Job == job) && e.Instance == instance
+	if job != "" {
+		if e, ok := f.terms[termKey{job, token}]; ok {
+			return e.Instance == instance
+		}
+	} else {
+		for k, e := range f.terms {
+			if k.Token == token && e.Instance == instance {
+				return true
+			}
+		}
 	}
 	for _, t := range f.jobTerms { // a term the watch missed (it should not) but the instance recorded
 		if t.Token == token && (job == "" || t.Job == job) && t.Instance == instance {

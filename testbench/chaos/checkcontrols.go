@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -144,18 +145,20 @@ func (a act) String() string {
 // logged writes.
 func (f *facts) acts() []act {
 	var out []act
-	terms := map[int64]act{}
-	for tok, e := range f.terms {
-		terms[tok] = act{What: fmt.Sprintf("term %d of %s", tok, e.Job), Job: e.Job, Instance: e.Instance, At: e.At}
+	terms := map[termKey]act{}
+	for k, e := range f.terms {
+		terms[k] = act{What: fmt.Sprintf("term %d of %s", k.Token, e.Job), Job: e.Job, Instance: e.Instance, At: e.At}
 	}
 	for _, t := range f.jobTerms {
-		a, ok := terms[t.Token]
-		if !ok || t.Started.Before(a.At) {
-			terms[t.Token] = act{What: fmt.Sprintf("term %d of %s", t.Token, t.Job), Job: t.Job, Instance: t.Instance, At: t.Started}
+		k := termKey{t.Job, t.Token}
+		if a, ok := terms[k]; !ok || t.Started.Before(a.At) {
+			terms[k] = act{What: fmt.Sprintf("term %d of %s", t.Token, t.Job), Job: t.Job, Instance: t.Instance, At: t.Started}
 		}
 	}
-	for _, tok := range slices.Sorted(maps.Keys(terms)) {
-		out = append(out, terms[tok])
+	for _, k := range slices.SortedFunc(maps.Keys(terms), func(a, b termKey) int {
+		return cmp.Or(cmp.Compare(a.Token, b.Token), strings.Compare(a.Job, b.Job))
+	}) {
+		out = append(out, terms[k])
 	}
 	if f.ctl != nil {
 		for _, r := range f.ctl.runs {

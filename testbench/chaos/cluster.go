@@ -24,7 +24,6 @@ import (
 	"github.com/snip/snip-jobs/migrations"
 	"github.com/snip/snip-jobs/testbench/acmetest"
 	"github.com/snip/snip-jobs/testbench/childproc"
-	"github.com/snip/snip-jobs/testbench/exectest"
 	"github.com/snip/snip-jobs/testbench/faultproxy"
 	"github.com/snip/snip-jobs/testbench/gobuild"
 	"github.com/snip/snip-jobs/testbench/pgcluster"
@@ -60,8 +59,8 @@ const (
 	readyBound   = 60 * time.Second
 )
 
-// cluster is everything a run starts: the binary, three etcd member
-// processes, PostgreSQL, the CA, three snip-jobs processes and their proxies,
+// cluster is everything a run starts: the binary, the store (three etcd
+// member processes, or a kube-apiserver: Options.Backend), PostgreSQL, the CA, three snip-jobs processes and their proxies,
 // the observer and the load.
 type cluster struct {
 	opts   Options
@@ -69,8 +68,10 @@ type cluster struct {
 	dir    string
 	binary string
 
-	etcd        *etcdCluster
-	etcdVersion string // the members' server version
+	etcd        *etcdCluster // BackendEtcd
+	etcdVersion string       // the members' server version
+	kube        *kubeStore   // BackendKubernetes
+	stopObs     context.CancelFunc
 	pg          *pgcluster.Cluster
 	scriptDir   string // the script job's records (exectest); "" without it
 	dbURL       string // direct, for the harness
@@ -141,7 +142,7 @@ func startCluster(ctx context.Context, o Options) (_ *cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	secure, err := c.startEtcd(ctx)
+	store, err := c.startStore(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -172,11 +173,13 @@ func startCluster(ctx context.Context, o Options) (_ *cluster, err error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := writeInstanceConfig(c.dir, in, in.etcdEndpoints(), secure, o, jobs); err != nil {
+		if err := writeInstanceConfig(c.dir, in, store(in), o, jobs); err != nil {
 			return nil, err
 		}
 	}
-	if c.obs, err = newObserver(ctx, c.etcd.cli, Prefix); err != nil {
+	octx, stopObs := context.WithCancel(ctx)
+	c.stopObs = stopObs
+	if c.obs, err = c.observe(octx); err != nil {
 		return nil, fmt.Errorf("observe leaders: %w", err)
 	}
 	for _, in := range c.instances {
@@ -224,29 +227,6 @@ func (c *cluster) build(ctx context.Context) (runs string, err error) {
 	return runs, nil
 }
 
-// startEtcd starts the three members (this test binary as an embedded member,
-// or the given etcd binary) and waits for a leader; it returns the instances'
-// etcd settings (TLS and auth).
-func (c *cluster) startEtcd(ctx context.Context) (secure string, err error) {
-	exe, native := "", false
-	if c.opts.EtcdBinary != "" {
-		exe, native = c.opts.EtcdBinary, true
-	} else if exe, err = os.Executable(); err != nil {
-		return "", err
-	}
-	if c.etcd, err = startEtcd(ctx, exe, native, c.dir, 3); err != nil {
-		return "", err
-	}
-	if c.etcdVersion, err = c.etcd.version(ctx); err != nil {
-		return "", err
-	}
-	if secure, err = c.etcdSettings(); err != nil {
-		return "", err
-	}
-	_, err = c.etcd.waitLeader(ctx, readyBound)
-	return secure, err
-}
-
 // startDatabase creates PostgreSQL's database, migrated by this build or by
 // the previous release (as an operator would), with the checker's schema.
 func (c *cluster) startDatabase(ctx context.Context) (err error) {
@@ -272,7 +252,7 @@ func (c *cluster) startDatabase(ctx context.Context) (err error) {
 // newInstance prepares (does not start) an instance running binary: its
 // ports, held by the harness as systemd would and passed at every start (no
 // other process can take them between a kill and the restart), and a fault
-// proxy to each etcd member and to PostgreSQL.
+// proxy to each etcd member (or to the kube-apiserver) and to PostgreSQL.
 func (c *cluster) newInstance(name, binary string) (_ *instance, err error) {
 	in := &instance{name: name, binary: binary, logPath: filepath.Join(c.dir, name+".log"), changed: c.routeChallenges}
 	c.instances = append(c.instances, in) // closed with the cluster, however far this gets
@@ -284,16 +264,12 @@ func (c *cluster) newInstance(name, binary string) (_ *instance, err error) {
 	}
 	in.adminURL = "http://" + in.adminLn.Addr().String()
 	in.challenge = in.challengeLn.Addr().String()
-	for _, m := range c.etcd.members {
-		mu, err := url.Parse(m.clientURL)
+	for _, addr := range c.storeAddrs() {
+		p, err := faultproxy.New(addr)
 		if err != nil {
 			return nil, err
 		}
-		p, err := faultproxy.New(mu.Host)
-		if err != nil {
-			return nil, err
-		}
-		in.etcd = append(in.etcd, p)
+		in.store = append(in.store, p)
 	}
 	pgu, err := url.Parse(c.dbURL)
 	if err != nil {
@@ -311,15 +287,6 @@ func (c *cluster) newInstance(name, binary string) (_ *instance, err error) {
 	return in, nil
 }
 
-// etcdEndpoints are the instance's etcd endpoints: its proxies to the members.
-func (in *instance) etcdEndpoints() []string {
-	eps := make([]string, len(in.etcd))
-	for i, p := range in.etcd {
-		eps[i] = "https://" + p.Addr()
-	}
-	return eps
-}
-
 // migrateWith runs `binary migrate` on the database, as an operator does.
 func (c *cluster) migrateWith(ctx context.Context, binary string) error {
 	cfg := filepath.Join(c.dir, "migrate.yaml")
@@ -332,107 +299,6 @@ func (c *cluster) migrateWith(ctx context.Context, binary string) error {
 		return fmt.Errorf("%s migrate: %w\n%s", binary, err, out)
 	}
 	return nil
-}
-
-// etcdSettings is the etcd block's TLS and auth settings of every instance:
-// the harness's CA, its client certificate, and snip-jobs' user (whose role
-// covers the prefix only), the password in a file.
-func (c *cluster) etcdSettings() (string, error) {
-	pw := filepath.Join(c.dir, "etcd-password")
-	if err := os.WriteFile(pw, []byte(c.etcd.auth.Password+"\n"), 0o600); err != nil {
-		return "", err
-	}
-	p := c.etcd.pki
-	return fmt.Sprintf("  tls:\n    ca: %s\n    cert: %s\n    key: %s\n  auth:\n    user: %s\n    password_file: %s\n",
-		p.CA, p.ClientCert, p.ClientKey, c.etcd.auth.User, pw), nil
-}
-
-// jobsYAML is the job list every instance runs.
-// {{challenge}} becomes the instance's own HTTP-01 listener.
-const jobsYAML = `  - name: probe
-    type: sql
-    singleton: true
-    every: 1s
-    grace: 2s
-    options:
-      statement: INSERT INTO chaos_probe (instance, token, trigger, manual_run) VALUES (@instance, @token, @trigger, @manual_run)
-  - name: weekly-report
-    type: weeklyreport
-    singleton: true
-    cron: "* * * * *"
-    timezone: Europe/Paris
-    grace: 5s
-  - name: cert-renewer
-    type: certrenew
-    singleton: true
-    every: 2s
-    grace: 5s
-    options:
-      directory: %s
-      ca_roots_file: %s
-      email: ops@snip.example
-      profile: %s
-      challenge_listen: "{{challenge}}"
-      key_file: %s
-      lock_delay: 8s
-      order_timeout: 10s
-      require_public_tld: false
-  - name: aggregator
-    type: aggregator
-    singleton: true
-    continuous: true
-    grace: 5s
-    options:
-      interval: 100ms
-`
-
-// scriptLoop is what the script job's program does after the watcher's
-// prelude (package exectest: its tree, and a check that no process of an
-// earlier run is alive as it starts): every half second, in a transaction of
-// its own, it fences with snip_jobs_fence and writes a row naming its
-// instance and token, logged like every job's writes (chaos_script); a
-// refused write ends it (exit 1).
-const scriptLoop = `while :; do
-	PGAPPNAME="snip-jobs run $SNIP_JOBS_INSTANCE" "$PSQL" -X -q -o /dev/null -v ON_ERROR_STOP=1 -v resource="$SNIP_JOBS_RESOURCE" \
-		-v token="$SNIP_JOBS_TOKEN" -v instance="$SNIP_JOBS_INSTANCE" "$DATABASE" <<'SQL' || exit 1
-BEGIN;
-SELECT snip_jobs_fence(:'resource', :token, :'instance');
-INSERT INTO chaos_script (instance, token) VALUES (:'instance', :token);
-COMMIT;
-SQL
-	sleep 0.5 & wait $!
-done
-`
-
-// scriptKillGrace is the script job's kill_grace: its program, deaf to
-// SIGTERM, writes until its SIGKILL, that long after its term ends (a
-// pause or a drain is noticed), so the controls' checks allow its writes
-// that much more than a renew interval.
-const scriptKillGrace = 500 * time.Millisecond
-
-// scriptJob writes the script job's program into the run's folder and
-// returns its entry; {{database}} becomes the instance's own way to
-// PostgreSQL (its proxy: a cut of the instance cuts its program off too).
-func (c *cluster) scriptJob() (string, error) {
-	dir := filepath.Join(c.dir, "script")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		return "", err
-	}
-	cmd, err := exectest.Program(dir, scriptLoop)
-	if err != nil {
-		return "", err
-	}
-	c.scriptDir = dir
-	return fmt.Sprintf(`  - name: script
-    type: exec
-    singleton: true
-    continuous: true
-    grace: 5s
-    options:
-      command: [%s, %s]
-      env: {PSQL: %s, DATABASE: "{{database}}"}
-      kill_grace: %v
-`, cmd[0], cmd[1], filepath.Join(c.pg.Bindir(), "psql"), scriptKillGrace), nil
 }
 
 // settle waits until every instance runs and is ready, every leader-mode job
@@ -535,8 +401,14 @@ func (c *cluster) close() {
 	if c.ca != nil {
 		c.ca.Close()
 	}
+	if c.stopObs != nil {
+		c.stopObs()
+	}
 	if c.etcd != nil {
 		c.etcd.close()
+	}
+	if c.kube != nil {
+		c.kube.close()
 	}
 	if c.pool != nil {
 		c.pool.Close()

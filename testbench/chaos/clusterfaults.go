@@ -2,11 +2,14 @@ package chaos
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/snip/snip-jobs/internal/sleep"
+	"github.com/snip/snip-jobs/leadership"
 )
 
 func (c *cluster) memberLoss(ctx context.Context, rng *rand.Rand, f *Fault, leaderToo bool) error {
@@ -109,4 +112,41 @@ func (c *cluster) postgresRestart(ctx context.Context, f *Fault) error {
 	err := c.pg.Start(ctx)
 	f.Healed = time.Now()
 	return err
+}
+
+// termsEnded counts, for each etcd fault and each restart of the
+// kube-apiserver, the terms that ended on their own side (expired: no
+// keep-alive acknowledged in time; or their lease lost) between the fault and
+// the cluster settling, from the instances' logs. etcd keeps every lease
+// through a member's or its leader's loss (a new leader extends them all), so
+// each is a term ended for nothing; a kube-apiserver down for longer than
+// TTL − margin ends every term.
+func termsEnded(instances []*instance, faults []*Fault) {
+	var ends []time.Time
+	for _, in := range instances {
+		for line := range strings.Lines(in.logs()) {
+			var e struct {
+				Time        time.Time
+				Msg, Reason string
+			}
+			if json.Unmarshal([]byte(line), &e) == nil && e.Msg == "term ended" &&
+				(e.Reason == string(leadership.ReasonExpired) || e.Reason == string(leadership.ReasonLeaseLost)) {
+				ends = append(ends, e.Time)
+			}
+		}
+	}
+	for _, f := range faults {
+		if f.Kind != EtcdLeaderLoss && f.Kind != EtcdMemberLoss && f.Kind != APIServerRestart {
+			continue
+		}
+		until := f.Settled
+		if until.IsZero() {
+			until = f.Healed.Add(readyBound)
+		}
+		for _, t := range ends {
+			if !t.Before(f.Start) && !t.After(until) {
+				f.TermsEnded++
+			}
+		}
+	}
 }

@@ -30,6 +30,16 @@
 // An observer watches the leader keys on the etcd members directly and
 // timestamps every term's start and end.
 //
+// With Options.Backend = BackendKubernetes the instances run on
+// `leadership.backend: kubernetes` instead: their terms are Leases on a real
+// kube-apiserver (testbench/kubetest, over an etcd of its own), which each
+// reaches through a fault proxy of its own; the observer watches the job
+// Leases (a term starts when one names a holder with a new token); the
+// faults are KubeKinds (the etcd members' faults give way to a restart of
+// the kube-apiserver); and the same checker runs, naming terms by job and
+// token (each job Lease counts its own tokens). kubestore.go says what this
+// covers and what it does not.
+//
 // The checker then reads what the resources accepted and reports a Violation
 // for each broken invariant (see Invariants): each job's writes (the probe's
 // rows, and the other jobs' token-carrying rows), in the order they committed

@@ -61,6 +61,11 @@ const (
 	// TermLeader SIGTERMs the leader of a random job (it resigns its terms and
 	// exits), then restarts it.
 	TermLeader Kind = "sigterm-leader"
+	// APIServerRestart (Kubernetes backend only) SIGKILLs the kube-apiserver,
+	// starts it again after 1 s and waits until /readyz answers: no renewal
+	// succeeds meanwhile, so a restart slower than TTL − margin ends every
+	// term (each instance then takes a new instance Lease and campaigns).
+	APIServerRestart Kind = "kube-apiserver-restart"
 )
 
 // HitsLeader reports whether the fault is aimed at one job's leader (one
@@ -73,9 +78,9 @@ func (k Kind) HitsLeader() bool {
 	return false
 }
 
-// AllKinds is every fault kind, in the order of the results table: the
-// faults of the leaders, of etcd and PostgreSQL, and the operators' controls
-// (operator.go).
+// AllKinds is every fault kind of the etcd backend, in the order of the
+// results table: the faults of the leaders, of etcd and PostgreSQL, and the
+// operators' controls (operator.go). KubeKinds are the Kubernetes backend's.
 var AllKinds = []Kind{KillLeader, KillLeaderReclaim, PauseLeader, PartitionLeader, PartitionSlowDB, TermLeader,
 	EtcdMemberLoss, EtcdLeaderLoss, QuorumLoss, FollowersLoss, PostgresRestart, OperatorPause, ManualRun, Drain}
 
@@ -227,6 +232,8 @@ func (c *cluster) inject(ctx context.Context, rng *rand.Rand, n int, k Kind) *Fa
 		err = c.followersLoss(ctx, f)
 	case PostgresRestart:
 		err = c.postgresRestart(ctx, f)
+	case APIServerRestart:
+		err = c.apiserverRestart(ctx, f)
 	case OperatorPause:
 		err = c.operatorPause(ctx, rng, f)
 	case ManualRun:
@@ -434,23 +441,4 @@ func (c *cluster) termLeader(ctx context.Context, rng *rand.Rand, f *Fault) erro
 	}
 	f.ExitCode = lastExit(in)
 	return joinErrs(err, c.restart(ctx, f, in))
-}
-
-func lastExit(in *instance) int {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if len(in.exits) == 0 {
-		return -2
-	}
-	return in.exits[len(in.exits)-1]
-}
-
-func joinErrs(a, b error) error {
-	switch {
-	case a == nil:
-		return b
-	case b == nil:
-		return a
-	}
-	return fmt.Errorf("%w; %w", a, b)
 }

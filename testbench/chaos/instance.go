@@ -19,16 +19,16 @@ import (
 )
 
 // instance is one `snip-jobs run` process with its own config, admin port,
-// challenge port, fault proxies to each etcd member and a delay proxy to
-// PostgreSQL. Its name, ports and proxies survive restarts.
+// challenge port, fault proxies to its store (each etcd member, or the
+// kube-apiserver) and a delay proxy to PostgreSQL. Its name, ports and proxies survive restarts.
 type instance struct {
 	name        string
 	binary      string
 	config      string
 	logPath     string
 	adminURL    string
-	challenge   string // host:port of its HTTP-01 listener
-	etcd        []*faultproxy.Proxy
+	challenge   string              // host:port of its HTTP-01 listener
+	store       []*faultproxy.Proxy // to each etcd member, or to the API server
 	db          *faultproxy.Proxy
 	databaseURL string
 	// adminLn and challengeLn are the instance's ports, held by the harness
@@ -159,16 +159,17 @@ func (in *instance) ready(ctx context.Context) bool {
 	return resp.StatusCode == http.StatusOK
 }
 
-// partition cuts (or restores) the instance's traffic to every etcd member.
+// partition cuts (or restores) the instance's traffic to its store (every
+// etcd member, or the API server).
 func (in *instance) partition(on bool) {
-	for _, p := range in.etcd {
+	for _, p := range in.store {
 		p.Partition(on)
 	}
 }
 
 // closeLinks closes the instance's proxies and its ports (once it has exited).
 func (in *instance) closeLinks() {
-	for _, p := range in.etcd {
+	for _, p := range in.store {
 		_ = p.Close()
 	}
 	if in.db != nil {
@@ -193,16 +194,20 @@ func (in *instance) logTail(n int) string {
 }
 
 // writeInstanceConfig writes the instance's config file.
-// etcd is the TLS and auth lines of its etcd block.
-func writeInstanceConfig(dir string, in *instance, endpoints []string, etcd string, o Options, jobs string) error {
+// store is its store's section (etcd's, or kubernetes').
+func writeInstanceConfig(dir string, in *instance, store string, o Options, jobs string) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "instance: %s\n", in.name)
-	fmt.Fprintf(&b, "etcd:\n  endpoints: [%s]\n  prefix: %s\n  dial_timeout: 2s\n%s", strings.Join(endpoints, ", "), Prefix, etcd)
+	b.WriteString(store)
 	b.WriteString("postgres:\n  url_env: SNIP_JOBS_DATABASE_URL\n")
+	b.WriteString("leadership:\n")
+	if o.Backend == BackendKubernetes {
+		fmt.Fprintf(&b, "  backend: %s\n", o.Backend)
+	}
 	if o.DefaultTiming {
-		fmt.Fprintf(&b, "leadership:\n  ttl: %s\n", o.TTL)
+		fmt.Fprintf(&b, "  ttl: %s\n", o.TTL)
 	} else {
-		fmt.Fprintf(&b, "leadership:\n  ttl: %s\n  margin: %s\n  renew_interval: %s\n", o.TTL, o.margin(), o.renewInterval())
+		fmt.Fprintf(&b, "  ttl: %s\n  margin: %s\n  renew_interval: %s\n", o.TTL, o.margin(), o.renewInterval())
 	}
 	fmt.Fprintf(&b, "http:\n  listen: %s\n", strings.TrimPrefix(in.adminURL, "http://"))
 	b.WriteString("log:\n  format: json\n  level: info\n")
@@ -211,4 +216,23 @@ func writeInstanceConfig(dir string, in *instance, endpoints []string, etcd stri
 	b.WriteString(strings.NewReplacer("{{challenge}}", in.challenge, "{{database}}", in.databaseURL).Replace(jobs))
 	in.config = filepath.Join(dir, in.name+".yaml")
 	return os.WriteFile(in.config, []byte(b.String()), 0o600)
+}
+
+func lastExit(in *instance) int {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if len(in.exits) == 0 {
+		return -2
+	}
+	return in.exits[len(in.exits)-1]
+}
+
+func joinErrs(a, b error) error {
+	switch {
+	case a == nil:
+		return b
+	case b == nil:
+		return a
+	}
+	return fmt.Errorf("%w; %w", a, b)
 }

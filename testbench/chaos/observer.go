@@ -34,35 +34,46 @@ type leader struct {
 	Since    time.Time
 }
 
-// observer watches every leader key, directly on the etcd members (not
-// through any instance's proxy), and keeps the log of term events.
+// observer keeps the log of term events a watch of the store reports
+// (newObserver: etcd's leader keys; newKubeObserver: the job Leases), and
+// every job's current term.
 type observer struct {
-	cli    *clientv3.Client
-	prefix string
-
 	mu      sync.Mutex
 	events  []termEvent
 	current map[string]leader
 	changed chan struct{} // closed and replaced on every event
-	lastRev int64
+	lastRev int64         // etcd: the revision of the newest event
+}
+
+func newEventLog() *observer {
+	return &observer{current: map[string]leader{}, changed: make(chan struct{})}
+}
+
+// etcdWatch watches every leader key, directly on the etcd members (not
+// through any instance's proxy), into an observer.
+type etcdWatch struct {
+	o      *observer
+	cli    *clientv3.Client
+	prefix string
 }
 
 func newObserver(ctx context.Context, cli *clientv3.Client, prefix string) (*observer, error) {
-	o := &observer{cli: cli, prefix: layout.LeaderKey(prefix, ""), current: map[string]leader{}, changed: make(chan struct{})}
-	resp, err := cli.Get(ctx, o.prefix, clientv3.WithPrefix())
+	o := newEventLog()
+	w := &etcdWatch{o: o, cli: cli, prefix: layout.LeaderKey(prefix, "")}
+	resp, err := cli.Get(ctx, w.prefix, clientv3.WithPrefix())
 	if err != nil {
 		return nil, err
 	}
 	now := time.Now()
 	for _, kv := range resp.Kvs {
-		o.apply(termEvent{Job: o.job(kv.Key), Token: kv.CreateRevision, Instance: instanceOf(kv.Value), Start: true, Rev: kv.ModRevision, At: now})
+		o.apply(termEvent{Job: w.job(kv.Key), Token: kv.CreateRevision, Instance: instanceOf(kv.Value), Start: true, Rev: kv.ModRevision, At: now})
 	}
 	o.lastRev = resp.Header.Revision
-	go o.watch(ctx)
+	go w.watch(ctx)
 	return o, nil
 }
 
-func (o *observer) job(key []byte) string { return strings.TrimPrefix(string(key), o.prefix) }
+func (w *etcdWatch) job(key []byte) string { return strings.TrimPrefix(string(key), w.prefix) }
 
 func instanceOf(v []byte) string {
 	var rec etcdlease.LeaderRecord
@@ -70,22 +81,23 @@ func instanceOf(v []byte) string {
 	return rec.Instance
 }
 
-func (o *observer) watch(ctx context.Context) {
+func (w *etcdWatch) watch(ctx context.Context) {
+	o := w.o
 	for ctx.Err() == nil {
 		o.mu.Lock()
 		from := o.lastRev + 1
 		o.mu.Unlock()
-		wch := o.cli.Watch(clientv3.WithRequireLeader(ctx), o.prefix, clientv3.WithPrefix(), clientv3.WithRev(from), clientv3.WithPrevKV())
+		wch := w.cli.Watch(clientv3.WithRequireLeader(ctx), w.prefix, clientv3.WithPrefix(), clientv3.WithRev(from), clientv3.WithPrevKV())
 		for resp := range wch {
 			now := time.Now()
 			for _, ev := range resp.Events {
 				switch ev.Type {
 				case clientv3.EventTypePut:
 					if ev.Kv.CreateRevision == ev.Kv.ModRevision {
-						o.apply(termEvent{Job: o.job(ev.Kv.Key), Token: ev.Kv.CreateRevision, Instance: instanceOf(ev.Kv.Value), Start: true, Rev: ev.Kv.ModRevision, At: now})
+						o.apply(termEvent{Job: w.job(ev.Kv.Key), Token: ev.Kv.CreateRevision, Instance: instanceOf(ev.Kv.Value), Start: true, Rev: ev.Kv.ModRevision, At: now})
 					}
 				case clientv3.EventTypeDelete:
-					e := termEvent{Job: o.job(ev.Kv.Key), Rev: ev.Kv.ModRevision, At: now}
+					e := termEvent{Job: w.job(ev.Kv.Key), Rev: ev.Kv.ModRevision, At: now}
 					if ev.PrevKv != nil {
 						e.Token, e.Instance = ev.PrevKv.CreateRevision, instanceOf(ev.PrevKv.Value)
 					}

@@ -51,7 +51,8 @@ type KindStats struct {
 	AfterLoss Dist // quorum or followers loss: loss → last accepted write of an old term
 	StepDown  Dist // followers loss: loss → the isolated etcd leader stepped down
 	Reclaim   Dist // kill-leader-reclaim: `snip-jobs reclaim`'s run
-	// TermsEnded is, for etcd member and leader losses, the terms that ended
+	// TermsEnded is, for etcd member and leader losses and kube-apiserver
+	// restarts, the terms that ended
 	// on their own side (expired, lease lost) during the faults, in all.
 	TermsEnded int
 	// Controls is the figures of the operators' controls' kinds.
@@ -61,7 +62,7 @@ type KindStats struct {
 // ByKind computes the figures of each fault kind that occurred.
 func (r *Report) ByKind() []KindStats {
 	var out []KindStats
-	for _, k := range append(slices.Clone(AllKinds), UpgradeRestart) {
+	for _, k := range append(slices.Clone(r.Options.Backend.Kinds()), UpgradeRestart) {
 		var s KindStats
 		var ctl controlAcc
 		var noActing, takeover, gone, handoff, restart, election, after, stepDown, reclaim []time.Duration
@@ -148,6 +149,9 @@ func (r *Report) Markdown() string {
 	if r.EtcdVersion != "" { // reports written before the version was recorded lack it
 		etcd = "; etcd " + r.EtcdVersion + " over TLS with authentication"
 	}
+	if r.Options.Backend == BackendKubernetes {
+		etcd = "; Kubernetes backend: Leases on kube-apiserver " + r.KubeVersion + " (HTTPS, bearer token) over an etcd of its own"
+	}
 	fmt.Fprintf(&b, "%d faults in %v (seed %d, TTL %v, margin %v, renew interval %v, broken build: %v); jobs: %s%s.\n\n",
 		len(r.Faults), r.Duration.Round(time.Second), r.Seed, ttl, r.Options.margin(), r.Options.renewInterval(), r.Options.Broken, strings.Join(r.Jobs, ", "), etcd)
 	b.WriteString("| invariant | violations |\n|---|---|\n")
@@ -167,6 +171,12 @@ func (r *Report) Markdown() string {
 		"(signal, cut, kill) to the successor's leader key in etcd, for every job the target led.\n\n")
 	b.WriteString("*Key gone*: fault → the old leader key deleted (resigned, or its lease expired at etcd). *Handoff*: key deleted → " +
 		"new key created (the successors' campaign, including the scheduler's spread hold-back).\n\n")
+	if r.Options.Backend == BackendKubernetes {
+		b.WriteString("On the Kubernetes backend, etcd's leader key is the job's Lease and its token annotation: *new term* is the " +
+			"Lease naming the successor with a higher token; a Lease never expires at the API server, so the old term's key is " +
+			"gone when the successor writes the Lease (handoff 0), unless its holder resigned (holder cleared). " +
+			"The invariants that name etcd read \"the API server\"; the quorum's has no fault to check on this backend.\n\n")
+	}
 	b.WriteString("| fault | n | no acting leader (faults measured) | new term after | key gone after | handoff | other |\n|---|---|---|---|---|---|---|\n")
 	for _, s := range r.ByKind() {
 		var other []string
@@ -185,7 +195,7 @@ func (r *Report) Markdown() string {
 		if s.Reclaim.N > 0 {
 			other = append(other, "`snip-jobs reclaim` ran "+s.Reclaim.String())
 		}
-		if s.Kind == EtcdLeaderLoss || s.Kind == EtcdMemberLoss {
+		if s.Kind == EtcdLeaderLoss || s.Kind == EtcdMemberLoss || s.Kind == APIServerRestart {
 			other = append(other, fmt.Sprintf("terms ended by the instances (expired, lease lost): %d", s.TermsEnded))
 		}
 		other = append(other, s.controlsOther()...)

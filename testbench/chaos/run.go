@@ -13,7 +13,6 @@ import (
 
 	"github.com/snip/snip-jobs/internal/sleep"
 	"github.com/snip/snip-jobs/leadership"
-	"github.com/snip/snip-jobs/leadership/etcdlease/layout"
 	"github.com/snip/snip-jobs/scheduler"
 )
 
@@ -22,8 +21,11 @@ type Options struct {
 	// Faults is how many faults to inject. The first len(Kinds) are every kind
 	// once, in random order; the rest are drawn at random.
 	Faults int
-	// Kinds are the kinds to draw from (default AllKinds).
+	// Kinds are the kinds to draw from (default Backend.Kinds()).
 	Kinds []Kind
+	// Backend is the leadership store the instances run on (default
+	// BackendEtcd).
+	Backend Backend `json:",omitempty"`
 	// Seed makes the draws repeatable (0: from the clock).
 	Seed uint64
 	// TTL of the instances' leases (default 2 s, etcd's practical minimum);
@@ -71,7 +73,7 @@ type Options struct {
 // margin and renewInterval are the instances' timing.
 func (o Options) margin() time.Duration {
 	if o.DefaultTiming {
-		_, m, _ := leadership.TimingDefaults(layout.Rules, o.TTL, 0, 0)
+		_, m, _ := leadership.TimingDefaults(o.Backend.rules(), o.TTL, 0, 0)
 		return m
 	}
 	return Margin(o.TTL)
@@ -79,7 +81,7 @@ func (o Options) margin() time.Duration {
 
 func (o Options) renewInterval() time.Duration {
 	if o.DefaultTiming {
-		_, _, r := leadership.TimingDefaults(layout.Rules, o.TTL, 0, 0)
+		_, _, r := leadership.TimingDefaults(o.Backend.rules(), o.TTL, 0, 0)
 		return r
 	}
 	return RenewInterval(o.TTL)
@@ -89,8 +91,10 @@ func (o Options) renewInterval() time.Duration {
 type Report struct {
 	Options Options
 	Seed    uint64
-	// EtcdVersion is the members' etcd server version.
+	// EtcdVersion is the members' etcd server version (etcd backend).
 	EtcdVersion string
+	// KubeVersion is the kube-apiserver's version (Kubernetes backend).
+	KubeVersion string `json:",omitempty"`
 	Jobs        []string
 	Started     time.Time
 	Duration    time.Duration
@@ -177,7 +181,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	defer c.close()
-	rep.Jobs, rep.EtcdVersion = c.jobs, c.etcdVersion
+	rep.Jobs, rep.EtcdVersion, rep.KubeVersion = c.jobs, c.etcdVersion, c.kubeVersion()
 	rng := rand.New(rand.NewPCG(o.Seed, 0x5eed))
 	order := make([]Kind, 0, o.Faults)
 	for _, i := range rng.Perm(len(o.Kinds)) {
@@ -217,11 +221,17 @@ func (o Options) withDefaults() (Options, error) {
 	if o.TTL == 0 {
 		o.TTL = 2 * time.Second
 	}
-	if err := leadership.CheckTiming(layout.Rules, o.TTL, o.margin(), o.renewInterval()); err != nil {
-		return o, err
+	if o.Backend == "" {
+		o.Backend = BackendEtcd
 	}
 	if len(o.Kinds) == 0 {
-		o.Kinds = AllKinds
+		o.Kinds = o.Backend.Kinds()
+	}
+	if err := checkBackend(o.Backend, o.Kinds); err != nil {
+		return o, err
+	}
+	if err := leadership.CheckTiming(o.Backend.rules(), o.TTL, o.margin(), o.renewInterval()); err != nil {
+		return o, err
 	}
 	if o.Seed == 0 {
 		o.Seed = uint64(time.Now().UnixNano())
@@ -414,39 +424,4 @@ func overruns(instances []*instance) map[string]int {
 		}
 	}
 	return n
-}
-
-// termsEnded counts, for each etcd fault, the terms that ended on their own
-// side (expired: no keep-alive acknowledged in time; or their lease lost)
-// between the fault and the cluster settling, from the instances' logs. etcd
-// keeps every lease through a member's or its leader's loss (a new leader
-// extends them all), so each is a term ended for nothing.
-func termsEnded(instances []*instance, faults []*Fault) {
-	var ends []time.Time
-	for _, in := range instances {
-		for line := range strings.Lines(in.logs()) {
-			var e struct {
-				Time        time.Time
-				Msg, Reason string
-			}
-			if json.Unmarshal([]byte(line), &e) == nil && e.Msg == "term ended" &&
-				(e.Reason == string(leadership.ReasonExpired) || e.Reason == string(leadership.ReasonLeaseLost)) {
-				ends = append(ends, e.Time)
-			}
-		}
-	}
-	for _, f := range faults {
-		if f.Kind != EtcdLeaderLoss && f.Kind != EtcdMemberLoss {
-			continue
-		}
-		until := f.Settled
-		if until.IsZero() {
-			until = f.Healed.Add(readyBound)
-		}
-		for _, t := range ends {
-			if !t.Before(f.Start) && !t.After(until) {
-				f.TermsEnded++
-			}
-		}
-	}
 }

@@ -118,6 +118,9 @@ func Soak(ctx context.Context, o SoakOptions) (*SoakReport, error) {
 	if o.SampleEvery == 0 {
 		o.SampleEvery = max(5*time.Second, min(time.Minute, o.Duration/30))
 	}
+	if o.Backend != "" && o.Backend != BackendEtcd {
+		return nil, fmt.Errorf("chaos: a soak runs on the etcd backend only (its samples read etcd)")
+	}
 	o.Kinds = SoakKinds
 	opts, err := o.Options.withDefaults()
 	if err != nil {

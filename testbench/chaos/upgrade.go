@@ -35,6 +35,9 @@ type UpgradeStats struct {
 // release has stored a weekly report (a cron slot a minute: up to
 // reportBound).
 func Upgrade(ctx context.Context, o Options, previous string) (*Report, error) {
+	if o.Backend != "" && o.Backend != BackendEtcd {
+		return nil, fmt.Errorf("chaos: an upgrade runs on the etcd backend only")
+	}
 	o, err := o.withDefaults()
 	if err != nil {
 		return nil, err

@@ -2,6 +2,7 @@
 // real snip-jobs processes and prints its results table: see docs/chaos.md.
 //
 //	go run ./testbench/cmd/snip-chaos -faults 200
+//	go run ./testbench/cmd/snip-chaos -backend kubernetes -faults 100
 //
 // It exits 0 when no invariant was violated, 1 when one was (or the run
 // failed), 2 on bad usage. With -soak it runs the cluster under load for
@@ -21,6 +22,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -41,7 +43,9 @@ func run(args []string) int {
 	seed := fs.Uint64("seed", 0, "seed of the random draws (0: from the clock)")
 	ttl := fs.Duration("ttl", 2*time.Second, "the instances' lease TTL (margin TTL/4, keep-alives every TTL/5)")
 	defTiming := fs.Bool("default-timing", false, "leave margin and renew interval to snip-jobs' defaults for the TTL")
-	kinds := fs.String("kinds", "", "comma-separated fault kinds to draw from (default all: "+kindList()+")")
+	backend := fs.String("backend", string(chaos.BackendEtcd), "the instances' leadership backend: etcd (three members) or kubernetes (Leases on a kube-apiserver)")
+	kinds := fs.String("kinds", "", "comma-separated fault kinds to draw from (default all of the backend's: etcd: "+
+		kindList(chaos.BackendEtcd)+"; kubernetes: "+kindList(chaos.BackendKubernetes)+")")
 	broken := fs.Bool("broken", false, "build snip-jobs with testbench/chaos/broken.go's patches (stop-early margin 0, no fence check)")
 	stop := fs.Bool("stop-at-violation", false, "stop injecting at the first write (of any job) accepted out of token order")
 	keep := fs.Bool("keep", false, "keep the run's folder (logs, configs, data)")
@@ -70,14 +74,19 @@ func run(args []string) int {
 		return 0
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	o := chaos.Options{Faults: *faults, Seed: *seed, TTL: *ttl, DefaultTiming: *defTiming, Broken: *broken, StopAtViolation: *stop, KeepDir: *keep, Log: log}
+	o := chaos.Options{Faults: *faults, Seed: *seed, TTL: *ttl, DefaultTiming: *defTiming, Broken: *broken, StopAtViolation: *stop, KeepDir: *keep, Log: log,
+		Backend: chaos.Backend(*backend)}
+	if !slices.Contains(chaos.Backends, o.Backend) {
+		fmt.Fprintf(os.Stderr, "snip-chaos: unknown backend %q (known: %s, %s)\n", o.Backend, chaos.BackendEtcd, chaos.BackendKubernetes)
+		return 2
+	}
 	if *kinds != "" {
 		for _, k := range strings.Split(*kinds, ",") {
 			o.Kinds = append(o.Kinds, chaos.Kind(strings.TrimSpace(k)))
 		}
 		for _, k := range o.Kinds {
-			if !known(k) {
-				fmt.Fprintf(os.Stderr, "snip-chaos: unknown fault kind %q (known: %s)\n", k, kindList())
+			if !slices.Contains(o.Backend.Kinds(), k) {
+				fmt.Fprintf(os.Stderr, "snip-chaos: unknown fault kind %q on the %s backend (known: %s)\n", k, o.Backend, kindList(o.Backend))
 				return 2
 			}
 		}
@@ -138,19 +147,10 @@ func runSoak(ctx context.Context, o chaos.SoakOptions, out, jsonOut, plot string
 	return 0
 }
 
-func kindList() string {
+func kindList(b chaos.Backend) string {
 	var s []string
-	for _, k := range chaos.AllKinds {
+	for _, k := range b.Kinds() {
 		s = append(s, string(k))
 	}
 	return strings.Join(s, ", ")
-}
-
-func known(k chaos.Kind) bool {
-	for _, a := range chaos.AllKinds {
-		if a == k {
-			return true
-		}
-	}
-	return false
 }
