@@ -55,6 +55,24 @@ func (a testArgs) has(flag string) bool {
 	})
 }
 
+// timeout is each test binary's limit unless -timeout says: at load 30 on
+// two cores cmd/snip-jobs ran past go test's default of 10 minutes (616 s,
+// its Debian package test 8 of them), where it takes 2 on an idle machine.
+const timeout = "-timeout=30m"
+
+// defaults are the flags snip-test adds to those given: -p and -timeout,
+// unless given.
+func (a testArgs) defaults() []string {
+	var out []string
+	if !a.has("p") {
+		out = append(out, parallel)
+	}
+	if !a.has("timeout") {
+		out = append(out, timeout)
+	}
+	return out
+}
+
 // buildFlags are the flags that change how packages compile (so that the
 // early compile fills the cache go test then reads).
 func (a testArgs) buildFlags() []string {

@@ -33,3 +33,14 @@ func TestTheEarlyCompileGetsOnlyTheCompilersFlags(t *testing.T) {
 		t.Errorf("pick(vet) = %q, want -vet off", got)
 	}
 }
+
+// snip-test adds -p and a timeout long enough for a busy machine, each
+// unless given.
+func TestTheDefaultsYieldToTheFlagsGiven(t *testing.T) {
+	if got, want := splitArgs(nil).defaults(), []string{parallel, timeout}; !slices.Equal(got, want) {
+		t.Errorf("defaults with no flags %q, want %q", got, want)
+	}
+	if got := splitArgs([]string{"-p", "1", "-timeout=5m", "./x"}).defaults(); len(got) != 0 {
+		t.Errorf("defaults with -p and -timeout given: %q, want none", got)
+	}
+}

@@ -49,7 +49,7 @@ Builds what the test suite runs beside the code under test into the user cache
 folder (~/.cache/snip-jobs; once: later runs reuse it) and, beside those
 builds, compiles the packages under test; then runs go test with the
 arguments given (default ./..., the slowest packages first, `+parallel+`
-unless -p is given).
+unless -p is given, `+timeout+` unless -timeout is).
 
   --prepare-only   build what is missing and stop; run no test
 `)
@@ -82,10 +82,7 @@ func run(ctx context.Context, args []string, only bool) int {
 	if only {
 		return 0
 	}
-	testArgs := append([]string{"test"}, a.flags...)
-	if !a.has("p") {
-		testArgs = append(testArgs, parallel)
-	}
+	testArgs := append(append([]string{"test"}, a.flags...), a.defaults()...)
 	if pkgs, err := packages(ctx, a); err == nil {
 		testArgs = append(testArgs, pkgs...)
 	} else {
