@@ -19,6 +19,9 @@ import (
 
 	"github.com/snip/snip-jobs/fencing"
 	"github.com/snip/snip-jobs/jobs/certrenew"
+	"github.com/snip/snip-jobs/jobs/certrenew/acmeflow"
+	"github.com/snip/snip-jobs/jobs/certrenew/domainstore"
+	"github.com/snip/snip-jobs/jobs/certrenew/keyring"
 	"github.com/snip/snip-jobs/testbench/acmetest"
 	"github.com/snip/snip-jobs/testbench/benchtest"
 )
@@ -77,7 +80,7 @@ func TestFirstIssuanceAnsweredByOtherInstances(t *testing.T) {
 	if got := c.inst["a"].counter("snip_certrenew_orders_total", "result", "issued"); got != float64(len(domains)) {
 		t.Errorf("orders issued metric on a: %v, want %d", got, len(domains))
 	}
-	if got := c.inst["b"].counter("snip_certrenew_certificates", "state", certrenew.StateValid); got != float64(len(domains)) {
+	if got := c.inst["b"].counter("snip_certrenew_certificates", "state", domainstore.StateValid); got != float64(len(domains)) {
 		t.Errorf("certificates{state=valid} on b: %v, want %d", got, len(domains))
 	}
 	if days := c.inst["b"].counter("snip_certrenew_soonest_expiry_days"); days < 80 || days > 90 {
@@ -224,8 +227,8 @@ func TestRateLimitRetryAfterIsHonoured(t *testing.T) {
 	leader := c.lead("a", 10)
 	leader.mustPass()
 	c.assertOneCurrentValidCertificate(other)
-	if r := c.str(`SELECT last_error_reason FROM certrenew_domains WHERE domain = $1`, limited); r != certrenew.ReasonRateLimited {
-		t.Errorf("%s: last error reason %q, want %q", limited, r, certrenew.ReasonRateLimited)
+	if r := c.str(`SELECT last_error_reason FROM certrenew_domains WHERE domain = $1`, limited); r != acmeflow.ReasonRateLimited {
+		t.Errorf("%s: last error reason %q, want %q", limited, r, acmeflow.ReasonRateLimited)
 	}
 	if f := c.int(`SELECT failures FROM certrenew_domains WHERE domain = $1`, limited); f != 0 {
 		t.Errorf("a rate limit counted as %d failures toward the backoff, want 0", f)
@@ -876,15 +879,15 @@ func TestInvalidDomainsAreReportedWhileValidOnesAreIssued(t *testing.T) {
 		"UPPER.Customer.TEST":  "upper.customer.test",
 	}
 	invalid := map[string]string{
-		"has space.customer.test":    certrenew.InvalidWhitespace,
-		"192.0.2.7":                  certrenew.InvalidIPAddress,
-		"[2001:db8::1]":              certrenew.InvalidIPAddress,
-		"trailing.customer.test.":    certrenew.InvalidTrailingDot,
-		"*.wild.customer.test":       certrenew.InvalidWildcard,
-		"☃.customer.test":            certrenew.InvalidIDN,
-		"localhost":                  certrenew.InvalidSingleLabel,
-		longLabel + ".customer.test": certrenew.InvalidLabelTooLong,
-		longName:                     certrenew.InvalidTooLong,
+		"has space.customer.test":    domainstore.InvalidWhitespace,
+		"192.0.2.7":                  domainstore.InvalidIPAddress,
+		"[2001:db8::1]":              domainstore.InvalidIPAddress,
+		"trailing.customer.test.":    domainstore.InvalidTrailingDot,
+		"*.wild.customer.test":       domainstore.InvalidWildcard,
+		"☃.customer.test":            domainstore.InvalidIDN,
+		"localhost":                  domainstore.InvalidSingleLabel,
+		longLabel + ".customer.test": domainstore.InvalidLabelTooLong,
+		longName:                     domainstore.InvalidTooLong,
 	}
 	for raw := range valid {
 		c.addDomains("active", raw)
@@ -908,7 +911,7 @@ func TestInvalidDomainsAreReportedWhileValidOnesAreIssued(t *testing.T) {
 	if n := len(c.ca.log("newOrder")); n != len(valid) {
 		t.Errorf("%d orders, want one per valid domain (%d)", n, len(valid))
 	}
-	if got := c.inst["a"].counter("snip_certrenew_certificates", "state", certrenew.StateInvalid); got != float64(len(invalid)) {
+	if got := c.inst["a"].counter("snip_certrenew_certificates", "state", domainstore.StateInvalid); got != float64(len(invalid)) {
 		t.Errorf("certificates{state=invalid}: %v, want %d", got, len(invalid))
 	}
 
@@ -929,11 +932,11 @@ func TestNamesAPublicCARefusesArePolicyInvalidWhenRequired(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, clusterOptions{options: func(o *certrenew.Options) { o.RequirePublicTLD = true }})
 	invalid := map[string]string{
-		"shop.customer.test":            certrenew.InvalidNotPublic,
-		"printer.local":                 certrenew.InvalidNotPublic,
-		"links.shop.comm":               certrenew.InvalidNotPublic, // a typo of .com
-		"co.uk":                         certrenew.InvalidPublicSuffix,
-		"a.b.c.d.e.f.g.h.i.example.com": certrenew.InvalidTooManyLabels,
+		"shop.customer.test":            domainstore.InvalidNotPublic,
+		"printer.local":                 domainstore.InvalidNotPublic,
+		"links.shop.comm":               domainstore.InvalidNotPublic, // a typo of .com
+		"co.uk":                         domainstore.InvalidPublicSuffix,
+		"a.b.c.d.e.f.g.h.i.example.com": domainstore.InvalidTooManyLabels,
 	}
 	for raw := range invalid {
 		c.addDomains("active", raw)
@@ -992,7 +995,7 @@ func TestOrderBudgetHoldsAcrossLeaders(t *testing.T) {
 	if got := c.inst["b"].counter("snip_certrenew_order_budget_remaining"); got != 0 {
 		t.Errorf("budget remaining: %v, want 0", got)
 	}
-	if got := c.inst["b"].counter("snip_certrenew_certificates", "state", certrenew.StatePending); got != 1 {
+	if got := c.inst["b"].counter("snip_certrenew_certificates", "state", domainstore.StatePending); got != 1 {
 		t.Errorf("certificates{state=pending}: %v, want 1", got)
 	}
 }
@@ -1047,7 +1050,7 @@ func TestKeyRotationReseals(t *testing.T) {
 	if _, err := certrenew.Current(context.Background(), c.pool, onlyNew, d); err != nil {
 		t.Errorf("after rotation the new key alone does not open the certificate key: %v", err)
 	}
-	if _, err := certrenew.Current(context.Background(), c.pool, c.keys, d); !errors.Is(err, certrenew.ErrUnknownKey) {
+	if _, err := certrenew.Current(context.Background(), c.pool, c.keys, d); !errors.Is(err, keyring.ErrUnknownKey) {
 		t.Errorf("after rotation the old key alone: %v, want ErrUnknownKey", err)
 	}
 	// The account key was re-sealed too: a leader with only the new key works.
@@ -1084,8 +1087,8 @@ func TestFailingDomainBacksOffWithoutStoppingOthers(t *testing.T) {
 		}
 		return failures, time.Duration(secs * float64(time.Second)).Round(time.Second), reason
 	}
-	if f, w, r := backoff(); f != 1 || w != time.Minute || r != certrenew.ReasonRejected {
-		t.Errorf("after the first failure: failures %d, next attempt after %v, reason %q; want 1, 1m0s, %q", f, w, r, certrenew.ReasonRejected)
+	if f, w, r := backoff(); f != 1 || w != time.Minute || r != acmeflow.ReasonRejected {
+		t.Errorf("after the first failure: failures %d, next attempt after %v, reason %q; want 1, 1m0s, %q", f, w, r, acmeflow.ReasonRejected)
 	}
 	leader.mustPass()
 	if n := len(c.ca.ordersFor(blocked)); n != 1 {
@@ -1097,10 +1100,10 @@ func TestFailingDomainBacksOffWithoutStoppingOthers(t *testing.T) {
 	if f, w, _ := backoff(); f != 2 || w != 10*time.Minute {
 		t.Errorf("after the second failure: failures %d, next attempt after %v; want 2, 10m0s", f, w)
 	}
-	if got := c.inst["a"].counter("snip_certrenew_failures_total", "reason", certrenew.ReasonRejected); got != 2 {
-		t.Errorf("failures{reason=%s}: %v, want 2", certrenew.ReasonRejected, got)
+	if got := c.inst["a"].counter("snip_certrenew_failures_total", "reason", acmeflow.ReasonRejected); got != 2 {
+		t.Errorf("failures{reason=%s}: %v, want 2", acmeflow.ReasonRejected, got)
 	}
-	if got := c.inst["a"].counter("snip_certrenew_certificates", "state", certrenew.StateFailing); got != 1 {
+	if got := c.inst["a"].counter("snip_certrenew_certificates", "state", domainstore.StateFailing); got != 1 {
 		t.Errorf("certificates{state=failing}: %v, want 1", got)
 	}
 }
@@ -1131,9 +1134,9 @@ func TestAnOperatorsRetryRequestEndsTheBackOffAtTheNextPass(t *testing.T) {
 		states[s.Domain] = s.State + "/" + s.ErrorReason
 	}
 	want := map[string]string{
-		"bad name.customer.test": certrenew.StateInvalid + "/" + certrenew.InvalidWhitespace,
-		blocked:                  certrenew.StateFailing + "/" + certrenew.ReasonRejected,
-		fine:                     certrenew.StateValid + "/",
+		"bad name.customer.test": domainstore.StateInvalid + "/" + domainstore.InvalidWhitespace,
+		blocked:                  domainstore.StateFailing + "/" + acmeflow.ReasonRejected,
+		fine:                     domainstore.StateValid + "/",
 	}
 	if !maps.Equal(states, want) {
 		t.Errorf("List: %v, want %v", states, want)
@@ -1142,7 +1145,7 @@ func TestAnOperatorsRetryRequestEndsTheBackOffAtTheNextPass(t *testing.T) {
 	if _, err := certrenew.RequestRetry(ctx, c.svc, c.opts, fine, "ops@test"); !errors.Is(err, certrenew.ErrNotBackingOff) {
 		t.Errorf("retry of a domain with a valid certificate: %v, want ErrNotBackingOff", err)
 	}
-	var ie *certrenew.InvalidNameError
+	var ie *domainstore.InvalidNameError
 	if _, err := certrenew.RequestRetry(ctx, c.svc, c.opts, "bad name.customer.test", "ops@test"); !errors.As(err, &ie) {
 		t.Errorf("retry of an invalid name: %v, want an InvalidNameError", err)
 	}
@@ -1155,7 +1158,7 @@ func TestAnOperatorsRetryRequestEndsTheBackOffAtTheNextPass(t *testing.T) {
 		t.Fatalf("%d orders during the back-off, want 1", n)
 	}
 	r, err := certrenew.RequestRetry(ctx, c.svc, c.opts, "BLOCKED.customer.test", "ops@test")
-	if err != nil || r.Name != blocked || r.Failures != 1 || r.ErrorReason != certrenew.ReasonRejected {
+	if err != nil || r.Name != blocked || r.Failures != 1 || r.ErrorReason != acmeflow.ReasonRejected {
 		t.Fatalf("RequestRetry: %+v, %v", r, err)
 	}
 	if n := c.int(`SELECT count(*) FROM certrenew_domains WHERE domain = $1 AND next_attempt_at > now()`, blocked); n != 1 {

@@ -24,6 +24,7 @@ import (
 	"github.com/snip/snip-jobs/fencing"
 	"github.com/snip/snip-jobs/jobs/certrenew"
 	"github.com/snip/snip-jobs/jobs/certrenew/certserve"
+	"github.com/snip/snip-jobs/jobs/certrenew/keyring"
 	"github.com/snip/snip-jobs/scheduler"
 	"github.com/snip/snip-jobs/testbench/benchtest"
 	"github.com/snip/snip-jobs/testbench/certtest"
@@ -42,7 +43,7 @@ type cluster struct {
 	pool    *pgxpool.Pool // the test's fixtures and checks, as the superuser
 	svc     *pgxpool.Pool // the instances' jobs, challenge servers, CLI calls: the runtime role of docs/operations.md
 	keyFile string
-	keys    *certrenew.Keyring
+	keys    *keyring.Keyring
 	opts    certrenew.Options
 	inst    map[string]*instance
 	quiet   bool
@@ -430,7 +431,7 @@ func (c *cluster) assertOneCurrentValidCertificate(domains ...string) {
 			c.t.Errorf("%s: the chain does not verify for the name against Pebble's root: %v", d, err)
 		}
 		_, err = certrenew.Current(context.Background(), c.pool, other, d)
-		if !errors.Is(err, certrenew.ErrUnknownKey) {
+		if !errors.Is(err, keyring.ErrUnknownKey) {
 			c.t.Errorf("%s: opened with another key: error %v, want ErrUnknownKey", d, err)
 		}
 		var sealed []byte
@@ -444,7 +445,7 @@ func (c *cluster) assertOneCurrentValidCertificate(domains ...string) {
 }
 
 func newKey(t testing.TB) string {
-	b := make([]byte, certrenew.KeySize)
+	b := make([]byte, keyring.KeySize)
 	if _, err := rand.Read(b); err != nil {
 		t.Fatal(err)
 	}
@@ -460,7 +461,7 @@ func writeKeyFile(t testing.TB, lines ...string) string {
 	return f
 }
 
-func (c *cluster) keyring(file string) *certrenew.Keyring {
+func (c *cluster) keyring(file string) *keyring.Keyring {
 	c.t.Helper()
 	o := certrenew.Options{KeyFile: file}
 	k, err := o.Keyring()

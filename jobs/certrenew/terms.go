@@ -84,10 +84,10 @@ func markLapsed(ctx context.Context, tx pgx.Tx, job string, tokens []int64) erro
 	return err
 }
 
-// beforeOrder waits out the lock-delay, once per pass, before the first
+// BeforeOrder waits out the lock-delay, once per pass, before the first
 // order. Checking ARI, a read, does not wait. delayed reports whether this
 // pass had a lock-delay to wait out (an earlier term was cut off mid-pass).
-func (g *lockDelay) beforeOrder(ctx context.Context) (delayed bool, err error) {
+func (g *lockDelay) BeforeOrder(ctx context.Context) (delayed bool, err error) {
 	g.once.Do(func() {
 		if g.until.IsZero() {
 			return

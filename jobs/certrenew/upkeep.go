@@ -9,6 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/snip/snip-jobs/jobs/certrenew/domainstore"
+	"github.com/snip/snip-jobs/jobs/certrenew/keyring"
 	"github.com/snip/snip-jobs/scheduler"
 )
 
@@ -18,7 +20,7 @@ import (
 // talks to the CA.
 type upkeep struct {
 	pool *pgxpool.Pool
-	keys *Keyring
+	keys *keyring.Keyring
 	r    *scheduler.Run
 	log  *slog.Logger
 }
@@ -67,7 +69,7 @@ func (u *upkeep) reseal(ctx context.Context) error {
 			pt, err := keys.Open(b.sealed, b.aad)
 			if err != nil {
 				u.log.ErrorContext(ctx, "stored key cannot be opened with the keyring: it stays sealed with its old key",
-					"table", b.table, "row", b.key, "sealed_with", sealedWith(b.sealed), "err", err)
+					"table", b.table, "row", b.key, "sealed_with", keyring.SealedWith(b.sealed), "err", err)
 				continue
 			}
 			ns := keys.Seal(pt, b.aad)
@@ -111,9 +113,9 @@ func (u *upkeep) sealedWithOthers(ctx context.Context, cur string) ([]sealedBlob
 		table, sql string
 		aad        func(string) string
 	}{
-		{"certrenew_certificates", `SELECT id::text, domain, key_sealed FROM certrenew_certificates WHERE key_id <> $1 LIMIT 1000`, aadCert},
-		{"certrenew_account", `SELECT directory, directory, key_sealed FROM certrenew_account WHERE key_id <> $1`, aadAccount},
-		{"certrenew_domains", `SELECT domain, domain, order_key_sealed FROM certrenew_domains WHERE order_key_id <> $1`, aadCert},
+		{"certrenew_certificates", `SELECT id::text, domain, key_sealed FROM certrenew_certificates WHERE key_id <> $1 LIMIT 1000`, keyring.CertificateAAD},
+		{"certrenew_account", `SELECT directory, directory, key_sealed FROM certrenew_account WHERE key_id <> $1`, keyring.AccountAAD},
+		{"certrenew_domains", `SELECT domain, domain, order_key_sealed FROM certrenew_domains WHERE order_key_id <> $1`, keyring.CertificateAAD},
 	} {
 		rows, err := u.pool.Query(ctx, q.sql, cur)
 		if err != nil {
@@ -139,6 +141,6 @@ func (u *upkeep) counts(ctx context.Context) (used, old int, err error) {
 			(SELECT count(*) FROM certrenew_certificates WHERE key_id <> $2)
 			+ (SELECT count(*) FROM certrenew_account WHERE key_id <> $2)
 			+ (SELECT count(*) FROM certrenew_domains WHERE order_key_id <> $2)`,
-		BudgetWindow.Seconds(), u.keys.KeyID()).Scan(&used, &old)
+		domainstore.BudgetWindow.Seconds(), u.keys.KeyID()).Scan(&used, &old)
 	return used, old, err
 }

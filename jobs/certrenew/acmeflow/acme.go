@@ -1,4 +1,4 @@
-package certrenew
+package acmeflow
 
 import (
 	"bytes"
@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/go-acme/lego/v5/acme"
-	"github.com/go-acme/lego/v5/acme/api"
 )
 
 // userAgent identifies the renewer to the CA (lego adds its own).
@@ -325,6 +324,3 @@ func classify(err error, obs *observation) failure {
 	}
 	return f
 }
-
-// ariCertID is the RFC 9773 identifier of a certificate.
-func ariCertID(leaf *x509.Certificate) (string, error) { return api.MakeARICertID(leaf) }

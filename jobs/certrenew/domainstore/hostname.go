@@ -1,4 +1,4 @@
-package certrenew
+package domainstore
 
 import (
 	"fmt"
