@@ -64,7 +64,6 @@ const (
 // job is one configured certrenew job. It holds no state between runs: every
 // pass starts from PostgreSQL.
 type job struct {
-	name  string
 	opts  Options
 	keys  *keyring.Keyring
 	roots *x509.CertPool
@@ -72,9 +71,9 @@ type job struct {
 	log   *slog.Logger
 	m     *metrics
 	dns   acmeflow.DNS01Provider
-	// seen is the fingerprint (domainstore.Fingerprint) of what the last pass on this
-	// instance loaded and left (nil before the first): only a hint for
-	// Wake, never a reason to skip work.
+	// seen is the fingerprint (domainstore.Fingerprint) of what the last
+	// pass on this instance loaded and left (nil before the first): only a
+	// hint for Wake, never a reason to skip work.
 	seen atomic.Pointer[string]
 }
 
@@ -147,7 +146,7 @@ func newJob(env scheduler.Env, spec configs.Job, tc typeConfig) (scheduler.Job, 
 	log.Info("certrenew configured", "directory", opts.Directory,
 		"sealing_key", keys.KeyID(), "keys", len(keys.KeyIDs()), "concurrency", opts.Concurrency,
 		"lock_delay", opts.LockDelay, "order_budget", opts.OrderBudget)
-	return &job{name: spec.Name, opts: opts, keys: keys, roots: roots, pool: env.Pool, log: log, m: m, dns: tc.dns}, nil
+	return &job{opts: opts, keys: keys, roots: roots, pool: env.Pool, log: log, m: m, dns: tc.dns}, nil
 }
 
 // ErrNotSingleton is returned by Run for a run without a fencing token.

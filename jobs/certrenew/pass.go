@@ -39,16 +39,16 @@ type pass struct {
 }
 
 func newPass(j *job, r *scheduler.Run) *pass {
-	p := &pass{j: j, r: r, opts: &j.opts, log: r.Log, clock: &domainstore.Clock{}, stop: &stopper{}}
+	p := &pass{j: j, r: r, opts: &j.opts, log: r.Log, clock: &domainstore.Clock{}, stop: &stopper{},
+		states: domainStates{m: map[string]string{}}}
 	p.gate = &lockDelay{r: r, log: r.Log, delay: j.opts.LockDelay, stop: p.stop}
 	p.upkeep = &upkeep{pool: j.pool, keys: j.keys, r: r, log: r.Log}
-	p.store = domainstore.New(domainstore.Config{Pool: j.pool, Keys: j.keys, Run: r, Log: r.Log, Clock: p.clock,
-		Policy: j.opts.policy(), Orders: j.m.flow.Orders, Failures: j.m.flow.Failures})
-	p.flow = acmeflow.New(acmeflow.Config{Run: r, Log: r.Log, Pool: j.pool, Keys: j.keys, Store: p.store, Clock: p.clock,
-		Gate: p.gate, Stale: p.stop.checkStale, Counters: &j.m.flow,
+	sc := domainstore.Config{Pool: j.pool, Keys: j.keys, Run: r, Log: r.Log, Clock: p.clock, Policy: j.opts.policy(),
+		Orders: j.m.flow.Orders, Failures: j.m.flow.Failures}
+	p.store = domainstore.New(sc)
+	p.flow = acmeflow.New(acmeflow.Config{Config: sc, Store: p.store, Gate: p.gate, Stale: p.stop.checkStale, Counters: &j.m.flow,
 		Directory: j.opts.Directory, Email: j.opts.Email, Profile: j.opts.Profile, Roots: j.roots, DNS: j.dns,
-		Concurrency: j.opts.Concurrency, OrderTimeout: j.opts.OrderTimeout, UnavailablePause: j.opts.UnavailablePause,
-		Policy: j.opts.policy()})
+		Concurrency: j.opts.Concurrency, OrderTimeout: j.opts.OrderTimeout, UnavailablePause: j.opts.UnavailablePause})
 	return p
 }
 
@@ -98,7 +98,7 @@ func (p *pass) work(ctx context.Context) error {
 
 	if d, reason := p.flow.Paused(); d > 0 {
 		p.log.InfoContext(ctx, "renewer paused: not asking the CA this pass", "for", d.Round(time.Second), "reason", reason)
-		p.settleAll()
+		p.states.settle(p.domains, p.clock.Now())
 		return nil
 	}
 	if len(p.domains) == 0 {
@@ -107,12 +107,12 @@ func (p *pass) work(ctx context.Context) error {
 	o, err := p.flow.Connect(ctx)
 	if err != nil {
 		p.stop.checkStale(err)
-		p.settleAll()
+		p.states.settle(p.domains, p.clock.Now())
 		return fmt.Errorf("certrenew: ACME account: %w", err)
 	}
 	defer o.Close()
 	p.workOn(ctx, o)
-	p.settleAll()
+	p.states.settle(p.domains, p.clock.Now())
 	return nil
 }
 
@@ -183,14 +183,4 @@ feed:
 	}
 	close(tasks)
 	wg.Wait()
-}
-
-// settleAll gives every domain not worked on in this pass its state as
-// loaded.
-func (p *pass) settleAll() {
-	names := make([]string, len(p.domains))
-	for i, d := range p.domains {
-		names[i] = d.Name
-	}
-	p.states.setUnset(names, func(i int) string { return p.domains[i].State(p.clock.Now()) })
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/snip/snip-jobs/fencing"
+	"github.com/snip/snip-jobs/jobs/certrenew/domainstore"
 )
 
 // The state a pass's parts and workers share, each piece behind its own
@@ -40,22 +42,16 @@ type domainStates struct {
 func (s *domainStates) set(name, state string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.m == nil {
-		s.m = map[string]string{}
-	}
 	s.m[name] = state
 }
 
-// setUnset gives every name not set yet the state of(name).
-func (s *domainStates) setUnset(names []string, of func(i int) string) {
+// settle gives every domain of ds not set yet its state at now.
+func (s *domainStates) settle(ds []*domainstore.Domain, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.m == nil {
-		s.m = map[string]string{}
-	}
-	for i, name := range names {
-		if _, ok := s.m[name]; !ok {
-			s.m[name] = of(i)
+	for _, d := range ds {
+		if _, ok := s.m[d.Name]; !ok {
+			s.m[d.Name] = d.State(now)
 		}
 	}
 }

@@ -104,21 +104,14 @@ func (g *lockDelay) wait(ctx context.Context) error {
 		"left", time.Until(deadline).Round(time.Millisecond))
 	tick := time.NewTicker(max(min(time.Until(deadline)/4, 10*time.Second), 10*time.Millisecond))
 	defer tick.Stop()
-	for {
-		left := time.Until(deadline)
-		if left <= 0 {
-			break
-		}
-		t := time.NewTimer(left)
+	for left := time.Until(deadline); left > 0; left = time.Until(deadline) {
 		select {
 		case <-ctx.Done():
-			t.Stop()
 			return context.Cause(ctx)
 		case <-tick.C:
 			g.r.Progress() // waiting on purpose, not stuck
-		case <-t.C:
+		case <-time.After(left):
 		}
-		t.Stop()
 	}
 	err := g.r.Fenced(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		return markLapsed(ctx, tx, g.r.Job, g.lapsed)

@@ -72,17 +72,7 @@ func (u *upkeep) reseal(ctx context.Context) error {
 					"table", b.table, "row", b.key, "sealed_with", keyring.SealedWith(b.sealed), "err", err)
 				continue
 			}
-			ns := keys.Seal(pt, b.aad)
-			var sql string
-			switch b.table {
-			case "certrenew_certificates":
-				sql = `UPDATE certrenew_certificates SET key_sealed = $2, key_id = $3 WHERE id = $1::bigint`
-			case "certrenew_account":
-				sql = `UPDATE certrenew_account SET key_sealed = $2, key_id = $3 WHERE directory = $1`
-			case "certrenew_domains":
-				sql = `UPDATE certrenew_domains SET order_key_sealed = $2, order_key_id = $3 WHERE domain = $1`
-			}
-			if _, err := tx.Exec(ctx, sql, b.key, ns, cur); err != nil {
+			if _, err := tx.Exec(ctx, b.update, b.key, keys.Seal(pt, b.aad), cur); err != nil {
 				return err
 			}
 			resealed++
@@ -101,6 +91,7 @@ func (u *upkeep) reseal(ctx context.Context) error {
 // sealedBlob is a stored key sealed with another key than the sealing key.
 type sealedBlob struct {
 	table, key string // table, and the row's key column value
+	update     string // re-seals it: key, sealed, key id
 	aad        string
 	sealed     []byte
 }
@@ -110,12 +101,15 @@ type sealedBlob struct {
 func (u *upkeep) sealedWithOthers(ctx context.Context, cur string) ([]sealedBlob, error) {
 	var todo []sealedBlob
 	for _, q := range []struct {
-		table, sql string
-		aad        func(string) string
+		table, sql, update string
+		aad                func(string) string
 	}{
-		{"certrenew_certificates", `SELECT id::text, domain, key_sealed FROM certrenew_certificates WHERE key_id <> $1 LIMIT 1000`, keyring.CertificateAAD},
-		{"certrenew_account", `SELECT directory, directory, key_sealed FROM certrenew_account WHERE key_id <> $1`, keyring.AccountAAD},
-		{"certrenew_domains", `SELECT domain, domain, order_key_sealed FROM certrenew_domains WHERE order_key_id <> $1`, keyring.CertificateAAD},
+		{"certrenew_certificates", `SELECT id::text, domain, key_sealed FROM certrenew_certificates WHERE key_id <> $1 LIMIT 1000`,
+			`UPDATE certrenew_certificates SET key_sealed = $2, key_id = $3 WHERE id = $1::bigint`, keyring.CertificateAAD},
+		{"certrenew_account", `SELECT directory, directory, key_sealed FROM certrenew_account WHERE key_id <> $1`,
+			`UPDATE certrenew_account SET key_sealed = $2, key_id = $3 WHERE directory = $1`, keyring.AccountAAD},
+		{"certrenew_domains", `SELECT domain, domain, order_key_sealed FROM certrenew_domains WHERE order_key_id <> $1`,
+			`UPDATE certrenew_domains SET order_key_sealed = $2, order_key_id = $3 WHERE domain = $1`, keyring.CertificateAAD},
 	} {
 		rows, err := u.pool.Query(ctx, q.sql, cur)
 		if err != nil {
@@ -124,7 +118,7 @@ func (u *upkeep) sealedWithOthers(ctx context.Context, cur string) ([]sealedBlob
 		var key, aadOf string
 		var sealed []byte
 		if _, err := pgx.ForEachRow(rows, []any{&key, &aadOf, &sealed}, func() error {
-			todo = append(todo, sealedBlob{table: q.table, key: key, aad: q.aad(aadOf), sealed: slices.Clone(sealed)})
+			todo = append(todo, sealedBlob{table: q.table, key: key, update: q.update, aad: q.aad(aadOf), sealed: slices.Clone(sealed)})
 			return nil
 		}); err != nil {
 			return nil, err

@@ -36,7 +36,6 @@ type accountStore struct {
 // load returns the shared ACME account, creating its key first if there
 // is none: the key is stored (fenced) before anything is sent to the CA.
 func (a *accountStore) load(ctx context.Context) (*acmeUser, error) {
-	dir := a.dir
 	u, ok, err := a.read(ctx)
 	if err != nil || ok {
 		return u, err
@@ -52,13 +51,13 @@ func (a *accountStore) load(ctx context.Context) (*acmeUser, error) {
 	err = a.r.Fenced(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `INSERT INTO certrenew_account (directory, email, key_sealed, key_id, token)
 			VALUES ($1, $2, $3, $4, $5) ON CONFLICT (directory) DO NOTHING`,
-			dir, a.email, a.keys.Seal(pemKey, keyring.AccountAAD(dir)), a.keys.KeyID(), a.r.Token)
+			a.dir, a.email, a.keys.Seal(pemKey, keyring.AccountAAD(a.dir)), a.keys.KeyID(), a.r.Token)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	a.log.InfoContext(ctx, "created the ACME account key", "directory", dir)
+	a.log.InfoContext(ctx, "created the ACME account key", "directory", a.dir)
 	u, ok, err = a.read(ctx)
 	if err == nil && !ok {
 		err = errors.New("account row vanished")

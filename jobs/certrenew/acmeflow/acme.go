@@ -2,6 +2,7 @@ package acmeflow
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto"
 	"crypto/tls"
@@ -275,10 +276,7 @@ func classify(err error, obs *observation) failure {
 	var pd *acme.ProblemDetails
 	switch {
 	case errors.As(err, &rl):
-		f.reason, f.counts, f.retryAfter = ReasonRateLimited, false, rl.RetryAfter
-		if f.retryAfter == 0 {
-			f.retryAfter = ra
-		}
+		f.reason, f.counts, f.retryAfter = ReasonRateLimited, false, cmp.Or(rl.RetryAfter, ra)
 		return f
 	case errors.As(err, &pd) && pd.Type == acme.RateLimitedErrorType:
 		f.reason, f.counts, f.retryAfter = ReasonRateLimited, false, ra

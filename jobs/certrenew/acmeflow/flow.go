@@ -4,28 +4,20 @@ import (
 	"context"
 	"crypto/x509"
 	"fmt"
-	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/snip/snip-jobs/jobs/certrenew/domainstore"
-	"github.com/snip/snip-jobs/jobs/certrenew/keyring"
-	"github.com/snip/snip-jobs/scheduler"
 )
 
 // Config is what one pass's Flow works with.
 type Config struct {
-	Run      *scheduler.Run // fences every write
-	Log      *slog.Logger
-	Pool     *pgxpool.Pool // the account's row
-	Keys     *keyring.Keyring
-	Store    *domainstore.Store
-	Clock    *domainstore.Clock // started by Store.Load
-	Gate     Gate
-	Stale    func(error) // told every error of a fenced write: a stale token ends the pass
-	Counters *Counters
+	domainstore.Config                    // the pass's: its run, pool (the account's row), keys, clock, policy
+	Store              *domainstore.Store // made with it
+	Gate               Gate
+	Stale              func(error) // told every error of a fenced write: a stale token ends the pass
+	Counters           *Counters
 
 	Directory, Email, Profile string // the CA's directory URL, the account's contact, the profile ordered
 	Roots                     *x509.CertPool
@@ -33,7 +25,6 @@ type Config struct {
 	Concurrency               int           // workers (the transport's idle connections)
 	OrderTimeout              time.Duration // lego's wait for a finalized order
 	UnavailablePause          time.Duration // after a 503 without Retry-After
-	Policy                    domainstore.Policy
 }
 
 // Gate holds a pass's orders back while an earlier term may still be

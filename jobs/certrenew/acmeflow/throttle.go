@@ -1,6 +1,7 @@
 package acmeflow
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -41,10 +42,7 @@ func (t *caThrottle) restore(until time.Time, reason string) { t.paused.extend(u
 // account's.
 func (t *caThrottle) failed(ctx context.Context, f failure, domain string) {
 	if f.reason == ReasonRateLimited {
-		wait := f.retryAfter
-		if wait == 0 {
-			wait = defaultRateLimitWait
-		}
+		wait := cmp.Or(f.retryAfter, defaultRateLimitWait)
 		t.m.RateLimitWaits.WithLabelValues(t.r.Job).Inc()
 		t.m.RateLimitWaitSeconds.WithLabelValues(t.r.Job).Add(wait.Seconds())
 		var pd *acme.ProblemDetails
@@ -53,10 +51,7 @@ func (t *caThrottle) failed(ctx context.Context, f failure, domain string) {
 		}
 	}
 	if f.pause {
-		wait := f.retryAfter
-		if wait == 0 {
-			wait = t.unavailablePause
-		}
+		wait := cmp.Or(f.retryAfter, t.unavailablePause)
 		reason := "the CA answered 503"
 		if domain != "" {
 			reason += " (ordering " + domain + ")"

@@ -139,10 +139,8 @@ func (s *Store) Load(ctx context.Context) (*Snapshot, error) {
 // Fingerprint is a digest of the custom_domains rows whose status is one of
 // statuses (any row added, removed or changing status changes it) and,
 // after a slash, of the operators' retry requests ("" when there are none).
-func Fingerprint(ctx context.Context, q interface {
-	QueryRow(context.Context, string, ...any) pgx.Row
-}, statuses []string) (domains, requests string, err error) {
-	err = q.QueryRow(ctx, `SELECT
+func Fingerprint(ctx context.Context, db *pgxpool.Pool, statuses []string) (domains, requests string, err error) {
+	err = db.QueryRow(ctx, `SELECT
 			(SELECT coalesce(md5(string_agg(domain, E'\n' ORDER BY domain)), '') FROM custom_domains WHERE status = ANY($1)),
 			(SELECT coalesce(md5(string_agg(domain || ' ' || requested_at, E'\n' ORDER BY domain)), '') FROM certrenew_retry_requests)`,
 		statuses).Scan(&domains, &requests)

@@ -113,16 +113,11 @@ func (s *Store) insertOrder(ctx context.Context, tx pgx.Tx, d *Domain, replaces 
 // the key of the order an earlier term left in flight (re-sealed with the
 // sealing key), or else a new one.
 func (s *Store) orderKey(d *Domain) (crypto.Signer, []byte, error) {
-	if d.orderKey != nil {
-		if k, err := s.OpenOrderKey(d); err == nil {
-			if pt, err := keyring.KeyPEM(k); err == nil {
-				return k, s.c.Keys.Seal(pt, keyring.CertificateAAD(d.Name)), nil // resealed with the current key
-			}
-		}
-	}
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	k, err := s.OpenOrderKey(d) // resealed below with the sealing key
 	if err != nil {
-		return nil, nil, err
+		if k, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader); err != nil {
+			return nil, nil, err
+		}
 	}
 	pt, err := keyring.KeyPEM(k)
 	if err != nil {
