@@ -44,7 +44,7 @@ type Counters struct {
 }
 
 // Flow is one pass's way to the CA: the pause a CA failure imposed, and
-// the orderer on a session logged in with the shared account.
+// the Orderer on a session logged in with the shared account.
 type Flow struct {
 	c        Config
 	throttle *caThrottle

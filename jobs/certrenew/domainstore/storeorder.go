@@ -23,7 +23,7 @@ import (
 
 // The domain store's writes about one domain's order: recorded before the CA
 // hears of it, then its certificate made current or its failure backed off.
-// Each is fenced (recordURLs aside), and reflected in the domain only once
+// Each is fenced (RecordURLs aside), and reflected in the domain only once
 // committed.
 
 // ErrBudget: the order budget of the last 3 hours is spent.
@@ -139,7 +139,7 @@ func (s *Store) OpenOrderKey(d *Domain) (crypto.Signer, error) {
 	return keyring.ParseKeyPEM(pt)
 }
 
-// Bounds of recordURLs: it may take up to recordURLsMax while the term lasts
+// Bounds of RecordURLs: it may take up to recordURLsMax while the term lasts
 // (lego is waiting on it, and the pass on lego), and at most
 // recordURLsAfterTerm once the term has ended, so as not to hold the
 // hand-over.
@@ -168,7 +168,7 @@ func (s *Store) RecordURLs(ctx context.Context, d *Domain, orderID int64, orderU
 	}
 }
 
-// RecordedURLs reads what recordURLs noted about order orderID, and the term
+// RecordedURLs reads what RecordURLs noted about order orderID, and the term
 // that noted it; pgx.ErrNoRows when nothing was.
 func (s *Store) RecordedURLs(ctx context.Context, orderID int64) (orderURL, certURL *string, token int64, err error) {
 	err = s.c.Pool.QueryRow(ctx, `SELECT order_url, cert_url, token FROM certrenew_order_urls WHERE order_id = $1`, orderID).
