@@ -17,6 +17,8 @@ import (
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/internal/ttysafe"
 	"github.com/snip/snip-jobs/jobs/certrenew"
+	"github.com/snip/snip-jobs/jobs/certrenew/acmeflow"
+	"github.com/snip/snip-jobs/jobs/certrenew/domainstore"
 )
 
 func certsCommand() command {
@@ -103,7 +105,7 @@ func listCerts(ctx context.Context, c *cli, pool *pgxpool.Pool, opts certrenew.O
 		return err
 	}
 	if failing {
-		list = slices.DeleteFunc(list, func(d certrenew.DomainStatus) bool { return d.State == certrenew.StateValid })
+		list = slices.DeleteFunc(list, func(d certrenew.DomainStatus) bool { return d.State == domainstore.StateValid })
 	}
 	if asJSON {
 		return ttysafe.JSON(c.stdout, list)
@@ -120,7 +122,7 @@ func requestRetries(ctx context.Context, c *cli, pool *pgxpool.Pool, opts certre
 		r, err := certrenew.RequestRetry(ctx, pool, opts, raw, by)
 		if err != nil {
 			failed = true
-			var ie *certrenew.InvalidNameError
+			var ie *domainstore.InvalidNameError
 			switch {
 			case errors.As(err, &ie):
 				fmt.Fprintf(c.stderr, "snip-jobs certs retry: %q: invalid name (%s): %s\n", raw, ie.Code, ttysafe.String(ie.Reason))
@@ -133,7 +135,7 @@ func requestRetries(ctx context.Context, c *cli, pool *pgxpool.Pool, opts certre
 		}
 		fmt.Fprintf(c.stdout, "%s: retry requested (%d failure(s), last %s; would have been tried at %s); the leader tries it at its next pass\n",
 			ttysafe.String(r.Name), r.Failures, ttysafe.String(r.ErrorReason), r.NextAttempt.UTC().Format(time.RFC3339))
-		if r.ErrorReason == certrenew.ReasonRateLimited {
+		if r.ErrorReason == acmeflow.ReasonRateLimited {
 			fmt.Fprintf(c.stderr, "snip-jobs certs retry: warning: %s is waiting for the CA's rate limit (its Retry-After); an order before then is refused again and still spends the order budget\n", ttysafe.String(r.Name))
 		}
 	}
@@ -149,7 +151,7 @@ func requestRenewals(ctx context.Context, c *cli, pool *pgxpool.Pool, opts certr
 	var failed bool
 	for _, raw := range names {
 		r, err := certrenew.RequestRenewal(ctx, pool, opts, raw, by)
-		var ie *certrenew.InvalidNameError
+		var ie *domainstore.InvalidNameError
 		switch {
 		case errors.As(err, &ie):
 			fmt.Fprintf(c.stderr, "snip-jobs certs renew: %q: invalid name (%s): %s\n", raw, ie.Code, ttysafe.String(ie.Reason))

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/snip/snip-jobs/jobs/certrenew/keyring"
 )
 
 // ErrNoCertificate is returned by Current for a name without a current
@@ -28,11 +30,17 @@ type Certificate struct {
 	Instance  string
 }
 
+// Querier is what Current reads through: a *pgxpool.Pool, *pgx.Conn or
+// pgx.Tx.
+type Querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
 // Current returns the current certificate of domain (its ASCII name, as
 // NormalizeDomain returns it) with the private key opened by keys. It is what
 // Snip's TLS servers load; it fails with ErrUnknownKey or ErrSealed when keys
 // does not hold the key the private key was sealed with.
-func Current(ctx context.Context, db Querier, keys *Keyring, domain string) (*Certificate, error) {
+func Current(ctx context.Context, db Querier, keys *keyring.Keyring, domain string) (*Certificate, error) {
 	c := &Certificate{Domain: domain}
 	var chain string
 	var sealed []byte
@@ -45,7 +53,7 @@ func Current(ctx context.Context, db Querier, keys *Keyring, domain string) (*Ce
 	if err != nil {
 		return nil, fmt.Errorf("certrenew: read the certificate of %s: %w", domain, err)
 	}
-	key, err := keys.Open(sealed, aadCert(domain))
+	key, err := keys.Open(sealed, keyring.CertificateAAD(domain))
 	if err != nil {
 		return nil, fmt.Errorf("certrenew: private key of %s (certificate %d): %w", domain, c.ID, err)
 	}

@@ -4,8 +4,8 @@
 // with lego v5, and the HTTP-01 handler every instance serves.
 //
 // Each pass reads custom_domains (rows whose status is wanted), refuses names
-// that cannot get a certificate (NormalizeDomain; recorded with a reason in
-// certrenew_invalid_domains), and for each valid name refreshes the CA's
+// that cannot get a certificate (domainstore.NormalizeDomain; recorded with
+// a reason in certrenew_invalid_domains), and for each valid name refreshes the CA's
 // renewal window (ARI, RFC 9773) when due, then orders a certificate when the
 // name has none or its renewal instant has come: a point picked inside the
 // ARI window, otherwise 2/3 of the lifetime (1/2 for 10 days or less).
@@ -54,10 +54,16 @@
 //     (ari_conflict), but the order counts against the CA's rate limits.
 //   - Anything for names that are not on port 80 of an instance: HTTP-01
 //     needs the CA to reach a challenge listener. DNS-01 is a seam only
-//     (DNS01Provider); wildcards are refused.
+//     (acmeflow.DNS01Provider); wildcards are refused.
 //   - That the order log's budget matches the CA's: it counts every order,
 //     renewals included, and cannot see orders made with the account by
 //     anything else.
+//
+// The rooms: this package is the job's glue (the type, the pass, its term
+// and lock-delay, the options, the metrics, the operators' commands);
+// acmeflow talks to the CA; domainstore keeps the domains' state; keyring
+// seals keys; certserve serves certificates and tokens. Data flows one way:
+// certrenew → acmeflow → domainstore.
 //
 // One certrenew job per database: the tables are not keyed by job, and the
 // fencing resource is the job's name. docs/certrenew.md has the design, the

@@ -9,10 +9,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/snip/snip-jobs/configs"
+	"github.com/snip/snip-jobs/jobs/certrenew/acmeflow"
+	"github.com/snip/snip-jobs/jobs/certrenew/domainstore"
+	"github.com/snip/snip-jobs/jobs/certrenew/keyring"
 	"github.com/snip/snip-jobs/scheduler"
 )
 
@@ -20,12 +22,12 @@ import (
 type TypeOption func(*typeConfig)
 
 type typeConfig struct {
-	dns DNS01Provider
+	dns acmeflow.DNS01Provider
 }
 
 // WithDNS01Provider makes the renewer solve DNS-01 with p instead of HTTP-01
-// (the DNS-01 seam; see DNS01Provider).
-func WithDNS01Provider(p DNS01Provider) TypeOption {
+// (the DNS-01 seam; see acmeflow.DNS01Provider).
+func WithDNS01Provider(p acmeflow.DNS01Provider) TypeOption {
 	return func(c *typeConfig) { c.dns = p }
 }
 
@@ -62,31 +64,17 @@ const (
 // job is one configured certrenew job. It holds no state between runs: every
 // pass starts from PostgreSQL.
 type job struct {
-	name  string
 	opts  Options
-	keys  *Keyring
+	keys  *keyring.Keyring
 	roots *x509.CertPool
 	pool  *pgxpool.Pool
 	log   *slog.Logger
 	m     *metrics
-	dns   DNS01Provider
-	// seen is the fingerprint (fingerprint) of what the last pass on this
-	// instance loaded and left (nil before the first): only a hint for
-	// Wake, never a reason to skip work.
+	dns   acmeflow.DNS01Provider
+	// seen is the fingerprint (domainstore.Fingerprint) of what the last
+	// pass on this instance loaded and left (nil before the first): only a
+	// hint for Wake, never a reason to skip work.
 	seen atomic.Pointer[string]
-}
-
-// fingerprint is a digest of the wanted custom_domains rows (any row added,
-// removed or changing status changes it) and, after a slash, of the
-// operators' retry requests ("" when there are none).
-func (j *job) fingerprint(ctx context.Context, q interface {
-	QueryRow(context.Context, string, ...any) pgx.Row
-}) (domains, requests string, err error) {
-	err = q.QueryRow(ctx, `SELECT
-			(SELECT coalesce(md5(string_agg(domain, E'\n' ORDER BY domain)), '') FROM custom_domains WHERE status = ANY($1)),
-			(SELECT coalesce(md5(string_agg(domain || ' ' || requested_at, E'\n' ORDER BY domain)), '') FROM certrenew_retry_requests)`,
-		j.opts.Statuses).Scan(&domains, &requests)
-	return domains, requests, err
 }
 
 // Wake implements scheduler.Waker: between passes, every NewDomainCheck, the
@@ -110,7 +98,7 @@ func (j *job) Wake(ctx context.Context) <-chan struct{} {
 				return
 			case <-t.C:
 			}
-			domains, requests, err := j.fingerprint(ctx, j.pool)
+			domains, requests, err := domainstore.Fingerprint(ctx, j.pool, j.opts.Statuses)
 			fp := domains + "/" + requests
 			if err != nil {
 				if ctx.Err() == nil {
@@ -158,7 +146,7 @@ func newJob(env scheduler.Env, spec configs.Job, tc typeConfig) (scheduler.Job, 
 	log.Info("certrenew configured", "directory", opts.Directory,
 		"sealing_key", keys.KeyID(), "keys", len(keys.KeyIDs()), "concurrency", opts.Concurrency,
 		"lock_delay", opts.LockDelay, "order_budget", opts.OrderBudget)
-	return &job{name: spec.Name, opts: opts, keys: keys, roots: roots, pool: env.Pool, log: log, m: m, dns: tc.dns}, nil
+	return &job{opts: opts, keys: keys, roots: roots, pool: env.Pool, log: log, m: m, dns: tc.dns}, nil
 }
 
 // ErrNotSingleton is returned by Run for a run without a fencing token.

@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"github.com/snip/snip-jobs/jobs/certrenew"
+	"github.com/snip/snip-jobs/jobs/certrenew/acmeflow"
+	"github.com/snip/snip-jobs/jobs/certrenew/domainstore"
+	"github.com/snip/snip-jobs/jobs/certrenew/keyring"
 )
 
 func TestKeyringOpensWhatItSealedAndNothingElse(t *testing.T) {
@@ -22,15 +25,15 @@ func TestKeyringOpensWhatItSealedAndNothingElse(t *testing.T) {
 	if pt, err := ring.Open(blob, "shop.example.com"); err != nil || string(pt) != "private key" {
 		t.Fatalf("Open = %q, %v", pt, err)
 	}
-	if _, err := ring.Open(blob, "other.example.com"); !errors.Is(err, certrenew.ErrSealed) {
+	if _, err := ring.Open(blob, "other.example.com"); !errors.Is(err, keyring.ErrSealed) {
 		t.Errorf("opened for another row: %v, want ErrSealed", err)
 	}
-	if _, err := mustRing(t, k2).Open(blob, "shop.example.com"); !errors.Is(err, certrenew.ErrUnknownKey) {
+	if _, err := mustRing(t, k2).Open(blob, "shop.example.com"); !errors.Is(err, keyring.ErrUnknownKey) {
 		t.Errorf("opened with another key: %v, want ErrUnknownKey", err)
 	}
 	tampered := bytes.Clone(blob)
 	tampered[len(tampered)-1] ^= 1
-	if _, err := ring.Open(tampered, "shop.example.com"); !errors.Is(err, certrenew.ErrSealed) {
+	if _, err := ring.Open(tampered, "shop.example.com"); !errors.Is(err, keyring.ErrSealed) {
 		t.Errorf("tampered blob: %v, want ErrSealed", err)
 	}
 	if bytes.Equal(blob, ring.Seal([]byte("private key"), "shop.example.com")) {
@@ -72,7 +75,7 @@ func TestBadKeyMaterialIsRefusedWithoutShowingIt(t *testing.T) {
 			k := newKey(t)
 			content = k + "\n" + k + "\n"
 		}
-		_, err := certrenew.ParseKeyring([]byte(content))
+		_, err := keyring.Parse([]byte(content))
 		if err == nil {
 			t.Errorf("%s: accepted", name)
 			continue
@@ -97,9 +100,9 @@ func TestBadKeyMaterialIsRefusedWithoutShowingIt(t *testing.T) {
 	}
 }
 
-func mustRing(t *testing.T, keys ...string) *certrenew.Keyring {
+func mustRing(t *testing.T, keys ...string) *keyring.Keyring {
 	t.Helper()
-	k, err := certrenew.ParseKeyring([]byte(strings.Join(keys, "\n")))
+	k, err := keyring.Parse([]byte(strings.Join(keys, "\n")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +147,7 @@ func TestOptionsDefaultsAndValidation(t *testing.T) {
 func TestBackoffAndFallbackRenewal(t *testing.T) {
 	t.Parallel()
 	for failures, want := range map[int]time.Duration{0: 0, 1: time.Minute, 2: 10 * time.Minute, 3: 100 * time.Minute, 4: 24 * time.Hour, 9: 24 * time.Hour} {
-		if got := certrenew.Backoff(failures); got != want {
+		if got := acmeflow.Backoff(failures); got != want {
 			t.Errorf("Backoff(%d) = %v, want %v", failures, got, want)
 		}
 	}
@@ -158,7 +161,7 @@ func TestBackoffAndFallbackRenewal(t *testing.T) {
 		{10 * 24 * time.Hour, 5 * 24 * time.Hour},  // ≤ 10 days: 1/2
 		{6 * 24 * time.Hour, 3 * 24 * time.Hour},   // Let's Encrypt's short-lived: 1/2
 	} {
-		got := certrenew.FallbackRenewAt(nb, nb.Add(tc.life), o.RenewFraction, o.ShortRenewFraction, o.ShortLifetime)
+		got := domainstore.FallbackRenewAt(nb, nb.Add(tc.life), o.RenewFraction, o.ShortRenewFraction, o.ShortLifetime)
 		if d := got.Sub(nb); d < tc.want-time.Second || d > tc.want+time.Second {
 			t.Errorf("lifetime %v: renew after %v, want %v", tc.life, d, tc.want)
 		}

@@ -10,6 +10,10 @@ import (
 	"github.com/snip/snip-jobs/scheduler"
 )
 
+// ChallengePath is where HTTP-01 tokens are served (RFC 8555 §8.3). Every
+// instance serves them from memory with certserve.Challenges.
+const ChallengePath = certserve.ChallengePath
+
 // ChallengeSocket is the name of a passed socket (systemd's
 // FileDescriptorName=) that replaces the jobs' challenge_listen: port 80
 // without privileges, held across restarts.

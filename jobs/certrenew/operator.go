@@ -8,17 +8,15 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/snip/snip-jobs/jobs/certrenew/domainstore"
 )
 
-// certName is the name a certificate for the custom domain raw is issued
-// for, under these options, or the *InvalidNameError that says why none can
-// be.
-func (o *Options) certName(raw string) (string, error) {
-	name, err := NormalizeDomain(raw)
-	if err == nil && o.RequirePublicTLD {
-		err = CheckPublicTLD(raw, name)
-	}
-	return name, err
+// policy is the options' part the domain store and the operators' commands
+// apply.
+func (o *Options) policy() domainstore.Policy {
+	return domainstore.Policy{Statuses: o.Statuses, RequirePublicTLD: o.RequirePublicTLD, OrderBudget: o.OrderBudget,
+		RenewFraction: o.RenewFraction, ShortRenewFraction: o.ShortRenewFraction, ShortLifetime: o.ShortLifetime}
 }
 
 // DomainStatus is one wanted custom domain as the renewer's tables show it
@@ -56,10 +54,10 @@ func List(ctx context.Context, pool *pgxpool.Pool, opts Options) ([]DomainStatus
 	at := map[string][]int{} // name -> indexes in out
 	for i, raw := range raws {
 		out[i].Domain = raw
-		name, err := opts.certName(raw)
-		var ie *InvalidNameError
+		name, err := opts.policy().CertName(raw)
+		var ie *domainstore.InvalidNameError
 		if errors.As(err, &ie) {
-			out[i].State, out[i].ErrorReason, out[i].Error = StateInvalid, ie.Code, ie.Reason
+			out[i].State, out[i].ErrorReason, out[i].Error = domainstore.StateInvalid, ie.Code, ie.Reason
 			continue
 		}
 		out[i].Name = name
@@ -82,7 +80,7 @@ func List(ctx context.Context, pool *pgxpool.Pool, opts Options) ([]DomainStatus
 	var s DomainStatus
 	if _, err := pgx.ForEachRow(rows, []any{&name, &now, &s.NotAfter, &s.RenewAt, &s.OrderStarted, &s.Failures,
 		&s.NextAttempt, &s.ErrorReason, &s.Error, &s.RetryAsked}, func() error {
-		s.State = stateAt(now, s.Failures, s.NotAfter, s.RenewAt)
+		s.State = domainstore.StateAt(now, s.Failures, s.NotAfter, s.RenewAt)
 		for _, i := range at[name] {
 			s.Domain, s.Name = out[i].Domain, name
 			out[i] = s
@@ -113,7 +111,7 @@ type RetryRequest struct {
 // new_domain_check. An invalid name is an *InvalidNameError; a name that is
 // not backing off is ErrNotBackingOff (nothing is recorded).
 func RequestRetry(ctx context.Context, pool *pgxpool.Pool, opts Options, raw, by string) (RetryRequest, error) {
-	name, err := opts.certName(raw)
+	name, err := opts.policy().CertName(raw)
 	if err != nil {
 		return RetryRequest{}, err
 	}
@@ -152,7 +150,7 @@ type RenewRequest struct {
 // name is an *InvalidNameError; a name without a current certificate is
 // ErrNoCertificateToRenew (nothing is recorded).
 func RequestRenewal(ctx context.Context, pool *pgxpool.Pool, opts Options, raw, by string) (RenewRequest, error) {
-	name, err := opts.certName(raw)
+	name, err := opts.policy().CertName(raw)
 	if err != nil {
 		return RenewRequest{}, err
 	}

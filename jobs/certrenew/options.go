@@ -100,8 +100,6 @@ const (
 	DefaultUnavailablePause = 10 * time.Minute
 	DefaultNewDomainCheck   = 30 * time.Second
 	MaxConcurrency          = 64
-	// BudgetWindow is the window OrderBudget counts in.
-	BudgetWindow = 3 * time.Hour
 )
 
 // DefaultOptions returns the options a job gets when its config sets none.
@@ -202,7 +200,7 @@ func (o *Options) Files() []configs.OptionFile {
 
 // Keyring reads the encryption keys from key_file or key_env. Errors name
 // the file or variable, never the value.
-func (o *Options) Keyring() (*Keyring, error) {
+func (o *Options) Keyring() (*keyring.Keyring, error) {
 	k, err := o.KeySource().Load()
 	if err != nil {
 		return nil, fmt.Errorf("certrenew: %w", err)

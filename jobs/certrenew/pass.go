@@ -9,48 +9,47 @@ import (
 	"sync"
 	"time"
 
+	"github.com/snip/snip-jobs/jobs/certrenew/acmeflow"
+	"github.com/snip/snip-jobs/jobs/certrenew/domainstore"
 	"github.com/snip/snip-jobs/scheduler"
 )
 
 // pass is one Run: everything it knows comes from PostgreSQL at its start,
 // and every write it makes is fenced by the run's token. It orchestrates:
 // the term's row and lock-delay (gate), load and decide what is due (store),
-// order and store (orderer, on a caSession), then the gauges.
+// order and store (flow's Orderer), then the gauges.
 type pass struct {
 	j    *job
 	r    *scheduler.Run
 	opts *Options
 	log  *slog.Logger
 
-	clock *dbClock
+	clock *domainstore.Clock
 	stop  *stopper
 
-	gate     *lockDelay
-	throttle *caThrottle
-	account  *accountStore
-	upkeep   *upkeep
-	store    *domainStore
+	gate   *lockDelay
+	upkeep *upkeep
+	store  *domainstore.Store
+	flow   *acmeflow.Flow
 
-	domains []*domain
-	invalid []invalidDomain
+	domains []*domainstore.Domain
+	invalid []domainstore.Invalid
 
 	states domainStates
 }
 
 func newPass(j *job, r *scheduler.Run) *pass {
-	p := &pass{j: j, r: r, opts: &j.opts, log: r.Log, clock: &dbClock{}, stop: &stopper{}}
+	p := &pass{j: j, r: r, opts: &j.opts, log: r.Log, clock: &domainstore.Clock{}, stop: &stopper{},
+		states: domainStates{m: map[string]string{}}}
 	p.gate = &lockDelay{r: r, log: r.Log, delay: j.opts.LockDelay, stop: p.stop}
-	p.throttle = &caThrottle{r: r, log: r.Log, m: j.m, unavailablePause: j.opts.UnavailablePause, stop: p.stop}
-	p.store = &domainStore{j: j, r: r, log: r.Log, clock: p.clock}
 	p.upkeep = &upkeep{pool: j.pool, keys: j.keys, r: r, log: r.Log}
-	p.account = &accountStore{pool: j.pool, keys: j.keys, r: r, log: r.Log, dir: j.opts.Directory, email: j.opts.Email, throttle: p.throttle}
+	sc := domainstore.Config{Pool: j.pool, Keys: j.keys, Run: r, Log: r.Log, Clock: p.clock, Policy: j.opts.policy(),
+		Orders: j.m.flow.Orders, Failures: j.m.flow.Failures}
+	p.store = domainstore.New(sc)
+	p.flow = acmeflow.New(acmeflow.Config{Config: sc, Store: p.store, Gate: p.gate, Stale: p.stop.checkStale, Counters: &j.m.flow,
+		Directory: j.opts.Directory, Email: j.opts.Email, Profile: j.opts.Profile, Roots: j.roots, DNS: j.dns,
+		Concurrency: j.opts.Concurrency, OrderTimeout: j.opts.OrderTimeout, UnavailablePause: j.opts.UnavailablePause})
 	return p
-}
-
-// orderer is the pass's orderer on the CA session ca.
-func (p *pass) orderer(ca *caSession) *orderer {
-	return &orderer{ca: ca, store: p.store, gate: p.gate, throttle: p.throttle, stop: p.stop, clock: p.clock,
-		opts: p.opts, m: p.j.m, job: p.r.Job, log: p.log}
 }
 
 func (p *pass) run(parent context.Context) error {
@@ -97,23 +96,23 @@ func (p *pass) work(ctx context.Context) error {
 	}
 	defer p.publish(ctx)
 
-	if d, reason := p.throttle.left(); d > 0 {
+	if d, reason := p.flow.Paused(); d > 0 {
 		p.log.InfoContext(ctx, "renewer paused: not asking the CA this pass", "for", d.Round(time.Second), "reason", reason)
-		p.settleAll()
+		p.states.settle(p.domains, p.clock.Now())
 		return nil
 	}
 	if len(p.domains) == 0 {
 		return nil
 	}
-	ca, err := p.connect(ctx)
+	o, err := p.flow.Connect(ctx)
 	if err != nil {
 		p.stop.checkStale(err)
-		p.settleAll()
+		p.states.settle(p.domains, p.clock.Now())
 		return fmt.Errorf("certrenew: ACME account: %w", err)
 	}
-	defer ca.close()
-	p.workOn(ctx, p.orderer(ca))
-	p.settleAll()
+	defer o.Close()
+	p.workOn(ctx, o)
+	p.states.settle(p.domains, p.clock.Now())
 	return nil
 }
 
@@ -125,19 +124,20 @@ func (p *pass) prepare(ctx context.Context) error {
 		p.stop.checkStale(err)
 		return fmt.Errorf("certrenew: housekeeping: %w", err)
 	}
-	snap, err := p.store.load(ctx)
+	snap, err := p.store.Load(ctx)
 	if err != nil {
 		return fmt.Errorf("certrenew: load domains: %w", err)
 	}
-	p.domains, p.invalid = snap.domains, snap.invalid
-	if !snap.pausedUntil.IsZero() {
-		p.throttle.restore(snap.pausedUntil, snap.pauseReason)
+	p.j.seen.Store(&snap.Seen)
+	p.domains, p.invalid = snap.Domains, snap.Invalid
+	if !snap.PausedUntil.IsZero() {
+		p.flow.Restore(snap.PausedUntil, snap.PauseReason)
 	}
-	if err := p.store.applyRetryRequests(ctx, p.domains); err != nil {
+	if err := p.store.ApplyRetryRequests(ctx, p.domains); err != nil {
 		p.stop.checkStale(err)
 		return fmt.Errorf("certrenew: retry requests: %w", err)
 	}
-	if err := p.store.recordInvalid(ctx, p.invalid); err != nil {
+	if err := p.store.RecordInvalid(ctx, p.invalid); err != nil {
 		p.stop.checkStale(err)
 		return fmt.Errorf("certrenew: record invalid domains: %w", err)
 	}
@@ -150,25 +150,25 @@ func (p *pass) prepare(ctx context.Context) error {
 
 // workOn has o work on every domain, concurrency at a time, until all are
 // done or the pass ends.
-func (p *pass) workOn(ctx context.Context, o *orderer) {
+func (p *pass) workOn(ctx context.Context, o *acmeflow.Orderer) {
 	// Most urgent first: expired certificates, new domains, then by expiry.
 	todo := slices.Clone(p.domains)
-	key := func(d *domain) time.Time {
-		if d.cert == nil {
-			return p.clock.at
+	key := func(d *domainstore.Domain) time.Time {
+		if d.Cert == nil {
+			return p.clock.At()
 		}
-		return d.cert.notAfter
+		return d.Cert.NotAfter
 	}
-	slices.SortStableFunc(todo, func(a, b *domain) int {
-		return cmp.Or(key(a).Compare(key(b)), cmp.Compare(a.name, b.name))
+	slices.SortStableFunc(todo, func(a, b *domainstore.Domain) int {
+		return cmp.Or(key(a).Compare(key(b)), cmp.Compare(a.Name, b.Name))
 	})
 
-	tasks := make(chan *domain)
+	tasks := make(chan *domainstore.Domain)
 	var wg sync.WaitGroup
 	for range min(p.opts.Concurrency, len(todo)) {
 		wg.Go(func() {
 			for d := range tasks {
-				p.states.set(d.name, o.do(ctx, d))
+				p.states.set(d.Name, o.Do(ctx, d))
 				p.r.Progress()
 			}
 		})
@@ -183,36 +183,4 @@ feed:
 	}
 	close(tasks)
 	wg.Wait()
-}
-
-// settleAll gives every domain not worked on in this pass its state as
-// loaded.
-func (p *pass) settleAll() {
-	names := make([]string, len(p.domains))
-	for i, d := range p.domains {
-		names[i] = d.name
-	}
-	p.states.setUnset(names, func(i int) string { return p.domains[i].state(p.clock.now()) })
-}
-
-// connect loads (or creates and registers) the shared account and opens
-// the pass's session with the CA.
-func (p *pass) connect(ctx context.Context) (*caSession, error) {
-	acct, err := p.account.load(ctx)
-	if err != nil {
-		return nil, err
-	}
-	ca, err := dialCA(ctx, acct, p.j.roots, p.opts)
-	if err != nil {
-		p.throttle.failed(ctx, classify(err, &observation{}), "")
-		return nil, fmt.Errorf("connect to %s: %w", p.opts.Directory, err)
-	}
-	if err := p.account.register(ctx, ca.client, acct); err != nil {
-		ca.close()
-		return nil, err
-	}
-	if err := ca.answerWith(p.j.dns, p.r); err != nil {
-		return nil, err
-	}
-	return ca, nil
 }

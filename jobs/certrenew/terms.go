@@ -84,10 +84,10 @@ func markLapsed(ctx context.Context, tx pgx.Tx, job string, tokens []int64) erro
 	return err
 }
 
-// beforeOrder waits out the lock-delay, once per pass, before the first
+// BeforeOrder waits out the lock-delay, once per pass, before the first
 // order. Checking ARI, a read, does not wait. delayed reports whether this
 // pass had a lock-delay to wait out (an earlier term was cut off mid-pass).
-func (g *lockDelay) beforeOrder(ctx context.Context) (delayed bool, err error) {
+func (g *lockDelay) BeforeOrder(ctx context.Context) (delayed bool, err error) {
 	g.once.Do(func() {
 		if g.until.IsZero() {
 			return
@@ -104,21 +104,14 @@ func (g *lockDelay) wait(ctx context.Context) error {
 		"left", time.Until(deadline).Round(time.Millisecond))
 	tick := time.NewTicker(max(min(time.Until(deadline)/4, 10*time.Second), 10*time.Millisecond))
 	defer tick.Stop()
-	for {
-		left := time.Until(deadline)
-		if left <= 0 {
-			break
-		}
-		t := time.NewTimer(left)
+	for left := time.Until(deadline); left > 0; left = time.Until(deadline) {
 		select {
 		case <-ctx.Done():
-			t.Stop()
 			return context.Cause(ctx)
 		case <-tick.C:
 			g.r.Progress() // waiting on purpose, not stuck
-		case <-t.C:
+		case <-time.After(left):
 		}
-		t.Stop()
 	}
 	err := g.r.Fenced(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		return markLapsed(ctx, tx, g.r.Job, g.lapsed)

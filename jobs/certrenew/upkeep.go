@@ -9,6 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/snip/snip-jobs/jobs/certrenew/domainstore"
+	"github.com/snip/snip-jobs/jobs/certrenew/keyring"
 	"github.com/snip/snip-jobs/scheduler"
 )
 
@@ -18,7 +20,7 @@ import (
 // talks to the CA.
 type upkeep struct {
 	pool *pgxpool.Pool
-	keys *Keyring
+	keys *keyring.Keyring
 	r    *scheduler.Run
 	log  *slog.Logger
 }
@@ -67,20 +69,10 @@ func (u *upkeep) reseal(ctx context.Context) error {
 			pt, err := keys.Open(b.sealed, b.aad)
 			if err != nil {
 				u.log.ErrorContext(ctx, "stored key cannot be opened with the keyring: it stays sealed with its old key",
-					"table", b.table, "row", b.key, "sealed_with", sealedWith(b.sealed), "err", err)
+					"table", b.table, "row", b.key, "sealed_with", keyring.SealedWith(b.sealed), "err", err)
 				continue
 			}
-			ns := keys.Seal(pt, b.aad)
-			var sql string
-			switch b.table {
-			case "certrenew_certificates":
-				sql = `UPDATE certrenew_certificates SET key_sealed = $2, key_id = $3 WHERE id = $1::bigint`
-			case "certrenew_account":
-				sql = `UPDATE certrenew_account SET key_sealed = $2, key_id = $3 WHERE directory = $1`
-			case "certrenew_domains":
-				sql = `UPDATE certrenew_domains SET order_key_sealed = $2, order_key_id = $3 WHERE domain = $1`
-			}
-			if _, err := tx.Exec(ctx, sql, b.key, ns, cur); err != nil {
+			if _, err := tx.Exec(ctx, b.update, b.key, keys.Seal(pt, b.aad), cur); err != nil {
 				return err
 			}
 			resealed++
@@ -99,6 +91,7 @@ func (u *upkeep) reseal(ctx context.Context) error {
 // sealedBlob is a stored key sealed with another key than the sealing key.
 type sealedBlob struct {
 	table, key string // table, and the row's key column value
+	update     string // re-seals it: key, sealed, key id
 	aad        string
 	sealed     []byte
 }
@@ -108,12 +101,15 @@ type sealedBlob struct {
 func (u *upkeep) sealedWithOthers(ctx context.Context, cur string) ([]sealedBlob, error) {
 	var todo []sealedBlob
 	for _, q := range []struct {
-		table, sql string
-		aad        func(string) string
+		table, sql, update string
+		aad                func(string) string
 	}{
-		{"certrenew_certificates", `SELECT id::text, domain, key_sealed FROM certrenew_certificates WHERE key_id <> $1 LIMIT 1000`, aadCert},
-		{"certrenew_account", `SELECT directory, directory, key_sealed FROM certrenew_account WHERE key_id <> $1`, aadAccount},
-		{"certrenew_domains", `SELECT domain, domain, order_key_sealed FROM certrenew_domains WHERE order_key_id <> $1`, aadCert},
+		{"certrenew_certificates", `SELECT id::text, domain, key_sealed FROM certrenew_certificates WHERE key_id <> $1 LIMIT 1000`,
+			`UPDATE certrenew_certificates SET key_sealed = $2, key_id = $3 WHERE id = $1::bigint`, keyring.CertificateAAD},
+		{"certrenew_account", `SELECT directory, directory, key_sealed FROM certrenew_account WHERE key_id <> $1`,
+			`UPDATE certrenew_account SET key_sealed = $2, key_id = $3 WHERE directory = $1`, keyring.AccountAAD},
+		{"certrenew_domains", `SELECT domain, domain, order_key_sealed FROM certrenew_domains WHERE order_key_id <> $1`,
+			`UPDATE certrenew_domains SET order_key_sealed = $2, order_key_id = $3 WHERE domain = $1`, keyring.CertificateAAD},
 	} {
 		rows, err := u.pool.Query(ctx, q.sql, cur)
 		if err != nil {
@@ -122,7 +118,7 @@ func (u *upkeep) sealedWithOthers(ctx context.Context, cur string) ([]sealedBlob
 		var key, aadOf string
 		var sealed []byte
 		if _, err := pgx.ForEachRow(rows, []any{&key, &aadOf, &sealed}, func() error {
-			todo = append(todo, sealedBlob{table: q.table, key: key, aad: q.aad(aadOf), sealed: slices.Clone(sealed)})
+			todo = append(todo, sealedBlob{table: q.table, key: key, update: q.update, aad: q.aad(aadOf), sealed: slices.Clone(sealed)})
 			return nil
 		}); err != nil {
 			return nil, err
@@ -139,6 +135,6 @@ func (u *upkeep) counts(ctx context.Context) (used, old int, err error) {
 			(SELECT count(*) FROM certrenew_certificates WHERE key_id <> $2)
 			+ (SELECT count(*) FROM certrenew_account WHERE key_id <> $2)
 			+ (SELECT count(*) FROM certrenew_domains WHERE order_key_id <> $2)`,
-		BudgetWindow.Seconds(), u.keys.KeyID()).Scan(&used, &old)
+		domainstore.BudgetWindow.Seconds(), u.keys.KeyID()).Scan(&used, &old)
 	return used, old, err
 }

@@ -13,12 +13,15 @@ package keyring
 import (
 	"bufio"
 	"bytes"
+	"crypto"
 	"crypto/aes"
 	"crypto/cipher"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -198,3 +201,29 @@ func CertificateAAD(domain string) string { return "snip-jobs certrenew certific
 
 // AccountAAD is what the ACME account's key is sealed with: its directory URL.
 func AccountAAD(directory string) string { return "snip-jobs certrenew account key\x00" + directory }
+
+// KeyPEM encodes a private key as PKCS #8 PEM: what is sealed.
+func KeyPEM(k crypto.Signer) ([]byte, error) {
+	der, err := x509.MarshalPKCS8PrivateKey(k)
+	if err != nil {
+		return nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
+}
+
+// ParseKeyPEM decodes what KeyPEM encoded.
+func ParseKeyPEM(b []byte) (crypto.Signer, error) {
+	blk, _ := pem.Decode(b)
+	if blk == nil {
+		return nil, errors.New("no PEM block")
+	}
+	k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
+	if err != nil {
+		return nil, err
+	}
+	s, ok := k.(crypto.Signer)
+	if !ok {
+		return nil, fmt.Errorf("a %T is not a signing key", k)
+	}
+	return s, nil
+}

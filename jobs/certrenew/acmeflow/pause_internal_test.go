@@ -1,4 +1,4 @@
-package certrenew
+package acmeflow
 
 import (
 	"testing"
@@ -22,17 +22,5 @@ func TestAPauseIsExtendedNeverShortened(t *testing.T) {
 	}
 	if d, reason := c.left(); d <= time.Minute || reason != "account rate limit" {
 		t.Fatalf("left %v %q, want about an hour for the rate limit", d, reason)
-	}
-}
-
-// The budget latch names one first worker to find the budget spent.
-func TestTheBudgetIsFoundSpentOnce(t *testing.T) {
-	t.Parallel()
-	var b budgetLatch
-	if b.spent() {
-		t.Fatal("spent before anyone found it so")
-	}
-	if !b.markSpent() || b.markSpent() || !b.spent() {
-		t.Fatal("want the first markSpent to be first, the second not, and the latch to stay spent")
 	}
 }

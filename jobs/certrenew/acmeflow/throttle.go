@@ -1,10 +1,12 @@
-package certrenew
+package acmeflow
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-acme/lego/v5/acme"
@@ -21,9 +23,9 @@ import (
 type caThrottle struct {
 	r                *scheduler.Run
 	log              *slog.Logger
-	m                *metrics
+	m                *Counters
 	unavailablePause time.Duration // a 503 without Retry-After
-	stop             *stopper
+	stale            func(error)
 
 	paused caPause
 }
@@ -40,22 +42,16 @@ func (t *caThrottle) restore(until time.Time, reason string) { t.paused.extend(u
 // account's.
 func (t *caThrottle) failed(ctx context.Context, f failure, domain string) {
 	if f.reason == ReasonRateLimited {
-		wait := f.retryAfter
-		if wait == 0 {
-			wait = defaultRateLimitWait
-		}
-		t.m.rateLimitWaits.WithLabelValues(t.r.Job).Inc()
-		t.m.rateLimitWaitS.WithLabelValues(t.r.Job).Add(wait.Seconds())
+		wait := cmp.Or(f.retryAfter, defaultRateLimitWait)
+		t.m.RateLimitWaits.WithLabelValues(t.r.Job).Inc()
+		t.m.RateLimitWaitSeconds.WithLabelValues(t.r.Job).Add(wait.Seconds())
 		var pd *acme.ProblemDetails
 		if errors.As(f.err, &pd) && strings.Contains(strings.ToLower(pd.Detail), "account") {
 			t.pause(ctx, wait, "account rate limit: "+pd.Detail)
 		}
 	}
 	if f.pause {
-		wait := f.retryAfter
-		if wait == 0 {
-			wait = t.unavailablePause
-		}
+		wait := cmp.Or(f.retryAfter, t.unavailablePause)
 		reason := "the CA answered 503"
 		if domain != "" {
 			reason += " (ordering " + domain + ")"
@@ -80,7 +76,37 @@ func (t *caThrottle) pause(ctx context.Context, d time.Duration, reason string) 
 		return err
 	})
 	if err != nil {
-		t.stop.checkStale(err)
+		t.stale(err)
 		t.log.WarnContext(ctx, "could not record the pause", "err", err)
 	}
+}
+
+// caPause is until when the pass asks the CA nothing (a rate limit, an
+// outage), on this host's monotonic clock, and why.
+type caPause struct {
+	mu     sync.Mutex
+	until  time.Time // zero: not paused
+	reason string
+}
+
+// left is how long the pause lasts from now (0: not paused), and why.
+func (c *caPause) left() (time.Duration, string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.until.IsZero() {
+		return 0, ""
+	}
+	return max(time.Until(c.until), 0), c.reason
+}
+
+// extend pauses until until, unless a pause already lasts longer; it
+// reports whether the pause was extended.
+func (c *caPause) extend(until time.Time, reason string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !until.After(c.until) {
+		return false
+	}
+	c.until, c.reason = until, reason
+	return true
 }

@@ -1,4 +1,4 @@
-package certrenew
+package domainstore
 
 import (
 	"context"
@@ -16,7 +16,7 @@ type retryRequest struct {
 	renew  bool
 }
 
-// applyRetryRequests turns the operators' requests into the renewer's
+// ApplyRetryRequests turns the operators' requests into the renewer's
 // state: a requested domain that is backing off is tried in this pass (its
 // next_attempt_at cleared, in the pass's fenced transaction); a renewal
 // request also makes the domain's current certificate due now (and keeps the
@@ -25,7 +25,7 @@ type retryRequest struct {
 // is logged). The failure count is kept: if it fails again, the back-off
 // goes on from where it was. A pause of the whole renewer (a 503) is not
 // lifted.
-func (s *domainStore) applyRetryRequests(ctx context.Context, domains []*domain) error {
+func (s *Store) ApplyRetryRequests(ctx context.Context, domains []*Domain) error {
 	reqs, err := s.retryRequests(ctx)
 	if err != nil || len(reqs) == 0 {
 		return err
@@ -35,9 +35,9 @@ func (s *domainStore) applyRetryRequests(ctx context.Context, domains []*domain)
 	for i, q := range reqs {
 		names[i], ats[i] = q.domain, q.at
 	}
-	err = s.r.Fenced(ctx, func(ctx context.Context, tx pgx.Tx) error {
+	err = s.c.Run.Fenced(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `UPDATE certrenew_domains SET next_attempt_at = NULL, token = $2, updated_at = now()
-			WHERE domain = ANY($1)`, domainNames(cleared), s.r.Token); err != nil {
+			WHERE domain = ANY($1)`, domainNames(cleared), s.c.Run.Token); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `UPDATE certrenew_certificates SET renew_at = now() - interval '1 second',
@@ -53,20 +53,20 @@ func (s *domainStore) applyRetryRequests(ctx context.Context, domains []*domain)
 		return err
 	}
 	for _, d := range cleared {
-		d.nextAttempt = nil
+		d.NextAttempt = nil
 	}
 	for _, d := range renewed {
-		d.cert.renewAt = s.clock.now().Add(-time.Second)
-		if hold := s.clock.now().Add(renewHold); d.cert.ariNextCheck.Before(hold) {
-			d.cert.ariNextCheck = hold
+		d.Cert.RenewAt = s.c.Clock.Now().Add(-time.Second)
+		if hold := s.c.Clock.Now().Add(renewHold); d.Cert.ARINextCheck.Before(hold) {
+			d.Cert.ARINextCheck = hold
 		}
 	}
 	return nil
 }
 
 // retryRequests reads the operators' requests, by domain.
-func (s *domainStore) retryRequests(ctx context.Context) ([]retryRequest, error) {
-	rows, err := s.j.pool.Query(ctx, `SELECT domain, requested_at, requested_by, renew FROM certrenew_retry_requests ORDER BY domain`)
+func (s *Store) retryRequests(ctx context.Context) ([]retryRequest, error) {
+	rows, err := s.c.Pool.Query(ctx, `SELECT domain, requested_at, requested_by, renew FROM certrenew_retry_requests ORDER BY domain`)
 	if err != nil {
 		return nil, err
 	}
@@ -78,25 +78,25 @@ func (s *domainStore) retryRequests(ctx context.Context) ([]retryRequest, error)
 
 // triage decides, and logs, what each request does: the domains whose
 // back-off is cleared, and those whose certificate is due now too.
-func (s *domainStore) triage(ctx context.Context, reqs []retryRequest, domains []*domain) (cleared, renewed []*domain) {
-	byName := make(map[string]*domain, len(domains))
+func (s *Store) triage(ctx context.Context, reqs []retryRequest, domains []*Domain) (cleared, renewed []*Domain) {
+	byName := make(map[string]*Domain, len(domains))
 	for _, d := range domains {
-		byName[d.name] = d
+		byName[d.Name] = d
 	}
 	for _, q := range reqs {
 		d := byName[q.domain]
-		log := s.log.With("domain", q.domain, "requested_by", q.by, "requested_at", q.at)
+		log := s.c.Log.With("domain", q.domain, "requested_by", q.by, "requested_at", q.at)
 		switch {
-		case d != nil && q.renew && d.cert != nil:
-			log.InfoContext(ctx, "renewal requested by an operator: the current certificate is due now", "certificate_id", d.cert.id)
+		case d != nil && q.renew && d.Cert != nil:
+			log.InfoContext(ctx, "renewal requested by an operator: the current certificate is due now", "certificate_id", d.Cert.id)
 			renewed, cleared = append(renewed, d), append(cleared, d)
 		case d == nil:
 			log.WarnContext(ctx, "retry requested for a name that is not a wanted custom domain (removed, or invalid); request dropped", "renew", q.renew)
-		case d.nextAttempt == nil || !s.clock.now().Before(*d.nextAttempt):
-			log.InfoContext(ctx, "retry requested for a domain that is not backing off; nothing to clear", "failures", d.failures)
+		case d.NextAttempt == nil || !s.c.Clock.Now().Before(*d.NextAttempt):
+			log.InfoContext(ctx, "retry requested for a domain that is not backing off; nothing to clear", "failures", d.Failures)
 		default:
 			log.InfoContext(ctx, "retry requested by an operator: the domain's back-off is cleared; it is tried in this pass",
-				"failures", d.failures, "was_next_attempt", *d.nextAttempt)
+				"failures", d.Failures, "was_next_attempt", *d.NextAttempt)
 			cleared = append(cleared, d)
 		}
 	}

@@ -1,7 +1,8 @@
-package certrenew
+package acmeflow
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto"
 	"crypto/tls"
@@ -18,7 +19,6 @@ import (
 	"time"
 
 	"github.com/go-acme/lego/v5/acme"
-	"github.com/go-acme/lego/v5/acme/api"
 )
 
 // userAgent identifies the renewer to the CA (lego adds its own).
@@ -276,10 +276,7 @@ func classify(err error, obs *observation) failure {
 	var pd *acme.ProblemDetails
 	switch {
 	case errors.As(err, &rl):
-		f.reason, f.counts, f.retryAfter = ReasonRateLimited, false, rl.RetryAfter
-		if f.retryAfter == 0 {
-			f.retryAfter = ra
-		}
+		f.reason, f.counts, f.retryAfter = ReasonRateLimited, false, cmp.Or(rl.RetryAfter, ra)
 		return f
 	case errors.As(err, &pd) && pd.Type == acme.RateLimitedErrorType:
 		f.reason, f.counts, f.retryAfter = ReasonRateLimited, false, ra
@@ -325,6 +322,3 @@ func classify(err error, obs *observation) failure {
 	}
 	return f
 }
-
-// ariCertID is the RFC 9773 identifier of a certificate.
-func ariCertID(leaf *x509.Certificate) (string, error) { return api.MakeARICertID(leaf) }

@@ -1,4 +1,4 @@
-package certrenew
+package acmeflow
 
 import (
 	"context"
@@ -36,8 +36,8 @@ type caSession struct {
 
 // dialCA opens a session with the CA at opts.Directory for acct, bound to
 // term. It fetches the directory; it does not register the account.
-func dialCA(term context.Context, acct *acmeUser, roots *x509.CertPool, opts *Options) (*caSession, error) {
-	httpClient, base := newHTTPClient(term, roots, opts.Concurrency)
+func dialCA(term context.Context, acct *acmeUser, opts *Config) (*caSession, error) {
+	httpClient, base := newHTTPClient(term, opts.Roots, opts.Concurrency)
 	cfg := lego.NewConfig(acct)
 	cfg.CADirURL = opts.Directory
 	cfg.HTTPClient = httpClient

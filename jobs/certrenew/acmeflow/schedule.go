@@ -1,4 +1,4 @@
-package certrenew
+package acmeflow
 
 import (
 	"math/rand/v2"
@@ -19,18 +19,6 @@ func Backoff(failures int) time.Duration {
 		return 100 * time.Minute
 	}
 	return 24 * time.Hour
-}
-
-// FallbackRenewAt is when to renew a certificate when the CA offers no
-// renewal window: at frac of its lifetime, or at shortFrac for a lifetime of
-// at most short.
-func FallbackRenewAt(notBefore, notAfter time.Time, frac, shortFrac float64, short time.Duration) time.Time {
-	life := notAfter.Sub(notBefore)
-	f := frac
-	if life <= short {
-		f = shortFrac
-	}
-	return notBefore.Add(time.Duration(float64(life) * f))
 }
 
 // pickInWindow picks the renewal instant uniformly inside the CA's window

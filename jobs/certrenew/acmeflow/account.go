@@ -1,4 +1,4 @@
-package certrenew
+package acmeflow
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/snip/snip-jobs/jobs/certrenew/keyring"
 	"github.com/snip/snip-jobs/scheduler"
 )
 
@@ -24,7 +25,7 @@ import (
 // was told (the account's URL, its contact).
 type accountStore struct {
 	pool     *pgxpool.Pool
-	keys     *Keyring
+	keys     *keyring.Keyring
 	r        *scheduler.Run
 	log      *slog.Logger
 	dir      string // the CA's directory URL: the row's key
@@ -35,7 +36,6 @@ type accountStore struct {
 // load returns the shared ACME account, creating its key first if there
 // is none: the key is stored (fenced) before anything is sent to the CA.
 func (a *accountStore) load(ctx context.Context) (*acmeUser, error) {
-	dir := a.dir
 	u, ok, err := a.read(ctx)
 	if err != nil || ok {
 		return u, err
@@ -44,20 +44,20 @@ func (a *accountStore) load(ctx context.Context) (*acmeUser, error) {
 	if err != nil {
 		return nil, err
 	}
-	pemKey, err := keyPEM(key)
+	pemKey, err := keyring.KeyPEM(key)
 	if err != nil {
 		return nil, err
 	}
 	err = a.r.Fenced(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `INSERT INTO certrenew_account (directory, email, key_sealed, key_id, token)
 			VALUES ($1, $2, $3, $4, $5) ON CONFLICT (directory) DO NOTHING`,
-			dir, a.email, a.keys.Seal(pemKey, aadAccount(dir)), a.keys.KeyID(), a.r.Token)
+			a.dir, a.email, a.keys.Seal(pemKey, keyring.AccountAAD(a.dir)), a.keys.KeyID(), a.r.Token)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	a.log.InfoContext(ctx, "created the ACME account key", "directory", dir)
+	a.log.InfoContext(ctx, "created the ACME account key", "directory", a.dir)
 	u, ok, err = a.read(ctx)
 	if err == nil && !ok {
 		err = errors.New("account row vanished")
@@ -78,11 +78,11 @@ func (a *accountStore) read(ctx context.Context) (*acmeUser, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	pt, err := a.keys.Open(sealed, aadAccount(a.dir))
+	pt, err := a.keys.Open(sealed, keyring.AccountAAD(a.dir))
 	if err != nil {
 		return nil, false, fmt.Errorf("account key: %w", err)
 	}
-	key, err := parseKeyPEM(pt)
+	key, err := keyring.ParseKeyPEM(pt)
 	if err != nil {
 		return nil, false, fmt.Errorf("account key: %w", err)
 	}

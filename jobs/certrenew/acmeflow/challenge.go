@@ -1,4 +1,4 @@
-package certrenew
+package acmeflow
 
 import (
 	"context"
@@ -8,24 +8,13 @@ import (
 	"github.com/go-acme/lego/v5/challenge"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/snip/snip-jobs/jobs/certrenew/certserve"
 	"github.com/snip/snip-jobs/scheduler"
 )
-
-// ChallengePath is where HTTP-01 tokens are served (RFC 8555 §8.3). Every
-// instance serves them from memory with certserve.Challenges.
-const ChallengePath = certserve.ChallengePath
 
 // challengeTTL is how long a stored token is served: past it the row is
 // ignored and removed by the next pass (a term that ended between Present
 // and CleanUp cannot remove its own tokens).
 const challengeTTL = time.Hour
-
-// Querier is what Current reads through: a *pgxpool.Pool, *pgx.Conn or
-// pgx.Tx.
-type Querier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
 
 // httpProvider is lego's HTTP-01 challenge.Provider over the shared table.
 // Its writes are fenced by the run's token: a superseded leader cannot

@@ -1,4 +1,4 @@
-package certrenew
+package acmeflow
 
 import (
 	"context"
@@ -8,19 +8,21 @@ import (
 
 	"github.com/go-acme/lego/v5/acme"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/snip/snip-jobs/jobs/certrenew/domainstore"
 )
 
 // finishUnfinished finishes the unfinished order d has in flight
-// (d.orderID) at the CA: one an earlier term left, or this term's whose lego
+// (d.OrderID) at the CA: one an earlier term left, or this term's whose lego
 // call failed after the CA accepted the CSR. It takes the certificate's URL
 // the transport noted, or asks the CA about the order at the URL it noted —
 // answering its challenges if it is pending, finalizing it if it is ready —
 // then fetches the certificate and stores it. It reports whether the domain
 // is dealt with for this pass (stored, this term's store refused, or the
 // order's failure recorded); false means: order as usual.
-func (o *orderer) finishUnfinished(ctx context.Context, d *domain, replaces string, log *slog.Logger) bool {
-	orderID := *d.orderID
-	orderURL, certURL, token, err := o.store.recordedURLs(ctx, orderID)
+func (o *Orderer) finishUnfinished(ctx context.Context, d *domainstore.Domain, replaces string, log *slog.Logger) bool {
+	orderID := *d.OrderID
+	orderURL, certURL, token, err := o.store.RecordedURLs(ctx, orderID)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return false
@@ -38,7 +40,7 @@ func (o *orderer) finishUnfinished(ctx context.Context, d *domain, replaces stri
 	if url == "" && orderURL == nil {
 		return false
 	}
-	key, err := o.store.openOrderKey(d)
+	key, err := o.store.OpenOrderKey(d)
 	if err != nil {
 		log.WarnContext(ctx, "the unfinished order's key does not open (it will be ordered again)", "err", err)
 		return false
@@ -54,7 +56,7 @@ func (o *orderer) finishUnfinished(ctx context.Context, d *domain, replaces stri
 
 // fetchAndStore fetches the certificate the CA issued to the unfinished
 // order orderID, at url, and stores it; it reports as finishUnfinished.
-func (o *orderer) fetchAndStore(ctx context.Context, d *domain, orderID int64, url string, key crypto.Signer,
+func (o *Orderer) fetchAndStore(ctx context.Context, d *domainstore.Domain, orderID int64, url string, key crypto.Signer,
 	replaces string, log *slog.Logger) bool {
 	res, err := o.ca.certificate(ctx, url)
 	if err != nil {
@@ -63,16 +65,16 @@ func (o *orderer) fetchAndStore(ctx context.Context, d *domain, orderID int64, u
 		}
 		return ctx.Err() != nil
 	}
-	if err := o.store.storeCert(ctx, d, orderID, res, key, replaces, false, log); err != nil {
-		o.stop.checkStale(err)
-		if errors.Is(err, errBadCertificate) {
+	if err := o.store.StoreCert(ctx, d, orderID, res, key, replaces, false, log); err != nil {
+		o.stale(err)
+		if errors.Is(err, domainstore.ErrBadCertificate) {
 			log.WarnContext(ctx, "the certificate issued to an unfinished order does not match it (it will be ordered again)", "url", url, "err", err)
 			return false
 		}
 		log.ErrorContext(ctx, "could not store the certificate issued to an unfinished order", "err", err)
 		return true
 	}
-	o.m.recovered.WithLabelValues(o.job).Inc()
+	o.m.Recovered.WithLabelValues(o.job).Inc()
 	log.InfoContext(ctx, "stored the certificate the CA issued to an unfinished order, without ordering again")
 	return true
 }
@@ -81,7 +83,7 @@ func (o *orderer) fetchAndStore(ctx context.Context, d *domain, orderID int64, u
 // issued — answering its challenges if it is pending, finalizing it with key
 // if it is ready — and returns its certificate's URL. Without one, dealt
 // says whether the domain is dealt with for this pass (as finishUnfinished).
-func (o *orderer) finishAtCA(ctx context.Context, d *domain, orderID int64, orderURL string, key crypto.Signer,
+func (o *Orderer) finishAtCA(ctx context.Context, d *domainstore.Domain, orderID int64, orderURL string, key crypto.Signer,
 	log *slog.Logger) (certURL string, dealt bool) {
 	ord, err := o.ca.askOrder(ctx, orderURL)
 	if err == nil && ord.Status == acme.StatusPending {
@@ -107,7 +109,7 @@ func (o *orderer) finishAtCA(ctx context.Context, d *domain, orderID int64, orde
 		// it is paused on its way to finalize: its finalize is then
 		// refused. That is why it needs no lock-delay either.
 		log.InfoContext(ctx, "finalizing an unfinished order the CA had validated", "order_url", orderURL)
-		ord, err = o.ca.finalizeReady(ctx, d.name, orderURL, ord.Finalize, key)
+		ord, err = o.ca.finalizeReady(ctx, d.Name, orderURL, ord.Finalize, key)
 	}
 	switch {
 	case err != nil:

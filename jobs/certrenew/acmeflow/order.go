@@ -1,4 +1,4 @@
-package certrenew
+package acmeflow
 
 import (
 	"context"
@@ -9,9 +9,11 @@ import (
 
 	"github.com/go-acme/lego/v5/acme/api"
 	"github.com/go-acme/lego/v5/certificate"
+
+	"github.com/snip/snip-jobs/jobs/certrenew/domainstore"
 )
 
-// orderer works on one domain at a time for the pass's workers: it
+// Orderer works on one domain at a time for the pass's workers: it
 // refreshes the renewal window (ARI) when due, and orders a certificate when
 // the domain has none or its renewal instant has come. It guarantees that an
 // order is recorded before the CA hears of it; that none is placed while the
@@ -19,42 +21,42 @@ import (
 // the lock-delay (finishing an order the CA has already places none); and
 // that a certificate the CA issued to an unfinished order is stored, not
 // ordered again. Safe for concurrent use on distinct domains.
-type orderer struct {
+type Orderer struct {
 	ca       *caSession
-	store    *domainStore
-	gate     *lockDelay
+	store    *domainstore.Store
+	gate     Gate
 	throttle *caThrottle
-	stop     *stopper
-	clock    *dbClock
-	opts     *Options
-	m        *metrics
+	stale    func(error) // ends the pass when err says a newer term has written
+	clock    *domainstore.Clock
+	opts     *Config
+	m        *Counters
 	job      string
 	log      *slog.Logger
 }
 
-// do works on one domain: refreshes its ARI window when due, and orders a
+// Do works on one domain: refreshes its ARI window when due, and orders a
 // certificate when it has none or its renewal instant has come. It returns
 // the domain's state afterwards.
-func (o *orderer) do(ctx context.Context, d *domain) string {
-	log := o.log.With("domain", d.name)
-	if d.cert != nil && !o.clock.now().Before(d.cert.ariNextCheck) {
+func (o *Orderer) Do(ctx context.Context, d *domainstore.Domain) string {
+	log := o.log.With("domain", d.Name)
+	if d.Cert != nil && !o.clock.Now().Before(d.Cert.ARINextCheck) {
 		if w, _ := o.throttle.left(); w == 0 {
 			o.checkARI(ctx, d, log)
 		}
 	}
-	if d.cert != nil && o.clock.now().Before(d.cert.renewAt) {
-		return d.state(o.clock.now())
+	if d.Cert != nil && o.clock.Now().Before(d.Cert.RenewAt) {
+		return d.State(o.clock.Now())
 	}
 	switch {
 	case ctx.Err() != nil:
-		return d.state(o.clock.now())
-	case d.nextAttempt != nil && o.clock.now().Before(*d.nextAttempt):
-		log.DebugContext(ctx, "due, but waiting before the next attempt", "next_attempt", *d.nextAttempt, "failures", d.failures)
-		return d.state(o.clock.now())
+		return d.State(o.clock.Now())
+	case d.NextAttempt != nil && o.clock.Now().Before(*d.NextAttempt):
+		log.DebugContext(ctx, "due, but waiting before the next attempt", "next_attempt", *d.NextAttempt, "failures", d.Failures)
+		return d.State(o.clock.Now())
 	}
 	if w, reason := o.throttle.left(); w > 0 {
 		log.DebugContext(ctx, "due, but the renewer is paused", "reason", reason)
-		return d.state(o.clock.now())
+		return d.State(o.clock.Now())
 	}
 	// The CA may have the order an earlier term left in flight. Finishing
 	// it (answering its challenges, finalizing it, fetching and storing its
@@ -62,51 +64,51 @@ func (o *orderer) do(ctx context.Context, d *domain) string {
 	// its states once, so it need not wait for the lock-delay. It is tried
 	// again after the lock-delay: an earlier term that was paused, not dead,
 	// may have noted where the CA has its order meanwhile.
-	recovered := func() bool { return d.orderID != nil && o.finishUnfinished(ctx, d, replacesOf(d), log) }
+	recovered := func() bool { return d.OrderID != nil && o.finishUnfinished(ctx, d, d.Replaces(), log) }
 	if recovered() {
-		return d.state(o.clock.now())
+		return d.State(o.clock.Now())
 	}
-	delayed, err := o.gate.beforeOrder(ctx)
+	delayed, err := o.gate.BeforeOrder(ctx)
 	if err != nil || delayed && recovered() {
-		return d.state(o.clock.now())
+		return d.State(o.clock.Now())
 	}
 	o.order(ctx, d, log)
-	return d.state(o.clock.now())
+	return d.State(o.clock.Now())
 }
 
 // checkARI asks the CA for the certificate's renewal window (RFC 9773) and,
 // when the window is new, picks the renewal instant inside it.
-func (o *orderer) checkARI(ctx context.Context, d *domain, log *slog.Logger) {
-	c := d.cert
+func (o *Orderer) checkARI(ctx context.Context, d *domainstore.Domain, log *slog.Logger) {
+	c := d.Cert
 	octx, obs := observe(ctx, nil)
-	info, err := o.ca.renewalInfo(octx, c.leaf)
+	info, err := o.ca.renewalInfo(octx, c.Leaf)
 	if ctx.Err() != nil {
 		return
 	}
 	var next time.Duration
-	renewAt, start, end := c.renewAt, c.ariStart, c.ariEnd
+	renewAt, start, end := c.RenewAt, c.ARIStart, c.ARIEnd
 	switch {
 	case errors.Is(err, api.ErrNoARI):
 		next = ariDefault
 		start, end = nil, nil
-		renewAt = FallbackRenewAt(c.notBefore, c.notAfter, o.opts.RenewFraction, o.opts.ShortRenewFraction, o.opts.ShortLifetime)
+		renewAt = o.opts.Policy.RenewAt(c.NotBefore, c.NotAfter)
 	case err != nil:
 		f := classify(err, obs)
-		o.m.failures.WithLabelValues(o.job, ReasonARI).Inc()
+		o.m.Failures.WithLabelValues(o.job, ReasonARI).Inc()
 		log.WarnContext(ctx, "renewal info (ARI) check failed; keeping the current renewal instant", "reason", f.reason, "err", err)
-		o.throttle.failed(ctx, f, d.name)
+		o.throttle.failed(ctx, f, d.Name)
 		next = ariAfterFailure
 	default:
 		ws, we := info.SuggestedWindow.Start, info.SuggestedWindow.End
 		if start == nil || end == nil || !start.Equal(ws) || !end.Equal(we) {
-			renewAt = pickInWindow(ws, we, lastSafeRenewal(c.notBefore, c.notAfter))
+			renewAt = pickInWindow(ws, we, lastSafeRenewal(c.NotBefore, c.NotAfter))
 			log.InfoContext(ctx, "renewal window from the CA", "window_start", ws, "window_end", we, "renew_at", renewAt)
 		}
 		start, end = &ws, &we
 		next = ariRecheck(info.RetryAfter)
 	}
-	if err := o.store.storeWindow(ctx, c, start, end, renewAt, next); err != nil {
-		o.stop.checkStale(err)
+	if err := o.store.StoreWindow(ctx, c, start, end, renewAt, next); err != nil {
+		o.stale(err)
 		log.WarnContext(ctx, "could not store the renewal window", "err", err)
 	}
 }
@@ -114,14 +116,14 @@ func (o *orderer) checkARI(ctx context.Context, d *domain, log *slog.Logger) {
 // order asks the CA for a certificate for d: the order is recorded in flight
 // (fenced) before the first request, so that a successor finds it; then the
 // result is stored or the failure recorded, both fenced.
-func (o *orderer) order(ctx context.Context, d *domain, log *slog.Logger) {
-	replaces := replacesOf(d)
-	orderID, key, err := o.store.beginOrder(ctx, d, replaces, log)
+func (o *Orderer) order(ctx context.Context, d *domainstore.Domain, log *slog.Logger) {
+	replaces := d.Replaces()
+	orderID, key, err := o.store.BeginOrder(ctx, d, replaces, log)
 	switch {
-	case errors.Is(err, errBudget):
+	case errors.Is(err, domainstore.ErrBudget):
 		return
 	case err != nil:
-		o.stop.checkStale(err)
+		o.stale(err)
 		if ctx.Err() == nil {
 			log.ErrorContext(ctx, "could not record the order; not ordering", "err", err)
 		}
@@ -141,7 +143,7 @@ func (o *orderer) order(ctx context.Context, d *domain, log *slog.Logger) {
 	}
 	conflicts, _, _, _ := obs.snapshot()
 	if conflicts > 0 {
-		o.m.alreadyReplaced.WithLabelValues(o.job).Add(float64(conflicts))
+		o.m.AlreadyReplaced.WithLabelValues(o.job).Add(float64(conflicts))
 		log.WarnContext(ctx, "the CA answered 409 alreadyReplaced: lego ordered again without \"replaces\" (not an ARI renewal)",
 			"replaces", replaces, "order_id", orderID)
 	}
@@ -170,11 +172,11 @@ func (o *orderer) order(ctx context.Context, d *domain, log *slog.Logger) {
 // term cannot store the certificate (its term over mid-order, its store
 // refused, its process gone), the next one fetches it instead of ordering
 // again.
-func (o *orderer) obtain(ctx context.Context, d *domain, orderID int64, key crypto.Signer, replaces string,
+func (o *Orderer) obtain(ctx context.Context, d *domainstore.Domain, orderID int64, key crypto.Signer, replaces string,
 	log *slog.Logger) (*certificate.Resource, *observation, error) {
-	octx, obs := observe(ctx, func(orderURL, certURL string) { o.store.recordURLs(ctx, d, orderID, orderURL, certURL, log) })
+	octx, obs := observe(ctx, func(orderURL, certURL string) { o.store.RecordURLs(ctx, d, orderID, orderURL, certURL, log) })
 	res, err := o.ca.obtain(octx, certificate.ObtainRequest{
-		Domains:        []string{d.name},
+		Domains:        []string{d.Name},
 		PrivateKey:     key,
 		Bundle:         true,
 		Profile:        o.opts.Profile,
@@ -185,11 +187,11 @@ func (o *orderer) obtain(ctx context.Context, d *domain, orderID int64, key cryp
 
 // keep stores the certificate issued to order orderID; one that does not
 // match the order counts as the order's failure.
-func (o *orderer) keep(ctx context.Context, d *domain, orderID int64, res *certificate.Resource, key crypto.Signer,
+func (o *Orderer) keep(ctx context.Context, d *domainstore.Domain, orderID int64, res *certificate.Resource, key crypto.Signer,
 	replaces string, conflict bool, log *slog.Logger) {
-	if err := o.store.storeCert(ctx, d, orderID, res, key, replaces, conflict, log); err != nil {
-		o.stop.checkStale(err)
-		if errors.Is(err, errBadCertificate) {
+	if err := o.store.StoreCert(ctx, d, orderID, res, key, replaces, conflict, log); err != nil {
+		o.stale(err)
+		if errors.Is(err, domainstore.ErrBadCertificate) {
 			o.failed(ctx, d, orderID, failure{reason: ReasonCertificate, counts: true, err: err}, log)
 			return
 		}
@@ -199,17 +201,17 @@ func (o *orderer) keep(ctx context.Context, d *domain, orderID int64, res *certi
 
 // failed records a failed order: the domain backs off (or waits for the
 // CA's Retry-After), and a 503 pauses the whole renewer.
-func (o *orderer) failed(ctx context.Context, d *domain, orderID int64, f failure, log *slog.Logger) {
-	o.m.orders.WithLabelValues(o.job, "failed").Inc()
-	o.m.failures.WithLabelValues(o.job, f.reason).Inc()
-	failures := d.failures
+func (o *Orderer) failed(ctx context.Context, d *domainstore.Domain, orderID int64, f failure, log *slog.Logger) {
+	o.m.Orders.WithLabelValues(o.job, "failed").Inc()
+	o.m.Failures.WithLabelValues(o.job, f.reason).Inc()
+	failures := d.Failures
 	if f.counts {
 		failures++
 	}
 	wait := retryWait(f, failures, o.opts.UnavailablePause)
-	o.throttle.failed(ctx, f, d.name)
-	if err := o.store.recordFailure(ctx, d, orderID, f, failures, wait); err != nil {
-		o.stop.checkStale(err)
+	o.throttle.failed(ctx, f, d.Name)
+	if err := o.store.RecordFailure(ctx, d, orderID, f.reason, f.err, failures, wait); err != nil {
+		o.stale(err)
 		log.ErrorContext(ctx, "could not record the failed order", "err", err)
 		return
 	}

@@ -1,4 +1,4 @@
-package certrenew
+package domainstore
 
 import (
 	"fmt"
@@ -56,13 +56,10 @@ func (e *InvalidNameError) Error() string {
 // full stops made dots), with the IDNA2008 rules for labels and bidi text.
 // Lengths are checked by NormalizeDomain itself, to name the limit that was
 // broken.
-var idnaProfile = idna.New(
-	idna.MapForLookup(),
-	idna.BidiRule(),
-	idna.ValidateLabels(true),
-	idna.StrictDomainName(true),
-	idna.Transitional(false),
-)
+var idnaProfile = idna.New(idnaOptions...)
+
+var idnaOptions = []idna.Option{idna.MapForLookup(), idna.BidiRule(), idna.ValidateLabels(true),
+	idna.StrictDomainName(true), idna.Transitional(false)}
 
 // idnaMapping is idnaProfile without its hyphen rules, for converting
 // internationalised input to ASCII: NormalizeDomain checks the hyphens of
@@ -70,14 +67,7 @@ var idnaProfile = idna.New(
 // trailing hyphen, "ａｂ--ｃｄ.example" a reserved label). The hyphens of
 // the labels in their Unicode form are checked by idnaProfile afterwards,
 // with every xn-- label.
-var idnaMapping = idna.New(
-	idna.MapForLookup(),
-	idna.BidiRule(),
-	idna.ValidateLabels(true),
-	idna.StrictDomainName(true),
-	idna.Transitional(false),
-	idna.CheckHyphens(false),
-)
+var idnaMapping = idna.New(append(idnaOptions, idna.CheckHyphens(false))...)
 
 // NormalizeDomain returns the name a certificate is issued for: lower case
 // ASCII, internationalised labels in their xn-- form. Anything else is refused
