@@ -84,97 +84,146 @@ var idnaMapping = idna.New(append(idnaOptions, idna.CheckHyphens(false))...)
 // xn-- labels). Whether the name ends in a public top-level domain is
 // CheckPublicTLD's question.
 func NormalizeDomain(raw string) (string, error) {
-	bad := func(code, format string, args ...any) (string, error) {
-		return "", &InvalidNameError{Domain: raw, Code: code, Reason: fmt.Sprintf(format, args...)}
+	name, r := normalize(raw)
+	if r != nil {
+		return "", &InvalidNameError{Domain: raw, Code: r.code, Reason: r.reason}
 	}
+	return name, nil
+}
+
+// refusal is why NormalizeDomain refuses a name (the name is added there).
+type refusal struct{ code, reason string }
+
+func refuse(code, format string, args ...any) *refusal {
+	return &refusal{code: code, reason: fmt.Sprintf(format, args...)}
+}
+
+// normalize is NormalizeDomain in its four checks: the text as written, its
+// ASCII form, its labels, and its internationalised labels.
+func normalize(raw string) (string, *refusal) {
+	if r := checkText(raw); r != nil {
+		return "", r
+	}
+	name, r := asciiForm(raw)
+	if r != nil {
+		return "", r
+	}
+	if r := checkLabels(name); r != nil {
+		return "", r
+	}
+	return name, checkIDN(raw, name)
+}
+
+// checkText refuses what no name may contain as written.
+func checkText(raw string) *refusal {
 	switch {
 	case raw == "":
-		return bad(InvalidEmpty, "empty name")
+		return refuse(InvalidEmpty, "empty name")
 	case len(raw) > 4*maxNameLength:
-		return bad(InvalidTooLong, "%d bytes; a DNS name has at most %d characters", len(raw), maxNameLength)
+		return refuse(InvalidTooLong, "%d bytes; a DNS name has at most %d characters", len(raw), maxNameLength)
 	case !utf8.ValidString(raw):
-		return bad(InvalidCharacter, "not valid UTF-8")
+		return refuse(InvalidCharacter, "not valid UTF-8")
 	case strings.ContainsFunc(raw, unicode.IsSpace):
-		return bad(InvalidWhitespace, "contains white space")
+		return refuse(InvalidWhitespace, "contains white space")
 	case strings.ContainsFunc(raw, unicode.IsControl):
-		return bad(InvalidControl, "contains a control character")
+		return refuse(InvalidControl, "contains a control character")
 	case strings.Contains(raw, "*"):
-		return bad(InvalidWildcard, "wildcard names need a DNS-01 challenge, which the renewer does not do")
+		return refuse(InvalidWildcard, "wildcard names need a DNS-01 challenge, which the renewer does not do")
 	case strings.HasSuffix(raw, "."):
-		return bad(InvalidTrailingDot, "ends with a dot; store the name without it")
+		return refuse(InvalidTrailingDot, "ends with a dot; store the name without it")
 	}
 	if ip, ok := ipLiteral(raw); ok {
-		return bad(InvalidIPAddress, "%s is an IP address, not a host name", ip)
+		return refuse(InvalidIPAddress, "%s is an IP address, not a host name", ip)
 	}
+	return nil
+}
 
-	var name string
-	if !isASCII(raw) {
-		a, err := idnaMapping.ToASCII(raw)
-		if err != nil {
-			return bad(InvalidIDN, "internationalised name cannot be converted to ASCII (IDNA2008/UTS #46): %v", err)
-		}
-		name = a
-	} else {
-		name = strings.ToLower(raw)
+// asciiForm is the name in lower case ASCII, internationalised labels
+// converted to their xn-- form.
+func asciiForm(raw string) (string, *refusal) {
+	if isASCII(raw) {
+		return strings.ToLower(raw), nil
+	}
+	name, err := idnaMapping.ToASCII(raw)
+	if err != nil {
+		return "", refuse(InvalidIDN, "internationalised name cannot be converted to ASCII (IDNA2008/UTS #46): %v", err)
 	}
 	if strings.HasSuffix(name, ".") {
 		// A full stop IDNA maps to a dot (。 U+3002, ． U+FF0E, ｡ U+FF61).
-		return bad(InvalidTrailingDot, "ends with a full stop that is a dot in a host name (%U); store the name without it", lastRune(raw))
+		return "", refuse(InvalidTrailingDot, "ends with a full stop that is a dot in a host name (%U); store the name without it", lastRune(raw))
 	}
+	return name, nil
+}
 
+// checkLabels checks the ASCII name's length, its labels, and that it is a
+// name a customer can hold.
+func checkLabels(name string) *refusal {
 	if len(name) > maxNameLength {
-		return bad(InvalidTooLong, "%d characters (in ASCII form); a DNS name has at most %d", len(name), maxNameLength)
+		return refuse(InvalidTooLong, "%d characters (in ASCII form); a DNS name has at most %d", len(name), maxNameLength)
 	}
 	labels := strings.Split(name, ".")
 	for _, l := range labels {
-		switch {
-		case l == "":
-			return bad(InvalidEmptyLabel, "has an empty label (two dots in a row, or a leading dot)")
-		case len(l) > maxLabelLength:
-			return bad(InvalidLabelTooLong, "label %.20q... has %d characters; a label has at most %d", l, len(l), maxLabelLength)
-		case strings.HasPrefix(l, "-") || strings.HasSuffix(l, "-"):
-			return bad(InvalidHyphen, "label %q starts or ends with a hyphen", l)
-		case len(l) >= 4 && l[2:4] == "--" && !strings.HasPrefix(l, "xn--"):
-			// RFC 5890 §2.3.1 reserves these labels ("R-LDH") for
-			// encodings like xn--; Let's Encrypt refuses them.
-			return bad(InvalidReservedLabel, "label %q has two hyphens as its 3rd and 4th characters, which only internationalised (xn--) labels may have", l)
-		}
-		for _, c := range l {
-			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
-				return bad(InvalidCharacter, "label %q has %q; only letters, digits and hyphens are allowed", l, c)
-			}
+		if r := checkLabel(l); r != nil {
+			return r
 		}
 	}
 	if last := labels[len(labels)-1]; endsInANumber(last) {
-		return bad(InvalidIPAddress, "the last label %q is a number (decimal, octal or 0x hex): browsers read the name as an IPv4 address, or refuse it", last)
+		return refuse(InvalidIPAddress, "the last label %q is a number (decimal, octal or 0x hex): browsers read the name as an IPv4 address, or refuse it", last)
 	}
 	if len(labels) < 2 {
-		return bad(InvalidSingleLabel, "a single label; public certificates need a registered domain")
+		return refuse(InvalidSingleLabel, "a single label; public certificates need a registered domain")
 	}
 	if len(labels) > maxLabels {
-		return bad(InvalidTooManyLabels, "%d labels; Let's Encrypt issues for names of at most %d", len(labels), maxLabels)
+		return refuse(InvalidTooManyLabels, "%d labels; Let's Encrypt issues for names of at most %d", len(labels), maxLabels)
 	}
 	if suffix, icann := publicsuffix.PublicSuffix(name); icann && suffix == name {
-		return bad(InvalidPublicSuffix, "%s is a public suffix (a registry's, like co.uk), not a domain a customer can hold", name)
+		return refuse(InvalidPublicSuffix, "%s is a public suffix (a registry's, like co.uk), not a domain a customer can hold", name)
 	}
-	// xn-- labels, as written or converted from Unicode: they must be valid
-	// punycode of a valid label (hyphens included: "-bücher" is not), or the
-	// CA refuses the order.
-	if strings.Contains(name, "xn--") {
-		if _, err := idnaProfile.ToUnicode(name); err != nil {
-			return bad(InvalidIDN, "has an internationalised label that IDNA2008 refuses (bad punycode, hyphens or characters): %v", err)
-		}
-		if r, ok := notIDNA2008(name); !ok {
-			if !isASCII(raw) {
-				return bad(InvalidIDN, "internationalised name has %q (%U): IDNA2008 allows letters, marks and digits only, not symbols or emoji", r, r)
-			}
-			return bad(InvalidIDN, "has an xn-- label for %q (%U): IDNA2008 allows letters, marks and digits only", r, r)
-		}
-		if a, err := idnaProfile.ToASCII(name); err != nil || a != name {
-			return bad(InvalidIDN, "has an xn-- label that is not in its canonical form")
+	return nil
+}
+
+// checkLabel checks one ASCII label.
+func checkLabel(l string) *refusal {
+	switch {
+	case l == "":
+		return refuse(InvalidEmptyLabel, "has an empty label (two dots in a row, or a leading dot)")
+	case len(l) > maxLabelLength:
+		return refuse(InvalidLabelTooLong, "label %.20q... has %d characters; a label has at most %d", l, len(l), maxLabelLength)
+	case strings.HasPrefix(l, "-") || strings.HasSuffix(l, "-"):
+		return refuse(InvalidHyphen, "label %q starts or ends with a hyphen", l)
+	case len(l) >= 4 && l[2:4] == "--" && !strings.HasPrefix(l, "xn--"):
+		// RFC 5890 §2.3.1 reserves these labels ("R-LDH") for
+		// encodings like xn--; Let's Encrypt refuses them.
+		return refuse(InvalidReservedLabel, "label %q has two hyphens as its 3rd and 4th characters, which only internationalised (xn--) labels may have", l)
+	}
+	for _, c := range l {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return refuse(InvalidCharacter, "label %q has %q; only letters, digits and hyphens are allowed", l, c)
 		}
 	}
-	return name, nil
+	return nil
+}
+
+// checkIDN checks the xn-- labels, as written or converted from Unicode:
+// they must be valid punycode of a valid label (hyphens included: "-bücher"
+// is not), or the CA refuses the order.
+func checkIDN(raw, name string) *refusal {
+	if !strings.Contains(name, "xn--") {
+		return nil
+	}
+	if _, err := idnaProfile.ToUnicode(name); err != nil {
+		return refuse(InvalidIDN, "has an internationalised label that IDNA2008 refuses (bad punycode, hyphens or characters): %v", err)
+	}
+	if r, ok := notIDNA2008(name); !ok {
+		if !isASCII(raw) {
+			return refuse(InvalidIDN, "internationalised name has %q (%U): IDNA2008 allows letters, marks and digits only, not symbols or emoji", r, r)
+		}
+		return refuse(InvalidIDN, "has an xn-- label for %q (%U): IDNA2008 allows letters, marks and digits only", r, r)
+	}
+	if a, err := idnaProfile.ToASCII(name); err != nil || a != name {
+		return refuse(InvalidIDN, "has an xn-- label that is not in its canonical form")
+	}
+	return nil
 }
 
 // CheckPublicTLD refuses a name (as NormalizeDomain returns it) whose
