@@ -73,7 +73,7 @@ func (p *pass) run(parent context.Context) error {
 	// Every CA call of this pass has returned: if the term still holds, say
 	// so, and the next leader need not wait the lock-delay.
 	if p.stop.err == nil && p.r.Valid() {
-		p.gate.end(context.WithoutCancel(parent))
+		p.gate.end(context.WithoutCancel(parent), err == nil)
 	}
 	return p.result(parent, err)
 }

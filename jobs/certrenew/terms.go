@@ -160,14 +160,20 @@ const idleMarkTimeout = time.Second
 // the term still holds (the write is fenced like every other). It runs
 // between the end of the pass and the resignation, so it is bounded by
 // idleMarkTimeout, well inside the job's grace: a mark that does not make it
-// only costs the successor the lock-delay.
-func (g *lockDelay) end(ctx context.Context) {
+// only costs the successor the lock-delay. After a pass that did its work
+// (done), the same transaction completes what the run is for (an operator's
+// manual run): the pass's end and the request's commit together, so a leader
+// that dies after one cannot leave the other for its successor to run again.
+func (g *lockDelay) end(ctx context.Context, done bool) {
 	ctx, cancel := context.WithTimeout(ctx, idleMarkTimeout)
 	defer cancel()
 	err := g.r.Fenced(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `UPDATE certrenew_terms SET state = 'idle', seen_at = now() WHERE job = $1 AND token = $2`,
 			g.r.Job, g.r.Token)
-		return err
+		if err != nil || !done {
+			return err
+		}
+		return g.r.Complete(ctx, tx)
 	})
 	if err != nil {
 		g.log.InfoContext(ctx, "could not mark the term idle; a successor will wait the lock-delay", "err", err)
