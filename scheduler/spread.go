@@ -60,12 +60,12 @@ func (sp *spread) holdback(j *job) time.Duration {
 	j.mu.Lock()
 	hold := time.Until(j.holdUntil)
 	j.mu.Unlock()
-	if hold > 0 {
-		return hold
-	}
 	if _, here := j.resignHeld(sp.resignHold); here {
 		sp.holdbacks.WithLabelValues(j.spec.Name).Inc()
-		return sp.afterResign(j)
+		return max(hold, sp.afterResign(j))
+	}
+	if hold > 0 {
+		return hold
 	}
 	mine := sp.leading.Load()
 	if mine == 0 {

@@ -222,14 +222,17 @@ sleep 1000
 		t.Fatal(err)
 	}
 	var r controls.ManualRun
-	c.WaitCommit("the manual run over", []string{"manual_runs"}, func() bool {
+	var l *status.RunRecord
+	// The request's outcome and its run's end are two records, in no set order.
+	c.WaitCommit("the manual run over, and its run recorded", []string{"manual_runs", "job_runs"}, func() bool {
 		r, err = controls.ReadRun(context.Background(), c.DB, m.ID)
-		return err == nil && r.Closed()
+		l = last("failing")
+		return err == nil && r.Closed() && l != nil && l.ID == r.RunID
 	})
 	if r.State != controls.StateFailed || r.Result != "error" || !strings.Contains(r.Error, "exit status 3") {
 		t.Errorf("the manual run of the failing program: %+v; want failed, error, its exit status", r)
 	}
-	if l := last("failing"); l == nil || l.Trigger != "manual" || l.ID != r.RunID {
+	if l.Trigger != "manual" {
 		t.Errorf("the newest run of the failing job %+v; want the manual run's (%d)", l, r.RunID)
 	}
 }
