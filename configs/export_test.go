@@ -17,3 +17,6 @@ func ShapeOf(data []byte) (depth, nodes, tokens int) {
 	s := scanShape(data, shapeCaps{1 << 30, 1 << 30, 1 << 30, 1 << 62})
 	return s.meter.maxDepth, s.meter.nodes, s.meter.tokens
 }
+
+// Guard runs the guard before the YAML library on data, a file's text.
+func Guard(data []byte) *Error { return checkShape("guard.yaml", data) }
