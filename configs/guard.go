@@ -615,7 +615,7 @@ func (g *guard) anchorOrAlias(c byte) {
 	col := g.col
 	g.adv()
 	from, next := g.i, g.peek(0)
-	odd := endsWord(next) || strings.IndexByte("{[]},|>!&*#'\"@`", next) >= 0 || (next == '-' || next == '?') && endsWord(g.peek(1))
+	odd := endsWord(next) || g.flowStop(next) || strings.IndexByte("{[]|>!&*#'\"@`", next) >= 0 || (next == '-' || next == '?') && endsWord(g.peek(1))
 	if g.strict = g.strict || odd; !odd {
 		for g.i < len(g.text) && g.text[g.i] != ' ' && !isBreak(g.text[g.i]) && !g.flowStop(g.text[g.i]) {
 			g.adv()
