@@ -167,8 +167,11 @@ func readGuarded(text []byte, lim guardLimits) *guard {
 	return g
 }
 
-func isBreak(c byte) bool  { return c == '\n' || c == '\r' }
-func endsWord(c byte) bool { return c == 0 || c == ' ' || c == '\t' || isBreak(c) }
+func isBreak(c byte) bool { return c == '\n' || c == '\r' }
+func isBlank(c byte) bool { return c == ' ' || c == '\t' || isBreak(c) }
+
+// blankAt: the byte k after the current one is a blank or past the end.
+func (g *guard) blankAt(k int) bool { return g.i+k >= len(g.text) || isBlank(g.text[g.i+k]) }
 
 // peek is the byte k after the current one, 0 past the end.
 func (g *guard) peek(k int) byte {
@@ -234,7 +237,7 @@ func (g *guard) lineStart(c byte) bool {
 	g.plainOpen = false
 	rest, first := g.text[g.i:], g.i == 0 || isBreak(g.text[g.i-1]) // no indentation at all
 	switch {
-	case first && (bytes.HasPrefix(rest, []byte("---")) && len(rest) > 3 && endsWord(rest[3]) || string(rest) == "---"):
+	case first && (bytes.HasPrefix(rest, []byte("---")) && g.blankAt(3)):
 		g.count()
 		g.endExplicit()
 		g.open, g.lastDelim = g.open[:0], 0 // the parser reads each document on its own
@@ -289,7 +292,7 @@ func (g *guard) token(c byte) {
 		g.popToFlow()
 		g.afterFlowDelim, g.nodeFresh = g.nodes, false
 		g.adv()
-	case c == '-' && endsWord(g.peek(1)):
+	case c == '-' && (g.blankAt(1) || g.peek(1) == 0): // the library takes a NUL for the end too
 		g.count()
 		g.entry(blockSeq, g.col, g.starts, 0, g.prefixes > 0)
 		g.adv()
@@ -320,7 +323,7 @@ func (g *guard) mapDelim() bool {
 	if g.flowMaps > 0 {
 		return g.peek(1) != '/'
 	}
-	return endsWord(g.peek(1))
+	return g.blankAt(1)
 }
 
 // start records a node starting at col (text: a plain or quoted scalar).
@@ -577,7 +580,7 @@ func (g *guard) blockText(end int, fixed bool) (emptied bool) {
 			blank = true
 			continue
 		}
-		if g.i == len(g.text) || g.col == 1 && len(rest) >= 3 && (string(rest[:3]) == "---" || string(rest[:3]) == "...") && (len(rest) == 3 || endsWord(rest[3])) {
+		if g.i == len(g.text) || g.col == 1 && len(rest) >= 3 && (string(rest[:3]) == "---" || string(rest[:3]) == "...") && g.blankAt(3) {
 			break
 		}
 		if g.col <= end {
@@ -615,7 +618,7 @@ func (g *guard) anchorOrAlias(c byte) {
 	col := g.col
 	g.adv()
 	from, next := g.i, g.peek(0)
-	odd := endsWord(next) || g.flowStop(next) || strings.IndexByte("{[]|>!&*#'\"@`", next) >= 0 || (next == '-' || next == '?') && endsWord(g.peek(1))
+	odd := g.blankAt(0) || g.flowStop(next) || strings.IndexByte("{[]|>!&*#'\"@`", next) >= 0 || (next == '-' || next == '?') && g.blankAt(1)
 	if g.strict = g.strict || odd; !odd {
 		for g.i < len(g.text) && g.text[g.i] != ' ' && !isBreak(g.text[g.i]) && !g.flowStop(g.text[g.i]) {
 			g.adv()
