@@ -616,7 +616,9 @@ func (g *guard) tag() {
 func (g *guard) anchorOrAlias(c byte) {
 	g.count()
 	col := g.col
-	g.adv()
+	for g.adv(); g.peek(0) == '\t'; { // the library skips tabs here
+		g.adv()
+	}
 	from, next := g.i, g.peek(0)
 	odd := g.blankAt(0) || g.flowStop(next) || strings.IndexByte("{[]|>!&*#'\"@`", next) >= 0 || (next == '-' || next == '?') && g.blankAt(1)
 	if g.strict = g.strict || odd; !odd {
