@@ -124,6 +124,8 @@ type guard struct {
 	i         int  // the byte it is at
 	line, col int  // its line and column (in characters)
 	bol       bool // only blanks since the line began
+	indented  bool // the line began with a blank
+	directive bool // a "%" on an unindented line began a directive: words are tokens
 	nodes     int
 	starts    int // nodes that began a key or value
 	open      []level
@@ -188,8 +190,9 @@ func (g *guard) adv() {
 	switch {
 	case c == '\r' && g.peek(0) == '\n':
 	case isBreak(c):
-		g.line, g.col, g.bol = g.line+1, 1, true
+		g.line, g.col, g.bol, g.indented, g.directive = g.line+1, 1, true, false, false
 	default:
+		g.indented = g.indented || g.bol && (c == ' ' || c == '\t')
 		g.bol = g.bol && (c == ' ' || c == '\t')
 		if c != '\t' && g.i < len(g.text) && g.text[g.i]&0xc0 != 0x80 { // the library's columns leave tabs out
 			g.col++
@@ -243,14 +246,6 @@ func (g *guard) lineStart(c byte) bool {
 		g.open, g.lastDelim = g.open[:0], 0 // the parser reads each document on its own
 	case first && bytes.HasPrefix(rest, []byte("...")) && !bytes.HasPrefix(rest, []byte("....")):
 		g.count()
-	case first && c == '%' && !open: // a directive: "%", its name, and a word after each space
-		g.count()
-		for g.count(); g.i < len(g.text) && !isBreak(g.text[g.i]); g.adv() {
-			if g.text[g.i] == ' ' {
-				g.count()
-			}
-		}
-		return true
 	case open && c != '#' && (g.lastDelim == 0 || g.col > g.lastDelim):
 		if mergeKey(rest) {
 			g.swallow()
@@ -307,7 +302,11 @@ func (g *guard) token(c byte) {
 		g.mapValue()
 	case c == '|' || c == '>':
 		g.blockScalar()
-	case c == '!':
+	case c == '%' && !g.indented:
+		g.count()
+		g.directive = true
+		g.adv()
+	case c == '!' && !g.directive:
 		g.tag()
 	case c == '&' || c == '*':
 		g.anchorOrAlias(c)
@@ -320,6 +319,9 @@ func (g *guard) token(c byte) {
 
 // mapDelim: the ":" here ends a key (the library's scanMapDelim).
 func (g *guard) mapDelim() bool {
+	if g.directive {
+		return false
+	}
 	if g.flowMaps > 0 {
 		return g.peek(1) != '/'
 	}
@@ -493,6 +495,9 @@ func (g *guard) plain() {
 		c := g.text[g.i]
 		if isBreak(c) {
 			g.plainOpen = true
+			break
+		}
+		if c == ' ' && g.directive {
 			break
 		}
 		if c == '#' && g.i > from && (g.text[g.i-1] == ' ' || g.text[g.i-1] == '\t') || c == ':' && g.mapDelim() || g.flowStop(c) {
