@@ -139,7 +139,7 @@ type guard struct {
 	// parser groups them), its own column and offset, whether it is a plain
 	// or quoted scalar, whether it is the value of a tag or anchor (carried),
 	// whether a "-", ":" or "?" came since (it is then no key).
-	nodeCol, ownCol, nodeAt                  int
+	nodeCol, ownCol, nodeAt, nodeLine        int // nodeAt: the first of the nodes on its line since the latest entry
 	explicitAt, explicitLevel                int // the latest "?" and its level, if no "-" or key came since (else -1)
 	nodeText, nodeCarried, nodeFresh, strict bool
 	// The tags and anchors read since the latest node: how many, where the
@@ -331,7 +331,10 @@ func (g *guard) mapDelim() bool {
 // start records a node starting at col (text: a plain or quoted scalar).
 func (g *guard) start(col int, text bool) {
 	g.starts++
-	g.nodeCol, g.ownCol, g.nodeAt, g.nodeText, g.nodeCarried, g.nodeFresh = col, col, g.i, text, false, true
+	if !g.nodeFresh || g.nodeLine != g.line { // "'a'b: c": the key is both
+		g.nodeAt = g.i
+	}
+	g.nodeCol, g.ownCol, g.nodeLine, g.nodeText, g.nodeCarried, g.nodeFresh = col, col, g.line, text, false, true
 	if g.nodePrefixes = g.prefixes; g.prefixes > 0 {
 		g.nodeCol = min(col, g.prefixCol)
 		g.nodeCarried = g.prefixLine != g.line || !text || g.prefixes > 1 || !g.prefixGroups
@@ -637,5 +640,5 @@ func (g *guard) anchorOrAlias(c byte) {
 		return
 	}
 	g.start(col, false)
-	g.nodeAt = from - 1
+	g.nodeAt = min(g.nodeAt, from-1)
 }
