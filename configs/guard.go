@@ -607,7 +607,10 @@ func (g *guard) blockText(end int, fixed bool) (emptied bool) {
 func (g *guard) tag() {
 	g.count()
 	col, from := g.col, g.i
-	for g.i < len(g.text) && g.text[g.i] != ' ' && !isBreak(g.text[g.i]) && !(g.text[g.i] == ',' && g.flowing()) {
+	// It ends at a ": " too, which the library may read as a key's after a
+	// double-quoted scalar with a tab ("\"\t\"!: x").
+	for g.i < len(g.text) && g.text[g.i] != ' ' && !isBreak(g.text[g.i]) && !(g.text[g.i] == ',' && g.flowing()) &&
+		!(g.text[g.i] == ':' && g.blankAt(1)) {
 		g.adv()
 	}
 	switch t := string(g.text[from:g.i]); t {
