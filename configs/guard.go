@@ -534,15 +534,35 @@ func mergeKey(text []byte) bool {
 	return len(t) > 1 && t[0] == ':' && (t[1] == ' ' || isBreak(t[1]))
 }
 
-// quoted reads a quoted scalar, its quote q at the current byte.
+// quoted reads a quoted scalar, its quote q at the current byte. After a
+// double-quoted one the library's scanner is a character further on for
+// each tab in it with text after it on its line, but not right before the
+// quote: it skips as many after the quote.
 func (g *guard) quoted(q byte) {
+	drift, eol, lastText := 0, -1, -1
 	for g.adv(); g.i < len(g.text); {
 		c := g.text[g.i]
+		if c == '\t' && q == '"' {
+			if g.i > eol {
+				if eol = g.i + bytes.IndexAny(g.text[g.i:], "\r\n"); eol < g.i {
+					eol = len(g.text)
+				}
+				lastText = g.i + bytes.LastIndexFunc(g.text[g.i:eol], func(r rune) bool { return r != ' ' && r != '\t' })
+			}
+			if lastText > g.i && g.peek(1) != '"' {
+				drift++
+			}
+		}
 		g.adv()
 		switch {
 		case c == q && q == '\'' && g.peek(0) == '\'':
 			g.adv()
 		case c == q:
+			for ; drift > 0 && g.i < len(g.text); drift-- {
+				for g.adv(); g.i < len(g.text) && g.text[g.i]&0xc0 == 0x80; {
+					g.adv()
+				}
+			}
 			return
 		case c == '\\' && q == '"' && g.i < len(g.text):
 			g.adv()
