@@ -656,7 +656,7 @@ func (g *guard) anchorOrAlias(c byte) {
 		g.adv()
 	}
 	from, next := g.i, g.peek(0)
-	odd := g.blankAt(0) || g.flowStop(next) || strings.IndexByte("{[]|>!&*#'\"@`", next) >= 0 || (next == '-' || next == '?') && g.blankAt(1)
+	odd := g.blankAt(0) || g.flowStop(next) || strings.IndexByte("{[]|>!&*#'\"@`", next) >= 0 || next == '-' && (g.blankAt(1) || g.peek(1) == 0) || next == '?' && (g.peek(1) == ' ' || g.peek(1) == '\t')
 	if g.strict = g.strict || odd; !odd {
 		for g.i < len(g.text) && g.text[g.i] != ' ' && !isBreak(g.text[g.i]) && !g.flowStop(g.text[g.i]) {
 			g.adv()
