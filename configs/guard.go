@@ -130,6 +130,7 @@ type guard struct {
 	line, col int  // its line and column (in characters)
 	bol       bool // only blanks since the line began
 	indented  bool // the line began with a blank
+	inBlock   bool // in block text
 	directive bool // a "%" on an unindented line began a directive: words are tokens
 	nodes     int
 	starts    int // nodes that began a key or value
@@ -199,7 +200,9 @@ func (g *guard) adv() {
 	default:
 		g.indented = g.indented || g.bol && (c == ' ' || c == '\t')
 		g.bol = g.bol && (c == ' ' || c == '\t')
-		if c != '\t' && g.i < len(g.text) && g.text[g.i]&0xc0 != 0x80 { // the library's columns leave tabs out
+		// The library's columns leave out a tab right of its latest key's or
+		// "-"'s column, but in block text.
+		if (c != '\t' || g.inBlock || g.col <= g.lastDelim) && g.i < len(g.text) && g.text[g.i]&0xc0 != 0x80 {
 			g.col++
 		}
 	}
@@ -598,15 +601,15 @@ func (g *guard) blockScalar() {
 // column of its first line, less one, is its end. emptied: it ends at a
 // line left of end after blank lines only.
 func (g *guard) blockText(end int, fixed bool) (emptied bool) {
+	g.inBlock = true
+	defer func() { g.inBlock = false }()
 	g.skipLine()
 	for first, blank := true, false; g.i < len(g.text); g.skipLine() {
 		if g.adv(); g.text[g.i-1] == '\r' && g.peek(0) == '\n' { // the line break
 			g.adv()
 		}
 		for g.peek(0) == ' ' || g.peek(0) == '\t' {
-			if g.adv(); g.text[g.i-1] == '\t' { // in block text a tab takes a column
-				g.col++
-			}
+			g.adv()
 		}
 		rest := g.text[g.i:]
 		if isBreak(g.peek(0)) {
