@@ -9,11 +9,12 @@ var ParseCounting = parseCounting
 // Redacted prints).
 func Effective(o Options) any { return o.checked.Effective }
 
-// ShapeOf scans data as checkShape does, with no limits, and returns the
-// deepest nesting of lists and mappings it found, the nodes it counted, and
-// every token the YAML library's scanner makes of data (comments and invalid
-// ones too).
-func ShapeOf(data []byte) (depth, nodes, tokens int) {
-	s := scanShape(data, shapeCaps{1 << 30, 1 << 30, 1 << 30, 1 << 62})
-	return s.meter.maxDepth, s.meter.nodes, s.meter.tokens
+// Guard runs the guard before the YAML library on data, a file's text.
+func Guard(data []byte) *Error { return checkGuard("guard.yaml", data) }
+
+// GuardCounts reads data as the guard does, with no limits: the deepest
+// nesting, the nodes and the longest path it counts.
+func GuardCounts(data []byte) (depth, nodes, path int) {
+	g := readGuarded(data, guardLimits{1 << 30, 1 << 30, 1 << 30})
+	return g.maxDepth, g.nodes, g.maxPath
 }

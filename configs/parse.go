@@ -61,8 +61,8 @@ func Parse(filename string, data []byte, types Types) (*File, error) {
 // produced (for tests).
 //
 // A file is read one way, each step adding to the same problems (errors.go):
-// checkText (text.go) → checkShape (shape.go: nesting and size, before the
-// YAML library builds anything) → readDocument: the YAML library's tree as a document
+// checkText (text.go) → checkGuard (guard.go: nesting, size and cost, before the
+// YAML library reads anything) → readDocument: the YAML library's tree as a document
 // (document.go: positions, anchors, the alias budget) → readConfig: mappings
 // (mapping.go, mapvalues.go) read section by section (sections.go, etcd.go,
 // kubernetes.go) and the jobs (jobs.go, schedule.go; each job's options checked
@@ -72,8 +72,8 @@ func parseCounting(filename string, data []byte, types Types) (*File, int, error
 	if textErr != nil {
 		return nil, 0, Errors{textErr}
 	}
-	if shapeErr := checkShape(filename, data); shapeErr != nil {
-		return nil, 0, Errors{shapeErr}
+	if guardErr := checkGuard(filename, data); guardErr != nil {
+		return nil, 0, Errors{guardErr}
 	}
 	ps := &problems{}
 	doc, body, ok := readDocument(filename, data, ps)

@@ -22,7 +22,7 @@ const (
 	// nests about 5 deep), and MaxNodes the YAML nodes the file may hold as
 	// written (keys, values, list entries and brackets each count; a real
 	// config has a few hundred). Both are measured before the YAML library
-	// reads the file (checkShape), whose cost grows with the square of the
+	// reads the file (checkGuard), whose cost grows with the square of the
 	// depth: 20,000 levels of "[" in 40 KB ran it out of memory.
 	MaxDepth = 64
 	MaxNodes = 10_000

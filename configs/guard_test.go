@@ -1,0 +1,155 @@
+package configs_test
+
+import (
+	"io/fs"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/goccy/go-yaml/ast"
+	"github.com/goccy/go-yaml/lexer"
+	yamlparser "github.com/goccy/go-yaml/parser"
+	"github.com/goccy/go-yaml/token"
+	"github.com/snip/snip-jobs/configs"
+)
+
+// libraryBuilds is what the YAML library builds of data, if it parses it:
+// its tokens but comments, how deep its tree's lists and mappings nest, and
+// the longest path it gives a node.
+func libraryBuilds(data string) (tokens, depth, path int, ok bool) {
+	tree, err := yamlparser.ParseBytes([]byte(data), 0, yamlparser.AllowDuplicateMapKey())
+	if err != nil {
+		return 0, 0, 0, false
+	}
+	for _, tk := range lexer.Tokenize(data) {
+		if tk.Type != token.CommentType {
+			tokens++
+		}
+	}
+	for _, d := range tree.Docs {
+		depth = max(depth, nesting(d))
+		ast.Walk(pathLength{&path}, d)
+	}
+	return tokens, depth, path, true
+}
+
+type pathLength struct{ longest *int }
+
+func (v pathLength) Visit(n ast.Node) ast.Visitor {
+	if n != nil && !reflect.ValueOf(n).IsNil() {
+		*v.longest = max(*v.longest, len(n.GetPath()))
+	}
+	return v
+}
+
+// nesting is how deep lists and mappings nest in n.
+func nesting(n ast.Node) int {
+	d := 0
+	switch v := n.(type) {
+	case *ast.DocumentNode:
+		return nesting(v.Body)
+	case *ast.MappingNode:
+		for _, mv := range v.Values {
+			d = max(d, nesting(mv.Key), nesting(mv.Value))
+		}
+		return 1 + d
+	case *ast.MappingValueNode: // a mapping of one pair
+		return 1 + max(nesting(v.Key), nesting(v.Value))
+	case *ast.SequenceNode:
+		for _, e := range v.Values {
+			d = max(d, nesting(e))
+		}
+		return 1 + d
+	case *ast.MappingKeyNode:
+		return nesting(v.Value)
+	case *ast.TagNode:
+		return nesting(v.Value)
+	case *ast.AnchorNode:
+		return nesting(v.Value)
+	}
+	return 0
+}
+
+// checkCountsAtLeast fails t if the guard counts fewer nodes, less nesting
+// or a shorter path in data than the YAML library builds.
+func checkCountsAtLeast(t *testing.T, data string) {
+	t.Helper()
+	tokens, depth, path, ok := libraryBuilds(data)
+	gDepth, gNodes, gPath := configs.GuardCounts([]byte(data))
+	if ok && (gNodes < tokens || gDepth < depth || gPath < path) {
+		t.Errorf("%q: the guard counts %d nodes, nesting %d deep, a path of %d; the library builds %d, %d, %d",
+			data, gNodes, gDepth, gPath, tokens, depth, path)
+	}
+}
+
+// yamlish is text made of YAML's pieces, at random: lines with indentation,
+// "- ", "? ", keys, plain, quoted and block scalars, flow collections,
+// anchors, tags, comments, tabs and stray indicators.
+func yamlish(r *rand.Rand, lines int) string {
+	pieces := []string{"- ", "- ", "? ", "a: ", "key: ", "b:", "<<: ", "&x ", "*x ", "!t ", "!!str ",
+		"[", "]", "{", "}", ", ", "a", "b c", "'q [ { #'", `"d \" [ \t x"`, "'", `"`, "|", "|-", ">2", ">",
+		" # c [ {", "#", "\t", ":", "-", "?", "---", "...", "%Y", "@", "`", "é", "\\", "http://x", "a:b", " "}
+	var b strings.Builder
+	for range lines {
+		b.WriteString(strings.Repeat(" ", r.Intn(7)))
+		for range r.Intn(5) {
+			b.WriteString(pieces[r.Intn(len(pieces))])
+		}
+		b.WriteString([]string{"\n", "\n", "\n\n", "\r\n"}[r.Intn(4)])
+	}
+	return b.String()
+}
+
+// The guard counts at least what the library builds, on every YAML file of
+// the repository (and refuses none) and on random text of YAML's pieces.
+// SNIP_GUARD_RUNS=200000 runs more; FuzzGuard explores.
+func TestTheGuardCountsAtLeastWhatTheYAMLLibraryBuilds(t *testing.T) {
+	files := 0
+	filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() && strings.HasPrefix(d.Name(), ".") && path != ".." {
+			return filepath.SkipDir
+		}
+		if ext := filepath.Ext(path); err != nil || ext != ".yaml" && ext != ".yml" {
+			return nil
+		}
+		if data, err := os.ReadFile(path); err == nil && utf8.Valid(data) {
+			files++
+			checkCountsAtLeast(t, string(data))
+			if e := configs.Guard(data); e != nil {
+				t.Errorf("%s: %v", path, e)
+			}
+		}
+		return nil
+	})
+	if files == 0 {
+		t.Error("no YAML file found in the repository")
+	}
+	runs := 5000
+	if n, err := strconv.Atoi(os.Getenv("SNIP_GUARD_RUNS")); err == nil {
+		runs = n
+	}
+	r := rand.New(rand.NewSource(1))
+	for i := 0; i < runs && !t.Failed(); i++ {
+		checkCountsAtLeast(t, yamlish(r, 1+r.Intn(12)))
+	}
+}
+
+// FuzzGuard holds the guard to the library on any text:
+//
+//	go test ./configs -run '^$' -fuzz FuzzGuard -fuzztime 10m
+func FuzzGuard(f *testing.F) {
+	r := rand.New(rand.NewSource(2))
+	for range 20 {
+		f.Add(yamlish(r, 8))
+	}
+	f.Fuzz(func(t *testing.T, data string) {
+		if utf8.ValidString(data) && len(data) <= 4096 {
+			checkCountsAtLeast(t, data)
+		}
+	})
+}
