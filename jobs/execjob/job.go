@@ -213,16 +213,22 @@ func (j *job) Run(ctx context.Context, r *scheduler.Run) error {
 	var copying sync.WaitGroup
 	copying.Go(func() { out.copy(s.out, "stdout"); s.out.Close() })
 	copying.Go(func() { out.copy(s.err, "stderr"); s.err.Close() })
-	stopped := j.supervise(ctx, r, p, began)
+	stopped, stopSent := j.supervise(ctx, r, p, began)
+	gone := time.Now()
 	copying.Wait()
 	out.close()
+	if stopped != nil {
+		// How long each phase of the stop took, for a stop slower than its grace.
+		log = log.With("stop_to_gone", gone.Sub(stopSent).Round(time.Millisecond), "gone_to_output_closed", time.Since(gone).Round(time.Millisecond))
+	}
 	return j.outcome(log, p.Result(), stopped, began, out.last())
 }
 
 // supervise keeps the supervisor's deadline on the term's (it moves with
 // each renewal) until the tree is gone, stopping it when ctx ends or the
-// timeout passes. It returns why it stopped it (nil: it ended on its own).
-func (j *job) supervise(ctx context.Context, r *scheduler.Run, p *supervisor.Process, began time.Time) error {
+// timeout passes. It returns why it stopped it (nil: it ended on its own),
+// and when it sent the stop.
+func (j *job) supervise(ctx context.Context, r *scheduler.Run, p *supervisor.Process, began time.Time) (why error, sent time.Time) {
 	var timeout <-chan time.Time
 	if j.opts.Timeout != nil {
 		t := time.NewTimer(time.Until(began.Add(*j.opts.Timeout)))
@@ -231,25 +237,24 @@ func (j *job) supervise(ctx context.Context, r *scheduler.Run, p *supervisor.Pro
 	}
 	tick := time.NewTicker(deadlineTick)
 	defer tick.Stop()
-	sent := r.Deadline()
-	var why error
+	deadline := r.Deadline()
 	stop := func(err error) {
 		if why == nil {
-			why = err
+			why, sent = err, time.Now()
 			_ = p.Stop(j.opts.KillGrace)
 		}
 	}
 	for {
 		select {
 		case <-p.Done():
-			return why
+			return why, sent
 		case <-ctx.Done():
 			stop(context.Cause(ctx))
 		case <-timeout:
 			stop(fmt.Errorf("%w after %v", scheduler.ErrTimedOut, *j.opts.Timeout))
 		case <-tick.C:
-			if d := r.Deadline(); !d.Equal(sent) && why == nil {
-				sent = d
+			if d := r.Deadline(); !d.Equal(deadline) && why == nil {
+				deadline = d
 				_ = p.Extend(ctx, j.bootDeadline(d, began))
 			}
 		}
