@@ -213,7 +213,7 @@ func (j *job) Run(ctx context.Context, r *scheduler.Run) error {
 	var copying sync.WaitGroup
 	copying.Go(func() { out.copy(s.out, "stdout"); s.out.Close() })
 	copying.Go(func() { out.copy(s.err, "stderr"); s.err.Close() })
-	stopped, stopSent := j.supervise(ctx, r, p, began)
+	stopSent, stopped := j.supervise(ctx, r, p, began)
 	gone := time.Now()
 	copying.Wait()
 	out.close()
@@ -226,9 +226,9 @@ func (j *job) Run(ctx context.Context, r *scheduler.Run) error {
 
 // supervise keeps the supervisor's deadline on the term's (it moves with
 // each renewal) until the tree is gone, stopping it when ctx ends or the
-// timeout passes. It returns why it stopped it (nil: it ended on its own),
-// and when it sent the stop.
-func (j *job) supervise(ctx context.Context, r *scheduler.Run, p *supervisor.Process, began time.Time) (why error, sent time.Time) {
+// timeout passes. It returns when it sent the stop, and why it stopped it
+// (nil: it ended on its own).
+func (j *job) supervise(ctx context.Context, r *scheduler.Run, p *supervisor.Process, began time.Time) (sent time.Time, why error) {
 	var timeout <-chan time.Time
 	if j.opts.Timeout != nil {
 		t := time.NewTimer(time.Until(began.Add(*j.opts.Timeout)))
@@ -247,7 +247,7 @@ func (j *job) supervise(ctx context.Context, r *scheduler.Run, p *supervisor.Pro
 	for {
 		select {
 		case <-p.Done():
-			return why, sent
+			return sent, why
 		case <-ctx.Done():
 			stop(context.Cause(ctx))
 		case <-timeout:
