@@ -22,23 +22,15 @@ func TestAManualRunCompletesInThePassesLastTransaction(t *testing.T) {
 	t.Parallel()
 	jc, _, opts := schedulerCluster(t)
 	committed := make(chan int64, 1) // a's token, once its manual pass returned
-	real := certrenew.Type()
-	wrapped := real
-	wrapped.New = func(env scheduler.Env, spec configs.Job) (scheduler.Job, error) {
-		job, err := real.New(env, spec)
-		if err != nil {
-			return nil, err
+	wrapped := jobtest.WrapRuns(certrenew.Type(), func(ctx context.Context, r *scheduler.Run, run jobtest.RunFunc) error {
+		err := run(ctx, r)
+		if r.Instance == "a" && r.ManualRun != 0 && err == nil {
+			committed <- r.Token
+			<-ctx.Done() // killed before the scheduler records the outcome
+			return ctx.Err()
 		}
-		return scheduler.JobFunc(func(ctx context.Context, r *scheduler.Run) error {
-			err := job.Run(ctx, r)
-			if r.Instance == "a" && r.ManualRun != 0 && err == nil {
-				committed <- r.Token
-				<-ctx.Done() // killed before the scheduler records the outcome
-				return ctx.Err()
-			}
-			return err
-		}), nil
-	}
+		return err
+	})
 	reg := jobtest.Registry(t, wrapped)
 	spec := configs.Job{Name: jobName, Type: "certrenew", Singleton: true, Grace: 2 * time.Second,
 		Schedule: configs.Schedule{Kind: configs.Interval, Every: 1000 * time.Hour}, Options: jobtest.Options(t, opts)}

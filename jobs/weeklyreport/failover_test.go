@@ -89,22 +89,14 @@ func TestLeaderKilledAtTheSlotGivesOneReportWrittenByTheSuccessor(t *testing.T) 
 		token int64
 	}
 	entered := make(chan entry, 1)
-	real := weeklyreport.Type()
-	wrapped := real
-	wrapped.New = func(env scheduler.Env, spec configs.Job) (scheduler.Job, error) {
-		job, err := real.New(env, spec)
-		if err != nil {
-			return nil, err
+	wrapped := jobtest.WrapRuns(weeklyreport.Type(), func(ctx context.Context, r *scheduler.Run, run jobtest.RunFunc) error {
+		if r.Instance == "server-1" { // killed at the slot, before it writes
+			entered <- entry{r.Slot, r.Token}
+			<-ctx.Done()
+			return ctx.Err()
 		}
-		return scheduler.JobFunc(func(ctx context.Context, r *scheduler.Run) error {
-			if r.Instance == "server-1" { // killed at the slot, before it writes
-				entered <- entry{r.Slot, r.Token}
-				<-ctx.Done()
-				return ctx.Err()
-			}
-			return job.Run(ctx, r)
-		}), nil
-	}
+		return run(ctx, r)
+	})
 	reg := jobtest.Registry(t, wrapped)
 	jobs := []configs.Job{reportJob(time.Second, steadyZone(t, time.Now()), configs.Leader, configs.Latest)}
 	first := c.Start("server-1", reg, jobs)
@@ -162,20 +154,12 @@ func TestThreeInstancesInDatabaseModeStoreOneReport(t *testing.T) {
 	c := jobtest.NewCluster(t)
 	var mu sync.Mutex
 	ran := map[time.Time][]string{} // slot (UTC) -> the instances that ran it
-	real := weeklyreport.Type()
-	counted := real
-	counted.New = func(env scheduler.Env, spec configs.Job) (scheduler.Job, error) {
-		job, err := real.New(env, spec)
-		if err != nil {
-			return nil, err
-		}
-		return scheduler.JobFunc(func(ctx context.Context, r *scheduler.Run) error {
-			mu.Lock()
-			ran[r.Slot.UTC()] = append(ran[r.Slot.UTC()], r.Instance)
-			mu.Unlock()
-			return job.Run(ctx, r)
-		}), nil
-	}
+	counted := jobtest.WrapRuns(weeklyreport.Type(), func(ctx context.Context, r *scheduler.Run, run jobtest.RunFunc) error {
+		mu.Lock()
+		ran[r.Slot.UTC()] = append(ran[r.Slot.UTC()], r.Instance)
+		mu.Unlock()
+		return run(ctx, r)
+	})
 	reg := jobtest.Registry(t, counted)
 	jobs := []configs.Job{reportJob(time.Second, steadyZone(t, time.Now()), configs.Database, configs.Latest)}
 	var nodes []*jobtest.Node

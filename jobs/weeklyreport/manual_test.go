@@ -23,23 +23,15 @@ func TestAManualRunStoresTheLastWeeksReportAndCompletesWithItOnce(t *testing.T) 
 	t.Parallel()
 	c := jobtest.NewCluster(t)
 	committed := make(chan int64, 1) // server-1's token, once its manual run's transaction committed
-	real := weeklyreport.Type()
-	wrapped := real
-	wrapped.New = func(env scheduler.Env, spec configs.Job) (scheduler.Job, error) {
-		job, err := real.New(env, spec)
-		if err != nil {
-			return nil, err
+	wrapped := jobtest.WrapRuns(weeklyreport.Type(), func(ctx context.Context, r *scheduler.Run, run jobtest.RunFunc) error {
+		err := run(ctx, r)
+		if r.Instance == "server-1" && r.ManualRun != 0 && err == nil {
+			committed <- r.Token
+			<-ctx.Done() // killed before the scheduler records the outcome
+			return ctx.Err()
 		}
-		return scheduler.JobFunc(func(ctx context.Context, r *scheduler.Run) error {
-			err := job.Run(ctx, r)
-			if r.Instance == "server-1" && r.ManualRun != 0 && err == nil {
-				committed <- r.Token
-				<-ctx.Done() // killed before the scheduler records the outcome
-				return ctx.Err()
-			}
-			return err
-		}), nil
-	}
+		return err
+	})
 	reg := jobtest.Registry(t, wrapped)
 	loc := steadyZone(t, time.Now())
 	// Slots 1000 hours apart, none caught up: only the manual runs run.

@@ -495,3 +495,21 @@ func (n *Node) Wait(what string, cond func() bool) {
 	n.c.T.Helper()
 	n.c.WaitNodes(what, []*Node{n}, cond)
 }
+
+// RunFunc is a job's Run.
+type RunFunc func(ctx context.Context, r *scheduler.Run) error
+
+// WrapRuns is typ with each run of its jobs passed through around, which
+// calls run (the job's own Run) or not: a test's way to count runs, or to
+// stand in for a crash at a chosen point of one.
+func WrapRuns(typ scheduler.Type, around func(ctx context.Context, r *scheduler.Run, run RunFunc) error) scheduler.Type {
+	wrapped := typ
+	wrapped.New = func(env scheduler.Env, spec configs.Job) (scheduler.Job, error) {
+		job, err := typ.New(env, spec)
+		if err != nil {
+			return nil, err
+		}
+		return scheduler.JobFunc(func(ctx context.Context, r *scheduler.Run) error { return around(ctx, r, job.Run) }), nil
+	}
+	return wrapped
+}
