@@ -173,6 +173,22 @@ func (d *document) resolveQuiet(n ast.Node) ast.Node {
 	}
 }
 
+// entryValuePos is where the value of key is written among the entries of the
+// mapping n, or fallback if key is not one of them (a key brought in by a
+// merge key, say).
+func (d *document) entryValuePos(n ast.Node, key string, fallback Pos) Pos {
+	values, _ := mappingValues(n)
+	for _, mv := range values {
+		if k, ok := keyText(mv.Key); ok && k == key {
+			if v := d.resolveQuiet(mv.Value); v != nil {
+				return d.pos(v)
+			}
+			return d.pos(mv.Key)
+		}
+	}
+	return fallback
+}
+
 // aliasBudget counts the nodes that aliases and merge keys produce in one file,
 // so that expanding them costs at most MaxAliasNodes nodes however they nest.
 // Crossing the limit is reported once, at the outermost alias (or merge key)

@@ -151,21 +151,6 @@ func (dec *optionsDecoder) wholeNumbers(n ast.Node, t reflect.Type, where string
 	return ok
 }
 
-// optionPos is where the value of the option key is written in the options
-// mapping node, or fallback (a key brought in by a merge key, say).
-func (d *document) optionPos(node ast.Node, key string, fallback Pos) Pos {
-	values, _ := mappingValues(node)
-	for _, mv := range values {
-		if k, ok := keyText(mv.Key); ok && k == key {
-			if v := d.resolveQuiet(mv.Value); v != nil {
-				return d.pos(v)
-			}
-			return d.pos(mv.Key)
-		}
-	}
-	return fallback
-}
-
 // maxDecodeAttempts bounds the decode-report-remove loop (each round removes one
 // key, so a file would need this many bad options to reach it).
 const maxDecodeAttempts = 1000
