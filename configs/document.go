@@ -11,7 +11,9 @@ import (
 // by the YAML library, so that a value reached through an alias keeps the
 // position where it is written. An alias resolves only to an anchor written
 // before it, so no cycle can form; what aliases produce is bounded by budget.
-// Problems are added to the file's problems, with the job they are in.
+// Problems are added to the file's problems, with the job they are in. The
+// shape of a node, which every reader asks about, is here too (nodePos, isNull,
+// mappingValues, keyText): it needs no document.
 type document struct {
 	file string
 	*problems
@@ -56,6 +58,37 @@ func nodePos(file string, n ast.Node) Pos {
 		return Pos{File: file}
 	}
 	return Pos{File: file, Line: tk.Position.Line, Col: tk.Position.Column}
+}
+
+// isNull reports whether n is absent or an explicit or empty YAML null.
+func isNull(n ast.Node) bool {
+	if n == nil {
+		return true
+	}
+	_, ok := n.(*ast.NullNode)
+	return ok
+}
+
+// mappingValues returns the entries of a mapping node.
+func mappingValues(n ast.Node) ([]*ast.MappingValueNode, bool) {
+	switch v := n.(type) {
+	case *ast.MappingNode:
+		return v.Values, true
+	case *ast.MappingValueNode:
+		return []*ast.MappingValueNode{v}, true
+	}
+	return nil, false
+}
+
+// keyText returns a scalar key as written.
+func keyText(k ast.MapKeyNode) (string, bool) {
+	switch v := k.(type) {
+	case *ast.StringNode:
+		return v.Value, true
+	case *ast.IntegerNode, *ast.FloatNode, *ast.BoolNode, *ast.NullNode:
+		return v.GetToken().Value, true
+	}
+	return "", false
 }
 
 // link walks the tree in document order and records, for every alias, the
@@ -140,13 +173,20 @@ func (d *document) resolveQuiet(n ast.Node) ast.Node {
 	}
 }
 
-// isNull reports whether n is absent or an explicit or empty YAML null.
-func isNull(n ast.Node) bool {
-	if n == nil {
-		return true
+// entryValuePos is where the value of key is written among the entries of the
+// mapping n, or fallback if key is not one of them (a key brought in by a
+// merge key, say).
+func (d *document) entryValuePos(n ast.Node, key string, fallback Pos) Pos {
+	values, _ := mappingValues(n)
+	for _, mv := range values {
+		if k, ok := keyText(mv.Key); ok && k == key {
+			if v := d.resolveQuiet(mv.Value); v != nil {
+				return d.pos(v)
+			}
+			return d.pos(mv.Key)
+		}
 	}
-	_, ok := n.(*ast.NullNode)
-	return ok
+	return fallback
 }
 
 // aliasBudget counts the nodes that aliases and merge keys produce in one file,

@@ -94,7 +94,7 @@ func DecodeOptions[T any](spec Job, defaults func() T) (T, error) {
 			for _, e := range splitErrorValues(err) {
 				var oe *OptionError
 				if errors.As(e, &oe) && o.node != nil {
-					dec.errorf(dec.doc.optionPos(o.node, oe.Key, pos), "options.%s: %v", oe.Key, oe.Err)
+					dec.errorf(dec.doc.entryValuePos(o.node, oe.Key, pos), "options.%s: %v", oe.Key, oe.Err)
 				} else {
 					dec.errorf(pos, "options: %v", e)
 				}

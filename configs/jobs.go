@@ -177,7 +177,7 @@ func (r *jobReader) options(m *mapping, j Job, typeKnown bool) Options {
 	for _, of := range checked.Files {
 		if of.Path != "" {
 			o.files = append(o.files, NamedFile{Key: "options." + of.Key, Job: j.Name, Path: of.Path, Holds: of.Holds,
-				Pos: r.doc.optionPos(o.node, of.Key, o.pos)})
+				Pos: r.doc.entryValuePos(o.node, of.Key, o.pos)})
 		}
 	}
 	return o

@@ -53,17 +53,6 @@ func (d *document) mapping(n ast.Node, where, job string) *mapping {
 	return m
 }
 
-// mappingValues returns the entries of a mapping node.
-func mappingValues(n ast.Node) ([]*ast.MappingValueNode, bool) {
-	switch v := n.(type) {
-	case *ast.MappingNode:
-		return v.Values, true
-	case *ast.MappingValueNode:
-		return []*ast.MappingValueNode{v}, true
-	}
-	return nil, false
-}
-
 // add records the mapping's own entries (own = true), reporting duplicates and
 // keys that are not strings, then the entries of its merge keys, which never
 // override a key already present.
@@ -135,17 +124,6 @@ func (m *mapping) merge(mv *ast.MappingValueNode) (more bool) {
 		}
 	}
 	return true
-}
-
-// keyText returns a scalar key as written.
-func keyText(k ast.MapKeyNode) (string, bool) {
-	switch v := k.(type) {
-	case *ast.StringNode:
-		return v.Value, true
-	case *ast.IntegerNode, *ast.FloatNode, *ast.BoolNode, *ast.NullNode:
-		return v.GetToken().Value, true
-	}
-	return "", false
 }
 
 // label names the mapping in a message.
