@@ -143,7 +143,11 @@ func (r *Report) ViolationCounts() map[string]int {
 // store names the run's store, after the jobs in the report's first line.
 func (r *Report) store() string {
 	if r.Options.Backend == BackendKubernetes {
-		return "; Kubernetes backend: Leases on kube-apiserver " + r.KubeVersion + " (HTTPS, bearer token) over an etcd of its own"
+		store := "an etcd of its own" // reports from before it ran over the harness's members lack their version
+		if r.EtcdVersion != "" {
+			store = "etcd " + r.EtcdVersion + " (three members, TLS, authentication by a client certificate)"
+		}
+		return "; Kubernetes backend: Leases on kube-apiserver " + r.KubeVersion + " (HTTPS, bearer token) over " + store
 	}
 	if r.EtcdVersion != "" { // reports written before the version was recorded lack it
 		return "; etcd " + r.EtcdVersion + " over TLS with authentication"
@@ -167,8 +171,13 @@ func (r *Report) figuresNote() string {
 	}
 	b.WriteString("On the Kubernetes backend, etcd's leader key is the job's Lease and its token annotation: *new term* is the " +
 		"Lease naming the successor with a higher token; a Lease never expires at the API server, so the old term's key is " +
-		"gone when the successor writes the Lease (handoff 0), unless its holder resigned (holder cleared). " +
-		"The invariants that name etcd read \"the API server\"; the quorum's has no fault to check on this backend.\n\n")
+		"gone when the successor writes the Lease (handoff 0), unless its holder resigned (holder cleared). ")
+	if r.EtcdVersion == "" {
+		b.WriteString("The invariants that name etcd read \"the API server\"; the quorum's has no fault to check on this backend.\n\n")
+	} else {
+		b.WriteString("The invariants that name etcd read \"the API server\", but for the quorum's: etcd's members beneath it, " +
+			"which the etcd faults strike (a term's token is its job's, read from the job Leases just before the loss).\n\n")
+	}
 	return b.String()
 }
 
