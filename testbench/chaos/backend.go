@@ -18,8 +18,8 @@ const (
 	// BackendEtcd: three etcd members, each a process (the default).
 	BackendEtcd Backend = "etcd"
 	// BackendKubernetes: coordination.k8s.io/v1 Leases on a real
-	// kube-apiserver (testbench/kubetest) over an etcd of its own; see
-	// kubestore.go for what this covers and what it does not.
+	// kube-apiserver (testbench/kubetest) over the harness's three etcd
+	// members; see kubestore.go for what this covers and what it does not.
 	BackendKubernetes Backend = "kubernetes"
 )
 
@@ -27,12 +27,11 @@ const (
 var Backends = []Backend{BackendEtcd, BackendKubernetes}
 
 // KubeKinds is every fault kind of the Kubernetes backend, in the order of
-// the results table: the leaders' faults, the API server's restart (in
-// place of etcd's member faults: the kube-apiserver's etcd is one member,
-// embedded, whose own faults the harness cannot cause cheaply),
-// PostgreSQL's restart and the operators' controls.
+// the results table: the leaders' faults, etcd's (its members beneath the
+// kube-apiserver: the instances reach only the API server), the API
+// server's restart, PostgreSQL's restart and the operators' controls.
 var KubeKinds = []Kind{KillLeader, KillLeaderReclaim, PauseLeader, PartitionLeader, PartitionSlowDB, TermLeader,
-	APIServerRestart, PostgresRestart, OperatorPause, ManualRun, Drain}
+	EtcdMemberLoss, EtcdLeaderLoss, QuorumLoss, FollowersLoss, APIServerRestart, PostgresRestart, OperatorPause, ManualRun, Drain}
 
 // Kinds is every fault kind that makes sense on the backend.
 func (b Backend) Kinds() []Kind {

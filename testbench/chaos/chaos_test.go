@@ -116,10 +116,14 @@ func TestEveryFaultKindOnceLeavesEveryInvariantIntact(t *testing.T) {
 
 // The same on the Kubernetes backend: the three instances keep their terms
 // in Leases on a real kube-apiserver, each reaching it through a fault proxy
-// of its own, and the observer watches the job Leases. Every kind of that
-// backend once, in one cluster: the leaders' faults, the kube-apiserver
-// SIGKILLed and started again, PostgreSQL restarted, and the operators'
-// controls. The same checker must find nothing.
+// of its own, the API server stores them in the harness's three etcd
+// members, and the observer watches the job Leases. Every kind of that
+// backend once, in one cluster: the leaders' faults; beneath the API server
+// an etcd member, the etcd leader, two members (no quorum) and both
+// followers lost and restarted; the kube-apiserver SIGKILLed and started
+// again; PostgreSQL restarted; and the operators' controls. The same checker
+// must find nothing, and the quorum's check must have had each job's token
+// before the losses to check the terms against.
 func TestEveryKubeFaultKindOnceLeavesEveryInvariantIntact(t *testing.T) {
 	t.Parallel()
 	rep, err := chaos.Run(context.Background(), chaos.Options{
@@ -141,6 +145,11 @@ func TestEveryKubeFaultKindOnceLeavesEveryInvariantIntact(t *testing.T) {
 	for _, k := range chaos.KubeKinds {
 		if !kinds[k] {
 			t.Errorf("no %s fault was injected", k)
+		}
+	}
+	for _, f := range rep.Faults {
+		if (f.Kind == chaos.QuorumLoss || f.Kind == chaos.FollowersLoss) && f.PreLossTokens[chaos.JobProbe] == 0 {
+			t.Errorf("fault %d (%s): no probe token recorded before the loss (%v): the quorum's check had nothing to check", f.N, f.Kind, f.PreLossTokens)
 		}
 	}
 	if c := rep.Controls; c == nil || c.Pauses == 0 || c.Drains == 0 || c.Done == 0 || c.Executed == 0 {

@@ -60,7 +60,8 @@ const (
 )
 
 // cluster is everything a run starts: the binary, the store (three etcd
-// member processes, or a kube-apiserver: Options.Backend), PostgreSQL, the CA, three snip-jobs processes and their proxies,
+// member processes, and on Kubernetes a kube-apiserver over them:
+// Options.Backend), PostgreSQL, the CA, three snip-jobs processes and their proxies,
 // the observer and the load.
 type cluster struct {
 	opts   Options
@@ -68,7 +69,7 @@ type cluster struct {
 	dir    string
 	binary string
 
-	etcd        *etcdCluster // BackendEtcd
+	etcd        *etcdCluster // the instances' store, or (BackendKubernetes) the kube-apiserver's
 	etcdVersion string       // the members' server version
 	kube        *kubeStore   // BackendKubernetes
 	stopObs     context.CancelFunc
@@ -404,11 +405,11 @@ func (c *cluster) close() {
 	if c.stopObs != nil {
 		c.stopObs()
 	}
-	if c.etcd != nil {
-		c.etcd.close()
-	}
 	if c.kube != nil {
 		c.kube.close()
+	}
+	if c.etcd != nil {
+		c.etcd.close()
 	}
 	if c.pool != nil {
 		c.pool.Close()

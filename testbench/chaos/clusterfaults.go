@@ -44,13 +44,9 @@ func (c *cluster) quorumLoss(ctx context.Context, rng *rand.Rand, f *Fault) erro
 	other := (lead + 1 + rng.IntN(2)) % 3
 	a, b := c.etcd.members[lead], c.etcd.members[other]
 	f.Target = a.name + "+" + b.name
-	rctx, cancel := context.WithTimeout(ctx, etcdOpTimeout)
-	resp, err := c.etcd.cli.Get(rctx, "/snip-chaos-revision")
-	cancel()
-	if err != nil {
-		return fmt.Errorf("read etcd's revision: %w", err)
+	if err := c.beforeLoss(ctx, f); err != nil {
+		return err
 	}
-	f.PreLossRevision = resp.Header.Revision
 	f.Start = time.Now()
 	a.kill()
 	b.kill()
@@ -66,6 +62,25 @@ func (c *cluster) quorumLoss(ctx context.Context, rng *rand.Rand, f *Fault) erro
 	return err
 }
 
+// beforeLoss records, just before a quorum loss, the highest token a term
+// granted before it can carry: etcd's revision, and on the Kubernetes
+// backend each job Lease's token.
+func (c *cluster) beforeLoss(ctx context.Context, f *Fault) error {
+	rctx, cancel := context.WithTimeout(ctx, etcdOpTimeout)
+	resp, err := c.etcd.cli.Get(rctx, "/snip-chaos-revision")
+	cancel()
+	if err != nil {
+		return fmt.Errorf("read etcd's revision: %w", err)
+	}
+	f.PreLossRevision = resp.Header.Revision
+	if c.kube != nil {
+		if f.PreLossTokens, err = c.kube.jobTokens(ctx); err != nil {
+			return fmt.Errorf("read the job Leases' tokens: %w", err)
+		}
+	}
+	return nil
+}
+
 func (c *cluster) followersLoss(ctx context.Context, f *Fault) error {
 	lead, err := c.etcd.waitLeader(ctx, readyBound)
 	if err != nil {
@@ -74,13 +89,9 @@ func (c *cluster) followersLoss(ctx context.Context, f *Fault) error {
 	a, b := c.etcd.members[(lead+1)%3], c.etcd.members[(lead+2)%3]
 	leader := c.etcd.members[lead]
 	f.Target = a.name + "+" + b.name
-	rctx, cancel := context.WithTimeout(ctx, etcdOpTimeout)
-	resp, err := c.etcd.cli.Get(rctx, "/snip-chaos-revision")
-	cancel()
-	if err != nil {
-		return fmt.Errorf("read etcd's revision: %w", err)
+	if err := c.beforeLoss(ctx, f); err != nil {
+		return err
 	}
-	f.PreLossRevision = resp.Header.Revision
 	f.Start = time.Now()
 	a.kill()
 	b.kill()

@@ -32,13 +32,13 @@
 //
 // With Options.Backend = BackendKubernetes the instances run on
 // `leadership.backend: kubernetes` instead: their terms are Leases on a real
-// kube-apiserver (testbench/kubetest, over an etcd of its own), which each
-// reaches through a fault proxy of its own; the observer watches the job
-// Leases (a term starts when one names a holder with a new token); the
-// faults are KubeKinds (the etcd members' faults give way to a restart of
-// the kube-apiserver); and the same checker runs, naming terms by job and
-// token (each job Lease counts its own tokens). kubestore.go says what this
-// covers and what it does not.
+// kube-apiserver (testbench/kubetest, over the three etcd members), which
+// each reaches through a fault proxy of its own; the observer watches the
+// job Leases (a term starts when one names a holder with a new token); the
+// faults are KubeKinds (etcd's strike the members beneath the API server,
+// and the kube-apiserver is restarted too); and the same checker runs,
+// naming terms by job and token (each job Lease counts its own tokens).
+// kubestore.go says what this covers and what it does not.
 //
 // The checker then reads what the resources accepted and reports a Violation
 // for each broken invariant (see Invariants): each job's writes (the probe's

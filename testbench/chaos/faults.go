@@ -130,6 +130,10 @@ type Fault struct {
 	// PreLossRevision is etcd's revision just before the quorum loss: no term
 	// can carry a higher token until the quorum is back.
 	PreLossRevision int64
+	// PreLossTokens is, on the Kubernetes backend (whose tokens count per
+	// job), each job Lease's token just before the loss: no term of that job
+	// can carry a higher one until the quorum is back.
+	PreLossTokens map[string]int64 `json:",omitempty"`
 	// RestartAt is when the harness started the lost members again: until
 	// then only one member of three ran.
 	RestartAt time.Time
@@ -161,6 +165,16 @@ func (f *Fault) StruckProbe() bool {
 		return slices.Contains(f.Led, JobProbe)
 	}
 	return slices.ContainsFunc(f.Takeovers, func(t Takeover) bool { return t.Job == JobProbe })
+}
+
+// preLoss is the highest token a term of job granted before the quorum loss
+// can carry: the job's own token on the Kubernetes backend, etcd's revision
+// on etcd.
+func (f *Fault) preLoss(job string) int64 {
+	if f.PreLossTokens != nil {
+		return f.PreLossTokens[job]
+	}
+	return f.PreLossRevision
 }
 
 // NoActingMeasured reports whether the fault's NoActing measures a time

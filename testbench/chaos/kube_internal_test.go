@@ -41,9 +41,9 @@ func TestAJobLeaseStatesMakeTheTermEvents(t *testing.T) {
 	}
 }
 
-// Each backend runs its own kinds by default and refuses the other's: the
-// etcd members' faults have no members to strike on Kubernetes, nor the
-// API server's restart on etcd.
+// Each backend runs its own kinds by default and refuses what it cannot
+// inject: the API server's restart on etcd. Kubernetes runs etcd's faults
+// too, on the members beneath its API server.
 func TestEachBackendRunsItsOwnKinds(t *testing.T) {
 	o, err := Options{Backend: BackendKubernetes}.withDefaults()
 	if err != nil || !slices.Equal(o.Kinds, KubeKinds) {
@@ -55,9 +55,58 @@ func TestEachBackendRunsItsOwnKinds(t *testing.T) {
 	for _, c := range []struct {
 		b Backend
 		k Kind
-	}{{BackendKubernetes, EtcdLeaderLoss}, {BackendKubernetes, QuorumLoss}, {BackendEtcd, APIServerRestart}, {"consul", KillLeader}} {
+	}{{BackendEtcd, APIServerRestart}, {"consul", KillLeader}} {
 		if _, err := (Options{Backend: c.b, Kinds: []Kind{c.k}}).withDefaults(); err == nil {
 			t.Errorf("%s on %q was accepted", c.k, c.b)
 		}
+	}
+	etcdKinds := []Kind{EtcdMemberLoss, EtcdLeaderLoss, QuorumLoss, FollowersLoss}
+	if _, err := (Options{Backend: BackendKubernetes, Kinds: etcdKinds}).withDefaults(); err != nil {
+		t.Errorf("etcd's faults on kubernetes: %v", err)
+	}
+}
+
+// On Kubernetes each job counts its own tokens, so a quorum loss records
+// each job Lease's token before it: a term newer than its job's token, begun
+// during the loss, is a violation (etcd's revision, far above every job's
+// count, would have let it pass), while an older term of a job with a
+// higher count is not; a write TTL past the loss is a violation; and the
+// figure of the last write of an old term counts the probe's old terms
+// only, not a new one won once the members were back.
+func TestAQuorumLossOnKubernetesIsCheckedAgainstEachJobsToken(t *testing.T) {
+	t0 := time.Date(2026, 12, 8, 12, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	q := &Fault{N: 1, Kind: QuorumLoss, LossStart: at(0), RestartAt: at(4000), LossEnd: at(5000),
+		PreLossRevision: 900, PreLossTokens: map[string]int64{JobProbe: 7, JobAggregator: 30}}
+	f := &facts{
+		jobTerms: []jobTerm{
+			{Job: JobProbe, Token: 8, Instance: "server-b", Started: at(500)},       // newer than the probe's 7
+			{Job: JobAggregator, Token: 30, Instance: "server-a", Started: at(500)}, // granted before, recorded late
+			{Job: JobProbe, Token: 9, Instance: "server-c", Started: at(4600)},      // after the members were back
+		},
+		probe: []probeRow{
+			{Instance: "server-a", Token: 7, Seq: 1, Committed: at(1200)},
+			{Instance: "server-a", Token: 7, Seq: 2, Committed: at(2500)}, // past TTL (2 s) after the loss
+			{Instance: "server-c", Token: 9, Seq: 3, Committed: at(4800)},
+		},
+	}
+	k := &checker{ttl: 2 * time.Second}
+	k.checkQuorum(f, []*Fault{q})
+	var got []string
+	for _, v := range k.out {
+		if v.Invariant != InvQuorum {
+			t.Errorf("a violation of %q: %s", v.Invariant, v.Detail)
+		}
+		got = append(got, v.Detail)
+	}
+	want := []string{
+		"fault 1: term 8 of probe is newer than any granted before the quorum loss (7)",
+		"fault 1 (etcd-quorum-loss): probe write by server-a (token 7) accepted at 12:00:02.500, 2.5s after etcd last could renew a lease (TTL 2s)",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("violations:\n got %q\nwant %q", got, want)
+	}
+	if want := 2500 * time.Millisecond; q.LastWriteAfterLoss != want {
+		t.Errorf("last write of an old term %v after the loss, want %v (the new term's write at 4.8 s is not one)", q.LastWriteAfterLoss, want)
 	}
 }

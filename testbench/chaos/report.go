@@ -140,20 +140,79 @@ func (r *Report) ViolationCounts() map[string]int {
 	return out
 }
 
+// store names the run's store, after the jobs in the report's first line.
+func (r *Report) store() string {
+	if r.Options.Backend == BackendKubernetes {
+		store := "an etcd of its own" // reports from before it ran over the harness's members lack their version
+		if r.EtcdVersion != "" {
+			store = "etcd " + r.EtcdVersion + " (three members, TLS, authentication by a client certificate)"
+		}
+		return "; Kubernetes backend: Leases on kube-apiserver " + r.KubeVersion + " (HTTPS, bearer token) over " + store
+	}
+	if r.EtcdVersion != "" { // reports written before the version was recorded lack it
+		return "; etcd " + r.EtcdVersion + " over TLS with authentication"
+	}
+	return ""
+}
+
+// figuresNote says what the figures per fault kind measure.
+func (r *Report) figuresNote() string {
+	var b strings.Builder
+	b.WriteString("\nFigures per fault kind, p50 / p99 / max. *No acting leader*: the longest time without an accepted probe write " +
+		"(the probe writes every second, the lowest `every` allowed) from the last write before the fault (for partition-slow-db, from the cut: its slowed link " +
+		"spaces the leader's writes before it) until the cluster settled; for a fault aimed at a leader, only over the faults whose " +
+		"target led the probe (the other jobs' leaders have no steady record of acting), for etcd and PostgreSQL faults over all; " +
+		"in brackets, how many faults it was measured over. *New term*: from the fault " +
+		"(signal, cut, kill) to the successor's leader key in etcd, for every job the target led.\n\n")
+	b.WriteString("*Key gone*: fault → the old leader key deleted (resigned, or its lease expired at etcd). *Handoff*: key deleted → " +
+		"new key created (the successors' campaign, including the scheduler's spread hold-back).\n\n")
+	if r.Options.Backend != BackendKubernetes {
+		return b.String()
+	}
+	b.WriteString("On the Kubernetes backend, etcd's leader key is the job's Lease and its token annotation: *new term* is the " +
+		"Lease naming the successor with a higher token; a Lease never expires at the API server, so the old term's key is " +
+		"gone when the successor writes the Lease (handoff 0), unless its holder resigned (holder cleared). ")
+	if r.EtcdVersion == "" {
+		b.WriteString("The invariants that name etcd read \"the API server\"; the quorum's has no fault to check on this backend.\n\n")
+	} else {
+		b.WriteString("The invariants that name etcd read \"the API server\", but for the quorum's: etcd's members beneath it, " +
+			"which the etcd faults strike (a term's token is its job's, read from the job Leases just before the loss).\n\n")
+	}
+	return b.String()
+}
+
+// other is the kind's "other" column: the figures only some kinds have.
+func (s KindStats) other() string {
+	var other []string
+	if s.Restart.N > 0 {
+		other = append(other, "restart → ready "+s.Restart.String())
+	}
+	if s.Election.N > 0 {
+		other = append(other, "new etcd leader "+s.Election.String())
+	}
+	if s.StepDown.N > 0 {
+		other = append(other, "isolated etcd leader stepped down after "+s.StepDown.String())
+	}
+	if s.AfterLoss.N > 0 {
+		other = append(other, "last write of an old term after the loss "+s.AfterLoss.String())
+	}
+	if s.Reclaim.N > 0 {
+		other = append(other, "`snip-jobs reclaim` ran "+s.Reclaim.String())
+	}
+	if s.Kind == EtcdLeaderLoss || s.Kind == EtcdMemberLoss || s.Kind == APIServerRestart {
+		other = append(other, fmt.Sprintf("terms ended by the instances (expired, lease lost): %d", s.TermsEnded))
+	}
+	other = append(other, s.controlsOther()...)
+	return strings.Join(other, "; ")
+}
+
 // Markdown renders the report: the invariants, the figures per fault kind, and
 // the first violations in full.
 func (r *Report) Markdown() string {
 	var b strings.Builder
-	ttl := r.Options.TTL
-	etcd := ""
-	if r.EtcdVersion != "" { // reports written before the version was recorded lack it
-		etcd = "; etcd " + r.EtcdVersion + " over TLS with authentication"
-	}
-	if r.Options.Backend == BackendKubernetes {
-		etcd = "; Kubernetes backend: Leases on kube-apiserver " + r.KubeVersion + " (HTTPS, bearer token) over an etcd of its own"
-	}
 	fmt.Fprintf(&b, "%d faults in %v (seed %d, TTL %v, margin %v, renew interval %v, broken build: %v); jobs: %s%s.\n\n",
-		len(r.Faults), r.Duration.Round(time.Second), r.Seed, ttl, r.Options.margin(), r.Options.renewInterval(), r.Options.Broken, strings.Join(r.Jobs, ", "), etcd)
+		len(r.Faults), r.Duration.Round(time.Second), r.Seed, r.Options.TTL, r.Options.margin(), r.Options.renewInterval(), r.Options.Broken,
+		strings.Join(r.Jobs, ", "), r.store())
 	b.WriteString("| invariant | violations |\n|---|---|\n")
 	counts := r.ViolationCounts()
 	for _, inv := range Invariants {
@@ -163,43 +222,10 @@ func (r *Report) Markdown() string {
 		}
 		fmt.Fprintf(&b, "| %s%s | %d |\n", inv, note, counts[inv])
 	}
-	b.WriteString("\nFigures per fault kind, p50 / p99 / max. *No acting leader*: the longest time without an accepted probe write " +
-		"(the probe writes every second, the lowest `every` allowed) from the last write before the fault (for partition-slow-db, from the cut: its slowed link " +
-		"spaces the leader's writes before it) until the cluster settled; for a fault aimed at a leader, only over the faults whose " +
-		"target led the probe (the other jobs' leaders have no steady record of acting), for etcd and PostgreSQL faults over all; " +
-		"in brackets, how many faults it was measured over. *New term*: from the fault " +
-		"(signal, cut, kill) to the successor's leader key in etcd, for every job the target led.\n\n")
-	b.WriteString("*Key gone*: fault → the old leader key deleted (resigned, or its lease expired at etcd). *Handoff*: key deleted → " +
-		"new key created (the successors' campaign, including the scheduler's spread hold-back).\n\n")
-	if r.Options.Backend == BackendKubernetes {
-		b.WriteString("On the Kubernetes backend, etcd's leader key is the job's Lease and its token annotation: *new term* is the " +
-			"Lease naming the successor with a higher token; a Lease never expires at the API server, so the old term's key is " +
-			"gone when the successor writes the Lease (handoff 0), unless its holder resigned (holder cleared). " +
-			"The invariants that name etcd read \"the API server\"; the quorum's has no fault to check on this backend.\n\n")
-	}
+	b.WriteString(r.figuresNote())
 	b.WriteString("| fault | n | no acting leader (faults measured) | new term after | key gone after | handoff | other |\n|---|---|---|---|---|---|---|\n")
 	for _, s := range r.ByKind() {
-		var other []string
-		if s.Restart.N > 0 {
-			other = append(other, "restart → ready "+s.Restart.String())
-		}
-		if s.Election.N > 0 {
-			other = append(other, "new etcd leader "+s.Election.String())
-		}
-		if s.StepDown.N > 0 {
-			other = append(other, "isolated etcd leader stepped down after "+s.StepDown.String())
-		}
-		if s.AfterLoss.N > 0 {
-			other = append(other, "last write of an old term after the loss "+s.AfterLoss.String())
-		}
-		if s.Reclaim.N > 0 {
-			other = append(other, "`snip-jobs reclaim` ran "+s.Reclaim.String())
-		}
-		if s.Kind == EtcdLeaderLoss || s.Kind == EtcdMemberLoss || s.Kind == APIServerRestart {
-			other = append(other, fmt.Sprintf("terms ended by the instances (expired, lease lost): %d", s.TermsEnded))
-		}
-		other = append(other, s.controlsOther()...)
-		fmt.Fprintf(&b, "| %s | %d | %s (%d) | %s | %s | %s | %s |\n", s.Kind, s.Faults, s.NoActing, s.NoActing.N, s.Takeover, s.KeyGone, s.Handoff, strings.Join(other, "; "))
+		fmt.Fprintf(&b, "| %s | %d | %s (%d) | %s | %s | %s | %s |\n", s.Kind, s.Faults, s.NoActing, s.NoActing.N, s.Takeover, s.KeyGone, s.Handoff, s.other())
 	}
 	if struck := r.Struck(); len(struck) > 0 {
 		var parts []string

@@ -10,18 +10,19 @@ import (
 )
 
 // startStore starts the instances' store (Options.Backend) and returns the
-// store's sections of an instance's config, given the instance.
+// store's sections of an instance's config, given the instance. Both
+// backends start the three etcd members: on Kubernetes, the kube-apiserver
+// stores its data in them.
 func (c *cluster) startStore(ctx context.Context) (func(*instance) string, error) {
-	if c.opts.Backend == BackendKubernetes {
-		var err error
-		if c.kube, err = startKube(ctx, c.dir, c.log); err != nil {
-			return nil, fmt.Errorf("kube-apiserver: %w", err)
-		}
-		return func(in *instance) string { return c.kube.section(in.store[0].Addr()) }, nil
-	}
 	secure, err := c.startEtcd(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if c.opts.Backend == BackendKubernetes {
+		if c.kube, err = startKube(ctx, c.dir, c.log, c.etcd); err != nil {
+			return nil, fmt.Errorf("kube-apiserver: %w", err)
+		}
+		return func(in *instance) string { return c.kube.section(in.store[0].Addr()) }, nil
 	}
 	return func(in *instance) string {
 		eps := make([]string, len(in.store))

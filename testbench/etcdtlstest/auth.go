@@ -76,3 +76,21 @@ func Grant(ctx context.Context, cli *clientv3.Client, a Auth) error {
 	}
 	return nil
 }
+
+// AddCertUser creates user without a password, so that only a client
+// certificate naming it (PKI.CertUser) logs it in, and grants it roles,
+// through cli (root's): the client API equivalent of
+//
+//	etcdctl user add USER --no-password
+//	etcdctl user grant-role USER ROLE
+func AddCertUser(ctx context.Context, cli *clientv3.Client, user string, roles ...string) error {
+	if _, err := cli.UserAddWithOptions(ctx, user, "", &clientv3.UserAddOptions{NoPassword: true}); err != nil {
+		return fmt.Errorf("etcdctl user add %s --no-password: %w", user, err)
+	}
+	for _, r := range roles {
+		if _, err := cli.UserGrantRole(ctx, user, r); err != nil {
+			return fmt.Errorf("etcdctl user grant-role %s %s: %w", user, r, err)
+		}
+	}
+	return nil
+}

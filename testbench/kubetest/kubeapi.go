@@ -1,6 +1,7 @@
 // Package kubetest runs a real kube-apiserver for tests: the release's own
-// binary (Binary builds it into the cache once), over a real etcd (an
-// embedded member, package etcdlocal), serving HTTPS on a loopback port with
+// binary (Binary builds it into the cache once), over a real etcd (by
+// default an embedded member of its own, package etcdlocal; or the caller's
+// cluster, Options.Etcd, over TLS), serving HTTPS on a loopback port with
 // self-signed certificates, token authentication and, by default,
 // AlwaysAllow authorization.
 //
@@ -32,6 +33,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -64,6 +66,38 @@ type Options struct {
 	// not in the cache yet, rather than build it (for snip-dev, whose user
 	// did not ask for an hour's build).
 	NoBuild bool
+	// Etcd, if set, is the caller's etcd cluster, which the apiserver stores
+	// its data in and which Close leaves running; nil: an embedded member of
+	// the server's own, closed with it.
+	Etcd *Etcd
+}
+
+// Etcd is an etcd cluster for the apiserver (--etcd-servers), over TLS
+// with a client certificate.
+type Etcd struct {
+	// Servers are the members' client URLs (https://127.0.0.1:port).
+	Servers []string
+	// CAFile verifies the members' certificate; CertFile and KeyFile are the
+	// apiserver's client certificate. kube-apiserver cannot log in to etcd
+	// with a user name and a password: with etcd's authentication on, the
+	// certificate's common name must name an etcd user
+	// (etcdtlstest.PKI.CertUser, etcdtlstest.AddCertUser). Its role must be
+	// root: the apiserver compacts etcd (an administrator's RPC) and keeps
+	// the compaction's revision in compact_rev_key, outside its prefix.
+	CAFile, CertFile, KeyFile string
+	// Prefix is the apiserver's key prefix (--etcd-prefix; default its own,
+	// /registry).
+	Prefix string
+}
+
+// flags are the apiserver's etcd flags for e.
+func (e *Etcd) flags() []string {
+	out := []string{"--etcd-servers=" + strings.Join(e.Servers, ","),
+		"--etcd-cafile=" + e.CAFile, "--etcd-certfile=" + e.CertFile, "--etcd-keyfile=" + e.KeyFile}
+	if e.Prefix != "" {
+		out = append(out, "--etcd-prefix="+e.Prefix)
+	}
+	return out
 }
 
 // Server is a running kube-apiserver and its etcd.
@@ -72,11 +106,12 @@ type Server struct {
 	port     int
 	token    string
 	opts     Options
-	etcd     *etcdlocal.Server
+	etcd     *etcdlocal.Server // nil with Options.Etcd
 	proc     *childproc.Proc
 }
 
-// Start starts etcd and kube-apiserver in a fresh temporary folder.
+// Start starts etcd (unless Options.Etcd is set) and kube-apiserver in a
+// fresh temporary folder.
 func Start(ctx context.Context, opts Options) (_ *Server, err error) {
 	if opts.Version == "" {
 		opts.Version = kubebuild.Selected()
@@ -102,9 +137,11 @@ func Start(ctx context.Context, opts Options) (_ *Server, err error) {
 			s.Close()
 		}
 	}()
-	s.etcd, err = etcdlocal.Start(ctx, etcdlocal.Config{Dir: filepath.Join(dir, "etcd"), ClientAddr: "127.0.0.1:0", Log: opts.Log})
-	if err != nil {
-		return nil, fmt.Errorf("kubeapi: etcd: %w", err)
+	if opts.Etcd == nil {
+		s.etcd, err = etcdlocal.Start(ctx, etcdlocal.Config{Dir: filepath.Join(dir, "etcd"), ClientAddr: "127.0.0.1:0", Log: opts.Log})
+		if err != nil {
+			return nil, fmt.Errorf("kubeapi: etcd: %w", err)
+		}
 	}
 	if err := s.writeFiles(); err != nil {
 		return nil, fmt.Errorf("kubeapi: %w", err)
@@ -151,8 +188,7 @@ func (s *Server) args() []string {
 		authz = "RBAC"
 	}
 	f := func(name string) string { return filepath.Join(s.dir, name) }
-	return []string{
-		"--etcd-servers=" + s.etcd.Endpoint(),
+	args := []string{
 		"--service-account-issuer=https://kubernetes.default.svc",
 		"--service-account-key-file=" + f("sa.pub"),
 		"--service-account-signing-key-file=" + f("sa.key"),
@@ -163,6 +199,10 @@ func (s *Server) args() []string {
 		"--token-auth-file=" + f("tokens.csv"),
 		"--service-cluster-ip-range=10.0.0.0/24",
 	}
+	if s.opts.Etcd != nil {
+		return append(args, s.opts.Etcd.flags()...)
+	}
+	return append(args, "--etcd-servers="+s.etcd.Endpoint())
 }
 
 // Start starts the apiserver process (again, after Stop) on the same port,
@@ -235,7 +275,8 @@ func (s *Server) Kill() {
 	}
 }
 
-// Close stops the apiserver and etcd and removes the folder.
+// Close stops the apiserver and its own etcd (not Options.Etcd's) and
+// removes the folder.
 func (s *Server) Close() {
 	if s.proc != nil {
 		s.proc.Kill()
