@@ -35,6 +35,16 @@ type Cluster interface {
 	// fence then holds against the current leader's later writes, so that it
 	// hands over and wins again with a newer token.
 	FreshToken(ctx context.Context, job string) (int64, error)
+	// TakeOver ends the term of job with token in the store, if its record
+	// is still that term's (a precondition on the record, in the same
+	// write), so that a waiting candidate wins at once: the holder's
+	// session, if it lives, ends the term with ReasonTakenOver when it sees
+	// the record; its lease and its other terms are untouched. taken is
+	// false when the record names another term or none. The holder may
+	// still be running the job: only for a job whose every effect goes
+	// through the fence, which refuses the old token once the successor has
+	// written. by names who took it, for the holder's log.
+	TakeOver(ctx context.Context, job string, token int64, by string) (taken bool, _ error)
 }
 
 // Leader is the holder of a job's term, as its store records it.

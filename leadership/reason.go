@@ -22,10 +22,15 @@ const (
 	ReasonResigned Reason = "resigned"
 	// ReasonShutdown: Session.Close was called.
 	ReasonShutdown Reason = "shutdown"
+	// ReasonTakenOver: another instance ended the term in the store
+	// (Cluster.TakeOver) without waiting for its lease to end, trusting the
+	// fence to refuse what the term still writes. The lease and the
+	// session's other terms live on.
+	ReasonTakenOver Reason = "taken-over"
 )
 
 // Reasons lists every Reason, for metrics that want a series per reason.
-var Reasons = []Reason{ReasonExpired, ReasonLeaseLost, ReasonKeyLost, ReasonResigned, ReasonShutdown}
+var Reasons = []Reason{ReasonExpired, ReasonLeaseLost, ReasonKeyLost, ReasonResigned, ReasonShutdown, ReasonTakenOver}
 
 // EndedError is the cause of a term's (or lease's) context once it has ended.
 type EndedError struct {

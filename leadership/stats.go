@@ -36,11 +36,11 @@ type stats struct {
 	keepAliveFailures atomic.Int64
 	reclaimed         atomic.Int64
 	waiting           atomic.Int64
-	leaseEnds         [5]atomic.Int64 // by reasonIndex
+	leaseEnds         [6]atomic.Int64 // by reasonIndex
 	changed           notify.Notifier // every change of what Stats reports
 }
 
-var reasonIndex = map[Reason]int{ReasonExpired: 0, ReasonLeaseLost: 1, ReasonKeyLost: 2, ReasonResigned: 3, ReasonShutdown: 4}
+var reasonIndex = map[Reason]int{ReasonExpired: 0, ReasonLeaseLost: 1, ReasonKeyLost: 2, ReasonResigned: 3, ReasonShutdown: 4, ReasonTakenOver: 5}
 
 // add adds d to the counter c and tells StatsChanged's waiters.
 func (st *stats) add(c *atomic.Int64, d int64) {

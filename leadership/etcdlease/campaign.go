@@ -89,7 +89,7 @@ func (h *lease) tryAcquire(ctx context.Context, job, key string) (*claim, int64,
 	if st.afterWinTxn != nil {
 		st.afterWinTxn()
 	}
-	return &claim{st: st, key: key, token: resp.Header.Revision}, 0, nil
+	return &claim{st: st, job: job, key: key, token: resp.Header.Revision}, 0, nil
 }
 
 // waitForDelete returns when key is deleted after revision rev, when the watch
@@ -114,6 +114,7 @@ func (h *lease) waitForDelete(ctx context.Context, key string, rev int64) {
 // term's token (etcd revisions are global and only grow).
 type claim struct {
 	st    *store
+	job   string
 	key   string
 	token int64
 }
@@ -133,6 +134,22 @@ func (c *claim) Release(ctx context.Context) error {
 	return err
 }
 
+// lost is why the leader key is gone: taken over when the job's takeover
+// record names this term (Cluster.TakeOver writes both at once), else lost.
+// A record that cannot be read leaves it lost: the term is over either way.
+func (c *claim) lost(ctx context.Context, format string, args ...any) *leadership.EndedError {
+	rctx, cancel := context.WithTimeout(ctx, c.st.cfg.RenewInterval)
+	defer cancel()
+	resp, err := c.st.cfg.Client.Get(rctx, layout.TakeoverKey(c.st.cfg.Prefix, c.job))
+	if err == nil && len(resp.Kvs) == 1 {
+		var t takeover
+		if json.Unmarshal(resp.Kvs[0].Value, &t) == nil && t.Token == c.token {
+			return leadership.Ended(leadership.ReasonTakenOver, "leader key %s deleted by %s's takeover", c.key, t.By)
+		}
+	}
+	return leadership.Ended(leadership.ReasonKeyLost, format, args...)
+}
+
 // Follow watches the leader key until it is deleted or replaced. A broken
 // watch (compaction, reconnect) is followed by a Get that re-checks the key.
 func (c *claim) Follow(ctx context.Context) *leadership.EndedError {
@@ -146,9 +163,9 @@ func (c *claim) Follow(ctx context.Context) *leadership.EndedError {
 			for _, ev := range resp.Events {
 				switch {
 				case ev.Type == clientv3.EventTypeDelete:
-					return leadership.Ended(leadership.ReasonKeyLost, "leader key %s deleted at revision %d", c.key, ev.Kv.ModRevision)
+					return c.lost(ctx, "leader key %s deleted at revision %d", c.key, ev.Kv.ModRevision)
 				case ev.Kv.CreateRevision != c.token:
-					return leadership.Ended(leadership.ReasonKeyLost, "leader key %s replaced at revision %d", c.key, ev.Kv.ModRevision)
+					return c.lost(ctx, "leader key %s replaced at revision %d", c.key, ev.Kv.ModRevision)
 				}
 			}
 			next = resp.Header.Revision + 1
@@ -165,9 +182,9 @@ func (c *claim) Follow(ctx context.Context) *leadership.EndedError {
 			// etcd unreachable: the lease deadline ends the term if this lasts.
 			sleep.For(ctx, renew/4)
 		case len(resp.Kvs) == 0:
-			return leadership.Ended(leadership.ReasonKeyLost, "leader key %s gone", c.key)
+			return c.lost(ctx, "leader key %s gone", c.key)
 		case resp.Kvs[0].CreateRevision != c.token:
-			return leadership.Ended(leadership.ReasonKeyLost, "leader key %s replaced (create revision %d)", c.key, resp.Kvs[0].CreateRevision)
+			return c.lost(ctx, "leader key %s replaced (create revision %d)", c.key, resp.Kvs[0].CreateRevision)
 		default:
 			next = resp.Header.Revision + 1
 		}

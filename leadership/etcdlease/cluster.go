@@ -162,6 +162,32 @@ func (c *Cluster) RequestResign(ctx context.Context, job string, token int64) er
 	return err
 }
 
+// takeover is the value of a job's takeover record: the term taken over
+// and who took it.
+type takeover struct {
+	Token int64  `json:"token"`
+	By    string `json:"by"`
+}
+
+// TakeOver deletes job's leader key if its create revision is token, and
+// records the takeover beside it in the same transaction, so that the
+// holder's watch can tell it from any other loss of the key.
+func (c *Cluster) TakeOver(ctx context.Context, job string, token int64, by string) (bool, error) {
+	key := layout.LeaderKey(c.prefix, job)
+	mark, err := json.Marshal(takeover{Token: token, By: by})
+	if err != nil {
+		return false, err
+	}
+	resp, err := c.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", token)).
+		Then(clientv3.OpDelete(key), clientv3.OpPut(layout.TakeoverKey(c.prefix, job), string(mark))).
+		Commit()
+	if err != nil {
+		return false, fmt.Errorf("leadership: take over %s (token %d): %w", job, token, err)
+	}
+	return resp.Succeeded, nil
+}
+
 // Registration reads instance's registration key.
 func (c *Cluster) Registration(ctx context.Context, instance string) (leadership.Registration, bool, error) {
 	key := layout.InstanceKey(c.prefix, instance)

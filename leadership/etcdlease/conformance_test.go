@@ -5,6 +5,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/snip/snip-jobs/leadership"
+	"github.com/snip/snip-jobs/leadership/etcdlease"
 	"github.com/snip/snip-jobs/leadership/internal/conformance"
 	"github.com/snip/snip-jobs/testbench/dbtest"
 	"github.com/snip/snip-jobs/testbench/etcdtest"
@@ -21,6 +22,7 @@ func TestTheGuarantee(t *testing.T) {
 	conformance.Run(t, conformance.Backend{
 		Database: func(t *testing.T) *pgxpool.Pool { _, pool := dbtest.New(t); return pool },
 		Margin:   testMargin,
+		Cluster:  func(t *testing.T) leadership.Cluster { return etcdlease.NewCluster(etcd.Client(t), prefix(t)) },
 		Start: func(t *testing.T, instance string) (*leadership.Session, func()) {
 			cli := etcd.Client(t)
 			s := startSession(t, cli, instance)

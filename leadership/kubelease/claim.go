@@ -3,6 +3,7 @@ package kubelease
 import (
 	"context"
 	"fmt"
+	"strconv"
 
 	coordv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -49,8 +50,7 @@ func (c *claim) Follow(ctx context.Context) *leadership.EndedError {
 		switch {
 		case c.mine(jl):
 		case c.another(jl):
-			return leadership.Ended(leadership.ReasonKeyLost, "job Lease %s records another term (holder %q, token %q)",
-				c.name, holderOf(jl), jl.Annotations[annToken])
+			return c.lost(jl, "job Lease %s records another term (holder %q, token %q)", c.name, holderOf(jl), jl.Annotations[annToken])
 		case jl == nil || jl.ResourceVersion != settled:
 			if cause := c.settle(ctx); cause != nil {
 				return cause
@@ -67,6 +67,16 @@ func (c *claim) Follow(ctx context.Context) *leadership.EndedError {
 	return nil
 }
 
+// lost is why jl no longer records this term: taken over when its takeover
+// annotation names this term (Cluster.TakeOver writes it with the release),
+// else lost.
+func (c *claim) lost(jl *coordv1.Lease, format string, args ...any) *leadership.EndedError {
+	if jl.Annotations[annTakenOver] == strconv.FormatInt(c.token, 10) {
+		return leadership.Ended(leadership.ReasonTakenOver, "job Lease %s taken over by %s", c.name, jl.Annotations[annTakenBy])
+	}
+	return leadership.Ended(leadership.ReasonKeyLost, format, args...)
+}
+
 // settle reads the job Lease: why the term is over when it is gone or records
 // another term. A failed read is left to the next change (the deadline ends
 // the term if the API server stays away).
@@ -81,7 +91,7 @@ func (c *claim) settle(ctx context.Context) *leadership.EndedError {
 	case err != nil:
 		return nil
 	case !c.mine(jl):
-		return leadership.Ended(leadership.ReasonKeyLost, "job Lease %s records another term", c.name)
+		return c.lost(jl, "job Lease %s records another term", c.name)
 	}
 	return nil
 }

@@ -197,6 +197,39 @@ func (c *Cluster) RequestResign(ctx context.Context, job string, token int64) er
 	return nil
 }
 
+// TakeOver releases job's Lease as a resignation does (holder cleared, token
+// kept) if it still records the term with token, under the resourceVersion
+// read, and annotates the takeover in the same update, so that the holder's
+// session can tell it from any other loss of the Lease.
+func (c *Cluster) TakeOver(ctx context.Context, job string, token int64, by string) (bool, error) {
+	name := c.cfg.jobLease(job)
+	for range 5 {
+		jl, err := c.leases.Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			return false, nil
+		case err != nil:
+			return false, fmt.Errorf("kubelease: take over %s (token %d): %w", job, token, err)
+		}
+		if tok, err := tokenOf(jl); err != nil || tok != token || holderOf(jl) == "" {
+			return false, nil
+		}
+		jl.Spec.HolderIdentity = nil
+		delete(jl.Annotations, annResign)
+		jl.Annotations[annTakenOver], jl.Annotations[annTakenBy] = strconv.FormatInt(token, 10), by
+		_, err = c.leases.Update(ctx, jl, metav1.UpdateOptions{})
+		switch {
+		case err == nil:
+			return true, nil
+		case apierrors.IsNotFound(err):
+			return false, nil
+		case !apierrors.IsConflict(err):
+			return false, fmt.Errorf("kubelease: take over %s (token %d): %w", job, token, err)
+		}
+	}
+	return false, fmt.Errorf("kubelease: job Lease %s keeps changing", name)
+}
+
 // Registration reads instance's Lease: the process of the incarnation that
 // holds it (its annotations), ok false when it is absent or released.
 func (c *Cluster) Registration(ctx context.Context, instance string) (leadership.Registration, bool, error) {

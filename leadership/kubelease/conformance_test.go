@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/leadership/internal/conformance"
+	"github.com/snip/snip-jobs/leadership/kubelease"
 	"github.com/snip/snip-jobs/testbench/dbtest"
 )
 
@@ -30,6 +31,9 @@ func TestTheGuarantee(t *testing.T) {
 	conformance.Run(t, conformance.Backend{
 		Database: func(t *testing.T) *pgxpool.Pool { _, pool := dbtest.New(t); return pool },
 		Margin:   margin,
+		Cluster: func(t *testing.T) leadership.Cluster {
+			return kubelease.NewCluster(clientset(t, api.Config()).CoordinationV1(), nsOf(t), "")
+		},
 		Start: func(t *testing.T, instance string) (*leadership.Session, func()) {
 			var c cut
 			s := start(t, api, nsOf(t), instance, cutBy(&c))

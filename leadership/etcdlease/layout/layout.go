@@ -6,8 +6,10 @@
 // Under a prefix (default /snip-jobs): <prefix>/leaders/<job> records a
 // job's term, on its holder's lease; <prefix>/instances/<name> an
 // instance's registration, on its lease; <prefix>/resign/<job> an operator's
-// request that the term with the token it names resign; and
-// <prefix>/operator-token is written to draw fresh fencing tokens.
+// request that the term with the token it names resign;
+// <prefix>/takeovers/<job> who took the job's last taken-over term (its
+// token) from its holder; and <prefix>/operator-token is written to draw
+// fresh fencing tokens.
 package layout
 
 import (
@@ -36,6 +38,9 @@ func InstanceKey(prefix, instance string) string { return Prefix(prefix) + "/ins
 
 // ResignKey is where an operator's request that job's leader resign is put.
 func ResignKey(prefix, job string) string { return Prefix(prefix) + "/resign/" + job }
+
+// TakeoverKey records job's last takeover (leadership.Cluster.TakeOver).
+func TakeoverKey(prefix, job string) string { return Prefix(prefix) + "/takeovers/" + job }
 
 // OperatorTokenKey is written to draw a fresh fencing token (its revision).
 func OperatorTokenKey(prefix string) string { return Prefix(prefix) + "/operator-token" }

@@ -41,6 +41,8 @@ type Backend struct {
 	// Database gives a test an empty PostgreSQL database of its own, for
 	// the fence (the backend's test supplies it from the test kits).
 	Database func(t *testing.T) *pgxpool.Pool
+	// Cluster is the operators' view of the store the test's sessions use.
+	Cluster func(t *testing.T) leadership.Cluster
 }
 
 // Run runs the suite against b, each test in parallel.
@@ -48,6 +50,7 @@ func Run(t *testing.T, b Backend) {
 	t.Run("OneTermAtATimeAndTokensGrow", func(t *testing.T) { t.Parallel(); oneTermAtATime(t, b) })
 	t.Run("ResignHandsOverAtOnce", func(t *testing.T) { t.Parallel(); resignHandsOver(t, b) })
 	t.Run("ACutOffLeaderIsReplacedAfterItsDeadlineAndFenced", func(t *testing.T) { t.Parallel(); cutOffLeader(t, b) })
+	t.Run("ATakenOverTermEndsAloneAndIsFenced", func(t *testing.T) { t.Parallel(); takenOver(t, b) })
 }
 
 // oneTermAtATime: three sessions take the job in turns, each resigning as
@@ -163,6 +166,51 @@ func cutOffLeader(t *testing.T, b Backend) {
 	var n int
 	if err := pool.QueryRow(ctx, "SELECT count(*) FROM reports WHERE body = 'a after the cut'").Scan(&n); err != nil || n != 0 {
 		t.Errorf("the stale write left %d rows", n)
+	}
+}
+
+// takenOver: another instance ends a term in the store (Cluster.TakeOver)
+// while its holder lives and renews: a waiting candidate wins with a higher
+// token, the holder's term ends taken-over while its lease and its other
+// term go on, the fence refuses the old token's write after the
+// successor's, and a takeover naming the old token leaves the new term be.
+func takenOver(t *testing.T, b Backend) {
+	ctx := context.Background()
+	pool := b.Database(t)
+	insert := Reports(t, pool)
+	cluster := b.Cluster(t)
+	a, _ := b.Start(t, "a")
+	c, _ := b.Start(t, "c")
+	ta, other := win(t, a, "counts"), win(t, a, "other")
+	fa, fc := fencing.New(pool, "a"), fencing.New(pool, "c")
+	if err := fa.Do(ctx, "counts", ta.Token(), insert(ta.Token(), "a before")); err != nil {
+		t.Fatal(err)
+	}
+	next := campaign(c, "counts")
+	waitWaiting(t, c)
+	if taken, err := cluster.TakeOver(ctx, "counts", ta.Token(), "c"); err != nil || !taken {
+		t.Fatalf("TakeOver of the live term: taken %v, %v", taken, err)
+	}
+	tc := await(t, next)
+	select {
+	case <-ta.Context().Done():
+	case <-time.After(Patience):
+		t.Fatal("the taken-over term's context did not end")
+	}
+	if ta.Reason() != leadership.ReasonTakenOver || tc.Token() <= ta.Token() {
+		t.Errorf("the taken-over term ended %q (want %q); tokens %d then %d", ta.Reason(), leadership.ReasonTakenOver, ta.Token(), tc.Token())
+	}
+	if !other.Valid() || a.Stats().Lease == "" {
+		t.Errorf("the holder's other term valid %v, lease %q: a takeover ends one term, not the lease", other.Valid(), a.Stats().Lease)
+	}
+	if err := fc.Do(ctx, "counts", tc.Token(), insert(tc.Token(), "c")); err != nil {
+		t.Fatal(err)
+	}
+	if err := fa.Do(ctx, "counts", ta.Token(), insert(ta.Token(), "a after")); !errors.Is(err, fencing.ErrStaleToken) {
+		t.Fatalf("the taken-over term's write after the successor's: %v, want %v", err, fencing.ErrStaleToken)
+	}
+	if taken, err := cluster.TakeOver(ctx, "counts", ta.Token(), "c"); err != nil || taken || !tc.Valid() {
+		t.Errorf("a takeover naming the old token: taken %v, %v; the new term valid %v", taken, err, tc.Valid())
 	}
 }
 
