@@ -34,7 +34,7 @@ func BenchmarkAFrozenHoldersProgram(b *testing.B) {
 		b.Fatal(err)
 	}
 	snipDir, lockDir := b.TempDir(), b.TempDir()
-	ec := startEtcdExecCluster(b, watcherJob(snipDir, exectest.Watcher(b, snipDir)))
+	ec := startEtcdExecCluster(b, watcherJob(exectest.Watcher(b, snipDir)))
 	lockCmd := exectest.Watcher(b, lockDir)
 	var snipOverlaps, lockOverlaps, snipLeft, lockLeft int
 	for range b.N {

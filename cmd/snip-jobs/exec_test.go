@@ -12,8 +12,8 @@ import (
 )
 
 // watcherJob is an exec singleton running the test bench's watcher
-// (package exectest), continuously, in dir.
-func watcherJob(dir string, command []string) string {
+// (package exectest) continuously: command is the watcher and its folder.
+func watcherJob(command []string) string {
 	return fmt.Sprintf(`
   - name: watcher
     type: exec
@@ -77,7 +77,7 @@ func TestAProgramDiesWithItsTermWhenSnipJobsIsFrozenOrKilled(t *testing.T) {
 			t.Run(backend+"/"+fault, func(t *testing.T) {
 				t.Parallel()
 				dir := t.TempDir()
-				ec := startExecCluster(t, backend, watcherJob(dir, exectest.Watcher(t, dir)))
+				ec := startExecCluster(t, backend, watcherJob(exectest.Watcher(t, dir)))
 				eventually(t, "the first program started", func() bool { return len(exectest.Starts(t, dir)) == 1 })
 				first := exectest.Starts(t, dir)[0]
 				victim := ec.procs[first.Instance]

@@ -20,9 +20,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"golang.org/x/sys/unix"
 
 	"github.com/snip/snip-jobs/app/sockact"
+	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/jobs/certrenew"
 	"github.com/snip/snip-jobs/jobs/execjob/supervisor"
 	"github.com/snip/snip-jobs/leadership/etcdlease"
@@ -30,6 +30,7 @@ import (
 	"github.com/snip/snip-jobs/testbench/benchtest"
 	"github.com/snip/snip-jobs/testbench/dbtest"
 	"github.com/snip/snip-jobs/testbench/etcdtest"
+	"github.com/snip/snip-jobs/testbench/exectest"
 	"github.com/snip/snip-jobs/testbench/flock"
 	"github.com/snip/snip-jobs/testbench/systemdtest"
 )
@@ -48,11 +49,15 @@ const (
 	challengeDomain = "shop.example.com"
 )
 
-// unitJobs are the singletons both instances run: the pulse through the fence,
-// and a certificate renewer whose keys come from keys (key_file or key_env)
-// and whose HTTP-01 listener is the passed socket. With no domains it never
-// asks a CA (and its directory would refuse anyway).
-func unitJobs(keys string) string {
+// unitJobs are the jobs both instances run. Singletons: the pulse through
+// the fence; a certificate renewer whose keys come from keys (key_file or
+// key_env) and whose HTTP-01 listener is the passed socket (with no domains
+// it never asks a CA, and its directory would refuse anyway); the exec
+// watcher (watcher: its command on that instance, see unitWatcher). And the
+// program, everywhere. The watcher comes last: the spread hands over the
+// first job in the config its instance may hand over, so the watcher moves
+// only when the others do not (or an operator resigns it).
+func unitJobs(keys string, watcher []string) string {
 	return pulseJob + programJob + `
   - name: cert-renewer
     type: certrenew
@@ -60,7 +65,7 @@ func unitJobs(keys string) string {
     every: 1h
     options:
       directory: https://127.0.0.1:9/directory
-      ` + keys + "\n"
+      ` + keys + "\n" + watcherJob(watcher)
 }
 
 // programJob runs everywhere (the spread of the singletons is unchanged): its
@@ -87,9 +92,13 @@ const programJob = `
 // and exits cleanly within TimeoutStopSec, and port 80 stays the socket's (a
 // request on it starts the service again). An exec job's program runs
 // under the unit's sandbox, cannot read the credentials, and dies with each
-// service that started it; a stopped service ends them all itself.
-// Through all of it the fence refused only writes of terms a newer one had
-// replaced.
+// service that started it; a stopped service ends them all itself. A
+// singleton exec job's program (a setsid'd child and a daemon in its tree)
+// dies at its term's deadline while the service is frozen (SIGSTOP, the
+// watchdogs off), by its supervisor alone: gone when the term's lease
+// expires, before the host's program of the next term starts; resumed, the
+// service recovers by itself. Through all of it the fence refused only
+// writes of terms a newer one had replaced.
 func TestTheUnitUnderARealSystemd(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -109,13 +118,20 @@ func TestTheUnitUnderARealSystemd(t *testing.T) {
 	url := benchtest.PostgresDB(t)
 	keys := randomKey(t)
 	ttl := "ttl: 10s\n  margin: 3s"
+	hostRecords := t.TempDir() // the host's watcher's
+	hostWatcher, err := exectest.Program(hostRecords, watcherLoop)
+	if err != nil {
+		t.Fatal(err)
+	}
 	hostCfg := config{instance: hostInstance, endpoints: []string{etcd.Endpoint(0)}, ttl: ttl,
-		jobs:   unitJobs("key_env: SNIP_TEST_CERT_KEY"),
+		jobs:   unitJobs("key_env: SNIP_TEST_CERT_KEY", hostWatcher),
 		passed: []sockact.Socket{{Name: certrenew.ChallengeSocket, Listener: benchtest.Listen(t)}}} // not port 80: the unit's
-	runtime := migrate(t, writeConfig(t, hostCfg), url)
+	hostPath := writeConfig(t, hostCfg)
+	runtime := migrate(t, hostPath, url)
+	singletons := ledJobs(t, hostPath)
 	unitCfg, err := os.ReadFile(writeConfig(t, config{instance: unitInstance, endpoints: []string{etcd.Endpoint(0)}, ttl: ttl,
 		urlFile: credentialsDir + "/database-url",
-		jobs:    unitJobs("key_file: " + credentialsDir + "/certificate-keys")}))
+		jobs:    unitJobs("key_file: "+credentialsDir+"/certificate-keys", []string{unitWatcher, unitRecords})}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,10 +149,10 @@ func TestTheUnitUnderARealSystemd(t *testing.T) {
 		t.Fatal("systemctl start returned before the instance held an etcd lease")
 	}
 	status, _ := u.ct.Run(ctx, "systemctl", "status", "--no-pager", "--lines=0", unitName)
-	if !regexp.MustCompile(`Status: "3 job\(s\), leading [0-2]"`).MatchString(status) {
+	if !regexp.MustCompile(`Status: "4 job\(s\), leading [0-3]"`).MatchString(status) {
 		t.Errorf("systemctl status does not show the service's status line:\n%s", status)
 	}
-	for _, job := range []string{"pulse", "cert-renewer"} {
+	for _, job := range singletons {
 		if l := leaderOf(t, observer, job, 0); l.Instance != unitInstance {
 			t.Fatalf("%s is led by %s, the only instance is %s", job, l.Instance, unitInstance)
 		}
@@ -168,15 +184,21 @@ func TestTheUnitUnderARealSystemd(t *testing.T) {
 	// died with its service (KillMode=mixed: systemd's SIGKILL to the rest
 	// of the unit as the main process dies, ahead of the supervisor's).
 	mark := u.journal.len()
-	u.supervisors(2) // the run's, and a spare for the next
-	u.crash(observer, settled(t, observer), token)
+	u.supervisors("program", 2) // the run's, and a spare for the next
+	u.crash(observer, settled(t, observer, singletons), token)
 	u.programGone(prog, "SIGKILL of the service")
 	prog = u.program(mark)
+
+	// 8. A singleton exec job's program, frozen with its snip-jobs: its
+	// supervisor kills its tree (a setsid'd child and a double-forked
+	// daemon among it) at the term's deadline, before the host's program of
+	// the job starts; resumed, the service recovers by itself.
+	u.freeze(observer, singletons, hostRecords)
 
 	// 2. The watchdog: a stopped process stops pinging; systemd restarts it;
 	// its job moves to the host once its lease expires.
 	mark = u.journal.len()
-	u.stall(observer, settled(t, observer))
+	u.stall(observer, settled(t, observer, singletons))
 	u.programGone(prog, "the watchdog's restart")
 	prog = u.program(mark)
 
@@ -186,9 +208,10 @@ func TestTheUnitUnderARealSystemd(t *testing.T) {
 	// its program and ended its supervisors before it exited: systemd
 	// killed nothing.
 	mark = u.journal.len()
-	u.stop(observer, url, settled(t, observer), token)
+	u.stop(observer, url, settled(t, observer, singletons), token)
 	u.programGone(prog, "systemctl stop")
 	u.leftNothing(mark, "systemctl stop")
+	u.watchersNeverOverlapped(hostRecords)
 
 	checkFence(t, url)
 	checkPulses(t, pulses(t, url))
@@ -261,6 +284,7 @@ func bootUnit(t *testing.T, root string, creds map[string]string, cfg []byte) *u
 		// move by the lease's expiry before systemd restarts the process.
 		{"/etc/systemd/system/" + unitName + ".d/watchdog.conf", []byte("[Service]\nWatchdogSec=12s\n"), 0o644},
 		{"/etc/snip-jobs/snip-jobs.yaml", cfg, 0o644},
+		{unitWatcher, exectest.Script(watcherLoop), 0o755},
 		{"/etc/snip-jobs/env", []byte("# the secrets come through LoadCredential=\n"), 0o600},
 	}
 	for name, value := range creds {
@@ -465,36 +489,30 @@ func (u *unit) program(from int) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fd, err := unix.PidfdOpen(host, 0)
-	if err != nil {
-		t.Fatalf("the program (pid %d): %v", line.PID, err)
-	}
-	t.Cleanup(func() { unix.Close(fd) })
-	return fd
+	return openPidfd(t, host)
 }
 
-// supervisors: the unit runs at most max exec supervisors (a run's, and
-// one spare per job).
-func (u *unit) supervisors(max int) {
+// supervisors: the unit runs at most max exec supervisors of job (a run's,
+// and a spare).
+func (u *unit) supervisors(job string, max int) {
 	u.t.Helper()
 	ps := u.run("sh", "-c", `for p in /proc/[0-9]*; do echo "$(tr '\0' ' ' < $p/cmdline 2>/dev/null)"; done`)
 	var sups []string
 	for line := range strings.Lines(ps) {
-		if strings.Contains(line, supervisor.Arg) {
+		if strings.Contains(line, supervisor.Arg) && strings.Contains(line, " job "+job+" ") {
 			sups = append(sups, strings.TrimSpace(line))
 		}
 	}
 	if len(sups) > max {
-		u.t.Errorf("%d exec supervisors in the unit, want at most %d:\n%s", len(sups), max, strings.Join(sups, "\n"))
+		u.t.Errorf("%d exec supervisors of %s in the unit, want at most %d:\n%s", len(sups), job, max, strings.Join(sups, "\n"))
 	}
 }
 
 // programGone: after what, the program behind pidfd has exited.
 func (u *unit) programGone(pidfd int, what string) {
 	u.t.Helper()
-	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
-	if n, err := unix.Poll(fds, 0); err != nil || n != 1 {
-		u.t.Errorf("after %s, the exec job's program is still running (poll: %d, %v)", what, n, err)
+	if !pidfdExited(pidfd) {
+		u.t.Errorf("after %s, the exec job's program is still running", what)
 	}
 }
 
@@ -582,26 +600,54 @@ func (u *unit) stop(observer *clientv3.Client, url string, first etcdlease.Leade
 	}
 }
 
-// settled waits until each instance leads one of the two jobs (the
-// scheduler spreads singletons over instances) and returns the unit's.
-func settled(t *testing.T, observer *clientv3.Client) etcdlease.Leader {
+// settled waits until every job of singletons has a leader and the
+// scheduler's spread is done (each instance leads one or more, neither two
+// more than the other) and returns a term of the unit's: its first job.
+func settled(t *testing.T, observer *clientv3.Client, singletons []string) etcdlease.Leader {
 	t.Helper()
 	var mine etcdlease.Leader
-	eventually(t, "each instance leading one job", func() bool {
+	eventually(t, fmt.Sprintf("the %d singletons led, spread over both instances", len(singletons)), func() bool {
 		ls, err := etcdlease.NewCluster(observer, testPrefix).Leaders(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
 		by := map[string]int{}
+		led := map[string]etcdlease.Leader{}
 		for _, l := range ls {
 			by[l.Instance]++
-			if l.Instance == unitInstance {
+			led[l.Job] = l
+		}
+		mine = etcdlease.Leader{}
+		for _, job := range singletons {
+			l, ok := led[job]
+			if !ok {
+				return false
+			}
+			if l.Instance == unitInstance && mine.Job == "" {
 				mine = l
 			}
 		}
-		return len(ls) == 2 && by[unitInstance] == 1 && by[hostInstance] == 1
+		unit, host := by[unitInstance], by[hostInstance]
+		return len(ls) == len(singletons) && unit+host == len(singletons) && unit > 0 && host > 0 && max(unit-host, host-unit) < 2
 	})
 	return mine
+}
+
+// ledJobs lists the jobs of the config at path led through terms (the
+// singletons that are not database-mode cron jobs), in its order.
+func ledJobs(t *testing.T, path string) []string {
+	t.Helper()
+	f, err := loadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, j := range f.Jobs {
+		if j.Mode() == configs.ModeLeader {
+			out = append(out, j.Name)
+		}
+	}
+	return out
 }
 
 // checkFence: the fence refused a write only once a newer term had begun,
@@ -671,9 +717,10 @@ type termSeen struct {
 }
 
 type termWatch struct {
-	cli    *clientv3.Client
-	job    string
-	events clientv3.WatchChan
+	cli     *clientv3.Client
+	job     string
+	events  clientv3.WatchChan
+	pending []*clientv3.Event // received, not yet looked at
 }
 
 // watchTerms watches job's leader key from now on.
@@ -684,30 +731,48 @@ func watchTerms(t *testing.T, cli *clientv3.Client, job string) *termWatch {
 	return &termWatch{cli: cli, job: job, events: cli.Watch(ctx, layout.LeaderKey(testPrefix, job))}
 }
 
+// event is the next change of the key, waited for until timeout.
+func (w *termWatch) event(t *testing.T, what string, timeout <-chan time.Time) *clientv3.Event {
+	t.Helper()
+	for len(w.pending) == 0 {
+		select {
+		case resp := <-w.events:
+			w.pending = resp.Events
+		case <-timeout:
+			t.Fatalf("no %s of %s within %v", what, w.job, benchtest.Patience)
+		}
+	}
+	ev := w.pending[0]
+	w.pending = w.pending[1:]
+	return ev
+}
+
+// deleted waits for the key's deletion: the term's end (a resign, a
+// revoke, its lease's expiry).
+func (w *termWatch) deleted(t *testing.T) {
+	t.Helper()
+	timeout := time.After(benchtest.Patience)
+	for w.event(t, "end of the term", timeout).Type != clientv3.EventTypeDelete {
+	}
+}
+
 // next waits for a term other than token.
 func (w *termWatch) next(t *testing.T, token int64) termSeen {
 	t.Helper()
 	var s termSeen
 	timeout := time.After(benchtest.Patience)
 	for {
-		select {
-		case resp := <-w.events:
-			for _, ev := range resp.Events {
-				if ev.Type == clientv3.EventTypeDelete {
-					s.revokedFirst = true
-					continue
-				}
-				l, ok, err := etcdlease.NewCluster(w.cli, testPrefix).LeaderKey(context.Background(), w.job)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if ok && l.Token != token {
-					s.leader, s.seen = l, time.Now()
-					return s
-				}
-			}
-		case <-timeout:
-			t.Fatalf("no new term of %s within %v", w.job, benchtest.Patience)
+		if w.event(t, "new term", timeout).Type == clientv3.EventTypeDelete {
+			s.revokedFirst = true
+			continue
+		}
+		l, ok, err := etcdlease.NewCluster(w.cli, testPrefix).LeaderKey(context.Background(), w.job)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok && l.Token != token {
+			s.leader, s.seen = l, time.Now()
+			return s
 		}
 	}
 }

@@ -293,7 +293,10 @@ func (j *job) outcome(log *slog.Logger, res supervisor.Result, stopped error, be
 	case res.Err != nil:
 		return fmt.Errorf("exec: %w", res.Err)
 	case stopped != nil:
-		log.Info("program stopped", "why", stopped, "took", took, "terminated", res.Terminated, "killed", res.Killed)
+		// ended is the supervisor's account: "deadline" when it had killed
+		// the tree at the term's deadline before the stop reached it (snip-jobs
+		// was frozen, and saw its term end only once it ran again).
+		log.Info("program stopped", "why", stopped, "ended", res.Ended, "took", took, "terminated", res.Terminated, "killed", res.Killed)
 		return fmt.Errorf("exec: stopped (%s): %w", exitStatus(res), stopped)
 	case res.Ended == supervisor.Deadline:
 		// snip-jobs did not stop it first: it was paused, or its clock

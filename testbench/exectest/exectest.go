@@ -38,15 +38,22 @@ trap '' TERM
 // idle is the watcher's loop when it has nothing else to do.
 const idle = "while :; do sleep 1; done\n"
 
+// Script is the watcher's text, with loop (shell, "" for an idle one) after
+// its prelude: for a machine Program cannot write to (a container). Its one
+// argument is the folder where it keeps its records.
+func Script(loop string) []byte {
+	if loop == "" {
+		loop = idle
+	}
+	return []byte("#!/bin/sh\n" + prelude + loop)
+}
+
 // Program writes the watcher into dir, with loop (shell, "" for an idle
 // one) after its prelude, and returns its command: the program and its
 // argument (dir, where it keeps its records).
 func Program(dir, loop string) ([]string, error) {
-	if loop == "" {
-		loop = idle
-	}
 	p := filepath.Join(dir, "watcher.sh")
-	if err := os.WriteFile(p, []byte("#!/bin/sh\n"+prelude+loop), 0o755); err != nil {
+	if err := os.WriteFile(p, Script(loop), 0o755); err != nil {
 		return nil, err
 	}
 	return []string{p, dir}, nil
@@ -84,6 +91,38 @@ func Starts(t testing.TB, dir string) []Start {
 // ("<pid> <tree file> <state>"): none, if no program outlived its term.
 func Overlaps(dir string) ([]string, error) { return lines(filepath.Join(dir, "overlaps")) }
 
+// Proc is one process of a run's tree as the watcher records it: its pid
+// and its start time (clock ticks since boot, /proc/<pid>/stat's 22nd
+// field), which tells it from a later process given the same pid.
+type Proc struct{ PID, Start string }
+
+// Tree reads the record of a run's tree (the text of a tree-<pid> file).
+func Tree(text string) []Proc {
+	var out []Proc
+	for l := range strings.Lines(text) {
+		if pid, start, ok := strings.Cut(strings.TrimSpace(l), " "); ok {
+			out = append(out, Proc{pid, start})
+		}
+	}
+	return out
+}
+
+// AddTree records in dir, as name, the tree of a run the watchers of dir did
+// not start: one in another PID namespace (a container's), its pids
+// translated to this one's. The next start of a watcher of dir checks it
+// as it checks its own runs' trees (whole: the file is renamed into place).
+func AddTree(dir, name string, procs []Proc) error {
+	var b strings.Builder
+	for _, p := range procs {
+		b.WriteString(p.PID + " " + p.Start + "\n")
+	}
+	tmp := filepath.Join(dir, ".tree-"+name)
+	if err := os.WriteFile(tmp, []byte(b.String()), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, "tree-"+name))
+}
+
 // Alive lists the processes of every run recorded in dir that are alive now.
 func Alive(dir string) ([]string, error) {
 	trees, err := filepath.Glob(filepath.Join(dir, "tree-*"))
@@ -96,19 +135,20 @@ func Alive(dir string) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		for _, l := range ls {
-			if pid, start, _ := strings.Cut(l, " "); running(pid, start) {
-				out = append(out, pid)
+		for _, p := range Tree(strings.Join(ls, "\n")) {
+			if p.Running() {
+				out = append(out, p.PID)
 			}
 		}
 	}
 	return out, nil
 }
 
-// running reports whether pid is a live process that started at start
-// (clock ticks since boot, /proc/<pid>/stat's 22nd field).
-func running(pid, start string) bool {
-	b, err := os.ReadFile("/proc/" + pid + "/stat")
+// Running reports whether p is alive in this PID namespace: a process with
+// its pid that started at its start time, and is no zombie (killed, not yet
+// reaped: it runs nothing).
+func (p Proc) Running() bool {
+	b, err := os.ReadFile("/proc/" + p.PID + "/stat")
 	if err != nil {
 		return false
 	}
@@ -118,7 +158,7 @@ func running(pid, start string) bool {
 		return false
 	}
 	f := strings.Fields(s[i+1:])
-	return len(f) > 19 && f[19] == start && f[0] != "Z"
+	return len(f) > 19 && f[19] == p.Start && f[0] != "Z"
 }
 
 func lines(path string) ([]string, error) {
