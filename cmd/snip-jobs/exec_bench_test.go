@@ -2,15 +2,18 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/snip/snip-jobs/testbench/exectest"
+	"github.com/snip/snip-jobs/testbench/percentile"
 	"github.com/snip/snip-jobs/testbench/releases"
 )
 
@@ -152,4 +155,59 @@ func killTrees(b *testing.B, dir string) {
 	for _, t := range trees {
 		_ = os.Remove(t)
 	}
+}
+
+// BenchmarkATermsProgramStartInTheService measures, in the service as it
+// ships (two `snip-jobs run` processes on a real etcd member and PostgreSQL;
+// the program the test bench's watcher), from a term's start to its
+// program's exec: each read from its instance's own log, one process and one
+// clock: the term's "term started" line and its run's "program started"
+// line, logged once the supervisor reported the pid after the exec. Each
+// round asks the holder to resign (`snip-jobs resign`), and the other
+// instance's term begins. Run with -benchtime=Nx: N terms.
+func BenchmarkATermsProgramStartInTheService(b *testing.B) {
+	dir := b.TempDir()
+	ec := startEtcdExecCluster(b, watcherJob(exectest.Watcher(b, dir)))
+	started := func() int { return len(termToExec(b, ec)) }
+	eventually(b, "the first program started", func() bool { return started() > 0 })
+	b.ResetTimer()
+	for range b.N {
+		n := started()
+		cfg := ec.procs["server-a"].config
+		if r := snip(b, ec.env, "resign", "watcher", "--config", cfg); r.code != 0 {
+			b.Fatalf("resign: %d %s", r.code, r.stderr)
+		}
+		eventually(b, "the next term's program started", func() bool { return started() > n })
+	}
+	b.StopTimer()
+	percentile.Report(b, "term-start-to-exec-", termToExec(b, ec))
+}
+
+// termToExec is, for each term of the watcher job whose program started,
+// the time from its "term started" line to its "program started" line.
+func termToExec(b *testing.B, ec execCluster) []time.Duration {
+	var out []time.Duration
+	for _, in := range ec.procs {
+		terms := map[int64]time.Time{}
+		for line := range strings.Lines(in.logs()) {
+			var l struct {
+				Time  time.Time `json:"time"`
+				Msg   string    `json:"msg"`
+				Job   string    `json:"job"`
+				Token int64     `json:"token"`
+			}
+			if json.Unmarshal([]byte(line), &l) != nil || l.Job != "watcher" {
+				continue
+			}
+			switch l.Msg {
+			case "term started":
+				terms[l.Token] = l.Time
+			case "program started":
+				if at, ok := terms[l.Token]; ok {
+					out = append(out, l.Time.Sub(at))
+				}
+			}
+		}
+	}
+	return out
 }

@@ -29,7 +29,8 @@ func watcherJob(command []string) string {
 // execCluster is two instances running the watcher on one backend.
 type execCluster struct {
 	procs    map[string]*instance
-	endpoint string // the etcd member's (etcd only)
+	endpoint string   // the etcd member's (etcd only)
+	env      []string // the instances' environment (etcd only)
 }
 
 func startExecCluster(t *testing.T, backend string, jobs string) execCluster {
@@ -56,6 +57,7 @@ func startEtcdExecCluster(t testing.TB, jobs string) execCluster {
 		return config{instance: name, endpoints: []string{etcd.Endpoint(0)}, jobs: jobs}
 	}
 	env := dbEnv(migrate(t, writeConfig(t, mk("migrator")), url))
+	ec.env = env
 	for _, name := range []string{"server-a", "server-b"} {
 		ec.procs[name] = start(t, mk(name), env)
 		ec.procs[name].waitReady()
