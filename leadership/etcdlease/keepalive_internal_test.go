@@ -235,12 +235,34 @@ func (s *store) keepAliveMember(t *testing.T, etcd *etcdtest.Cluster) int {
 
 // With no member answering, a keep-alive is given up on after the patience,
 // sent again at once, then at the retry pace, until the deadline; none is
-// sent once the lease has ended.
+// sent once the lease has ended. A machine too busy to give up on the retry
+// sent at once before the deadline shows no paced one: that is detected, and
+// tried again with a longer TTL.
 func TestUnansweredKeepAlivesAreRetriedAtAPaceUntilTheDeadline(t *testing.T) {
 	t.Parallel()
+	// The longer leases keep renewing every second, so a paced retry has
+	// seconds before the deadline rather than the first one's 0.6 s.
+	for _, c := range []leadership.Config{
+		{TTL: 4 * time.Second, Margin: time.Second},
+		{TTL: 8 * time.Second, Margin: time.Second, RenewInterval: time.Second},
+		{TTL: 16 * time.Second, Margin: time.Second, RenewInterval: time.Second},
+	} {
+		if !unansweredKeepAlives(t, c) {
+			return
+		}
+		t.Logf("TTL %v: the deadline came before the retry sent at once could be given up on (a busy machine); trying a longer TTL", c.TTL)
+	}
+	t.Fatal("no TTL left the time to see a paced retry")
+}
+
+// unansweredKeepAlives cuts a session of timing c off etcd and checks its
+// keep-alives until its term expired; tooBusy when the deadline came before
+// a paced retry was due.
+func unansweredKeepAlives(t *testing.T, c leadership.Config) (tooBusy bool) {
 	etcd := etcdtest.Start(t, 1)
 	link := etcd.Proxy(t, 0)
-	s, st, rec := recordedSession(t, etcd.Client(t, link.Endpoint()), Config{Config: leadership.Config{Instance: "cut", TTL: 4 * time.Second, Margin: time.Second}})
+	c.Instance = "cut"
+	s, st, rec := recordedSession(t, etcd.Client(t, link.Endpoint()), Config{Prefix: fmt.Sprintf("/ka-test/%s/%v", t.Name(), c.TTL), Config: c})
 	term, err := s.Campaign(context.Background(), "job")
 	if err != nil {
 		t.Fatal(err)
@@ -257,19 +279,27 @@ func TestUnansweredKeepAlivesAreRetriedAtAPaceUntilTheDeadline(t *testing.T) {
 	}
 	end := term.EndedAt()
 	var whys []sendReason
+	var atOnce time.Time
 	for _, x := range rec.since(cut) {
 		if x.at.After(end) {
 			t.Errorf("a keep-alive was sent at %v, after the lease ended at %v", x.at, end)
 		}
+		if x.why == sendAtOnce && atOnce.IsZero() {
+			atOnce = x.at
+		}
 		whys = append(whys, x.why)
 	}
 	at := slices.Index(whys, sendAtOnce)
+	if at >= 0 && at+1 == len(whys) && atOnce.Add(st.patience()+st.retryPace()).After(end) {
+		return true
+	}
 	if at < 0 || at+1 >= len(whys) || whys[at+1] != sendPaced || slices.Index(whys[at+1:], sendAtOnce) >= 0 {
 		t.Fatalf("keep-alives after the cut: %v; want a retry at once, then retries at the pace (%v apart)", whys, st.retryPace())
 	}
 	if f := s.Stats().KeepAliveFailures; f < int64(len(whys)-1) {
 		t.Fatalf("%d failures counted for %d keep-alives", f, len(whys))
 	}
+	return false
 }
 
 func (r sendReason) String() string {
