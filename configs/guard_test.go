@@ -19,8 +19,8 @@ import (
 )
 
 // libraryBuilds is what the YAML library builds of data, if it parses it:
-// its tokens but comments, how deep its tree's lists and mappings nest, and
-// the longest path it gives a node.
+// its tokens but comments, how deep its lists and mappings nest, and the
+// longest path it gives a node.
 func libraryBuilds(data string) (tokens, depth, path int, ok bool) {
 	tree, err := yamlparser.ParseBytes([]byte(data), 0, yamlparser.AllowDuplicateMapKey())
 	if err != nil {
@@ -32,47 +32,30 @@ func libraryBuilds(data string) (tokens, depth, path int, ok bool) {
 		}
 	}
 	for _, d := range tree.Docs {
-		depth = max(depth, nesting(d))
-		ast.Walk(pathLength{&path}, d)
+		ast.Walk(built{deepest: &depth, longest: &path}, d)
 	}
 	return tokens, depth, path, true
 }
 
-type pathLength struct{ longest *int }
-
-func (v pathLength) Visit(n ast.Node) ast.Visitor {
-	if n != nil && !reflect.ValueOf(n).IsNil() {
-		*v.longest = max(*v.longest, len(n.GetPath()))
-	}
-	return v
+// built visits the library's tree: a mapping, a list and a mapping of one
+// pair (outside a mapping, which holds its pairs) are a level each.
+type built struct {
+	depth            int
+	inMapping        bool
+	deepest, longest *int
 }
 
-// nesting is how deep lists and mappings nest in n.
-func nesting(n ast.Node) int {
-	d := 0
-	switch v := n.(type) {
-	case *ast.DocumentNode:
-		return nesting(v.Body)
-	case *ast.MappingNode:
-		for _, mv := range v.Values {
-			d = max(d, nesting(mv.Key), nesting(mv.Value))
-		}
-		return 1 + d
-	case *ast.MappingValueNode: // a mapping of one pair
-		return 1 + max(nesting(v.Key), nesting(v.Value))
-	case *ast.SequenceNode:
-		for _, e := range v.Values {
-			d = max(d, nesting(e))
-		}
-		return 1 + d
-	case *ast.MappingKeyNode:
-		return nesting(v.Value)
-	case *ast.TagNode:
-		return nesting(v.Value)
-	case *ast.AnchorNode:
-		return nesting(v.Value)
+func (b built) Visit(n ast.Node) ast.Visitor {
+	if n == nil || reflect.ValueOf(n).IsNil() {
+		return nil
 	}
-	return 0
+	_, mapping := n.(*ast.MappingNode)
+	_, seq := n.(*ast.SequenceNode)
+	if _, pair := n.(*ast.MappingValueNode); mapping || seq || pair && !b.inMapping {
+		b.depth++
+	}
+	*b.deepest, *b.longest, b.inMapping = max(*b.deepest, b.depth), max(*b.longest, len(n.GetPath())), mapping
+	return b
 }
 
 // checkCountsAtLeast fails t if the guard counts fewer nodes, less nesting
