@@ -247,7 +247,7 @@ func (g *guard) marker() bool {
 	return len(r) >= 3 && (string(r[:3]) == "---" || string(r[:3]) == "...") && (len(r) == 3 || isBlank(r[3]))
 }
 
-var mergeKey = regexp.MustCompile(`^<<[ :]*:[ \r\n]`) // the library's, wherever it is
+var mergeKey = regexp.MustCompile(`^<<[ :]*:[ \r\n]`) // the library's, wherever it is (not in a run of three "<")
 
 // token reads the token at c, the first of r, or more plain text.
 func (g *guard) token(c byte, r []byte, next byte) {
@@ -275,7 +275,7 @@ func (g *guard) token(c byte, r []byte, next byte) {
 		g.q, g.qAt, g.ld, g.keyAt, g.prefix = len(g.open)-1, g.i, g.col, -1, true // it takes the next node, wherever
 	case c == ':' && g.mapDelim(next):
 		g.mapValue()
-	case c == '<' && mergeKey.Match(r): // a key; the library drops the text before it
+	case c == '<' && next == '<' && g.peek(2) != '<' && mergeKey.Match(r): // a key; the library drops the text before it
 		if g.buf && g.bufNode { // a tag or anchor before it goes with "<<"
 			g.keyNode = g.keyAt == g.bufAt
 		}
