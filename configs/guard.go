@@ -3,46 +3,22 @@ package configs
 import (
 	"bytes"
 	"fmt"
+	"regexp"
 	"strings"
 )
 
-// The YAML library (goccy/go-yaml) has no option that bounds what it builds:
-// its parser gives every node the path of keys and indices that leads to it,
-// so that nesting costs the square of its depth (20,000 levels of "[" in a
-// 40 KB file ran the process out of memory) and a long key its length times
-// the values below it; its scanner reads a run of "<" again at each of its
-// characters and the rest of the line at each tab in double-quoted text.
+// checkGuard refuses a file at the file:line:col where it crosses a limit,
+// before the YAML library (goccy/go-yaml), which has none, reads it.
 //
-// checkGuard reads the text once before the library, by a few rules, and
-// refuses it at the first place that crosses a limit. Where the rules are in
-// doubt they count more than the library builds, never less:
-//
-//   - nodes: every indicator ("-", "?", ":", ",", a bracket, "---", "...",
-//     "%") and every scalar and tag counts one, an anchor or alias two (the
-//     "&" or "*" and its name), a block scalar three (its header, its text
-//     and the empty one the library may add);
-//   - depth: the lists and mappings open, a stack. A "[" or "{" opens one
-//     until its bracket closes; a "-" or key in a block opens one unless it
-//     continues the list or mapping of its kind at its column (a "-" or key
-//     left of a block's column ends it), the parser's way: at one column, a
-//     "-" after a key with no value yet, or a key after a "-" with none,
-//     nests; after a tag or anchor the node is theirs, wherever it is; in a
-//     flow collection any "-" or key but its own opens one;
-//   - the path: each open level adds its key, with a "." and room for
-//     quotes, or an index ("[9999]");
-//   - steps: each "<" costs the rest of its run and each tab the rest of its
-//     line, wherever they are.
-//
-// What is text and what is structure follows the library's scanner: quoted
-// scalars, comments, block scalars (to the first line that starts at or left
-// of the column of the key or "-" before them, or of their first line) and
-// plain scalars, which the next line continues if it starts right of that
-// column, and the library's quirks that decide it (a merge key takes in the
-// plain text before it, tabs take no column but in block text, a "-" after a
-// plain scalar's line starts folded text). Unlike the shape scan it replaced,
-// it need not make the library's tokens, only at least as many.
+// The guarantee: it counts at least the tokens but comments (MaxNodes) the
+// library's scanner makes of the whole file, which it reads whatever the
+// parser then says, the nesting (MaxDepth) and the longest path (MaxKeyPath)
+// the parser builds, and the scanner's steps (MaxScanSteps); it may count
+// more. So it reads the text as the scanner does (what is quoted, block or
+// plain text or a comment; the columns), for structure taken for text would
+// go uncounted, and it ends a level only where the parser must.
 // TestTheGuardCountsAtLeastWhatTheYAMLLibraryBuilds and FuzzGuard hold it to
-// the library; after upgrading goccy/go-yaml, run FuzzGuard for a while.
+// the library; run FuzzGuard for a while after upgrading goccy/go-yaml.
 func checkGuard(file string, text []byte) *Error {
 	g := readGuarded(text, guardLimits{MaxDepth, MaxNodes, MaxKeyPath})
 	at, msg := g.errAt, g.errMsg
@@ -67,13 +43,13 @@ const (
 )
 
 // costlyAt is the byte offset where the library's scanner would cross
-// MaxScanSteps, or -1.
+// MaxScanSteps, or -1: it reads the rest of the line again at a tab (in
+// double quotes; here anywhere) and the rest of a run of "<" at each "<".
 func costlyAt(text []byte) int {
 	steps, eol, run := 0, -1, 0
 	for i, c := range text {
 		if i > eol {
-			eol = i + bytes.IndexAny(text[i:], "\r\n")
-			if eol < i {
+			if eol = i + bytes.IndexAny(text[i:], "\r\n"); eol < i {
 				eol = len(text)
 			}
 		}
@@ -84,8 +60,7 @@ func costlyAt(text []byte) int {
 			if run == 0 {
 				run = len(text) - i - len(bytes.TrimLeft(text[i:], "<"))
 			}
-			steps += run
-			run--
+			steps, run = steps+run, run-1
 		}
 		if steps > MaxScanSteps {
 			return i
@@ -96,92 +71,57 @@ func costlyAt(text []byte) int {
 
 type guardLimits struct{ depth, nodes, path int }
 
-type levelKind uint8
-
-const (
-	blockSeq levelKind = iota
-	blockMap
-	flowSeq
-	flowMap
-)
-
-// level is a list or mapping open at a point of the file.
+// level is a list (seq) or mapping open. A flow one keeps the key state at
+// its bracket (col, at): the collection may be a key.
 type level struct {
-	kind  levelKind
-	col   int // a block one's column: its "-"'s or first key's
-	at    int // a flow one's bracket (a byte offset)
-	entry int // the nodes started by its latest "-" or key
-	base  int // how long the parser's path of the level is
-	key   int // how long its latest key is
+	flow, seq          bool
+	col, at, base, key int // base: its parent's path
 }
 
 func (l *level) path() int {
-	if l.kind == blockSeq || l.kind == flowSeq {
+	if l.seq {
 		return l.base + len("[9999]")
 	}
 	return l.base + len(".''") + max(l.key, len("null"))
 }
 
-// guard reads a file's text; see checkGuard.
+// guard is the state of the library's scanner, and the levels its parser
+// may have open.
 type guard struct {
-	text      []byte
-	lim       guardLimits
-	i         int  // the byte it is at
-	line, col int  // its line and column (in characters)
-	bol       bool // only blanks since the line began
-	indented  bool // the line began with a blank
-	inBlock   bool // in block text
-	directive bool // a "%" on an unindented line began a directive: words are tokens
-	nodes     int
-	starts    int // nodes that began a key or value
-	open      []level
-	maxDepth  int
-	maxPath   int
-	// The library's scanner state: the flow collections it counts open, and
-	// the column of its latest key or "-" (lastDelimColumn).
-	flowSeqs, flowMaps, lastDelim int
-	afterFlowDelim                int // nodes counted at the latest "[", "{" or ","
-	// The latest node started: its column (its tag's or anchor's if the
-	// parser groups them), its own column and offset, whether it is a plain
-	// or quoted scalar, whether it is the value of a tag or anchor (carried),
-	// whether a "-", ":" or "?" came since (it is then no key).
-	nodeCol, ownCol, nodeAt, nodeLine        int // nodeAt: the first of the nodes on its line since the latest entry
-	explicitAt, explicitLevel                int // the latest "?" and its level, if no "-" or key came since (else -1)
-	nodeText, nodeCarried, nodeFresh, strict bool
-	// The tags and anchors read since the latest node: how many, where the
-	// first is, and whether the parser may group the last with a scalar.
-	prefixes, prefixLine, prefixCol int
-	prefixGroups                    bool
-	nodePrefixes                    int  // those the latest node took
-	plainOpen                       bool // a plain scalar ended the line: the next may continue it
-	errAt                           int
+	text                            []byte
+	lim                             guardLimits
+	i, col, ld                      int // the byte, its column and lastDelimColumn (the latest "-", "?" or key's) as the library counts
+	nodes, maxDepth, maxPath, errAt int
 	errMsg                          string
+	bol, indented, up               bool // at a line's start; indentNum > 0; its first character right of ld
+	buf, bufNode, saved             bool // plain text buffered, a scalar's, its column saved at a line break
+	bufAt, bufCol, textEnd          int  // textEnd: the column after the latest text
+	quoteCol                        int  // the latest token is a quoted scalar, at this column
+	flows                           [2]int
+	colon, directive                bool // the latest token is a ":"; in a directive
+	anchor                          int  // 1 after "&" or "*", 2 in its name
+	block, blockText                bool // in block text, which had text (or a tab)
+	blockCol, breaks                int  // its column, and line breaks before its text
+	spaced, spacedAt                int  // lines of spaces (at blockCol or right) before its text, and the latest's
+	chomp                           byte // its header's "+" or "-"
+	open                            []level
+	keyAt, keyCol                   int // the latest node and the tags and anchors before it: a key if a ":" follows
+	plainKey, keyNode, keyOld       bool
+	prefix, strict                  bool // a tag or anchor waits for its node; every entry nests
+	afterDelim, q, qAt              int  // nodes at the latest "[", "{" or ","; a "?" until its key ends
 }
 
 func readGuarded(text []byte, lim guardLimits) *guard {
-	g := &guard{text: text, lim: lim, line: 1, col: 1, bol: true, afterFlowDelim: -3, maxPath: len("$"), explicitAt: -1}
-	defer g.endExplicit()
+	g := &guard{text: text, lim: lim, col: 1, bol: true, maxPath: len("$"), keyAt: -1, q: -1}
 	for g.i < len(text) && g.errMsg == "" {
-		c := text[g.i]
-		if c == ' ' || c == '\t' || isBreak(c) {
-			g.adv()
-			continue
-		}
-		if g.bol && g.lineStart(c) {
-			continue
-		}
-		g.token(c)
+		g.step(text[g.i])
 	}
+	g.closeQ()
 	return g
 }
 
-func isBreak(c byte) bool { return c == '\n' || c == '\r' }
-func isBlank(c byte) bool { return c == ' ' || c == '\t' || isBreak(c) }
+func isBlank(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
-// blankAt: the byte k after the current one is a blank or past the end.
-func (g *guard) blankAt(k int) bool { return g.i+k >= len(g.text) || isBlank(g.text[g.i+k]) }
-
-// peek is the byte k after the current one, 0 past the end.
 func (g *guard) peek(k int) byte {
 	if g.i+k < len(g.text) {
 		return g.text[g.i+k]
@@ -189,29 +129,19 @@ func (g *guard) peek(k int) byte {
 	return 0
 }
 
-// adv moves to the next byte.
-func (g *guard) adv() {
-	c := g.text[g.i]
-	g.i++
-	switch {
-	case c == '\r' && g.peek(0) == '\n':
-	case isBreak(c):
-		g.line, g.col, g.bol, g.indented, g.directive = g.line+1, 1, true, false, false
-	default:
-		g.indented = g.indented || g.bol && (c == ' ' || c == '\t')
-		g.bol = g.bol && (c == ' ' || c == '\t')
-		// The library's columns leave out a tab right of its latest key's or
-		// "-"'s column, but in block text.
-		if (c != '\t' || g.inBlock || g.col <= g.lastDelim) && g.i < len(g.text) && g.text[g.i]&0xc0 != 0x80 {
-			g.col++
+func (g *guard) adv(n int) { // n characters on
+	for ; n > 0 && g.i < len(g.text); n-- {
+		for g.i, g.col = g.i+1, g.col+1; g.i < len(g.text) && g.text[g.i]&0xc0 == 0x80; g.i++ {
 		}
 	}
 }
 
-func (g *guard) skipLine() {
-	for g.i < len(g.text) && !isBreak(g.text[g.i]) {
-		g.adv()
+func (g *guard) skipLine() []byte {
+	from := g.i
+	for g.i < len(g.text) && g.text[g.i] != '\n' && g.text[g.i] != '\r' {
+		g.i++
 	}
+	return g.text[from:g.i]
 }
 
 func (g *guard) fail(format string, limit int) {
@@ -220,456 +150,370 @@ func (g *guard) fail(format string, limit int) {
 	}
 }
 
-func (g *guard) count() {
-	if g.nodes++; g.nodes > g.lim.nodes {
+func (g *guard) count(n int) {
+	if g.nodes += n; g.nodes > g.lim.nodes {
 		g.fail(tooManyNodes, g.lim.nodes)
 	}
 }
 
-func (g *guard) flowing() bool { return g.flowSeqs > 0 || g.flowMaps > 0 }
+// emit: a token other than a scalar, counting n, ends the buffered text.
+func (g *guard) emit(n int) {
+	g.strict = g.strict || g.anchor == 1 // a "&" or "*" without a name: the parser takes any token
+	g.buf, g.quoteCol, g.colon = false, 0, false
+	g.count(n)
+}
 
-// flowStop: c ends a plain scalar or a name in a flow collection.
-func (g *guard) flowStop(c byte) bool {
-	switch c {
-	case ',', '[', '{':
-		return g.flowing()
-	case ']':
-		return g.flowSeqs > 0
-	case '}':
-		return g.flowMaps > 0
+func (g *guard) flush() {
+	if g.buf {
+		g.emit(0)
+	}
+}
+
+func (g *guard) flowing() bool { return g.flows[0] > 0 || g.flows[1] > 0 }
+
+func (g *guard) newline() {
+	if g.buf && !g.block && !g.saved { // the library's column of plain text over lines: its first line's end less its length
+		g.bufCol, g.saved = g.bufCol+g.col-g.textEnd, true
+	}
+	if g.anchor > 0 || g.directive {
+		g.strict = g.strict || g.anchor == 1
+		g.flush()
+	}
+	if g.text[g.i] == '\r' && g.peek(1) == '\n' {
+		g.i++
+	}
+	g.i, g.col, g.bol, g.indented, g.anchor, g.directive, g.keyOld = g.i+1, 1, true, false, 0, false, true
+	if g.block && !g.blockText {
+		g.breaks++
+	}
+}
+
+// step reads the character c at g.i.
+func (g *guard) step(c byte) {
+	if c == '\n' || c == '\r' {
+		g.newline()
+		return
+	}
+	if c == ' ' || c == '\t' {
+		if c == ' ' && !g.bol && (g.anchor > 0 || g.directive) { // a name or a directive's word ends
+			g.strict, g.anchor = g.strict || g.anchor == 1, 0
+			g.flush()
+		}
+		if g.block && g.bol && c == '\t' {
+			g.blockText = true
+		} else if g.block && g.bol && g.blockCol > 0 && g.col >= g.blockCol && g.spacedAt <= g.breaks {
+			g.spaced, g.spacedAt = g.spaced+1, g.breaks+1
+		}
+		tabless := c == '\t' && !g.block && g.col > g.ld // a tab the library gives no column
+		g.indented = g.indented || c == ' ' && g.bol || tabless
+		if g.i++; !tabless {
+			g.col++
+		}
+		return
+	}
+	if g.up = false; g.bol { // at or left of ld, plain and block text end
+		down, mark := g.ld > 0 && g.col <= g.ld, g.col == 1 && g.marker()
+		if g.bol = false; g.block && !down && !mark {
+			if g.blockCol == 0 {
+				g.blockCol = g.col
+			}
+			if g.blockText = true; g.blockCol > 1 {
+				g.ld = g.blockCol - 1
+			}
+			g.skipLine()
+			return
+		}
+		if down || g.block {
+			g.flush()
+		}
+		if g.block && down && !mark && g.chomped() {
+			g.plain() // the library's buffer keeps what it chomped: plain text
+		}
+		g.block, g.up = false, g.ld > 0 && !down
+	}
+	g.token(c, g.text[g.i:], g.peek(1))
+	g.textEnd = g.col
+}
+
+// chomped: the block text ends with no text but line breaks and spaces, which
+// the library chomps to nothing (its bufferedSrc) and keeps in its buffer.
+func (g *guard) chomped() bool {
+	return !g.blockText && g.breaks > 0 && g.chomp != '+' && (g.spaced == 0 || g.chomp == '-' && g.spaced == 1 && g.spacedAt <= 2)
+}
+
+// marker: "---" or "..." before a blank or the end.
+func (g *guard) marker() bool {
+	r := g.text[g.i:]
+	return len(r) >= 3 && (string(r[:3]) == "---" || string(r[:3]) == "...") && (len(r) == 3 || isBlank(r[3]))
+}
+
+var mergeKey = regexp.MustCompile(`^<<[ :]*:[ \r\n]`) // the library's, wherever it is (not in a run of three "<")
+
+// token reads the token at c, the first of r, or more plain text.
+func (g *guard) token(c byte, r []byte, next byte) {
+	switch {
+	case g.col == 1 && !g.indented && (c == '-' && g.marker() || c == '.' && bytes.HasPrefix(r, []byte("...")) && !bytes.HasPrefix(r, []byte("...."))):
+		if g.emit(1); c == '-' { // the parser reads each document on its own
+			g.closeQ()
+			g.open, g.ld = g.open[:0], 0
+		}
+		g.adv(2)
+	case c == '-' && g.up && g.buf: // the library reads the rest as folded block text
+		g.count(1)
+		g.block, g.blockCol, g.blockText, g.chomp = true, g.col, true, '-'
+		if len(bytes.Trim(g.skipLine()[1:], "\t")) > 0 {
+			g.ld = g.blockCol - 1
+		}
+		return
+	case c == '-' && !g.buf && (next == 0 || isBlank(next)):
+		g.emit(1)
+		g.entry(true, g.col, false, false)
+		g.ld, g.keyAt = g.col, -1
+	case c == '?' && !g.buf && (next == ' ' || next == '\t'):
+		g.emit(1)
+		g.entry(false, g.col, false, false)
+		g.q, g.qAt, g.ld, g.keyAt, g.prefix = len(g.open)-1, g.i, g.col, -1, true // it takes the next node, wherever
+	case c == ':' && g.mapDelim(next):
+		g.mapValue()
+	case c == '<' && next == '<' && g.peek(2) != '<' && mergeKey.Match(r): // a key; the library drops the text before it
+		if g.buf && g.bufNode { // a tag or anchor before it goes with "<<"
+			g.keyNode = g.keyAt == g.bufAt
+		}
+		g.emit(1)
+		g.begin(true, false)
+		g.ld = g.col
+		g.adv(1)
+	case (c == '[' || c == '{') && (!g.buf || g.flowing()):
+		g.emit(1)
+		g.begin(false, false)
+		g.push(level{flow: true, seq: c == '[', col: g.keyCol, at: g.keyAt})
+		g.flows[strings.IndexByte("[{", c)]++
+		g.afterDelim, g.keyAt = g.nodes, -1
+	case c == ']' && (!g.buf || g.flows[0] > 0) || c == '}' && g.flows[1] > 0:
+		g.emit(1)
+		g.flows[strings.IndexByte("]}", c)]-- // below 0 at a "]" too many, as the library's
+		if g.closeQ(); g.popToFlow() {        // the collection is the latest node: a key if a ":" follows
+			l := g.open[len(g.open)-1]
+			g.open = g.open[:len(g.open)-1]
+			g.keyAt, g.keyCol, g.plainKey, g.keyNode, g.keyOld = l.at, l.col, false, true, false
+		}
+	case c == ',' && g.flowing():
+		g.emit(1)
+		g.closeQ()
+		g.popToFlow()
+		g.afterDelim, g.keyAt = g.nodes, -1
+	case c == '#' && (!g.buf || isBlank(g.text[g.i-1])):
+		g.emit(0)
+		g.skipLine()
+		return
+	case (c == '\'' || c == '"') && !g.buf:
+		g.quoted(c)
+		return
+	case (c == '|' || c == '>') && !g.buf:
+		g.header()
+		return
+	case c == '!' && !g.buf && !g.directive: // a tag; the library's columns leave out the space or comma after it
+		g.emit(1)
+		g.begin(false, true)
+		for g.i < len(g.text) && !isBlank(g.text[g.i]) || g.peek(0) == '\t' {
+			if g.text[g.i] == ',' && g.flowing() {
+				g.col--
+				return
+			}
+			g.adv(1)
+		}
+		if g.peek(0) == ' ' {
+			g.i++
+		}
+		return
+	case c == '%' && !g.buf && !g.indented:
+		g.emit(1)
+		g.directive = true
+	case (c == '&' || c == '*') && !g.buf:
+		g.emit(2) // it and its name
+		g.begin(false, c == '&')
+		g.anchor = 1
+	case !g.buf:
+		g.plain()
+	}
+	g.adv(1)
+}
+
+// mapDelim: the ":" at g.i ends a key (the library's scanMapDelim).
+func (g *guard) mapDelim(next byte) bool {
+	if g.anchor > 0 || g.directive {
+		return false
+	} else if g.flows[1] > 0 {
+		return next != '/' && !g.colon
+	}
+	return isBlank(next) || g.i+1 == len(g.text)
+}
+
+// plain begins plain text: a scalar, a "&" or "*"'s name or a directive's word.
+func (g *guard) plain() {
+	g.buf, g.bufNode, g.saved, g.bufAt, g.bufCol = true, g.anchor != 1 && !g.directive, false, g.i, g.col
+	if g.anchor == 1 {
+		g.anchor = 2
+	} else if g.count(1); !g.directive {
+		g.begin(true, false)
+	}
+}
+
+// begin records a token that may be a key or begin it: a node, or a tag or
+// anchor (prefix), which goes with the node after it. A key with one nests:
+// the parser may give it the mapping.
+func (g *guard) begin(scalar, prefix bool) {
+	if g.keyAt < 0 || g.keyOld || g.keyNode {
+		g.keyAt, g.keyCol, g.plainKey, g.keyOld = g.i, g.col, !g.prefix, false
+	}
+	g.plainKey, g.keyNode, g.prefix = g.plainKey && scalar, !prefix, prefix
+}
+
+// mapValue reads a ":" after a key: the latest node since the latest
+// indicator, on its line or else before, and its tags and anchors. The key is
+// at most as long as their text, and a byte more for each escape.
+func (g *guard) mapValue() {
+	col, keyLen, q, qAt := g.col, 0, g.q, g.qAt
+	if g.keyAt >= 0 {
+		span := g.text[g.keyAt:g.i]
+		col, keyLen = g.keyCol, len(span)+bytes.Count(span, []byte(`\`))
+	}
+	if g.buf { // the library's lastDelimColumn: its key's, if plain or quoted
+		g.ld = g.bufCol
+	} else if g.quoteCol > 0 {
+		g.ld = g.quoteCol
+	}
+	n := len(g.open)
+	own := n > 0 && g.open[n-1].flow && !g.open[n-1].seq && g.nodes-g.afterDelim <= 2
+	g.emit(1)
+	l := g.entry(false, col, g.keyAt >= 0 && !g.plainKey, own)
+	if q == len(g.open)-1 { // the "?"'s own ":"
+		keyLen = max(keyLen, g.i-qAt)
+	}
+	g.setKey(l, keyLen)
+	g.colon, g.keyAt = true, -1
+}
+
+// entry opens a level for a "-" (seq) or key at col, or continues one of its
+// kind at col; nests: whatever is open; own: a flow mapping's own key. The
+// parser ends a level at an entry left of it (or at its column, if of the
+// other kind and its entry has a value: here it nests).
+func (g *guard) entry(seq bool, col int, nests, own bool) *level {
+	g.closeQ()
+	nests, g.prefix = nests || g.prefix || g.strict, false
+	for n := len(g.open); n > 0; n = len(g.open) {
+		switch top := &g.open[n-1]; {
+		case top.flow && own:
+			return top
+		case nests || top.flow || top.col < col || top.col == col && top.seq != seq:
+			return g.push(level{seq: seq, col: col})
+		case top.col == col:
+			return top
+		}
+		g.open = g.open[:n-1]
+	}
+	return g.push(level{seq: seq, col: col})
+}
+
+func (g *guard) push(l level) *level {
+	l.base = len("$")
+	if n := len(g.open); n > 0 {
+		l.base = g.open[n-1].path()
+	}
+	if g.open = append(g.open, l); len(g.open) > g.lim.depth {
+		g.fail(tooDeep, g.lim.depth)
+	}
+	g.maxDepth = max(g.maxDepth, len(g.open))
+	g.setKey(&g.open[len(g.open)-1], 0)
+	return &g.open[len(g.open)-1]
+}
+
+func (g *guard) popToFlow() bool { // to the innermost flow level, if any
+	for n := len(g.open); n > 0; n-- {
+		if g.open[n-1].flow {
+			g.open = g.open[:n]
+			return true
+		}
 	}
 	return false
 }
 
-// lineStart reads what only the start of a line can be (a document marker, a
-// directive, a plain scalar's continuation); false: a token starts here.
-func (g *guard) lineStart(c byte) bool {
-	open := g.plainOpen
-	g.plainOpen = false
-	rest, first := g.text[g.i:], g.i == 0 || isBreak(g.text[g.i-1]) // no indentation at all
-	switch {
-	case first && (bytes.HasPrefix(rest, []byte("---")) && g.blankAt(3)):
-		g.count()
-		g.endExplicit()
-		g.open, g.lastDelim = g.open[:0], 0 // the parser reads each document on its own
-	case first && bytes.HasPrefix(rest, []byte("...")) && !bytes.HasPrefix(rest, []byte("....")):
-		g.count()
-	case open && c != '#' && (g.lastDelim == 0 || g.col > g.lastDelim):
-		if mergeKey(rest) {
-			g.swallow()
-			return false
-		}
-		if c == '-' && g.lastDelim > 0 { // the library reads the rest as a folded block
-			g.blockText(g.col-1, true)
-			return true
-		}
-		g.nodeCarried = true // as a key, its lines are read as nested
-		g.plain()
-		return true
-	default:
-		return false
-	}
-	g.adv()
-	g.adv()
-	g.adv()
-	return true
-}
-
-// token reads the token at c.
-func (g *guard) token(c byte) {
-	g.plainOpen = false
-	switch {
-	case c == '#':
-		g.skipLine()
-	case c == '\'' || c == '"':
-		g.count()
-		g.start(g.col, true)
-		g.quoted(c)
-	case c == '[' || c == '{':
-		g.flowStart(c)
-	case c == ']' || c == '}' && g.flowMaps > 0:
-		g.flowEnd(c)
-	case c == ',' && g.flowing():
-		g.count()
-		g.endExplicit()
-		g.popToFlow()
-		g.afterFlowDelim, g.nodeFresh = g.nodes, false
-		g.adv()
-	case c == '-' && (g.blankAt(1) || g.peek(1) == 0): // the library takes a NUL for the end too
-		g.count()
-		g.entry(blockSeq, g.col, g.starts, 0, g.prefixes > 0)
-		g.adv()
-	case c == '?' && (g.peek(1) == ' ' || g.peek(1) == '\t'):
-		g.count()
-		l := g.entry(blockMap, g.col, g.starts, 1, g.prefixes > 0)
-		g.explicitAt, g.explicitLevel = g.i, len(g.open)-1
-		l.entry++ // its key is no value
-		g.setKey(l, 0)
-		g.adv()
-	case c == ':' && g.mapDelim():
-		g.mapValue()
-	case c == '|' || c == '>':
-		g.blockScalar()
-	case c == '%' && !g.indented:
-		g.count()
-		g.directive = true
-		g.adv()
-	case c == '!' && !g.directive:
-		g.tag()
-	case c == '&' || c == '*':
-		g.anchorOrAlias(c)
-	default:
-		g.count()
-		g.start(g.col, true)
-		g.plain()
-	}
-}
-
-// mapDelim: the ":" here ends a key (the library's scanMapDelim).
-func (g *guard) mapDelim() bool {
-	if g.directive {
-		return false
-	}
-	if g.flowMaps > 0 {
-		return g.peek(1) != '/'
-	}
-	return g.blankAt(1)
-}
-
-// start records a node starting at col (text: a plain or quoted scalar).
-func (g *guard) start(col int, text bool) {
-	g.starts++
-	if !g.nodeFresh || g.nodeLine != g.line { // "'a'b: c": the key is both
-		g.nodeAt = g.i
-	}
-	g.nodeCol, g.ownCol, g.nodeLine, g.nodeText, g.nodeCarried, g.nodeFresh = col, col, g.line, text, false, true
-	if g.nodePrefixes = g.prefixes; g.prefixes > 0 {
-		g.nodeCol = min(col, g.prefixCol)
-		g.nodeCarried = g.prefixLine != g.line || !text || g.prefixes > 1 || !g.prefixGroups
-		g.prefixes = 0
-	}
-}
-
-// prefix records a tag or anchor at col.
-func (g *guard) prefix(col int, groups bool) {
-	if g.prefixes == 0 || g.prefixLine != g.line {
-		g.prefixCol, g.prefixLine = col, g.line
-		if g.prefixes > 0 {
-			g.prefixes++ // a run after one on an earlier line: the node is theirs
-		}
-	}
-	g.prefixes++
-	g.prefixGroups = groups
-}
-
-// push opens a level.
-func (g *guard) push(kind levelKind, col int) *level {
-	base := len("$")
-	if n := len(g.open); n > 0 {
-		base = g.open[n-1].path()
-	}
-	g.open = append(g.open, level{kind: kind, col: col, entry: g.starts, base: base})
-	g.maxDepth = max(g.maxDepth, len(g.open))
-	g.maxPath = max(g.maxPath, g.open[len(g.open)-1].path())
-	if len(g.open) > g.lim.depth {
-		g.fail(tooDeep, g.lim.depth)
-	}
-	return &g.open[len(g.open)-1]
-}
-
-// popToFlow closes the levels inside the innermost flow collection.
-func (g *guard) popToFlow() {
-	for n := len(g.open); n > 0 && g.open[n-1].kind < flowSeq; n-- {
-		g.open = g.open[:n-1]
-	}
-}
-
-// entry is a "-" (blockSeq) or a key (blockMap) at col, the nodes started
-// before it being starts; delims: the nodes it follows in a flow mapping's
-// entry when it is the mapping's own; nests: it opens a level whatever is
-// open.
-func (g *guard) entry(kind levelKind, col, starts, delims int, nests bool) *level {
-	g.endExplicit()
-	g.lastDelim = col
-	if g.prefixes > 0 { // the list or mapping is at the tag's or anchor's column
-		col = min(col, g.prefixCol)
-	}
-	g.prefixes, g.nodeFresh = 0, false
-	if n := len(g.open); n > 0 && g.open[n-1].kind >= flowSeq {
-		if top := &g.open[n-1]; kind == blockMap && top.kind == flowMap && g.nodes-g.afterFlowDelim <= delims {
-			return top
-		}
-		return g.push(kind, col)
-	}
-	for n := len(g.open); n > 0 && !nests && !g.strict; n = len(g.open) {
-		top := &g.open[n-1]
-		if top.kind >= flowSeq || top.col < col {
-			break
-		}
-		if top.col == col && top.kind == kind {
-			top.entry = g.starts
-			return top
-		}
-		if top.col == col && top.entry >= starts { // its entry has no value yet
-			break
-		}
-		g.open = g.open[:n-1]
-	}
-	return g.push(kind, col)
-}
-
-// mapValue is a ":" that ends a key: the node started since the latest
-// entry, or the tags and anchors before it. The key is at most as long as
-// the text from its start, or from a "?" before it, to here.
-func (g *guard) mapValue() {
-	g.count()
-	col, keyLen, starts, carried, lastDelim := g.col, 0, g.starts, false, g.lastDelim
-	if g.explicitAt >= 0 {
-		keyLen = g.i - g.explicitAt
-	}
-	switch {
-	case g.nodeFresh:
-		col, keyLen, starts, carried = g.nodeCol, max(keyLen, g.i-g.nodeAt), starts-1, g.nodeCarried
-		if g.nodeText {
-			lastDelim = g.ownCol
-		}
-	case g.prefixes > 0:
-		col, carried = g.prefixCol, true
-	}
-	var l *level
-	if e := g.explicitLevel; g.explicitAt >= 0 && e < len(g.open) && g.starts <= g.open[e].entry && col <= g.open[e].col {
-		l = &g.open[e] // the "?"'s own ":" (its key is left of it: read as the deeper)
-		g.endExplicit()
-		g.prefixes, g.nodeFresh = 0, false
-	} else {
-		l = g.entry(blockMap, col, starts, 2, carried)
-	}
-	g.lastDelim = lastDelim
-	g.setKey(l, keyLen)
-	g.adv()
-}
-
-// setKey records that the latest key of l is n long.
 func (g *guard) setKey(l *level, n int) {
-	l.key = n
-	if g.maxPath = max(g.maxPath, l.path()); l.path() > g.lim.path {
+	if l.key = n; l.path() > g.lim.path {
 		g.fail(tooLongKey, g.lim.path)
 	}
+	g.maxPath = max(g.maxPath, l.path())
 }
 
-// endExplicit ends the key of the latest "?", if it is still open: it is
-// at most as long as the text since.
-func (g *guard) endExplicit() {
-	if g.explicitAt >= 0 && g.explicitLevel < len(g.open) {
-		l := &g.open[g.explicitLevel]
-		g.setKey(l, max(l.key, g.i-g.explicitAt))
+func (g *guard) closeQ() { // the latest "?"'s key ends: at most the text since
+	if g.q >= 0 && g.q < len(g.open) {
+		g.setKey(&g.open[g.q], max(g.open[g.q].key, g.i-g.qAt))
 	}
-	g.explicitAt = -1
+	g.q = -1
 }
 
-func (g *guard) flowStart(c byte) {
-	g.count()
-	g.start(g.col, false)
-	kind := flowSeq
-	if c == '{' {
-		kind = flowMap
-		g.flowMaps++
-	} else {
-		g.flowSeqs++
-	}
-	g.push(kind, g.col).at = g.i
-	g.afterFlowDelim = g.nodes
-	g.adv()
-}
-
-func (g *guard) flowEnd(c byte) {
-	g.count()
-	if c == '}' {
-		g.flowMaps--
-	} else {
-		g.flowSeqs-- // the library's count goes below 0 at a "]" too many
-	}
-	g.endExplicit()
-	g.popToFlow()
-	if n := len(g.open); n > 0 && g.open[n-1].kind >= flowSeq { // the collection is the latest node
-		l := g.open[n-1]
-		g.open = g.open[:n-1]
-		g.starts, g.nodeAt, g.nodeCol, g.ownCol, g.nodeText, g.nodeCarried, g.nodeFresh = l.entry, l.at, l.col, l.col, false, true, true
-	}
-	g.adv()
-}
-
-// plain reads a plain scalar, or its continuation on a new line.
-func (g *guard) plain() {
-	from := g.i
-	for ; g.i < len(g.text); g.adv() {
-		c := g.text[g.i]
-		if isBreak(c) {
-			g.plainOpen = true
-			break
-		}
-		if c == ' ' && g.directive {
-			break
-		}
-		if c == '#' && g.i > from && (g.text[g.i-1] == ' ' || g.text[g.i-1] == '\t') || c == ':' && g.mapDelim() || g.flowStop(c) {
-			break
-		}
-		if g.i > from && mergeKey(g.text[g.i:]) {
-			g.swallow()
-			break
-		}
-	}
-}
-
-// swallow undoes the start of the plain scalar that a merge key takes in.
-func (g *guard) swallow() {
-	g.starts--
-	g.prefixes, g.nodeFresh = g.nodePrefixes, false
-}
-
-// mergeKey: text starts with a "<<" before a ":", which the library reads as
-// a merge key wherever it is.
-func mergeKey(text []byte) bool {
-	if !bytes.HasPrefix(text, []byte("<<")) || bytes.HasPrefix(text, []byte("<<<")) {
-		return false
-	}
-	t := bytes.TrimLeft(text[2:], " ")
-	return len(t) > 1 && t[0] == ':' && (t[1] == ' ' || isBreak(t[1]))
-}
-
-// quoted reads a quoted scalar, its quote q at the current byte. After a
-// double-quoted one the library's scanner is a character further on for
-// each tab in it with text after it on its line, but not right before the
-// quote: it skips as many after the quote.
+// quoted reads a quoted scalar. The library moves on a character more at
+// each tab in double quotes that has text after it on its line (and is not
+// the last), so it skips as many after the quote.
 func (g *guard) quoted(q byte) {
-	drift, eol, lastText := 0, -1, -1
-	for g.adv(); g.i < len(g.text); {
-		c := g.text[g.i]
-		if c == '\t' && q == '"' {
+	g.emit(1)
+	g.begin(true, false)
+	col, drift, eol, lastText, lineStart := g.col, 0, -1, -1, false
+	for g.adv(1); g.i < len(g.text); {
+		c, next := g.text[g.i], g.peek(1)
+		switch {
+		case c == '\n' || c == '\r' || c == '\\' && q == '"' && (next == '\n' || next == '\r'):
+			from := g.i
+			if c == '\\' {
+				g.i++
+			}
+			if g.newline(); c == '\\' && next == '\r' { // the library's column: 1 more after an escaped CR, 2 after CRLF
+				g.col += g.i - from - 1
+			}
+			g.keyOld, lineStart = false, true
+			continue
+		case c == q && (q == '"' || next != '\''):
+			g.adv(1 + drift)
+			g.quoteCol = col
+			return
+		case c == q || c == '\\' && q == '"': // "''", or an escape (\x, \u and \U take their digits)
+			g.adv(1 + hexDigits[next])
+		case c == '\t' && q == '"' && !lineStart && next != '"':
 			if g.i > eol {
 				if eol = g.i + bytes.IndexAny(g.text[g.i:], "\r\n"); eol < g.i {
 					eol = len(g.text)
 				}
 				lastText = g.i + bytes.LastIndexFunc(g.text[g.i:eol], func(r rune) bool { return r != ' ' && r != '\t' })
 			}
-			if lastText > g.i && g.peek(1) != '"' {
+			if lastText > g.i {
 				drift++
 			}
 		}
-		g.adv()
-		switch {
-		case c == q && q == '\'' && g.peek(0) == '\'':
-			g.adv()
-		case c == q:
-			for ; drift > 0 && g.i < len(g.text); drift-- {
-				for g.adv(); g.i < len(g.text) && g.text[g.i]&0xc0 == 0x80; {
-					g.adv()
-				}
-			}
-			return
-		case c == '\\' && q == '"' && g.i < len(g.text):
-			g.adv()
-		}
+		lineStart = lineStart && (c == ' ' || c == '\t')
+		g.adv(1)
 	}
 }
 
-// blockScalar reads a "|" or ">" block scalar: its header line, then its text.
-//
-// Without text but blank lines, the library keeps a line break of them to
-// start a plain scalar with (but with "+"): the line that ends it is one.
-func (g *guard) blockScalar() {
-	g.count()
-	g.count()
-	g.count()
-	g.start(g.col, true)
-	from := g.i
-	g.skipLine()
-	header, _, _ := strings.Cut(string(g.text[from:g.i]), "#")
-	end, fixed := max(g.lastDelim, 1), false
-	if i := strings.IndexAny(header, "123456789"); i >= 0 {
-		end, fixed = end+int(header[i]-'0')-1, true
-	}
-	if g.blockText(end, fixed) && !strings.Contains(header, "+") {
-		g.start(g.col, true)
-		g.plain()
-	}
-}
+var hexDigits = map[byte]int{'x': 2, 'u': 4, 'U': 8}
 
-// blockText skips the rest of the line and the lines after it that are
-// blank or start right of column end: block text, which ends at a line that
-// does not or at a "---" or "..." at a line's start. Unless fixed, the
-// column of its first line, less one, is its end. emptied: it ends at a
-// line left of end after blank lines only.
-func (g *guard) blockText(end int, fixed bool) (emptied bool) {
-	g.inBlock = true
-	defer func() { g.inBlock = false }()
-	g.skipLine()
-	for first, blank := true, false; g.i < len(g.text); g.skipLine() {
-		if g.adv(); g.text[g.i-1] == '\r' && g.peek(0) == '\n' { // the line break
-			g.adv()
-		}
-		for g.peek(0) == ' ' || g.peek(0) == '\t' {
-			g.adv()
-		}
-		rest := g.text[g.i:]
-		if isBreak(g.peek(0)) {
-			blank = true
-			continue
-		}
-		if g.i == len(g.text) || g.col == 1 && len(rest) >= 3 && (string(rest[:3]) == "---" || string(rest[:3]) == "...") && g.blankAt(3) {
-			break
-		}
-		if g.col <= end {
-			return first && blank
-		}
-		if first && !fixed {
-			end = g.col - 1
-		}
-		first = false
-		g.lastDelim = end
+// header reads a block scalar's header line ("|" or ">", a digit: its text's
+// column past ld, "+" or "-": it keeps or strips trailing blanks): block text
+// follows.
+func (g *guard) header() {
+	g.emit(3) // it, its text and the empty text the library may add
+	g.begin(true, false)
+	if g.col == 1 {
+		g.ld = 1
 	}
-	return false
-}
-
-// tag reads a tag, which goes with the node after it.
-func (g *guard) tag() {
-	g.count()
-	col, from := g.col, g.i
-	// It ends at a ": " too, which the library may read as a key's after a
-	// double-quoted scalar with a tab ("\"\t\"!: x").
-	for g.i < len(g.text) && g.text[g.i] != ' ' && !isBreak(g.text[g.i]) && !(g.text[g.i] == ',' && g.flowing()) &&
-		!(g.text[g.i] == ':' && g.blankAt(1)) {
-		g.adv()
+	opt, _, _ := bytes.Cut(g.skipLine(), []byte("#"))
+	if g.i < len(g.text) {
+		g.newline()
 	}
-	switch t := string(g.text[from:g.i]); t {
-	case "!!int", "!!float", "!!null", "!!str", "!!binary", "!!timestamp", "!!bool":
-		g.prefix(col, true)
-	default:
-		g.prefix(col, !strings.HasPrefix(t, "!!"))
+	g.block, g.blockCol, g.blockText, g.breaks, g.spaced, g.spacedAt, g.chomp = true, 0, false, 0, 0, 0, 0
+	if k := bytes.IndexAny(opt, "+-"); k >= 0 {
+		g.chomp = opt[k]
 	}
-}
-
-// anchorOrAlias reads a "&" or "*" and its name; the library takes whatever
-// token follows as the name, so one that is no plain text is left to be read
-// as what it is, and every "-" and key nests from here on.
-func (g *guard) anchorOrAlias(c byte) {
-	g.count()
-	col := g.col
-	for g.adv(); g.peek(0) == '\t'; { // the library skips tabs here
-		g.adv()
+	if k := bytes.IndexAny(opt, "123456789"); k >= 0 {
+		g.blockCol = g.ld + int(opt[k]-'0')
 	}
-	from, next := g.i, g.peek(0)
-	odd := g.blankAt(0) || g.flowStop(next) || strings.IndexByte("{[]|>!&*#'\"@`", next) >= 0 || next == '-' && (g.blankAt(1) || g.peek(1) == 0) || next == '?' && (g.peek(1) == ' ' || g.peek(1) == '\t')
-	if g.strict = g.strict || odd; !odd {
-		for g.i < len(g.text) && g.text[g.i] != ' ' && !isBreak(g.text[g.i]) && !g.flowStop(g.text[g.i]) {
-			g.adv()
-		}
-		g.count()
-	}
-	if c == '&' {
-		g.prefix(col, true)
-		return
-	}
-	g.start(col, false)
-	g.nodeAt = min(g.nodeAt, from-1)
 }
