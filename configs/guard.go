@@ -10,7 +10,7 @@ import (
 // checkGuard refuses a file at the file:line:col where it crosses a limit,
 // before the YAML library (goccy/go-yaml), which has none, reads it.
 //
-// The guarantee: it counts at least the tokens but comments (MaxNodes) the
+// The guarantee: it counts at least the tokens (MaxNodes, comments too) the
 // library's scanner makes of the whole file, which it reads whatever the
 // parser then says, the nesting (MaxDepth) and the longest path (MaxKeyPath)
 // the parser builds, and the scanner's steps (MaxScanSteps); it may count
@@ -33,7 +33,7 @@ func checkGuard(file string, text []byte) *Error {
 
 // What the guard says where a file crosses a limit (%d: the limit).
 const (
-	tooManyNodes = "the file has more than %d YAML nodes by here (each key, value, \"-\", \":\", \",\" and bracket counts), " +
+	tooManyNodes = "the file has more than %d YAML nodes by here (each key, value, comment, \"-\", \":\", \",\" and bracket counts), " +
 		"the limit for a config file (a real one has a few hundred)"
 	tooManySteps = "the YAML library would take more than %d steps to read the file by here, the limit for a config file: " +
 		`runs of "<", and tabs in double-quoted text (write \t), cost it the square of their length`
@@ -303,7 +303,7 @@ func (g *guard) token(c byte, r []byte, next byte) {
 		g.popToFlow()
 		g.afterDelim, g.keyAt = g.nodes, -1
 	case c == '#' && (!g.buf || isBlank(g.text[g.i-1])):
-		g.emit(0)
+		g.emit(1) // the library keeps a token of each comment: a file of them cost 180 MB
 		g.skipLine()
 		return
 	case (c == '\'' || c == '"') && !g.buf:

@@ -322,6 +322,11 @@ func TestAFileOfMoreNodesThanTheLimitIsRefusedWhereItCrossesIt(t *testing.T) {
 	if len(errs) != 1 || !strings.Contains(errs[0].Msg, "must be a mapping") {
 		t.Errorf("%d nodes: want only the file's own problem; got:%s", configs.MaxNodes, dump(errs))
 	}
+	// The library keeps a token of each comment: 1 MiB of them cost 180 MB.
+	errs = problems(t, bytes.Repeat([]byte("#\n"), configs.MaxNodes+1))
+	if len(errs) != 1 || errs[0].Pos.Line != configs.MaxNodes+1 || !strings.Contains(errs[0].Msg, "more than 10000 YAML nodes by here") {
+		t.Errorf("%d comment lines: want one problem at line %d naming the limit; got:%s", configs.MaxNodes+1, configs.MaxNodes+1, dump(errs))
+	}
 }
 
 // The keys leading to a value may be MaxKeyPath characters long together: the
