@@ -101,7 +101,7 @@ func TestEveryFaultKindOnceLeavesEveryInvariantIntact(t *testing.T) {
 			controls.Pauses += c.Pauses
 			controls.Drains += c.Drains
 			controls.Done += c.Done
-			controls.Executed += c.Executed
+			controls.Executed += c.Executions()
 		}
 	}
 	for _, k := range chaos.AllKinds {
@@ -143,7 +143,7 @@ func TestEveryKubeFaultKindOnceLeavesEveryInvariantIntact(t *testing.T) {
 			t.Errorf("no %s fault was injected", k)
 		}
 	}
-	if c := rep.Controls; c == nil || c.Pauses == 0 || c.Drains == 0 || c.Done == 0 || c.Executed == 0 {
+	if c := rep.Controls; c == nil || c.Pauses == 0 || c.Drains == 0 || c.Done == 0 || c.Executions() == 0 {
 		t.Errorf("the operators' controls were not all checked: %+v", c)
 	}
 }

@@ -158,7 +158,7 @@ func (r *Report) Markdown() string {
 	counts := r.ViolationCounts()
 	for _, inv := range Invariants {
 		note := ""
-		if inv == InvCounts && r.Counts == nil || controlInvariant(inv) && r.Controls == nil {
+		if inv == InvCounts && r.Counts == nil || uncheckedIn(r, inv) {
 			note = " (not checked)"
 		}
 		fmt.Fprintf(&b, "| %s%s | %d |\n", inv, note, counts[inv])
