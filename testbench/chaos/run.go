@@ -38,6 +38,13 @@ type Options struct {
 	// zero and the fence check disabled. The checker must then report
 	// violations.
 	Broken bool
+	// ManualJobs are the jobs ManualRun faults ask runs of, one drawn per
+	// fault (default: the probe, the weekly report and the renewer).
+	ManualJobs []string `json:",omitempty"`
+	// ManualAfterEffect makes every ManualRun fault strike the claimer once
+	// its run's effect committed (SIGSTOP or SIGKILL), where a fault
+	// otherwise draws no strike, one in flight, or one after the effect.
+	ManualAfterEffect bool `json:",omitempty"`
 	// StopAtViolation ends the fault loop at the first fault after which a
 	// job (the probe or another) shows a write accepted out of token order
 	// (for the broken build).
@@ -229,6 +236,11 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if err := checkBackend(o.Backend, o.Kinds); err != nil {
 		return o, err
+	}
+	for _, j := range o.ManualJobs {
+		if !slices.Contains(manualJobs, j) {
+			return o, fmt.Errorf("chaos: no manual runs of %q: the jobs asked are %s", j, strings.Join(manualJobs, ", "))
+		}
 	}
 	if err := leadership.CheckTiming(o.Backend.rules(), o.TTL, o.margin(), o.renewInterval()); err != nil {
 		return o, err

@@ -47,6 +47,8 @@ func run(args []string) int {
 	kinds := fs.String("kinds", "", "comma-separated fault kinds to draw from (default all of the backend's: etcd: "+
 		kindList(chaos.BackendEtcd)+"; kubernetes: "+kindList(chaos.BackendKubernetes)+")")
 	broken := fs.Bool("broken", false, "build snip-jobs with testbench/chaos/broken.go's patches (stop-early margin 0, no fence check)")
+	manualJobs := fs.String("manual-jobs", "", "comma-separated jobs the manual-run faults ask runs of (default probe, weekly-report, cert-renewer)")
+	afterEffect := fs.Bool("manual-after-effect", false, "every manual-run fault strikes the claimer once its run's effect committed")
 	stop := fs.Bool("stop-at-violation", false, "stop injecting at the first write (of any job) accepted out of token order")
 	keep := fs.Bool("keep", false, "keep the run's folder (logs, configs, data)")
 	out := fs.String("out", "", "also write the Markdown report to this file")
@@ -74,11 +76,16 @@ func run(args []string) int {
 		return 0
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	o := chaos.Options{Faults: *faults, Seed: *seed, TTL: *ttl, DefaultTiming: *defTiming, Broken: *broken, StopAtViolation: *stop, KeepDir: *keep, Log: log,
+	o := chaos.Options{Faults: *faults, Seed: *seed, TTL: *ttl, DefaultTiming: *defTiming, Broken: *broken, ManualAfterEffect: *afterEffect, StopAtViolation: *stop, KeepDir: *keep, Log: log,
 		Backend: chaos.Backend(*backend)}
 	if !slices.Contains(chaos.Backends, o.Backend) {
 		fmt.Fprintf(os.Stderr, "snip-chaos: unknown backend %q (known: %s, %s)\n", o.Backend, chaos.BackendEtcd, chaos.BackendKubernetes)
 		return 2
+	}
+	if *manualJobs != "" {
+		for _, j := range strings.Split(*manualJobs, ",") {
+			o.ManualJobs = append(o.ManualJobs, strings.TrimSpace(j))
+		}
 	}
 	if *kinds != "" {
 		for _, k := range strings.Split(*kinds, ",") {
