@@ -44,7 +44,7 @@ func snipJobs(t *testing.T) string {
 }
 
 // runs is how many clusters this package's tests start.
-const runs = 8
+const runs = 9
 
 // Three snip-jobs processes on a three-member etcd cluster (each member its
 // own process) and one PostgreSQL, with clicks and custom domains flowing in,
@@ -231,5 +231,32 @@ func TestTheCheckerCatchesABrokenBuild(t *testing.T) {
 				t.Errorf("the broken build writes no fencing_tokens rows, and the checker did not say so")
 			}
 		})
+	}
+}
+
+// The same harness on a snip-jobs whose weekly report leaves an operator's
+// manual run to be completed by the scheduler after the run, in a
+// transaction of its own (broken.go's brokenManualPatches: at least once, as
+// the sql job's, the weekly report's and the renewer's runs were before
+// they completed their request with their effect) must report the request
+// run twice: its claimer struck (SIGSTOP past its TTL, or SIGKILL) once its
+// run's end is recorded, before that completion, leaves the request to its
+// successor, which runs it again.
+func TestTheCheckerCatchesAManualRunOfTheWeeklyReportRunTwice(t *testing.T) {
+	t.Parallel()
+	rep, err := chaos.Run(context.Background(), chaos.Options{
+		Faults:            3, // the first may find the report's leader handing over, and miss
+		Kinds:             []chaos.Kind{chaos.ManualRun},
+		ManualJobs:        []string{chaos.JobReport},
+		ManualAfterEffect: true,
+		BrokenManual:      true,
+		Log:               benchtest.Logger(t),
+	})
+	if err != nil {
+		t.Fatalf("the run could not be done: %v", err)
+	}
+	t.Logf("report:\n%s", rep.Markdown())
+	if rep.ViolationCounts()[chaos.InvManualEffect] == 0 {
+		t.Errorf("no manual run of the weekly report taking effect twice was reported after %d faults on the broken manual build", len(rep.Faults))
 	}
 }

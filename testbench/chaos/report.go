@@ -153,7 +153,7 @@ func (r *Report) Markdown() string {
 		etcd = "; Kubernetes backend: Leases on kube-apiserver " + r.KubeVersion + " (HTTPS, bearer token) over an etcd of its own"
 	}
 	fmt.Fprintf(&b, "%d faults in %v (seed %d, TTL %v, margin %v, renew interval %v, broken build: %v); jobs: %s%s.\n\n",
-		len(r.Faults), r.Duration.Round(time.Second), r.Seed, ttl, r.Options.margin(), r.Options.renewInterval(), r.Options.Broken, strings.Join(r.Jobs, ", "), etcd)
+		len(r.Faults), r.Duration.Round(time.Second), r.Seed, ttl, r.Options.margin(), r.Options.renewInterval(), r.Options.brokenLabel(), strings.Join(r.Jobs, ", "), etcd)
 	b.WriteString("| invariant | violations |\n|---|---|\n")
 	counts := r.ViolationCounts()
 	for _, inv := range Invariants {

@@ -38,6 +38,11 @@ type Options struct {
 	// zero and the fence check disabled. The checker must then report
 	// violations.
 	Broken bool
+	// BrokenManual builds snip-jobs with brokenManualPatches: the weekly
+	// report's manual run completed by the scheduler after the run, apart
+	// from its effect (at least once). InvManualEffect must then be violated
+	// by a claimer struck after the effect.
+	BrokenManual bool `json:",omitempty"`
 	// ManualJobs are the jobs ManualRun faults ask runs of, one drawn per
 	// fault (default: the probe, the weekly report and the renewer).
 	ManualJobs []string `json:",omitempty"`
@@ -66,8 +71,8 @@ type Options struct {
 	// (MemberMain, the etcd of this module's go.mod).
 	EtcdBinary string
 	// Binary is a snip-jobs binary built from this module for the
-	// instances (empty: the run builds one). Not with Broken, which builds
-	// its own. Several runs of one process can share one build.
+	// instances (empty: the run builds one). Not with Broken or
+	// BrokenManual, which build their own. Several runs of one process can share one build.
 	Binary string `json:"-"`
 	// Log receives progress. Default: discard.
 	Log *slog.Logger `json:"-"`

@@ -47,6 +47,7 @@ func run(args []string) int {
 	kinds := fs.String("kinds", "", "comma-separated fault kinds to draw from (default all of the backend's: etcd: "+
 		kindList(chaos.BackendEtcd)+"; kubernetes: "+kindList(chaos.BackendKubernetes)+")")
 	broken := fs.Bool("broken", false, "build snip-jobs with testbench/chaos/broken.go's patches (stop-early margin 0, no fence check)")
+	brokenManual := fs.Bool("broken-manual", false, "build snip-jobs with testbench/chaos/broken.go's manual patch (the weekly report's manual run completed after the run, apart from its effect)")
 	manualJobs := fs.String("manual-jobs", "", "comma-separated jobs the manual-run faults ask runs of (default probe, weekly-report, cert-renewer)")
 	afterEffect := fs.Bool("manual-after-effect", false, "every manual-run fault strikes the claimer once its run's effect committed")
 	stop := fs.Bool("stop-at-violation", false, "stop injecting at the first write (of any job) accepted out of token order")
@@ -76,7 +77,7 @@ func run(args []string) int {
 		return 0
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	o := chaos.Options{Faults: *faults, Seed: *seed, TTL: *ttl, DefaultTiming: *defTiming, Broken: *broken, ManualAfterEffect: *afterEffect, StopAtViolation: *stop, KeepDir: *keep, Log: log,
+	o := chaos.Options{Faults: *faults, Seed: *seed, TTL: *ttl, DefaultTiming: *defTiming, Broken: *broken, BrokenManual: *brokenManual, ManualAfterEffect: *afterEffect, StopAtViolation: *stop, KeepDir: *keep, Log: log,
 		Backend: chaos.Backend(*backend)}
 	if !slices.Contains(chaos.Backends, o.Backend) {
 		fmt.Fprintf(os.Stderr, "snip-chaos: unknown backend %q (known: %s, %s)\n", o.Backend, chaos.BackendEtcd, chaos.BackendKubernetes)
