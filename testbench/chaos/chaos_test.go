@@ -211,21 +211,9 @@ func TestTheCheckerCatchesABrokenBuild(t *testing.T) {
 	for _, b := range chaos.Backends {
 		t.Run(string(b), func(t *testing.T) {
 			t.Parallel()
-			rep, err := chaos.Run(context.Background(), chaos.Options{
-				Backend:         b,
-				Faults:          12,
-				Kinds:           []chaos.Kind{chaos.PartitionSlowDB},
-				Broken:          true,
-				StopAtViolation: true,
-				Log:             benchtest.Logger(t),
-			})
-			if err != nil {
-				t.Fatalf("the run could not be done: %v", err)
-			}
-			t.Logf("report:\n%s", rep.Markdown())
-			counts := rep.ViolationCounts()
+			counts, faults := runBroken(t, chaos.Options{Backend: b, Faults: 12, Kinds: []chaos.Kind{chaos.PartitionSlowDB}, Broken: true, StopAtViolation: true})
 			if counts[chaos.InvTokenOrder] == 0 {
-				t.Errorf("no probe write accepted out of token order was reported after %d faults on the broken build", len(rep.Faults))
+				t.Errorf("no probe write accepted out of token order was reported after %d faults on the broken build", faults)
 			}
 			if counts[chaos.InvFenceTable] == 0 {
 				t.Errorf("the broken build writes no fencing_tokens rows, and the checker did not say so")
@@ -244,19 +232,27 @@ func TestTheCheckerCatchesABrokenBuild(t *testing.T) {
 // successor, which runs it again.
 func TestTheCheckerCatchesAManualRunOfTheWeeklyReportRunTwice(t *testing.T) {
 	t.Parallel()
-	rep, err := chaos.Run(context.Background(), chaos.Options{
+	counts, faults := runBroken(t, chaos.Options{
 		Faults:            3, // the first may find the report's leader handing over, and miss
 		Kinds:             []chaos.Kind{chaos.ManualRun},
 		ManualJobs:        []string{chaos.JobReport},
 		ManualAfterEffect: true,
 		BrokenManual:      true,
-		Log:               benchtest.Logger(t),
 	})
+	if counts[chaos.InvManualEffect] == 0 {
+		t.Errorf("no manual run of the weekly report taking effect twice was reported after %d faults on the broken manual build", faults)
+	}
+}
+
+// runBroken runs o (a broken build) and returns its violations by invariant
+// and how many faults it injected.
+func runBroken(t *testing.T, o chaos.Options) (map[string]int, int) {
+	t.Helper()
+	o.Log = benchtest.Logger(t)
+	rep, err := chaos.Run(context.Background(), o)
 	if err != nil {
 		t.Fatalf("the run could not be done: %v", err)
 	}
 	t.Logf("report:\n%s", rep.Markdown())
-	if rep.ViolationCounts()[chaos.InvManualEffect] == 0 {
-		t.Errorf("no manual run of the weekly report taking effect twice was reported after %d faults on the broken manual build", len(rep.Faults))
-	}
+	return rep.ViolationCounts(), len(rep.Faults)
 }
