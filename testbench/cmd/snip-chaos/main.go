@@ -63,18 +63,7 @@ func run(args []string) int {
 		return 2
 	}
 	if *render != "" {
-		b, err := os.ReadFile(*render)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "snip-chaos:", err)
-			return 1
-		}
-		var rep chaos.Report
-		if err := json.Unmarshal(b, &rep); err != nil {
-			fmt.Fprintln(os.Stderr, "snip-chaos:", *render+":", err)
-			return 1
-		}
-		fmt.Print(rep.Markdown())
-		return 0
+		return renderJSON(*render)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	o := chaos.Options{Faults: *faults, Seed: *seed, TTL: *ttl, DefaultTiming: *defTiming, Broken: *broken, BrokenManual: *brokenManual, ManualAfterEffect: *afterEffect, StopAtViolation: *stop, KeepDir: *keep, Log: log,
@@ -83,21 +72,13 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "snip-chaos: unknown backend %q (known: %s, %s)\n", o.Backend, chaos.BackendEtcd, chaos.BackendKubernetes)
 		return 2
 	}
-	if *manualJobs != "" {
-		for _, j := range strings.Split(*manualJobs, ",") {
-			o.ManualJobs = append(o.ManualJobs, strings.TrimSpace(j))
+	o.ManualJobs = list(*manualJobs)
+	for _, k := range list(*kinds) {
+		if !slices.Contains(o.Backend.Kinds(), chaos.Kind(k)) {
+			fmt.Fprintf(os.Stderr, "snip-chaos: unknown fault kind %q on the %s backend (known: %s)\n", k, o.Backend, kindList(o.Backend))
+			return 2
 		}
-	}
-	if *kinds != "" {
-		for _, k := range strings.Split(*kinds, ",") {
-			o.Kinds = append(o.Kinds, chaos.Kind(strings.TrimSpace(k)))
-		}
-		for _, k := range o.Kinds {
-			if !slices.Contains(o.Backend.Kinds(), k) {
-				fmt.Fprintf(os.Stderr, "snip-chaos: unknown fault kind %q on the %s backend (known: %s)\n", k, o.Backend, kindList(o.Backend))
-				return 2
-			}
-		}
+		o.Kinds = append(o.Kinds, chaos.Kind(k))
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer cancel()
@@ -153,6 +134,33 @@ func runSoak(ctx context.Context, o chaos.SoakOptions, out, jsonOut, plot string
 		return 1
 	}
 	return 0
+}
+
+// renderJSON prints the Markdown of a report written with -json.
+func renderJSON(path string) int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "snip-chaos:", err)
+		return 1
+	}
+	var rep chaos.Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		fmt.Fprintln(os.Stderr, "snip-chaos:", path+":", err)
+		return 1
+	}
+	fmt.Print(rep.Markdown())
+	return 0
+}
+
+// list splits a comma-separated flag ("": none).
+func list(s string) []string {
+	var out []string
+	for f := range strings.SplitSeq(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 func kindList(b chaos.Backend) string {
