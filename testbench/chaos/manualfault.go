@@ -52,7 +52,7 @@ const (
 	struckAfter    = "after its effect" // once its run's effect committed
 )
 
-// manualRunOutcome is what one `snip-jobs run probe --wait` said.
+// manualRunOutcome is what one `snip-jobs run JOB --wait` said.
 type manualRunOutcome struct {
 	out  string
 	code int
