@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"regexp"
 	"slices"
@@ -80,6 +81,7 @@ func (c *cluster) manualRun(ctx context.Context, rng *rand.Rand, f *Fault) error
 		fig.StruckAt = []string{struckInFlight, struckAfter}[rng.IntN(2)]
 	}
 	f.Controls, f.Job, f.Target = fig, job, job
+	c.waitSpread(ctx)
 	in, err := c.leaderOf(ctx, job)
 	if err != nil {
 		return err
@@ -117,6 +119,39 @@ func (c *cluster) manualRun(ctx context.Context, rng *rand.Rand, f *Fault) error
 	}
 	return joinErrs(err, c.manualOutcomes(ctx, job, fig, outcomes))
 }
+
+// waitSpread waits, up to spreadBound, until the jobs are spread over the
+// instances as the scheduler's spread leaves them (each instance leads as
+// many as another, give or take one) and no term has changed for a second,
+// its period: a hand-over in progress (after a restart, or at the cluster's
+// start) would move the job a ManualRun fault aims at between the leader it
+// slows and the claim, and the strike would miss.
+func (c *cluster) waitSpread(ctx context.Context) {
+	even := func(ls map[string]leader) bool {
+		n := map[string]int{}
+		for _, in := range c.instances {
+			n[in.name] = 0
+		}
+		for _, l := range ls {
+			n[l.Instance]++
+		}
+		lo, hi := len(ls), 0
+		for _, k := range n {
+			lo, hi = min(lo, k), max(hi, k)
+		}
+		return len(ls) == len(c.jobs) && hi-lo <= 1
+	}
+	deadline := time.Now().Add(spreadBound)
+	for time.Now().Before(deadline) && c.obs.waitFor(ctx, time.Until(deadline), even) {
+		before := c.obs.leaders()
+		if !sleep.For(ctx, time.Second) || maps.Equal(before, c.obs.leaders()) {
+			return
+		}
+	}
+}
+
+// spreadBound bounds waitSpread: a fault goes ahead after it all the same.
+const spreadBound = 15 * time.Second
 
 // manualOutcomes reads what the commands said: each must have made or
 // joined a request that ended done. It notes the requests and how long each
