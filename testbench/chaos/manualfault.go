@@ -28,11 +28,11 @@ import (
 // recorded) takes a second, in which a strike after the effect finds it.
 const claimLink = 150 * time.Millisecond
 
-// renewerLink is claimLink for the renewer: its pass's last transaction (the
-// idle mark that completes the request: five round trips) must commit within
-// its bound, a second, or the scheduler completes the request after the run
-// instead (at least once, by design); at 50 ms each way it takes half that,
-// and a pass still takes seconds.
+// renewerLink is claimLink for the renewer, whose pass makes some ten round
+// trips for each domain it orders (and the load adds a domain every 4 s): at
+// 150 ms each way, a pass with the backlog a strike leaves behind took
+// minutes, and the request was not done within the commands' 90 s; at 50 ms
+// a pass takes seconds, in which the strike still finds it in flight.
 const renewerLink = 50 * time.Millisecond
 
 func claimLinkOf(job string) time.Duration {
