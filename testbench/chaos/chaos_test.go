@@ -44,7 +44,7 @@ func snipJobs(t *testing.T) string {
 }
 
 // runs is how many clusters this package's tests start.
-const runs = 8
+const runs = 9
 
 // Three snip-jobs processes on a three-member etcd cluster (each member its
 // own process) and one PostgreSQL, with clicks and custom domains flowing in,
@@ -101,7 +101,7 @@ func TestEveryFaultKindOnceLeavesEveryInvariantIntact(t *testing.T) {
 			controls.Pauses += c.Pauses
 			controls.Drains += c.Drains
 			controls.Done += c.Done
-			controls.Executed += c.Executed
+			controls.Executed += c.Executions()
 		}
 	}
 	for _, k := range chaos.AllKinds {
@@ -152,7 +152,7 @@ func TestEveryKubeFaultKindOnceLeavesEveryInvariantIntact(t *testing.T) {
 			t.Errorf("fault %d (%s): no probe token recorded before the loss (%v): the quorum's check had nothing to check", f.N, f.Kind, f.PreLossTokens)
 		}
 	}
-	if c := rep.Controls; c == nil || c.Pauses == 0 || c.Drains == 0 || c.Done == 0 || c.Executed == 0 {
+	if c := rep.Controls; c == nil || c.Pauses == 0 || c.Drains == 0 || c.Done == 0 || c.Executions() == 0 {
 		t.Errorf("the operators' controls were not all checked: %+v", c)
 	}
 }
@@ -220,25 +220,48 @@ func TestTheCheckerCatchesABrokenBuild(t *testing.T) {
 	for _, b := range chaos.Backends {
 		t.Run(string(b), func(t *testing.T) {
 			t.Parallel()
-			rep, err := chaos.Run(context.Background(), chaos.Options{
-				Backend:         b,
-				Faults:          12,
-				Kinds:           []chaos.Kind{chaos.PartitionSlowDB},
-				Broken:          true,
-				StopAtViolation: true,
-				Log:             benchtest.Logger(t),
-			})
-			if err != nil {
-				t.Fatalf("the run could not be done: %v", err)
-			}
-			t.Logf("report:\n%s", rep.Markdown())
-			counts := rep.ViolationCounts()
+			counts, faults := runBroken(t, chaos.Options{Backend: b, Faults: 12, Kinds: []chaos.Kind{chaos.PartitionSlowDB}, Broken: true, StopAtViolation: true})
 			if counts[chaos.InvTokenOrder] == 0 {
-				t.Errorf("no probe write accepted out of token order was reported after %d faults on the broken build", len(rep.Faults))
+				t.Errorf("no probe write accepted out of token order was reported after %d faults on the broken build", faults)
 			}
 			if counts[chaos.InvFenceTable] == 0 {
 				t.Errorf("the broken build writes no fencing_tokens rows, and the checker did not say so")
 			}
 		})
 	}
+}
+
+// The same harness on a snip-jobs whose weekly report leaves an operator's
+// manual run to be completed by the scheduler after the run, in a
+// transaction of its own (broken.go's brokenManualPatches: at least once, as
+// the sql job's, the weekly report's and the renewer's runs were before
+// they completed their request with their effect) must report the request
+// run twice: its claimer struck (SIGSTOP past its TTL, or SIGKILL) once its
+// run's end is recorded, before that completion, leaves the request to its
+// successor, which runs it again.
+func TestTheCheckerCatchesAManualRunOfTheWeeklyReportRunTwice(t *testing.T) {
+	t.Parallel()
+	counts, faults := runBroken(t, chaos.Options{
+		Faults:            3, // the first may find the report's leader handing over, and miss
+		Kinds:             []chaos.Kind{chaos.ManualRun},
+		ManualJobs:        []string{chaos.JobReport},
+		ManualAfterEffect: true,
+		BrokenManual:      true,
+	})
+	if counts[chaos.InvManualEffect] == 0 {
+		t.Errorf("no manual run of the weekly report taking effect twice was reported after %d faults on the broken manual build", faults)
+	}
+}
+
+// runBroken runs o (a broken build) and returns its violations by invariant
+// and how many faults it injected.
+func runBroken(t *testing.T, o chaos.Options) (map[string]int, int) {
+	t.Helper()
+	o.Log = benchtest.Logger(t)
+	rep, err := chaos.Run(context.Background(), o)
+	if err != nil {
+		t.Fatalf("the run could not be done: %v", err)
+	}
+	t.Logf("report:\n%s", rep.Markdown())
+	return rep.ViolationCounts(), len(rep.Faults)
 }

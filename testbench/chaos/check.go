@@ -24,6 +24,7 @@ const (
 	InvQuorum         = "no term started, and no term acted past its TTL, while etcd had no quorum"
 	InvPaused         = "a paused job does nothing from a renew interval after its pause until its resume"
 	InvManual         = "each manual run executes once: one committed run for a done request, none for another"
+	InvManualEffect   = "each manual run of the weekly report and the renewer takes effect once, in the transaction that completes it"
 	InvDrained        = "a drained instance does nothing from a renew interval after its drain until its undrain"
 	InvRecovery       = "the cluster recovered after every fault (every job led, the probe written)"
 	InvRunInTerm      = "no run of a term is recorded as beginning after that term's end"
@@ -35,7 +36,7 @@ const (
 
 // Invariants lists them in the report's order.
 var Invariants = []string{InvTokenOrder, InvTermOwner, InvFenceTable, InvCounts, InvReport, InvCerts, InvQuorum,
-	InvPaused, InvManual, InvDrained, InvRunInTerm, InvOKOverlap, InvRunClosed, InvProgramOverlap, InvProgramLeft, InvRecovery}
+	InvPaused, InvManual, InvManualEffect, InvDrained, InvRunInTerm, InvOKOverlap, InvRunClosed, InvProgramOverlap, InvProgramLeft, InvRecovery}
 
 // Violation is one broken invariant, with what shows it.
 type Violation struct {

@@ -58,9 +58,11 @@ type manualRun struct {
 
 // controlFacts is what the controls' checks read besides the other facts.
 type controlFacts struct {
-	windows []controlWindow
-	runs    []runRow
-	manual  []manualRun
+	windows  []controlWindow
+	runs     []runRow
+	manual   []manualRun
+	changes  []manualChange // the requests' claims and completions, in commit order
+	passEnds []passEnd      // the renewer's passes ended, in commit order
 }
 
 // ControlStats counts what the controls' checks checked.
@@ -71,6 +73,20 @@ type ControlStats struct {
 	// more than once (an earlier claimer stopped before it was over);
 	// Executed the probe's rows written by manual runs.
 	ManualRuns, Done, TakenOver, Executed int
+	// Manual is what InvManualEffect checked of the weekly report's and the
+	// renewer's manual runs (nil in reports written before it was checked).
+	Manual []ManualJobStats `json:",omitempty"`
+}
+
+// Executions counts the manual run requests checked as executed: the
+// probe's rows written by manual runs, and the other jobs' requests that
+// took effect.
+func (s ControlStats) Executions() int {
+	n := s.Executed
+	for _, j := range s.Manual {
+		n += j.Executed
+	}
+	return n
 }
 
 func readControls(ctx context.Context, pool *pgxpool.Pool) (*controlFacts, error) {
@@ -105,6 +121,9 @@ func readControls(ctx context.Context, pool *pgxpool.Pool) (*controlFacts, error
 				c.manual, err = pgx.CollectRows(rows, pgx.RowToStructByPos[manualRun])
 				return err
 			})
+	}
+	if err == nil {
+		err = readManualLog(ctx, pool, c)
 	}
 	if err != nil {
 		return nil, err
@@ -229,6 +248,7 @@ func (k *checker) checkControls(f *facts) ControlStats {
 		}
 	}
 	k.checkManual(f, &s)
+	k.checkEffects(f, &s)
 	return s
 }
 
@@ -309,11 +329,17 @@ func (r *Report) controlsLine() string {
 	}
 	return fmt.Sprintf("Controls: %d pause(s) and %d drain(s) checked against %d terms, runs and transactions of writes; "+
 		"%d manual run(s), %d done, %d claimed more than once; %d probe rows written by manual runs.\n",
-		c.Pauses, c.Drains, c.Acts, c.ManualRuns, c.Done, c.TakenOver, c.Executed)
+		c.Pauses, c.Drains, c.Acts, c.ManualRuns, c.Done, c.TakenOver, c.Executed) + c.manualLine()
 }
 
-// controlInvariant reports whether inv is one of the controls' invariants,
-// which reports written before they were checked lack.
-func controlInvariant(inv string) bool {
-	return inv == InvPaused || inv == InvManual || inv == InvDrained
+// uncheckedIn reports whether inv is one of the controls' invariants, which
+// r, written before they were checked, lacks.
+func uncheckedIn(r *Report, inv string) bool {
+	switch inv {
+	case InvPaused, InvManual, InvDrained:
+		return r.Controls == nil
+	case InvManualEffect:
+		return r.Controls == nil || r.Controls.Manual == nil
+	}
+	return false
 }

@@ -109,10 +109,12 @@ func BuildSnipJobs(ctx context.Context) (string, error) {
 }
 
 // buildBinary builds snip-jobs, shared by the checkout's runs
-// (gobuild.Shared); broken, with brokenPatches (its overlay written into dir),
-// as a binary of its own, linked again only when a patched source changes.
-func buildBinary(ctx context.Context, dir string, broken bool) (string, error) {
-	if !broken {
+// (gobuild.Shared); broken, with o's patches (Options.brokenBuild; their
+// overlay written into dir), as a binary of its own, linked again only when
+// a patched source changes.
+func buildBinary(ctx context.Context, dir string, o Options) (string, error) {
+	patches, name := o.brokenBuild()
+	if len(patches) == 0 {
 		return BuildSnipJobs(ctx)
 	}
 	ctx, cancel := context.WithTimeout(ctx, buildTimeout)
@@ -121,11 +123,11 @@ func buildBinary(ctx context.Context, dir string, broken bool) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	overlay, err := brokenOverlay(root, dir)
+	overlay, err := brokenOverlay(root, dir, patches)
 	if err != nil {
 		return "", err
 	}
-	return gobuild.Shared(ctx, filepath.Join(root, "cmd", "snip-jobs"), "snip-jobs-broken", "-overlay", overlay)
+	return gobuild.Shared(ctx, filepath.Join(root, "cmd", "snip-jobs"), name, "-overlay", overlay)
 }
 
 func startCluster(ctx context.Context, o Options) (_ *cluster, err error) {
@@ -202,8 +204,8 @@ func startCluster(ctx context.Context, o Options) (_ *cluster, err error) {
 // not a run that silently checks less.
 func (c *cluster) build(ctx context.Context) (runs string, err error) {
 	begin := time.Now()
-	if c.binary = c.opts.Binary; c.binary == "" || c.opts.Broken {
-		if c.binary, err = buildBinary(ctx, c.dir, c.opts.Broken); err != nil {
+	if c.binary = c.opts.Binary; c.binary == "" || c.opts.broken() {
+		if c.binary, err = buildBinary(ctx, c.dir, c.opts); err != nil {
 			return "", err
 		}
 	}
@@ -215,7 +217,7 @@ func (c *cluster) build(ctx context.Context) (runs string, err error) {
 	if err != nil {
 		return "", err
 	}
-	c.log.Info("built snip-jobs", "broken", c.opts.Broken, "types", types, "took", time.Since(begin).Round(time.Millisecond))
+	c.log.Info("built snip-jobs", "broken", c.opts.brokenLabel(), "types", types, "took", time.Since(begin).Round(time.Millisecond))
 	var missing []string
 	for _, t := range []string{"sql", "weeklyreport", "certrenew", "aggregator"} {
 		if !slices.Contains(types, t) {

@@ -3,7 +3,8 @@
 // the resources accepted. docs/chaos.md has the results and how to run it.
 //
 // A run (Run) builds snip-jobs from this module (go build into a temporary
-// folder; with the patches of broken.go for Options.Broken), then starts:
+// folder; with the patches of broken.go for Options.Broken and
+// Options.BrokenManual), then starts:
 //
 //   - three etcd members, each its own process (this binary run again with
 //     MemberCommand, see MemberMain), so that killing one is a real crash;
@@ -47,7 +48,9 @@
 // each a term of that job etcd granted to the instance that wrote it;
 // fencing_tokens agrees with the probe's; click counts equal the committed
 // valid events exactly; one weekly report and one mail per week; at most one
-// current certificate per domain, stored by a granted term; no term started,
+// current certificate per domain, stored by a granted term; each manual run
+// executed once, and those of the weekly report and the renewer took effect
+// in the transaction that completed them (checkmanual.go); no term started,
 // and none acted past its TTL, while etcd had no quorum; the cluster recovered
 // after every fault. It also measures, per fault kind, the time without an
 // accepted probe write (for faults aimed at a leader, only those that struck

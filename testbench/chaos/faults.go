@@ -181,8 +181,8 @@ func (f *Fault) preLoss(job string) int64 {
 // without an acting leader: for a fault aimed at a leader, only if it struck
 // the probe's (a gap in the probe's writes says nothing about another job's
 // leader); for a fault of etcd or PostgreSQL, always; never for a pause
-// (it stops its job on purpose) nor a manual run (which slows the link of the
-// probe's leader before it strikes it).
+// (it stops its job on purpose) nor a manual run (which slows the link of its
+// job's leader, often the probe's too, before it strikes it).
 func (f *Fault) NoActingMeasured() bool {
 	if f.Kind == OperatorPause || f.Kind == ManualRun {
 		return false

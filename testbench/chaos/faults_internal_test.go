@@ -32,27 +32,29 @@ func TestTheSlowLinkAnswersBetweenTheTwoDeadlinesAndHoldsTheCommitPastTheSuccess
 }
 
 // The operators' controls' faults report what their commands did: the
-// pause's and the resume's effect, the manual runs' requests and strikes, the
-// drains restarted; and none of them counts as a time without an acting
+// pause's and the resume's effect, the manual runs' jobs, requests and
+// strikes, the drains restarted; and none of them counts as a time without an acting
 // leader but a drain of the probe's leader.
 func TestTheControlsFaultsReportWhatTheirCommandsDid(t *testing.T) {
 	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
 	rep := &Report{Jobs: []string{JobProbe, JobReport, JobCerts, JobAggregator}, Faults: []*Fault{
 		{Kind: OperatorPause, Job: JobProbe, NoActing: ms(5000), Controls: &ControlFigures{Stopped: ms(40), Resumed: ms(30), Refused: true}},
 		{Kind: OperatorPause, Job: JobAggregator, Controls: &ControlFigures{Stopped: ms(60), Resumed: ms(400)}},
-		{Kind: ManualRun, Job: JobProbe, Led: []string{JobProbe}, NoActing: ms(3000),
-			Controls: &ControlFigures{Commands: 3, Joined: 2, Requests: []int64{4}, Done: []time.Duration{ms(3300)}, Strike: "sigkill"}},
+		{Kind: ManualRun, Job: JobReport, Led: []string{JobProbe, JobReport}, NoActing: ms(3000),
+			Controls: &ControlFigures{Commands: 3, Joined: 2, Requests: []int64{4}, Done: []time.Duration{ms(3300)}, Strike: "sigkill", StruckAt: struckAfter}},
 		{Kind: ManualRun, Job: JobProbe, Controls: &ControlFigures{Commands: 2, Joined: 0, Requests: []int64{5, 6}, Done: []time.Duration{ms(200), ms(250)}}},
 		{Kind: Drain, Led: []string{JobProbe}, NoActing: ms(1000), Controls: &ControlFigures{Restarted: true}},
 	}}
 	md := rep.Markdown()
 	for _, want := range []string{
 		"| operator-pause | 2 | – (0) | – | – | – | pause → term over 40ms / 60ms / 60ms; resume → new term 30ms / 400ms / 400ms; `run` of the paused job refused 1 of 1 (none asked of the continuous aggregator and script)",
-		"| manual-run | 2 | – (0) | – | – | – | request → done 250ms / 3.3s / 3.3s; 5 concurrent `run --wait`, 2 joined an open request, 3 requests; claimer struck in flight: sigkill 1 |",
+		"| manual-run | 2 | – (0) | – | – | – | request → done 250ms / 3.3s / 3.3s; 5 concurrent `run --wait`, 2 joined an open request, 3 requests; " +
+			"runs of probe 1, weekly-report 1; claimer struck: sigkill after its effect 1 |",
 		"| drain | 1 | 1s / 1s / 1s (1) |",
 		"restarted while drained: 1 |",
 		"probe 1, weekly-report 0", // a drain strikes a leader; a manual run's strike is not counted there
 		"| a paused job does nothing from a renew interval after its pause until its resume (not checked) | 0 |",
+		"| " + InvManualEffect + " (not checked) | 0 |",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("the report lacks %q:\n%s", want, md)

@@ -27,14 +27,17 @@ const (
 	// it (`snip-jobs run`, which must be refused), and resumes it
 	// (`snip-jobs resume`; the weekly report sometimes with --catch-up).
 	OperatorPause Kind = "operator-pause"
-	// ManualRun asks for runs of the probe with two to four concurrent
-	// `snip-jobs run probe --wait` (they join one request, or make another
-	// once it is over) and waits until each is done. In two faults of three
-	// the probe's leader is struck while it runs the request it claimed (its
-	// database link slowed so that the run takes seconds): SIGSTOP for TTL +
-	// 1.5 s, or SIGKILL with the death reclaim and a restart. Its successor
-	// runs the request again; the probe's rows name the request their run
-	// executed, so the checker sees how many times each ran.
+	// ManualRun asks for runs of a drawn job (the probe, the weekly report or
+	// the renewer) with two to four concurrent `snip-jobs run JOB --wait`
+	// (they join one request, or make another once it is over) and waits
+	// until each is done. In two faults of three the job's leader is struck
+	// (its database link slowed so that the run takes seconds): SIGSTOP for
+	// TTL + 1.5 s, or SIGKILL with the death reclaim and a restart; in flight,
+	// as soon as it has claimed the request (its successor runs the request
+	// again), or once its run's effect committed (the request must then be
+	// done: nothing to run again). The probe's rows name the request their
+	// run executed, and the other jobs' effects are in their own tables, so
+	// the checker sees how many times each ran.
 	ManualRun Kind = "manual-run"
 	// Drain drains the leader of a drawn job (`snip-jobs drain` on it, which
 	// waits until it leads nothing), restarts it while drained in one fault of
@@ -61,10 +64,13 @@ type ControlFigures struct {
 	Commands, Joined int             `json:",omitempty"`
 	Requests         []int64         `json:",omitempty"`
 	Done             []time.Duration `json:",omitempty"`
-	// Strike is how the probe's leader was struck while it ran the request
-	// it claimed: sigstop, sigkill, or missed (the run was over before it
-	// was seen claimed); "" when it was not struck.
-	Strike string `json:",omitempty"`
+	// Strike is how the job's leader was struck once it claimed the
+	// request: sigstop, sigkill, or missed (the run was over before it was
+	// seen claimed, or another term claimed it); "" when it was not struck.
+	// StruckAt is when: in flight (as soon as the claim was seen; empty in
+	// reports written before there was another moment) or after its effect.
+	Strike   string `json:",omitempty"`
+	StruckAt string `json:",omitempty"`
 	// Restarted: the drained instance was restarted while drained.
 	Restarted bool `json:",omitempty"`
 }

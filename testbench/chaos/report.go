@@ -211,13 +211,13 @@ func (s KindStats) other() string {
 func (r *Report) Markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d faults in %v (seed %d, TTL %v, margin %v, renew interval %v, broken build: %v); jobs: %s%s.\n\n",
-		len(r.Faults), r.Duration.Round(time.Second), r.Seed, r.Options.TTL, r.Options.margin(), r.Options.renewInterval(), r.Options.Broken,
+		len(r.Faults), r.Duration.Round(time.Second), r.Seed, r.Options.TTL, r.Options.margin(), r.Options.renewInterval(), r.Options.brokenLabel(),
 		strings.Join(r.Jobs, ", "), r.store())
 	b.WriteString("| invariant | violations |\n|---|---|\n")
 	counts := r.ViolationCounts()
 	for _, inv := range Invariants {
 		note := ""
-		if inv == InvCounts && r.Counts == nil || controlInvariant(inv) && r.Controls == nil {
+		if inv == InvCounts && r.Counts == nil || uncheckedIn(r, inv) {
 			note = " (not checked)"
 		}
 		fmt.Fprintf(&b, "| %s%s | %d |\n", inv, note, counts[inv])

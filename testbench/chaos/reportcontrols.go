@@ -20,8 +20,10 @@ type ControlKindStats struct {
 	// that joined an open request, and the requests.
 	Commands, Joined, Requests int
 	// Strikes counts manual-run's strikes of the claimer, by how (sigstop,
-	// sigkill, missed).
+	// sigkill, missed) and when (in flight, after its effect).
 	Strikes map[string]int `json:",omitempty"`
+	// Jobs counts manual-run's faults by the job they asked runs of.
+	Jobs map[string]int `json:",omitempty"`
 	// Restarted counts the drained instances restarted while drained.
 	Restarted int
 }
@@ -50,11 +52,29 @@ func (a *controlAcc) add(f *Fault) {
 	a.s.Joined += c.Joined
 	a.s.Requests += len(c.Requests)
 	if c.Strike != "" {
-		if a.s.Strikes == nil {
-			a.s.Strikes = map[string]int{}
-		}
-		a.s.Strikes[c.Strike]++
+		a.s.Strikes = inc(a.s.Strikes, strings.TrimSpace(c.Strike+" "+c.StruckAt))
 	}
+	if f.Kind == ManualRun && f.Job != "" {
+		a.s.Jobs = inc(a.s.Jobs, f.Job)
+	}
+}
+
+// inc counts one more key in m, made if nil.
+func inc(m map[string]int, key string) map[string]int {
+	if m == nil {
+		m = map[string]int{}
+	}
+	m[key]++
+	return m
+}
+
+// counted lists m's counts, by key.
+func counted(m map[string]int) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func (a *controlAcc) stats() ControlKindStats {
@@ -83,12 +103,11 @@ func (s KindStats) controlsOther() []string {
 	case ManualRun:
 		out = append(out, "request → done "+c.Done.String(),
 			fmt.Sprintf("%d concurrent `run --wait`, %d joined an open request, %d requests", c.Commands, c.Joined, c.Requests))
+		if len(c.Jobs) > 0 {
+			out = append(out, "runs of "+counted(c.Jobs))
+		}
 		if len(c.Strikes) > 0 {
-			var parts []string
-			for _, how := range slices.Sorted(maps.Keys(c.Strikes)) {
-				parts = append(parts, fmt.Sprintf("%s %d", how, c.Strikes[how]))
-			}
-			out = append(out, "claimer struck in flight: "+strings.Join(parts, ", "))
+			out = append(out, "claimer struck: "+counted(c.Strikes))
 		}
 	case Drain:
 		out = append(out, fmt.Sprintf("restarted while drained: %d", c.Restarted))

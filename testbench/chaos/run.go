@@ -38,6 +38,18 @@ type Options struct {
 	// zero and the fence check disabled. The checker must then report
 	// violations.
 	Broken bool
+	// BrokenManual builds snip-jobs with brokenManualPatches: the weekly
+	// report's manual run completed by the scheduler after the run, apart
+	// from its effect (at least once). InvManualEffect must then be violated
+	// by a claimer struck after the effect.
+	BrokenManual bool `json:",omitempty"`
+	// ManualJobs are the jobs ManualRun faults ask runs of, one drawn per
+	// fault (default: the probe, the weekly report and the renewer).
+	ManualJobs []string `json:",omitempty"`
+	// ManualAfterEffect makes every ManualRun fault strike the claimer once
+	// its run's effect committed (SIGSTOP or SIGKILL), where a fault
+	// otherwise draws no strike, one in flight, or one after the effect.
+	ManualAfterEffect bool `json:",omitempty"`
 	// StopAtViolation ends the fault loop at the first fault after which a
 	// job (the probe or another) shows a write accepted out of token order
 	// (for the broken build).
@@ -59,8 +71,8 @@ type Options struct {
 	// (MemberMain, the etcd of this module's go.mod).
 	EtcdBinary string
 	// Binary is a snip-jobs binary built from this module for the
-	// instances (empty: the run builds one). Not with Broken, which builds
-	// its own. Several runs of one process can share one build.
+	// instances (empty: the run builds one). Not with Broken or
+	// BrokenManual, which build their own. Several runs of one process can share one build.
 	Binary string `json:"-"`
 	// Log receives progress. Default: discard.
 	Log *slog.Logger `json:"-"`
@@ -229,6 +241,11 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if err := checkBackend(o.Backend, o.Kinds); err != nil {
 		return o, err
+	}
+	for _, j := range o.ManualJobs {
+		if !slices.Contains(manualJobs, j) {
+			return o, fmt.Errorf("chaos: no manual runs of %q: the jobs asked are %s", j, strings.Join(manualJobs, ", "))
+		}
 	}
 	if err := leadership.CheckTiming(o.Backend.rules(), o.TTL, o.margin(), o.renewInterval()); err != nil {
 		return o, err

@@ -223,14 +223,17 @@ func setupSchema(ctx context.Context, pool *pgxpool.Pool) error {
 	return installTriggers(ctx, pool)
 }
 
-// installTriggers adds the write log's and the controls log's missing
-// triggers (after a migration).
+// installTriggers adds the write log's, the controls log's and the manual
+// runs' log's missing triggers (after a migration).
 func installTriggers(ctx context.Context, pool *pgxpool.Pool) error {
 	if _, err := pool.Exec(ctx, triggersSQL()); err != nil {
 		return fmt.Errorf("chaos schema: the write log's triggers: %w", err)
 	}
 	if _, err := pool.Exec(ctx, controlsSQL); err != nil {
 		return fmt.Errorf("chaos schema: the controls' log: %w", err)
+	}
+	if _, err := pool.Exec(ctx, manualLogSQL); err != nil {
+		return fmt.Errorf("chaos schema: the manual runs' log: %w", err)
 	}
 	return nil
 }

@@ -47,6 +47,9 @@ func run(args []string) int {
 	kinds := fs.String("kinds", "", "comma-separated fault kinds to draw from (default all of the backend's: etcd: "+
 		kindList(chaos.BackendEtcd)+"; kubernetes: "+kindList(chaos.BackendKubernetes)+")")
 	broken := fs.Bool("broken", false, "build snip-jobs with testbench/chaos/broken.go's patches (stop-early margin 0, no fence check)")
+	brokenManual := fs.Bool("broken-manual", false, "build snip-jobs with testbench/chaos/broken.go's manual patch (the weekly report's manual run completed after the run, apart from its effect)")
+	manualJobs := fs.String("manual-jobs", "", "comma-separated jobs the manual-run faults ask runs of (default probe, weekly-report, cert-renewer)")
+	afterEffect := fs.Bool("manual-after-effect", false, "every manual-run fault strikes the claimer once its run's effect committed")
 	stop := fs.Bool("stop-at-violation", false, "stop injecting at the first write (of any job) accepted out of token order")
 	keep := fs.Bool("keep", false, "keep the run's folder (logs, configs, data)")
 	out := fs.String("out", "", "also write the Markdown report to this file")
@@ -60,36 +63,22 @@ func run(args []string) int {
 		return 2
 	}
 	if *render != "" {
-		b, err := os.ReadFile(*render)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "snip-chaos:", err)
-			return 1
-		}
-		var rep chaos.Report
-		if err := json.Unmarshal(b, &rep); err != nil {
-			fmt.Fprintln(os.Stderr, "snip-chaos:", *render+":", err)
-			return 1
-		}
-		fmt.Print(rep.Markdown())
-		return 0
+		return renderJSON(*render)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	o := chaos.Options{Faults: *faults, Seed: *seed, TTL: *ttl, DefaultTiming: *defTiming, Broken: *broken, StopAtViolation: *stop, KeepDir: *keep, Log: log,
+	o := chaos.Options{Faults: *faults, Seed: *seed, TTL: *ttl, DefaultTiming: *defTiming, Broken: *broken, BrokenManual: *brokenManual, ManualAfterEffect: *afterEffect, StopAtViolation: *stop, KeepDir: *keep, Log: log,
 		Backend: chaos.Backend(*backend)}
 	if !slices.Contains(chaos.Backends, o.Backend) {
 		fmt.Fprintf(os.Stderr, "snip-chaos: unknown backend %q (known: %s, %s)\n", o.Backend, chaos.BackendEtcd, chaos.BackendKubernetes)
 		return 2
 	}
-	if *kinds != "" {
-		for _, k := range strings.Split(*kinds, ",") {
-			o.Kinds = append(o.Kinds, chaos.Kind(strings.TrimSpace(k)))
+	o.ManualJobs = list(*manualJobs)
+	for _, k := range list(*kinds) {
+		if !slices.Contains(o.Backend.Kinds(), chaos.Kind(k)) {
+			fmt.Fprintf(os.Stderr, "snip-chaos: unknown fault kind %q on the %s backend (known: %s)\n", k, o.Backend, kindList(o.Backend))
+			return 2
 		}
-		for _, k := range o.Kinds {
-			if !slices.Contains(o.Backend.Kinds(), k) {
-				fmt.Fprintf(os.Stderr, "snip-chaos: unknown fault kind %q on the %s backend (known: %s)\n", k, o.Backend, kindList(o.Backend))
-				return 2
-			}
-		}
+		o.Kinds = append(o.Kinds, chaos.Kind(k))
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer cancel()
@@ -145,6 +134,33 @@ func runSoak(ctx context.Context, o chaos.SoakOptions, out, jsonOut, plot string
 		return 1
 	}
 	return 0
+}
+
+// renderJSON prints the Markdown of a report written with -json.
+func renderJSON(path string) int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "snip-chaos:", err)
+		return 1
+	}
+	var rep chaos.Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		fmt.Fprintln(os.Stderr, "snip-chaos:", path+":", err)
+		return 1
+	}
+	fmt.Print(rep.Markdown())
+	return 0
+}
+
+// list splits a comma-separated flag ("": none).
+func list(s string) []string {
+	var out []string
+	for f := range strings.SplitSeq(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 func kindList(b chaos.Backend) string {
