@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -207,6 +208,9 @@ func checkRun(t *testing.T, rep *chaos.Report) {
 	// holds that job's next campaign on its instance, and a SIGTERM hand-over.
 	for job, n := range rep.Overruns {
 		t.Errorf("%s ran past its grace %d time(s) after its term ended (see %q in the instance logs)", job, n, scheduler.MsgOverrun)
+	}
+	if len(rep.Overruns) > 0 {
+		t.Logf("what the overrun runs' stops waited on:\n%s", strings.Join(rep.OverrunLog, "\n"))
 	}
 }
 

@@ -2,7 +2,6 @@ package chaos
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/snip/snip-jobs/internal/sleep"
 	"github.com/snip/snip-jobs/leadership"
-	"github.com/snip/snip-jobs/scheduler"
 )
 
 // Options configures a run.
@@ -130,6 +128,10 @@ type Report struct {
 	// that followed the end of their term (from the instances' logs): each
 	// held that job's next campaign on its instance.
 	Overruns map[string]int
+	// OverrunLog is, for each overrun, its instance's lines about that job
+	// and token from the overrun line to the end of the lead: what the
+	// run's stop waited on.
+	OverrunLog []string `json:",omitempty"`
 }
 
 // ProbeStats summarises the probe's accepted writes.
@@ -317,7 +319,7 @@ func (c *cluster) conclude(ctx context.Context, rep *Report) (*Report, error) {
 	}
 	rep.Probe = ProbeStats{Writes: len(f.probe), Terms: len(tokens), Rejections: f.rejections, TermsAll: len(f.terms)}
 	rep.Writes = writeStats(f.writes)
-	rep.Overruns = overruns(c.instances)
+	rep.Overruns, rep.OverrunLog = overruns(c.instances)
 	termsEnded(c.instances, rep.Faults)
 	if o.KeepDir {
 		o.Log.Info("kept the run's folder", "dir", c.dir)
@@ -426,19 +428,4 @@ func (c *cluster) waitReport(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
-}
-
-// overruns counts the overrun lines of the instances' logs (JSON, one object
-// per line; every start of an instance appends to its file), per job.
-func overruns(instances []*instance) map[string]int {
-	n := map[string]int{}
-	for _, in := range instances {
-		for line := range strings.Lines(in.logs()) {
-			var e struct{ Msg, Job string }
-			if json.Unmarshal([]byte(line), &e) == nil && e.Msg == scheduler.MsgOverrun {
-				n[e.Job]++
-			}
-		}
-	}
-	return n
 }
