@@ -481,7 +481,7 @@ func (u *unit) program(from int) int {
 	if err := json.Unmarshal([]byte(started.Message), &line); err != nil || line.PID == 0 {
 		t.Fatalf("the program's start line %q: %v", started.Message, err)
 	}
-	said, _ := u.journal.wait("the program's word on the credentials", at, processSays("program output", `"job":"program"`, `"pid":`+strconv.Itoa(line.PID)))
+	said, _ := u.journal.wait("the program's word on the credentials", at, processSays("program output", `"job":"program"`, `"pid":`+strconv.Itoa(line.PID)+`,`))
 	if !strings.Contains(said.Message, `"line":"credentials refused"`) {
 		t.Errorf("an exec job's program under the unit: %s; want the credentials refused to it", said.Message)
 	}
