@@ -171,11 +171,20 @@ func (lc *lifecycle) begin(ctx context.Context, t *tenure) {
 	j, name := t.j, t.j.spec.Name
 	j.progress.Store(time.Now().UnixNano())
 	lc.spread.leading.Add(1)
-	j.update(func() { j.term, j.stop = t.term, t.stop })
+	var asked bool
+	j.update(func() {
+		j.term, j.stop = t.term, t.stop
+		asked = j.resignToken == t.term.Token()
+		j.resignedHere = j.resignedHere || asked
+	})
 	lc.m.leader.WithLabelValues(name).Set(1)
 	lc.m.token.WithLabelValues(name).Set(float64(t.term.Token()))
 	lc.m.termStarts.WithLabelValues(name).Inc()
 	t.log.Info("leading")
+	if asked { // the request came between the win and this (its watch is not this goroutine)
+		t.log.Info("resign requested by an operator", "token", t.term.Token())
+		t.stop(errResignRequested)
+	}
 	if err := lc.rec.termStart(ctx, t); err != nil {
 		t.log.Warn("term over before it began: its start cannot be recorded", "err", err)
 		t.stop(err)
@@ -273,7 +282,7 @@ func resignRequested(jobs []*job, name string, token int64) {
 		j.mu.Lock()
 		stop, term := j.stop, j.term
 		here := stop != nil && term != nil && term.Token() == token
-		j.resigned, j.resignedHere = time.Now(), here
+		j.resigned, j.resignedHere, j.resignToken = time.Now(), here, token
 		j.mu.Unlock()
 		if here {
 			j.log.Info("resign requested by an operator", "token", token)

@@ -141,6 +141,9 @@ type job struct {
 	// instance, to resign; resignedHere whether this instance was it.
 	resigned     time.Time
 	resignedHere bool
+	// resignToken is the token the latest resign request named: a term
+	// that begins here after its request arrived resigns as it begins.
+	resignToken int64
 
 	recording sync.WaitGroup // the writes of its runs' ends in flight
 }

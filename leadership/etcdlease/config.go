@@ -67,6 +67,10 @@ type store struct {
 	// kaMember is the address of the member the newest keep-alive stream
 	// reached (for tests in this package).
 	kaMember atomic.Pointer[string]
+	// opened is etcd's revision when the session's first lease was granted:
+	// resign requests are watched from there (every term of the session's,
+	// and so every request naming one, comes later).
+	opened atomic.Int64
 }
 
 var _ leadership.Store = (*store)(nil)

@@ -43,6 +43,7 @@ func (st *store) Open(ctx context.Context, l *leadership.Lease) (leadership.Held
 	if err != nil {
 		return nil, fmt.Errorf("grant lease: %w", err)
 	}
+	st.opened.CompareAndSwap(0, resp.ResponseHeader.GetRevision())
 	l.Start(sent, time.Duration(resp.TTL)*time.Second)
 	l.Own(leaseID(resp.ID))
 	h := &lease{st: st, l: l, id: resp.ID, sentAt: sentAt}

@@ -94,12 +94,28 @@ func (st *store) ClusterLoad(ctx context.Context) (map[string]int, error) {
 }
 
 // WatchResignRequests calls f for each request (Cluster.RequestResign) put
-// while it watches, until ctx ends. A broken watch is opened again after a
-// second; an unreadable request is logged and ignored.
+// since the session's first lease was granted, until ctx ends: from that
+// revision, so that none put while the watch was being opened is missed. A
+// broken watch is opened again after a second, from the revision after the
+// last it saw (from then, if etcd has compacted it); an unreadable request
+// is logged and ignored.
 func (st *store) WatchResignRequests(ctx context.Context, f func(job string, token int64)) {
 	pfx := layout.ResignKey(st.cfg.Prefix, "")
+	next := st.opened.Load() + 1 // 1: no lease yet, watch from now
 	for ctx.Err() == nil {
-		for resp := range st.cfg.Client.Watch(ctx, pfx, clientv3.WithPrefix()) {
+		opts := []clientv3.OpOption{clientv3.WithPrefix()}
+		if next > 1 {
+			opts = append(opts, clientv3.WithRev(next))
+		}
+		for resp := range st.cfg.Client.Watch(ctx, pfx, opts...) {
+			if resp.CompactRevision != 0 {
+				st.log.Warn("resign requests: etcd compacted the revisions watched from; watching from now", "from", next)
+				next = 1
+				break
+			}
+			if resp.Header.Revision > 0 {
+				next = resp.Header.Revision + 1
+			}
 			for _, ev := range resp.Events {
 				if ev.Type != clientv3.EventTypePut {
 					continue
