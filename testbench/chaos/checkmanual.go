@@ -146,6 +146,9 @@ func (k *checker) manualExecs(f *facts) map[int64][]manualExec {
 			out[id] = append(out[id], e)
 		}
 	}
+	for _, es := range out { // the terms were visited in map order
+		slices.SortFunc(es, func(a, b manualExec) int { return cmp.Compare(a.run.ID, b.run.ID) })
+	}
 	return out
 }
 
