@@ -202,6 +202,16 @@ func TestBadEventsGoToRejectsWithTheirReasonAndNeverStopTheJob(t *testing.T) {
 	d.wantCounts(l)
 	a.wantRunning(t)
 
+	// The counters are added to just after the batch's commit, which
+	// waitProcessed saw: wait for them to catch up, then check them.
+	benchtest.Eventually(t, "the counters of the batch's events", func() bool {
+		for reason, want := range l.rejects {
+			if a.counter(t, "snip_aggregator_events_rejected_total", map[string]string{"reason": reason}) < float64(want) {
+				return false
+			}
+		}
+		return a.counter(t, "snip_aggregator_events_folded_total", nil) >= 4
+	})
 	for reason, want := range l.rejects {
 		if got := a.counter(t, "snip_aggregator_events_rejected_total", map[string]string{"reason": reason}); got != float64(want) {
 			t.Errorf("rejected{reason=%q} = %v, want %d", reason, got, want)
