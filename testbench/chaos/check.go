@@ -128,8 +128,9 @@ func (k *checker) violate(inv, format string, args ...any) {
 func readFacts(ctx context.Context, pool *pgxpool.Pool, events []termEvent) (*facts, error) {
 	f := &facts{terms: map[termKey]termEvent{}}
 	for _, e := range events {
-		if e.Start {
-			f.terms[termKey{e.Job, e.Token}] = e
+		k := termKey{e.Job, e.Token}
+		if _, seen := f.terms[k]; e.Start && !seen { // the first sight: a watch's re-list sees it again later
+			f.terms[k] = e
 		}
 	}
 	rows, err := pool.Query(ctx, `SELECT id, instance, token, coalesce(commit_seq, 0), coalesce(committed_at, 'epoch'),
@@ -315,12 +316,11 @@ func (k *checker) checkFenceTable(ctx context.Context, f *facts) error {
 
 // checkQuorum: while only one etcd member ran, no term was recorded as started
 // (job_terms, 1 s allowed for the best-effort record of a term won just
-// before), no term with a token newer than etcd's revision before the loss
-// (on Kubernetes, than its job's token before it) existed, and no probe
-// write was accepted later than TTL after etcd stopped renewing leases: from
-// the loss for a quorum loss (every term's deadline is before that), from
-// the isolated leader's step-down for a loss of both followers (it may renew
-// until then).
+// before), no term existed that was not granted before the loss
+// (grantedBefore), and no probe write was accepted later than TTL after etcd
+// stopped renewing leases: from the loss for a quorum loss (every term's
+// deadline is before that), from the isolated leader's step-down for a loss
+// of both followers (it may renew until then).
 func (k *checker) checkQuorum(f *facts, faults []*Fault) {
 	for _, q := range faults {
 		if (q.Kind != QuorumLoss && q.Kind != FollowersLoss) || q.LossStart.IsZero() {
@@ -339,8 +339,9 @@ func (k *checker) checkQuorum(f *facts, faults []*Fault) {
 				k.violate(InvQuorum, "fault %d: %s started a term of %s (token %d) at %s, while etcd had one member of three",
 					q.N, t.Instance, t.Job, t.Token, t.Started.Format("15:04:05.000"))
 			}
-			if t.Token > q.preLoss(t.Job) && t.Started.Before(q.RestartAt) && t.Started.After(q.LossStart) {
-				k.violate(InvQuorum, "fault %d: term %d of %s is newer than any granted before the quorum loss (%d)", q.N, t.Token, t.Job, q.preLoss(t.Job))
+			if !q.grantedBefore(f, t.Job, t.Token) && t.Started.Before(q.RestartAt) && t.Started.After(q.LossStart) {
+				k.violate(InvQuorum, "fault %d: term %d of %s was not granted before the quorum loss (newest before it: %d; no grant of it seen until the members were back)",
+					q.N, t.Token, t.Job, q.preLoss(t.Job))
 			}
 		}
 		for _, r := range f.probe {
@@ -348,7 +349,7 @@ func (k *checker) checkQuorum(f *facts, faults []*Fault) {
 				k.violate(InvQuorum, "fault %d (%s): probe write by %s (token %d) accepted at %s, %v after etcd last could renew a lease (TTL %v)",
 					q.N, q.Kind, r.Instance, r.Token, r.Committed.Format("15:04:05.000"), r.Committed.Sub(renewing).Round(time.Millisecond), k.ttl)
 			}
-			if r.Committed.After(q.LossStart) && r.Committed.Before(end) && r.Token <= q.preLoss(JobProbe) {
+			if r.Committed.After(q.LossStart) && r.Committed.Before(end) && q.grantedBefore(f, JobProbe, r.Token) {
 				q.LastWriteAfterLoss = max(q.LastWriteAfterLoss, r.Committed.Sub(q.LossStart))
 			}
 		}

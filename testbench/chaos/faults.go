@@ -177,6 +177,20 @@ func (f *Fault) preLoss(job string) int64 {
 	return f.PreLossRevision
 }
 
+// grantedBefore reports whether the store granted job's term token before
+// the quorum loss q: its token is no newer than the one read just before the
+// loss, or the observer's watch delivered its grant before the lost members
+// were started again (nothing commits without a quorum, so a grant seen then
+// was committed before the loss). The second covers a term won between that
+// read and the kill, which the read alone would call newer.
+func (q *Fault) grantedBefore(f *facts, job string, token int64) bool {
+	if token <= q.preLoss(job) {
+		return true
+	}
+	e, ok := f.terms[termKey{job, token}]
+	return ok && e.At.Before(q.RestartAt)
+}
+
 // NoActingMeasured reports whether the fault's NoActing measures a time
 // without an acting leader: for a fault aimed at a leader, only if it struck
 // the probe's (a gap in the probe's writes says nothing about another job's
