@@ -101,32 +101,34 @@ type tenure struct {
 	log  *slog.Logger
 	ctx  context.Context // the job's: ends with the term, at shutdown, or by stop
 	stop context.CancelCauseFunc
+	rec  *termRecord // its start's record
 }
 
 // lead runs the job's schedule for the duration of one term, then stops it and
 // resigns. It returns why the lead ended.
 func (lc *lifecycle) lead(ctx context.Context, j *job, term Term) error {
 	t := &tenure{j: j, term: term, log: j.log.With("token", term.Token())}
+	t.rec = newTermRecord(t)
 	t.ctx, t.stop = context.WithCancelCause(withSerial(term.Context()))
 	defer t.stop(nil)
 	unlink := context.AfterFunc(ctx, func() { t.stop(errShutdown) })
 	defer unlink()
 	// A pause of the job or a drain of this instance ends the lead: the
 	// job's context ends with the *HeldError as its cause. One that came
-	// before the win (committed before it, read after it) ends it before the
-	// job runs. The read goes beside the term's record, not after it: on the
-	// path from the win to the job's start, one round trip instead of two.
-	heldNow := make(chan error, 1)
-	go func() { heldNow <- lc.gate.heldNow(t.ctx, j) }()
+	// before the win (committed before it, read after it) ends it as soon as
+	// it is read, beside the job's start: no run begins meanwhile, as each
+	// run's record reads the pause and the drain again as it begins.
+	go func() {
+		var held *HeldError
+		if errors.As(lc.gate.heldNow(t.ctx, j), &held) {
+			t.stop(held)
+		}
+	}()
 	lc.begin(ctx, t)
-	var held *HeldError
-	if errors.As(<-heldNow, &held) {
-		t.stop(held)
-	}
 	unheld := lc.gate.stopWhenHeld(t.ctx, j, t.stop)
 	defer unheld()
 
-	h := termHold(term)
+	h := termHold(term, t.rec)
 	mk := func(slot time.Time) *Run {
 		return lc.run.newRun(j, term.Token(), slot, "", h, TriggerSchedule)
 	}
@@ -156,6 +158,7 @@ func (lc *lifecycle) lead(ctx context.Context, j *job, term Term) error {
 	// The end is recorded after the hand-over, off its path: under load that
 	// write took up to ~90 ms. Its successor may record its start first;
 	// History puts a handed-over term's end no later than that start.
+	lc.rec.ensureTermStart(ctx, t)
 	lc.rec.termEnd(ctx, t, cause)
 	recorded := time.Since(ending)
 	lc.end(t, cause)
@@ -164,9 +167,8 @@ func (lc *lifecycle) lead(ctx context.Context, j *job, term Term) error {
 	return cause
 }
 
-// begin makes the term the job's current one: status, metrics, the log line,
-// and its start recorded before the job starts (the history's clock is the
-// database's).
+// begin makes the term the job's current one: status, metrics, the log line;
+// its start is recorded with its first run's (termRecord).
 func (lc *lifecycle) begin(ctx context.Context, t *tenure) {
 	j, name := t.j, t.j.spec.Name
 	j.progress.Store(time.Now().UnixNano())
@@ -185,10 +187,7 @@ func (lc *lifecycle) begin(ctx context.Context, t *tenure) {
 		t.log.Info("resign requested by an operator", "token", t.term.Token())
 		t.stop(errResignRequested)
 	}
-	if err := lc.rec.termStart(ctx, t); err != nil {
-		t.log.Warn("term over before it began: its start cannot be recorded", "err", err)
-		t.stop(err)
-	}
+	go lc.rec.termStartLater(ctx, t)
 }
 
 // watch waits until the schedule returns (returned: its error is ended) or

@@ -84,7 +84,7 @@ func (rn *runner) manualAsLeader(t *tenure, req controls.Request) error {
 		return nil
 	}
 	t.log.Info("running a manual run", "manual_run", req.ID, "requested_by", req.RequestedBy, "taken_over", req.State == controls.StateRunning)
-	r := rn.newRun(j, token, time.Time{}, "", termHold(t.term), TriggerManual)
+	r := rn.newRun(j, token, time.Time{}, "", termHold(t.term, t.rec), TriggerManual)
 	r.ManualRun = req.ID
 	r.Log = r.Log.With("manual_run", req.ID)
 	err = rn.call(t.ctx, j, r)

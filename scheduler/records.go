@@ -68,8 +68,9 @@ func (rc *recorder) runStart(ctx context.Context, j *job, r *Run) (*status.RunRe
 		var started *time.Time
 		var stale bool
 		var paused, drained held
-		err := rc.pool.QueryRow(bctx, sqlRunStart, j.spec.Name, rc.instance, r.Token, slot, rec.Trigger, r.hold.term, r.resource).
-			Scan(&id, &started, &stale, &paused.by, &paused.since, &paused.why, &drained.by, &drained.since, &drained.why)
+		row, done := rc.queryRunStart(bctx, r, j.spec.Name, rc.instance, r.Token, slot, rec.Trigger, r.hold.term, r.resource)
+		err := row.Scan(&id, &started, &stale, &paused.by, &paused.since, &paused.why, &drained.by, &drained.since, &drained.why)
+		done()
 		answered := boottime.Now()
 		switch {
 		case err != nil:
@@ -282,22 +283,34 @@ var errTermSuperseded = errors.New("a newer term of the job is recorded")
 // runs) that older ones left open. It returns errTermSuperseded when a newer
 // term is recorded. Best-effort otherwise, like bookkeep.
 func (rc *recorder) termStart(ctx context.Context, t *tenure) error {
+	_, superseded := rc.termStartWritten(ctx, t)
+	return superseded
+}
+
+// termStartWritten is termStart, saying whether the record was written.
+func (rc *recorder) termStartWritten(ctx context.Context, t *tenure) (written bool, superseded error) {
 	if rc.pool == nil {
-		return nil
+		return false, nil
 	}
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
 	var newer, terms, runs int64
 	err := rc.pool.QueryRow(bctx, sqlTermStart, t.j.spec.Name, t.term.Token(), rc.instance, t.term.Lease()).Scan(&newer, &terms, &runs)
+	return rc.termStarted(t, err, newer, terms, runs)
+}
+
+// termStarted reads sqlTermStart's answer.
+func (rc *recorder) termStarted(t *tenure, err error, newer, terms, runs int64) (written bool, superseded error) {
 	switch {
 	case err != nil:
 		rc.log.Debug("bookkeeping write failed", "err", err)
+		return false, nil
 	case newer > 0:
-		return fmt.Errorf("%w (token %d)", errTermSuperseded, newer)
+		return false, fmt.Errorf("%w (token %d)", errTermSuperseded, newer)
 	case terms > 0 || runs > 0:
 		t.log.Info("closed what the previous term left open: its instance recorded no end", "terms", terms, "runs", runs)
 	}
-	return nil
+	return true, nil
 }
 
 // termEnd records why t's term ended, by this instance.

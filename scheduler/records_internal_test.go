@@ -45,7 +45,7 @@ func (t *stubTerm) tenure(j *job) *tenure {
 	return &tenure{j: j, term: t, log: slog.New(slog.DiscardHandler)}
 }
 func (t *stubTerm) run(rn *runner, j *job) *Run {
-	return rn.newRun(j, t.token, time.Time{}, "", termHold(t), TriggerSchedule)
+	return rn.newRun(j, t.token, time.Time{}, "", termHold(t, nil), TriggerSchedule)
 }
 
 // records is one database's view of the records of job "pulse", written by

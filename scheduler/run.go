@@ -91,6 +91,9 @@ type hold struct {
 	// term: the token is a term's, so a newer term's record or run
 	// supersedes this one's runs (a claim's token is a sequence number).
 	term bool
+	// rec is the term's start record, which its first run writes (nil: not
+	// a term's run, or a test's).
+	rec *termRecord
 }
 
 // holds reports whether the hold still holds (always, for no hold).
@@ -104,9 +107,9 @@ func (h hold) reason() string {
 	return h.why()
 }
 
-// termHold is the hold of a term's runs.
-func termHold(t Term) hold {
-	return hold{valid: t.Valid, term: true, deadline: t.Deadline, why: func() string {
+// termHold is the hold of a term's runs; rec is its start record.
+func termHold(t Term, rec *termRecord) hold {
+	return hold{valid: t.Valid, term: true, rec: rec, deadline: t.Deadline, why: func() string {
 		if r := t.Reason(); r != "" {
 			return string(r)
 		}

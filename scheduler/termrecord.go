@@ -1,0 +1,105 @@
+package scheduler
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// termRecord is a term's start record (job_terms), kept off the path from
+// the win to the job's first run: that run writes it in the same round trip
+// and transaction as its own record (one commit), so a program starts one
+// round trip sooner. When no run claims it within termRecordWait (a cron job
+// waiting for its slot), the lifecycle writes it alone; at the term's end at
+// the latest. A run of the term waits for it, so that no run is recorded
+// before its term.
+type termRecord struct {
+	t       *tenure
+	claimed atomic.Bool
+	done    chan struct{} // closed once the claimer's write returned
+	written bool          // set before done is closed
+}
+
+// termRecordWait is how long a term's record waits for its first run.
+const termRecordWait = 50 * time.Millisecond
+
+func newTermRecord(t *tenure) *termRecord { return &termRecord{t: t, done: make(chan struct{})} }
+
+// claim makes the caller the writer of the record.
+func (tr *termRecord) claim() bool { return tr.claimed.CompareAndSwap(false, true) }
+
+func (tr *termRecord) settle(written bool) {
+	tr.written = written
+	close(tr.done)
+}
+
+// termStartLater writes t's start record alone unless a run claimed it
+// within termRecordWait.
+func (rc *recorder) termStartLater(ctx context.Context, t *tenure) {
+	wait := time.NewTimer(termRecordWait)
+	defer wait.Stop()
+	select {
+	case <-wait.C:
+	case <-t.ctx.Done():
+	case <-t.rec.done:
+		return
+	}
+	if t.rec.claim() {
+		t.rec.settle(rc.termStartAlone(ctx, t))
+	}
+}
+
+// ensureTermStart writes t's start record at its end if nobody has (the
+// write is idempotent: a claimer's failed write is tried once more).
+func (rc *recorder) ensureTermStart(ctx context.Context, t *tenure) {
+	if t.rec.claim() {
+		t.rec.settle(rc.termStartAlone(ctx, t))
+		return
+	}
+	<-t.rec.done
+	if !t.rec.written {
+		rc.termStartAlone(ctx, t)
+	}
+}
+
+func (rc *recorder) termStartAlone(ctx context.Context, t *tenure) (written bool) {
+	written, superseded := rc.termStartWritten(ctx, t)
+	if superseded != nil {
+		t.log.Warn("term over before it began: its start cannot be recorded", "err", superseded)
+		t.stop(superseded)
+	}
+	return written
+}
+
+// queryRunStart sends the run's record, preceded in one batch (one round
+// trip, one implicit transaction) by its term's when the run claims that.
+// The caller scans the returned row, then calls the returned close.
+func (rc *recorder) queryRunStart(ctx context.Context, r *Run, args ...any) (pgx.Row, func()) {
+	tr := r.hold.rec
+	if tr == nil {
+		return rc.pool.QueryRow(ctx, sqlRunStart, args...), func() {}
+	}
+	if !tr.claim() {
+		select { // no run recorded before its term
+		case <-tr.done:
+		case <-ctx.Done():
+		}
+		return rc.pool.QueryRow(ctx, sqlRunStart, args...), func() {}
+	}
+	t := tr.t
+	b := &pgx.Batch{}
+	b.Queue(sqlTermStart, t.j.spec.Name, t.term.Token(), rc.instance, t.term.Lease())
+	b.Queue(sqlRunStart, args...)
+	br := rc.pool.SendBatch(ctx, b)
+	var newer, terms, runs int64
+	err := br.QueryRow().Scan(&newer, &terms, &runs)
+	written, superseded := rc.termStarted(t, err, newer, terms, runs)
+	if superseded != nil {
+		t.log.Warn("term over before it began: its start cannot be recorded", "err", superseded)
+		t.stop(superseded)
+	}
+	tr.settle(written)
+	return br.QueryRow(), func() { _ = br.Close() }
+}

@@ -1,0 +1,130 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// leading is the tenure of st on j as the lifecycle makes it: its own
+// context and its start record pending.
+func (t *stubTerm) leading(j *job) *tenure {
+	tn := t.tenure(j)
+	tn.ctx, tn.stop = context.WithCancelCause(t.ctx)
+	tn.rec = newTermRecord(tn)
+	return tn
+}
+
+// firstRun is a run of tn's term, holding its start record.
+func (t *stubTerm) firstRun(rn *runner, tn *tenure) *Run {
+	return rn.newRun(tn.j, t.token, time.Time{}, "", termHold(t, tn.rec), TriggerSchedule)
+}
+
+// started reads when the record of the term with token, and of run id,
+// began (the database's now(): its transaction's start).
+func (rs *records) started(token, id int64) (term, run time.Time) {
+	rs.t.Helper()
+	if err := rs.pool.QueryRow(context.Background(), `SELECT t.started_at, r.started_at FROM job_terms t, job_runs r
+		WHERE t.job = 'pulse' AND t.token = $1 AND r.id = $2`, token, id).Scan(&term, &run); err != nil {
+		rs.t.Fatalf("term %d and run %d: %v", token, id, err)
+	}
+	return term, run
+}
+
+// A term's first run writes the term's start record with its own, in one
+// round trip and one transaction (both began at the same database instant),
+// off the path from the win to the job's start; and a second run of the
+// term writes only its own.
+func TestATermsFirstRunRecordsTheTermWithItselfInOneTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rs := newRecords(t)
+	j, rn, one := rs.s.jobs[0], rs.s.run, rs.of("server-1")
+
+	st := newStubTerm(10, "lease-1")
+	tn := st.leading(j)
+	rec, err := one.runStart(ctx, j, st.firstRun(rn, tn))
+	if err != nil || rec.ID == 0 {
+		t.Fatalf("the first run's start: %+v, %v", rec, err)
+	}
+	if term, run := rs.started(10, rec.ID); !term.Equal(run) {
+		t.Errorf("the term's record began at %v, its first run's at %v: two transactions, want one", term, run)
+	}
+	if !tn.rec.written {
+		t.Errorf("the term's record is not marked written")
+	}
+	second, err := one.runStart(ctx, j, st.firstRun(rn, tn))
+	if err != nil || second.ID == 0 {
+		t.Fatalf("the second run's start: %+v, %v", second, err)
+	}
+	if term, run := rs.started(10, second.ID); !run.After(term) {
+		t.Errorf("the second run's record began at %v, its term's at %v: want after", run, term)
+	}
+}
+
+// A term whose first run finds a newer term recorded ends, and the run does
+// not begin: its record and its term's are refused together.
+func TestATermsFirstRunFindingANewerTermRecordedEndsIt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rs := newRecords(t)
+	j, rn := rs.s.jobs[0], rs.s.run
+	if err := rs.of("server-2").termStart(ctx, newStubTerm(20, "lease-2").tenure(j)); err != nil {
+		t.Fatal(err)
+	}
+	st := newStubTerm(10, "lease-1")
+	tn := st.leading(j)
+	if _, err := rs.of("server-1").runStart(ctx, j, st.firstRun(rn, tn)); !errors.Is(err, errRunRefused) {
+		t.Errorf("the first run of a superseded term: %v; want refused", err)
+	}
+	if cause := context.Cause(tn.ctx); !errors.Is(cause, errTermSuperseded) {
+		t.Errorf("the superseded term's context: %v; want ended, superseded", cause)
+	}
+	var n int
+	if err := rs.pool.QueryRow(ctx, `SELECT count(*) FROM job_terms WHERE job = 'pulse' AND token = 10`).Scan(&n); err != nil || n != 0 {
+		t.Errorf("records of the superseded term: %d (%v); want none", n, err)
+	}
+}
+
+// A term with no run soon (a cron job waiting for its slot) is recorded
+// alone; a run that comes while that write is in flight waits for it, so
+// that no run is recorded before its term.
+func TestATermWithoutARunIsRecordedAloneAndBeforeItsLaterRuns(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rs := newRecords(t)
+	j, rn, one := rs.s.jobs[0], rs.s.run, rs.of("server-1")
+
+	st := newStubTerm(10, "lease-1")
+	tn := st.leading(j)
+	later := make(chan struct{})
+	go func() { defer close(later); one.termStartLater(ctx, tn) }()
+	<-tn.rec.done // claimed by the later write, as no run came
+	rec, err := one.runStart(ctx, j, st.firstRun(rn, tn))
+	<-later
+	if err != nil || rec.ID == 0 {
+		t.Fatalf("the run's start: %+v, %v", rec, err)
+	}
+	if term, run := rs.started(10, rec.ID); !run.After(term) {
+		t.Errorf("the run's record began at %v, its term's at %v: want after", run, term)
+	}
+}
+
+// A term that ends before any run and before its record's wait is recorded
+// at its end, start before end.
+func TestATermEndingBeforeItsRecordIsRecordedAtItsEnd(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rs := newRecords(t)
+	j, one := rs.s.jobs[0], rs.of("server-1")
+
+	st := newStubTerm(10, "lease-1")
+	tn := st.leading(j)
+	one.ensureTermStart(ctx, tn)
+	one.termEnd(ctx, tn, errResignRequested)
+	reason, by, ended, _ := rs.term(10)
+	if ended == nil || by != "server-1" || reason == "" {
+		t.Errorf("the term's record: reason %q, ended by %q at %v; want its end recorded by server-1", reason, by, ended)
+	}
+}
