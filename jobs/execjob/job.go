@@ -241,7 +241,10 @@ func (j *job) supervise(ctx context.Context, r *scheduler.Run, p *supervisor.Pro
 	stop := func(err error) {
 		if why == nil {
 			why, sent = err, time.Now()
-			_ = p.Stop(j.opts.KillGrace)
+			r.Log.Info("stopping the program", "run", r.ID(), "pid", p.PID(), "why", err, "kill_grace", j.opts.KillGrace)
+			if err := p.Stop(j.opts.KillGrace); err != nil {
+				r.Log.Warn("cannot tell the supervisor to stop the program; it kills the tree at the term's deadline", "run", r.ID(), "pid", p.PID(), "err", err)
+			}
 		}
 	}
 	for {
