@@ -283,14 +283,8 @@ var errTermSuperseded = errors.New("a newer term of the job is recorded")
 // runs) that older ones left open. It returns errTermSuperseded when a newer
 // term is recorded. Best-effort otherwise, like bookkeep.
 func (rc *recorder) termStart(ctx context.Context, t *tenure) error {
-	_, superseded := rc.termStartWritten(ctx, t)
-	return superseded
-}
-
-// termStartWritten is termStart, saying whether the record was written.
-func (rc *recorder) termStartWritten(ctx context.Context, t *tenure) (written bool, superseded error) {
 	if rc.pool == nil {
-		return false, nil
+		return nil
 	}
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
@@ -300,17 +294,16 @@ func (rc *recorder) termStartWritten(ctx context.Context, t *tenure) (written bo
 }
 
 // termStarted reads sqlTermStart's answer.
-func (rc *recorder) termStarted(t *tenure, err error, newer, terms, runs int64) (written bool, superseded error) {
+func (rc *recorder) termStarted(t *tenure, err error, newer, terms, runs int64) error {
 	switch {
 	case err != nil:
 		rc.log.Debug("bookkeeping write failed", "err", err)
-		return false, nil
 	case newer > 0:
-		return false, fmt.Errorf("%w (token %d)", errTermSuperseded, newer)
+		return fmt.Errorf("%w (token %d)", errTermSuperseded, newer)
 	case terms > 0 || runs > 0:
 		t.log.Info("closed what the previous term left open: its instance recorded no end", "terms", terms, "runs", runs)
 	}
-	return true, nil
+	return nil
 }
 
 // termEnd records why t's term ended, by this instance.

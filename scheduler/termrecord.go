@@ -12,14 +12,14 @@ import (
 // the win to the job's first run: that run writes it in the same round trip
 // and transaction as its own record (one commit), so a program starts one
 // round trip sooner. When no run claims it within termRecordWait (a cron job
-// waiting for its slot), the lifecycle writes it alone; at the term's end at
-// the latest. A run of the term waits for it, so that no run is recorded
-// before its term.
+// waiting for its slot), or the term ends first, the lifecycle writes it
+// alone. A run of the term waits for it, so that no run is recorded before
+// its term. Best-effort, as every record of the scheduler's: a write that
+// fails is not tried again.
 type termRecord struct {
 	t       *tenure
 	claimed atomic.Bool
 	done    chan struct{} // closed once the claimer's write returned
-	written bool          // set before done is closed
 }
 
 // termRecordWait is how long a term's record waits for its first run.
@@ -30,10 +30,7 @@ func newTermRecord(t *tenure) *termRecord { return &termRecord{t: t, done: make(
 // claim makes the caller the writer of the record.
 func (tr *termRecord) claim() bool { return tr.claimed.CompareAndSwap(false, true) }
 
-func (tr *termRecord) settle(written bool) {
-	tr.written = written
-	close(tr.done)
-}
+func (tr *termRecord) settle() { close(tr.done) }
 
 // termStartLater writes t's start record alone unless a run claimed it
 // within termRecordWait.
@@ -47,30 +44,30 @@ func (rc *recorder) termStartLater(ctx context.Context, t *tenure) {
 		return
 	}
 	if t.rec.claim() {
-		t.rec.settle(rc.termStartAlone(ctx, t))
+		rc.termStartAlone(ctx, t)
+		t.rec.settle()
 	}
 }
 
-// ensureTermStart writes t's start record at its end if nobody has (the
-// write is idempotent: a claimer's failed write is tried once more).
+// ensureTermStart writes t's start record at its end if nobody has begun to
+// (the term ended before its first run and its record's wait), and waits
+// for a write in flight. A write that failed is not tried again: job_terms
+// dates a term by its record's commit, and a start recorded at the term's
+// end would misdate it (a quorum check of the fault harness caught one).
 func (rc *recorder) ensureTermStart(ctx context.Context, t *tenure) {
 	if t.rec.claim() {
-		t.rec.settle(rc.termStartAlone(ctx, t))
+		rc.termStartAlone(ctx, t)
+		t.rec.settle()
 		return
 	}
 	<-t.rec.done
-	if !t.rec.written {
-		rc.termStartAlone(ctx, t)
-	}
 }
 
-func (rc *recorder) termStartAlone(ctx context.Context, t *tenure) (written bool) {
-	written, superseded := rc.termStartWritten(ctx, t)
-	if superseded != nil {
+func (rc *recorder) termStartAlone(ctx context.Context, t *tenure) {
+	if superseded := rc.termStart(ctx, t); superseded != nil {
 		t.log.Warn("term over before it began: its start cannot be recorded", "err", superseded)
 		t.stop(superseded)
 	}
-	return written
 }
 
 // queryRunStart sends the run's record, preceded in one batch (one round
@@ -95,11 +92,10 @@ func (rc *recorder) queryRunStart(ctx context.Context, r *Run, args ...any) (pgx
 	br := rc.pool.SendBatch(ctx, b)
 	var newer, terms, runs int64
 	err := br.QueryRow().Scan(&newer, &terms, &runs)
-	written, superseded := rc.termStarted(t, err, newer, terms, runs)
-	if superseded != nil {
+	if superseded := rc.termStarted(t, err, newer, terms, runs); superseded != nil {
 		t.log.Warn("term over before it began: its start cannot be recorded", "err", superseded)
 		t.stop(superseded)
 	}
-	tr.settle(written)
+	tr.settle()
 	return br.QueryRow(), func() { _ = br.Close() }
 }

@@ -51,9 +51,6 @@ func TestATermsFirstRunRecordsTheTermWithItselfInOneTransaction(t *testing.T) {
 	if term, run := rs.started(10, rec.ID); !term.Equal(run) {
 		t.Errorf("the term's record began at %v, its first run's at %v: two transactions, want one", term, run)
 	}
-	if !tn.rec.written {
-		t.Errorf("the term's record is not marked written")
-	}
 	second, err := one.runStart(ctx, j, st.firstRun(rn, tn))
 	if err != nil || second.ID == 0 {
 		t.Fatalf("the second run's start: %+v, %v", second, err)
@@ -126,5 +123,27 @@ func TestATermEndingBeforeItsRecordIsRecordedAtItsEnd(t *testing.T) {
 	reason, by, ended, _ := rs.term(10)
 	if ended == nil || by != "server-1" || reason == "" {
 		t.Errorf("the term's record: reason %q, ended by %q at %v; want its end recorded by server-1", reason, by, ended)
+	}
+}
+
+// A term whose record could not be written with its first run (here: the
+// run's context ended first) is not recorded at its end instead: job_terms
+// dates a term by its record, and that one would say it began as it ended.
+func TestATermsRecordThatFailedIsNotWrittenLateAtItsEnd(t *testing.T) {
+	t.Parallel()
+	rs := newRecords(t)
+	j, rn, one := rs.s.jobs[0], rs.s.run, rs.of("server-1")
+
+	st := newStubTerm(10, "lease-1")
+	tn := st.leading(j)
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := one.runStart(gone, j, st.firstRun(rn, tn)); err != nil {
+		t.Fatalf("a run whose record failed goes on (best-effort): %v", err)
+	}
+	one.ensureTermStart(context.Background(), tn)
+	var n int
+	if err := rs.pool.QueryRow(context.Background(), `SELECT count(*) FROM job_terms WHERE job = 'pulse' AND token = 10`).Scan(&n); err != nil || n != 0 {
+		t.Errorf("records of the term after its end: %d (%v); want none", n, err)
 	}
 }
