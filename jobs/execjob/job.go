@@ -247,11 +247,13 @@ func (j *job) supervise(ctx context.Context, r *scheduler.Run, p *supervisor.Pro
 			}
 		}
 	}
+	ended := ctx.Done() // nil once acted on: a closed channel would spin the loop until the tree is gone
 	for {
 		select {
 		case <-p.Done():
 			return sent, why
-		case <-ctx.Done():
+		case <-ended:
+			ended = nil
 			stop(context.Cause(ctx))
 		case <-timeout:
 			stop(fmt.Errorf("%w after %v", scheduler.ErrTimedOut, *j.opts.Timeout))
