@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/fencing"
 	"github.com/snip/snip-jobs/internal/sleep"
 	"github.com/snip/snip-jobs/leadership"
@@ -115,10 +116,14 @@ func (lc *lifecycle) lead(ctx context.Context, j *job, term Term) error {
 	defer unlink()
 	// A pause of the job or a drain of this instance ends the lead: the
 	// job's context ends with the *HeldError as its cause. One that came
-	// before the win (committed before it, read after it) ends it as soon as
-	// it is read, beside the job's start: no run begins meanwhile, as each
-	// run's record reads the pause and the drain again as it begins.
+	// before the win (committed before it, read after it) ends it before the
+	// job writes anything: a run's record reads the pause and the drain
+	// again as it begins, so a schedule whose first write is its run's
+	// starts beside this read (off the path from the win to the run); one
+	// that claims first (a cron slot, a manual request) waits for it.
+	heldRead := make(chan struct{})
 	go func() {
+		defer close(heldRead)
 		var held *HeldError
 		if errors.As(lc.gate.heldNow(t.ctx, j), &held) {
 			t.stop(held)
@@ -135,7 +140,10 @@ func (lc *lifecycle) lead(ctx context.Context, j *job, term Term) error {
 	done := make(chan error, 1)
 	go func() {
 		manual := make(chan struct{})
-		go func() { defer close(manual); lc.manual(t) }()
+		go func() { defer close(manual); <-heldRead; lc.manual(t) }()
+		if k := j.spec.Schedule.Kind; k != configs.Continuous && k != configs.Interval {
+			<-heldRead
+		}
 		err := lc.run.schedule(t.ctx, j, mk, term.Token(), h)
 		t.stop(scheduleReturned(err))
 		<-manual

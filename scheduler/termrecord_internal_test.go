@@ -5,6 +5,9 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/snip/snip-jobs/configs"
+	"github.com/snip/snip-jobs/scheduler/controls"
 )
 
 // leading is the tenure of st on j as the lifecycle makes it: its own
@@ -145,5 +148,42 @@ func TestATermsRecordThatFailedIsNotWrittenLateAtItsEnd(t *testing.T) {
 	var n int
 	if err := rs.pool.QueryRow(context.Background(), `SELECT count(*) FROM job_terms WHERE job = 'pulse' AND token = 10`).Scan(&n); err != nil || n != 0 {
 		t.Errorf("records of the term after its end: %d (%v); want none", n, err)
+	}
+}
+
+// A term won after a pause's commit, by an instance whose controls had not
+// read it yet, ends before the job writes anything: its first run's record
+// finds the pause, and a manual request waiting for the job is not claimed
+// (a claim is a fenced write before any run's record, so it waits for the
+// term's own read of the controls).
+func TestATermWonAfterAPauseClaimsNothingBeforeItEnds(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rs := newRecords(t)
+	j := rs.s.jobs[0]
+	spec := j.spec
+	spec.Singleton = true
+	m, _, err := controls.RequestRun(ctx, rs.pool, spec, "alice@web1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := controls.PauseJob(ctx, rs.pool, spec.Name, "bob@web2", "maintenance"); err != nil {
+		t.Fatal(err)
+	}
+	lc := *rs.s.leader
+	stale := &fixedControls{st: controls.State{Open: map[string]controls.Request{spec.Name: {
+		ID: m.ID, Job: spec.Name, Mode: configs.ModeLeader.String(), State: controls.StatePending}}}}
+	lc.gate = &gate{ctl: stale, instance: "server-1", pool: rs.pool}
+
+	cause := lc.lead(ctx, j, newStubTerm(10, "lease-1"))
+	if !errors.Is(cause, ErrPaused) {
+		t.Errorf("the lead ended with %v; want the pause", cause)
+	}
+	r, err := controls.ReadRun(ctx, rs.pool, m.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.State != controls.StatePending || r.Token != 0 {
+		t.Errorf("the manual request after the paused job's term: %+v; want still pending, unclaimed", r)
 	}
 }
