@@ -36,6 +36,12 @@ func (h *lease) KeepAlive(ctx context.Context) *leadership.EndedError {
 		case <-t.C:
 		}
 		err := h.renew(l.Context(), false)
+		if err != nil && !errors.Is(err, errLost) {
+			// Its deadline may have passed while it was on its way (a process
+			// resumed after a pause): then the lease expired, and no renewal
+			// failed; the deadline's own timer may not have run yet.
+			l.CheckDeadline()
+		}
 		switch {
 		case err == nil:
 			if fails > 0 {
