@@ -61,7 +61,9 @@ type Options struct {
 	// fault (default 1 s).
 	Pause time.Duration
 	// WorkDir is where the run's folder is created (default the system's
-	// temporary folder); KeepDir keeps it (logs, configs, etcd data).
+	// temporary folder); KeepDir keeps it (logs, configs, etcd data), as
+	// does a run of the build under test that finds a violation or an
+	// overrun.
 	WorkDir string
 	KeepDir bool
 	// EtcdBinary is an etcd server binary (etcd's own, of any version) to
@@ -321,8 +323,11 @@ func (c *cluster) conclude(ctx context.Context, rep *Report) (*Report, error) {
 	rep.Writes = writeStats(f.writes)
 	rep.Overruns, rep.OverrunLog = overruns(c.instances)
 	termsEnded(c.instances, rep.Faults)
-	if o.KeepDir {
-		o.Log.Info("kept the run's folder", "dir", c.dir)
+	if !o.Broken && !o.BrokenManual && (len(rep.Violations) > 0 || len(rep.Overruns) > 0) {
+		c.opts.KeepDir = true // its instances' whole logs say more than the report
+	}
+	if c.opts.KeepDir {
+		o.Log.Info("kept the run's folder", "dir", c.dir, "violations", len(rep.Violations), "overruns", len(rep.Overruns))
 	}
 	return rep, nil
 }
