@@ -51,6 +51,10 @@ func TestASpareSupervisorRunsItsProgramLaterAndAnUnusedOneExits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Its arguments are in /proc once it runs: read just after its exec, a
+	// process's cmdline can still be empty (the kernel sets it up after
+	// releasing the parent).
+	<-sp.Ready()
 	if pids, _ := Supervising(instance, os.Getpid()); len(pids) != 1 {
 		t.Fatalf("the spare's supervisor: %v; want it running", pids)
 	}
