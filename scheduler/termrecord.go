@@ -43,10 +43,7 @@ func (rc *recorder) termStartLater(ctx context.Context, t *tenure) {
 	case <-t.rec.done:
 		return
 	}
-	if t.rec.claim() {
-		rc.termStartAlone(ctx, t)
-		t.rec.settle()
-	}
+	rc.claimAlone(ctx, t)
 }
 
 // ensureTermStart writes t's start record at its end if nobody has begun to
@@ -55,16 +52,25 @@ func (rc *recorder) termStartLater(ctx context.Context, t *tenure) {
 // dates a term by its record's commit, and a start recorded at the term's
 // end would misdate it (a quorum check of the fault harness caught one).
 func (rc *recorder) ensureTermStart(ctx context.Context, t *tenure) {
-	if t.rec.claim() {
-		rc.termStartAlone(ctx, t)
-		t.rec.settle()
-		return
+	if !rc.claimAlone(ctx, t) {
+		<-t.rec.done
 	}
-	<-t.rec.done
 }
 
-func (rc *recorder) termStartAlone(ctx context.Context, t *tenure) {
-	if superseded := rc.termStart(ctx, t); superseded != nil {
+// claimAlone writes t's start record in a statement of its own, if nobody
+// has claimed it; false if somebody had.
+func (rc *recorder) claimAlone(ctx context.Context, t *tenure) bool {
+	if !t.rec.claim() {
+		return false
+	}
+	endSuperseded(t, rc.termStart(ctx, t))
+	t.rec.settle()
+	return true
+}
+
+// endSuperseded ends t when its start's record found a newer term recorded.
+func endSuperseded(t *tenure, superseded error) {
+	if superseded != nil {
 		t.log.Warn("term over before it began: its start cannot be recorded", "err", superseded)
 		t.stop(superseded)
 	}
@@ -92,10 +98,7 @@ func (rc *recorder) queryRunStart(ctx context.Context, r *Run, args ...any) (pgx
 	br := rc.pool.SendBatch(ctx, b)
 	var newer, terms, runs int64
 	err := br.QueryRow().Scan(&newer, &terms, &runs)
-	if superseded := rc.termStarted(t, err, newer, terms, runs); superseded != nil {
-		t.log.Warn("term over before it began: its start cannot be recorded", "err", superseded)
-		t.stop(superseded)
-	}
+	endSuperseded(t, rc.termStarted(t, err, newer, terms, runs))
 	tr.settle()
 	return br.QueryRow(), func() { _ = br.Close() }
 }
