@@ -95,10 +95,14 @@ func (rc *recorder) queryRunStart(ctx context.Context, r *Run, args ...any) (pgx
 	b := &pgx.Batch{}
 	b.Queue(sqlTermStart, t.j.spec.Name, t.term.Token(), rc.instance, t.term.Lease())
 	b.Queue(sqlRunStart, args...)
-	br := rc.pool.SendBatch(ctx, b)
+	// The term's record is not given up when the run's context ends (the term
+	// ended, or shutdown, while the batch was on its way): it is never
+	// written later, so the term would stay unrecorded.
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	br := rc.pool.SendBatch(bctx, b)
 	var newer, terms, runs int64
 	err := br.QueryRow().Scan(&newer, &terms, &runs)
 	endSuperseded(t, rc.termStarted(t, err, newer, terms, runs))
 	tr.settle()
-	return br.QueryRow(), func() { _ = br.Close() }
+	return br.QueryRow(), func() { _ = br.Close(); cancel() }
 }
