@@ -61,6 +61,8 @@ func hostileFiles(b *testing.B) []struct {
 		{"nodes-10k", bytes.Repeat([]byte("- a\n"), 10_000)},
 		{"long-key", []byte(strings.Repeat("k", 500_000) + ": [" + strings.Repeat("a,", 4_500) + "a]\n")},
 		{"runs-of-lt", []byte("x: " + strings.Repeat("<", 50_000) + "\n")},
+		{"comment-lines-1MiB", bytes.Repeat([]byte("#\n"), 1<<19)},
+		{"flow-40k-words", []byte("x: [" + strings.Repeat("a,", 20_000) + "a]\n")},
 		{"alias-bomb", aliasBomb(10)},
 	}
 }

@@ -20,11 +20,13 @@
 // mark is skipped), lists and mappings nested more than MaxDepth deep, more
 // than MaxNodes YAML nodes, keys leading to a value longer than MaxKeyPath
 // together, and text that would take the library's scanner more than
-// MaxScanSteps (each at the place that crosses it, found by one pass over the
-// text that counts at least what the library will build, before it reads the
-// file: its cost grows with the square of the depth, with keys times the
-// values below them, and with the square of runs of "<" and of tabs in
-// double-quoted text), and aliases and merge keys that would produce more than
+// MaxScanSteps (each at the place that crosses it, before the library's
+// parser reads the file: the bytes are read first for the scanner's steps
+// and a bound on its tokens (MaxWords words and indicators), then the
+// scanner's own tokens are counted and read as the parser will, counting at
+// least the depth and key paths it would build: its cost grows with the
+// square of the depth, with keys times the values below them, and with the
+// square of runs of "<" and of tabs in double-quoted text), and aliases and merge keys that would produce more than
 // MaxAliasNodes nodes (at the alias whose expansion crosses it), instead of
 // expanding them. Within those limits the YAML library parses the whole file
 // as written.

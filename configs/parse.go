@@ -9,6 +9,7 @@ import (
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
 	yamlparser "github.com/goccy/go-yaml/parser"
+	"github.com/goccy/go-yaml/token"
 
 	"github.com/snip/snip-jobs/internal/boundedfile"
 )
@@ -72,11 +73,12 @@ func parseCounting(filename string, data []byte, types Types) (*File, int, error
 	if textErr != nil {
 		return nil, 0, Errors{textErr}
 	}
-	if guardErr := checkGuard(filename, data); guardErr != nil {
+	tokens, guardErr := checkGuard(filename, data)
+	if guardErr != nil {
 		return nil, 0, Errors{guardErr}
 	}
 	ps := &problems{}
-	doc, body, ok := readDocument(filename, data, ps)
+	doc, body, ok := readDocument(filename, tokens, ps)
 	var f *File
 	if ok {
 		f = readConfig(doc.mapping(body, "", ""), types)
@@ -88,14 +90,14 @@ func parseCounting(filename string, data []byte, types Types) (*File, int, error
 	return f, doc.budget.spent, nil
 }
 
-// readDocument parses data into a document of file, whose body is the one
-// YAML document data holds (nil if it is empty), with its anchors linked. ok is
-// false on a syntax error: there is no tree to read.
-func readDocument(file string, data []byte, ps *problems) (doc *document, body ast.Node, ok bool) {
+// readDocument parses tokens (the guard's) into a document of file, whose
+// body is the one YAML document they hold (nil if it is empty), with its
+// anchors linked. ok is false on a syntax error: there is no tree to read.
+func readDocument(file string, tokens token.Tokens, ps *problems) (doc *document, body ast.Node, ok bool) {
 	doc = newDocument(file, ps)
 	// Duplicate keys are found by the readers, which report them all and go on;
 	// the library's own check stops at the first.
-	tree, err := yamlparser.ParseBytes(data, 0, yamlparser.AllowDuplicateMapKey())
+	tree, err := yamlparser.Parse(tokens, 0, yamlparser.AllowDuplicateMapKey())
 	if err != nil {
 		syntaxError(doc, err)
 		return doc, nil, false

@@ -20,12 +20,17 @@ const (
 	MaxAliasNodes = 10_000
 	// MaxDepth bounds how deep lists and mappings may nest (a real config
 	// nests about 5 deep), and MaxNodes the YAML nodes the file may hold as
-	// written (keys, values, list entries and brackets each count; a real
-	// config has a few hundred). Both are measured before the YAML library
-	// reads the file (checkGuard), whose cost grows with the square of the
-	// depth: 20,000 levels of "[" in 40 KB ran it out of memory.
+	// written (the scanner's tokens: keys, values, comments, list entries and
+	// brackets each count; a real config has a few hundred). Both are
+	// measured before the YAML library's parser reads the file (checkGuard),
+	// whose cost grows with the square of the depth: 20,000 levels of "[" in
+	// 40 KB ran it out of memory.
 	MaxDepth = 64
 	MaxNodes = 10_000
+	// MaxWords bounds the words and YAML indicators (comments' words too)
+	// before the library's scanner makes its tokens, two at most of each:
+	// a file of 1 MiB of comment lines would cost it 180 MB.
+	MaxWords = 4 * MaxNodes
 	// MaxKeyPath bounds how long the keys leading to a value may be
 	// together, in characters: the YAML library writes them into the path
 	// it gives every node below, so that a long key over many values cost
