@@ -218,3 +218,37 @@ func TestATermWonAfterAPauseClaimsNothingBeforeItEnds(t *testing.T) {
 		t.Errorf("the manual request after the paused job's term: %+v; want still pending, unclaimed", r)
 	}
 }
+
+// everySecond is a cron schedule whose slots are each second's start.
+type everySecond struct{}
+
+func (everySecond) Next(t time.Time) time.Time { return t.Truncate(time.Second).Add(time.Second) }
+
+// A cron leader's term won after a pause's commit claims no slot before its
+// read of the controls ends it: a new leader's sweep claims the slot that
+// fell due within the last second at once (it runs whatever the policy), and
+// that claim is a fenced write, so it waits for the read.
+func TestACronTermWonAfterAPauseClaimsNoSlot(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rs := newRecords(t)
+	j := rs.s.jobs[0]
+	j.spec.Singleton = true
+	j.spec.Schedule = configs.Schedule{Kind: configs.Cron, Spec: everySecond{}, Location: time.UTC, Coordination: configs.Leader}
+	if _, _, err := controls.PauseJob(ctx, rs.pool, j.spec.Name, "bob@web2", "maintenance"); err != nil {
+		t.Fatal(err)
+	}
+	lc := *rs.s.leader
+	lc.gate = &gate{ctl: &fixedControls{}, instance: "server-1", pool: rs.pool} // its feed has not read the pause
+
+	if cause := lc.lead(ctx, j, newStubTerm(10, "lease-1")); !errors.Is(cause, ErrPaused) {
+		t.Errorf("the lead ended with %v; want the pause", cause)
+	}
+	var slots int
+	if err := rs.pool.QueryRow(ctx, `SELECT count(*) FROM cron_slots WHERE job = $1`, j.spec.Name).Scan(&slots); err != nil {
+		t.Fatal(err)
+	}
+	if slots != 0 {
+		t.Errorf("slots claimed by the paused job's term: %d; want none", slots)
+	}
+}
