@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/snip/snip-jobs/configs"
 	"github.com/snip/snip-jobs/scheduler/controls"
 )
@@ -97,9 +99,8 @@ func TestATermsFirstRunFindingANewerTermRecordedEndsIt(t *testing.T) {
 }
 
 // A term with no run soon (a cron job waiting for its slot) is recorded
-// alone, and a later run of it after its term. (That a run waits for a
-// term's record still in flight is not shown here: it needs a hook inside
-// the write.)
+// alone, and a later run of it after its term (one that comes while that
+// write is in flight: TestARunWaitsForItsTermsRecordInFlight).
 func TestATermWithoutARunIsRecordedAloneAndBeforeItsLaterRuns(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -117,6 +118,61 @@ func TestATermWithoutARunIsRecordedAloneAndBeforeItsLaterRuns(t *testing.T) {
 		t.Fatalf("the run's start: %+v, %v", rec, err)
 	}
 	if term, run := rs.started(10, rec.ID); !run.After(term) {
+		t.Errorf("the run's record began at %v, its term's at %v: want after", run, term)
+	}
+}
+
+// A run of a term whose record another write has claimed, and has not yet
+// sent (here: held waiting for a connection), waits for that write: its own
+// record comes after its term's, never before.
+func TestARunWaitsForItsTermsRecordInFlight(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rs := newRecords(t)
+	j, rn, one := rs.s.jobs[0], rs.s.run, rs.of("server-1")
+	cfg := rs.pool.Config().Copy()
+	cfg.MaxConns = 1
+	narrow, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(narrow.Close)
+	held, err := narrow.Acquire(ctx) // the lone write waits for this connection
+	if err != nil {
+		t.Fatal(err)
+	}
+	lone := &recorder{pool: narrow, instance: "server-1", log: one.log}
+
+	st := newStubTerm(10, "lease-1")
+	tn := st.leading(j)
+	if !tn.rec.claim() {
+		t.Fatal("the record was claimed before the lone write")
+	}
+	written := make(chan struct{})
+	go func() { // what claimAlone does once it has claimed
+		defer close(written)
+		endSuperseded(tn, lone.termStart(ctx, tn))
+		tn.rec.settle()
+	}()
+	ran := make(chan int64, 1)
+	go func() {
+		rec, err := one.runStart(ctx, j, st.firstRun(rn, tn))
+		if err != nil || rec.ID == 0 {
+			t.Errorf("the run's start: %+v, %v", rec, err)
+		}
+		ran <- rec.ID
+	}()
+	var id int64
+	select {
+	case id = <-ran: // recorded without waiting: its record is in before its term's
+	case <-time.After(200 * time.Millisecond): // waiting, as it should (the order below holds either way)
+	}
+	held.Release()
+	<-written
+	if id == 0 {
+		id = <-ran
+	}
+	if term, run := rs.started(10, id); !run.After(term) {
 		t.Errorf("the run's record began at %v, its term's at %v: want after", run, term)
 	}
 }
