@@ -308,3 +308,36 @@ func TestACronTermWonAfterAPauseClaimsNoSlot(t *testing.T) {
 		t.Errorf("slots claimed by the paused job's term: %d; want none", slots)
 	}
 }
+
+// A resign request that names a term and arrives between its win and its
+// bookkeeping (the job not yet knowing the term, so the request's watch
+// cannot stop it) ends the term as it begins, with the request as the
+// cause, before the job runs.
+func TestAResignRequestBeforeATermsBeginningEndsItAsItBegins(t *testing.T) {
+	t.Parallel()
+	rs := newRecords(t)
+	j := rs.s.jobs[0]
+	ran := make(chan struct{})
+	j.impl = JobFunc(func(ctx context.Context, _ *Run) error {
+		close(ran)
+		<-ctx.Done()
+		return nil
+	})
+	resignRequested(rs.s.jobs, j.spec.Name, 10) // no term here yet: only noted
+	lc := *rs.s.leader
+	lc.gate = &gate{ctl: &fixedControls{}, instance: "server-1", pool: rs.pool}
+
+	ended := make(chan error, 1)
+	go func() { ended <- lc.lead(context.Background(), j, newStubTerm(10, "lease-1")) }()
+	select {
+	case <-ran:
+		t.Fatal("the job ran in a term an operator had asked to resign")
+	case cause := <-ended:
+		if !errors.Is(cause, errResignRequested) {
+			t.Errorf("the lead ended with %v; want the resign request", cause)
+		}
+	}
+	if reason, by, _, _ := rs.term(10); reason != endLabel(errResignRequested, nil) || by != "server-1" {
+		t.Errorf("the term's record: ended %q by %q; want the resign request, by server-1", reason, by)
+	}
+}
