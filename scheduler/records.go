@@ -169,14 +169,33 @@ FROM snip_jobs_run_start($1, $2, $3, $4, $5, $6, $7)`
 // parse of a cold backend, which took 20–90 ms under load in the
 // fault-injection runs (a successor's first record, before its job starts). A
 // statement that cannot be prepared (its table not migrated yet) is parsed
-// when first used instead: WarmRecords never fails a connection.
+// when first used instead: WarmRecords never fails a connection. It also
+// calls the functions a term's first records run (warmFunctions).
 func WarmRecords(ctx context.Context, conn *pgx.Conn) error {
 	for _, sql := range []string{sqlTermStart, sqlTermEnd, sqlRunStart, sqlRunEnd, sqlRejection} {
 		if _, err := conn.Prepare(ctx, sql, sql); err != nil && ctx.Err() != nil {
 			break
 		}
 	}
+	warmFunctions(ctx, conn)
 	return nil
+}
+
+// warmFunctions calls the functions of a term's start and its run's once on
+// conn, in a transaction rolled back, so that PostgreSQL compiles them (once
+// per session) now rather than in a term's first records: that took 4–9 ms
+// more than a warm one's (BENCHMARKS.md). The term it starts is newer than
+// the run it starts, which is refused: no row, no run id taken.
+func warmFunctions(ctx context.Context, conn *pgx.Conn) {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	b := &pgx.Batch{}
+	b.Queue(sqlTermStart, "", int64(2), "", "")
+	b.Queue(sqlRunStart, "", "", int64(1), nil, string(TriggerSchedule), true, "")
+	_ = tx.SendBatch(ctx, b).Close()
 }
 
 // recordTimeout bounds each write to job_runs.

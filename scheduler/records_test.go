@@ -43,9 +43,25 @@ func TestWarmRecordsPreparesTheRecordStatementsAndNeverFailsAConnection(t *testi
 		t.Errorf("%d statements prepared on a database without the tables, want 0", n)
 	}
 
-	n, conn := prepared(dbtest.URL(t))
+	url := dbtest.URL(t)
+	other, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Close(ctx) })
+	runIDs := func() int64 { return benchtest.Value[int64](t, other, `SELECT nextval('job_runs_id_seq')`) }
+	before := runIDs()
+	n, conn := prepared(url)
 	if n != 5 {
 		t.Fatalf("%d statements prepared, want the 5 of job_terms, job_runs and fence_rejections", n)
+	}
+	// It called the record functions, and left nothing: no term, no run, no run id taken.
+	if terms, runs := benchtest.Value[int64](t, conn, `SELECT count(*) FROM job_terms`),
+		benchtest.Value[int64](t, conn, `SELECT count(*) FROM job_runs`); terms != 0 || runs != 0 {
+		t.Errorf("after WarmRecords: %d terms and %d runs recorded, want none", terms, runs)
+	}
+	if after := runIDs(); after != before+1 {
+		t.Errorf("the run ids went from %d to %d across WarmRecords: it took %d", before, after, after-before-1)
 	}
 	// A plain Exec of a record statement's text runs the prepared statement.
 	const rejection = `INSERT INTO fence_rejections (resource, token, current, instance) VALUES ($1, $2, $3, $4)`

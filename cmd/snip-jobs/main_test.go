@@ -388,7 +388,7 @@ func leaderOf(t *testing.T, cli *clientv3.Client, job string, not int64) etcdlea
 }
 
 // etcdClient is a plain client for the test's own reads.
-func etcdClient(t *testing.T, endpoint string) *clientv3.Client {
+func etcdClient(t testing.TB, endpoint string) *clientv3.Client {
 	t.Helper()
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
