@@ -9,6 +9,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 
 	"github.com/snip/snip-jobs/leadership"
 	"github.com/snip/snip-jobs/leadership/kubelease"
@@ -148,5 +149,39 @@ func TestASessionClosedAsItTakesItsInstanceLeaseLeavesNone(t *testing.T) {
 	name := kubelease.DefaultPrefix + "-instance-a"
 	if l, err := clientset(t, api.Config()).CoordinationV1().Leases(ns).Get(context.Background(), name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("instance Lease %s after Close: %+v, %v; want it deleted", name, l, err)
+	}
+}
+
+// jumpClock is the boot clock plus what a test added: a jump stands for a
+// pause of the process (or a suspend of its host) that the clock counts.
+type jumpClock struct{ add atomic.Int64 }
+
+func (c *jumpClock) Now() time.Duration {
+	return leadership.BootClock{}.Now() + time.Duration(c.add.Load())
+}
+
+// A renewal whose deadline passed on its way (the process was paused while
+// it was out; its answer, or its failure, comes after) ends the lease as
+// expired at once, and is no failed renewal: the deadline's own timer could
+// run only later, and the logs would say a renewal failed where the lease
+// had expired.
+func TestARenewalWhoseDeadlinePassedOnItsWayEndsTheLeaseExpiredNotFailed(t *testing.T) {
+	t.Parallel()
+	clock := &jumpClock{}
+	var armed atomic.Bool
+	paused := func(context.Context) error {
+		if !armed.CompareAndSwap(true, false) {
+			return nil
+		}
+		clock.add.Add(int64(2 * ttl))
+		return errors.New("test: the renewal's answer came after a pause")
+	}
+	s := start(t, api, namespace(t, api), "a", func(c *kubelease.Config, _ *rest.Config) { c.Clock = clock },
+		onWrite("-instance-a", paused))
+	armed.Store(true) // the next renewal
+	benchtest.WaitChange(t, "the lease ended", s.StatsChanged, func() bool { return s.Stats().LeaseEnds[leadership.ReasonExpired] > 0 })
+	if st := s.Stats(); st.KeepAliveFailures != 0 || armed.Load() {
+		t.Errorf("after a renewal whose deadline passed on its way: %d failed renewals (armed still: %v); want the lease expired and none failed",
+			st.KeepAliveFailures, armed.Load())
 	}
 }
