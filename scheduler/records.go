@@ -64,31 +64,38 @@ func (rc *recorder) runStart(ctx context.Context, j *job, r *Run) (*status.RunRe
 		if !r.Slot.IsZero() {
 			slot = &r.Slot
 		}
-		var id *int64
-		var started *time.Time
-		var stale bool
-		var paused, drained held
-		row, done := rc.queryRunStart(bctx, r, j.spec.Name, rc.instance, r.Token, slot, rec.Trigger, r.hold.term, r.resource)
-		err := row.Scan(&id, &started, &stale, &paused.by, &paused.since, &paused.why, &drained.by, &drained.since, &drained.why)
-		done()
+		a, err := rc.queryRunStart(bctx, r, j.spec.Name, rc.instance, r.Token, slot, rec.Trigger, r.hold.term, r.resource)
 		answered := boottime.Now()
 		switch {
 		case err != nil:
 			r.Log.Debug("cannot log the run's start", "err", err)
-		case id != nil:
-			rec.ID = *id
-			r.recorded = recordedStart{at: *started, answered: answered}
-		case stale:
+		case a.id != nil:
+			rec.ID = *a.id
+			r.recorded = recordedStart{at: *a.started, answered: answered}
+		case a.stale:
 			return nil, errRunRefused
-		case paused.by != nil:
-			return nil, paused.err(ErrPaused)
+		case a.paused.by != nil:
+			return nil, a.paused.err(ErrPaused)
 		default:
-			return nil, drained.err(ErrDrained)
+			return nil, a.drained.err(ErrDrained)
 		}
 		r.runID = rec.ID
 	}
 	j.update(func() { j.last = rec })
 	return rec, nil
+}
+
+// runStartRow is sqlRunStart's answer: the run's id and recorded start, or
+// why it was refused (id nil).
+type runStartRow struct {
+	id              *int64
+	started         *time.Time
+	stale           bool
+	paused, drained held
+}
+
+func (a *runStartRow) scan(row pgx.Row) error {
+	return row.Scan(&a.id, &a.started, &a.stale, &a.paused.by, &a.paused.since, &a.paused.why, &a.drained.by, &a.drained.since, &a.drained.why)
 }
 
 // held is a pause or a drain as sqlRunStart reads it (by nil: none).

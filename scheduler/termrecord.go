@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -76,33 +77,82 @@ func endSuperseded(t *tenure, superseded error) {
 	}
 }
 
-// queryRunStart sends the run's record, preceded in one batch (one round
-// trip, one implicit transaction) by its term's when the run claims that.
-// The caller scans the returned row, then calls the returned close.
-func (rc *recorder) queryRunStart(ctx context.Context, r *Run, args ...any) (pgx.Row, func()) {
-	tr := r.hold.rec
-	if tr == nil {
-		return rc.pool.QueryRow(ctx, sqlRunStart, args...), func() {}
-	}
-	if !tr.claim() {
+// queryRunStart records the run's start, preceded in one batch (one round
+// trip, one implicit transaction) by its term's when the run claims that
+// (startWithTerm).
+func (rc *recorder) queryRunStart(ctx context.Context, r *Run, args ...any) (runStartRow, error) {
+	var a runStartRow
+	switch tr := r.hold.rec; {
+	case tr == nil:
+	case tr.claim():
+		return rc.startWithTerm(ctx, tr, r, args)
+	default:
 		select { // no run recorded before its term
 		case <-tr.done:
 		case <-ctx.Done():
 		}
-		return rc.pool.QueryRow(ctx, sqlRunStart, args...), func() {}
 	}
+	return a, a.scan(rc.pool.QueryRow(ctx, sqlRunStart, args...))
+}
+
+// startWithTerm sends tr's record and the run's in one batch. The batch goes
+// on when ctx (the run's) ends on its way — the term ended, or shutdown came
+// right after the win — since nothing writes the term's record later; the
+// run stops waiting for it then (its term's end must not wait on a record),
+// and a run the batch still recorded is recorded cancelled.
+func (rc *recorder) startWithTerm(ctx context.Context, tr *termRecord, r *Run, args []any) (runStartRow, error) {
+	type answer struct {
+		a   runStartRow
+		err error
+	}
+	res := make(chan answer, 1)
+	var mu sync.Mutex
+	gone := false
+	rc.writes.Go(func() {
+		a, err := rc.batchStart(context.WithoutCancel(ctx), tr, args)
+		mu.Lock()
+		abandoned := gone
+		if !gone {
+			res <- answer{a, err}
+		}
+		mu.Unlock()
+		if abandoned && err == nil && a.id != nil {
+			msg := "its term ended before its start was recorded"
+			if err := rc.runEnd(*a.id, "cancelled", &msg, *a.started, r.Job, r.Token, r.hold.term); err != nil {
+				r.Log.Debug("cannot log the run's end", "run", *a.id, "err", err)
+			}
+		}
+	})
+	select {
+	case got := <-res:
+		return got.a, got.err
+	case <-ctx.Done():
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	select {
+	case got := <-res: // it came as ctx ended
+		return got.a, got.err
+	default:
+		gone = true
+		return runStartRow{}, context.Cause(ctx)
+	}
+}
+
+// batchStart writes tr's record and the run's in one batch.
+func (rc *recorder) batchStart(ctx context.Context, tr *termRecord, args []any) (runStartRow, error) {
+	ctx, cancel := context.WithTimeout(ctx, recordTimeout)
+	defer cancel()
 	t := tr.t
 	b := &pgx.Batch{}
 	b.Queue(sqlTermStart, t.j.spec.Name, t.term.Token(), rc.instance, t.term.Lease())
 	b.Queue(sqlRunStart, args...)
-	// The term's record is not given up when the run's context ends (the term
-	// ended, or shutdown, while the batch was on its way): it is never
-	// written later, so the term would stay unrecorded.
-	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
-	br := rc.pool.SendBatch(bctx, b)
+	br := rc.pool.SendBatch(ctx, b)
+	defer br.Close()
 	var newer, terms, runs int64
 	err := br.QueryRow().Scan(&newer, &terms, &runs)
 	endSuperseded(t, rc.termStarted(t, err, newer, terms, runs))
 	tr.settle()
-	return br.QueryRow(), func() { _ = br.Close(); cancel() }
+	var a runStartRow
+	return a, a.scan(br.QueryRow())
 }

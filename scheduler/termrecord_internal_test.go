@@ -198,7 +198,9 @@ func TestATermEndingBeforeItsRecordIsRecordedAtItsEnd(t *testing.T) {
 // A term whose first run's context ended as its record went out (the term
 // ended, or the service shut down, during that round trip) is recorded
 // still: nothing writes it later (CI's systemd test stopped the service
-// right after a term's win and found no record of it).
+// right after a term's win and found no record of it). The run does not
+// wait for it (its term's end must not wait on a record), and the run the
+// batch recorded is recorded cancelled.
 func TestATermEndedDuringItsFirstRecordIsRecordedStill(t *testing.T) {
 	t.Parallel()
 	rs := newRecords(t)
@@ -208,11 +210,17 @@ func TestATermEndedDuringItsFirstRecordIsRecordedStill(t *testing.T) {
 	tn := st.leading(j)
 	gone, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := one.runStart(gone, j, st.firstRun(rn, tn)); err != nil {
-		t.Fatalf("the run's start: %v", err)
+	if rec, err := one.runStart(gone, j, st.firstRun(rn, tn)); err != nil || rec.ID != 0 {
+		t.Fatalf("the run's start: %+v, %v; want it gone on unrecorded (best-effort)", rec, err)
 	}
+	one.writes.Wait()
 	if n := rs.termRecords(10); n != 1 {
 		t.Errorf("records of the term: %d; want 1", n)
+	}
+	var result, msg string
+	if err := rs.pool.QueryRow(context.Background(), `SELECT coalesce(result, ''), coalesce(error, '') FROM job_runs
+		WHERE job = 'pulse' AND token = 10`).Scan(&result, &msg); err != nil || result != "cancelled" {
+		t.Errorf("the run the batch recorded: %q (%q), %v; want it cancelled", result, msg, err)
 	}
 }
 
